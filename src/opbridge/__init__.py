@@ -1,0 +1,53 @@
+"""opbridge: define a custom op once in Python; export, run and verify it everywhere.
+
+Example:
+    >>> import torch, opbridge
+    >>> @opbridge.op("doc.init::ScaledSwish")
+    ... def scaled_swish(x: torch.Tensor, beta: float = 1.0, tag: str = "") -> torch.Tensor:
+    ...     return x * torch.sigmoid(beta * x)
+    >>> scaled_swish.spec.qualname
+    'doc.init::ScaledSwish'
+"""
+
+from __future__ import annotations
+
+from opbridge.definition import OpDef, all_ops, find_op, op
+from opbridge.errors import (
+    BackendUnavailableError,
+    ExportError,
+    ModelLoadError,
+    OpbridgeError,
+    OpDefinitionError,
+    UnknownOpError,
+)
+from opbridge.export import ExportResult, export
+from opbridge.onnx_schema import register_onnx_schemas
+from opbridge.shape import SymDim, TensorInfo
+from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttrSpec",
+    "AttrType",
+    "BackendUnavailableError",
+    "ExportError",
+    "ExportResult",
+    "InputSpec",
+    "ModelLoadError",
+    "OpDef",
+    "OpDefinitionError",
+    "OpSpec",
+    "OpbridgeError",
+    "OutputSpec",
+    "SymDim",
+    "TensorInfo",
+    "Tolerance",
+    "UnknownOpError",
+    "__version__",
+    "all_ops",
+    "export",
+    "find_op",
+    "op",
+    "register_onnx_schemas",
+]

@@ -1,0 +1,80 @@
+"""Conversions between torch, numpy and ONNX element types."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["numpy_to_onnx", "onnx_to_numpy", "onnx_to_torch", "torch_to_onnx", "onnx_type_name"]
+
+_ONNX_TO_NUMPY: dict[int, Any] = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.INT16: np.int16,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.UINT16: np.uint16,
+    onnx.TensorProto.UINT32: np.uint32,
+    onnx.TensorProto.UINT64: np.uint64,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+
+_TORCH_NAMES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.BOOL: "bool",
+}
+
+
+def onnx_type_name(elem_type: int) -> str:
+    """``onnx.TensorProto.FLOAT`` -> ``"float32"`` (numpy-style names)."""
+    if elem_type in _TORCH_NAMES:
+        return _TORCH_NAMES[elem_type]
+    return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def onnx_to_numpy(elem_type: int) -> np.dtype:
+    try:
+        return np.dtype(_ONNX_TO_NUMPY[elem_type])
+    except KeyError:
+        raise TypeError(f"ONNX element type {onnx_type_name(elem_type)} has no numpy equivalent") from None
+
+
+def numpy_to_onnx(dtype: Any) -> int:
+    dt = np.dtype(dtype)
+    for k, v in _ONNX_TO_NUMPY.items():
+        if np.dtype(v) == dt:
+            return k
+    raise TypeError(f"numpy dtype {dt} has no ONNX equivalent")
+
+
+def torch_to_onnx(dtype: torch.dtype) -> int:
+    name = str(dtype).removeprefix("torch.")
+    for k, v in _TORCH_NAMES.items():
+        if v == name:
+            return k
+    raise TypeError(f"torch dtype {dtype} has no ONNX equivalent supported by opbridge")
+
+
+def onnx_to_torch(elem_type: int) -> torch.dtype:
+    import torch
+
+    try:
+        return getattr(torch, _TORCH_NAMES[elem_type])
+    except KeyError:
+        raise TypeError(f"ONNX element type {onnx_type_name(elem_type)} has no torch equivalent") from None

@@ -1,0 +1,478 @@
+"""``@opbridge.op``: turn a typed Python function into a custom op.
+
+The decorated function's signature is the op's signature and its body is the
+PyTorch reference implementation. The result, an :class:`OpDef`, is callable
+like the function (eagerly, inside any ``nn.Module``, under either ONNX
+exporter) and carries a frozen :class:`~opbridge.spec.OpSpec`. Further facets
+attach by method, as with ``torch.library``: ``register_shape``,
+``register_kernel`` (a numpy/CPU kernel for runtimes), ``register_function``
+(an ONNX decomposition) and ``register_gpu_kernel``.
+
+Example:
+    >>> import torch, opbridge
+    >>> @opbridge.op("doc::ScaledSwish")
+    ... def scaled_swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    ...     return x * torch.sigmoid(beta * x)
+    >>> scaled_swish.spec.attributes[0].type
+    <AttrType.FLOAT: 'float'>
+    >>> scaled_swish(torch.zeros(2), beta=2.0).tolist()
+    [0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import json
+import logging
+import threading
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opbridge.errors import OpDefinitionError
+from opbridge.shape import ShapeRule, fake_outputs
+from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
+
+__all__ = ["OpDef", "all_ops", "find_op", "op"]
+
+logger = logging.getLogger(__name__)
+
+_TORCH_NAMESPACE = "opbridge"
+_LOCK = threading.RLock()
+# (domain, name, version) -> OpDef: the ops defined in this process, for runtimes
+# and exporters to look up. Only opbridge reads it.
+_OPS: dict[tuple[str, str, int], OpDef] = {}
+# torch op name -> the OpDef whose reference the torch op currently runs.
+_TORCH_IMPLS: dict[str, OpDef] = {}
+# Calls seen while an export is tracing: op key -> count (see ``tracing_calls``).
+_TRACE_STATE = threading.local()
+
+
+def _attr_type(annotation: Any) -> AttrType | None:
+    mapping = {
+        float: AttrType.FLOAT,
+        int: AttrType.INT,
+        bool: AttrType.BOOL,
+        str: AttrType.STRING,
+    }
+    if annotation in mapping:
+        return mapping[annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(annotation)
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            args = args[:1]
+        if len(args) == 1:
+            return {float: AttrType.FLOATS, int: AttrType.INTS, str: AttrType.STRINGS}.get(args[0])
+    return None
+
+
+def _is_tensor(annotation: Any) -> bool:
+    import torch
+
+    return annotation is torch.Tensor
+
+
+def _optional_inner(annotation: Any) -> Any:
+    """``Optional[X]`` / ``X | None`` -> X, else None."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            return args[0]
+    return None
+
+
+def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] | None) -> tuple[OutputSpec, ...]:
+    if _is_tensor(annotation):
+        count = 1
+    elif typing.get_origin(annotation) is tuple and typing.get_args(annotation) and all(
+        _is_tensor(a) for a in typing.get_args(annotation)
+    ):
+        count = len(typing.get_args(annotation))
+    else:
+        raise OpDefinitionError(
+            f"{qualname}: the return annotation {annotation!r} is not supported; annotate "
+            "'-> torch.Tensor' or '-> tuple[torch.Tensor, torch.Tensor]' (one entry per output)."
+        )
+    if names is not None:
+        if len(names) != count:
+            raise OpDefinitionError(
+                f"{qualname}: {len(names)} output name(s) given for {count} output(s) in the return annotation."
+            )
+        return tuple(OutputSpec(n) for n in names)
+    if count == 1:
+        return (OutputSpec("output"),)
+    return tuple(OutputSpec(f"output{i}") for i in range(count))
+
+
+def spec_from_function(
+    fn: Callable[..., Any],
+    qualname: str,
+    version: int = 1,
+    output_names: tuple[str, ...] | None = None,
+    tolerances: Mapping[str, Tolerance] | None = None,
+) -> OpSpec:
+    """Build an :class:`OpSpec` from a typed function (see :func:`op`)."""
+    domain, name = parse_qualname(qualname)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # NameError for unresolved forward refs and the like
+        raise OpDefinitionError(f"{qualname}: cannot read the type hints of {fn.__name__}: {exc}") from exc
+    inputs: list[InputSpec] = []
+    attrs: list[AttrSpec] = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise OpDefinitionError(f"{qualname}: *args/**kwargs are not supported; name every parameter.")
+        if param.name not in hints:
+            raise OpDefinitionError(
+                f"{qualname}: parameter {param.name!r} has no type annotation; annotate it as "
+                "torch.Tensor, Optional[torch.Tensor], float, int, bool, str, list[float], list[int] or list[str]."
+            )
+        ann = hints[param.name]
+        if _is_tensor(ann):
+            if attrs:
+                raise OpDefinitionError(
+                    f"{qualname}: tensor parameter {param.name!r} comes after attribute "
+                    f"{attrs[-1].name!r}; put all tensor inputs first."
+                )
+            inputs.append(InputSpec(param.name))
+            continue
+        inner = _optional_inner(ann)
+        if inner is not None and _is_tensor(inner):
+            if attrs:
+                raise OpDefinitionError(f"{qualname}: put optional tensor input {param.name!r} before the attributes.")
+            inputs.append(InputSpec(param.name, optional=True))
+            continue
+        kind = _attr_type(ann)
+        if kind is None:
+            raise OpDefinitionError(
+                f"{qualname}: parameter {param.name!r} has unsupported annotation {ann!r}; use "
+                "torch.Tensor, Optional[torch.Tensor], float, int, bool, str, list[float], list[int] or list[str]."
+            )
+        attr = AttrSpec(param.name, kind)
+        if param.default is not inspect.Parameter.empty:
+            try:
+                default = attr.normalize(param.default, qualname)
+            except TypeError as exc:
+                raise OpDefinitionError(f"{qualname}: default of {param.name!r}: {exc}") from None
+            attr = AttrSpec(param.name, kind, default)
+        attrs.append(attr)
+    if "return" not in hints:
+        raise OpDefinitionError(f"{qualname}: add a return annotation, e.g. '-> torch.Tensor'.")
+    outputs = _outputs_from_return(qualname, hints["return"], output_names)
+    doc = inspect.getdoc(fn) or ""
+    return OpSpec(
+        domain=domain,
+        name=name,
+        version=version,
+        inputs=tuple(inputs),
+        outputs=outputs,
+        attributes=tuple(attrs),
+        tolerances=dict(tolerances or {}),
+        doc=doc.splitlines()[0] if doc else "",
+    )
+
+
+def _torch_type(attr: AttrSpec) -> str:
+    return {
+        AttrType.FLOAT: "float",
+        AttrType.INT: "int",
+        AttrType.BOOL: "bool",
+        AttrType.STRING: "str",
+        AttrType.FLOATS: "float[]",
+        AttrType.INTS: "int[]",
+        # torch.library has no str[]: string lists travel as one JSON string.
+        AttrType.STRINGS: "str",
+    }[attr.type]
+
+
+def _torch_schema(spec: OpSpec) -> str:
+    params = [f"Tensor? {p.name}" if p.optional else f"Tensor {p.name}" for p in spec.inputs]
+    params += [f"{_torch_type(a)} {a.name}" for a in spec.attributes]
+    rets = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join("Tensor" for _ in spec.outputs) + ")"
+    return f"({', '.join(params)}) -> {rets}"
+
+
+def _torch_op_name(spec: OpSpec) -> str:
+    return f"{spec.domain.replace('.', '_')}__{spec.name}_v{spec.version}"
+
+
+def _encode_attr(attr: AttrSpec, value: Any) -> Any:
+    if attr.type is AttrType.STRINGS:
+        return json.dumps(list(value), ensure_ascii=False)
+    if attr.type.is_list:
+        return list(value)
+    return value
+
+
+def _decode_attr(attr: AttrSpec, value: Any) -> Any:
+    if attr.type is AttrType.STRINGS:
+        return tuple(json.loads(value))
+    if attr.type.is_list:
+        return tuple(value)
+    return value
+
+
+class OpDef:
+    """A custom op: its spec, its PyTorch reference, and the facets attached to it.
+
+    Created by :func:`op`; call it like the decorated function.
+    """
+
+    def __init__(
+        self,
+        spec: OpSpec,
+        reference: Callable[..., Any],
+        *,
+        shape: ShapeRule | None = None,
+    ) -> None:
+        self.spec = spec
+        self.reference = reference
+        self.shape_rule: ShapeRule | None = shape
+        self.kernel: Callable[..., Any] | None = None
+        self.kernel_kind: str | None = None
+        self.function_builder: Callable[..., Any] | None = None
+        self.gpu_kernel: Callable[..., Any] | None = None
+        self.gpu_kernel_dtypes: tuple[str, ...] = ()
+        self.__doc__ = reference.__doc__
+        self.__name__ = getattr(reference, "__name__", spec.name)
+        self.__wrapped__ = reference
+        self._torch_op: Any = None
+
+    def __repr__(self) -> str:
+        return f"<opbridge op {self.spec.qualname} v{self.spec.version}>"
+
+    # ------------------------------------------------------------------ facets
+
+    def register_shape(self, rule: ShapeRule) -> ShapeRule:
+        """Declare the output shape/dtype rule (see :mod:`opbridge.shape`). Usable as a decorator."""
+        self.shape_rule = rule
+        return rule
+
+    def register_kernel(self, fn: Callable[..., Any], *, kind: str = "numpy") -> Callable[..., Any]:
+        """Attach a CPU kernel for runtimes: ``fn(*arrays, **attrs) -> array | tuple``.
+
+        ``kind`` is ``"numpy"`` (numpy arrays in and out) or ``"torch"`` (CPU tensors).
+        Without a kernel, runtimes run the PyTorch reference.
+        """
+        if kind not in ("numpy", "torch"):
+            raise OpDefinitionError(f"{self.spec.qualname}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
+        self.kernel, self.kernel_kind = fn, kind
+        return fn
+
+    def register_function(self, builder: Callable[..., Any]) -> Callable[..., Any]:
+        """Attach an ONNX decomposition, attached to exported models as a model-local function."""
+        self.function_builder = builder
+        return builder
+
+    def register_gpu_kernel(
+        self, fn: Callable[..., Any] | None = None, *, dtypes: tuple[str, ...] = ("float32", "float16")
+    ) -> Any:
+        """Attach a GPU kernel ``fn(inputs, outputs, attrs, stream)`` working on CUDA tensors."""
+
+        def attach(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.gpu_kernel, self.gpu_kernel_dtypes = f, tuple(dtypes)
+            return f
+
+        return attach(fn) if fn is not None else attach
+
+    # ------------------------------------------------------------------ calling
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Split a call into (tensor inputs, checked attribute values)."""
+        import torch
+
+        names = [p.name for p in self.spec.inputs] + [a.name for a in self.spec.attributes]
+        if len(args) > len(names):
+            raise TypeError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
+        given = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key in given:
+                raise TypeError(f"{self.spec.qualname}: got multiple values for {key!r}.")
+            given[key] = value
+        tensors: list[Any] = []
+        for p in self.spec.inputs:
+            value = given.pop(p.name, None)
+            if value is None and not p.optional:
+                raise TypeError(f"{self.spec.qualname}: missing tensor input {p.name!r}.")
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"{self.spec.qualname}: input {p.name!r} expects a torch.Tensor, got "
+                    f"{type(value).__name__}; wrap it with torch.as_tensor(...)."
+                )
+            tensors.append(value)
+        attrs = self.spec.bind_attributes(given)
+        return tensors, attrs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, attrs = self.bind(args, kwargs)
+        counts = getattr(_TRACE_STATE, "counts", None)
+        if counts is not None:
+            counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
+        torch_op = self.torch_op()
+        encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
+        return torch_op(*tensors, *encoded)
+
+    def run_reference(self, *tensors: Any, **attrs: Any) -> Any:
+        """Run the PyTorch reference with checked attributes (no torch.library dispatch)."""
+        checked = self.spec.bind_attributes(attrs)
+        result = self.reference(*tensors, **checked)
+        return self._check_result(result, "the reference")
+
+    def _check_result(self, result: Any, what: str) -> Any:
+        import torch
+
+        n = len(self.spec.outputs)
+        items = result if isinstance(result, (tuple, list)) else (result,)
+        if len(items) != n or not all(isinstance(t, torch.Tensor) for t in items):
+            got = f"{len(items)} value(s)" if isinstance(result, (tuple, list)) else type(result).__name__
+            raise OpDefinitionError(
+                f"{self.spec.qualname}: {what} returned {got}, but the op declares {n} tensor "
+                f"output(s) {[o.name for o in self.spec.outputs]}; return "
+                + ("one tensor." if n == 1 else f"a tuple of {n} tensors.")
+            )
+        return result if n > 1 else items[0]
+
+    # ------------------------------------------------------------------ torch.library
+
+    @property
+    def torch_op_name(self) -> str:
+        """The torch op's qualified name, e.g. ``"opbridge::acme__ScaledSwish_v1"``."""
+        return f"{_TORCH_NAMESPACE}::{_torch_op_name(self.spec)}"
+
+    def torch_op(self) -> Any:
+        """The ``torch.ops`` overload for this op, defining it on first use."""
+        if self._torch_op is None:
+            self._torch_op = _define_torch_op(self)
+        return self._torch_op
+
+
+def _define_torch_op(opdef: OpDef) -> Any:
+    """Define (or rebind) the torch.library op that runs ``opdef``'s reference."""
+    import torch
+
+    spec = opdef.spec
+    opname = _torch_op_name(spec)
+    qual = f"{_TORCH_NAMESPACE}::{opname}"
+    schema = _torch_schema(spec)
+    with _LOCK:
+        previous = _TORCH_IMPLS.get(qual)
+        _TORCH_IMPLS[qual] = opdef
+        if previous is not None:
+            if _torch_schema(previous.spec) != schema:
+                raise OpDefinitionError(
+                    f"{spec.qualname} v{spec.version} is already defined with another signature "
+                    f"({_torch_schema(previous.spec)}); bump version= or use another name."
+                )
+            return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+        def decode(args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
+            current = _TORCH_IMPLS[qual]
+            n = len(current.spec.inputs)
+            attrs = {a.name: _decode_attr(a, v) for a, v in zip(current.spec.attributes, args[n:])}
+            return list(args[:n]), attrs
+
+        def impl(*args: Any) -> Any:
+            current = _TORCH_IMPLS[qual]
+            tensors, attrs = decode(args)
+            result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+            # torch.library ops must not return views or aliases of their inputs.
+            if isinstance(result, tuple):
+                return tuple(_fresh(r, tensors) for r in result)
+            return _fresh(result, tensors)
+
+        def fake(*args: Any) -> Any:
+            current = _TORCH_IMPLS[qual]
+            tensors, attrs = decode(args)
+            return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
+
+        lib = _library()
+        lib.define(opname + schema)
+        lib.impl(opname, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(qual, fake, lib=lib)
+        return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _fresh(t: Any, inputs: list[Any]) -> Any:
+    for x in inputs:
+        if x is not None and (t is x or (t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and t.numel())):
+            return t.clone()
+    return t
+
+
+_LIB: Any = None
+
+
+def _library() -> Any:
+    global _LIB
+    import torch
+
+    if _LIB is None:
+        _LIB = torch.library.Library(_TORCH_NAMESPACE, "FRAGMENT")
+    return _LIB
+
+
+def op(
+    qualname: str,
+    *,
+    version: int = 1,
+    outputs: tuple[str, ...] | None = None,
+    shape: ShapeRule | None = None,
+    tolerances: Mapping[str, Tolerance] | None = None,
+) -> Callable[[Callable[..., Any]], OpDef]:
+    """Define a custom op from a typed function whose body is its PyTorch reference.
+
+    Args:
+        qualname: ``"domain::Name"``, the ONNX domain and op type.
+        version: the op's version in its domain (the ``opset_import`` version).
+        outputs: names of the outputs (default ``output`` / ``output0``, ``output1``...).
+        shape: an output shape/dtype rule; derived from the reference when omitted.
+        tolerances: comparison tolerances per dtype name, e.g. ``{"float16": Tolerance(1e-2, 1e-3)}``.
+
+    Tensor parameters (``torch.Tensor``, ``Optional[torch.Tensor]``) become inputs;
+    ``float``, ``int``, ``bool``, ``str``, ``list[float]``, ``list[int]`` and
+    ``list[str]`` parameters become ONNX attributes with their defaults.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> OpDef:
+        spec = spec_from_function(fn, qualname, version, outputs, tolerances)
+        opdef = OpDef(spec, fn, shape=shape)
+        with _LOCK:
+            old = _OPS.get(spec.key)
+            if old is not None:
+                logger.info("redefining op %s v%d", spec.qualname, spec.version)
+            _OPS[spec.key] = opdef
+        return opdef
+
+    return decorate
+
+
+def find_op(domain: str, name: str, version: int | None = None) -> OpDef | None:
+    """The op defined in this process for ``domain::name`` (highest version <= ``version``)."""
+    with _LOCK:
+        candidates = [d for (dom, n, v), d in _OPS.items() if dom == domain and n == name]
+    if version is not None:
+        candidates = [d for d in candidates if d.spec.version <= version]
+    return max(candidates, key=lambda d: d.spec.version, default=None)
+
+
+def all_ops() -> list[OpDef]:
+    """Every op defined in this process, sorted by qualified name and version."""
+    with _LOCK:
+        return sorted(_OPS.values(), key=lambda d: (d.spec.domain, d.spec.name, d.spec.version))
+
+
+@contextmanager
+def tracing_calls() -> Iterator[dict[tuple[str, str, int], int]]:
+    """Count op calls in this thread (used by export to prove no op was lost)."""
+    previous = getattr(_TRACE_STATE, "counts", None)
+    counts: dict[tuple[str, str, int], int] = {}
+    _TRACE_STATE.counts = counts
+    try:
+        yield counts
+    finally:
+        _TRACE_STATE.counts = previous

@@ -1,0 +1,1 @@
+"""Models rebuilt from the seed articles, with seeded random weights (no downloads)."""

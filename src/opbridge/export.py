@@ -1,0 +1,497 @@
+"""Export PyTorch models with opbridge ops to ONNX, through either PyTorch exporter.
+
+``opbridge.export`` wraps ``torch.onnx.export`` and makes both exporters emit
+every opbridge op as a custom node ``domain::Name`` with typed attributes and
+an ``opset_import`` for its domain:
+
+* ``exporter="dynamo"`` (torch's default): each op is a ``torch.library`` op,
+  translated by a generated ``custom_translation_table`` entry; the ONNX schema
+  that translation needs is registered first.
+* ``exporter="torchscript"``: each op gets a generated symbolic function
+  (``torch.onnx.register_custom_op_symbolic``) and its domain goes into
+  ``custom_opsets``.
+
+After export the model is checked: every op that was called while tracing must
+be in the graph (an exporter that inlined or dropped one is an error, never a
+silent fallback), ONNX shape inference runs with the ops' schemas, and
+``onnx.checker.check_model(full_check=True)`` must pass. The file is written
+atomically.
+
+Example:
+    >>> import torch, opbridge, tempfile, os
+    >>> @opbridge.op("doc.export::Swish")
+    ... def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    ...     return x * torch.sigmoid(beta * x)
+    >>> class M(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         return swish(x, beta=2.0)
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.onnx")
+    >>> result = opbridge.export(M(), (torch.randn(2, 3),), path, exporter="torchscript")
+    >>> [(n.domain, n.op_type) for n in result.custom_nodes]
+    [('doc.export', 'Swish')]
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
+from opbridge.errors import ExportError
+from opbridge.onnx_schema import register_onnx_schemas
+from opbridge.spec import AttrType
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+__all__ = ["CapturedWarning", "ExportResult", "export", "save_model_atomic"]
+
+logger = logging.getLogger(__name__)
+
+Exporter = Literal["dynamo", "torchscript"]
+
+_TS_LOCK = threading.Lock()
+_TS_REGISTERED: dict[str, OpDef] = {}
+
+
+@dataclass(frozen=True)
+class CapturedWarning:
+    """A warning raised while tracing (e.g. a TracerWarning), kept instead of printed and lost."""
+
+    category: str
+    message: str
+    filename: str
+    lineno: int
+
+    def __str__(self) -> str:
+        return f"{self.category} at {os.path.basename(self.filename)}:{self.lineno}: {self.message}"
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export` wrote and checked."""
+
+    path: Path
+    model: onnx.ModelProto
+    exporter: str
+    custom_nodes: list[onnx.NodeProto] = field(default_factory=list)
+    warnings: list[CapturedWarning] = field(default_factory=list)
+    findings: list[Any] = field(default_factory=list)
+
+    def summary(self) -> str:
+        ops = sorted({f"{n.domain}::{n.op_type}" for n in self.custom_nodes})
+        return f"{self.path} ({self.exporter}): {len(self.custom_nodes)} custom node(s) {ops}"
+
+
+# --------------------------------------------------------------------------- dynamo
+
+
+def _translation(opdef: OpDef) -> Any:
+    """The dynamo exporter's translation for one op: emit ``domain::Name`` via onnxscript."""
+    from onnxscript import values
+
+    spec = opdef.spec
+    opset = values.Opset(spec.domain, spec.version)
+    n = len(spec.inputs)
+
+    def translate(*args: Any, **kwargs: Any) -> Any:
+        inputs = list(args[:n])
+        raw = list(args[n:])
+        for a in spec.attributes[len(raw):]:
+            raw.append(kwargs[a.name])
+        attrs = {a.name: a.to_onnx_value(_decode_attr(a, v)) for a, v in zip(spec.attributes, raw)}
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        return getattr(opset, spec.name)(*inputs, **attrs)
+
+    translate.__name__ = f"translate_{spec.domain.replace('.', '_')}_{spec.name}"
+    return translate
+
+
+def _dims_from_axes(
+    model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, dynamic_axes: Mapping[str, Any]
+) -> tuple[Any, ...]:
+    """Convert TorchScript-style ``dynamic_axes`` into ``dynamic_shapes`` for torch.export."""
+    import torch
+
+    names = list(input_names) if input_names else _forward_names(model, len(args))
+    dims: dict[str, Any] = {}
+    shapes: list[Any] = []
+    for i, arg in enumerate(args):
+        axes = dynamic_axes.get(names[i]) if i < len(names) else None
+        if axes is None or not isinstance(arg, torch.Tensor):
+            shapes.append(None)
+            continue
+        if not isinstance(axes, Mapping):
+            axes = {int(a): f"{names[i]}_dim{a}" for a in axes}
+        entry = {}
+        for axis, dim_name in axes.items():
+            if dim_name not in dims:
+                dims[dim_name] = torch.export.Dim(str(dim_name))
+            entry[int(axis)] = dims[dim_name]
+        shapes.append(entry)
+    return tuple(shapes)
+
+
+def _axes_from_dims(
+    model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, dynamic_shapes: Any
+) -> dict[str, dict[int, str]]:
+    """Convert torch.export-style ``dynamic_shapes`` into TorchScript ``dynamic_axes``."""
+    names = list(input_names) if input_names else _forward_names(model, len(args))
+    if isinstance(dynamic_shapes, Mapping):
+        items = [dynamic_shapes.get(n) for n in names]
+    else:
+        items = list(dynamic_shapes)
+    axes: dict[str, dict[int, str]] = {}
+    for i, entry in enumerate(items):
+        if not entry:
+            continue
+        pairs = entry.items() if isinstance(entry, Mapping) else enumerate(entry)
+        axes[names[i]] = {
+            int(a): str(getattr(d, "__name__", None) or f"{names[i]}_dim{a}") for a, d in pairs if d is not None
+        }
+    return axes
+
+
+def _forward_names(model: Any, count: int) -> list[str]:
+    forward = getattr(model, "forward", model)
+    params = [
+        p.name
+        for p in inspect.signature(forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    params += [f"input{i}" for i in range(len(params), count)]
+    return params[:count]
+
+
+def _export_dynamo(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    ops: list[OpDef],
+    opset_version: int | None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    dynamic_shapes: Any,
+) -> onnx.ModelProto:
+    import torch
+
+    table = {opdef.torch_op(): _translation(opdef) for opdef in ops}
+    options: dict[str, Any] = {}
+    if opset_version is not None:
+        options["opset_version"] = opset_version
+    program = torch.onnx.export(
+        model,
+        args,
+        kwargs=kwargs,
+        dynamo=True,
+        custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+        input_names=list(input_names) if input_names else None,
+        output_names=list(output_names) if output_names else None,
+        optimize=True,
+        verbose=False,
+        **options,
+    )
+    if program is None:
+        raise ExportError("torch.onnx.export returned no program")
+    return program.model_proto
+
+
+# --------------------------------------------------------------------------- torchscript
+
+
+def _symbolic_helper() -> Any:
+    try:
+        from torch.onnx import symbolic_helper
+    except ImportError:  # pragma: no cover - moved in some torch versions
+        from torch.onnx._internal.torchscript_exporter import symbolic_helper  # type: ignore[no-redef]
+    return symbolic_helper
+
+
+_TS_SUFFIX = {
+    AttrType.FLOAT: ("f", "f"),
+    AttrType.INT: ("i", "i"),
+    AttrType.BOOL: ("i", "b"),
+    AttrType.STRING: ("s", "s"),
+    AttrType.FLOATS: ("f", "fs"),
+    AttrType.INTS: ("i", "is"),
+    AttrType.STRINGS: ("s", "s"),
+}
+
+
+def _symbolic(opdef: OpDef) -> Any:
+    """A TorchScript-exporter symbolic function for one op."""
+    spec = opdef.spec
+    helper = _symbolic_helper()
+    n = len(spec.inputs)
+
+    def symbolic(g: Any, *args: Any) -> Any:
+        inputs = list(args[:n])
+        kwargs: dict[str, Any] = {}
+        for attr, value in zip(spec.attributes, args[n:]):
+            suffix, desc = _TS_SUFFIX[attr.type]
+            const = helper._maybe_get_const(value, desc)
+            if not isinstance(const, (int, float, str, bool, list, tuple)):
+                raise ExportError(
+                    f"{spec.qualname}: attribute {attr.name!r} is computed from a tensor at run time; "
+                    "attributes must be Python constants. Pass a plain Python value."
+                )
+            kwargs[f"{attr.name}_{suffix}"] = attr.to_onnx_value(attr.normalize(_decode_attr(attr, const)))
+        while inputs and helper._is_none(inputs[-1]):
+            inputs.pop()
+        return g.op(f"{spec.domain}::{spec.name}", *inputs, outputs=len(spec.outputs), **kwargs)
+
+    return symbolic
+
+
+def _register_torchscript(ops: list[OpDef], opset: int) -> None:
+    import torch
+
+    with _TS_LOCK:
+        for opdef in ops:
+            name = opdef.torch_op_name
+            opdef.torch_op()
+            if _TS_REGISTERED.get(name) is opdef:
+                continue
+            torch.onnx.register_custom_op_symbolic(name, _symbolic(opdef), 1)
+            _TS_REGISTERED[name] = opdef
+
+
+def _export_torchscript(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    ops: list[OpDef],
+    opset_version: int | None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    dynamic_axes: Mapping[str, Any] | None,
+) -> onnx.ModelProto:
+    import io
+
+    import onnx
+    import torch
+
+    opset = opset_version or 17
+    _register_torchscript(ops, opset)
+    custom_opsets: dict[str, int] = {}
+    for opdef in ops:
+        custom_opsets[opdef.spec.domain] = max(custom_opsets.get(opdef.spec.domain, 1), opdef.spec.version)
+    buffer = io.BytesIO()
+    export_args: Any = args + (kwargs,) if kwargs else args
+    torch.onnx.export(
+        model,
+        export_args,
+        buffer,
+        dynamo=False,
+        opset_version=opset,
+        input_names=list(input_names) if input_names else _forward_names(model, len(args)),
+        output_names=list(output_names) if output_names else None,
+        dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
+        custom_opsets=custom_opsets,
+        do_constant_folding=True,
+    )
+    proto = onnx.load_from_string(buffer.getvalue())
+    keep = {str(name) for axes in (dynamic_axes or {}).values() for name in _axis_names(axes)}
+    _reset_generated_dims(proto, keep)
+    return proto
+
+
+def _axis_names(axes: Any) -> list[Any]:
+    return list(axes.values()) if isinstance(axes, Mapping) else []
+
+
+def _reset_generated_dims(model: onnx.ModelProto, keep: set[str]) -> None:
+    """Forget dim names the TorchScript exporter invented for values it could not infer.
+
+    It names them after the node (``MySELUoutput_dim_0``); ONNX shape inference with
+    the ops' schemas then gives these dims the names of the input dims they follow.
+    """
+    del model.graph.value_info[:]
+    for value in model.graph.output:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param not in keep:
+                dim.ClearField("dim_param")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes of ``model``'s main graph outside the standard ONNX domains."""
+    return [n for n in model.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.ml")]
+
+
+def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
+    present = {(n.domain, n.op_type) for n in model.graph.node}
+    lost = [key for key in calls if (key[0], key[1]) not in present]
+    if lost:
+        names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
+        raise ExportError(
+            f"the {exporter} exporter dropped or inlined custom op(s) {names}: they were called while "
+            "tracing but are not in the exported graph. Make sure the model calls the op object returned "
+            "by @opbridge.op, not its reference function."
+        )
+    stray = [n for n in model.graph.node if n.domain == "" and (n.domain, n.op_type) not in _standard_ops()]
+    if stray:
+        raise ExportError(
+            f"the {exporter} exporter wrote op(s) {sorted({n.op_type for n in stray})} in the default domain, "
+            "which no runtime accepts; define them with @opbridge.op('domain::Name')."
+        )
+
+
+def _standard_ops() -> set[tuple[str, str]]:
+    import onnx
+
+    return {(s.domain, s.name) for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""}
+
+
+def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
+    used = {n.domain for n in model.graph.node}
+    have = {o.domain: o for o in model.opset_import}
+    for opdef in ops:
+        domain = opdef.spec.domain
+        if domain not in used:
+            continue
+        if domain in have:
+            have[domain].version = max(have[domain].version, opdef.spec.version)
+        else:
+            entry = model.opset_import.add()
+            entry.domain, entry.version = domain, opdef.spec.version
+            have[domain] = entry
+
+
+def save_model_atomic(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Write ``model`` to ``path`` through a temporary file and a rename."""
+    import onnx
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, check: bool = True) -> onnx.ModelProto:
+    """Run opbridge's post-export steps on a model: opset imports, shape inference, full check."""
+    import onnx
+
+    ops = all_ops() if ops is None else ops
+    register_onnx_schemas(ops)
+    _fix_opset_imports(model, ops)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        raise ExportError(f"ONNX shape inference failed on the exported model: {exc}") from exc
+    if check:
+        try:
+            onnx.checker.check_model(inferred, full_check=True)
+        except Exception as exc:
+            raise ExportError(f"the exported model fails onnx.checker (full_check): {exc}") from exc
+    return inferred
+
+
+# --------------------------------------------------------------------------- API
+
+
+def export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    f: str | os.PathLike[str],
+    *,
+    exporter: Exporter = "dynamo",
+    kwargs: dict[str, Any] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_shapes: Any = None,
+    dynamic_axes: Mapping[str, Any] | None = None,
+    opset_version: int | None = None,
+    functions: bool = True,
+    check: bool = True,
+) -> ExportResult:
+    """Export ``model`` to ``f`` with every opbridge op as a valid ONNX custom node.
+
+    Args:
+        model: the PyTorch module (put it in eval mode first).
+        args: example positional inputs.
+        f: output path; written atomically.
+        exporter: ``"dynamo"`` (torch.export based, the default) or ``"torchscript"``.
+        kwargs: example keyword inputs.
+        input_names, output_names: graph input/output names.
+        dynamic_shapes: torch.export-style dynamic dims (converted for torchscript).
+        dynamic_axes: TorchScript-style dynamic axes (converted for dynamo).
+        opset_version: default ONNX opset (torch's default when None).
+        functions: attach ONNX function bodies for ops that declare one.
+        check: run ``onnx.checker.check_model(full_check=True)``.
+
+    Returns:
+        An :class:`ExportResult` with the checked model, its custom nodes and the
+        warnings captured while tracing.
+
+    Raises:
+        ExportError: the exporter failed, lost a custom op, or the result is invalid.
+    """
+    import torch
+
+    if exporter not in ("dynamo", "torchscript"):
+        raise ExportError(f"unknown exporter {exporter!r}; use 'dynamo' or 'torchscript'.")
+    if not isinstance(args, tuple):
+        args = (args,)
+    ops = all_ops()
+    register_onnx_schemas(ops)
+    if dynamic_axes and dynamic_shapes is not None:
+        raise ExportError("give either dynamic_shapes or dynamic_axes, not both.")
+    captured: list[CapturedWarning] = []
+    with tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if exporter == "dynamo":
+                shapes = dynamic_shapes
+                if dynamic_axes:
+                    shapes = _dims_from_axes(model, args, input_names, dynamic_axes)
+                proto = _export_dynamo(model, args, kwargs, ops, opset_version, input_names, output_names, shapes)
+            else:
+                axes = dynamic_axes
+                if dynamic_shapes is not None:
+                    axes = _axes_from_dims(model, args, input_names, dynamic_shapes)
+                proto = _export_torchscript(model, args, kwargs, ops, opset_version, input_names, output_names, axes)
+        except ExportError:
+            raise
+        except Exception as exc:
+            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {exc}") from exc
+    for w in caught:
+        category = w.category.__name__
+        if issubclass(w.category, (DeprecationWarning, FutureWarning)) or "torch/onnx" in w.filename:
+            continue
+        cw = CapturedWarning(category, str(w.message), w.filename, w.lineno)
+        captured.append(cw)
+        if issubclass(w.category, torch.jit.TracerWarning):
+            logger.warning("%s", cw)
+    _check_ops_present(proto, calls, exporter)
+    used = [d for d in ops if d.spec.key in calls]
+    if functions:
+        from opbridge.functions import attach_functions
+
+        attach_functions(proto, used)
+    final = finalize_model(proto, ops, check=check)
+    path = save_model_atomic(final, f)
+    result = ExportResult(path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured)
+    logger.info("%s", result.summary())
+    return result

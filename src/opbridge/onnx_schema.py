@@ -1,0 +1,159 @@
+"""ONNX operator schemas generated from op specs.
+
+A registered schema lets ONNX's checker reject a mistyped attribute, lets ONNX
+shape inference give each custom output its dtype and shape, and lets the
+dynamo exporter's translation emit the custom node. Registration is global to
+the process (that is how ``onnx.defs`` works), so it happens only through
+:func:`register_onnx_schemas`, an explicit and idempotent call that
+:func:`opbridge.export` makes for you.
+
+Example:
+    >>> import torch, opbridge, onnx
+    >>> @opbridge.op("doc.schema::Twice")
+    ... def twice(x: torch.Tensor) -> torch.Tensor:
+    ...     return 2 * x
+    >>> opbridge.register_onnx_schemas([twice])
+    ['doc.schema::Twice']
+    >>> onnx.defs.has("Twice", "doc.schema")
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from opbridge.spec import AttrType, OpSpec
+
+if TYPE_CHECKING:
+    import onnx
+
+    from opbridge.definition import OpDef
+
+__all__ = ["attribute_values", "make_schema", "register_onnx_schemas"]
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+# (domain, name, version) -> the spec whose schema is registered in onnx.defs.
+_REGISTERED: dict[tuple[str, str, int], OpSpec] = {}
+
+_ALL_TENSOR_TYPES = [
+    "tensor(float)",
+    "tensor(float16)",
+    "tensor(bfloat16)",
+    "tensor(double)",
+    "tensor(int8)",
+    "tensor(int16)",
+    "tensor(int32)",
+    "tensor(int64)",
+    "tensor(uint8)",
+    "tensor(uint16)",
+    "tensor(uint32)",
+    "tensor(uint64)",
+    "tensor(bool)",
+    "tensor(string)",
+]
+
+
+def attribute_values(spec: OpSpec, node: onnx.NodeProto | None = None, getter: Any = None) -> dict[str, Any]:
+    """Attribute values of an ONNX node as Python values typed by ``spec``.
+
+    Missing attributes take their defaults; BOOL comes back as bool, lists as tuples.
+    Pass either a ``node`` or a ``getter(name) -> AttributeProto | None``.
+    """
+    import onnx
+
+    if getter is None:
+        by_name = {a.name: a for a in node.attribute} if node is not None else {}
+        getter = by_name.get
+    out: dict[str, Any] = {}
+    for attr in spec.attributes:
+        proto = getter(attr.name)
+        if proto is None:
+            if attr.required:
+                raise ValueError(f"{spec.qualname}: node lacks required attribute {attr.name!r}")
+            out[attr.name] = attr.default
+            continue
+        value = onnx.helper.get_attribute_value(proto)
+        if attr.type is AttrType.STRING:
+            value = value.decode("utf-8")
+        elif attr.type is AttrType.STRINGS:
+            value = [v.decode("utf-8") for v in value]
+        out[attr.name] = attr.from_onnx_value(value)
+    return out
+
+
+def make_schema(opdef: OpDef) -> onnx.defs.OpSchema:
+    """The ``onnx.defs.OpSchema`` for an op, with its type and shape inference function."""
+    from onnx import defs
+
+    from opbridge.shape import infer_onnx
+
+    spec = opdef.spec
+    param = defs.OpSchema.FormalParameter
+    option = defs.OpSchema.FormalParameterOption
+    inputs = [
+        param(p.name, f"T{i}", param_option=option.Optional if p.optional else option.Single)
+        for i, p in enumerate(spec.inputs)
+    ]
+    outputs = [param(o.name, f"O{i}") for i, o in enumerate(spec.outputs)]
+    constraints = [(f"T{i}", _ALL_TENSOR_TYPES, "") for i in range(len(spec.inputs))]
+    constraints += [(f"O{i}", _ALL_TENSOR_TYPES, "") for i in range(len(spec.outputs))]
+    attr_type = defs.OpSchema.AttrType
+    attributes = [
+        defs.OpSchema.Attribute(a.name, getattr(attr_type, a.type.onnx_name), "", required=a.required)
+        for a in spec.attributes
+    ]
+    schema = defs.OpSchema(
+        spec.name,
+        spec.domain,
+        spec.version,
+        spec.doc,
+        inputs=inputs,
+        outputs=outputs,
+        type_constraints=constraints,
+        attributes=attributes,
+    )
+
+    def infer(ctx: Any) -> None:
+        attrs = attribute_values(spec, getter=ctx.get_attribute)
+        types = [ctx.get_input_type(i) if ctx.has_input(i) else None for i in range(ctx.get_num_inputs())]
+        types += [None] * (len(spec.inputs) - len(types))
+        results = infer_onnx(spec, opdef.shape_rule, opdef.reference, types, attrs)
+        for i, tp in enumerate(results):
+            if tp is not None and i < ctx.get_num_outputs():
+                ctx.set_output_type(i, tp)
+
+    schema.set_type_and_shape_inference_function(infer)
+    return schema
+
+
+def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
+    """Register ONNX schemas for ``ops`` (default: every op defined in this process).
+
+    Idempotent: an op whose schema is already registered from the same spec is
+    skipped; a redefined op replaces its earlier schema. Returns the qualified
+    names of the ops whose schemas are now registered.
+    """
+    from onnx import defs
+
+    from opbridge.definition import all_ops
+
+    done: list[str] = []
+    with _LOCK:
+        for opdef in list(ops) if ops is not None else all_ops():
+            spec = opdef.spec
+            current = _REGISTERED.get(spec.key)
+            if current is not spec:
+                if current is not None or defs.has(spec.name, spec.version, spec.domain):
+                    try:
+                        defs.deregister_schema(spec.name, spec.version, spec.domain)
+                    except Exception:  # noqa: BLE001 - onnx raises a bare SchemaError
+                        logger.debug("no schema to deregister for %s", spec.qualname)
+                defs.register_schema(make_schema(opdef))
+                _REGISTERED[spec.key] = spec
+            done.append(spec.qualname)
+    return done

@@ -1,0 +1,84 @@
+"""Definitions of the seed articles' ops (see :mod:`opbridge.ops`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import opbridge
+from opbridge.shape import TensorInfo
+
+__all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2"]
+
+
+def _same_as_first(x, *_, **__):  # noqa: ANN001, ANN002, ANN003, ANN202
+    return TensorInfo(x.shape, x.dtype)
+
+
+@opbridge.op("opbridge::MySELU", shape=_same_as_first)
+def MySELU(
+    x: torch.Tensor,
+    p: torch.Tensor,
+    c: torch.Tensor,
+    attr1: str = "这是字符串属性",
+    attr2: list[int] = [1, 2, 3],  # noqa: B006 - defaults are normalised to tuples
+    attr3: float = 222.0,
+) -> torch.Tensor:
+    """SiLU, x * sigmoid(x); p, c and the attributes ride along as in the seed model."""
+    return 1.0 / (1.0 + torch.exp(-x)) * x
+
+
+@opbridge.op("opbridge::MyStrangeOp", outputs=("sum", "affine"))
+def MyStrangeOp(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    float_attr: list[float] = [0.1, 0.5],  # noqa: B006
+    int_attr: list[int] = [2, 2],  # noqa: B006
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two outputs: x + weight and x * weight + bias."""
+    return x + weight, x * weight + bias
+
+
+@MyStrangeOp.register_shape
+def _strange_shape(x, weight, bias, **_):  # noqa: ANN001, ANN003, ANN202
+    first = _broadcast(x.shape, weight.shape)
+    return TensorInfo(first, x.dtype), TensorInfo(_broadcast(first, bias.shape), x.dtype)
+
+
+def _broadcast(a: tuple, b: tuple) -> tuple:
+    """Numpy broadcasting over dims that may be symbolic (a dim of 1 yields to the other)."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    return tuple(db if isinstance(da, int) and da == 1 else da for da, db in zip(a, b))
+
+
+@opbridge.op("opbridge::MyStrangeOp2")
+def MyStrangeOp2(
+    input1: torch.Tensor,
+    input2: torch.Tensor,
+    bias: torch.Tensor,
+    int_attr1: int = 10,
+    int_attr2: list[int] = [3, 5],  # noqa: B006
+    str_attr3: str = "",
+) -> torch.Tensor:
+    """input1 + input2 - bias."""
+    return input1 + input2 - bias
+
+
+@MyStrangeOp2.register_shape
+def _strange2_shape(a, b, bias, **_):  # noqa: ANN001, ANN003, ANN202
+    return TensorInfo(_broadcast(_broadcast(a.shape, b.shape), bias.shape), a.dtype)
+
+
+@opbridge.op("Test::DynamicTRTResize")
+def DynamicResize(input: torch.Tensor, size_tensor: torch.Tensor, align_corners: bool = False) -> torch.Tensor:
+    """Bicubic resize of input (N, C, H, W) to size_tensor's last two dims."""
+    size = [size_tensor.size(-2), size_tensor.size(-1)]
+    return F.interpolate(input, size=size, mode="bicubic", align_corners=align_corners)
+
+
+@DynamicResize.register_shape
+def _resize_shape(x, size_tensor, **_):  # noqa: ANN001, ANN003, ANN202
+    return TensorInfo((x.shape[0], x.shape[1], size_tensor.shape[-2], size_tensor.shape[-1]), x.dtype)

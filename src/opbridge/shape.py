@@ -1,0 +1,274 @@
+"""Output shape and dtype rules, shared by torch's fake kernels and ONNX shape inference.
+
+A shape rule is a function called like the op itself, with tensor-like objects
+(anything with ``.shape`` and ``.dtype``) in place of tensors and the attribute
+values as keywords. It returns one :class:`TensorInfo` per output::
+
+    @my_resize.register_shape
+    def _(x, size, *, align_corners):
+        return opbridge.TensorInfo((x.shape[0], x.shape[1], size.shape[2], size.shape[3]), x.dtype)
+
+Under torch the dims are ints or SymInts; under ONNX shape inference they are
+ints or :class:`SymDim` (a named dynamic dim, or an unknown one). Arithmetic on a
+:class:`SymDim` gives an unknown dim, so rules written for torch also work for ONNX.
+
+An op without a rule gets one derived from its reference: under torch the
+reference runs on fake tensors; for ONNX it runs twice on ``meta`` tensors with
+two different values for every dynamic dim, and an output dim that follows one
+input dim in both runs keeps that dim's name.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import OpDefinitionError
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+    from opbridge.spec import OpSpec
+
+__all__ = ["ShapeRule", "SymDim", "TensorInfo"]
+
+ShapeRule = Callable[..., Any]
+
+
+class SymDim:
+    """A dynamic dimension seen by a shape rule during ONNX shape inference.
+
+    ``name`` is the ONNX ``dim_param`` (e.g. ``"batch"``), or ``None`` when unknown.
+    Arithmetic with a SymDim yields an unknown dim, except the identities ``d + 0``
+    and ``d * 1``.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"SymDim({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SymDim) and other.name is not None and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("SymDim", self.name))
+
+    def _arith(self, other: Any, identity: int | None) -> SymDim:
+        if identity is not None and isinstance(other, int) and other == identity:
+            return self
+        return SymDim(None)
+
+    def __add__(self, other: Any) -> SymDim:
+        return self._arith(other, 0)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> SymDim:
+        return self._arith(other, 0)
+
+    def __mul__(self, other: Any) -> SymDim:
+        return self._arith(other, 1)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: Any) -> SymDim:
+        return self._arith(other, 1)
+
+    def _unknown(self, *_: Any) -> SymDim:
+        return SymDim(None)
+
+    __rsub__ = __rfloordiv__ = __truediv__ = __rtruediv__ = __mod__ = __rmod__ = _unknown
+    __neg__ = __pow__ = _unknown
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"dim {self.name or '?'} is dynamic: a shape rule cannot branch on its value. "
+            "Compute output dims arithmetically from input dims."
+        )
+
+    def __int__(self) -> int:
+        raise TypeError(f"dim {self.name or '?'} is dynamic and has no int value at shape inference time.")
+
+    __index__ = __int__
+
+    def __lt__(self, other: Any) -> bool:
+        return self.__bool__()
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Shape and dtype of a tensor, as given to and returned by shape rules.
+
+    Example:
+        >>> import torch
+        >>> TensorInfo((2, 3), torch.float32).rank
+        2
+    """
+
+    shape: tuple[Any, ...]
+    dtype: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def _as_infos(result: Any, spec: OpSpec, where: str) -> list[Any]:
+    """Normalise a rule's result into a list with one entry per output, or raise."""
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(items) != len(spec.outputs):
+        raise OpDefinitionError(
+            f"{spec.qualname}: {where} returned {len(items)} output(s), but the op declares "
+            f"{len(spec.outputs)} ({[o.name for o in spec.outputs]})."
+        )
+    for i, item in enumerate(items):
+        if not (hasattr(item, "shape") and hasattr(item, "dtype")):
+            raise OpDefinitionError(
+                f"{spec.qualname}: {where} output {i} is {type(item).__name__}; return an "
+                "opbridge.TensorInfo(shape, dtype) (or a tensor) per output."
+            )
+    return items
+
+
+# --------------------------------------------------------------------------- torch side
+
+
+def fake_outputs(
+    spec: OpSpec, rule: ShapeRule | None, reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]
+) -> Any:
+    """The fake (shape-only) outputs of the op for torch's FakeTensor tracing."""
+    import torch
+
+    if rule is None:
+        result = reference(*args, **attrs)
+        items = _as_infos(result, spec, "the reference")
+        out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
+    else:
+        items = _as_infos(rule(*args, **attrs), spec, "the shape rule")
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        out = [torch.empty(tuple(t.shape), dtype=t.dtype, device=device) for t in items]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+# --------------------------------------------------------------------------- ONNX side
+
+
+def _dims_from_type(tp: onnx.TypeProto) -> tuple[Any, ...] | None:
+    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    dims: list[Any] = []
+    for d in tp.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(SymDim(d.dim_param))
+        else:
+            dims.append(SymDim(None))
+    return tuple(dims)
+
+
+_PROBES = ((17, 29, 41, 53, 67, 79, 97, 107), (19, 31, 43, 59, 71, 83, 101, 109))
+
+
+def _derive_with_meta(
+    spec: OpSpec, reference: Callable[..., Any], infos: list[TensorInfo | None], attrs: dict[str, Any]
+) -> list[TensorInfo]:
+    """Run the reference twice on meta tensors to recover output dims (see module doc)."""
+    import torch
+
+    symbols: list[SymDim] = []
+    for info in infos:
+        for d in info.shape if info is not None else ():
+            if isinstance(d, SymDim) and d not in symbols:
+                symbols.append(d)
+    if len(symbols) > len(_PROBES[0]):
+        raise OpDefinitionError(f"{spec.qualname}: too many dynamic dims to derive a shape rule; declare one")
+    runs: list[list[Any]] = []
+    for probe in _PROBES:
+        values = {id(s): probe[i] for i, s in enumerate(symbols)}
+        unknown_value = probe[-1]
+
+        def concrete(d: Any, values: dict[int, int] = values, unknown: int = unknown_value) -> int:
+            if isinstance(d, SymDim):
+                return values.get(id(next((s for s in symbols if s == d), d)), unknown)
+            return int(d)
+
+        args = [
+            None if info is None else torch.empty([concrete(d) for d in info.shape], dtype=info.dtype, device="meta")
+            for info in infos
+        ]
+        runs.append(_as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)"))
+    out: list[TensorInfo] = []
+    for a, b in zip(*runs):
+        dims: list[Any] = []
+        if len(a.shape) != len(b.shape):
+            raise OpDefinitionError(f"{spec.qualname}: output rank depends on input sizes; declare a shape rule")
+        for da, db in zip(a.shape, b.shape):
+            if da == db:
+                dims.append(int(da))
+                continue
+            match = [s for i, s in enumerate(symbols) if _PROBES[0][i] == da and _PROBES[1][i] == db]
+            dims.append(match[0] if match else SymDim(None))
+        out.append(TensorInfo(tuple(dims), a.dtype))
+    return out
+
+
+def infer_onnx(
+    spec: OpSpec,
+    rule: ShapeRule | None,
+    reference: Callable[..., Any],
+    input_types: list[onnx.TypeProto | None],
+    attrs: dict[str, Any],
+) -> list[onnx.TypeProto | None]:
+    """Output TypeProtos for an ONNX node of ``spec``; ``None`` where nothing can be said."""
+    import onnx
+
+    from opbridge._dtypes import onnx_to_torch, torch_to_onnx
+
+    infos: list[TensorInfo | None] = []
+    for tp in input_types:
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.elem_type:
+            infos.append(None)
+            continue
+        dims = _dims_from_type(tp)
+        infos.append(TensorInfo(dims if dims is not None else (), onnx_to_torch(tp.tensor_type.elem_type)))
+    required_missing = any(
+        info is None for info, p in zip(infos, spec.inputs) if not p.optional
+    ) or any(i is not None and _dims_from_type(t) is None for i, t in zip(infos, input_types) if t is not None)
+    if rule is not None:
+        try:
+            results = _as_infos(rule(*infos, **attrs), spec, "the shape rule")
+        except (TypeError, AttributeError, IndexError):
+            if required_missing:
+                return [None] * len(spec.outputs)
+            raise
+    elif required_missing:
+        return [None] * len(spec.outputs)
+    else:
+        results = _derive_with_meta(spec, reference, infos, attrs)
+    out: list[onnx.TypeProto | None] = []
+    for info in results:
+        tp = onnx.TypeProto()
+        tp.tensor_type.elem_type = torch_to_onnx(info.dtype)
+        shape = tp.tensor_type.shape
+        for d in info.shape:
+            dim = shape.dim.add()
+            if isinstance(d, SymDim):
+                if d.name is not None:
+                    dim.dim_param = d.name
+            else:
+                dim.dim_value = operator.index(d)
+        out.append(tp)
+    return out

@@ -1,0 +1,284 @@
+"""Op specifications: the frozen, backend-neutral description of a custom op.
+
+An :class:`OpSpec` says everything an exporter or runtime needs to know about an
+op: its ONNX identity (domain, name, version), its tensor inputs and outputs,
+and its attributes with their ONNX types and defaults. It is plain data: it
+holds no torch, ONNX or runtime objects, so every backend can read it.
+
+Example:
+    >>> from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec
+    >>> spec = OpSpec(
+    ...     domain="acme", name="ScaledSwish", version=1,
+    ...     inputs=(InputSpec("x"),), outputs=(OutputSpec("y"),),
+    ...     attributes=(AttrSpec("beta", AttrType.FLOAT, 1.0),),
+    ... )
+    >>> spec.qualname
+    'acme::ScaledSwish'
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbridge.errors import OpDefinitionError
+
+__all__ = [
+    "AttrSpec",
+    "AttrType",
+    "InputSpec",
+    "OpSpec",
+    "OutputSpec",
+    "Tolerance",
+    "parse_qualname",
+]
+
+_NO_DEFAULT: Any = object()
+
+
+class AttrType(enum.Enum):
+    """The attribute types an op may declare, named after ONNX's AttributeProto types.
+
+    ``BOOL`` is stored in ONNX as an INT holding 0 or 1 (ONNX has no boolean attribute).
+    """
+
+    FLOAT = "float"
+    INT = "int"
+    BOOL = "bool"
+    STRING = "str"
+    FLOATS = "list[float]"
+    INTS = "list[int]"
+    STRINGS = "list[str]"
+
+    @property
+    def is_list(self) -> bool:
+        return self in (AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS)
+
+    @property
+    def onnx_name(self) -> str:
+        """The ONNX AttributeProto type name (``BOOL`` is stored as ``INT``)."""
+        return {
+            AttrType.FLOAT: "FLOAT",
+            AttrType.INT: "INT",
+            AttrType.BOOL: "INT",
+            AttrType.STRING: "STRING",
+            AttrType.FLOATS: "FLOATS",
+            AttrType.INTS: "INTS",
+            AttrType.STRINGS: "STRINGS",
+        }[self]
+
+
+def _check_scalar(kind: AttrType, value: Any) -> Any:
+    """Return ``value`` normalised to ``kind``'s scalar Python type, or raise TypeError."""
+    if kind in (AttrType.FLOAT, AttrType.FLOATS):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError
+        return float(value)
+    if kind in (AttrType.INT, AttrType.INTS):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError
+        return int(value)
+    if kind is AttrType.BOOL:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if not isinstance(value, str):
+        raise TypeError
+    return value
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute of an op: its name, type and (optional) default value."""
+
+    name: str
+    type: AttrType
+    default: Any = _NO_DEFAULT
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NO_DEFAULT
+
+    def normalize(self, value: Any, op: str = "") -> Any:
+        """Check ``value`` against this attribute's type and return it normalised.
+
+        Lists come back as tuples (hashable, immutable). Raises :class:`TypeError`
+        with a message that names the op, the attribute and the expected type.
+        """
+        try:
+            if self.type.is_list:
+                if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+                    raise TypeError
+                return tuple(_check_scalar(self.type, v) for v in value)
+            return _check_scalar(self.type, value)
+        except TypeError:
+            where = f"{op}: " if op else ""
+            raise TypeError(
+                f"{where}attribute {self.name!r} expects {self.type.value}, got "
+                f"{type(value).__name__} ({value!r}). Pass a {self.type.value}, e.g. "
+                f"{self.name}={_example(self.type)}."
+            ) from None
+
+    def to_onnx_value(self, value: Any) -> Any:
+        """The value as written into an ONNX attribute (bool -> int, tuples -> lists)."""
+        if self.type is AttrType.BOOL:
+            return int(bool(value))
+        if self.type.is_list:
+            return list(value)
+        return value
+
+    def from_onnx_value(self, value: Any) -> Any:
+        """The inverse of :meth:`to_onnx_value` (int -> bool for BOOL, lists -> tuples)."""
+        if self.type is AttrType.BOOL:
+            return bool(value)
+        if self.type.is_list:
+            return tuple(value)
+        return value
+
+
+def _example(kind: AttrType) -> str:
+    return {
+        AttrType.FLOAT: "1.0",
+        AttrType.INT: "1",
+        AttrType.BOOL: "True",
+        AttrType.STRING: "'text'",
+        AttrType.FLOATS: "[1.0, 2.0]",
+        AttrType.INTS: "[1, 2]",
+        AttrType.STRINGS: "['a', 'b']",
+    }[kind]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A tensor input. ``optional`` inputs may be ``None`` (an empty input name in ONNX)."""
+
+    name: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """A tensor output."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Comparison tolerance: ``|a - b| <= atol + rtol * |b|``."""
+
+    rtol: float = 1e-3
+    atol: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not (self.rtol >= 0 and self.atol >= 0) or math.isnan(self.rtol + self.atol):
+            raise ValueError(f"tolerances must be >= 0, got rtol={self.rtol}, atol={self.atol}")
+
+
+def parse_qualname(qualname: str) -> tuple[str, str]:
+    """Split ``"domain::Name"`` into ``(domain, name)``; raise a helpful error otherwise."""
+    if not isinstance(qualname, str) or qualname.count("::") != 1:
+        raise OpDefinitionError(
+            f"op name {qualname!r} must be written 'domain::Name' (e.g. 'acme::ScaledSwish'); "
+            "a custom op without a domain lands in ONNX's default domain, which every runtime rejects."
+        )
+    domain, name = qualname.split("::")
+    if not domain:
+        raise OpDefinitionError(
+            f"op name {qualname!r} has an empty domain; write it as 'mydomain::{name}'."
+        )
+    if domain in ("ai.onnx", "onnx"):
+        raise OpDefinitionError(
+            f"op name {qualname!r}: domain {domain!r} is ONNX's own; choose a domain of your own, "
+            f"e.g. 'acme::{name}'."
+        )
+    if not name.isidentifier():
+        raise OpDefinitionError(
+            f"op name {qualname!r}: {name!r} is not a valid op type; use letters, digits and '_'."
+        )
+    if not all(part.isidentifier() for part in domain.split(".")):
+        raise OpDefinitionError(
+            f"op name {qualname!r}: domain {domain!r} must be dot-separated identifiers, e.g. 'com.acme'."
+        )
+    return domain, name
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """The frozen description of a custom op.
+
+    Attributes:
+        domain: ONNX domain, e.g. ``"acme"``.
+        name: ONNX op type, e.g. ``"ScaledSwish"``.
+        version: opset version of the domain that defines the op.
+        inputs: tensor inputs in call order.
+        outputs: tensor outputs in return order.
+        attributes: attributes in call order, with types and defaults.
+        tolerances: comparison tolerance per dtype name (``"float32"``, ``"float16"``,
+            ...); dtypes not listed use :class:`Tolerance`'s defaults.
+        doc: a one-line description (the reference function's docstring).
+    """
+
+    domain: str
+    name: str
+    version: int = 1
+    inputs: tuple[InputSpec, ...] = ()
+    outputs: tuple[OutputSpec, ...] = (OutputSpec("output"),)
+    attributes: tuple[AttrSpec, ...] = ()
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict, hash=False, compare=False)
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise OpDefinitionError(f"{self.qualname}: version must be an int >= 1, got {self.version!r}")
+        if not self.outputs:
+            raise OpDefinitionError(f"{self.qualname}: an op needs at least one output")
+        names = [p.name for p in self.inputs] + [a.name for a in self.attributes]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise OpDefinitionError(f"{self.qualname}: parameter names repeat: {sorted(dup)}")
+
+    @property
+    def qualname(self) -> str:
+        """``"domain::Name"``."""
+        return f"{self.domain}::{self.name}"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """``(domain, name, version)``: how runtimes look the op up."""
+        return (self.domain, self.name, self.version)
+
+    def attribute(self, name: str) -> AttrSpec:
+        for attr in self.attributes:
+            if attr.name == name:
+                return attr
+        raise KeyError(f"{self.qualname} has no attribute {name!r}")
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        """Tolerance declared for ``dtype`` (e.g. ``"float16"``), else the default."""
+        return self.tolerances.get(dtype, Tolerance())
+
+    def bind_attributes(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Check and complete attribute values: defaults filled in, types checked.
+
+        Raises :class:`TypeError` naming the op and attribute on a wrong type, an
+        unknown attribute or a missing required one.
+        """
+        unknown = set(given) - {a.name for a in self.attributes}
+        if unknown:
+            raise TypeError(
+                f"{self.qualname}: unknown attribute(s) {sorted(unknown)}; "
+                f"the op takes {[a.name for a in self.attributes]}."
+            )
+        out: dict[str, Any] = {}
+        for attr in self.attributes:
+            if attr.name in given:
+                out[attr.name] = attr.normalize(given[attr.name], self.qualname)
+            elif attr.required:
+                raise TypeError(f"{self.qualname}: missing required attribute {attr.name!r}.")
+            else:
+                out[attr.name] = attr.normalize(attr.default, self.qualname)
+        return out
