@@ -21,6 +21,7 @@ from opbridge.errors import (
     UnknownOpError,
 )
 from opbridge.export import ExportResult, export
+from opbridge.kernels import KernelDef, all_kernels, find_kernel, kernel
 from opbridge.onnx_schema import register_onnx_schemas
 from opbridge.shape import SymDim, TensorInfo
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance
@@ -34,6 +35,7 @@ __all__ = [
     "ExportError",
     "ExportResult",
     "InputSpec",
+    "KernelDef",
     "ModelLoadError",
     "OpDef",
     "OpDefinitionError",
@@ -45,9 +47,12 @@ __all__ = [
     "Tolerance",
     "UnknownOpError",
     "__version__",
+    "all_kernels",
     "all_ops",
     "export",
+    "find_kernel",
     "find_op",
+    "kernel",
     "op",
     "register_onnx_schemas",
 ]

@@ -1,0 +1,24 @@
+# `make demo`: set up .venv (when missing) and run the main job on built-in defaults.
+# `make test`: set up .venv (when missing) and run the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS := openvino,tensorrt-rtx,graph,view,dev
+
+.PHONY: setup demo test bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]' onnxruntime-extensions
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/opbridge demo
+
+test: setup
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

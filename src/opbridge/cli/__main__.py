@@ -1,0 +1,5 @@
+import sys
+
+from opbridge.cli import main
+
+sys.exit(main())

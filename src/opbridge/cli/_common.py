@@ -1,0 +1,32 @@
+"""Argument groups shared by subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+from opbridge.errors import OpbridgeError
+
+__all__ = ["add_ops_argument", "parse_dims"]
+
+
+def add_ops_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ops FILE_OR_MODULE`` (repeatable): import user code that defines ops or kernels."""
+    parser.add_argument(
+        "--ops",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="a .py file or module defining @opbridge.op / @opbridge.kernel (repeatable)",
+    )
+
+
+def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
+    """``"1x3x256x256"`` or ``"1,3,256,256"`` -> ``(1, 3, 256, 256)``."""
+    parts = text.replace(",", "x").split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise OpbridgeError(f"{what} {text!r}: write dims as integers like 1x3x256x256") from None
+    if any(d < 0 for d in dims):
+        raise OpbridgeError(f"{what} {text!r}: dims must be >= 0")
+    return dims

@@ -1,0 +1,70 @@
+"""``opbridge export FACTORY -o OUT.onnx``: export a model factory's model with both or one exporter."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from opbridge._loading import load_factory, load_ops
+from opbridge.cli._common import add_ops_argument
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a model (from a factory) to ONNX with its custom ops")
+    p.add_argument("reference", help="model factory: path/to/file.py:factory or package.module:factory")
+    p.add_argument("-o", "--output", required=True, help="output .onnx path")
+    p.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo")
+    p.add_argument("--opset", type=int, default=None, help="default-domain opset version")
+    p.add_argument("--input-names", nargs="+", default=None)
+    p.add_argument("--output-names", nargs="+", default=None)
+    p.add_argument(
+        "--dynamic",
+        action="append",
+        default=[],
+        metavar="INPUT:AXIS=NAME[,AXIS=NAME]",
+        help="dynamic axes, e.g. --dynamic x:0=batch,2=height (repeatable)",
+    )
+    p.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies")
+    add_ops_argument(p)
+    p.set_defaults(run=run)
+
+
+def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
+    from opbridge.errors import OpbridgeError
+
+    axes: dict[str, dict[int, str]] = {}
+    for item in items:
+        name, sep, rest = item.partition(":")
+        if not sep or not rest:
+            raise OpbridgeError(f"--dynamic {item!r}: write INPUT:AXIS=NAME[,AXIS=NAME]")
+        for pair in rest.split(","):
+            axis, eq, dim = pair.partition("=")
+            if not eq or not axis.strip().isdigit() or not dim:
+                raise OpbridgeError(f"--dynamic {item!r}: write INPUT:AXIS=NAME[,AXIS=NAME]")
+            axes.setdefault(name, {})[int(axis)] = dim
+    return axes
+
+
+def run(args: argparse.Namespace) -> int:
+    import opbridge
+
+    load_ops(args.ops)
+    model, inputs = load_factory(args.reference)
+    result = opbridge.export(
+        model,
+        inputs,
+        args.output,
+        exporter=args.exporter,
+        opset_version=args.opset,
+        input_names=args.input_names,
+        output_names=args.output_names,
+        dynamic_axes=_parse_dynamic(args.dynamic) or None,
+        functions=not args.no_functions,
+    )
+    print(result.summary())
+    for w in result.warnings:
+        print(f"  warning: {w}")
+    print(json.dumps({"custom_nodes": [f"{n.domain}::{n.op_type}" for n in result.custom_nodes]}))
+    return 0

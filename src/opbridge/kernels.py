@@ -1,0 +1,95 @@
+"""CPU kernels for custom ops that have no opbridge spec (models exported elsewhere).
+
+``@opbridge.kernel`` attaches a Python kernel to an ONNX op identified only by
+its domain and type, e.g. the ``MYSELU`` node that seed 000's unchanged script
+writes in the default domain. Runtimes look kernels up with :func:`find_kernel`;
+ops defined with ``@opbridge.op`` carry their own kernel (or run their reference).
+
+Example:
+    >>> import numpy as np, opbridge
+    >>> @opbridge.kernel("MYSELU", domain="")
+    ... def myselu(x, p, c, *, attr1="", attr2=(), attr3=0.0):
+    ...     return x / (1.0 + np.exp(-x))
+    >>> opbridge.find_kernel("", "MYSELU", 11).name
+    'MYSELU'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opbridge.errors import OpDefinitionError
+
+__all__ = ["KernelDef", "all_kernels", "find_kernel", "kernel"]
+
+_LOCK = threading.Lock()
+_KERNELS: dict[tuple[str, str, int], KernelDef] = {}
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A kernel for ``domain::name`` from opset version ``since_version`` on.
+
+    ``fn(*inputs, **attributes)`` gets numpy arrays (``kind="numpy"``) or CPU
+    torch tensors (``kind="torch"``), with ``None`` for omitted optional inputs,
+    and the node's attributes as Python values (strings decoded as UTF-8, lists
+    as lists). It returns one array or a tuple, one per node output.
+    """
+
+    domain: str
+    name: str
+    since_version: int
+    fn: Callable[..., Any]
+    kind: str = "numpy"
+    num_outputs: int | None = None
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.domain or '<default>'}::{self.name}"
+
+
+def kernel(
+    name: str,
+    *,
+    domain: str = "",
+    since_version: int = 1,
+    kind: str = "numpy",
+    outputs: int | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a CPU kernel for the ONNX op ``domain::name`` (see :class:`KernelDef`).
+
+    ``name`` may also be written ``"domain::name"``. ``outputs`` fixes the number
+    of outputs when known (it is otherwise read from each node).
+    """
+    if "::" in name:
+        domain, name = name.split("::", 1)
+    if not name.isidentifier():
+        raise OpDefinitionError(f"kernel op type {name!r} is not a valid ONNX op type")
+    if kind not in ("numpy", "torch"):
+        raise OpDefinitionError(f"{domain}::{name}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        entry = KernelDef(domain, name, since_version, fn, kind, outputs)
+        with _LOCK:
+            _KERNELS[(domain, name, since_version)] = entry
+        return fn
+
+    return decorate
+
+
+def find_kernel(domain: str, name: str, version: int | None = None) -> KernelDef | None:
+    """The kernel registered for ``domain::name`` with the highest since_version <= ``version``."""
+    with _LOCK:
+        found = [k for (d, n, _), k in _KERNELS.items() if d == domain and n == name]
+    if version is not None:
+        found = [k for k in found if k.since_version <= version]
+    return max(found, key=lambda k: k.since_version, default=None)
+
+
+def all_kernels() -> list[KernelDef]:
+    """Every kernel registered in this process."""
+    with _LOCK:
+        return sorted(_KERNELS.values(), key=lambda k: (k.domain, k.name, k.since_version))

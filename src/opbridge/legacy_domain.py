@@ -1,0 +1,70 @@
+"""Move custom ops out of ONNX's default domain, as TorchScript-era exports wrote them.
+
+``g.op("MYSELU", ...)`` without a domain puts the node in the default domain ""
+with no opset import; the checker and every runtime reject it. The fix is to
+move such nodes into a domain of their own and import that domain.
+
+Example:
+    >>> import onnx
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("MYSELU", ["x"], ["y"])
+    >>> g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    >>> fixed, moved = move_default_domain_ops(helper.make_model(g), domain="legacy")
+    >>> moved, fixed.graph.node[0].domain
+    (['MYSELU'], 'legacy')
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["DEFAULT_LEGACY_DOMAIN", "default_domain_custom_nodes", "is_standard_op", "move_default_domain_ops"]
+
+DEFAULT_LEGACY_DOMAIN = "opbridge.legacy"
+
+
+@functools.cache
+def _standard_names() -> frozenset[str]:
+    import onnx
+
+    return frozenset(s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx"))
+
+
+def is_standard_op(op_type: str) -> bool:
+    """Whether ``op_type`` is an op of ONNX's default domain (in any opset)."""
+    return op_type in _standard_names()
+
+
+def default_domain_custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes of the main graph in the default domain whose op type ONNX does not define."""
+    return [n for n in model.graph.node if n.domain in ("", "ai.onnx") and not is_standard_op(n.op_type)]
+
+
+def move_default_domain_ops(
+    model: onnx.ModelProto, domain: str = DEFAULT_LEGACY_DOMAIN, version: int = 1, *, copy: bool = True
+) -> tuple[onnx.ModelProto, list[str]]:
+    """Move default-domain custom nodes into ``domain`` and add its opset import.
+
+    Returns the (copied, unless ``copy=False``) model and the sorted op types moved.
+    """
+    import onnx
+
+    if copy:
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(model)
+    else:
+        fixed = model
+    moved = sorted({n.op_type for n in default_domain_custom_nodes(fixed)})
+    if not moved:
+        return fixed, []
+    for node in default_domain_custom_nodes(fixed):
+        node.domain = domain
+    if not any(o.domain == domain for o in fixed.opset_import):
+        entry = fixed.opset_import.add()
+        entry.domain, entry.version = domain, version
+    return fixed, moved

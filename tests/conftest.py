@@ -1,0 +1,49 @@
+"""Shared fixtures: the seed models are exported once per session and reused by every test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import opbridge
+from opbridge.examples.seeds import SEED_MODELS, SeedModel
+
+EXPORTERS = ("dynamo", "torchscript")
+SEED_IDS = [m.name for m in SEED_MODELS]
+
+
+def seed_by_name(name: str) -> SeedModel:
+    return next(m for m in SEED_MODELS if m.name == name)
+
+
+def export_seed(seed: SeedModel, exporter: str, path: Path, *, functions: bool = True) -> opbridge.ExportResult:
+    model, args = seed.factory()
+    extra = {"dynamic_shapes": seed.dynamic_shapes()} if exporter == "dynamo" else {"dynamic_axes": seed.dynamic_axes()}
+    return opbridge.export(
+        model,
+        args,
+        path,
+        exporter=exporter,
+        input_names=seed.input_names,
+        output_names=seed.output_names,
+        functions=functions,
+        **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def seed_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., opbridge.ExportResult]:
+    """``seed_export(name, exporter, functions=True)``: the export of a seed model, made once per session."""
+    cache: dict[tuple[str, str, bool], opbridge.ExportResult] = {}
+    root = tmp_path_factory.mktemp("seed_exports")
+
+    def get(name: str, exporter: str, functions: bool = True) -> opbridge.ExportResult:
+        key = (name, exporter, functions)
+        if key not in cache:
+            suffix = "" if functions else "_nobody"
+            cache[key] = export_seed(seed_by_name(name), exporter, root / f"{name}_{exporter}{suffix}.onnx", functions=functions)
+        return cache[key]
+
+    return get
