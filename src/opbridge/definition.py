@@ -437,6 +437,7 @@ def op(
     ``float``, ``int``, ``bool``, ``str``, ``list[float]``, ``list[int]`` and
     ``list[str]`` parameters become ONNX attributes with their defaults.
     """
+    parse_qualname(qualname)
 
     def decorate(fn: Callable[..., Any]) -> OpDef:
         spec = spec_from_function(fn, qualname, version, outputs, tolerances)

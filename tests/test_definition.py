@@ -1,0 +1,226 @@
+"""@opbridge.op: signatures become specs; eager calls run the reference; bad definitions fail clearly."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import pytest
+import torch
+
+import opbridge
+from opbridge import AttrType, OpDefinitionError
+from opbridge.ops import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
+
+
+@opbridge.op("tests.def::Everything", outputs=("y", "z"))
+def everything(
+    x: torch.Tensor,
+    maybe: Optional[torch.Tensor],
+    alpha: float = 0.5,
+    count: int = 3,
+    flag: bool = True,
+    tag: str = "这是字符串属性",
+    weights: list[float] = [1.0, 2.5],  # noqa: B006
+    dims: list[int] = [1, 2],  # noqa: B006
+    names: list[str] = ["p", "q"],  # noqa: B006
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Test op with every attribute type."""
+    y = x * alpha + count + (1 if flag else 0) + len(tag) + sum(weights) + sum(dims) + len(names)
+    return y, x if maybe is None else x + maybe
+
+
+def test_signature_becomes_spec() -> None:
+    spec = everything.spec
+    assert (spec.domain, spec.name, spec.version) == ("tests.def", "Everything", 1)
+    assert [(p.name, p.optional) for p in spec.inputs] == [("x", False), ("maybe", True)]
+    assert [o.name for o in spec.outputs] == ["y", "z"]
+    assert [(a.name, a.type, a.default) for a in spec.attributes] == [
+        ("alpha", AttrType.FLOAT, 0.5),
+        ("count", AttrType.INT, 3),
+        ("flag", AttrType.BOOL, True),
+        ("tag", AttrType.STRING, "这是字符串属性"),
+        ("weights", AttrType.FLOATS, (1.0, 2.5)),
+        ("dims", AttrType.INTS, (1, 2)),
+        ("names", AttrType.STRINGS, ("p", "q")),
+    ]
+    assert spec.doc == "Test op with every attribute type."
+    assert opbridge.find_op("tests.def", "Everything") is everything
+
+
+def test_spec_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        everything.spec.name = "Other"  # type: ignore[misc]
+
+
+def test_eager_call_equals_reference() -> None:
+    torch.manual_seed(0)
+    x, m = torch.randn(2, 3), torch.randn(2, 3)
+    y, z = everything(x, m, alpha=2.0, names=["a", "b", "c"])
+    ry, rz = everything.reference(x, m, alpha=2.0, names=["a", "b", "c"])
+    torch.testing.assert_close(y, ry, rtol=0, atol=0)
+    torch.testing.assert_close(z, rz, rtol=0, atol=0)
+    y2, z2 = everything(x, None)
+    torch.testing.assert_close(z2, x, rtol=0, atol=0)
+    assert z2.data_ptr() != x.data_ptr(), "outputs must not alias inputs"
+
+
+def test_builtin_ops_match_their_definitions() -> None:
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(MySELU(x, torch.zeros(3), torch.ones(3)), x * torch.sigmoid(x), rtol=1e-6, atol=1e-6)
+    w, b = torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4)
+    s, a = MyStrangeOp(x, w, b)
+    torch.testing.assert_close(s, x + w, rtol=0, atol=0)
+    torch.testing.assert_close(a, x * w + b, rtol=0, atol=0)
+    torch.testing.assert_close(MyStrangeOp2(x, x, b, int_attr1=4), 2 * x - b, rtol=0, atol=0)
+    size = torch.empty(2, 1, 7, 9)
+    out = DynamicResize(x, size, align_corners=True)
+    expected = torch.nn.functional.interpolate(x, size=(7, 9), mode="bicubic", align_corners=True)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_op_inside_module() -> None:
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return everything(x, None, count=1)[0]
+
+    x = torch.ones(1, 2)
+    assert M()(x).shape == (1, 2)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_wrong_attribute_type_at_call() -> None:
+    with pytest.raises(TypeError, match=r"tests.def::Everything: attribute 'alpha' expects float, got str \('x'\)"):
+        everything(torch.ones(1), None, alpha="x")
+    with pytest.raises(TypeError, match=r"attribute 'dims' expects list\[int\], got list \(\[1\.5\]\).*dims=\[1, 2\]"):
+        everything(torch.ones(1), None, dims=[1.5])
+    with pytest.raises(TypeError, match=r"attribute 'flag' expects bool, got int"):
+        everything(torch.ones(1), None, flag=1)
+    with pytest.raises(TypeError, match=r"unknown attribute\(s\) \['nope'\]"):
+        everything(torch.ones(1), None, nope=1)
+    with pytest.raises(TypeError, match=r"input 'x' expects a torch.Tensor, got list"):
+        everything([1.0], None)
+
+
+def test_name_without_domain() -> None:
+    with pytest.raises(OpDefinitionError, match=r"must be written 'domain::Name'.*default domain"):
+
+        @opbridge.op("MYSELU")
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x
+
+
+def test_empty_or_reserved_domain() -> None:
+    with pytest.raises(OpDefinitionError, match=r"empty domain; write it as 'mydomain::Op'"):
+        opbridge.op("::Op")
+    with pytest.raises(OpDefinitionError, match=r"domain 'ai.onnx' is ONNX's own"):
+        opbridge.op("ai.onnx::Op")
+
+
+def test_unsupported_annotation() -> None:
+    with pytest.raises(OpDefinitionError, match=r"tests.def::Bad: parameter 'k' has unsupported annotation .*dict"):
+
+        @opbridge.op("tests.def::Bad")
+        def bad(x: torch.Tensor, k: dict = {}) -> torch.Tensor:  # noqa: B006
+            return x
+
+
+def test_missing_annotations() -> None:
+    with pytest.raises(OpDefinitionError, match=r"parameter 'k' has no type annotation"):
+
+        @opbridge.op("tests.def::Bad2")
+        def bad(x: torch.Tensor, k=1) -> torch.Tensor:  # noqa: ANN001
+            return x
+
+    with pytest.raises(OpDefinitionError, match=r"add a return annotation"):
+
+        @opbridge.op("tests.def::Bad3")
+        def bad3(x: torch.Tensor):  # noqa: ANN202
+            return x
+
+    with pytest.raises(OpDefinitionError, match=r"return annotation .* is not supported"):
+
+        @opbridge.op("tests.def::Bad4")
+        def bad4(x: torch.Tensor) -> list:
+            return [x]
+
+
+def test_tensor_after_attribute() -> None:
+    with pytest.raises(OpDefinitionError, match=r"tensor parameter 'y' comes after attribute 'k'; put all tensor inputs first"):
+
+        @opbridge.op("tests.def::Order")
+        def order(x: torch.Tensor, k: int, y: torch.Tensor) -> torch.Tensor:
+            return x
+
+
+def test_bad_default() -> None:
+    with pytest.raises(OpDefinitionError, match=r"default of 'k'.*expects int, got str"):
+
+        @opbridge.op("tests.def::BadDefault")
+        def bd(x: torch.Tensor, k: int = "3") -> torch.Tensor:  # type: ignore[assignment]
+            return x
+
+
+def test_reference_returning_wrong_number_of_outputs() -> None:
+    @opbridge.op("tests.def::TwoOut")
+    def two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x + 1  # type: ignore[return-value]
+
+    with pytest.raises(
+        OpDefinitionError, match=r"tests.def::TwoOut: the reference returned Tensor, but the op declares 2 tensor output"
+    ):
+        two(torch.ones(2))
+
+
+def test_redefinition_with_other_signature() -> None:
+    @opbridge.op("tests.def::Redef")
+    def first(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+        return x + k
+
+    assert first(torch.zeros(1)).item() == 1
+
+    @opbridge.op("tests.def::Redef")
+    def second(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+        return x + 2 * k
+
+    assert second(torch.zeros(1)).item() == 2, "a same-signature redefinition replaces the reference"
+
+    @opbridge.op("tests.def::Redef")
+    def third(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDefinitionError, match=r"already defined with another signature.*bump version="):
+        third(torch.zeros(1))
+
+
+def test_shape_rule_feeds_fake_tensors() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(2, 3, 5, 5)
+        size = torch.empty(2, 1, 11, 13)
+        out = DynamicResize(x, size)
+    assert tuple(out.shape) == (2, 3, 11, 13)
+
+
+def test_derived_shape_rule_for_onnx() -> None:
+    """An op without a rule gets output dims derived from its reference on meta tensors."""
+    import onnx
+
+    from opbridge.shape import SymDim, TensorInfo, infer_onnx
+
+    def tp(dims: list) -> onnx.TypeProto:
+        return onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, dims)
+
+    @opbridge.op("tests.def::Pool")
+    def pool(x: torch.Tensor, k: int = 2) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, k).transpose(0, 1)
+
+    (out,) = infer_onnx(pool.spec, None, pool.reference, [tp(["N", 3, 8, "W"])], {"k": 2})
+    dims = out.tensor_type.shape.dim
+    assert dims[0].dim_value == 3 and dims[1].dim_param == "N" and dims[2].dim_value == 4
+    assert not dims[3].HasField("dim_param") and not dims[3].HasField("dim_value"), "W/2 is unknown, not W"
+    assert TensorInfo((SymDim("a"), 2), torch.float32).rank == 2

@@ -1,0 +1,245 @@
+"""opbridge.export: every seed model x both exporters gives a valid ONNX file with its custom nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import onnx
+import pytest
+import torch
+from conftest import EXPORTERS, SEED_IDS, seed_by_name
+
+import opbridge
+from opbridge import ExportError
+
+# (domain, op_type) -> expected {attribute name: (ONNX type, value)} of each node, in graph order.
+EXPECTED_NODES: dict[str, list[tuple[str, str, int, dict[str, tuple[str, Any]]]]] = {
+    "myselu": [
+        (
+            "opbridge",
+            "MySELU",
+            1,
+            {"attr1": ("STRING", "这是字符串属性"), "attr2": ("INTS", [1, 2, 3]), "attr3": ("FLOAT", 222.0)},
+        )
+    ],
+    "strange_net": [
+        ("opbridge", "MyStrangeOp", 2, {"float_attr": ("FLOATS", [0.1, 0.5]), "int_attr": ("INTS", [2, 2])}),
+        ("opbridge", "MyStrangeOp", 2, {"float_attr": ("FLOATS", [0.5, 0.5]), "int_attr": ("INTS", [3, 3])}),
+    ],
+    "strange_net2": [
+        (
+            "opbridge",
+            "MyStrangeOp2",
+            1,
+            {"int_attr1": ("INT", 10), "int_attr2": ("INTS", [3, 5]), "str_attr3": ("STRING", "first")},
+        ),
+        (
+            "opbridge",
+            "MyStrangeOp2",
+            1,
+            {"int_attr1": ("INT", 40), "int_attr2": ("INTS", [12, 22]), "str_attr3": ("STRING", "second")},
+        ),
+    ],
+    "super_resolution": [("Test", "DynamicTRTResize", 1, {"align_corners": ("INT", 0)})],
+}
+
+# Output dims after ONNX shape inference: the graph output's, with dynamic axes kept by name.
+EXPECTED_OUTPUT_DIMS = {
+    "myselu": ["batch", 1, "height", "width"],
+    "strange_net": ["batch", 3, 4, 4],
+    "strange_net2": ["batch", 3, 4, 4],
+    "super_resolution": ["batch", 3, "out_height", "out_width"],
+}
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[Any]:
+    return [d.dim_param if d.HasField("dim_param") else d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def _attr(a: onnx.AttributeProto) -> tuple[str, Any]:
+    value = onnx.helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, list):
+        value = [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    return onnx.AttributeProto.AttributeType.Name(a.type), value
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_custom_nodes_exact(seed_export: Any, name: str, exporter: str) -> None:
+    result = seed_export(name, exporter)
+    nodes = [n for n in result.model.graph.node if n.domain not in ("", "ai.onnx")]
+    assert len(nodes) == len(EXPECTED_NODES[name])
+    for node, (domain, op_type, n_out, attrs) in zip(nodes, EXPECTED_NODES[name]):
+        assert (node.domain, node.op_type) == (domain, op_type)
+        assert len(node.output) == n_out
+        got = {a.name: _attr(a) for a in node.attribute}
+        assert set(got) == set(attrs)
+        for key, (kind, value) in attrs.items():
+            assert got[key][0] == kind, key
+            if kind in ("FLOAT", "FLOATS"):
+                assert got[key][1] == pytest.approx(value, rel=1e-7, abs=0), key
+            else:
+                assert got[key][1] == value, key
+    imports = {o.domain: o.version for o in result.model.opset_import}
+    for domain, _, _, _ in EXPECTED_NODES[name]:
+        assert imports.get(domain) == 1
+    assert [(n.domain, n.op_type) for n in result.custom_nodes] == [(n.domain, n.op_type) for n in nodes]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_file_checks_and_infers_shapes(seed_export: Any, name: str, exporter: str) -> None:
+    result = seed_export(name, exporter)
+    model = onnx.load(result.path)
+    opbridge.register_onnx_schemas()
+    onnx.checker.check_model(model, full_check=True)
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(model)
+    del stripped.graph.value_info[:]
+    inferred = onnx.shape_inference.infer_shapes(stripped, strict_mode=True)
+    types = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for node in result.custom_nodes:
+        for out in node.output:
+            assert out in types, f"shape inference gave no type to {out}"
+            assert types[out].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+            assert len(types[out].type.tensor_type.shape.dim) == 4
+    assert _dims(inferred.graph.output[0]) == EXPECTED_OUTPUT_DIMS[name]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_inputs_dynamic_and_parameters_are_initializers(seed_export: Any, name: str, exporter: str) -> None:
+    seed = seed_by_name(name)
+    model = seed_export(name, exporter).model
+    inputs = {i.name: _dims(i) for i in model.graph.input}
+    assert list(inputs) == list(seed.input_names), "parameters and constants must not become graph inputs"
+    for input_name, axes in seed.dynamic.items():
+        for axis, dim_name in axes.items():
+            assert inputs[input_name][axis] == dim_name
+    initializers = {i.name for i in model.graph.initializer}
+    constants = {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    for node in (n for n in model.graph.node if n.domain not in ("", "ai.onnx")):
+        for value in node.input[1:]:
+            if value and value not in inputs:
+                producer = [n.op_type for n in model.graph.node if value in n.output]
+                assert value in initializers or value in constants or producer, value
+
+
+def test_myselu_parameter_and_constant(seed_export: Any) -> None:
+    for exporter in EXPORTERS:
+        model = seed_export("myselu", exporter).model
+        node = next(n for n in model.graph.node if n.op_type == "MySELU")
+        inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+        consts = {
+            n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"
+        }
+        assert inits[node.input[1]].tolist() == [0.0, 1.0, 2.0], "the parameter is an initializer"
+        const = inits.get(node.input[2], consts.get(node.input[2]))
+        assert const is not None and const.tolist() == [3.0, 2.0, 1.0], "the constant stays a constant"
+
+
+def test_tracer_warning_captured(seed_export: Any) -> None:
+    result = seed_export("myselu", "torchscript")
+    assert any(w.category == "TracerWarning" and "torch.tensor" in w.message for w in result.warnings)
+
+
+# ------------------------------------------------------------------ the README's user snippet
+
+
+@opbridge.op("acme::ScaledSwish")
+def scaled_swish(x: torch.Tensor, beta: float = 1.0, tag: str = "") -> torch.Tensor:
+    return x * torch.sigmoid(beta * x)
+
+
+@opbridge.op("acme::AllAttrs", version=3)
+def all_attrs(
+    x: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    f: float,
+    i: int,
+    b: bool,
+    s: str,
+    fs: list[float],
+    is_: list[int],
+    ss: list[str],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * f, x + i if bias is None else x + bias
+
+
+class Swish(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scaled_swish(x, beta=2.0, tag="这是字符串属性")
+
+
+class AllAttrsModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = all_attrs(
+            x, None, f=0.123456789, i=2**40, b=True, s="ü", fs=[0.5, -1.25], is_=[-1, 2**33], ss=["p", "这", ""]
+        )
+        return a + b
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_user_snippet(tmp_path: Path, exporter: str) -> None:
+    x = torch.randn(2, 3, 8)
+    path = tmp_path / "m.onnx"
+    if exporter == "dynamo":
+        kw: dict[str, Any] = {"dynamic_shapes": ({0: torch.export.Dim("batch")},)}
+    else:
+        kw = {"dynamic_axes": {"x": {0: "batch"}}}
+    result = opbridge.export(Swish(), (x,), path, exporter=exporter, **kw)
+    (node,) = result.custom_nodes
+    assert (node.domain, node.op_type) == ("acme", "ScaledSwish")
+    assert {a.name: _attr(a) for a in node.attribute} == {"beta": ("FLOAT", 2.0), "tag": ("STRING", "这是字符串属性")}
+    assert _dims(onnx.load(path).graph.input[0])[0] == "batch"
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_every_attribute_type(tmp_path: Path, exporter: str) -> None:
+    result = opbridge.export(AllAttrsModel(), (torch.randn(2, 3),), tmp_path / "a.onnx", exporter=exporter)
+    (node,) = result.custom_nodes
+    assert (node.domain, node.op_type, len(node.output)) == ("acme", "AllAttrs", 2)
+    assert len(node.input) == 1 or node.input[1] == "", "an omitted optional input is empty"
+    got = {a.name: _attr(a) for a in node.attribute}
+    assert got["f"][0] == "FLOAT" and got["f"][1] == pytest.approx(0.123456789, rel=1e-7)
+    assert got["i"] == ("INT", 2**40)
+    assert got["b"] == ("INT", 1)
+    assert got["s"] == ("STRING", "ü")
+    assert got["fs"] == ("FLOATS", [0.5, -1.25])
+    assert got["is_"] == ("INTS", [-1, 2**33])
+    assert got["ss"] == ("STRINGS", ["p", "这", ""])
+    assert {o.domain: o.version for o in result.model.opset_import}["acme"] == 3
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_lost_op_fails_loudly(tmp_path: Path, exporter: str) -> None:
+    class Dropped(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scaled_swish(x)  # result unused: the exporter eliminates the node
+            return x + 1
+
+    target = tmp_path / "dropped.onnx"
+    with pytest.raises(ExportError, match=r"dropped or inlined custom op\(s\) acme::ScaledSwish v1"):
+        opbridge.export(Dropped(), (torch.randn(2),), target, exporter=exporter)
+    assert not target.exists(), "a failed export writes nothing"
+
+
+def test_unknown_exporter(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
+        opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]
+
+
+def test_existing_file_kept_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "keep.onnx"
+    target.write_bytes(b"user data")
+
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scaled_swish(x, beta="wrong")  # type: ignore[arg-type]
+
+    with pytest.raises(ExportError, match=r"attribute 'beta' expects float"):
+        opbridge.export(Broken(), (torch.randn(2),), target, exporter="torchscript")
+    assert target.read_bytes() == b"user data"
