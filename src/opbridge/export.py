@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
 from opbridge.errors import ExportError
+from opbridge.legacy_domain import default_domain_custom_nodes
 from opbridge.onnx_schema import register_onnx_schemas
 from opbridge.spec import AttrType
 
@@ -284,9 +285,8 @@ def _export_torchscript(
 
     opset = opset_version or 17
     _register_torchscript(ops, opset)
-    custom_opsets: dict[str, int] = {}
-    for opdef in ops:
-        custom_opsets[opdef.spec.domain] = max(custom_opsets.get(opdef.spec.domain, 1), opdef.spec.version)
+    # Domains get their opset import (with the op's version) in _fix_opset_imports after
+    # export: passing every known domain as custom_opsets here would warn about unused ones.
     buffer = io.BytesIO()
     export_args: Any = args + (kwargs,) if kwargs else args
     torch.onnx.export(
@@ -298,7 +298,6 @@ def _export_torchscript(
         input_names=list(input_names) if input_names else _forward_names(model, len(args)),
         output_names=list(output_names) if output_names else None,
         dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
-        custom_opsets=custom_opsets,
         do_constant_folding=True,
     )
     proto = onnx.load_from_string(buffer.getvalue())
@@ -342,18 +341,12 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
             "tracing but are not in the exported graph. Make sure the model calls the op object returned "
             "by @opbridge.op, not its reference function."
         )
-    stray = [n for n in model.graph.node if n.domain == "" and (n.domain, n.op_type) not in _standard_ops()]
+    stray = default_domain_custom_nodes(model)
     if stray:
         raise ExportError(
             f"the {exporter} exporter wrote op(s) {sorted({n.op_type for n in stray})} in the default domain, "
             "which no runtime accepts; define them with @opbridge.op('domain::Name')."
         )
-
-
-def _standard_ops() -> set[tuple[str, str]]:
-    import onnx
-
-    return {(s.domain, s.name) for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""}
 
 
 def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
@@ -373,14 +366,12 @@ def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
 
 def save_model_atomic(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     """Write ``model`` to ``path`` through a temporary file and a rename."""
-    import onnx
-
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString())
+            fh.write(model.SerializeToString())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

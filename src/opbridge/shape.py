@@ -191,22 +191,24 @@ def _derive_with_meta(
     symbols: list[SymDim] = []
     for info in infos:
         for d in info.shape if info is not None else ():
-            if isinstance(d, SymDim) and d not in symbols:
+            if isinstance(d, SymDim) and not any(s is d or s == d for s in symbols):
                 symbols.append(d)
     if len(symbols) > len(_PROBES[0]):
         raise OpDefinitionError(f"{spec.qualname}: too many dynamic dims to derive a shape rule; declare one")
+    def position(d: SymDim) -> int:
+        # Identity first: unnamed dims are distinct even though they compare unequal.
+        return next(i for i, s in enumerate(symbols) if s is d or s == d)
+
     runs: list[list[Any]] = []
     for probe in _PROBES:
-        values = {id(s): probe[i] for i, s in enumerate(symbols)}
-        unknown_value = probe[-1]
-
-        def concrete(d: Any, values: dict[int, int] = values, unknown: int = unknown_value) -> int:
-            if isinstance(d, SymDim):
-                return values.get(id(next((s for s in symbols if s == d), d)), unknown)
-            return int(d)
-
         args = [
-            None if info is None else torch.empty([concrete(d) for d in info.shape], dtype=info.dtype, device="meta")
+            None
+            if info is None
+            else torch.empty(
+                [probe[position(d)] if isinstance(d, SymDim) else int(d) for d in info.shape],
+                dtype=info.dtype,
+                device="meta",
+            )
             for info in infos
         ]
         runs.append(_as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)"))
@@ -220,7 +222,7 @@ def _derive_with_meta(
                 dims.append(int(da))
                 continue
             match = [s for i, s in enumerate(symbols) if _PROBES[0][i] == da and _PROBES[1][i] == db]
-            dims.append(match[0] if match else SymDim(None))
+            dims.append(SymDim(match[0].name) if match else SymDim(None))
         out.append(TensorInfo(tuple(dims), a.dtype))
     return out
 
