@@ -452,8 +452,20 @@ def op(
     return decorate
 
 
+def _ensure_builtins() -> None:
+    """Define the built-in ops (opbridge.ops) so that lookups find them; needs torch."""
+    try:
+        import opbridge.ops  # noqa: F401
+    except ImportError as exc:  # torch absent: only numpy kernels can run
+        logger.debug("built-in ops unavailable: %s", exc)
+
+
 def find_op(domain: str, name: str, version: int | None = None) -> OpDef | None:
-    """The op defined in this process for ``domain::name`` (highest version <= ``version``)."""
+    """The op defined in this process for ``domain::name`` (highest version <= ``version``).
+
+    The built-in ops of :mod:`opbridge.ops` are always included.
+    """
+    _ensure_builtins()
     with _LOCK:
         candidates = [d for (dom, n, v), d in _OPS.items() if dom == domain and n == name]
     if version is not None:
@@ -462,7 +474,8 @@ def find_op(domain: str, name: str, version: int | None = None) -> OpDef | None:
 
 
 def all_ops() -> list[OpDef]:
-    """Every op defined in this process, sorted by qualified name and version."""
+    """Every op defined in this process (built-ins included), sorted by qualified name and version."""
+    _ensure_builtins()
     with _LOCK:
         return sorted(_OPS.values(), key=lambda d: (d.spec.domain, d.spec.name, d.spec.version))
 

@@ -195,6 +195,7 @@ def _derive_with_meta(
                 symbols.append(d)
     if len(symbols) > len(_PROBES[0]):
         raise OpDefinitionError(f"{spec.qualname}: too many dynamic dims to derive a shape rule; declare one")
+
     def position(d: SymDim) -> int:
         # Identity first: unnamed dims are distinct even though they compare unequal.
         return next(i for i, s in enumerate(symbols) if s is d or s == d)
