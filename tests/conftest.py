@@ -43,7 +43,9 @@ def seed_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., opbri
         key = (name, exporter, functions)
         if key not in cache:
             suffix = "" if functions else "_nobody"
-            cache[key] = export_seed(seed_by_name(name), exporter, root / f"{name}_{exporter}{suffix}.onnx", functions=functions)
+            cache[key] = export_seed(
+                seed_by_name(name), exporter, root / f"{name}_{exporter}{suffix}.onnx", functions=functions
+            )
         return cache[key]
 
     return get

@@ -16,7 +16,7 @@ from opbridge.ops import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
 @opbridge.op("tests.def::Everything", outputs=("y", "z"))
 def everything(
     x: torch.Tensor,
-    maybe: Optional[torch.Tensor],
+    maybe: Optional[torch.Tensor],  # noqa: UP045 - the Optional spelling is what is tested
     alpha: float = 0.5,
     count: int = 3,
     flag: bool = True,
@@ -132,13 +132,13 @@ def test_missing_annotations() -> None:
     with pytest.raises(OpDefinitionError, match=r"parameter 'k' has no type annotation"):
 
         @opbridge.op("tests.def::Bad2")
-        def bad(x: torch.Tensor, k=1) -> torch.Tensor:  # noqa: ANN001
+        def bad(x: torch.Tensor, k=1) -> torch.Tensor:
             return x
 
     with pytest.raises(OpDefinitionError, match=r"add a return annotation"):
 
         @opbridge.op("tests.def::Bad3")
-        def bad3(x: torch.Tensor):  # noqa: ANN202
+        def bad3(x: torch.Tensor):
             return x
 
     with pytest.raises(OpDefinitionError, match=r"return annotation .* is not supported"):
@@ -149,7 +149,9 @@ def test_missing_annotations() -> None:
 
 
 def test_tensor_after_attribute() -> None:
-    with pytest.raises(OpDefinitionError, match=r"tensor parameter 'y' comes after attribute 'k'; put all tensor inputs first"):
+    with pytest.raises(
+        OpDefinitionError, match=r"tensor parameter 'y' comes after attribute 'k'; put all tensor inputs first"
+    ):
 
         @opbridge.op("tests.def::Order")
         def order(x: torch.Tensor, k: int, y: torch.Tensor) -> torch.Tensor:
@@ -170,7 +172,8 @@ def test_reference_returning_wrong_number_of_outputs() -> None:
         return x + 1  # type: ignore[return-value]
 
     with pytest.raises(
-        OpDefinitionError, match=r"tests.def::TwoOut: the reference returned Tensor, but the op declares 2 tensor output"
+        OpDefinitionError,
+        match=r"tests.def::TwoOut: the reference returned Tensor, but the op declares 2 tensor output",
     ):
         two(torch.ones(2))
 

@@ -134,7 +134,9 @@ def test_myselu_parameter_and_constant(seed_export: Any) -> None:
         node = next(n for n in model.graph.node if n.op_type == "MySELU")
         inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
         consts = {
-            n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"
+            n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t)
+            for n in model.graph.node
+            if n.op_type == "Constant"
         }
         assert inits[node.input[1]].tolist() == [0.0, 1.0, 2.0], "the parameter is an initializer"
         const = inits.get(node.input[2], consts.get(node.input[2]))
@@ -157,7 +159,7 @@ def scaled_swish(x: torch.Tensor, beta: float = 1.0, tag: str = "") -> torch.Ten
 @opbridge.op("acme::AllAttrs", version=3)
 def all_attrs(
     x: torch.Tensor,
-    bias: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],  # noqa: UP045 - the Optional spelling is what is tested
     f: float,
     i: int,
     b: bool,

@@ -56,9 +56,7 @@ def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
     """Call a ``path/to/file.py:factory`` or ``package.module:factory`` and return ``(model, inputs)``."""
     module_part, sep, attr = target.rpartition(":")
     if not sep or not module_part or not attr:
-        raise OpbridgeError(
-            f"--reference {target!r}: write it as path/to/file.py:factory or package.module:factory."
-        )
+        raise OpbridgeError(f"--reference {target!r}: write it as path/to/file.py:factory or package.module:factory.")
     module = load_module(module_part)
     factory = getattr(module, attr, None)
     if not callable(factory):

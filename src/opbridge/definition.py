@@ -89,8 +89,10 @@ def _optional_inner(annotation: Any) -> Any:
 def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] | None) -> tuple[OutputSpec, ...]:
     if _is_tensor(annotation):
         count = 1
-    elif typing.get_origin(annotation) is tuple and typing.get_args(annotation) and all(
-        _is_tensor(a) for a in typing.get_args(annotation)
+    elif (
+        typing.get_origin(annotation) is tuple
+        and typing.get_args(annotation)
+        and all(_is_tensor(a) for a in typing.get_args(annotation))
     ):
         count = len(typing.get_args(annotation))
     else:
@@ -399,7 +401,9 @@ def _define_torch_op(opdef: OpDef) -> Any:
 
 def _fresh(t: Any, inputs: list[Any]) -> Any:
     for x in inputs:
-        if x is not None and (t is x or (t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and t.numel())):
+        if x is not None and (
+            t is x or (t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and t.numel())
+        ):
             return t.clone()
     return t
 

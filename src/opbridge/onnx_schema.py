@@ -151,7 +151,7 @@ def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
                 if current is not None or defs.has(spec.name, spec.version, spec.domain):
                     try:
                         defs.deregister_schema(spec.name, spec.version, spec.domain)
-                    except Exception:  # noqa: BLE001 - onnx raises a bare SchemaError
+                    except Exception:
                         logger.debug("no schema to deregister for %s", spec.qualname)
                 defs.register_schema(make_schema(opdef))
                 _REGISTERED[spec.key] = spec

@@ -29,7 +29,6 @@ from opbridge.errors import OpDefinitionError
 
 if TYPE_CHECKING:
     import onnx
-    import torch
 
     from opbridge.spec import OpSpec
 
@@ -247,9 +246,9 @@ def infer_onnx(
             continue
         dims = _dims_from_type(tp)
         infos.append(TensorInfo(dims if dims is not None else (), onnx_to_torch(tp.tensor_type.elem_type)))
-    required_missing = any(
-        info is None for info, p in zip(infos, spec.inputs) if not p.optional
-    ) or any(i is not None and _dims_from_type(t) is None for i, t in zip(infos, input_types) if t is not None)
+    required_missing = any(info is None for info, p in zip(infos, spec.inputs) if not p.optional) or any(
+        i is not None and _dims_from_type(t) is None for i, t in zip(infos, input_types) if t is not None
+    )
     if rule is not None:
         try:
             results = _as_infos(rule(*infos, **attrs), spec, "the shape rule")

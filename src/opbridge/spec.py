@@ -187,18 +187,13 @@ def parse_qualname(qualname: str) -> tuple[str, str]:
         )
     domain, name = qualname.split("::")
     if not domain:
-        raise OpDefinitionError(
-            f"op name {qualname!r} has an empty domain; write it as 'mydomain::{name}'."
-        )
+        raise OpDefinitionError(f"op name {qualname!r} has an empty domain; write it as 'mydomain::{name}'.")
     if domain in ("ai.onnx", "onnx"):
         raise OpDefinitionError(
-            f"op name {qualname!r}: domain {domain!r} is ONNX's own; choose a domain of your own, "
-            f"e.g. 'acme::{name}'."
+            f"op name {qualname!r}: domain {domain!r} is ONNX's own; choose a domain of your own, e.g. 'acme::{name}'."
         )
     if not name.isidentifier():
-        raise OpDefinitionError(
-            f"op name {qualname!r}: {name!r} is not a valid op type; use letters, digits and '_'."
-        )
+        raise OpDefinitionError(f"op name {qualname!r}: {name!r} is not a valid op type; use letters, digits and '_'.")
     if not all(part.isidentifier() for part in domain.split(".")):
         raise OpDefinitionError(
             f"op name {qualname!r}: domain {domain!r} must be dot-separated identifiers, e.g. 'com.acme'."

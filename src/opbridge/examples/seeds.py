@@ -13,8 +13,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -68,7 +69,7 @@ class MyStrangeNet(nn.Module):
         self.b2 = nn.Parameter(torch.rand(1, 3, 4, 4, generator=g))
         self.conv1 = nn.Conv2d(3, 3, kernel_size=3, padding=1)
 
-    def forward(self, inputTensor: torch.Tensor) -> torch.Tensor:  # noqa: N803 - the seed's name
+    def forward(self, inputTensor: torch.Tensor) -> torch.Tensor:
         x1, x2 = MyStrangeOp(inputTensor, self.w1, self.b1, float_attr=[0.1, 0.5], int_attr=[2, 2])
         x3, x4 = MyStrangeOp(inputTensor, self.w2, self.b2, float_attr=[0.5, 0.5], int_attr=[3, 3])
         return self.conv1(x1) + self.conv1(x2) + self.conv1(x3) + self.conv1(x4)
@@ -85,7 +86,9 @@ class MyStrangeNet2(nn.Module):
         self.conv1 = nn.Conv2d(3, 3, kernel_size=3, padding=1)
         self.conv2 = nn.Conv2d(3, 3, kernel_size=3, padding=1)
 
-    def forward(self, input1: torch.Tensor, input2: torch.Tensor, input3: torch.Tensor, input4: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input1: torch.Tensor, input2: torch.Tensor, input3: torch.Tensor, input4: torch.Tensor
+    ) -> torch.Tensor:
         x1 = MyStrangeOp2(input1, input2, self.bias1, int_attr1=10, int_attr2=[3, 5], str_attr3="first")
         x2 = MyStrangeOp2(input3, input4, self.bias2, int_attr1=40, int_attr2=[12, 22], str_attr3="second")
         return self.conv1(x1) + self.conv2(x2)
@@ -101,7 +104,7 @@ class StrangeSuperResolutionNet(nn.Module):
         self.conv3 = nn.Conv2d(32, 3, kernel_size=5, padding=2)
         self.relu = nn.ReLU()
 
-    def forward(self, input: torch.Tensor, size_tensor: torch.Tensor) -> torch.Tensor:  # noqa: A002
+    def forward(self, input: torch.Tensor, size_tensor: torch.Tensor) -> torch.Tensor:
         x = DynamicResize(input, size_tensor, align_corners=False)
         out = self.relu(self.conv1(x))
         out = self.relu(self.conv2(out))
