@@ -278,8 +278,6 @@ def _export_torchscript(
     output_names: Sequence[str] | None,
     dynamic_axes: Mapping[str, Any] | None,
 ) -> onnx.ModelProto:
-    import io
-
     import onnx
     import torch
 
@@ -287,20 +285,21 @@ def _export_torchscript(
     _register_torchscript(ops, opset)
     # Domains get their opset import (with the op's version) in _fix_opset_imports after
     # export: passing every known domain as custom_opsets here would warn about unused ones.
-    buffer = io.BytesIO()
     export_args: Any = args + (kwargs,) if kwargs else args
-    torch.onnx.export(
-        model,
-        export_args,
-        buffer,
-        dynamo=False,
-        opset_version=opset,
-        input_names=list(input_names) if input_names else _forward_names(model, len(args)),
-        output_names=list(output_names) if output_names else None,
-        dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
-        do_constant_folding=True,
-    )
-    proto = onnx.load_from_string(buffer.getvalue())
+    with tempfile.TemporaryDirectory(prefix="opbridge_ts_") as workdir:
+        raw_path = os.path.join(workdir, "model.onnx")
+        torch.onnx.export(
+            model,
+            export_args,
+            raw_path,
+            dynamo=False,
+            opset_version=opset,
+            input_names=list(input_names) if input_names else _forward_names(model, len(args)),
+            output_names=list(output_names) if output_names else None,
+            dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
+            do_constant_folding=True,
+        )
+        proto = onnx.load(raw_path)
     keep = {str(name) for axes in (dynamic_axes or {}).values() for name in _axis_names(axes)}
     _reset_generated_dims(proto, keep)
     return proto
