@@ -117,7 +117,7 @@ def ref_attr(name: str, ref: str, attr_type: int) -> onnx.AttributeProto:
         >>> import onnx
         >>> from onnx import helper
         >>> node = helper.make_node("Constant", [], ["flag"])
-        >>> node.attribute.append(ref_attr("value_int", "align_corners", onnx.AttributeProto.INT))
+        >>> node.attribute.extend([ref_attr("value_int", "align_corners", onnx.AttributeProto.INT)])
         >>> node.attribute[0].ref_attr_name
         'align_corners'
     """
