@@ -18,7 +18,9 @@ functions=False)`` leaves bodies out, e.g. for a TensorRT plugin target).
 A body's default-domain opset must agree with the model's: the ONNX checker
 rejects a function whose ops resolve to another schema version than the
 model's. A body written for another opset is moved to the model's opset when
-every op it uses has the same definition in both; otherwise
+every op it uses has the same definition in both, or a later one that accepts
+the node as written with the same meaning (a wider type list, new optional
+attributes: e.g. Constant 13 -> 19, Resize 13 -> 19); otherwise
 :func:`function_proto` raises :class:`~opbridge.errors.OpDefinitionError`
 naming the op (write the builder with an ``opset`` parameter instead).
 
@@ -149,6 +151,36 @@ def _walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
                     yield from _walk_nodes(g.node)
 
 
+# (op, since_version, since_version): same signature, different meaning.
+_MEANING_CHANGED = frozenset({("GroupNormalization", 18, 21)})
+
+
+def _node_fits(node: onnx.NodeProto, written: int, opset: int) -> bool:
+    """Whether ``node`` is valid, with unchanged meaning, under ``opset``'s schema of its op.
+
+    The later schema must accept the node as written: every attribute it sets
+    exists there with the same type, every required attribute is set, and its
+    input and output counts are allowed. Versions that only widen the type list
+    or add optional attributes pass; the few known changes of meaning under an
+    unchanged signature are refused.
+    """
+    import onnx
+
+    schema = onnx.defs.get_schema(node.op_type, opset, "")
+    attrs = schema.attributes
+    for attr in node.attribute:
+        declared = attrs.get(attr.name)
+        if declared is None or int(declared.type) != int(attr.type):
+            return False
+    if any(a.required and a.name not in {x.name for x in node.attribute} for a in attrs.values()):
+        return False
+    if not (schema.min_input <= len(node.input) <= schema.max_input):
+        return False
+    if not (schema.min_output <= len(node.output) <= schema.max_output):
+        return False
+    return (node.op_type, written, schema.since_version) not in _MEANING_CHANGED
+
+
 def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
     """Move ``fn``'s default-domain import to ``opset`` if every op it uses means the same there."""
     import onnx
@@ -171,7 +203,7 @@ def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
             there = onnx.defs.get_schema(node.op_type, opset, "").since_version
         except onnx.defs.SchemaError:
             there = None
-        if here is None or there is None or here != there:
+        if here is None or there is None or (here != there and not _node_fits(node, here, opset)):
             raise OpDefinitionError(
                 f"{qualname}: the function body is written for ONNX opset {written}, but the model uses opset "
                 f"{opset}, and {node.op_type} is defined differently there (version {here} vs {there}). "
