@@ -279,6 +279,23 @@ def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]],
     return type(op_type, (OpRun,), {"op_domain": domain, "op_schema": None, "_run": _run, "__doc__": source})
 
 
+def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
+    """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
+
+    ``ReferenceEvaluator(model, new_ops=...)`` gives the custom ops to the main
+    graph only; a function body calling a custom op would not find it. The
+    functions are built here, in order, each with the ops and the functions
+    before it, and the main graph is evaluated with them.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    functions: list[Any] = []
+    for fn in proto.functions:
+        functions.append(ReferenceEvaluator(fn, functions=list(functions), new_ops=new_ops, verbose=verbose))
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    return ReferenceEvaluator(proto.graph, opsets=opsets, functions=functions, new_ops=new_ops, verbose=verbose)
+
+
 class ReferenceSession:
     """ONNX Runtime-like session on the ONNX reference evaluator, with opbridge's custom ops.
 
@@ -298,8 +315,6 @@ class ReferenceSession:
     """
 
     def __init__(self, model: Any, *, prefer: Prefer = "spec", verbose: int = 0) -> None:
-        from onnx.reference import ReferenceEvaluator
-
         from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
 
         if prefer not in ("spec", "function"):
@@ -318,7 +333,7 @@ class ReferenceSession:
         self.implementations: dict[tuple[str, str], str] = {}
         new_ops = self._custom_ops(proto)
         try:
-            self._evaluator = ReferenceEvaluator(proto, new_ops=new_ops, verbose=verbose)
+            self._evaluator = _evaluator(proto, new_ops, verbose)
         except Exception as exc:  # noqa: BLE001 - the evaluator raises many kinds
             raise ModelLoadError(f"the ONNX reference evaluator cannot load the model: {exc}") from exc
         self._model = proto
