@@ -311,8 +311,10 @@ BAD_BODIES = {
             [helper.make_node("Add", ["a", "b"], ["ab"]), helper.make_node("ReduceSum", ["ab"], ["output"], axes=[0])],
             ["a", "b"], ["output"], ["gain"], opset=12,
         ),
-        "the function body is written for ONNX opset 12, but the model uses opset 17, and ReduceSum is defined "
-        "differently there (version 11 vs 13)",
+        (
+            "the function body is written for ONNX opset 12, but the model uses opset 17, and ReduceSum is defined "
+            "differently there (version 11 vs 13)"
+        ),
     ),
 }
 
@@ -345,10 +347,11 @@ def test_export_reports_a_bad_body(tmp_path) -> None:
     pair.register_function(builder)
     target = tmp_path / "pair.onnx"
     try:
-        with pytest.raises(opbridge.OpDefinitionError, match="function body has 1 input"):
+        with pytest.raises(opbridge.OpDefinitionError) as info:
             opbridge.export(_PairModel(), (torch.ones(2), torch.ones(2)), target, exporter="torchscript")
     finally:
         pair.function_builder = None
+    assert message in str(info.value)
     assert not target.exists()
 
 

@@ -110,7 +110,7 @@ def make_body(
     )
 
 
-def ref_attr(name: str, ref: str, attr_type: int) -> onnx.AttributeProto:
+def ref_attr(name: str, ref: str, attr_type: onnx.AttributeProto.AttributeType) -> onnx.AttributeProto:
     """An attribute that takes its value from the calling node's attribute ``ref``.
 
     ``attr_type`` is an ``onnx.AttributeProto`` type, e.g. ``AttributeProto.INT``.
@@ -170,7 +170,7 @@ def _node_fits(node: onnx.NodeProto, written: int, opset: int) -> bool:
     attrs = schema.attributes
     for attr in node.attribute:
         declared = attrs.get(attr.name)
-        if declared is None or int(declared.type) != int(attr.type):
+        if declared is None or int(declared.type) != attr.type:  # type: ignore[call-overload]  # a pybind11 enum
             return False
     if any(a.required and a.name not in {x.name for x in node.attribute} for a in attrs.values()):
         return False

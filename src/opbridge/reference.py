@@ -127,22 +127,22 @@ def _load(model: Any) -> onnx.ModelProto:
         where = "the given bytes"
         try:
             loaded = onnx.load_model_from_string(bytes(model))
-        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and others
-            raise ModelLoadError(f"cannot parse {where} as an ONNX model: {exc}. Pass a serialized ModelProto.") from exc
+        except Exception as exc:  # protobuf raises DecodeError and others
+            raise ModelLoadError(
+                f"cannot parse {where} as an ONNX model: {exc}. Pass a serialized ModelProto."
+            ) from exc
     elif isinstance(model, (str, os.PathLike)):
         where = os.fspath(model)
         if not os.path.isfile(where):
             raise ModelLoadError(f"ONNX model file {where!r} does not exist; check the path.")
         try:
             loaded = onnx.load(where)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ModelLoadError(
                 f"cannot read ONNX model {where!r}: {exc}. The file is corrupt or not an ONNX model; re-export it."
             ) from exc
     else:
-        raise ModelLoadError(
-            f"ReferenceSession takes a path, bytes or onnx.ModelProto, got {type(model).__name__}."
-        )
+        raise ModelLoadError(f"ReferenceSession takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
     if not loaded.graph.output:
         raise ModelLoadError(
             f"{where} holds no ONNX graph (no graph outputs); the file is corrupt or not an ONNX model."
@@ -315,7 +315,10 @@ class ReferenceSession:
     """
 
     def __init__(self, model: Any, *, prefer: Prefer = "spec", verbose: int = 0) -> None:
-        from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+        from opbridge.legacy_domain import (
+            DEFAULT_LEGACY_DOMAIN,
+            move_default_domain_ops,
+        )
 
         if prefer not in ("spec", "function"):
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
@@ -334,7 +337,7 @@ class ReferenceSession:
         new_ops = self._custom_ops(proto)
         try:
             self._evaluator = _evaluator(proto, new_ops, verbose)
-        except Exception as exc:  # noqa: BLE001 - the evaluator raises many kinds
+        except Exception as exc:  # the evaluator raises many kinds
             raise ModelLoadError(f"the ONNX reference evaluator cannot load the model: {exc}") from exc
         self._model = proto
         init_names = {i.name for i in proto.graph.initializer}
@@ -365,8 +368,10 @@ class ReferenceSession:
                 continue
             opdef = None if (domain, op_type) in self._legacy else find_op(domain, op_type, version)
             if opdef is not None:
-                how = "numpy kernel" if opdef.kernel_kind == "numpy" and opdef.kernel else (
-                    "torch kernel" if opdef.kernel is not None else "PyTorch reference"
+                how = (
+                    "numpy kernel"
+                    if opdef.kernel_kind == "numpy" and opdef.kernel
+                    else ("torch kernel" if opdef.kernel is not None else "PyTorch reference")
                 )
                 classes.append(_op_class(domain, op_type, _spec_runner(opdef), f"{opdef.spec.qualname} {how}"))
                 self.implementations[domain, op_type] = how
@@ -428,6 +433,8 @@ class ReferenceSession:
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         bad = [n for n in names if n not in {o.name for o in self._outputs}]
         if bad:
-            raise ValueError(f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}.")
+            raise ValueError(
+                f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}."
+            )
         results = self._evaluator.run(names, feed)
         return [np.asarray(r) for r in results]

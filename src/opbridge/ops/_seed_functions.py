@@ -110,10 +110,16 @@ def dynamic_resize_body(spec: OpSpec, opset: int) -> onnx.FunctionProto:
     flag.attribute.append(ref_attr("value_int", "align_corners", onnx.AttributeProto.INT))
     branch_out = onnx.TypeProto()  # the branches' output type follows from Resize
     then_branch = helper.make_graph(
-        [_cubic_resize("resized_ac", "align_corners")], "align_corners", [], [helper.make_value_info("resized_ac", branch_out)]
+        [_cubic_resize("resized_ac", "align_corners")],
+        "align_corners",
+        [],
+        [helper.make_value_info("resized_ac", branch_out)],
     )
     else_branch = helper.make_graph(
-        [_cubic_resize("resized_hp", "half_pixel")], "half_pixel", [], [helper.make_value_info("resized_hp", branch_out)]
+        [_cubic_resize("resized_hp", "half_pixel")],
+        "half_pixel",
+        [],
+        [helper.make_value_info("resized_hp", branch_out)],
     )
     nodes = [
         helper.make_node("Shape", ["input"], ["nc"], start=0, end=2),
