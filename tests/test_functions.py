@@ -72,6 +72,7 @@ def test_dynamic_resize_body_structure(seed_export) -> None:
     fn = next(f for f in seed_export("super_resolution", "dynamo").model.functions if f.name == "DynamicTRTResize")
     assert fn.domain == "Test"
     assert [n.op_type for n in fn.node] == ["Shape", "Shape", "Concat", "Constant", "Cast", "If"]
+    assert [n.op_type for n in function_proto(DynamicResize, 11).node].count("EyeLike") == 1
     constant = fn.node[3].attribute[0]
     assert (constant.name, constant.ref_attr_name) == ("value_int", "align_corners")
     branches = {a.name: a.g for a in fn.node[5].attribute}
@@ -157,7 +158,7 @@ RESIZE_CASES = {
 
 @pytest.mark.parametrize("case", list(RESIZE_CASES))
 @pytest.mark.parametrize("align_corners", [False, True], ids=["half_pixel", "align_corners"])
-@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("opset", [11, 13, 17, 20])
 def test_dynamic_resize_body_matches_torch(opset: int, align_corners: bool, case: str) -> None:
     (H, W), (h, w) = RESIZE_CASES[case]
     x = np.random.default_rng(7).standard_normal((2, 3, H, W)).astype(np.float32)
@@ -409,3 +410,23 @@ def test_make_body_declares_the_spec() -> None:
     assert (fn.domain, fn.name, list(fn.input), list(fn.output), list(fn.attribute)) == (
         "tests.functions", "Pair", ["a", "b"], ["output"], ["gain"],
     )
+
+
+def test_opset11_torchscript_export_runs_the_body(tmp_path) -> None:
+    """MMDeploy-style exports use opset 11: the resize body is built for it (EyeLike reads the flag)."""
+    seed = seed_by_name("super_resolution")
+    model, args = seed.factory()
+    result = opbridge.export(
+        model, args, tmp_path / "sr11.onnx", exporter="torchscript", opset_version=11,
+        input_names=seed.input_names, output_names=seed.output_names, dynamic_axes=seed.dynamic_axes(),
+    )
+    (fn,) = result.model.functions
+    assert fn.opset_import[0].version == 11 and "EyeLike" in [n.op_type for n in fn.node]
+    _, inputs = seed_case("super_resolution", 2)
+    got = ort_session(str(result.path)).run(None, {n: t.numpy() for n, t in zip(seed.input_names, inputs)})[0]
+    np.testing.assert_allclose(got, eager(model, inputs), rtol=1e-3, atol=1e-5)
+
+
+def test_resize_body_refuses_opsets_before_cubic_resize() -> None:
+    with pytest.raises(opbridge.OpDefinitionError, match=r"needs ONNX opset 11 or later \(cubic Resize\), the model uses opset 10"):
+        function_proto(DynamicResize, opset=10)

@@ -265,7 +265,7 @@ def test_default_domain_custom_op_is_repaired_on_a_copy(caplog: pytest.LogCaptur
 
 def test_unknown_ops_are_listed_with_the_fix() -> None:
     nodes = [
-        helper.make_node("Mystery", ["x"], ["a"], domain="acme.unknown"),
+        helper.make_node("Mystery", ["x"], ["a"], domain="acme.unknown", name="first_mystery"),
         helper.make_node("Enigma", ["a"], ["y"], domain="other.unknown"),
     ]
     model = one_node_model(
@@ -274,8 +274,8 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
     with pytest.raises(opbridge.UnknownOpError) as info:
         ReferenceSession(model)
     text = str(info.value)
-    assert "acme.unknown::Mystery (opset version 3)" in text
-    assert "other.unknown::Enigma (opset version 1)" in text
+    assert "acme.unknown::Mystery (opset version 3; node(s) first_mystery)" in text
+    assert "other.unknown::Enigma (opset version 1; node(s) <unnamed>)" in text
     assert "@opbridge.op('domain::Name')" in text and "@opbridge.kernel(" in text and "functions=True" in text
 
 
@@ -313,3 +313,8 @@ def test_importing_opbridge_does_not_load_the_evaluator() -> None:
         "from opbridge.reference import ReferenceSession; assert opbridge.ReferenceSession is ReferenceSession"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prefer_is_checked(seed_export) -> None:
+    with pytest.raises(ValueError, match="prefer must be 'spec' or 'function', got 'body'"):
+        ReferenceSession(seed_export("myselu", "dynamo").path, prefer="body")

@@ -202,6 +202,11 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
     return values
 
 
+def _shorten(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def _to_torch(arrays: Sequence[Any]) -> list[Any]:
     import numpy as np
     import torch
@@ -305,6 +310,11 @@ class ReferenceSession:
             ``"spec"`` runs the op's own kernel or reference, ``"function"`` its body.
         verbose: the evaluator's verbosity (0 = silent).
 
+    Attributes:
+        implementations: ``{(domain, op_type): how}`` for every custom op in the model,
+            ``how`` being ``"numpy kernel"``, ``"torch kernel"``, ``"PyTorch reference"``,
+            ``"kernel"`` (``@opbridge.kernel``) or ``"function"`` (the model-local body).
+
     Raises:
         ModelLoadError: the model cannot be read or parsed, or the evaluator rejects it.
         UnknownOpError: custom nodes that no spec, kernel or function covers.
@@ -356,9 +366,11 @@ class ReferenceSession:
         for fn in proto.functions:
             nodes.extend(_walk(fn.node))
         seen: dict[tuple[str, str], int] = {}
+        names: dict[tuple[str, str], list[str]] = {}
         for node in nodes:
             if node.domain not in _STANDARD_DOMAINS:
                 seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
+                names.setdefault((node.domain, node.op_type), []).append(node.name or "<unnamed>")
         classes: list[type] = []
         unknown: list[tuple[str, str, int]] = []
         for (domain, op_type), version in sorted(seen.items()):
@@ -388,7 +400,7 @@ class ReferenceSession:
                 continue
             unknown.append((domain, op_type, version))
         if unknown:
-            listing = "; ".join(f"{d}::{n} (opset version {v})" for d, n, v in unknown)
+            listing = "; ".join(f"{d}::{n} (opset version {v}; node(s) {_shorten(names[d, n])})" for d, n, v in unknown)
             raise UnknownOpError(
                 f"the model uses custom op(s) that nothing here implements: {listing}. Provide each one: define it "
                 "with @opbridge.op('domain::Name') and import the module that defines it (--ops in the CLI), "
@@ -407,8 +419,12 @@ class ReferenceSession:
         """The graph outputs, like ONNX Runtime's ``get_outputs()``."""
         return list(self._outputs)
 
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray], run_options: Any = None
+    ) -> list[np.ndarray]:
         """Run the model: ``output_names`` (None = all) from ``input_feed`` ({input name: array}).
+
+        ``run_options`` is accepted for ONNX Runtime compatibility and ignored.
 
         Raises:
             ValueError: an input is missing, unknown, or has another dtype than the model declares.
