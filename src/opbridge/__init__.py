@@ -36,6 +36,7 @@ def __getattr__(name: str) -> object:  # lazy: the reference runtime imports onn
         return ReferenceSession
     raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
 
+
 __all__ = [
     "AttrSpec",
     "AttrType",
