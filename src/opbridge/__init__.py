@@ -28,6 +28,15 @@ from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tol
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:  # lazy: the reference runtime imports onnx.reference and numpy
+    if name == "ReferenceSession":
+        from opbridge.reference import ReferenceSession
+
+        return ReferenceSession
+    raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
+
+
 __all__ = [
     "AttrSpec",
     "AttrType",

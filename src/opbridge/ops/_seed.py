@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import opbridge
+from opbridge.ops._seed_functions import dynamic_resize_body, myselu_body, strange_op2_body, strange_op_body
 from opbridge.shape import TensorInfo
 
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2"]
@@ -82,3 +83,10 @@ def DynamicResize(input: torch.Tensor, size_tensor: torch.Tensor, align_corners:
 @DynamicResize.register_shape
 def _resize_shape(x, size_tensor, **_):  # noqa: ANN001, ANN003, ANN202
     return TensorInfo((x.shape[0], x.shape[1], size_tensor.shape[-2], size_tensor.shape[-1]), x.dtype)
+
+
+# ONNX function bodies (model-local functions at export; see _seed_functions).
+MySELU.register_function(myselu_body)
+MyStrangeOp.register_function(strange_op_body)
+MyStrangeOp2.register_function(strange_op2_body)
+DynamicResize.register_function(dynamic_resize_body)

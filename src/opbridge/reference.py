@@ -1,0 +1,456 @@
+"""Run ONNX models with custom ops on the ONNX reference evaluator (numpy).
+
+:class:`ReferenceSession` wraps ``onnx.reference.ReferenceEvaluator`` behind
+ONNX Runtime's session interface (``run``, ``get_inputs``, ``get_outputs``), so
+tools that drive ONNX Runtime drive it too. Custom nodes run through, per
+``(domain, op_type)``:
+
+1. an op defined with ``@opbridge.op`` (looked up with :func:`opbridge.find_op`
+   at the model's opset version of the domain): its numpy kernel when
+   ``opdef.kernel_kind == "numpy"``, its torch kernel, else its PyTorch
+   reference, fed with ``torch.from_numpy`` views of the inputs (no copy);
+2. a kernel registered with ``@opbridge.kernel`` for an op without spec
+   (:func:`opbridge.find_kernel`);
+3. the model-local function of that name, run by the evaluator's own
+   function support (attribute references included).
+
+When a node has both a spec (or kernel) and a function body in the model,
+``prefer="spec"`` (the default) runs the op's own implementation: it is the
+definition the body decomposes, so comparing this session with ONNX Runtime
+(which runs the body) checks the body too. ``prefer="function"`` runs the
+body instead, as ONNX Runtime does.
+
+Custom ops written in ONNX's default domain by legacy exports are moved into
+``opbridge.legacy`` on a copy of the model first (one warning is logged); the
+kernels registered for them under domain ``""`` (or ``opbridge.legacy``) run
+them.
+
+Example:
+    >>> import numpy as np, torch, opbridge
+    >>> from onnx import helper, TensorProto
+    >>> @opbridge.op("doc.ref::AddOne")
+    ... def add_one(x: torch.Tensor) -> torch.Tensor:
+    ...     return x + 1
+    >>> g = helper.make_graph(
+    ...     [helper.make_node("AddOne", ["x"], ["y"], domain="doc.ref")], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("doc.ref", 1)])
+    >>> sess = ReferenceSession(m)
+    >>> [(i.name, i.shape, i.type) for i in sess.get_inputs()]
+    [('x', [2], 'tensor(float)')]
+    >>> sess.run(None, {"x": np.zeros(2, np.float32)})[0].tolist()
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from opbridge.definition import OpDef
+    from opbridge.kernels import KernelDef
+
+__all__ = ["ReferenceSession", "ValueInfo"]
+
+logger = logging.getLogger(__name__)
+
+_STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
+
+Prefer = Literal["spec", "function"]
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A graph input or output as ONNX Runtime describes it.
+
+    ``shape`` holds an int per static dim, the dim's name (str) per named dim
+    and None per unknown dim; ``type`` is e.g. ``"tensor(float)"``.
+    """
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+def _value_info(value: onnx.ValueInfoProto) -> ValueInfo:
+    import onnx
+
+    tensor = value.type.tensor_type
+    dims: list[int | str | None] = []
+    for d in tensor.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    if value.type.HasField("tensor_type"):
+        kind = f"tensor({onnx.TensorProto.DataType.Name(tensor.elem_type).lower()})"
+    else:
+        kind = value.type.WhichOneof("value") or "unknown"
+    return ValueInfo(value.name, dims, kind)
+
+
+def _onnx_type_name(dtype: Any) -> str | None:
+    """``'tensor(float)'`` for float32 and so on; None for dtypes ONNX does not name."""
+    import onnx
+
+    if dtype.kind in ("U", "S", "O"):
+        return "tensor(string)"
+    try:
+        code = onnx.helper.np_dtype_to_tensor_dtype(dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return f"tensor({onnx.TensorProto.DataType.Name(code).lower()})"
+
+
+def _load(model: Any) -> onnx.ModelProto:
+    """A private copy of ``model`` (path, bytes or ModelProto), or ModelLoadError."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        where = "the given bytes"
+        try:
+            loaded = onnx.load_model_from_string(bytes(model))
+        except Exception as exc:  # protobuf raises DecodeError and others
+            raise ModelLoadError(
+                f"cannot parse {where} as an ONNX model: {exc}. Pass a serialized ModelProto."
+            ) from exc
+    elif isinstance(model, (str, os.PathLike)):
+        where = os.fspath(model)
+        if not os.path.isfile(where):
+            raise ModelLoadError(f"ONNX model file {where!r} does not exist; check the path.")
+        try:
+            loaded = onnx.load(where)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"cannot read ONNX model {where!r}: {exc}. The file is corrupt or not an ONNX model; re-export it."
+            ) from exc
+    else:
+        raise ModelLoadError(f"ReferenceSession takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
+    if not loaded.graph.output:
+        raise ModelLoadError(
+            f"{where} holds no ONNX graph (no graph outputs); the file is corrupt or not an ONNX model."
+        )
+    return loaded
+
+
+def _walk(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    import onnx
+
+    for node in nodes:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(attr.g.node)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _walk(g.node)
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value as a Python value (strings decoded, arrays as lists)."""
+    import onnx
+
+    if isinstance(value, onnx.AttributeProto):
+        value = onnx.helper.get_attribute_value(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _kernel_attributes(node: onnx.NodeProto, linked: Mapping[str, Any]) -> dict[str, Any]:
+    """Every attribute of ``node`` as Python values; references take the calling function's values."""
+    out: dict[str, Any] = {}
+    for attr in node.attribute:
+        if attr.ref_attr_name:
+            if attr.name in linked and linked[attr.name] is not None:
+                out[attr.name] = _plain(linked[attr.name])
+        else:
+            out[attr.name] = _plain(attr)
+    return out
+
+
+def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, Any]) -> dict[str, Any]:
+    from opbridge.onnx_schema import attribute_values
+
+    spec = opdef.spec
+    direct = {a.name: a for a in node.attribute if not a.ref_attr_name}
+    values = attribute_values(spec, getter=direct.get)
+    for attr in node.attribute:
+        if attr.ref_attr_name and linked.get(attr.name) is not None:
+            values[attr.name] = spec.attribute(attr.name).from_onnx_value(_plain(linked[attr.name]))
+    return values
+
+
+def _shorten(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _to_torch(arrays: Sequence[Any]) -> list[Any]:
+    import numpy as np
+    import torch
+
+    out = []
+    with warnings.catch_warnings():
+        # Read-only arrays (initializers) are only read by the kernel.
+        warnings.filterwarnings("ignore", message=".*non-writable.*", category=UserWarning)
+        for a in arrays:
+            out.append(None if a is None else torch.from_numpy(np.ascontiguousarray(a)))
+    return out
+
+
+def _to_numpy(values: Any) -> tuple[Any, ...]:
+    import numpy as np
+
+    items = values if isinstance(values, (tuple, list)) else (values,)
+    out = []
+    for v in items:
+        if hasattr(v, "detach"):
+            v = v.detach().cpu().numpy()
+        out.append(np.asarray(v))
+    return tuple(out)
+
+
+def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
+    """Run a node with the op's numpy kernel, torch kernel or PyTorch reference."""
+
+    def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
+        attrs = _spec_attributes(opdef, node, linked)
+        args = list(inputs) + [None] * (len(opdef.spec.inputs) - len(inputs))
+        if opdef.kernel is not None and opdef.kernel_kind == "numpy":
+            return _to_numpy(opdef.kernel(*args, **attrs))
+        import torch
+
+        tensors = _to_torch(args)
+        with torch.no_grad():
+            if opdef.kernel is not None:
+                return _to_numpy(opdef.kernel(*tensors, **attrs))
+            return _to_numpy(opdef.run_reference(*tensors, **attrs))
+
+    return run
+
+
+def _kernel_runner(kernel: KernelDef) -> Callable[..., tuple[Any, ...]]:
+    """Run a node with a kernel registered by ``@opbridge.kernel``."""
+
+    def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
+        attrs = _kernel_attributes(node, linked)
+        if kernel.kind == "numpy":
+            return _to_numpy(kernel.fn(*inputs, **attrs))
+        import torch
+
+        with torch.no_grad():
+            return _to_numpy(kernel.fn(*_to_torch(inputs), **attrs))
+
+    return run
+
+
+def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]], source: str) -> type:
+    """An ``OpRun`` subclass for ``domain::op_type`` that calls ``runner``."""
+    from onnx.reference.op_run import OpRun
+
+    def _run(self: Any, *inputs: Any, **linked: Any) -> tuple[Any, ...]:
+        node = self.onnx_node
+        results = runner(node, inputs, linked)
+        if len(results) != len(node.output):
+            raise OpbridgeError(
+                f"{domain}::{op_type} ({source}) returned {len(results)} output(s) for a node with "
+                f"{len(node.output)}; return one array per output."
+            )
+        return results
+
+    # op_schema = None: attribute defaults come from the op spec, not from onnx.defs.
+    return type(op_type, (OpRun,), {"op_domain": domain, "op_schema": None, "_run": _run, "__doc__": source})
+
+
+def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
+    """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
+
+    ``ReferenceEvaluator(model, new_ops=...)`` gives the custom ops to the main
+    graph only; a function body calling a custom op would not find it. The
+    functions are built here, in order, each with the ops and the functions
+    before it, and the main graph is evaluated with them.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    functions: list[Any] = []
+    for fn in proto.functions:
+        functions.append(ReferenceEvaluator(fn, functions=list(functions), new_ops=new_ops, verbose=verbose))
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    return ReferenceEvaluator(proto.graph, opsets=opsets, functions=functions, new_ops=new_ops, verbose=verbose)
+
+
+class ReferenceSession:
+    """ONNX Runtime-like session on the ONNX reference evaluator, with opbridge's custom ops.
+
+    Args:
+        model: a path, serialized bytes or an ``onnx.ModelProto`` (copied; never modified).
+        prefer: for nodes that both a spec/kernel and a model-local function cover,
+            ``"spec"`` runs the op's own kernel or reference, ``"function"`` its body.
+        verbose: the evaluator's verbosity (0 = silent).
+
+    Attributes:
+        implementations: ``{(domain, op_type): how}`` for every custom op in the model,
+            ``how`` being ``"numpy kernel"``, ``"torch kernel"``, ``"PyTorch reference"``,
+            ``"kernel"`` (``@opbridge.kernel``) or ``"function"`` (the model-local body).
+
+    Raises:
+        ModelLoadError: the model cannot be read or parsed, or the evaluator rejects it.
+        UnknownOpError: custom nodes that no spec, kernel or function covers.
+
+    Example:
+        >>> sess = ReferenceSession("model.onnx")  # doctest: +SKIP
+        >>> outputs = sess.run(None, {"image": image})  # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, *, prefer: Prefer = "spec", verbose: int = 0) -> None:
+        from opbridge.legacy_domain import (
+            DEFAULT_LEGACY_DOMAIN,
+            move_default_domain_ops,
+        )
+
+        if prefer not in ("spec", "function"):
+            raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
+        proto = _load(model)
+        proto, moved = move_default_domain_ops(proto, DEFAULT_LEGACY_DOMAIN, copy=False)
+        if moved:
+            logger.warning(
+                "model has custom op(s) %s in ONNX's default domain (a legacy export); running a copy with them "
+                "moved to domain %r",
+                moved,
+                DEFAULT_LEGACY_DOMAIN,
+            )
+        self._legacy = {(DEFAULT_LEGACY_DOMAIN, name) for name in moved}
+        self.prefer: Prefer = prefer
+        self.implementations: dict[tuple[str, str], str] = {}
+        new_ops = self._custom_ops(proto)
+        try:
+            self._evaluator = _evaluator(proto, new_ops, verbose)
+        except Exception as exc:  # the evaluator raises many kinds
+            raise ModelLoadError(f"the ONNX reference evaluator cannot load the model: {exc}") from exc
+        self._model = proto
+        init_names = {i.name for i in proto.graph.initializer}
+        self._inputs = [_value_info(v) for v in proto.graph.input if v.name not in init_names]
+        self._outputs = [_value_info(v) for v in proto.graph.output]
+
+    # ------------------------------------------------------------------ resolution
+
+    def _custom_ops(self, proto: onnx.ModelProto) -> list[type]:
+        from opbridge.definition import find_op
+        from opbridge.kernels import find_kernel
+
+        opsets = {o.domain: o.version for o in proto.opset_import}
+        functions = {(f.domain, f.name) for f in proto.functions}
+        nodes = list(_walk(proto.graph.node))
+        for fn in proto.functions:
+            nodes.extend(_walk(fn.node))
+        seen: dict[tuple[str, str], int] = {}
+        names: dict[tuple[str, str], list[str]] = {}
+        for node in nodes:
+            if node.domain not in _STANDARD_DOMAINS:
+                seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
+                names.setdefault((node.domain, node.op_type), []).append(node.name or "<unnamed>")
+        classes: list[type] = []
+        unknown: list[tuple[str, str, int]] = []
+        for (domain, op_type), version in sorted(seen.items()):
+            has_body = (domain, op_type) in functions
+            if has_body and self.prefer == "function":
+                self.implementations[domain, op_type] = "function"
+                continue
+            opdef = None if (domain, op_type) in self._legacy else find_op(domain, op_type, version)
+            if opdef is not None:
+                how = (
+                    "numpy kernel"
+                    if opdef.kernel_kind == "numpy" and opdef.kernel
+                    else ("torch kernel" if opdef.kernel is not None else "PyTorch reference")
+                )
+                classes.append(_op_class(domain, op_type, _spec_runner(opdef), f"{opdef.spec.qualname} {how}"))
+                self.implementations[domain, op_type] = how
+                continue
+            kern = find_kernel(domain, op_type, version)
+            if kern is None and (domain, op_type) in self._legacy:
+                kern = find_kernel("", op_type, None)
+            if kern is not None:
+                classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}"))
+                self.implementations[domain, op_type] = "kernel"
+                continue
+            if has_body:
+                self.implementations[domain, op_type] = "function"
+                continue
+            unknown.append((domain, op_type, version))
+        if unknown:
+            listing = "; ".join(f"{d}::{n} (opset version {v}; node(s) {_shorten(names[d, n])})" for d, n, v in unknown)
+            raise UnknownOpError(
+                f"the model uses custom op(s) that nothing here implements: {listing}. Provide each one: define it "
+                "with @opbridge.op('domain::Name') and import the module that defines it (--ops in the CLI), "
+                "register a kernel with @opbridge.kernel('Name', domain='domain'), or export the model with "
+                "functions=True from an op that has a function body."
+            )
+        return classes
+
+    # ------------------------------------------------------------------ ORT-like API
+
+    def get_inputs(self) -> list[ValueInfo]:
+        """The graph inputs to feed (initializers excluded), like ONNX Runtime's ``get_inputs()``."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[ValueInfo]:
+        """The graph outputs, like ONNX Runtime's ``get_outputs()``."""
+        return list(self._outputs)
+
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray], run_options: Any = None
+    ) -> list[np.ndarray]:
+        """Run the model: ``output_names`` (None = all) from ``input_feed`` ({input name: array}).
+
+        ``run_options`` is accepted for ONNX Runtime compatibility and ignored.
+
+        Raises:
+            ValueError: an input is missing, unknown, or has another dtype than the model declares.
+        """
+        import numpy as np
+
+        expected = {i.name: i for i in self._inputs}
+        unknown = sorted(set(input_feed) - set(expected))
+        missing = [n for n in expected if n not in input_feed]
+        if unknown or missing:
+            raise ValueError(
+                f"input feed mismatch: missing {missing}, unknown {unknown}; the model's inputs are {list(expected)}."
+            )
+        feed: dict[str, Any] = {}
+        for name, value in input_feed.items():
+            array = np.asarray(value)
+            want = expected[name].type
+            got = _onnx_type_name(array.dtype)
+            if got is not None and want.startswith("tensor(") and want != "tensor(undefined)" and got != want:
+                raise ValueError(f"input {name!r} expects {want}, got {got} (numpy {array.dtype}); cast it.")
+            feed[name] = array
+        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        bad = [n for n in names if n not in {o.name for o in self._outputs}]
+        if bad:
+            raise ValueError(
+                f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}."
+            )
+        results = self._evaluator.run(names, feed)
+        return [np.asarray(r) for r in results]

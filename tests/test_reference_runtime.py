@@ -1,0 +1,320 @@
+"""ReferenceSession: the ONNX reference evaluator with opbridge's custom ops, driven like ONNX Runtime."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from conftest import EXPORTERS, SEED_IDS, seed_by_name
+from onnx import TensorProto, helper
+
+import opbridge
+from opbridge.functions import ref_attr
+from opbridge.reference import ReferenceSession
+
+SHAPE_IDS = ["export_shape", "shape1", "shape2"]
+TOLERANCE = {"myselu": (1e-5, 1e-6), "strange_net": (1e-4, 1e-5), "strange_net2": (1e-4, 1e-5)}
+
+
+def seed_case(name: str, which: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The seed's eager model and its inputs: the export example (0) or ``SeedModel.shapes[which - 1]``."""
+    seed = seed_by_name(name)
+    model, args = seed.factory()
+    if which == 0:
+        return model, list(args)
+    shapes = seed.shapes[which - 1]
+    g = torch.Generator().manual_seed(200 + which)
+    return model, [torch.randn(shapes[n], generator=g) for n in seed.input_names]
+
+
+def one_node_model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[tuple[str, int, list]],
+    outputs: list[tuple[str, int, list]],
+    domains: dict[str, int],
+    functions: list[onnx.FunctionProto] | None = None,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*o) for o in outputs],
+    )
+    imports = [helper.make_opsetid("", 18)] + [helper.make_opsetid(d, v) for d, v in domains.items()]
+    return helper.make_model(graph, opset_imports=imports, functions=functions or [])
+
+
+# --------------------------------------------------------------------------- seed models
+
+
+@pytest.mark.parametrize("functions", [True, False], ids=["with_bodies", "without_bodies"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=SHAPE_IDS)
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_seed_models_match_eager(seed_export, name: str, exporter: str, which: int, functions: bool) -> None:
+    """The spec path (the ops' PyTorch references) runs every seed, with or without bodies in the model."""
+    result = seed_export(name, exporter, functions=functions)
+    assert bool(result.model.functions) == functions
+    model, inputs = seed_case(name, which)
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    session = ReferenceSession(result.path)
+    assert set(session.implementations.values()) == {"PyTorch reference"}
+    feed = {n: t.numpy() for n, t in zip(seed_by_name(name).input_names, inputs)}
+    rtol, atol = TOLERANCE.get(name, (1e-3, 1e-5))
+    np.testing.assert_allclose(session.run(None, feed)[0], expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_inputs_and_outputs_describe_like_onnxruntime(seed_export, name: str, exporter: str) -> None:
+    path = str(seed_export(name, exporter).path)
+    ours = ReferenceSession(path)
+    theirs = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for mine, other in [(ours.get_inputs(), theirs.get_inputs()), (ours.get_outputs(), theirs.get_outputs())]:
+        assert [(v.name, list(v.shape), v.type) for v in mine] == [(v.name, list(v.shape), v.type) for v in other]
+
+
+def test_prefer_function_without_bodies_falls_back_to_the_spec(seed_export) -> None:
+    session = ReferenceSession(seed_export("strange_net", "dynamo", functions=False).path, prefer="function")
+    assert session.implementations == {("opbridge", "MyStrangeOp"): "PyTorch reference"}
+
+
+def test_accepts_path_bytes_and_proto(seed_export) -> None:
+    result = seed_export("myselu", "torchscript")
+    x = np.random.default_rng(0).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    outs = [
+        ReferenceSession(m).run(["output"], {"image": x})[0]
+        for m in (result.path, str(result.path), result.path.read_bytes(), result.model)
+    ]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
+# --------------------------------------------------------------------------- kernels and attributes
+
+
+@opbridge.op("tests.reference::Affine", outputs=("scaled", "shifted"))
+def affine(
+    x: torch.Tensor,
+    scale: float = 1.0,
+    shift: list[int] = [0, 0],  # noqa: B006
+    label: str = "",
+    negate: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x * scale * len(label), x + sum(shift)), negated when ``negate``."""
+    sign = -1.0 if negate else 1.0
+    return sign * x * scale * len(label), sign * (x + sum(shift))
+
+
+def _affine_model(**attrs: object) -> onnx.ModelProto:
+    node = helper.make_node("Affine", ["x"], ["a", "b"], domain="tests.reference", **attrs)
+    return one_node_model(
+        [node], [("x", TensorProto.FLOAT, [3])], [("a", TensorProto.FLOAT, [3]), ("b", TensorProto.FLOAT, [3])],
+        {"tests.reference": 1},
+    )
+
+
+def test_spec_attributes_are_typed_and_defaulted() -> None:
+    x = np.array([1.0, 2.0, -3.0], np.float32)
+    session = ReferenceSession(_affine_model(scale=0.5, shift=[1, 2], label="日本語", negate=1))
+    assert session.implementations == {("tests.reference", "Affine"): "PyTorch reference"}
+    scaled, shifted = session.run(None, {"x": x})
+    np.testing.assert_allclose(scaled, -x * 0.5 * 3)
+    np.testing.assert_allclose(shifted, -(x + 3))
+    scaled, shifted = ReferenceSession(_affine_model(label="ab")).run(None, {"x": x})
+    np.testing.assert_allclose(scaled, x * 2)
+    np.testing.assert_allclose(shifted, x)
+
+
+@opbridge.op("tests.reference::Cube")
+def cube(x: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
+    """x ** 3 + offset."""
+    return x**3 + offset
+
+
+def _cube_model() -> onnx.ModelProto:
+    node = helper.make_node("Cube", ["x"], ["y"], domain="tests.reference", offset=1.5)
+    return one_node_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], {"tests.reference": 1})
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_spec_kernel_runs_instead_of_the_reference(kind: str) -> None:
+    seen: list[type] = []
+
+    def kernel(x, offset):  # noqa: ANN001, ANN202
+        seen.append(type(x))
+        return x * x * x + offset
+
+    cube.register_kernel(kernel, kind=kind)
+    try:
+        session = ReferenceSession(_cube_model())
+        out = session.run(None, {"x": np.array([2.0, -1.0], np.float32)})[0]
+    finally:
+        cube.kernel, cube.kernel_kind = None, None
+    assert session.implementations == {("tests.reference", "Cube"): f"{kind} kernel"}
+    assert seen == [np.ndarray if kind == "numpy" else torch.Tensor]
+    np.testing.assert_allclose(out, [9.5, 0.5])
+    assert out.dtype == np.float32
+
+
+def test_torch_inputs_share_memory_with_numpy() -> None:
+    seen: list[int] = []
+    feed = np.array([1.0, 2.0], np.float32)
+
+    def kernel(x, offset):  # noqa: ANN001, ANN202
+        seen.append(x.data_ptr())
+        return x + offset
+
+    cube.register_kernel(kernel, kind="torch")
+    try:
+        ReferenceSession(_cube_model()).run(None, {"x": feed})
+    finally:
+        cube.kernel, cube.kernel_kind = None, None
+    assert seen == [feed.ctypes.data]
+
+
+@opbridge.kernel("tests.reference.nospec::Clamp01", kind="numpy")
+def clamp01(x, *, low=0.0, names=()):  # noqa: ANN001, ANN201
+    assert names == ["a", "ü"]
+    return np.clip(x, low, 1.0)
+
+
+@opbridge.kernel("tests.reference.nospec::Twice", kind="torch", outputs=2)
+def twice_torch(x):  # noqa: ANN001, ANN201
+    return x * 2, x + x
+
+
+def test_registered_kernels_run_ops_without_spec() -> None:
+    nodes = [
+        helper.make_node("Clamp01", ["x"], ["c"], domain="tests.reference.nospec", low=-0.5, names=["a", "ü"]),
+        helper.make_node("Twice", ["c"], ["d", "e"], domain="tests.reference.nospec"),
+    ]
+    model = one_node_model(
+        nodes, [("x", TensorProto.FLOAT, [4])], [("d", TensorProto.FLOAT, [4]), ("e", TensorProto.FLOAT, [4])],
+        {"tests.reference.nospec": 1},
+    )
+    session = ReferenceSession(model)
+    assert set(session.implementations.values()) == {"kernel"}
+    d, e = session.run(None, {"x": np.array([-2.0, -0.25, 0.5, 3.0], np.float32)})
+    np.testing.assert_allclose(d, [-1.0, -0.5, 1.0, 2.0])
+    np.testing.assert_array_equal(d, e)
+
+
+def test_custom_node_inside_a_function_gets_referenced_attributes() -> None:
+    """A body calling a spec'd op with an attribute reference: the evaluator's function support feeds it."""
+    inner = helper.make_node("Cube", ["u"], ["v"], domain="tests.reference")
+    inner.attribute.append(ref_attr("offset", "bias", onnx.AttributeProto.FLOAT))
+    body = helper.make_function(
+        "tests.reference.fn", "CubePlus", ["u"], ["v"], [inner],
+        [helper.make_opsetid("", 18), helper.make_opsetid("tests.reference", 1)], attributes=["bias"],
+    )
+    node = helper.make_node("CubePlus", ["x"], ["y"], domain="tests.reference.fn", bias=-2.0)
+    model = one_node_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
+        {"tests.reference": 1, "tests.reference.fn": 1}, [body],
+    )
+    session = ReferenceSession(model)
+    assert session.implementations == {
+        ("tests.reference", "Cube"): "PyTorch reference",
+        ("tests.reference.fn", "CubePlus"): "function",
+    }
+    np.testing.assert_allclose(session.run(None, {"x": np.array([1.0, 2.0], np.float32)})[0], [-1.0, 6.0])
+
+
+def test_kernel_with_wrong_output_count_is_reported() -> None:
+    cube.register_kernel(lambda x, offset: (x, x), kind="numpy")
+    try:
+        session = ReferenceSession(_cube_model())
+        with pytest.raises(Exception, match=r"tests.reference::Cube .* returned 2 output\(s\) for a node with 1"):
+            session.run(None, {"x": np.ones(2, np.float32)})
+    finally:
+        cube.kernel, cube.kernel_kind = None, None
+
+
+# --------------------------------------------------------------------------- legacy default domain
+
+
+@opbridge.kernel("LegacySwishForTests", domain="")
+def legacy_swish(x, p, *, alpha=1.0):  # noqa: ANN001, ANN201
+    return x / (1.0 + np.exp(-alpha * x))
+
+
+def test_default_domain_custom_op_is_repaired_on_a_copy(caplog: pytest.LogCaptureFixture) -> None:
+    node = helper.make_node("LegacySwishForTests", ["x", "x"], ["y"], alpha=2.0)
+    model = one_node_model([node], [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])], {})
+    original = model.SerializeToString()
+    with caplog.at_level(logging.WARNING, logger="opbridge.reference"):
+        session = ReferenceSession(model)
+    warnings = [r for r in caplog.records if r.name == "opbridge.reference"]
+    assert len(warnings) == 1 and "LegacySwishForTests" in warnings[0].getMessage()
+    assert "opbridge.legacy" in warnings[0].getMessage()
+    assert model.SerializeToString() == original
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x / (1 + np.exp(-2 * x)), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_ops_are_listed_with_the_fix() -> None:
+    nodes = [
+        helper.make_node("Mystery", ["x"], ["a"], domain="acme.unknown", name="first_mystery"),
+        helper.make_node("Enigma", ["a"], ["y"], domain="other.unknown"),
+    ]
+    model = one_node_model(
+        nodes, [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, [1])], {"acme.unknown": 3, "other.unknown": 1}
+    )
+    with pytest.raises(opbridge.UnknownOpError) as info:
+        ReferenceSession(model)
+    text = str(info.value)
+    assert "acme.unknown::Mystery (opset version 3; node(s) first_mystery)" in text
+    assert "other.unknown::Enigma (opset version 1; node(s) <unnamed>)" in text
+    assert "@opbridge.op('domain::Name')" in text and "@opbridge.kernel(" in text and "functions=True" in text
+
+
+def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07\xff\xff\xff this is not protobuf" * 8)
+    with pytest.raises(opbridge.ModelLoadError, match=r"cannot read ONNX model .*garbage.onnx.*corrupt or not an ONNX model"):
+        ReferenceSession(garbage)
+    truncated = tmp_path / "truncated.onnx"
+    data = seed_export("myselu", "dynamo").path.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(opbridge.ModelLoadError, match="truncated.onnx"):
+        ReferenceSession(truncated)
+    with pytest.raises(opbridge.ModelLoadError, match="does not exist"):
+        ReferenceSession(tmp_path / "missing.onnx")
+    with pytest.raises(opbridge.ModelLoadError, match="cannot parse the given bytes"):
+        ReferenceSession(b"\xff\xff\xff\xff")
+    with pytest.raises(opbridge.ModelLoadError, match="takes a path, bytes or onnx.ModelProto, got int"):
+        ReferenceSession(42)
+
+
+def test_bad_feeds_are_reported(seed_export) -> None:
+    session = ReferenceSession(seed_export("myselu", "dynamo").path)
+    with pytest.raises(ValueError, match=r"missing \['image'\], unknown \['img'\]"):
+        session.run(None, {"img": np.zeros((1, 1, 4, 4), np.float32)})
+    with pytest.raises(ValueError, match=r"input 'image' expects tensor\(float\), got tensor\(double\)"):
+        session.run(None, {"image": np.zeros((1, 1, 4, 4))})
+    with pytest.raises(ValueError, match=r"unknown output name\(s\) \['nope'\]"):
+        session.run(["nope"], {"image": np.zeros((1, 1, 4, 4), np.float32)})
+
+
+def test_importing_opbridge_does_not_load_the_evaluator() -> None:
+    code = (
+        "import sys, opbridge; assert 'onnx.reference' not in sys.modules and 'opbridge.reference' not in sys.modules; "
+        "from opbridge.reference import ReferenceSession; assert opbridge.ReferenceSession is ReferenceSession"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prefer_is_checked(seed_export) -> None:
+    with pytest.raises(ValueError, match="prefer must be 'spec' or 'function', got 'body'"):
+        ReferenceSession(seed_export("myselu", "dynamo").path, prefer="body")
