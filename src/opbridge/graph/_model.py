@@ -24,6 +24,7 @@ __all__ = [
     "STANDARD_DOMAINS",
     "all_nodes",
     "const_array",
+    "ensure_builtin_ops",
     "evaluate_constant",
     "function_keys",
     "is_custom_node",
@@ -58,6 +59,13 @@ def load_model(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelPro
         return onnx.load(str(path))
     except Exception as exc:
         raise ModelLoadError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc}).") from exc
+
+
+def ensure_builtin_ops() -> None:
+    """Define opbridge's built-in ops (:mod:`opbridge.ops`) so that lookups by name find them."""
+    import importlib
+
+    importlib.import_module("opbridge.ops")
 
 
 def all_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:

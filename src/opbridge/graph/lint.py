@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.graph._model import (
     all_nodes,
+    ensure_builtin_ops,
     evaluate_constant,
     function_keys,
     is_custom_node,
@@ -304,6 +305,7 @@ def lint_model(
             the node they explain.
     """
     proto = load_model(model)
+    ensure_builtin_ops()
     findings = _check_domains(proto)
     findings += _check_unknown(proto)
     findings += _check_resize(proto, warnings)

@@ -53,8 +53,9 @@ def check_compat(
     """
     import onnx
 
-    from opbridge.graph._model import load_model
+    from opbridge.graph._model import ensure_builtin_ops, load_model
 
+    ensure_builtin_ops()
     path = None if isinstance(model, onnx.ModelProto) else str(model)
     proto = load_model(model)
     if target == "tensorrt":
