@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str | None]:
     """``(domain, op_type)`` the OpenVINO ONNX frontend leaves unconverted, and a conversion error if it raised."""
-    import onnx
+    import onnx.inliner
     from openvino.frontend import FrontEndManager
 
     from opbridge.export import save_model_atomic
