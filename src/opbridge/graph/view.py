@@ -42,11 +42,16 @@ class NetronServer:
 
         return bool(netron.status((self.host, self.port)))
 
-    def stop(self) -> None:
-        """Stop the server (idempotent)."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server and wait (up to ``timeout`` seconds) for its thread to end; idempotent."""
+        import time
+
         import netron
 
         netron.stop((self.host, self.port))
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def wait(self) -> None:
         """Block until interrupted (Ctrl-C), then stop."""
