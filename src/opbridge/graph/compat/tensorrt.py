@@ -51,8 +51,8 @@ logger = logging.getLogger(__name__)
 Version = tuple[int, int]
 LATEST: Version = (99, 0)
 
-# Default-domain ops with no TensorRT importer: the "N" rows of onnx-tensorrt docs/operators.md
-# (TensorRT 8.5), minus ops that gained importers later is not documented: applied up to 8.x only.
+# Default-domain ops with no TensorRT importer: the "N" rows of onnx-tensorrt docs/operators.md for
+# TensorRT 8.5. Later releases added importers for some of them, so the list is applied to 8.x only.
 _NO_IMPORTER_8X = frozenset(
     "Bernoulli BitShift BlackmanWindow Compress ConcatFromSequence ConvInteger DFT Det DynamicQuantizeLinear "
     "HammingWindow HannWindow Hardmax LayerNormalization MatMulInteger MaxRoiPool MaxUnpool MelWeightMatrix "
