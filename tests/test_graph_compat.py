@@ -166,7 +166,10 @@ def test_ort_function_body_runs() -> None:
 
 
 def test_ort_opbridge_op_and_opset_too_old() -> None:
-    assert ort(custom_node_model("Scale", "test.compat"))["custom"].verdict == "opbridge"
+    report = check_compat(custom_node_model("Scale", "test.compat"), "onnxruntime")
+    scale = next(n for n in report.nodes if n.node == "custom")
+    assert scale.verdict == "opbridge" and scale.real.startswith("fail")
+    assert report.real_ok is False and report.ok, "a session without opbridge's bridge is expected to fail there"
     gelu = make_model([helper.make_node("Gelu", ["x"], ["y"], name="g")],
                       [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], opset=17)
     v = ort(gelu)["g"]

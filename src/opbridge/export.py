@@ -504,7 +504,7 @@ def _lint_result(result: ExportResult) -> None:
 
     try:
         result.findings = lint_model(result.model, warnings=result.warnings)
-    except Exception as exc:  # lint is advice: a lint failure must not lose a valid export
+    except Exception as exc:  # noqa: BLE001 - lint is advice: a lint failure must not lose a valid export
         logger.warning("lint of %s failed: %s: %s", result.path, type(exc).__name__, exc)
         return
     for finding in result.findings:

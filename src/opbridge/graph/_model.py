@@ -127,8 +127,8 @@ def _static_shape(value: ir.Value) -> list[int] | None:
     shape = value.shape
     if shape is None:
         return None
-    dims = list(shape)
-    return dims if all(isinstance(d, int) for d in dims) else None
+    dims = [d for d in shape if isinstance(d, int)]
+    return dims if len(dims) == len(shape) else None
 
 
 def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[np.ndarray | None, str]:
@@ -214,6 +214,6 @@ def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
     try:
         feeds = {n: x for n, x in zip(names, inputs) if x is not None}
         return list(ReferenceEvaluator(model).run(None, feeds))
-    except Exception as exc:  # an op the reference cannot run: not foldable, say so upstream
+    except Exception as exc:  # noqa: BLE001 - an op the reference cannot run is simply not foldable
         logger.debug("cannot evaluate %s: %s", node.op_type, exc)
         return None

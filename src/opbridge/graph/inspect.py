@@ -187,7 +187,7 @@ def _tensor_nbytes(t: onnx.TensorProto) -> int:
     count = int(np.prod(t.dims)) if len(t.dims) else 1
     try:
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except Exception:
+    except (KeyError, TypeError, ValueError):  # string or unknown element types
         itemsize = 1
     return count * itemsize
 

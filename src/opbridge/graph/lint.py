@@ -67,7 +67,7 @@ LINT_CODES: dict[str, str] = {
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_TRACER_VALUE = re.compile(r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.I)
+_TRACER_VALUE = re.compile(r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
     findings: list[Finding] = []
     try:
         graph = ir.from_proto(model).graph
-    except Exception as exc:  # a model onnx-ir cannot read: report and skip this check
+    except Exception as exc:  # noqa: BLE001 - a model onnx-ir cannot read: skip this check, say so in the log
         logger.debug("resize check skipped: %s", exc)
         return findings
     explained = False

@@ -69,7 +69,7 @@ def _session_error(model: onnx.ModelProto) -> str | None:
     options.log_severity_level = 3
     try:
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any session error is the verdict we report
         return str(exc).strip()
     return None
 
@@ -85,6 +85,7 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True) -> CompatRep
     error = _session_error(model)
     report.real_backend = f"InferenceSession (onnxruntime {ort.__version__}, no opbridge bridge)"
     report.real_ok = error is None
+    report.real_includes_opbridge = False
     blamed = False
     updated = []
     for n in nodes:

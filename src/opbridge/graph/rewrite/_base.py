@@ -62,7 +62,7 @@ class RewriteRule:
 class IRRule(RewriteRule):
     """A rule over onnx-ir: ``candidates`` -> ``check`` -> ``rewrite``, one node at a time."""
 
-    #: what the rule looks for, for the "found none" reason.
+    #: what the rule looks for, for the "found none" reason (``looking_for`` on an instance overrides it).
     looks_for: ClassVar[str] = ""
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
@@ -82,7 +82,8 @@ class IRRule(RewriteRule):
         irm = ir.from_proto(model)
         found = self.candidates(irm.graph, options)
         if not found:
-            return model, [self.outcome("", False, f"no {self.looks_for} in the graph")]
+            what = getattr(self, "looking_for", "") or self.looks_for
+            return model, [self.outcome("", False, f"no {what} in the graph")]
         outcomes = []
         for node in found:
             label = node.name or node.op_type

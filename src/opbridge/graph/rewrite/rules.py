@@ -35,8 +35,8 @@ def _is_resize(node: ir.Node) -> bool:
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
-    value = node.inputs[index] if len(node.inputs) > index else None
-    return value if value is not None and value.name != "" else value
+    """Input ``index`` of ``node``, or None when absent."""
+    return node.inputs[index] if len(node.inputs) > index else None
 
 
 def _const(graph: ir.Graph, array: np.ndarray, name: str) -> ir.Value:
@@ -266,7 +266,7 @@ class ReplaceOp(IRRule):
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         maps = self._maps(options)
-        self.looks_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
+        self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
         return [n for n in graph if self._target(n, maps) is not None]
 
     @staticmethod
