@@ -503,7 +503,7 @@ def _lint_result(result: ExportResult) -> None:
     from opbridge.graph.lint import lint_model
 
     try:
-        result.findings = lint_model(result.model, warnings=result.warnings)
+        result.findings = lint_model(result.model, warnings=result.warnings, builtin_ops=False)
     except Exception as exc:  # noqa: BLE001 - lint is advice: a lint failure must not lose a valid export
         logger.warning("lint of %s failed: %s: %s", result.path, type(exc).__name__, exc)
         return

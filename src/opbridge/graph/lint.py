@@ -295,6 +295,7 @@ def lint_model(
     model: str | os.PathLike[str] | onnx.ModelProto,
     *,
     warnings: Sequence[Any] | None = None,
+    builtin_ops: bool = True,
 ) -> list[Finding]:
     """Lint ``model`` and return its findings, errors first.
 
@@ -303,9 +304,12 @@ def lint_model(
         warnings: warnings captured while exporting the model
             (``ExportResult.warnings``); TracerWarnings are reported against
             the node they explain.
+        builtin_ops: define opbridge's built-in ops (:mod:`opbridge.ops`) first, so that
+            their nodes count as known.
     """
     proto = load_model(model)
-    ensure_builtin_ops()
+    if builtin_ops:
+        ensure_builtin_ops()
     findings = _check_domains(proto)
     findings += _check_unknown(proto)
     findings += _check_resize(proto, warnings)
