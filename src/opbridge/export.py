@@ -483,5 +483,20 @@ def export(
     final = finalize_model(proto, ops, check=check)
     path = save_model_atomic(final, f)
     result = ExportResult(path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured)
+    _lint_result(result)
     logger.info("%s", result.summary())
     return result
+
+
+def _lint_result(result: ExportResult) -> None:
+    """Lint the exported model with the warnings captured while tracing; keep and log the findings."""
+    from opbridge.graph.lint import lint_model
+
+    try:
+        result.findings = lint_model(result.model, warnings=result.warnings, builtin_ops=False)
+    except Exception as exc:  # noqa: BLE001 - lint is advice: a lint failure must not lose a valid export
+        logger.warning("lint of %s failed: %s: %s", result.path, type(exc).__name__, exc)
+        return
+    for finding in result.findings:
+        if finding.severity in ("error", "warning"):
+            logger.warning("%s", finding)

@@ -1,0 +1,219 @@
+"""Loading ONNX files and answering small questions about their nodes and values.
+
+These helpers work on any model, including ones opbridge did not export:
+which domains are standard, which opset a node runs under, whether a value is
+an initializer, a Constant or computable from constants alone (and its value).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
+
+__all__ = [
+    "STANDARD_DOMAINS",
+    "all_nodes",
+    "const_array",
+    "ensure_builtin_ops",
+    "evaluate_constant",
+    "function_keys",
+    "is_custom_node",
+    "load_model",
+    "node_label",
+    "opset_version",
+]
+
+logger = logging.getLogger(__name__)
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+def load_model(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
+    """Load ``model`` (a path or an already loaded ModelProto) with its external data.
+
+    Raises:
+        ModelLoadError: the file is missing or is not an ONNX model, with the path and the reason.
+
+    Example:
+        >>> import onnx
+        >>> load_model(onnx.ModelProto()).graph.name
+        ''
+    """
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = Path(model)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file; give the path of an .onnx model.")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc}).") from exc
+
+
+def ensure_builtin_ops() -> None:
+    """Define opbridge's built-in ops (:mod:`opbridge.ops`) so that lookups by name find them."""
+    import importlib
+
+    importlib.import_module("opbridge.ops")
+
+
+def all_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:
+    """Every node of the main graph and its subgraphs, with a path prefix (``""`` for the main graph)."""
+    import onnx
+
+    def walk(graph: onnx.GraphProto, prefix: str) -> Iterator[tuple[str, onnx.NodeProto]]:
+        for node in graph.node:
+            yield prefix, node
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(attr.g, f"{prefix}{node.name or node.op_type}/{attr.name}/")
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for i, g in enumerate(attr.graphs):
+                        yield from walk(g, f"{prefix}{node.name or node.op_type}/{attr.name}[{i}]/")
+
+    yield from walk(model.graph, "")
+
+
+def is_custom_node(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is outside ONNX's standard domains, or an op ONNX does not define in the default domain."""
+    from opbridge.legacy_domain import is_standard_op
+
+    if node.domain in ("", "ai.onnx"):
+        return not is_standard_op(node.op_type)
+    return node.domain not in STANDARD_DOMAINS
+
+
+def node_label(node: onnx.NodeProto, index: int | None = None) -> str:
+    """A name to show for ``node``: its name, else ``op_type#index``."""
+    if node.name:
+        return node.name
+    return f"{node.op_type}#{index}" if index is not None else node.op_type
+
+
+def opset_version(model: onnx.ModelProto, domain: str) -> int | None:
+    """The version the model imports for ``domain`` (``""`` and ``"ai.onnx"`` are the same), or None."""
+    aliases = {"", "ai.onnx"} if domain in ("", "ai.onnx") else {domain}
+    versions = [o.version for o in model.opset_import if o.domain in aliases]
+    return max(versions) if versions else None
+
+
+def function_keys(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    """``(domain, name)`` of every model-local function."""
+    return {(f.domain, f.name) for f in model.functions}
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The numpy value of an initializer or Constant output, else None."""
+    import onnx_ir as ir
+
+    if value is None:
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()
+
+
+def _static_shape(value: ir.Value) -> list[int] | None:
+    shape = value.shape
+    if shape is None:
+        return None
+    dims = [d for d in shape if isinstance(d, int)]
+    return dims if len(dims) == len(shape) else None
+
+
+def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[np.ndarray | None, str]:
+    """Compute ``value`` if it depends only on constants (and static shapes); else say why not.
+
+    Returns ``(array, "")`` or ``(None, reason)``. ``Shape`` of a value whose
+    shape is fully static counts as a constant. Other nodes are run with
+    ``onnx.reference``.
+    """
+    import numpy as np
+
+    if value is None:
+        return None, "the input is absent"
+    cache: dict[int, np.ndarray] = {}
+    count = [0]
+
+    def ev(v: ir.Value) -> tuple[np.ndarray | None, str]:
+        if id(v) in cache:
+            return cache[id(v)], ""
+        arr = const_array(v)
+        if arr is not None:
+            cache[id(v)] = arr
+            return arr, ""
+        if v.is_graph_input():
+            return None, f"it depends on graph input {v.name!r}"
+        node = v.producer()
+        if node is None:
+            return None, f"{v.name!r} has no producer"
+        count[0] += 1
+        if count[0] > max_nodes:
+            return None, f"it depends on more than {max_nodes} nodes"
+        if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+            dims = _static_shape(node.inputs[0]) if node.inputs[0] is not None else None
+            if dims is None:
+                name = node.inputs[0].name if node.inputs[0] is not None else "?"
+                return None, f"it depends on the run-time shape of {name!r} (via {node.name or 'Shape'})"
+            start = node.attributes.get_int("start", 0)
+            end = node.attributes.get_int("end", len(dims))
+            out = np.array(dims, dtype=np.int64)[slice(start, end)]
+            cache[id(v)] = out
+            return out, ""
+        if node.domain not in ("", "ai.onnx"):
+            return None, f"it is computed by custom node {node.name or node.op_type!r}"
+        inputs: list[np.ndarray | None] = []
+        for x in node.inputs:
+            if x is None:
+                inputs.append(None)
+                continue
+            arr, why = ev(x)
+            if arr is None:
+                return None, why
+            inputs.append(arr)
+        outs = _run_node(node, inputs)
+        if outs is None:
+            return None, f"node {node.name or node.op_type!r} could not be evaluated"
+        for out_value, arr in zip(node.outputs, outs):
+            cache[id(out_value)] = arr
+        return cache.get(id(v)), ""
+
+    return ev(value)
+
+
+def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
+    """Run one standard node with onnx.reference on numpy inputs."""
+    import onnx
+    import onnx_ir as ir
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
+    outs = [f"o{k}" for k in range(len(node.outputs))]
+    attrs = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
+    proto = onnx.helper.make_node(node.op_type, names, outs, domain=node.domain)
+    proto.attribute.extend(attrs)
+    version = node.version or (node.graph.opset_imports.get("", None) if node.graph is not None else None) or 21
+    graph = onnx.helper.make_graph(
+        [proto],
+        "eval",
+        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+         for n, x in zip(names, inputs) if x is not None],
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outs],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", int(version))])
+    try:
+        feeds = {n: x for n, x in zip(names, inputs) if x is not None}
+        return list(ReferenceEvaluator(model).run(None, feeds))
+    except Exception as exc:  # noqa: BLE001 - an op the reference cannot run is simply not foldable
+        logger.debug("cannot evaluate %s: %s", node.op_type, exc)
+        return None

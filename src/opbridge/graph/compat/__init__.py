@@ -1,0 +1,81 @@
+"""``opbridge compat``: what a runtime will do with each node of a model.
+
+One module per target behind one function shape, ``check_<target>(model, *, real) -> CompatReport``:
+
+* :mod:`.tensorrt`: static rules from the TensorRT ONNX parser's documented behaviour, with
+  the TensorRT versions each applies to; plus the real parser when available.
+* :mod:`.onnxruntime`: the installed onnxruntime's op schemas, plus a real session attempt.
+* :mod:`.openvino`: OpenVINO's ONNX frontend, converting the model partially.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> n = helper.make_node("Relu", ["x"], ["y"], name="r")
+    >>> g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    >>> [n.verdict for n in check_compat(m, "onnxruntime").nodes]
+    ['native']
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from opbridge.errors import BackendUnavailableError, OpbridgeError
+from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["TARGETS", "CompatReport", "NodeVerdict", "Verdict", "check_compat"]
+
+TARGETS = ("tensorrt", "onnxruntime", "openvino")
+
+
+def check_compat(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    target: str,
+    *,
+    real: bool = True,
+    trt_version: str | None = None,
+) -> CompatReport:
+    """What ``target`` does with each node of ``model``.
+
+    Args:
+        model: a path or a loaded model.
+        target: ``"tensorrt"``, ``"onnxruntime"`` or ``"openvino"``.
+        real: also ask the real backend when it is installed.
+        trt_version: TensorRT version the static rules are evaluated for (newest when None).
+
+    Raises:
+        OpbridgeError: unknown target. BackendUnavailableError: the target's package is not installed.
+    """
+    import onnx
+
+    from opbridge.graph._model import ensure_builtin_ops, load_model
+
+    ensure_builtin_ops()
+    path = None if isinstance(model, onnx.ModelProto) else str(model)
+    proto = load_model(model)
+    if target == "tensorrt":
+        from opbridge.graph.compat.tensorrt import check_tensorrt
+
+        return check_tensorrt(proto, version=trt_version, real=real, path=path)
+    if target == "onnxruntime":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as exc:
+            raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime") from exc
+        from opbridge.graph.compat.onnxruntime import check_onnxruntime
+
+        return check_onnxruntime(proto, real=real)
+    if target == "openvino":
+        try:
+            import openvino  # noqa: F401
+        except ImportError as exc:
+            raise BackendUnavailableError("openvino is not installed: pip install 'opbridge[openvino]'") from exc
+        from opbridge.graph.compat.openvino import check_openvino
+
+        return check_openvino(proto, real=real)
+    raise OpbridgeError(f"unknown compat target {target!r}; choose one of {', '.join(TARGETS)}.")

@@ -1,0 +1,101 @@
+"""ONNX Runtime compatibility from the installed onnxruntime's own op schemas, plus a real session.
+
+Standard and contrib nodes are checked against the operator schemas of the
+installed onnxruntime (``get_all_operator_schema``, the schemas its kernels are
+registered against) at the model's opset. Custom nodes run when the model
+carries their function body (ONNX Runtime expands model-local functions), or
+through opbridge's kernel for an opbridge op or ``@opbridge.kernel``; else they
+fail with ORT's "is not a registered function/op". With ``real=True`` an
+``InferenceSession`` is created on the model and its error, if any, is
+attributed to the node it names.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from opbridge.graph.compat._common import NodeContext, node_contexts
+from opbridge.graph.compat._report import CompatReport, NodeVerdict
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["check_onnxruntime", "ort_schemas"]
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def ort_schemas() -> dict[tuple[str, str], tuple[int, ...]]:
+    """``(domain, op_type) -> since_versions`` known to the installed onnxruntime."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    out: dict[tuple[str, str], list[int]] = {}
+    for s in C.get_all_operator_schema():
+        out.setdefault((s.domain, s.name), []).append(int(s.since_version))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def _verdict(ctx: NodeContext) -> NodeVerdict:
+    domain = "" if ctx.domain == "ai.onnx" else ctx.domain
+    versions = ort_schemas().get((domain, ctx.op_type))
+    if versions and not (ctx.custom and domain == ""):
+        usable = [v for v in versions if ctx.version is None or v <= ctx.version]
+        if usable:
+            return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}")
+        return NodeVerdict(
+            ctx.label, ctx.domain, ctx.op_type, "fail",
+            f"onnxruntime defines {ctx.op_type} only from opset {versions[0]}, the model imports {ctx.version}",
+        )
+    if ctx.has_function:
+        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
+    if ctx.opbridge_op() is not None:
+        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "opbridge op: runs through opbridge's ORT bridge")
+    if ctx.opbridge_kernel() is not None:
+        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "@opbridge.kernel: runs through opbridge's ORT bridge")
+    where = ctx.domain or "the default domain"
+    return NodeVerdict(
+        ctx.label, ctx.domain, ctx.op_type, "fail",
+        f"{where}:{ctx.op_type} is not a registered function/op: no schema, function body or opbridge kernel",
+    )
+
+
+def _session_error(model: onnx.ModelProto) -> str | None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - any session error is the verdict we report
+        return str(exc).strip()
+    return None
+
+
+def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True) -> CompatReport:
+    """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's bridge)."""
+    import onnxruntime as ort
+
+    nodes = [_verdict(ctx) for ctx in node_contexts(model)]
+    report = CompatReport("onnxruntime", f"onnxruntime {ort.__version__}", nodes)
+    if not real:
+        return report
+    error = _session_error(model)
+    report.real_backend = f"InferenceSession (onnxruntime {ort.__version__}, no opbridge bridge)"
+    report.real_ok = error is None
+    report.real_includes_opbridge = False
+    blamed = False
+    updated = []
+    for n in nodes:
+        real_verdict = "ok"
+        if error is not None:
+            named = (n.node and n.node in error) or f":{n.op_type}(" in error or f" {n.op_type} " in error
+            real_verdict = f"fail: {error.splitlines()[0][:300]}" if named else "no error reported"
+            blamed = blamed or bool(named)
+        updated.append(NodeVerdict(n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules, real_verdict))
+    report.nodes = updated
+    if error is not None and not blamed:
+        report.notes.append(f"session failed: {error.splitlines()[0][:300]}")
+    return report

@@ -1,0 +1,96 @@
+"""OpenVINO compatibility from its own ONNX frontend.
+
+The model's local functions are inlined first (OpenVINO does not expand them),
+then ``FrontEnd.convert_partially`` converts what it can and leaves an
+``ONNXFrameworkNode`` for every op it has no conversion rule for. A node is
+native when no framework node stands for it; a custom node with a body runs
+when every op of its body converts; an opbridge op runs as an OpenVINO Python
+op through opbridge's OpenVINO backend; anything else fails with the
+frontend's "No conversion rule found".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from opbridge.graph.compat._common import node_contexts
+from opbridge.graph.compat._report import CompatReport, NodeVerdict
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["check_openvino", "unconverted_ops"]
+
+logger = logging.getLogger(__name__)
+
+
+def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str | None]:
+    """``(domain, op_type)`` the OpenVINO ONNX frontend leaves unconverted, and a conversion error if it raised."""
+    import onnx.inliner
+    from openvino.frontend import FrontEndManager
+
+    from opbridge.export import save_model_atomic
+
+    inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
+    tmp = tempfile.mkdtemp(prefix="opbridge_ov_")
+    path = save_model_atomic(inlined, Path(tmp) / "model.onnx")
+    try:
+        fe = FrontEndManager().load_by_framework("onnx")
+        # Keep the input model referenced while the converted one lives: the frontend does not own it.
+        input_model = fe.load(str(path))
+        try:
+            converted = fe.convert_partially(input_model)
+        except Exception as exc:  # noqa: BLE001 - a conversion error is the verdict we report
+            return set(), str(exc).strip()
+        missing = set()
+        for op in converted.get_ordered_ops():
+            if op.get_type_name() == "ONNXFrameworkNode":
+                attrs = op.get_attributes()
+                domain = attrs.get("ONNX_META_domain", "")
+                missing.add(("" if domain == "ai.onnx" else domain, attrs.get("ONNX_META_type", op.get_friendly_name())))
+        del converted, input_model
+        return missing, None
+    finally:
+        for f in Path(tmp).iterdir():
+            f.unlink()
+        os.rmdir(tmp)
+
+
+def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport:
+    """Per-node OpenVINO verdicts from a partial conversion by OpenVINO's ONNX frontend.
+
+    ``real`` is accepted for symmetry: the verdicts already come from OpenVINO itself.
+    """
+    import openvino
+
+    missing, error = unconverted_ops(model)
+    bodies = {(f.domain, f.name): f for f in model.functions}
+    nodes = []
+    for ctx in node_contexts(model):
+        key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
+        if ctx.has_function:
+            body = bodies[(ctx.domain, ctx.op_type)]
+            bad = sorted({n.op_type for n in body.node if ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in missing})
+            if bad:
+                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", f"body ops without conversion rule: {bad}"))
+            else:
+                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function, inlined before conversion"))
+        elif key in missing:
+            if ctx.custom and ctx.opbridge_op() is not None:
+                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "OpenVINO Python op from opbridge's OpenVINO backend"))
+            else:
+                nodes.append(
+                    NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail",
+                                f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}")
+                )
+        else:
+            nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", "converted by the ONNX frontend"))
+    report = CompatReport("openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None)
+    if error is not None:
+        report.real_ok = False
+        report.notes.append(f"conversion raised: {error.splitlines()[0][:300]}")
+    return report

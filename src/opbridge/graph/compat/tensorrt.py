@@ -1,0 +1,406 @@
+"""TensorRT compatibility from static rules that follow the TensorRT ONNX parser's documented behaviour.
+
+No TensorRT is needed. Each rule names the TensorRT versions it applies to and
+its source. When ``opbridge.tensorrt`` and a TensorRT library are importable,
+:func:`check_tensorrt` also runs the real parser
+(``opbridge.tensorrt.parse_with_tensorrt``) and puts its verdict next to the
+static one.
+
+How the parser treats a node (onnx-tensorrt ``ModelImporter.cpp``):
+
+1. an importer registered for the node's ``op_type`` (the domain is not consulted);
+2. TensorRT >= 10: else a model-local function of that name (preferred over a plugin
+   unless plugin override is enabled);
+3. else the plugin path (``FallbackPluginImporter``): "No importer registered for op: X.
+   Attempting to import as plugin." The plugin creator is looked up by name = ``op_type``,
+   version = the ``plugin_version`` attribute (default ``"1"``) and namespace = the
+   ``plugin_namespace`` attribute (default ``""``; since 10.10 the node's domain).
+   Attributes become plugin fields: INT narrowed to int32, TENSOR of int64/bool/uint8 rejected.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> n = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="cubic", name="up")
+    >>> g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4]),
+    ...     helper.make_tensor_value_info("s", TensorProto.FLOAT, [4])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    >>> [(v.verdict, v.rules) for v in check_tensorrt(m, version="8.4", real=False).nodes]
+    [('fail', ('trt-resize-cubic-unsupported', 'trt-resize-scales-not-initializer'))]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from opbridge.graph.compat._common import NodeContext, node_contexts
+from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["TRT_RULES", "TrtRule", "check_tensorrt", "parse_trt_version", "plugin_lookup"]
+
+logger = logging.getLogger(__name__)
+
+Version = tuple[int, int]
+LATEST: Version = (99, 0)
+
+# Default-domain ops with no TensorRT importer: the "N" rows of onnx-tensorrt docs/operators.md for
+# TensorRT 8.5. Later releases added importers for some of them, so the list is applied to 8.x only.
+_NO_IMPORTER_8X = frozenset(
+    "Bernoulli BitShift BlackmanWindow Compress ConcatFromSequence ConvInteger DFT Det DynamicQuantizeLinear "
+    "HammingWindow HannWindow Hardmax LayerNormalization MatMulInteger MaxRoiPool MaxUnpool MelWeightMatrix "
+    "Multinomial NegativeLogLikelihoodLoss Optional OptionalGetElement OptionalHasElement QLinearConv "
+    "QLinearMatMul STFT SequenceAt SequenceConstruct SequenceEmpty SequenceErase SequenceInsert SequenceLength "
+    "SequenceMap SoftmaxCrossEntropyLoss SplitToSequence StringNormalizer TfIdfVectorizer Unique".split()
+)
+# Ops on sequence, optional or string values: TensorRT networks have no such types, in any version.
+_NO_IMPORTER_ANY = frozenset(
+    "ConcatFromSequence Optional OptionalGetElement OptionalHasElement SequenceAt SequenceConstruct SequenceEmpty "
+    "SequenceErase SequenceInsert SequenceLength SequenceMap SplitToSequence StringConcat StringNormalizer "
+    "StringSplit RegexFullMatch".split()
+)
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def parse_trt_version(text: str | None) -> Version:
+    """``"10.13.1"`` -> ``(10, 13)``; ``None`` or ``"latest"`` -> the newest behaviour known here."""
+    if text is None or text == "latest":
+        return LATEST
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        from opbridge.errors import OpbridgeError
+
+        raise OpbridgeError(f"TensorRT version {text!r}: write it as MAJOR.MINOR, e.g. 10.13") from None
+
+
+@dataclass(frozen=True)
+class Hit:
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrtRule:
+    """One static rule: applies to TensorRT versions in ``[since, until)``; ``check`` returns a Hit or None."""
+
+    code: str
+    since: Version
+    until: Version | None
+    source: str
+    check: Callable[[NodeContext, Version], Hit | None]
+
+    def applies(self, version: Version) -> bool:
+        return self.since <= version and (self.until is None or version < self.until)
+
+    @property
+    def versions(self) -> str:
+        lo = f"{self.since[0]}.{self.since[1]}"
+        return f">= {lo}" if self.until is None else f"{lo} to < {self.until[0]}.{self.until[1]}"
+
+    @property
+    def doc(self) -> str:
+        return (self.check.__doc__ or "").strip().splitlines()[0]
+
+
+def _is_resize(ctx: NodeContext) -> bool:
+    return ctx.op_type == "Resize" and ctx.domain in ("", "ai.onnx")
+
+
+def _resize_scales(ctx: NodeContext) -> Any:
+    """The scales value of a Resize when used (no sizes input), else None."""
+    inputs = ctx.node.inputs
+    sizes = inputs[3] if len(inputs) > 3 else None
+    scales = inputs[2] if len(inputs) > 2 else None
+    if sizes is not None and sizes.name:
+        return None
+    return scales
+
+
+def _rule_cubic_unsupported(ctx: NodeContext, version: Version) -> Hit | None:
+    """Resize with mode cubic is refused by parsers before 8.5.
+
+    The importer asserts ``mode != "cubic" && "This version of TensorRT does not
+    support cubic interpolation!"`` (onnx-tensorrt builtin_op_importers.cpp
+    importResize; seed 001's first error). onnx-tensorrt docs/operators.md for
+    TensorRT 8.4 and 8.5 lists resize modes ``nearest`` and ``linear`` only;
+    cubic came with IResizeLayer's cubic mode (``getCubicCoeff``, TensorRT 8.5 API).
+    """
+    if _is_resize(ctx) and ctx.attr("mode", "nearest") == "cubic":
+        return Hit("fail", 'mode "cubic": "This version of TensorRT does not support cubic interpolation!"')
+    return None
+
+
+def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
+    """Resize with mode cubic resizes only the two innermost dims (TensorRT >= 8.5).
+
+    The current parser maps cubic to IResizeLayer's cubic interpolation, which
+    covers a 2-D resize of the last two dims; scaling any other dim fails
+    (onnx-tensorrt importResize; docs/operators.md still lists nearest/linear only).
+    """
+    if not (_is_resize(ctx) and ctx.attr("mode", "nearest") == "cubic"):
+        return None
+    from opbridge.graph._model import evaluate_constant
+
+    inputs = ctx.node.inputs
+    for idx, what in ((3, "sizes"), (2, "scales")):
+        value = inputs[idx] if len(inputs) > idx else None
+        if value is None or not value.name:
+            continue
+        arr, _ = evaluate_constant(value)
+        if arr is None or arr.size == 0:
+            continue
+        if idx == 2:
+            outer = [float(s) for s in arr.ravel()[:-2]]
+            if any(s != 1.0 for s in outer):
+                return Hit("fail", f"cubic resize scales {arr.tolist()} change dims other than the last two")
+            return None
+        data = ctx.node.inputs[0]
+        dims = list(data.shape) if data is not None and data.shape is not None else None
+        if dims and all(isinstance(d, int) for d in dims[:-2]) and list(arr.ravel()[:-2]) != dims[:-2]:
+            return Hit("fail", f"cubic resize sizes {arr.tolist()} change dims other than the last two")
+        return None
+    return None
+
+
+def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | None:
+    """Resize scales that are not an initializer are refused.
+
+    The importer asserts ``scales.is_weights() && "Resize scales must be an
+    initializer!"`` (seed 001's second error; onnx-tensorrt#398 and #483 on
+    TensorRT 7, NVIDIA/TensorRT#2803 on 8.5 in 2023, where scales coming from an
+    Identity of an initializer failed). A Constant node counts as weights. No
+    release documents lifting it; ``sizes`` given as a tensor are the supported
+    dynamic form. Fix: fold-resize-scales when the scales are constant-computable.
+    """
+    if not _is_resize(ctx):
+        return None
+    scales = _resize_scales(ctx)
+    if scales is None or not scales.name:
+        return None
+    if scales.is_initializer() or scales.const_value is not None:
+        return None
+    producer = scales.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        return None
+    from opbridge.graph._model import evaluate_constant
+
+    arr, why = evaluate_constant(scales)
+    hint = (
+        "constant-computable: run --rule fold-resize-scales"
+        if arr is not None
+        else f"computed at run time ({why}): use sizes, or --rule resize-cubic-to-dynamic-resize"
+    )
+    return Hit("fail", f'scales {scales.name!r} are not an initializer: "Resize scales must be an initializer!"; {hint}')
+
+
+def _standard_no_importer(ctx: NodeContext, version: Version) -> bool:
+    if ctx.custom:
+        return False
+    if ctx.op_type in _NO_IMPORTER_ANY:
+        return True
+    return version < (9, 0) and ctx.op_type in _NO_IMPORTER_8X
+
+
+def plugin_lookup(ctx: NodeContext, version: Version) -> tuple[str, str, str]:
+    """``(name, version, namespace)`` the parser asks the plugin registry for."""
+    plugin_version = ctx.attr("plugin_version", "1")
+    namespace = ctx.attr("plugin_namespace", None)
+    if namespace is None:
+        namespace = ctx.domain if version >= (10, 10) and ctx.domain not in ("", "ai.onnx") else ""
+    return ctx.op_type, str(plugin_version), str(namespace)
+
+
+def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
+    """An op with no importer goes to the plugin path, looked up by op_type, plugin_version and namespace.
+
+    onnx-tensorrt ModelImporter.cpp: "No importer registered for op: X. Attempting to
+    import as plugin." FallbackPluginImporter searches the registry for creator name
+    = op_type, version = ``plugin_version`` attribute (default "1"), namespace =
+    ``plugin_namespace`` attribute (default ""); from TensorRT 10.10 the node's
+    domain is the namespace fallback. From TensorRT 10 a model-local function of the
+    same name is imported instead (LocalFunctionImporter, preferred over plugins unless
+    plugin override is on). Unsupported standard ops: docs/operators.md (8.5) "N" rows.
+    """
+    if not (ctx.custom or _standard_no_importer(ctx, version)):
+        return None
+    if ctx.custom and ctx.has_function and version >= (10, 0):
+        return Hit("function", "no importer; imported through the model-local function body (LocalFunctionImporter)")
+    name, pversion, namespace = plugin_lookup(ctx, version)
+    key = f"creator {name!r} version {pversion!r} namespace {namespace!r}"
+    if ctx.custom and ctx.opbridge_op() is not None:
+        return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
+    why = "no importer" if ctx.custom else "no TensorRT importer for this ONNX op"
+    return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered")
+
+
+def _rule_plugin_namespace(ctx: NodeContext, version: Version) -> Hit | None:
+    """Before TensorRT 10.10 the plugin namespace is "" unless the node sets plugin_namespace.
+
+    A creator registered under the op's domain (as opbridge's plugins and
+    TensorRT >= 10.10's fallback expect) is not found by older parsers unless the
+    node carries ``plugin_namespace`` (onnx-tensorrt FallbackPluginImporter).
+    """
+    if not ctx.custom or ctx.domain in ("", "ai.onnx") or ctx.attr("plugin_namespace") is not None:
+        return None
+    if ctx.has_function and version >= (10, 0):
+        return None
+    return Hit(
+        "fail" if ctx.opbridge_op() is None else "opbridge",
+        f"parser looks in namespace '' (before 10.10 the domain {ctx.domain!r} is not used): register the creator "
+        f"in '' or add attribute plugin_namespace={ctx.domain!r}",
+    )
+
+
+def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
+    """INT and INTS attributes become int32 plugin fields: values outside int32 are narrowed.
+
+    FallbackPluginImporter converts attributes to PluginFields: INT -> kINT32,
+    FLOAT -> kFLOAT32, STRING -> kCHAR, lists likewise (onnx-tensorrt
+    onnxOpImporters.cpp / importerUtils).
+    """
+    import onnx
+
+    if not ctx.custom:
+        return None
+    for a in ctx.proto.attribute:
+        values = [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+        bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
+        if bad:
+            return Hit("fail", f"attribute {a.name!r} = {bad[0]} does not fit the int32 plugin field it becomes")
+    return None
+
+
+def _rule_tensor_attr(ctx: NodeContext, version: Version) -> Hit | None:
+    """TENSOR attributes of int64, bool or uint8 are rejected as plugin fields.
+
+    FallbackPluginImporter supports TENSOR attributes only of types it can map to
+    a PluginFieldType; int64, bool and uint8 are refused (onnx-tensorrt importer).
+    """
+    import onnx
+
+    if not ctx.custom:
+        return None
+    bad = {onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool", onnx.TensorProto.UINT8: "uint8"}
+    for a in ctx.proto.attribute:
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in bad:
+            return Hit("fail", f"TENSOR attribute {a.name!r} of {bad[a.t.data_type]} is rejected as a plugin field")
+    return None
+
+
+def _rule_op_type_shadows(ctx: NodeContext, version: Version) -> Hit | None:
+    """A custom-domain node named like an ONNX op is imported by that op's importer.
+
+    The parser looks importers up by ``op_type`` only (ModelImporter.cpp:
+    ``opImporters.count(node.op_type())``), so ``acme::Resize`` is imported as ONNX Resize.
+    """
+    from opbridge.legacy_domain import is_standard_op
+
+    if ctx.domain in ("", "ai.onnx", "ai.onnx.ml") or not is_standard_op(ctx.op_type):
+        return None
+    return Hit("fail", f"{ctx.domain}::{ctx.op_type} would be imported by the built-in {ctx.op_type} importer")
+
+
+_DOCS = "onnx-tensorrt docs/operators.md"
+_IMPORTER = "onnx-tensorrt builtin_op_importers.cpp importResize"
+TRT_RULES: tuple[TrtRule, ...] = (
+    TrtRule("trt-op-type-shadows-importer", (7, 0), None, "onnx-tensorrt ModelImporter.cpp", _rule_op_type_shadows),
+    TrtRule("trt-resize-cubic-unsupported", (7, 0), (8, 5), f"{_IMPORTER}; {_DOCS} (8.4, 8.5); seed 001", _rule_cubic_unsupported),
+    TrtRule("trt-resize-cubic-outer-dims", (8, 5), None, f"{_IMPORTER}; IResizeLayer cubic mode (TensorRT 8.5 API)", _rule_cubic_outer_dims),
+    TrtRule(
+        "trt-resize-scales-not-initializer",
+        (7, 0),
+        None,
+        f"{_IMPORTER}; onnx-tensorrt#398, #483; NVIDIA/TensorRT#2803; seed 001",
+        _rule_scales_not_initializer,
+    ),
+    TrtRule("trt-plugin-path", (7, 0), None, "onnx-tensorrt ModelImporter.cpp FallbackPluginImporter; " + _DOCS, _rule_plugin_path),
+    TrtRule("trt-plugin-namespace", (7, 0), (10, 10), "onnx-tensorrt FallbackPluginImporter (namespace fallback since 10.10)", _rule_plugin_namespace),
+    TrtRule("trt-plugin-int-narrowing", (7, 0), None, "onnx-tensorrt FallbackPluginImporter attribute conversion", _rule_int_narrowing),
+    TrtRule("trt-plugin-tensor-attr-dtype", (7, 0), None, "onnx-tensorrt FallbackPluginImporter attribute conversion", _rule_tensor_attr),
+)
+
+_SEVERITY = {"fail": 3, "opbridge": 2, "function": 1, "native": 0}
+
+
+def _static_verdict(ctx: NodeContext, version: Version) -> NodeVerdict:
+    hits: list[tuple[str, Hit]] = []
+    for rule in TRT_RULES:
+        if rule.applies(version):
+            hit = rule.check(ctx, version)
+            if hit is not None:
+                hits.append((rule.code, hit))
+    if not hits:
+        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", "has a TensorRT importer")
+    worst = max(hits, key=lambda h: _SEVERITY[h[1].verdict])[1].verdict
+    reason = "; ".join(h.reason for _, h in hits if h.verdict == worst)
+    return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, worst, reason, tuple(code for code, _ in hits))
+
+
+def _real_parse(model: onnx.ModelProto, path: str | None) -> tuple[str, bool | None, dict[str, str], list[str]]:
+    """Run ``opbridge.tensorrt.parse_with_tensorrt``; returns (backend, ok, per-node messages, notes)."""
+    try:
+        from opbridge.tensorrt import parse_with_tensorrt  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return "not available", None, {}, [f"real parser not available: opbridge.tensorrt cannot be imported ({exc})"]
+    from opbridge.errors import BackendUnavailableError
+
+    tmp = None
+    if path is None:
+        from opbridge.export import save_model_atomic
+
+        tmp = tempfile.mkdtemp(prefix="opbridge_compat_")
+        path = str(save_model_atomic(model, Path(tmp) / "model.onnx"))
+    try:
+        report = parse_with_tensorrt(path)
+    except (BackendUnavailableError, ImportError) as exc:
+        return "not available", None, {}, [f"real parser not available: {exc}"]
+    finally:
+        if tmp is not None:
+            for f in Path(tmp).iterdir():
+                f.unlink()
+            os.rmdir(tmp)
+    per_node: dict[str, str] = {}
+    notes = []
+    for node_name, op_type, message in report.errors:
+        if node_name:
+            per_node[node_name] = message
+        else:
+            notes.append(f"real parser: {op_type or ''} {message}".strip())
+    return str(report.backend), bool(report.ok), per_node, notes
+
+
+def check_tensorrt(
+    model: onnx.ModelProto, *, version: str | None = None, real: bool = True, path: str | None = None
+) -> CompatReport:
+    """Per-node TensorRT verdicts from :data:`TRT_RULES`, plus the real parser's when available.
+
+    Args:
+        model: the model.
+        version: TensorRT version to evaluate the rules for (``"8.6"``); the newest behaviour when None.
+        real: also run ``opbridge.tensorrt.parse_with_tensorrt`` when it can be imported.
+        path: the model's file, handed to the real parser (a temporary copy is written otherwise).
+    """
+    v = parse_trt_version(version)
+    nodes = [_static_verdict(ctx, v) for ctx in node_contexts(model)]
+    backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path)
+    if ok is not None:
+        nodes = [
+            NodeVerdict(
+                n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules,
+                f"fail: {per_node[n.node]}" if n.node in per_node else ("ok" if ok else "no error reported"),
+            )
+            for n in nodes
+        ]
+    elif real:
+        nodes = [NodeVerdict(n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules, "not available") for n in nodes]
+    label = "latest parser rules" if v == LATEST else f"TensorRT {v[0]}.{v[1]} rules"
+    return CompatReport("tensorrt", label, nodes, backend, ok, notes)

@@ -1,0 +1,242 @@
+"""``opbridge inspect``: what an ONNX file holds, with its custom nodes in detail.
+
+Example:
+    >>> import onnx
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("Foo", ["x"], ["y"], domain="acme", alpha=0.5)
+    >>> g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)])
+    >>> report = inspect_model(m)
+    >>> report.opsets, report.inputs[0].shape
+    ({'': 17, 'acme': 1}, ['N', 3])
+    >>> c = report.custom_nodes[0]
+    >>> (c.domain, c.op_type, c.version, c.attributes[0].type, c.attributes[0].value)
+    ('acme', 'Foo', 1, 'FLOAT', 0.5)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opbridge.graph._model import all_nodes, function_keys, is_custom_node, load_model, node_label, opset_version
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["AttributeInfo", "CustomNodeInfo", "InitializerInfo", "ModelReport", "ValueInfo", "inspect_model"]
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A graph input or output: name, element type and dims (ints, symbolic names, or None when unknown)."""
+
+    name: str
+    dtype: str
+    shape: list[int | str | None] | None
+
+
+@dataclass(frozen=True)
+class AttributeInfo:
+    """One attribute of a node: its ONNX type name and its value as plain Python data."""
+
+    name: str
+    type: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class CustomNodeInfo:
+    """A node outside ONNX's standard ops."""
+
+    name: str
+    domain: str
+    op_type: str
+    version: int | None
+    attributes: list[AttributeInfo]
+    num_inputs: int
+    num_outputs: int
+    has_function: bool
+    graph_path: str = ""
+
+
+@dataclass(frozen=True)
+class InitializerInfo:
+    """An initializer's name, dtype, dims and size in bytes (external data counted too)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+
+
+@dataclass
+class ModelReport:
+    """Everything ``opbridge inspect`` prints."""
+
+    path: str
+    ir_version: int
+    producer: str
+    opsets: dict[str, int]
+    inputs: list[ValueInfo]
+    outputs: list[ValueInfo]
+    custom_nodes: list[CustomNodeInfo]
+    op_counts: dict[str, int]
+    functions: list[str]
+    initializers: list[InitializerInfo] = field(default_factory=list)
+
+    @property
+    def initializer_bytes(self) -> int:
+        return sum(i.nbytes for i in self.initializers)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["initializer_bytes"] = self.initializer_bytes
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+    def format_text(self, *, max_initializers: int = 10) -> str:
+        """A readable multi-line summary."""
+        lines = [f"model: {self.path or '<in memory>'} (IR {self.ir_version}, producer {self.producer or '?'})"]
+        lines.append("opsets: " + ", ".join(f"{d or 'ai.onnx'} v{v}" for d, v in sorted(self.opsets.items())))
+        for title, values in (("inputs", self.inputs), ("outputs", self.outputs)):
+            lines.append(f"{title}:")
+            for v in values:
+                dims = "?" if v.shape is None else "x".join("?" if d is None else str(d) for d in v.shape) or "scalar"
+                lines.append(f"  {v.name}: {v.dtype}[{dims}]")
+        lines.append(f"custom nodes: {len(self.custom_nodes)}")
+        for c in self.custom_nodes:
+            body = "function body in model" if c.has_function else "no function body"
+            version = "?" if c.version is None else c.version
+            lines.append(
+                f"  {c.graph_path}{c.name}: {c.domain or '<default domain>'}::{c.op_type} v{version}, "
+                f"{c.num_inputs} input(s), {c.num_outputs} output(s), {body}"
+            )
+            for a in c.attributes:
+                lines.append(f"    {a.name}: {a.type} = {a.value!r}")
+        lines.append("node counts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.op_counts.items())))
+        if self.functions:
+            lines.append("functions: " + ", ".join(self.functions))
+        lines.append(f"initializers: {len(self.initializers)}, {_human(self.initializer_bytes)}")
+        for i in sorted(self.initializers, key=lambda i: -i.nbytes)[:max_initializers]:
+            lines.append(f"  {i.name}: {i.dtype}{i.shape} {_human(i.nbytes)}")
+        return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+
+
+def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:
+    t = v.type.tensor_type
+    if not v.type.HasField("tensor_type"):
+        return ValueInfo(v.name, v.type.WhichOneof("value") or "unknown", None)
+    shape: list[int | str | None] | None = None
+    if t.HasField("shape"):
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+    return ValueInfo(v.name, _dtype_name(t.elem_type), shape)
+
+
+def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
+    """An attribute's type name and a JSON-friendly value (tensors summarized, bytes decoded)."""
+    import onnx
+    from onnx import numpy_helper
+
+    kind = onnx.AttributeProto.AttributeType.Name(attr.type)
+    value: Any
+    if attr.type == onnx.AttributeProto.TENSOR:
+        arr = numpy_helper.to_array(attr.t)
+        value = {"dtype": _dtype_name(attr.t.data_type), "shape": list(arr.shape)}
+        if arr.size <= 16:
+            value["value"] = arr.tolist()
+    elif attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        value = f"<{kind.lower()}>"
+    elif attr.ref_attr_name:
+        value = f"<ref {attr.ref_attr_name}>"
+    else:
+        raw = onnx.helper.get_attribute_value(attr)
+        if isinstance(raw, bytes):
+            value = raw.decode("utf-8", errors="replace")
+        elif isinstance(raw, list):
+            value = [x.decode("utf-8", errors="replace") if isinstance(x, bytes) else x for x in raw]
+        else:
+            value = raw
+    return AttributeInfo(attr.name, kind, value)
+
+
+def _tensor_nbytes(t: onnx.TensorProto) -> int:
+    import numpy as np
+    import onnx
+
+    count = int(np.prod(t.dims)) if len(t.dims) else 1
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):  # string or unknown element types
+        itemsize = 1
+    return count * itemsize
+
+
+def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelReport:
+    """Summarize ``model``: opsets, I/O, custom nodes, op counts, initializers.
+
+    Args:
+        model: a path or a loaded ``onnx.ModelProto``.
+    """
+    import onnx
+
+    path = "" if isinstance(model, onnx.ModelProto) else str(model)
+    proto = load_model(model)
+    functions = function_keys(proto)
+    counts: Counter[str] = Counter()
+    custom: list[CustomNodeInfo] = []
+    for index, (prefix, node) in enumerate(all_nodes(proto)):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        counts[key] += 1
+        if is_custom_node(node):
+            custom.append(
+                CustomNodeInfo(
+                    name=node_label(node, index),
+                    domain=node.domain,
+                    op_type=node.op_type,
+                    version=opset_version(proto, node.domain),
+                    attributes=[attribute_info(a) for a in node.attribute],
+                    num_inputs=len(node.input),
+                    num_outputs=len(node.output),
+                    has_function=(node.domain, node.op_type) in functions,
+                    graph_path=prefix,
+                )
+            )
+    opsets: dict[str, int] = {}
+    for o in proto.opset_import:
+        domain = "" if o.domain == "ai.onnx" else o.domain
+        opsets[domain] = max(opsets.get(domain, 0), o.version)
+    return ModelReport(
+        path=path,
+        ir_version=proto.ir_version,
+        producer=" ".join(x for x in (proto.producer_name, proto.producer_version) if x),
+        opsets=opsets,
+        inputs=[_value_info(v) for v in proto.graph.input if v.name not in {i.name for i in proto.graph.initializer}],
+        outputs=[_value_info(v) for v in proto.graph.output],
+        custom_nodes=custom,
+        op_counts=dict(counts),
+        functions=[f"{f.domain}::{f.name}" for f in proto.functions],
+        initializers=[
+            InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t)) for t in proto.graph.initializer
+        ],
+    )

@@ -1,0 +1,318 @@
+"""``opbridge lint``: problems a runtime would hit, named before the user meets them.
+
+Each finding has a severity (``error``, ``warning``, ``info``), a stable code,
+the node it concerns, a message and a fix hint. The codes:
+
+* ``custom-op-default-domain`` (error): a custom op in ONNX's default domain.
+* ``domain-without-opset`` (error): a node's domain has no opset import.
+* ``unknown-custom-op`` (warning): a custom node with no ONNX schema, model
+  function, opbridge op or opbridge kernel behind it.
+* ``frozen-resize-scale`` (warning with export context, info without): a
+  ``Resize`` whose scales/sizes are constants although the PyTorch source
+  computed them from a tensor (a TracerWarning was raised while tracing), or,
+  for a bare file, a cubic ``Resize`` with constant scales/sizes.
+* ``traced-python-value`` (warning): a TracerWarning that no node explains.
+* ``trt-int-attr-overflow`` (warning): an INT/INTS attribute of a node that
+  TensorRT imports as a plugin holds a value outside int32; the parser
+  narrows plugin fields to int32.
+* ``trt-tensor-attr-dtype`` (warning): a TENSOR attribute of int64, bool or
+  uint8 on such a node; the parser rejects it.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("MYSELU", ["x"], ["y"], name="act")
+    >>> g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    >>> [f.code for f in lint_model(helper.make_model(g))]
+    ['custom-op-default-domain']
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from opbridge.graph._model import (
+    all_nodes,
+    ensure_builtin_ops,
+    evaluate_constant,
+    function_keys,
+    is_custom_node,
+    load_model,
+    node_label,
+    opset_version,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["LINT_CODES", "Finding", "Severity", "has_errors", "lint_model"]
+
+logger = logging.getLogger(__name__)
+
+Severity = Literal["error", "warning", "info"]
+
+LINT_CODES: dict[str, str] = {
+    "custom-op-default-domain": "a custom op in ONNX's default domain",
+    "domain-without-opset": "a node's domain has no opset import",
+    "unknown-custom-op": "a custom node with no schema, function body, opbridge op or kernel",
+    "frozen-resize-scale": "Resize scales/sizes frozen to constants at export",
+    "traced-python-value": "a tracer warning no node explains",
+    "trt-int-attr-overflow": "INT attribute outside int32 on a TensorRT plugin node",
+    "trt-tensor-attr-dtype": "TENSOR attribute of int64/bool/uint8 on a TensorRT plugin node",
+}
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_TRACER_VALUE = re.compile(r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One lint finding."""
+
+    severity: Severity
+    code: str
+    node: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f" [{self.node}]" if self.node else ""
+        hint = f" (fix: {self.hint})" if self.hint else ""
+        return f"{self.severity}: {self.code}{where}: {self.message}{hint}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    """Whether any finding is an error."""
+    return any(f.severity == "error" for f in findings)
+
+
+def _known_schema(domain: str, op_type: str, version: int | None) -> bool:
+    import onnx
+
+    try:
+        return onnx.defs.has(op_type, version or 1, domain) if version else onnx.defs.has(op_type, domain)
+    except TypeError:  # older onnx: has(op_type, domain) only
+        return onnx.defs.has(op_type, domain)
+
+
+def _coverage(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
+    """What covers a custom node (schema, function, opbridge op, kernel), or None."""
+    import opbridge
+
+    version = opset_version(model, node.domain)
+    if (node.domain, node.op_type) in function_keys(model):
+        return "model function"
+    if opbridge.find_op(node.domain, node.op_type, version) is not None:
+        return "opbridge op"
+    if opbridge.find_kernel(node.domain, node.op_type, version) is not None:
+        return "opbridge kernel"
+    if node.domain not in ("", "ai.onnx") and _known_schema(node.domain, node.op_type, version):
+        return "ONNX schema"
+    return None
+
+
+def _check_domains(model: onnx.ModelProto) -> list[Finding]:
+    from opbridge.legacy_domain import is_standard_op
+
+    findings: list[Finding] = []
+    imported = {"" if o.domain == "ai.onnx" else o.domain for o in model.opset_import}
+    missing: dict[str, list[str]] = {}
+    for index, (prefix, node) in enumerate(all_nodes(model)):
+        label = prefix + node_label(node, index)
+        if node.domain in ("", "ai.onnx") and not is_standard_op(node.op_type):
+            findings.append(
+                Finding(
+                    "error",
+                    "custom-op-default-domain",
+                    label,
+                    f"{node.op_type} is not an ONNX op but sits in the default domain; the checker and every "
+                    "runtime reject it (\"No Op registered for ...\").",
+                    "opbridge rewrite MODEL -o OUT --rule legacy-domain, or define the op as @opbridge.op('domain::Name')",
+                )
+            )
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in imported:
+            missing.setdefault(domain, []).append(label)
+    for domain, labels in missing.items():
+        findings.append(
+            Finding(
+                "error",
+                "domain-without-opset",
+                labels[0],
+                f"domain {domain or 'ai.onnx'!r} is used by {len(labels)} node(s) but the model has no opset import for it.",
+                f"add opset_import {{domain: {domain!r}, version: 1}} (opbridge.export adds it for opbridge ops)",
+            )
+        )
+    return findings
+
+
+def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
+    findings = []
+    for index, (prefix, node) in enumerate(all_nodes(model)):
+        if node.domain in ("", "ai.onnx") or not is_custom_node(node):
+            continue
+        if _coverage(model, node) is None:
+            findings.append(
+                Finding(
+                    "warning",
+                    "unknown-custom-op",
+                    prefix + node_label(node, index),
+                    f"{node.domain}::{node.op_type} has no ONNX schema, no function body in the model, and no "
+                    "opbridge op or kernel; no runtime can run it without a plugin of its own.",
+                    "load the op's definition with --ops FILE, attach a function body, or register @opbridge.kernel",
+                )
+            )
+    return findings
+
+
+def _resize_const_input(node_ir: Any) -> tuple[int, Any] | None:
+    """``(input index, value)`` of the constant scales (2) or sizes (3) of an IR Resize node, if constant."""
+    for idx in (3, 2):
+        if len(node_ir.inputs) > idx and node_ir.inputs[idx] is not None:
+            value = node_ir.inputs[idx]
+            arr, _ = evaluate_constant(value)
+            if arr is not None and arr.size > 0:
+                return idx, arr
+    return None
+
+
+def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> list[Finding]:
+    import onnx_ir as ir
+
+    tracer = [w for w in (warnings or ()) if "TracerWarning" in str(getattr(w, "category", "")) or "TracerWarning" in str(w)]
+    value_warnings = [w for w in tracer if _TRACER_VALUE.search(str(getattr(w, "message", w)))]
+    findings: list[Finding] = []
+    try:
+        graph = ir.from_proto(model).graph
+    except Exception as exc:  # noqa: BLE001 - a model onnx-ir cannot read: skip this check, say so in the log
+        logger.debug("resize check skipped: %s", exc)
+        return findings
+    explained = False
+    for index, node in enumerate(graph):
+        if node.op_type != "Resize" or node.domain not in ("", "ai.onnx"):
+            continue
+        found = _resize_const_input(node)
+        if found is None:
+            continue
+        idx, arr = found
+        what = "sizes" if idx == 3 else "scales"
+        label = node.name or f"Resize#{index}"
+        mode = node.attributes.get_string("mode", "nearest")
+        values = arr.tolist()
+        if value_warnings:
+            explained = True
+            where = "; ".join(str(w) for w in value_warnings[:3])
+            findings.append(
+                Finding(
+                    "warning",
+                    "frozen-resize-scale",
+                    label,
+                    f"Resize ({mode}) has constant {what} {values}, and tracing warned that a tensor was turned "
+                    f"into a Python value: the {what} were frozen at export and will not follow the input. "
+                    f"Tracer warning: {where}",
+                    "keep the scale a tensor (no .item()/float()), or run "
+                    "opbridge rewrite --rule resize-cubic-to-dynamic-resize --option scale_input=NAME",
+                )
+            )
+        elif mode == "cubic":
+            findings.append(
+                Finding(
+                    "info",
+                    "frozen-resize-scale",
+                    label,
+                    f"cubic Resize with constant {what} {values}: if the source computed them from a tensor "
+                    "(e.g. interpolate(scale_factor=t.item())), they were frozen at export.",
+                    "if the scale must vary, rewrite with --rule resize-cubic-to-dynamic-resize --option scale_input=NAME",
+                )
+            )
+    if value_warnings and not explained:
+        for w in value_warnings:
+            findings.append(
+                Finding(
+                    "warning",
+                    "traced-python-value",
+                    "",
+                    f"tracing turned a tensor into a Python value; the exported graph holds a constant there: {w}",
+                    "keep the value a tensor in forward(), or make it an attribute of a custom op",
+                )
+            )
+    return findings
+
+
+def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
+    """Attributes the TensorRT ONNX parser narrows or rejects when it turns a node into plugin fields."""
+    import onnx
+
+    findings: list[Finding] = []
+    for index, (prefix, node) in enumerate(all_nodes(model)):
+        if not is_custom_node(node):
+            continue
+        label = prefix + node_label(node, index)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.INT:
+                bad = [attr.i] if not _INT32_MIN <= attr.i <= _INT32_MAX else []
+            elif attr.type == onnx.AttributeProto.INTS:
+                bad = [v for v in attr.ints if not _INT32_MIN <= v <= _INT32_MAX]
+            elif attr.type == onnx.AttributeProto.TENSOR:
+                if attr.t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL, onnx.TensorProto.UINT8):
+                    dtype = onnx.TensorProto.DataType.Name(attr.t.data_type).lower()
+                    findings.append(
+                        Finding(
+                            "warning",
+                            "trt-tensor-attr-dtype",
+                            label,
+                            f"TENSOR attribute {attr.name!r} is {dtype}; TensorRT's ONNX parser rejects TENSOR plugin "
+                            "fields of int64, bool and uint8.",
+                            "store it as an int32/float32 tensor, or as an INTS/FLOATS attribute",
+                        )
+                    )
+                continue
+            else:
+                continue
+            if bad:
+                findings.append(
+                    Finding(
+                        "warning",
+                        "trt-int-attr-overflow",
+                        label,
+                        f"INT attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser narrows "
+                        "plugin fields to int32, so the plugin would see a wrong value.",
+                        "keep the value within int32, or pass it as a FLOAT/STRING attribute or a tensor input",
+                    )
+                )
+    return findings
+
+
+def lint_model(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    *,
+    warnings: Sequence[Any] | None = None,
+    builtin_ops: bool = True,
+) -> list[Finding]:
+    """Lint ``model`` and return its findings, errors first.
+
+    Args:
+        model: a path or a loaded ``onnx.ModelProto``.
+        warnings: warnings captured while exporting the model
+            (``ExportResult.warnings``); TracerWarnings are reported against
+            the node they explain.
+        builtin_ops: define opbridge's built-in ops (:mod:`opbridge.ops`) first, so that
+            their nodes count as known.
+    """
+    proto = load_model(model)
+    if builtin_ops:
+        ensure_builtin_ops()
+    findings = _check_domains(proto)
+    findings += _check_unknown(proto)
+    findings += _check_resize(proto, warnings)
+    findings += _check_trt_attributes(proto)
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])

@@ -1,0 +1,165 @@
+"""``opbridge rewrite``: named pattern/check/rewrite rules that say why they did not match.
+
+Rules run in order on a copy of the model; onnx-ir does the graph edits. The
+result is checked (opbridge schemas registered, strict shape inference,
+``onnx.checker.check_model(full_check=True)``) before anything is written, the
+write is atomic, and the input file is never overwritten unless asked.
+
+Example:
+    >>> from onnx import helper, TensorProto
+    >>> node = helper.make_node("MYSELU", ["x"], ["y"], name="act")
+    >>> g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    >>> report = rewrite_model(helper.make_model(g), ["legacy-domain"])
+    >>> report.model.graph.node[0].domain, [str(o) for o in report.outcomes]
+    ('opbridge.legacy', ["legacy-domain: rewrote act: moved to domain 'opbridge.legacy' (ops ['MYSELU'])"])
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import OpbridgeError
+from opbridge.graph.rewrite._base import Check, IRRule, RewriteRule, RuleOutcome
+from opbridge.graph.rewrite.rules import FoldResizeScales, LegacyDomain, ReplaceOp, ResizeCubicToDynamicResize
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = [
+    "RULES",
+    "Check",
+    "IRRule",
+    "RewriteError",
+    "RewriteReport",
+    "RewriteRule",
+    "RuleOutcome",
+    "check_rewritten",
+    "rewrite_file",
+    "rewrite_model",
+]
+
+logger = logging.getLogger(__name__)
+
+RULES: dict[str, type[RewriteRule]] = {
+    rule.name: rule for rule in (ResizeCubicToDynamicResize, FoldResizeScales, ReplaceOp, LegacyDomain)
+}
+
+
+class RewriteError(OpbridgeError):
+    """A rewrite was asked for that cannot be done, or its result is not a valid model."""
+
+
+@dataclass
+class RewriteReport:
+    """The rewritten (and checked) model and what each rule did."""
+
+    model: onnx.ModelProto
+    outcomes: list[RuleOutcome] = field(default_factory=list)
+    path: Path | None = None
+
+    @property
+    def changed(self) -> bool:
+        return any(o.applied for o in self.outcomes)
+
+
+def _attach_bodies(model: onnx.ModelProto) -> list[str]:
+    """Attach the function bodies of opbridge ops the model now uses (when they have one)."""
+    import opbridge
+    from opbridge.functions import attach_functions
+
+    used = {(n.domain, n.op_type) for n in model.graph.node}
+    ops = [d for d in opbridge.all_ops() if (d.spec.domain, d.spec.name) in used]
+    return attach_functions(model, ops)
+
+
+def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model."""
+    import onnx
+
+    import opbridge
+
+    opbridge.register_onnx_schemas()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        onnx.checker.check_model(inferred, full_check=True)
+    except Exception as exc:
+        raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
+    return inferred
+
+
+def rewrite_model(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    rules: Sequence[str],
+    options: Mapping[str, Any] | None = None,
+    *,
+    check: bool = True,
+) -> RewriteReport:
+    """Apply ``rules`` (names from :data:`RULES`) in order to a copy of ``model``.
+
+    Args:
+        model: a path or a loaded model (never modified).
+        rules: rule names, e.g. ``["fold-resize-scales"]``.
+        options: rule options (``map``, ``rename``, ``scale_input``, ``domain``, ``version``).
+        check: run :func:`check_rewritten` on the result.
+
+    Raises:
+        RewriteError: an unknown rule, or a result that fails the checks.
+    """
+    import onnx
+
+    from opbridge.graph._model import load_model
+
+    unknown = [r for r in rules if r not in RULES]
+    if unknown or not rules:
+        raise RewriteError(f"unknown rule(s) {unknown or '(none given)'}; choose from {', '.join(RULES)}.")
+    current = onnx.ModelProto()
+    current.CopyFrom(load_model(model))
+    outcomes: list[RuleOutcome] = []
+    for name in rules:
+        current, done = RULES[name]().apply(current, options or {})
+        outcomes += done
+        for o in done:
+            logger.info("%s", o)
+    if any(o.applied for o in outcomes):
+        _attach_bodies(current)
+        if check:
+            current = check_rewritten(current)
+    return RewriteReport(current, outcomes)
+
+
+def rewrite_file(
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None,
+    rules: Sequence[str],
+    options: Mapping[str, Any] | None = None,
+    *,
+    in_place: bool = False,
+) -> RewriteReport:
+    """Rewrite the file ``source`` into ``output`` (atomically); ``in_place`` to replace ``source``.
+
+    Raises:
+        RewriteError: ``output`` is the input path without ``in_place``, or neither is given.
+    """
+    from opbridge.export import save_model_atomic
+
+    src = Path(source)
+    if in_place:
+        if output is not None and Path(output).resolve() != src.resolve():
+            raise RewriteError("give either -o OUT or --in-place, not both.")
+        target = src
+    else:
+        if output is None:
+            raise RewriteError("give -o OUT.onnx (or --in-place to replace the input).")
+        target = Path(output)
+        if target.exists() and target.resolve() == src.resolve():
+            raise RewriteError(f"{target} is the input file; write elsewhere or pass --in-place to replace it.")
+    report = rewrite_model(src, rules, options)
+    if report.changed:
+        report.path = save_model_atomic(report.model, target)
+    return report

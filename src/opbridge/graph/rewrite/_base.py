@@ -1,0 +1,99 @@
+"""The rule contract: find candidates, check each (saying why not), rewrite those that pass."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
+
+__all__ = ["Check", "IRRule", "RewriteRule", "RuleOutcome"]
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What one rule did with one candidate node (``node == ""`` when it found no candidate)."""
+
+    rule: str
+    node: str
+    applied: bool
+    reason: str
+
+    def __str__(self) -> str:
+        verb = "rewrote" if self.applied else "skipped"
+        where = f" {self.node}" if self.node else ""
+        return f"{self.rule}: {verb}{where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check's answer: ``ok`` with data for the rewrite, or a reason it does not apply."""
+
+    ok: bool
+    reason: str
+    data: Any = None
+
+    @classmethod
+    def fail(cls, reason: str) -> Check:
+        return cls(False, reason)
+
+    @classmethod
+    def success(cls, reason: str, data: Any = None) -> Check:
+        return cls(True, reason, data)
+
+
+class RewriteRule:
+    """A named rewrite of a whole model. Subclasses set ``name``, ``summary`` and ``options``."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    options: ClassVar[Mapping[str, str]] = {}
+
+    def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
+        raise NotImplementedError
+
+    def outcome(self, node: str, applied: bool, reason: str) -> RuleOutcome:
+        return RuleOutcome(self.name, node, applied, reason)
+
+
+class IRRule(RewriteRule):
+    """A rule over onnx-ir: ``candidates`` -> ``check`` -> ``rewrite``, one node at a time."""
+
+    #: what the rule looks for, for the "found none" reason (``looking_for`` on an instance overrides it).
+    looks_for: ClassVar[str] = ""
+
+    def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
+        raise NotImplementedError
+
+    def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
+        raise NotImplementedError
+
+    def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
+        """Rewrite ``node`` (in place in ``model``) and return what was done."""
+        raise NotImplementedError
+
+    def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
+        import onnx_ir as ir
+        from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+        irm = ir.from_proto(model)
+        found = self.candidates(irm.graph, options)
+        if not found:
+            what = getattr(self, "looking_for", "") or self.looks_for
+            return model, [self.outcome("", False, f"no {what} in the graph")]
+        outcomes = []
+        for node in found:
+            label = node.name or node.op_type
+            result = self.check(node, options)
+            if not result.ok:
+                outcomes.append(self.outcome(label, False, result.reason))
+                continue
+            outcomes.append(self.outcome(label, True, self.rewrite(irm, node, result, options)))
+        if not any(o.applied for o in outcomes):
+            return model, outcomes
+        RemoveUnusedNodesPass()(irm)
+        irm.graph.sort()
+        return ir.to_proto(irm), outcomes

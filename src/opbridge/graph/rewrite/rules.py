@@ -1,0 +1,337 @@
+"""The shipped rewrite rules.
+
+* ``resize-cubic-to-dynamic-resize``: ``Resize(X, roi, scales|sizes)`` with mode cubic and
+  scales/sizes computed at run time -> ``Test::DynamicTRTResize(X, size_tensor)``, where
+  ``size_tensor = ConstantOfShape(Concat([1, 1], out_hw))`` keeps the computed output size.
+  With ``scale_input=NAME``, a Resize whose scale was frozen to a constant reads its scale
+  from graph input NAME instead: ``out_hw = Floor(Shape(X)[2:4] * NAME)``.
+* ``fold-resize-scales``: Resize scales/sizes computable from constants -> initializers.
+* ``replace-op``: ``Old`` -> ``domain::New`` with attribute renames.
+* ``legacy-domain``: custom ops of the default domain -> a named domain with its opset import.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from opbridge.graph._model import evaluate_constant
+from opbridge.graph.rewrite._base import Check, IRRule, RewriteRule, RuleOutcome
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
+
+__all__ = ["FoldResizeScales", "LegacyDomain", "ReplaceOp", "ResizeCubicToDynamicResize"]
+
+logger = logging.getLogger(__name__)
+
+
+def _is_resize(node: ir.Node) -> bool:
+    return node.op_type == "Resize" and node.domain in ("", "ai.onnx")
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    """Input ``index`` of ``node``, or None when absent."""
+    return node.inputs[index] if len(node.inputs) > index else None
+
+
+def _const(graph: ir.Graph, array: np.ndarray, name: str) -> ir.Value:
+    """A new initializer holding ``array``."""
+    import onnx_ir as ir
+
+    taken = {v.name for v in graph.initializers.values()}
+    base, k = name, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+    value.shape = ir.Shape(array.shape)
+    value.dtype = ir.DataType.from_numpy(array.dtype)
+    graph.register_initializer(value)
+    return value
+
+
+def _set_opset(model: ir.Model, domain: str, version: int) -> None:
+    current = model.opset_imports.get(domain)
+    if current is None or current < version:
+        model.opset_imports[domain] = version
+
+
+class ResizeCubicToDynamicResize(IRRule):
+    """Cubic ``Resize`` with run-time scales/sizes -> opbridge ``DynamicResize`` (``Test::DynamicTRTResize``)."""
+
+    name: ClassVar[str] = "resize-cubic-to-dynamic-resize"
+    summary: ClassVar[str] = "cubic Resize with run-time scales/sizes -> Test::DynamicTRTResize(input, size_tensor)"
+    options: ClassVar[Mapping[str, str]] = {
+        "scale_input": "graph input holding the scale factor, for a Resize whose scale was frozen to a constant "
+        "(added as a float32 [1] input when the graph has none of that name)",
+    }
+    looks_for = "Resize node"
+
+    def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
+        return [n for n in graph if _is_resize(n)]
+
+    def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
+        attrs = node.attributes
+        mode = attrs.get_string("mode", "nearest")
+        if mode != "cubic":
+            return Check.fail(f"mode is {mode!r}, not 'cubic'")
+        coord = attrs.get_string("coordinate_transformation_mode", "half_pixel")
+        if coord in ("half_pixel", "pytorch_half_pixel"):
+            align = 0
+        elif coord == "align_corners":
+            align = 1
+        else:
+            return Check.fail(
+                f"coordinate_transformation_mode {coord!r} has no DynamicResize equivalent "
+                "(it supports half_pixel/pytorch_half_pixel and align_corners)"
+            )
+        coeff = attrs.get_float("cubic_coeff_a", -0.75)
+        if abs(coeff + 0.75) > 1e-7:
+            return Check.fail(f"cubic_coeff_a is {coeff}; DynamicResize is PyTorch's bicubic with -0.75")
+        if attrs.get_int("exclude_outside", 0) or attrs.get_int("antialias", 0):
+            return Check.fail("exclude_outside/antialias is set; DynamicResize supports neither")
+        if attrs.get_ints("axes", None) is not None:
+            return Check.fail("the axes attribute is set; DynamicResize resizes the last two dims of a 4-D input")
+        x = node.inputs[0]
+        if x is not None and x.shape is not None and len(x.shape) != 4:
+            return Check.fail(f"input {x.name!r} has rank {len(x.shape)}; DynamicResize takes (N, C, H, W)")
+        sizes, scales = _input(node, 3), _input(node, 2)
+        source = sizes if sizes is not None and sizes.name else scales
+        what = "sizes" if source is sizes else "scales"
+        if source is None or not source.name:
+            return Check.fail("the Resize has neither scales nor sizes")
+        frozen, _ = evaluate_constant(source)
+        if frozen is None:
+            return Check.success(f"{what} {source.name!r} computed at run time", {"align": align, "kind": what, "src": source})
+        scale_input = options.get("scale_input")
+        if not scale_input:
+            return Check.fail(
+                f"{what} are the constant {frozen.tolist()}: nothing computes them at run time, so there is nothing "
+                "to keep dynamic; pass --option scale_input=NAME to read the scale from a graph input, or use "
+                "--rule fold-resize-scales if a fixed scale is intended"
+            )
+        if what == "sizes":
+            return Check.fail("sizes are constants; scale_input applies to a frozen scale, not to fixed sizes")
+        flat = [float(v) for v in frozen.ravel()]
+        if len(flat) != 4 or flat[0] != 1.0 or flat[1] != 1.0 or flat[2] != flat[3]:
+            return Check.fail(f"frozen scales {flat} are not (1, 1, s, s); scale_input gives one factor for H and W")
+        return Check.success(
+            f"frozen scales {flat} replaced by graph input {scale_input!r}",
+            {"align": align, "kind": "scale_input", "name": str(scale_input)},
+        )
+
+    def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
+        import onnx_ir as ir
+
+        from opbridge.ops import DynamicResize
+
+        graph = model.graph
+        x = node.inputs[0]
+        assert x is not None
+        data = check.data
+        prefix = (node.name or "resize").strip("/").replace("/", "_")
+        new_nodes: list[ir.Node] = []
+
+        def op(op_type: str, inputs: list[ir.Value], **attrs: Any) -> ir.Value:
+            n = ir.node(op_type, inputs, attributes=attrs or None, name=f"{prefix}/{op_type}_{len(new_nodes)}")
+            n.outputs[0].name = f"{prefix}/{op_type}_{len(new_nodes)}_out"
+            new_nodes.append(n)
+            return n.outputs[0]
+
+        def hw_from_scale(scale: ir.Value) -> ir.Value:
+            shape = op("Shape", [x])
+            hw_in = op("Slice", [shape, _const(graph, np.array([2], np.int64), f"{prefix}_start"),
+                                 _const(graph, np.array([4], np.int64), f"{prefix}_end")])
+            scaled = op("Mul", [op("Cast", [hw_in], to=ir.DataType.FLOAT), scale])
+            return op("Cast", [op("Floor", [scaled])], to=ir.DataType.INT64)
+
+        if data["kind"] == "sizes":
+            hw = op("Slice", [data["src"], _const(graph, np.array([-2], np.int64), f"{prefix}_start"),
+                              _const(graph, np.array([2**62], np.int64), f"{prefix}_end")])
+        elif data["kind"] == "scales":
+            scales_hw = op("Slice", [data["src"], _const(graph, np.array([2], np.int64), f"{prefix}_sstart"),
+                                     _const(graph, np.array([4], np.int64), f"{prefix}_send")])
+            hw = hw_from_scale(scales_hw)
+        else:
+            scale = next((v for v in graph.inputs if v.name == data["name"]), None)
+            if scale is None:
+                scale = ir.Value(name=data["name"], shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.FLOAT))
+                graph.inputs.append(scale)
+            if scale.dtype != ir.DataType.FLOAT:
+                scale = op("Cast", [scale], to=ir.DataType.FLOAT)
+            hw = hw_from_scale(scale)
+        shape4 = op("Concat", [_const(graph, np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
+        fill = ir.tensor(np.zeros(1, dtype=(x.dtype or ir.DataType.FLOAT).numpy()))
+        size_tensor = op("ConstantOfShape", [shape4], value=fill)
+        spec = DynamicResize.spec
+        resize = ir.node(
+            spec.name, [x, size_tensor], attributes={"align_corners": int(data["align"])},
+            domain=spec.domain, name=node.name or f"{prefix}/DynamicResize",
+        )
+        new_nodes.append(resize)
+        ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
+        _set_opset(model, spec.domain, spec.version)
+        return f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape (1, 1, H, W)"
+
+
+class FoldResizeScales(IRRule):
+    """Resize scales/sizes that are computable from constants -> initializers (what TensorRT requires)."""
+
+    name: ClassVar[str] = "fold-resize-scales"
+    summary: ClassVar[str] = "fold constant-computable Resize scales/sizes into initializers"
+    looks_for = "Resize node"
+
+    def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
+        return [n for n in graph if _is_resize(n)]
+
+    def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
+        folds: list[tuple[int, np.ndarray]] = []
+        reasons = []
+        for index, what in ((2, "scales"), (3, "sizes")):
+            value = _input(node, index)
+            if value is None or not value.name:
+                continue
+            if value.is_initializer():
+                reasons.append(f"{what} {value.name!r} are already an initializer")
+                continue
+            arr, why = evaluate_constant(value)
+            if arr is None:
+                reasons.append(f"{what} {value.name!r} cannot be folded: {why}")
+                continue
+            folds.append((index, arr))
+        if not folds:
+            return Check.fail("; ".join(reasons) or "the Resize has neither scales nor sizes")
+        return Check.success("; ".join(reasons), folds)
+
+    def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
+        done = []
+        for index, arr in check.data:
+            old = node.inputs[index]
+            assert old is not None
+            what = "scales" if index == 2 else "sizes"
+            new = _const(model.graph, arr, f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}")
+            node.replace_input_with(index, new)
+            done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
+        return "; ".join(done + ([check.reason] if check.reason else []))
+
+
+def _split_op(text: str) -> tuple[str | None, str]:
+    if "::" in text:
+        domain, name = text.split("::", 1)
+        return domain, name
+    return None, text
+
+
+class ReplaceOp(IRRule):
+    """Nodes of one op type -> another op (usually a custom one), with attribute renames."""
+
+    name: ClassVar[str] = "replace-op"
+    summary: ClassVar[str] = "swap an op for another: --map Old=domain::New [--rename old=new ...]"
+    options: ClassVar[Mapping[str, str]] = {
+        "map": "Old=domain::New (Old may be domain::Old); repeatable",
+        "rename": "old=new attribute renames; repeatable",
+        "version": "opset version of the new domain when opbridge does not know the op (default 1)",
+    }
+
+    def _maps(self, options: Mapping[str, Any]) -> list[tuple[str | None, str, str, str]]:
+        from opbridge.errors import OpbridgeError
+
+        maps = []
+        for item in options.get("map") or ():
+            old, sep, new = str(item).partition("=")
+            new_domain, new_name = _split_op(new)
+            if not sep or not old or not new_name or new_domain is None:
+                raise OpbridgeError(f"--map {item!r}: write Old=domain::New (e.g. Resize=acme::BicubicResize)")
+            old_domain, old_name = _split_op(old)
+            maps.append((old_domain, old_name, new_domain, new_name))
+        if not maps:
+            raise OpbridgeError("rule replace-op needs --map Old=domain::New")
+        return maps
+
+    def _renames(self, options: Mapping[str, Any]) -> dict[str, str]:
+        from opbridge.errors import OpbridgeError
+
+        out = {}
+        for item in options.get("rename") or ():
+            old, sep, new = str(item).partition("=")
+            if not sep or not old or not new:
+                raise OpbridgeError(f"--rename {item!r}: write old_attribute=new_attribute")
+            out[old] = new
+        return out
+
+    def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
+        maps = self._maps(options)
+        self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
+        return [n for n in graph if self._target(n, maps) is not None]
+
+    @staticmethod
+    def _target(node: ir.Node, maps: list[tuple[str | None, str, str, str]]) -> tuple[str, str] | None:
+        for old_domain, old_name, new_domain, new_name in maps:
+            domain_ok = old_domain is None or node.domain == old_domain or {node.domain, old_domain} <= {"", "ai.onnx"}
+            if node.op_type == old_name and domain_ok and (node.domain, node.op_type) != (new_domain, new_name):
+                return new_domain, new_name
+        return None
+
+    def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
+        import opbridge
+
+        domain, name = self._target(node, self._maps(options)) or ("", "")
+        renames = self._renames(options)
+        attrs = [renames.get(a, a) for a in node.attributes]
+        opdef = opbridge.find_op(domain, name)
+        if opdef is None:
+            return Check.success(f"{domain}::{name} is not an opbridge op; attributes kept as they are", (domain, name, None))
+        spec = opdef.spec
+        declared = {a.name for a in spec.attributes}
+        unknown = sorted(set(attrs) - declared)
+        if unknown:
+            hint = f" (rename with --rename {unknown[0]}=NEW)" if unknown else ""
+            return Check.fail(f"{spec.qualname} has no attribute(s) {unknown}; it takes {sorted(declared)}{hint}")
+        missing = sorted(a.name for a in spec.attributes if a.required and a.name not in attrs)
+        if missing:
+            return Check.fail(f"{spec.qualname} requires attribute(s) {missing} the node lacks")
+        if len(node.inputs) > len(spec.inputs):
+            return Check.fail(f"the node has {len(node.inputs)} inputs, {spec.qualname} takes {len(spec.inputs)}")
+        if len(node.outputs) != len(spec.outputs):
+            return Check.fail(f"the node has {len(node.outputs)} outputs, {spec.qualname} has {len(spec.outputs)}")
+        return Check.success(f"matches {spec.qualname}'s signature", (domain, name, spec.version))
+
+    def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
+        import onnx_ir as ir
+
+        domain, name, version = check.data
+        old = f"{node.domain + '::' if node.domain else ''}{node.op_type}"
+        renames = self._renames(options)
+        renamed = []
+        for old_name, new_name in renames.items():
+            attr = node.attributes.pop(old_name, None)
+            if attr is not None:
+                node.attributes[new_name] = ir.Attr(new_name, attr.type, attr.value)
+                renamed.append(f"{old_name}->{new_name}")
+        node.domain, node.op_type, node.version = domain, name, None
+        _set_opset(model, domain, int(version or options.get("version") or 1))
+        extra = f", renamed {', '.join(renamed)}" if renamed else ""
+        return f"{old} -> {domain}::{name}{extra} ({check.reason})"
+
+
+class LegacyDomain(RewriteRule):
+    """Custom ops in the default domain -> a named domain with its opset import."""
+
+    name: ClassVar[str] = "legacy-domain"
+    summary: ClassVar[str] = "move custom ops out of the default domain (--option domain=NAME)"
+    options: ClassVar[Mapping[str, str]] = {"domain": "target domain (default opbridge.legacy)"}
+
+    def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
+        from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, default_domain_custom_nodes, move_default_domain_ops
+
+        domain = str(options.get("domain") or DEFAULT_LEGACY_DOMAIN)
+        names = [n.name or n.op_type for n in default_domain_custom_nodes(model)]
+        if not names:
+            return model, [self.outcome("", False, "no custom op in the default domain")]
+        fixed, moved = move_default_domain_ops(model, domain=domain)
+        return fixed, [self.outcome(n, True, f"moved to domain {domain!r} (ops {moved})") for n in names]

@@ -1,0 +1,208 @@
+"""opbridge compat: each TensorRT rule has a model that triggers it and one that does not; ORT and OpenVINO
+verdicts come from the installed runtimes themselves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from _graph_models import custom_node_model, make_model, resize_model, swish_function
+from onnx import TensorProto, helper, numpy_helper
+
+import opbridge
+from opbridge.cli import main
+from opbridge.errors import OpbridgeError
+from opbridge.graph import check_compat
+from opbridge.graph.compat.tensorrt import TRT_RULES
+
+
+@opbridge.op("test.compat::Scale")
+def compat_scale(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
+    return x * k
+
+
+def trt(model: onnx.ModelProto, version: str | None = None):
+    return check_compat(model, "tensorrt", trt_version=version, real=False)
+
+
+def verdict(model: onnx.ModelProto, name: str, version: str | None = None):
+    return next(n for n in trt(model, version).nodes if n.node == name)
+
+
+def _function_model(domain: str = "acme") -> onnx.ModelProto:
+    return make_model(
+        [helper.make_node("MySwish", ["x"], ["y"], domain=domain, name="custom")],
+        [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])],
+        domains={domain: 1}, functions=[swish_function(domain, "MySwish")],
+    )
+
+
+def _tensor_attr(dtype) -> onnx.ModelProto:
+    return custom_node_model(table=numpy_helper.from_array(np.array([1, 0], dtype)))
+
+
+# (rule code, version, triggering model, node, expected verdict, text in reason, clean model)
+TRT_CASES = [
+    ("trt-resize-cubic-unsupported", "8.4", lambda: resize_model("cubic"), "resize", "fail",
+     "does not support cubic interpolation", lambda: resize_model("linear")),
+    ("trt-resize-cubic-outer-dims", "10.8", lambda: resize_model("cubic", scale_values=(1, 2, 2, 2)), "resize", "fail",
+     "change dims other than the last two", lambda: resize_model("cubic", scale_values=(1, 1, 2, 2))),
+    ("trt-resize-scales-not-initializer", "10.8", lambda: resize_model("linear", scales="input"), "resize", "fail",
+     "Resize scales must be an initializer!", lambda: resize_model("linear", scales="constant")),
+    ("trt-plugin-path", "10.10", lambda: custom_node_model("Unknown"), "custom", "fail",
+     "creator 'Unknown' version '1' namespace 'acme'", lambda: custom_node_model("Relu", "")),
+    ("trt-plugin-namespace", "10.4", lambda: custom_node_model("Unknown"), "custom", "fail",
+     "plugin_namespace='acme'", lambda: custom_node_model("Unknown", plugin_namespace="acme")),
+    ("trt-plugin-int-narrowing", "10.8", lambda: custom_node_model(big=2**40), "custom", "fail",
+     "does not fit the int32", lambda: custom_node_model(big=2**31 - 1)),
+    ("trt-plugin-tensor-attr-dtype", "10.8", lambda: _tensor_attr(np.int64), "custom", "fail",
+     "of int64 is rejected", lambda: _tensor_attr(np.int32)),
+    ("trt-op-type-shadows-importer", "10.8", lambda: custom_node_model("Resize", "acme"), "custom", "fail",
+     "built-in Resize importer", lambda: custom_node_model("ResizeX", "acme")),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "version", "bad", "node", "expected", "text", "good"), TRT_CASES, ids=[c[0] for c in TRT_CASES]
+)
+def test_trt_rule_triggers_and_not(code, version, bad, node, expected, text, good) -> None:
+    v = verdict(bad(), node, version)
+    assert code in v.rules and v.verdict == expected and text in v.reason, v
+    assert code not in verdict(good(), node, version).rules
+
+
+def test_every_trt_rule_is_tested_and_documented() -> None:
+    assert {c[0] for c in TRT_CASES} == {r.code for r in TRT_RULES}
+    for rule in TRT_RULES:
+        assert rule.doc and rule.source and rule.versions
+
+
+@pytest.mark.parametrize(
+    ("version", "fires"), [("8.4", True), ("8.5", False), ("10.8", False)], ids=["8.4", "8.5", "10.8"]
+)
+def test_cubic_rule_version_range(version: str, fires: bool) -> None:
+    assert ("trt-resize-cubic-unsupported" in verdict(resize_model("cubic"), "resize", version).rules) is fires
+
+
+def test_seed001_both_errors_on_old_parser() -> None:
+    """Seed 001: a cubic Resize with dynamic scales fails twice on TensorRT 8.x."""
+    v = verdict(resize_model("cubic", scales="input"), "resize", "8.4")
+    assert set(v.rules) == {"trt-resize-cubic-unsupported", "trt-resize-scales-not-initializer"}
+    assert "computed at run time" in v.reason
+
+
+def test_foldable_scales_hint_and_sizes_pass() -> None:
+    assert "fold-resize-scales" in verdict(resize_model("linear", scales="folded-chain"), "resize").reason
+    assert verdict(resize_model("linear", scales="sizes-runtime"), "resize").verdict == "native"
+
+
+def test_plugin_lookup_reads_plugin_attributes() -> None:
+    v = verdict(custom_node_model("Unknown", plugin_version="2", plugin_namespace="ns"), "custom")
+    assert "creator 'Unknown' version '2' namespace 'ns'" in v.reason
+
+
+@pytest.mark.parametrize(("version", "expected"), [("8.6", "fail"), ("10.8", "function")], ids=["8.6", "10.8"])
+def test_local_function_preferred_over_plugin_from_trt10(version: str, expected: str) -> None:
+    assert verdict(_function_model(), "custom", version).verdict == expected
+
+
+def test_opbridge_op_goes_to_opbridge_plugin_and_unsupported_standard_op_fails() -> None:
+    assert verdict(custom_node_model("Scale", "test.compat"), "custom").verdict == "opbridge"
+    unique = make_model([helper.make_node("Unique", ["x"], ["y"], name="u")],
+                        [("x", TensorProto.FLOAT, [4])], [("y", TensorProto.FLOAT, None)])
+    assert verdict(unique, "u", "8.6").verdict == "fail"
+    assert verdict(unique, "u", "10.8").verdict == "native"
+
+
+HAS_OPBRIDGE_TRT = importlib.util.find_spec("opbridge.tensorrt") is not None
+
+
+@pytest.mark.skipif(HAS_OPBRIDGE_TRT, reason="opbridge.tensorrt is installed: the real-parser test below covers it")
+def test_real_parser_column_without_opbridge_tensorrt() -> None:
+    report = check_compat(resize_model("cubic"), "tensorrt")
+    assert report.real_backend == "not available" and report.real_ok is None
+    assert all(n.real == "not available" for n in report.nodes)
+    assert any("opbridge.tensorrt" in note for note in report.notes)
+
+
+@pytest.mark.skipif(not HAS_OPBRIDGE_TRT, reason="module opbridge.tensorrt is absent from this installation")
+def test_real_parser_column(tmp_path: Path) -> None:
+    good = tmp_path / "good.onnx"
+    onnx.save(resize_model("linear"), good)
+    report = check_compat(good, "tensorrt")
+    if report.real_backend == "not available":
+        pytest.skip("opbridge.tensorrt found no TensorRT library: " + "; ".join(report.notes))
+    assert report.real_ok is True and all(n.real == "ok" for n in report.nodes)
+    bad = tmp_path / "bad.onnx"
+    onnx.save(custom_node_model("NoSuchPlugin"), bad)
+    report = check_compat(bad, "tensorrt")
+    assert report.real_ok is False
+    assert next(n for n in report.nodes if n.node == "custom").real.startswith("fail")
+
+
+# ---------------------------------------------------------------- onnxruntime
+
+
+def ort(model: onnx.ModelProto):
+    return {n.node: n for n in check_compat(model, "onnxruntime").nodes}
+
+
+def test_ort_custom_node_without_body_fails_with_session_error() -> None:
+    report = check_compat(custom_node_model("Unknown"), "onnxruntime")
+    nodes = {n.node: n for n in report.nodes}
+    assert nodes["relu"].verdict == "native"
+    assert nodes["custom"].verdict == "fail" and "is not a registered function/op" in nodes["custom"].reason
+    assert report.real_ok is False and "is not a registered function/op" in nodes["custom"].real
+
+
+def test_ort_function_body_runs() -> None:
+    report = check_compat(_function_model(), "onnxruntime")
+    assert report.nodes[0].verdict == "function" and report.real_ok is True and report.ok
+
+
+def test_ort_opbridge_op_and_opset_too_old() -> None:
+    report = check_compat(custom_node_model("Scale", "test.compat"), "onnxruntime")
+    scale = next(n for n in report.nodes if n.node == "custom")
+    assert scale.verdict == "opbridge" and scale.real.startswith("fail")
+    assert report.real_ok is False and report.ok, "a session without opbridge's bridge is expected to fail there"
+    gelu = make_model([helper.make_node("Gelu", ["x"], ["y"], name="g")],
+                      [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], opset=17)
+    v = ort(gelu)["g"]
+    assert v.verdict == "fail" and "only from opset 20" in v.reason
+
+
+# ---------------------------------------------------------------- openvino
+
+
+def test_openvino_verdicts_from_its_frontend() -> None:
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    nodes = {n.node: n for n in check_compat(custom_node_model("Unknown"), "openvino").nodes}
+    assert nodes["relu"].verdict == "native"
+    assert nodes["custom"].verdict == "fail" and "No conversion rule found" in nodes["custom"].reason
+    assert check_compat(_function_model(), "openvino").nodes[0].verdict == "function"
+    scale = {n.node: n for n in check_compat(custom_node_model("Scale", "test.compat"), "openvino").nodes}
+    assert scale["custom"].verdict == "opbridge"
+    cubic = {n.node: n for n in check_compat(resize_model("cubic", scales="input"), "openvino").nodes}
+    assert cubic["resize"].verdict == "native"
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_compat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cubic.onnx"
+    onnx.save(resize_model("cubic"), path)
+    assert main(["compat", str(path), "--target", "tensorrt", "--trt-version", "8.4", "--no-real"]) == 1
+    assert "does not support cubic interpolation" in capsys.readouterr().out
+    assert main(["compat", str(path), "--target", "tensorrt", "--no-real", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["nodes"][0]["verdict"] == "native"
+    assert main(["compat", str(path), "--target", "tensorrt", "--trt-version", "ten"]) == 2
+    assert "write it as MAJOR.MINOR" in capsys.readouterr().err
+    with pytest.raises(OpbridgeError, match="unknown compat target 'tvm'"):
+        check_compat(path, "tvm")

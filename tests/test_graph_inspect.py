@@ -1,0 +1,100 @@
+"""opbridge inspect: opsets, I/O, custom nodes with typed attributes, counts, initializers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _graph_models import make_model, swish_function
+from onnx import TensorProto, helper, numpy_helper
+
+from opbridge.cli import main
+from opbridge.errors import ModelLoadError
+from opbridge.graph import inspect_model
+
+
+def _rich_model():
+    attrs = {
+        "alpha": 0.5,
+        "count": 7,
+        "tag": "这是字符串属性",
+        "dims": [1, 2, 3],
+        "weights": [0.25, 0.75],
+        "table": numpy_helper.from_array(np.arange(3, dtype=np.int32)),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Foo", ["c"], ["f1", "f2"], domain="acme", name="foo", **attrs),
+        helper.make_node("Swish", ["f1"], ["s"], domain="acme.fn", name="swish"),
+        helper.make_node("Add", ["s", "f2"], ["y"], name="add"),
+    ]
+    return make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, ["batch", 1, 8, "width"])],
+        [("y", TensorProto.FLOAT, ["batch", 1, 8, "width"])],
+        initializers=[("w", np.ones((1, 1, 1, 1), np.float32))],
+        domains={"acme": 2, "acme.fn": 1},
+        functions=[swish_function("acme.fn", "Swish")],
+    )
+
+
+def test_inspect_reports_custom_nodes_with_typed_attributes() -> None:
+    report = inspect_model(_rich_model())
+    assert report.opsets == {"": 17, "acme": 2, "acme.fn": 1}
+    assert [(v.name, v.dtype, v.shape) for v in report.inputs] == [("x", "float", ["batch", 1, 8, "width"])]
+    foo, swish = report.custom_nodes
+    assert (foo.domain, foo.op_type, foo.version, foo.num_outputs, foo.has_function) == ("acme", "Foo", 2, 2, False)
+    attrs = {a.name: (a.type, a.value) for a in foo.attributes}
+    assert attrs["alpha"] == ("FLOAT", 0.5)
+    assert attrs["count"] == ("INT", 7)
+    assert attrs["tag"] == ("STRING", "这是字符串属性")
+    assert attrs["dims"] == ("INTS", [1, 2, 3])
+    assert attrs["weights"] == ("FLOATS", [0.25, 0.75])
+    assert attrs["table"] == ("TENSOR", {"dtype": "int32", "shape": [3], "value": [0, 1, 2]})
+    assert (swish.domain, swish.op_type, swish.has_function) == ("acme.fn", "Swish", True)
+    assert report.op_counts == {"Conv": 1, "acme::Foo": 1, "acme.fn::Swish": 1, "Add": 1}
+    assert [(i.name, i.dtype, i.shape, i.nbytes) for i in report.initializers] == [("w", "float", [1, 1, 1, 1], 4)]
+    assert report.functions == ["acme.fn::Swish"]
+
+
+def test_inspect_text_and_json(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    path = tmp_path / "rich.onnx"
+    onnx.save(_rich_model(), path)
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "acme::Foo v2, 1 input(s), 2 output(s), no function body" in text
+    assert "acme.fn::Swish v1, 1 input(s), 1 output(s), function body in model" in text
+    assert "x: float[batchx1x8xwidth]" in text
+    assert main(["inspect", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    tag = next(a for a in data["custom_nodes"][0]["attributes"] if a["name"] == "tag")
+    assert tag == {"name": "tag", "type": "STRING", "value": "这是字符串属性"}
+    assert data["initializer_bytes"] == 4
+
+
+def test_inspect_exported_seed(seed_export) -> None:
+    result = seed_export("strange_net", "torchscript")
+    report = inspect_model(result.path)
+    ops = {(c.domain, c.op_type, c.num_outputs) for c in report.custom_nodes}
+    assert ops == {("opbridge", "MyStrangeOp", 2)}
+    assert report.opsets["opbridge"] == 1
+    by_name = {a.name: a for a in report.custom_nodes[0].attributes}
+    assert by_name["float_attr"].type == "FLOATS" and by_name["int_attr"].type == "INTS"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no such file"), (b"not an onnx model", "not a readable ONNX model")],
+    ids=["missing", "garbage"],
+)
+def test_inspect_bad_file(tmp_path, capsys: pytest.CaptureFixture[str], content: bytes | None, message: str) -> None:
+    path = tmp_path / "bad.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=message):
+        inspect_model(path)
+    assert main(["inspect", str(path)]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,150 @@
+"""opbridge lint: each finding has a model that triggers it and one that does not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from _graph_models import custom_node_model, export_seed003, make_model, resize_model, seed003_srcnn, swish_function
+from onnx import TensorProto, helper, numpy_helper
+
+import opbridge
+from opbridge.cli import main
+from opbridge.export import CapturedWarning
+from opbridge.graph import has_errors, lint_model
+from opbridge.graph.lint import LINT_CODES
+
+TRACER = CapturedWarning(
+    "TracerWarning",
+    "Converting a tensor to a Python number might cause the trace to be incorrect.",
+    "/src/model.py",
+    42,
+)
+
+
+def codes(model: onnx.ModelProto, **kw) -> list[str]:
+    return [f.code for f in lint_model(model, **kw)]
+
+
+def _default_domain_model() -> onnx.ModelProto:
+    return custom_node_model("MYSELU", "")
+
+
+def _int64_tensor_attr() -> onnx.ModelProto:
+    return custom_node_model("Foo", "acme", table=numpy_helper.from_array(np.array([1, 2], np.int64)))
+
+
+def _float_tensor_attr() -> onnx.ModelProto:
+    return custom_node_model("Foo", "acme", table=numpy_helper.from_array(np.array([1, 2], np.float32)))
+
+
+# (code, severity, triggering model, clean model)
+CASES = [
+    ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
+    ("domain-without-opset", "error", lambda: custom_node_model(with_import=False), lambda: custom_node_model()),
+    ("unknown-custom-op", "warning", lambda: custom_node_model("Unknown", "acme"),
+     lambda: make_model([helper.make_node("Swish", ["x"], ["y"], domain="acme", name="s")],
+                        [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
+                        domains={"acme": 1}, functions=[swish_function("acme", "Swish")])),
+    ("frozen-resize-scale", "info", lambda: resize_model("cubic", scales="initializer"),
+     lambda: resize_model("cubic", scales="input")),
+    ("trt-int-attr-overflow", "warning", lambda: custom_node_model(big=2**40),
+     lambda: custom_node_model(big=2**31 - 1)),
+    ("trt-tensor-attr-dtype", "warning", _int64_tensor_attr, _float_tensor_attr),
+]
+
+
+@pytest.mark.parametrize(("code", "severity", "bad", "good"), CASES, ids=[c[0] for c in CASES])
+def test_finding_triggers_and_not(code: str, severity: str, bad, good) -> None:
+    findings = [f for f in lint_model(bad()) if f.code == code]
+    assert findings, f"{code} not reported"
+    assert findings[0].severity == severity
+    assert findings[0].node and findings[0].message and findings[0].hint
+    assert code not in codes(good())
+
+
+def test_every_code_is_tested() -> None:
+    tested = {c[0] for c in CASES} | {"traced-python-value"}
+    assert tested == set(LINT_CODES)
+
+
+def test_ints_attribute_overflow_names_the_value() -> None:
+    (finding,) = [f for f in lint_model(custom_node_model(dims=[1, -(2**33)])) if f.code == "trt-int-attr-overflow"]
+    assert "'dims'" in finding.message and str(-(2**33)) in finding.message
+
+
+def test_linear_resize_with_constant_scales_is_not_flagged_without_export_context() -> None:
+    assert "frozen-resize-scale" not in codes(resize_model("linear", scales="initializer"))
+
+
+def test_tracer_warning_is_reported_against_the_resize_it_froze() -> None:
+    (finding,) = [f for f in lint_model(resize_model("linear", scales="constant"), warnings=[TRACER])]
+    assert (finding.code, finding.severity, finding.node) == ("frozen-resize-scale", "warning", "resize")
+    assert "model.py:42" in finding.message and "[1.0, 1.0, 2.0, 2.0]" in finding.message
+
+
+def test_tracer_warning_without_a_resize_is_kept() -> None:
+    (finding,) = [f for f in lint_model(custom_node_model(), warnings=[TRACER]) if f.code == "traced-python-value"]
+    assert finding.severity == "warning" and "model.py:42" in finding.message
+    assert "traced-python-value" not in codes(custom_node_model())
+
+
+def test_kernel_and_op_cover_custom_nodes() -> None:
+    assert "unknown-custom-op" in codes(custom_node_model("LintCovered", "test.lint"))
+
+    @opbridge.kernel("test.lint::LintCovered")
+    def _covered(x):  # noqa: ANN001, ANN202
+        return x
+
+    assert "unknown-custom-op" not in codes(custom_node_model("LintCovered", "test.lint"))
+
+    @opbridge.op("test.lint::LintSpec")
+    def _spec(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    assert "unknown-custom-op" not in codes(custom_node_model("LintSpec", "test.lint"))
+
+
+def test_cli_exit_codes_and_ops_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad, clean, unknown = tmp_path / "bad.onnx", tmp_path / "clean.onnx", tmp_path / "unknown.onnx"
+    onnx.save(_default_domain_model(), bad)
+    onnx.save(resize_model("linear"), clean)
+    onnx.save(custom_node_model("FromOpsFile", "test.lintcli"), unknown)
+    assert main(["lint", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "error: custom-op-default-domain [custom]" in out and "1 error(s)" in out
+    assert main(["lint", str(clean), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["lint", str(unknown)]) == 0
+    assert "unknown-custom-op" in capsys.readouterr().out
+    ops = tmp_path / "my_ops.py"
+    ops.write_text(
+        "import opbridge\n\n@opbridge.kernel('test.lintcli::FromOpsFile')\ndef k(x):\n    return x\n", encoding="utf-8"
+    )
+    assert main(["lint", str(unknown), "--ops", str(ops)]) == 0
+    assert "unknown-custom-op" not in capsys.readouterr().out
+    assert has_errors(lint_model(bad)) and not has_errors(lint_model(clean))
+
+
+def test_seed003_file_is_flagged(tmp_path: Path) -> None:
+    _, path = export_seed003(tmp_path / "srcnn.onnx")
+    (finding,) = [f for f in lint_model(path) if f.code == "frozen-resize-scale"]
+    assert finding.severity == "info" and "[1.0, 1.0, 3.0, 3.0]" in finding.message
+
+
+def test_export_runs_lint_with_tracer_warnings(tmp_path: Path) -> None:
+    model = seed003_srcnn()
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    result = opbridge.export(
+        model, (x, torch.tensor([3.0])), tmp_path / "srcnn.onnx", exporter="torchscript",
+        input_names=["input", "factor"], output_names=["output"],
+    )
+    assert any(w.category == "TracerWarning" for w in result.warnings)
+    frozen = [f for f in result.findings if f.code == "frozen-resize-scale"]
+    assert len(frozen) == 1 and frozen[0].severity == "warning"
+    assert "TracerWarning" in frozen[0].message and "Python number" in frozen[0].message
+    assert frozen[0].node == next(n.name for n in result.model.graph.node if n.op_type == "Resize")

@@ -1,0 +1,303 @@
+"""opbridge rewrite: each rule rewrites a positive case (op types, ONNX Runtime parity, full check) and
+says why it skipped a negative one. Seed 003's frozen bicubic scale becomes dynamic again."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+from _graph_models import OPSET, custom_node_model, export_seed003, make_model, resize_model, swish_function
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+import opbridge
+import opbridge.ops
+from opbridge.cli import main
+from opbridge.functions import function_proto
+from opbridge.graph import rewrite_model
+from opbridge.graph.rewrite import RewriteError, rewrite_file
+
+RTOL, ATOL = 1e-3, 1e-5
+RNG = np.random.default_rng(0)
+
+
+class DynamicTRTResize(OpRun):
+    """Test-side kernel of Test::DynamicTRTResize for onnx.reference: PyTorch's bicubic to size_tensor's H, W."""
+
+    op_domain = "Test"
+
+    def _run(self, x, size_tensor, align_corners=0):  # noqa: ANN001, ANN202
+        size = tuple(int(d) for d in size_tensor.shape[-2:])
+        out = F.interpolate(torch.from_numpy(x), size=size, mode="bicubic", align_corners=bool(align_corners))
+        return (out.numpy(),)
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def run_rewritten(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX Runtime when the model carries DynamicResize's body; onnx.reference with the test kernel otherwise."""
+    if any(f.name == "DynamicTRTResize" for f in model.functions):
+        return run_ort(model, feeds)
+    return ReferenceEvaluator(model, new_ops=[DynamicTRTResize]).run(None, feeds)
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    return [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+
+
+def full_check(model: onnx.ModelProto) -> None:
+    opbridge.register_onnx_schemas()
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_dynamic_resize_body_is_attached_when_it_exists() -> None:
+    report = rewrite_model(resize_model("cubic", scales="input"), ["resize-cubic-to-dynamic-resize"])
+    has_body = function_proto(opbridge.ops.DynamicResize) is not None
+    assert any(f.name == "DynamicTRTResize" for f in report.model.functions) is has_body
+
+
+# ---------------------------------------------------------------- resize-cubic-to-dynamic-resize
+
+
+@pytest.mark.parametrize(
+    ("scales", "feeds_extra", "coord"),
+    [("input", {"s": np.array([2.0], np.float32)}, "half_pixel"),
+     ("input", {"s": np.array([3.0], np.float32)}, "align_corners"),
+     ("sizes-runtime", {}, "pytorch_half_pixel")],
+    ids=["runtime-scales", "runtime-scales-align-corners", "runtime-sizes"],
+)
+def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) -> None:
+    original = resize_model("cubic", scales=scales, coord=coord, shape=(1, 2, "H", "W"))
+    report = rewrite_model(original, ["resize-cubic-to-dynamic-resize"])
+    (outcome,) = report.outcomes
+    assert outcome.applied and "computed at run time" in outcome.reason
+    types = op_types(report.model)
+    assert "Resize" not in types and types.count("Test::DynamicTRTResize") == 1 and "ConstantOfShape" in types
+    resize = next(n for n in report.model.graph.node if n.op_type == "DynamicTRTResize")
+    assert helper.get_attribute_value(resize.attribute[0]) == int(coord == "align_corners")
+    full_check(report.model)
+    feeds = {"X": RNG.standard_normal((1, 2, 5, 6)).astype(np.float32), **feeds_extra}
+    (expected,) = run_ort(original, feeds)
+    (got,) = run_rewritten(report.model, feeds)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "reason"),
+    [
+        (lambda: resize_model("linear", scales="input"), {}, "mode is 'linear', not 'cubic'"),
+        (lambda: resize_model("cubic", scales="initializer"), {}, "nothing computes them at run time"),
+        (lambda: resize_model("cubic", scales="input", coord="asymmetric"), {}, "'asymmetric' has no DynamicResize"),
+        (lambda: resize_model("cubic", scale_values=(1, 1, 2, 3)), {"scale_input": "k"}, "one factor for H and W"),
+        (lambda: custom_node_model(), {}, "no Resize node in the graph"),
+    ],
+    ids=["linear", "constant-scales", "asymmetric", "unequal-frozen-scales", "no-resize"],
+)
+def test_resize_to_dynamic_resize_negative(model, options: dict, reason: str) -> None:
+    report = rewrite_model(model(), ["resize-cubic-to-dynamic-resize"], options)
+    assert not report.changed
+    assert reason in report.outcomes[0].reason
+
+
+def test_seed003_frozen_scale_made_dynamic(tmp_path: Path) -> None:
+    """Seed 003: exported at x3, linted, rewritten to DynamicResize, then matches PyTorch at x4."""
+    torch_model, path = export_seed003(tmp_path / "srcnn.onnx", scale=3.0)
+    exported = onnx.load(path)
+    assert [i.name for i in exported.graph.input] == ["input"], "the traced .item() dropped the scale input"
+    out = tmp_path / "srcnn_dynamic.onnx"
+    assert main(["rewrite", str(path), "-o", str(out), "--rule", "resize-cubic-to-dynamic-resize",
+                 "--option", "scale_input=factor"]) == 0
+    rewritten = onnx.load(out)
+    assert "Resize" not in op_types(rewritten) and "Test::DynamicTRTResize" in op_types(rewritten)
+    assert [i.name for i in rewritten.graph.input] == ["input", "factor"]
+    full_check(rewritten)
+    x = torch.randn(1, 3, 7, 9, generator=torch.Generator().manual_seed(1))
+    for scale in (4.0, 2.0):
+        with torch.no_grad():
+            expected = torch_model(x, torch.tensor([scale])).numpy()
+        (got,) = run_rewritten(rewritten, {"input": x.numpy(), "factor": np.array([scale], np.float32)})
+        assert got.shape == expected.shape == (1, 3, int(7 * scale), int(9 * scale))
+        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    # the unrewritten export is stuck at x3, whatever scale is asked for
+    (frozen,) = run_ort(exported, {"input": x.numpy()})
+    assert frozen.shape == (1, 3, 21, 27)
+
+
+# ---------------------------------------------------------------- fold-resize-scales
+
+
+def test_fold_resize_scales() -> None:
+    original = resize_model("linear", scales="folded-chain", shape=(1, 1, 4, 4))
+    report = rewrite_model(original, ["fold-resize-scales"])
+    (outcome,) = report.outcomes
+    assert outcome.applied and "-> initializer" in outcome.reason
+    assert op_types(report.model) == ["Resize"]
+    resize = report.model.graph.node[0]
+    assert resize.input[2] in {i.name for i in report.model.graph.initializer}
+    full_check(report.model)
+    feeds = {"X": RNG.standard_normal((1, 1, 4, 4)).astype(np.float32)}
+    np.testing.assert_allclose(run_ort(report.model, feeds)[0], run_ort(original, feeds)[0], rtol=RTOL, atol=ATOL)
+    from opbridge.graph import check_compat
+
+    before = check_compat(original, "tensorrt", real=False).nodes[-1]
+    after = check_compat(report.model, "tensorrt", real=False).nodes[-1]
+    assert before.verdict == "fail" and after.verdict == "native"
+
+
+def test_fold_scales_from_static_shape() -> None:
+    """Scales computed from Shape of a statically shaped input fold too."""
+    nodes = [
+        helper.make_node("Shape", ["X"], ["sh"], name="shape"),
+        helper.make_node("Cast", ["sh"], ["shf"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Div", ["target", "shf"], ["scales"], name="div"),
+        helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest", name="resize"),
+    ]
+    model = make_model(nodes, [("X", TensorProto.FLOAT, [1, 1, 2, 2])], [("Y", TensorProto.FLOAT, None)],
+                       initializers=[("target", np.array([1, 1, 4, 6], np.float32))])
+    report = rewrite_model(model, ["fold-resize-scales"])
+    assert report.changed and op_types(report.model) == ["Resize"]
+    scales = next(i for i in report.model.graph.initializer if i.name == report.model.graph.node[0].input[2])
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(scales), [1, 1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("scales", "reason"),
+    [("input", "depends on graph input 's'"), ("initializer", "already an initializer"),
+     ("sizes-runtime", "run-time shape of 'X'")],
+    ids=["runtime", "initializer", "dynamic-shape"],
+)
+def test_fold_resize_scales_negative(scales: str, reason: str) -> None:
+    report = rewrite_model(resize_model("linear", scales=scales), ["fold-resize-scales"])
+    assert not report.changed and reason in report.outcomes[0].reason
+
+
+# ---------------------------------------------------------------- replace-op
+
+
+class OldSwish(OpRun):
+    op_domain = "legacy"
+
+    def _run(self, x, beta=1.0):  # noqa: ANN001, ANN202
+        return (x / (1 + np.exp(-beta * x)),)
+
+
+class NewSwish(OpRun):
+    op_domain = "test.rewrite"
+
+    def _run(self, x, alpha=1.0):  # noqa: ANN001, ANN202
+        return (x / (1 + np.exp(-alpha * x)),)
+
+
+@opbridge.op("test.rewrite::SpecSwish")
+def spec_swish(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    return x * torch.sigmoid(alpha * x)
+
+
+def test_replace_op_with_rename() -> None:
+    original = custom_node_model("OldSwish", "legacy", beta=1.7)
+    report = rewrite_model(original, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::NewSwish"],
+                                                      "rename": ["beta=alpha"]})
+    assert report.changed and op_types(report.model) == ["Relu", "test.rewrite::NewSwish"]
+    assert {o.domain: o.version for o in report.model.opset_import}["test.rewrite"] == 1
+    full_check(report.model)
+    feeds = {"x": RNG.standard_normal((2, 3)).astype(np.float32)}
+    (expected,) = ReferenceEvaluator(original, new_ops=[OldSwish]).run(None, feeds)
+    (got,) = ReferenceEvaluator(report.model, new_ops=[NewSwish]).run(None, feeds)
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_replace_op_checks_the_opbridge_signature() -> None:
+    model = custom_node_model("OldSwish", "legacy", beta=1.7)
+    report = rewrite_model(model, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::SpecSwish"]})
+    assert not report.changed and "has no attribute(s) ['beta']" in report.outcomes[0].reason
+    assert "--rename beta=NEW" in report.outcomes[0].reason
+    report = rewrite_model(model, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::SpecSwish"],
+                                                   "rename": ["beta=alpha"]})
+    assert report.changed and "matches test.rewrite::SpecSwish's signature" in report.outcomes[0].reason
+    attrs = {a.name: a.f for a in report.model.graph.node[1].attribute}
+    assert attrs == {"alpha": pytest.approx(1.7)}
+
+
+def test_replace_op_negative_and_bad_options() -> None:
+    report = rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Sigmoid=acme::Fast"]})
+    assert not report.changed and report.outcomes[0].reason == "no node of type Sigmoid in the graph"
+    with pytest.raises(opbridge.OpbridgeError, match="write Old=domain::New"):
+        rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Relu=Fast"]})
+
+
+# ---------------------------------------------------------------- legacy-domain
+
+
+def test_legacy_domain() -> None:
+    original = custom_node_model("MYSELU", "")
+    with pytest.raises(Exception, match="MYSELU"):
+        run_ort(original, {"x": np.zeros((2, 3), np.float32)})
+    report = rewrite_model(original, ["legacy-domain"], {"domain": "acme.legacy"})
+    assert report.changed and op_types(report.model) == ["Relu", "acme.legacy::MYSELU"]
+    full_check(report.model)
+    report.model.functions.append(swish_function("acme.legacy", "MYSELU"))
+    feeds = {"x": RNG.standard_normal((2, 3)).astype(np.float32)}
+    (got,) = run_ort(report.model, feeds)
+    relu = np.maximum(feeds["x"], 0)
+    np.testing.assert_allclose(got, relu / (1 + np.exp(-relu)), rtol=RTOL, atol=ATOL)
+
+
+def test_legacy_domain_negative() -> None:
+    report = rewrite_model(custom_node_model(), ["legacy-domain"])
+    assert not report.changed and report.outcomes[0].reason == "no custom op in the default domain"
+
+
+# ---------------------------------------------------------------- files and CLI
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_input_is_never_overwritten_without_in_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(resize_model("linear", scales="folded-chain"), src)
+    before = _digest(src)
+    assert main(["rewrite", str(src), "-o", str(src), "--rule", "fold-resize-scales"]) == 2
+    assert "is the input file" in capsys.readouterr().err and _digest(src) == before
+    out = tmp_path / "out.onnx"
+    assert main(["rewrite", str(src), "-o", str(out), "--rule", "fold-resize-scales"]) == 0
+    assert _digest(src) == before and op_types(onnx.load(out)) == ["Resize"]
+    assert main(["rewrite", str(src), "--in-place", "--rule", "fold-resize-scales"]) == 0
+    assert op_types(onnx.load(src)) == ["Resize"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_no_match_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(resize_model("linear"), src)
+    assert main(["rewrite", str(src), "-o", str(out), "--rule", "resize-cubic-to-dynamic-resize"]) == 1
+    assert "mode is 'linear', not 'cubic'" in capsys.readouterr().out and not out.exists()
+
+
+def test_invalid_result_is_refused(tmp_path: Path) -> None:
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(custom_node_model(), src)
+    with pytest.raises(RewriteError, match="not valid, nothing was written"):
+        rewrite_file(src, out, ["replace-op"], {"map": ["Relu=ai.onnx.ml::NoSuchOp"]})
+    assert not out.exists()
+
+
+def test_unknown_rule() -> None:
+    with pytest.raises(RewriteError, match="unknown rule.*'nope'.*fold-resize-scales"):
+        rewrite_model(custom_node_model(), ["nope"])
+
+
+def test_opset_of_model_is_kept() -> None:
+    report = rewrite_model(resize_model("cubic", scales="input"), ["resize-cubic-to-dynamic-resize"])
+    assert {o.domain: o.version for o in report.model.opset_import}[""] == OPSET
