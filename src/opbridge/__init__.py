@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from opbridge.definition import OpDef, all_ops, find_op, op
 from opbridge.errors import (
     BackendUnavailableError,
@@ -28,12 +30,22 @@ from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tol
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> Any:  # lazy: importing opbridge must not import onnxruntime
+    if name == "InferenceSession":
+        from opbridge.onnxruntime.session import InferenceSession
+
+        return InferenceSession
+    raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
+
+
 __all__ = [
     "AttrSpec",
     "AttrType",
     "BackendUnavailableError",
     "ExportError",
     "ExportResult",
+    "InferenceSession",
     "InputSpec",
     "KernelDef",
     "ModelLoadError",
