@@ -404,7 +404,9 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
 
 /* Copy one kernel result into ORT output i. */
 static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, char *err, size_t n) {
-    PyArrayObject *arr = (PyArrayObject *)PyArray_FROM_O(obj);
+    /* Arrays and numpy scalars only: anything else would be converted with a guessed dtype. */
+    PyArrayObject *arr = (PyArray_Check(obj) || PyArray_IsScalar(obj, Generic)) ? (PyArrayObject *)PyArray_FROM_O(obj)
+                                                                             : NULL;
     if (arr == NULL) {
         PyErr_Clear();
         snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays (or torch tensors "
