@@ -438,3 +438,64 @@ def test_session_options_are_not_modified() -> None:
     InferenceSession(model, sess_options=options)
     InferenceSession(model, sess_options=options)  # the same options twice: no duplicate registration
     assert options.intra_op_num_threads == 1
+
+
+# --------------------------------------------------------------------------- results written in place (out=)
+
+
+def _same(x, *_, **__):  # noqa: ANN001, ANN002, ANN003, ANN202
+    return opbridge.TensorInfo(x.shape, x.dtype)
+
+
+@opbridge.op(f"{DOMAIN}::SiluOut", shape=_same)
+def silu_out(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+@silu_out.register_kernel
+def _silu_out_numpy(x, out=None):  # noqa: ANN001, ANN202
+    SEEN["SiluOut"] = {"out": None if out is None else (out.shape, out.flags.writeable, out.ctypes.data)}
+    t = np.exp(-x)
+    t += 1
+    return np.divide(x, t, out=out)
+
+
+@opbridge.op(f"{DOMAIN}::PairOut", outputs=("s", "d"), shape=lambda x, y, **_: (_same(x), _same(x)))
+def pair_out(x: torch.Tensor, y: torch.Tensor, mode: str = "in-place") -> tuple[torch.Tensor, torch.Tensor]:
+    return x + y, x - y
+
+
+@pair_out.register_kernel
+def _pair_out_numpy(x, y, out=None, mode="in-place"):  # noqa: ANN001, ANN202
+    s, d = out
+    if mode == "in-place":
+        return np.add(x, y, out=s), np.subtract(x, y, out=d)
+    if mode == "fresh":  # ignores out: the bridge copies
+        return x + y, x - y
+    return x[:1] + y[:1], x - y  # wrong shape
+
+
+def test_out_kernel_writes_into_onnxruntime_outputs() -> None:
+    model = make_model("SiluOut", [("x", F, ["n"])], [("y", F, ["n"])])
+    sess = InferenceSession(model)
+    x = RNG.standard_normal(1000).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+    shape, writeable, _ = SEEN["SiluOut"]["out"]
+    assert shape == (1000,) and writeable is True
+
+
+@pytest.mark.parametrize("mode", ["in-place", "fresh"])
+def test_out_kernel_with_two_outputs(mode: str) -> None:
+    model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode=mode)
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    s, d = InferenceSession(model).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(s, x + y)
+    np.testing.assert_array_equal(d, x - y)
+
+
+def test_out_kernel_wrong_shape_is_reported() -> None:
+    model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
+    with pytest.raises(_fail_type(), match=r"PairOut node .*output 0 has shape \(1,\), but the op's shape rule "
+                       r"gives \(4,\)"):
+        InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})

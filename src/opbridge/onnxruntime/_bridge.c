@@ -221,9 +221,10 @@ typedef struct {
 } OpbOpEntry;
 
 typedef struct {
-    PyObject *fn;    /* kernel callable: fn(*arrays) -> array | tuple of arrays */
-    char *label;     /* "domain::Op node 'name'" for messages */
-    int writable;    /* give the kernel writable input arrays (torch.from_numpy wants them) */
+    PyObject *fn;     /* kernel callable: fn(*arrays[, out=...]) -> array | tuple of arrays */
+    PyObject *shapes; /* optional: shapes(*arrays) -> output shapes (or None), enables out= */
+    char *label;      /* "domain::Op node 'name'" for messages */
+    int writable;     /* give the kernel writable input arrays (torch.from_numpy wants them) */
 } OpbKernel;
 
 static const char *opb_get_name(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->name; }
@@ -248,6 +249,7 @@ static void opb_kernel_free(OpbKernel *k) {
     if (k->fn != NULL && Py_IsInitialized()) {
         PyGILState_STATE g = PyGILState_Ensure();
         Py_CLEAR(k->fn);
+        Py_CLEAR(k->shapes);
         PyGILState_Release(g);
     }
     free(k->label);
@@ -288,9 +290,10 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         result = opb_status(buf);
         goto done;
     }
-    PyObject *fn = NULL, *label = NULL;
+    PyObject *fn = NULL, *label = NULL, *shapes = Py_None;
     int writable = 0;
-    if (!PyArg_ParseTuple(res, "OUp", &fn, &label, &writable) || !PyCallable_Check(fn)) {
+    if (!PyArg_ParseTuple(res, "OUp|O", &fn, &label, &writable, &shapes) || !PyCallable_Check(fn) ||
+        (shapes != Py_None && !PyCallable_Check(shapes))) {
         PyErr_Clear();
         snprintf(buf, sizeof buf, "opbridge: the resolver of %s::%s returned a bad value", e->domain, e->name);
         result = opb_status(buf);
@@ -306,6 +309,10 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
     }
     Py_INCREF(fn);
     k->fn = fn;
+    if (shapes != Py_None) {
+        Py_INCREF(shapes);
+        k->shapes = shapes;
+    }
     k->writable = writable;
     *out = k;
 done:
@@ -477,6 +484,134 @@ static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *o
     return 0;
 }
 
+/* Allocate every ORT output with the shapes the op's shape rule gives and wrap them as
+ * writable arrays for the kernel's out= argument. Returns a tuple, Py_None when the rule
+ * cannot say (the kernel then allocates its own results), or NULL with err set. */
+static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *args, size_t n_out, char *err,
+                                 size_t n) {
+    PyObject *shapes = PyObject_Call(k->shapes, args, NULL);
+    if (shapes == NULL) {
+        char exc[1024];
+        opb_format_exception(exc, sizeof exc);
+        snprintf(err, n, "%s: the shape rule raised %s", k->label, exc);
+        return NULL;
+    }
+    if (shapes == Py_None) return shapes;
+    PyObject *seq = PySequence_Fast(shapes, "shapes must be a sequence");
+    Py_DECREF(shapes);
+    if (seq == NULL || (size_t)PySequence_Fast_GET_SIZE(seq) != n_out) {
+        PyErr_Clear();
+        snprintf(err, n, "%s: the shape rule gives %zd output(s), the node has %zu", k->label,
+                 seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)-1, n_out);
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    PyObject *outs = PyTuple_New((Py_ssize_t)n_out);
+    for (size_t i = 0; outs != NULL && i < n_out; i++) {
+        PyObject *dims_seq = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), "a shape must be a sequence");
+        Py_ssize_t rank = dims_seq ? PySequence_Fast_GET_SIZE(dims_seq) : -1;
+        int64_t dims[OPB_MAX_RANK];
+        npy_intp shape[OPB_MAX_RANK];
+        int bad = rank < 0 || rank > OPB_MAX_RANK;
+        for (Py_ssize_t d = 0; !bad && d < rank; d++) {
+            long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims_seq, d));
+            bad = (v == -1 && PyErr_Occurred()) || v < 0;
+            dims[d] = (int64_t)v;
+            shape[d] = (npy_intp)v;
+        }
+        Py_XDECREF(dims_seq);
+        if (bad) {
+            PyErr_Clear();
+            snprintf(err, n, "%s: the shape rule gave a bad shape for output %zu", k->label, i);
+            Py_CLEAR(outs);
+            break;
+        }
+        OrtValue *ov = NULL;
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int elem = 0;
+        void *dst = NULL;
+        OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, (size_t)rank, &ov);
+        if (st == NULL && ov == NULL) {
+            snprintf(err, n, "%s: ONNX Runtime gave no output %zu", k->label, i);
+            Py_CLEAR(outs);
+            break;
+        }
+        if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(ov, &info);
+        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
+        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(ov, &dst);
+        if (st != NULL) {
+            opb_take_status(st, err, n);
+            Py_CLEAR(outs);
+            break;
+        }
+        int typenum = opb_elem_to_npy(elem);
+        if (typenum < 0) {
+            snprintf(err, n, "%s: output %zu has element type %s, which the Python bridge cannot fill", k->label, i,
+                     opb_elem_name(elem));
+            Py_CLEAR(outs);
+            break;
+        }
+        PyObject *arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, dst, 0, NPY_ARRAY_CARRAY, NULL);
+        if (arr == NULL) {
+            opb_format_exception(err, n);
+            Py_CLEAR(outs);
+            break;
+        }
+        PyTuple_SET_ITEM(outs, (Py_ssize_t)i, arr);
+    }
+    Py_DECREF(seq);
+    if (outs == NULL && err[0] == '\0') snprintf(err, n, "%s: out of memory", k->label);
+    return outs;
+}
+
+/* "(2, 3)" for an array's shape. */
+static void opb_shape_text(PyArrayObject *a, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < PyArray_NDIM(a) && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)PyArray_DIM(a, d));
+    if (used < n) snprintf(buf + used, n - used, PyArray_NDIM(a) == 1 ? ",)" : ")");
+}
+
+/* Deliver result i into a preallocated output: nothing to do when the kernel wrote in place. */
+static int opb_fill_preallocated(OpbKernel *k, size_t i, PyObject *obj, PyObject *target, char *err, size_t n) {
+    if (obj == target) return 0;
+    PyArrayObject *dst = (PyArrayObject *)target;
+    if (!(PyArray_Check(obj) || PyArray_IsScalar(obj, Generic))) {
+        snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays", k->label, i,
+                 Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyArrayObject *arr = (PyArrayObject *)PyArray_FROM_O(obj);
+    if (arr == NULL) {
+        opb_format_exception(err, n);
+        return -1;
+    }
+    int rc = 0;
+    if (!PyArray_EquivTypenums(PyArray_TYPE(arr), PyArray_TYPE(dst))) {
+        PyObject *got = PyObject_Str((PyObject *)PyArray_DESCR(arr));
+        PyObject *want = PyObject_Str((PyObject *)PyArray_DESCR(dst));
+        snprintf(err, n, "%s: output %zu has dtype %s, but the node's output type is %s", k->label, i,
+                 got ? PyUnicode_AsUTF8(got) : "?", want ? PyUnicode_AsUTF8(want) : "?");
+        Py_XDECREF(got);
+        Py_XDECREF(want);
+        PyErr_Clear();
+        rc = -1;
+    } else if (!PyArray_SAMESHAPE(arr, dst)) {
+        char got[256], want[256];
+        opb_shape_text(arr, got, sizeof got);
+        opb_shape_text(dst, want, sizeof want);
+        snprintf(err, n, "%s: output %zu has shape %s, but the op's shape rule gives %s for these inputs", k->label,
+                 i, got, want);
+        rc = -1;
+    } else if (PyArray_DATA(arr) != PyArray_DATA(dst) && PyArray_CopyInto(dst, arr) < 0) {
+        opb_format_exception(err, n);
+        rc = -1;
+    }
+    Py_DECREF(arr);
+    return rc;
+}
+
 static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     OpbKernel *k = (OpbKernel *)kernel;
     char err[2048];
@@ -485,16 +620,10 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     PyGILState_STATE g = PyGILState_Ensure();
     OrtStatus *result = NULL;
     PyObject *res = NULL;
+    PyObject *outs = NULL, *kwargs = NULL;
+    err[0] = '\0';
     PyObject *args = opb_inputs(k, ctx, err, sizeof err);
     if (args == NULL) {
-        result = opb_status(err);
-        goto done;
-    }
-    res = PyObject_Call(k->fn, args, NULL);
-    if (res == NULL) {
-        char exc[1536];
-        opb_format_exception(exc, sizeof exc);
-        snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
         result = opb_status(err);
         goto done;
     }
@@ -502,6 +631,32 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     OrtStatus *st = API(KernelContext_GetOutputCount, opb_KernelContext_GetCount_fn)(ctx, &n_out);
     if (st != NULL) {
         opb_take_status(st, err, sizeof err);
+        result = opb_status(err);
+        goto done;
+    }
+    if (k->shapes != NULL && n_out > 0) {
+        outs = opb_preallocate(k, ctx, args, n_out, err, sizeof err);
+        if (outs == NULL) {
+            result = opb_status(err);
+            goto done;
+        }
+        if (outs == Py_None) {
+            Py_CLEAR(outs);
+        } else {
+            kwargs = PyDict_New();
+            PyObject *given = n_out == 1 ? PyTuple_GET_ITEM(outs, 0) : outs; /* one array, or a tuple */
+            if (kwargs == NULL || PyDict_SetItemString(kwargs, "out", given) < 0) {
+                opb_format_exception(err, sizeof err);
+                result = opb_status(err);
+                goto done;
+            }
+        }
+    }
+    res = PyObject_Call(k->fn, args, kwargs);
+    if (res == NULL) {
+        char exc[1536];
+        opb_format_exception(exc, sizeof exc);
+        snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
         result = opb_status(err);
         goto done;
     }
@@ -514,7 +669,10 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
             goto done;
         }
         for (Py_ssize_t i = 0; i < got; i++) {
-            if (opb_output(k, ctx, (size_t)i, PySequence_Fast_GET_ITEM(res, i), err, sizeof err) < 0) {
+            PyObject *item = PySequence_Fast_GET_ITEM(res, i);
+            int rc = outs ? opb_fill_preallocated(k, (size_t)i, item, PyTuple_GET_ITEM(outs, i), err, sizeof err)
+                          : opb_output(k, ctx, (size_t)i, item, err, sizeof err);
+            if (rc < 0) {
                 result = opb_status(err);
                 goto done;
             }
@@ -526,13 +684,17 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
             result = opb_status(err);
             goto done;
         }
-        if (opb_output(k, ctx, 0, res, err, sizeof err) < 0) {
+        int rc = outs ? opb_fill_preallocated(k, 0, res, PyTuple_GET_ITEM(outs, 0), err, sizeof err)
+                      : opb_output(k, ctx, 0, res, err, sizeof err);
+        if (rc < 0) {
             result = opb_status(err);
             goto done;
         }
     }
 done:
     Py_XDECREF(res);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(outs);
     Py_XDECREF(args);
     PyGILState_Release(g);
     return result;

@@ -103,6 +103,9 @@ class BoundKernel:
     fn: KernelFn
     label: str
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: ``shapes(*arrays) -> [shape, ...] | None``: when set, ONNX Runtime's outputs are
+    #: allocated first and passed to ``fn`` as ``out=`` (no copy of the results).
+    shapes: Callable[..., Any] | None = None
 
     @property
     def writable_inputs(self) -> bool:
@@ -231,6 +234,51 @@ def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
     return checked
 
 
+def _accepts_out(fn: KernelFn) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "out" in params and params["out"].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+
+
+def _out_adapter(
+    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+) -> tuple[KernelFn, Callable[..., Any]]:
+    """A kernel taking ``out=`` plus the shape function that sizes ONNX Runtime's outputs."""
+    rule = opdef.shape_rule
+    assert rule is not None
+    state = {"usable": True}
+
+    def shapes(*arrays: Any) -> list[tuple[int, ...]] | None:
+        if not state["usable"]:
+            return None
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        try:
+            infos = rule(*arrays, **attrs)
+            items = list(infos) if isinstance(infos, (tuple, list)) else [infos]
+            return [tuple(int(d) for d in info.shape) for info in items]
+        except Exception as exc:  # noqa: BLE001 - a rule written for torch may not take numpy inputs
+            logger.debug("%s: shape rule does not run on numpy inputs (%s); results will be copied", label, exc)
+            state["usable"] = False
+            return None
+
+    def call(*arrays: Any, out: Any = None) -> Any:
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        return fn(*arrays, out=out, **attrs)
+
+    return call, shapes
+
+
 def _to_numpy(value: Any, label: str, index: int) -> Any:
     import torch
 
@@ -287,6 +335,9 @@ def kernel_for_node(
         n_inputs = len(opdef.spec.inputs)
         if opdef.kernel is not None:
             kind = opdef.kernel_kind or "numpy"
+            if kind == "numpy" and opdef.shape_rule is not None and _accepts_out(opdef.kernel):
+                fn, shapes = _out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
+                return BoundKernel("kernel", kind, fn, label, attrs, shapes)
             fn = (
                 _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)
                 if kind == "numpy"
@@ -320,7 +371,7 @@ def library_path() -> str:
 def register_ops(
     options: Any,
     ops: Sequence[tuple[str, str, int, Sequence[int]]],
-    resolver: Callable[[int], tuple[KernelFn, str, bool]],
+    resolver: Callable[[int], tuple[KernelFn, str, bool, Any]],
 ) -> list[Any]:
     """Register custom ops with an ``onnxruntime.SessionOptions`` through the bridge library.
 
@@ -328,7 +379,7 @@ def register_ops(
         options: the session options (each may receive the bridge only once).
         ops: ``(domain, op_type, n_inputs, output_element_types)`` per op type;
             an element type of 0 lets ONNX Runtime take the output type from the inputs.
-        resolver: ``resolver(node_id) -> (callable, label, writable_inputs)``,
+        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes)``,
             called when ONNX Runtime creates the kernel of a node.
 
     Returns:

@@ -311,9 +311,9 @@ class InferenceSession:
 
     @staticmethod
     def _resolver(bound: Mapping[int, BoundKernel]) -> Any:
-        def resolve(node_id: int) -> tuple[Any, str, bool]:
+        def resolve(node_id: int) -> tuple[Any, str, bool, Any]:
             kernel = bound[node_id]
-            return kernel.fn, kernel.label, kernel.writable_inputs
+            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes
 
         return resolve
 
