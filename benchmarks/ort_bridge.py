@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import onnx
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     kernel = med["(a) numpy kernel alone"]
     target_us = max(50.0, 0.1 * kernel * 1e3)
 
-    print(f"# opbridge ONNX Runtime bridge benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)")
+    print(f"# opbridge ONNX Runtime bridge benchmark ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
     print(f"machine: {platform.machine()} {platform.processor() or ''}, {_cpu_count()} CPU(s), "
           f"python {platform.python_version()}, onnxruntime {ort.__version__}, numpy {np.__version__}")
     print(f"command: python {' '.join(sys.argv)}")

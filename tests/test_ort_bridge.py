@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import onnx
@@ -76,53 +75,53 @@ def attr_probe(
 
 
 @attr_probe.register_kernel
-def _attr_probe_kernel(x, **attrs):  # noqa: ANN001, ANN003, ANN202
+def _attr_probe_kernel(x, **attrs):
     SEEN["AttrProbe"] = attrs
     return x
 
 
 @opbridge.kernel("RawAttrProbe", domain=DOMAIN)
-def raw_attr_probe(x, **attrs):  # noqa: ANN001, ANN003, ANN201
+def raw_attr_probe(x, **attrs):
     SEEN["RawAttrProbe"] = attrs
     return x
 
 
 @opbridge.kernel("Split2", domain=DOMAIN, outputs=2)
-def split2(x, y):  # noqa: ANN001, ANN201
+def split2(x, y):
     return x + y, x * y
 
 
 @opbridge.op(f"{DOMAIN}::MaybeAdd")
-def maybe_add(x: torch.Tensor, y: Optional[torch.Tensor] = None, scale: float = 1.0) -> torch.Tensor:  # noqa: UP007
+def maybe_add(x: torch.Tensor, y: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
     """x * scale (+ y when given): runs as the torch reference."""
     return x * scale if y is None else x * scale + y
 
 
 @opbridge.kernel("Identity2", domain=DOMAIN)
-def identity2(x):  # noqa: ANN001, ANN201
+def identity2(x):
     SEEN["Identity2"] = {"writeable": x.flags.writeable, "owndata": x.flags.owndata, "ptr": x.ctypes.data}
     return x
 
 
 @opbridge.kernel("Boom", domain=DOMAIN)
-def boom(x):  # noqa: ANN001, ANN201
+def boom(x):
     if float(x.reshape(-1)[0]) < 0:
         raise ValueError(f"boom: negative input {float(x.reshape(-1)[0])}")
     return x
 
 
 @opbridge.kernel("WrongDtype", domain=DOMAIN)
-def wrong_dtype(x):  # noqa: ANN001, ANN201
+def wrong_dtype(x):
     return x.astype(np.float64)
 
 
 @opbridge.kernel("WrongCount", domain=DOMAIN)
-def wrong_count(x):  # noqa: ANN001, ANN201
+def wrong_count(x):
     return x, x, x
 
 
 @opbridge.kernel("NotArray", domain=DOMAIN)
-def not_array(x):  # noqa: ANN001, ANN201
+def not_array(x):
     return "not an array"
 
 
@@ -132,7 +131,7 @@ def shape_checked(x: torch.Tensor) -> torch.Tensor:
 
 
 @shape_checked.register_kernel
-def _shape_checked_kernel(x):  # noqa: ANN001, ANN202
+def _shape_checked_kernel(x):
     return x[:1]  # wrong: drops rows
 
 
@@ -142,7 +141,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 
 @silu.register_kernel
-def _silu_numpy(x):  # noqa: ANN001, ANN202
+def _silu_numpy(x):
     return x / (np.float32(1) + np.exp(-x))
 
 
@@ -152,7 +151,7 @@ def transposed(x: torch.Tensor) -> torch.Tensor:
 
 
 @transposed.register_kernel
-def _transposed_numpy(x):  # noqa: ANN001, ANN202
+def _transposed_numpy(x):
     return x.T  # a strided view: the bridge must copy it correctly
 
 
@@ -443,7 +442,7 @@ def test_session_options_are_not_modified() -> None:
 # --------------------------------------------------------------------------- results written in place (out=)
 
 
-def _same(x, *_, **__):  # noqa: ANN001, ANN002, ANN003, ANN202
+def _same(x, *_, **__):
     return opbridge.TensorInfo(x.shape, x.dtype)
 
 
@@ -453,7 +452,7 @@ def silu_out(x: torch.Tensor) -> torch.Tensor:
 
 
 @silu_out.register_kernel
-def _silu_out_numpy(x, out=None):  # noqa: ANN001, ANN202
+def _silu_out_numpy(x, out=None):
     SEEN["SiluOut"] = {"out": None if out is None else (out.shape, out.flags.writeable, out.ctypes.data)}
     t = np.exp(-x)
     t += 1
@@ -466,7 +465,7 @@ def pair_out(x: torch.Tensor, y: torch.Tensor, mode: str = "in-place") -> tuple[
 
 
 @pair_out.register_kernel
-def _pair_out_numpy(x, y, out=None, mode="in-place"):  # noqa: ANN001, ANN202
+def _pair_out_numpy(x, y, out=None, mode="in-place"):
     s, d = out
     if mode == "in-place":
         return np.add(x, y, out=s), np.subtract(x, y, out=d)

@@ -42,7 +42,7 @@ def _inputs(seed: SeedModel, shapes: dict[str, tuple[int, ...]] | None) -> tuple
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", SEED_IDS)
-def test_seed_models_without_function_bodies_match_eager(seed_export, name: str, exporter: str) -> None:  # noqa: ANN001
+def test_seed_models_without_function_bodies_match_eager(seed_export, name: str, exporter: str) -> None:
     seed = _seed(name)
     result = seed_export(name, exporter, functions=False)
     sess = opbridge.InferenceSession(result.path)
@@ -62,7 +62,7 @@ def test_seed_models_without_function_bodies_match_eager(seed_export, name: str,
         np.testing.assert_allclose(got, expected.numpy(), rtol=RTOL, atol=ATOL, err_msg=f"{name} {exporter} {shapes}")
 
 
-def test_model_given_as_path_bytes_or_proto(seed_export) -> None:  # noqa: ANN001
+def test_model_given_as_path_bytes_or_proto(seed_export) -> None:
     result = seed_export("myselu", "torchscript", functions=False)
     model, (x,) = _seed("myselu").factory()
     feed = {"image": x.numpy()}
@@ -82,12 +82,12 @@ class MYSELUImpl(torch.autograd.Function):
     """Seed 000's technique: a symbolic writing MYSELU into ONNX's default domain."""
 
     @staticmethod
-    def symbolic(g, x, p):  # noqa: ANN001, ANN205
+    def symbolic(g, x, p):
         const = g.op("Constant", value_t=torch.tensor([3, 2, 1], dtype=torch.float32))
         return g.op("MYSELU", x, p, const, attr1_s="这是字符串属性", attr2_i=[1, 2, 3], attr3_f=0.123456789)
 
     @staticmethod
-    def forward(ctx, x, p):  # noqa: ANN001, ANN205
+    def forward(ctx, x, p):
         return x / (1 + torch.exp(-x))
 
 
@@ -108,11 +108,11 @@ class StrangeImpl(torch.autograd.Function):
     """Seed 004's technique, with outputs=2: one MyStrangeOp node with two outputs."""
 
     @staticmethod
-    def symbolic(g, x, weight, bias):  # noqa: ANN001, ANN205
+    def symbolic(g, x, weight, bias):
         return g.op("MyStrangeOp", x, weight, bias, float_attr_f=[0.1, 0.5], int_attr_i=[2, 2], outputs=2)
 
     @staticmethod
-    def forward(ctx, x, weight, bias):  # noqa: ANN001, ANN205
+    def forward(ctx, x, weight, bias):
         return x + weight, x * weight + bias
 
 
@@ -132,13 +132,13 @@ LEGACY_SEEN: dict[str, dict] = {}
 
 
 @opbridge.kernel("MYSELU", domain="")
-def legacy_myselu(x, p, c, *, attr1="", attr2=(), attr3=0.0):  # noqa: ANN001, ANN201
+def legacy_myselu(x, p, c, *, attr1="", attr2=(), attr3=0.0):
     LEGACY_SEEN["MYSELU"] = {"attr1": attr1, "attr2": attr2, "attr3": attr3, "p": p.copy(), "c": c.copy()}
     return x / (np.float32(1) + np.exp(-x))
 
 
 @opbridge.kernel("MyStrangeOp", domain="", outputs=2)
-def legacy_strange(x, weight, bias, *, float_attr=(), int_attr=()):  # noqa: ANN001, ANN201
+def legacy_strange(x, weight, bias, *, float_attr=(), int_attr=()):
     LEGACY_SEEN["MyStrangeOp"] = {"float_attr": float_attr, "int_attr": int_attr}
     return x + weight, x * weight + bias
 
@@ -226,7 +226,7 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
     assert "function body" in text
 
 
-def test_truncated_file_raises_model_load_error(seed_export, tmp_path: Path) -> None:  # noqa: ANN001
+def test_truncated_file_raises_model_load_error(seed_export, tmp_path: Path) -> None:
     data = Path(seed_export("myselu", "dynamo", functions=False).path).read_bytes()
     broken = tmp_path / "truncated.onnx"
     broken.write_bytes(data[: len(data) // 2])

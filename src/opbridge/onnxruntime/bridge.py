@@ -15,6 +15,12 @@ this order:
 4. ``reference``: the op's PyTorch reference, run on CPU tensors that share
    memory with the numpy views (``torch.from_numpy``).
 
+Results are copied once into outputs that ONNX Runtime allocates with the
+result's shape. A numpy kernel of an op with a shape rule may instead take an
+``out`` parameter: the outputs are then allocated first (shapes from the rule)
+and passed as ``out=`` (one array, or a tuple for several outputs), so a kernel
+that writes into them costs no copy at all.
+
 Attributes are read from the node proto once, when ONNX Runtime creates the
 kernel, and bound to the callable: exact values and types (FLOAT as the stored
 float32, INT, INTS, FLOATS, STRING and STRINGS decoded as UTF-8), defaults
@@ -50,8 +56,8 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = [
-    "BoundKernel",
     "NODE_ATTRIBUTE",
+    "BoundKernel",
     "NodeKernel",
     "kernel_for_node",
     "library_path",

@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, UnknownOpError
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
-from opbridge.onnxruntime.bridge import NODE_ATTRIBUTE, BoundKernel, NodeKernel, kernel_for_node, register_ops
+from opbridge.onnxruntime.bridge import (
+    NODE_ATTRIBUTE,
+    BoundKernel,
+    NodeKernel,
+    kernel_for_node,
+    register_ops,
+)
 
 if TYPE_CHECKING:
     import numpy as np
