@@ -274,3 +274,43 @@ def test_importing_opbridge_does_not_import_onnxruntime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "InferenceSession", "False"], out.stdout + out.stderr
+
+
+@opbridge.kernel("Halve", domain="acme.inner")
+def _halve(x):  # noqa: ANN001, ANN202
+    return x / np.float32(2)
+
+
+def test_custom_node_inside_a_function_body() -> None:
+    """A local function whose body calls a bridged op: the functions are inlined, the inner node bridged."""
+    body = helper.make_function(
+        "acme.outer",
+        "HalfPlusOne",
+        ["x"],
+        ["y"],
+        [
+            helper.make_node("Halve", ["x"], ["h"], domain="acme.inner"),
+            helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])),
+            helper.make_node("Add", ["h", "one"], ["y"]),
+        ],
+        [helper.make_opsetid("", 17), helper.make_opsetid("acme.inner", 1)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("HalfPlusOne", ["x"], ["y"], domain="acme.outer", name="outer")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(
+        graph,
+        functions=[body],
+        opset_imports=[
+            helper.make_opsetid("", 17),
+            helper.make_opsetid("acme.outer", 1),
+            helper.make_opsetid("acme.inner", 1),
+        ],
+    )
+    sess = opbridge.InferenceSession(model)
+    assert [(k.domain, k.op_type, k.path) for k in sess.kernels.values()] == [("acme.inner", "Halve", "registered")]
+    (y,) = sess.run(None, {"x": np.array([2.0, -4.0, 1.0], np.float32)})
+    np.testing.assert_array_equal(y, [2.0, -1.0, 1.5])
