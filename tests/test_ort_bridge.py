@@ -498,3 +498,11 @@ def test_out_kernel_wrong_shape_is_reported() -> None:
     with pytest.raises(_fail_type(), match=r"PairOut node .*output 0 has shape \(1,\), but the op's shape rule "
                        r"gives \(4,\)"):
         InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})
+
+
+def test_session_config_entries_are_copied() -> None:
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]), sess_options=options)
+    copied = sess.session.get_session_options()
+    assert copied.get_session_config_entry("session.intra_op.allow_spinning") == "0"

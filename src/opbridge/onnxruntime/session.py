@@ -157,12 +157,35 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+# Session config entries carried over when set (SessionOptions cannot list its entries).
+_COPIED_CONFIG = (
+    "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning",
+    "session.set_denormal_as_zero",
+    "session.disable_prepacking",
+    "session.use_env_allocators",
+)
+
+
+def _config_entry(options: Any, key: str) -> str | None:
+    try:
+        value = options.get_session_config_entry(key)
+    except Exception:  # noqa: BLE001 - onnxruntime raises a bare Fail for an unset key
+        return None
+    return value if isinstance(value, str) else None
+
+
 def _copy_options(options: Any) -> Any:
+    """A fresh SessionOptions with ``options``' settings (see :class:`InferenceSession`)."""
     import onnxruntime as ort
 
     fresh = ort.SessionOptions()
     if options is None:
         return fresh
+    for key in _COPIED_CONFIG:
+        value = _config_entry(options, key)
+        if value is not None:
+            fresh.add_session_config_entry(key, value)
     for name in _COPIED_OPTIONS:
         try:
             value = getattr(options, name)
@@ -184,9 +207,10 @@ class InferenceSession:
             kernels always run on CPU.
         sess_options: an ``onnxruntime.SessionOptions``. When the model needs
             bridged kernels, its settable properties (threads, optimization level,
-            execution mode, logging, profiling...) are copied into a fresh
-            SessionOptions that receives the bridge, so the object you pass is
-            never modified; session config entries are not copied.
+            execution mode, logging, profiling, and the spinning/denormal/prepacking
+            config entries) are copied into a fresh SessionOptions that receives the
+            bridge, so the object you pass is never modified; other session config
+            entries are not copied.
 
     Attributes:
         kernels: node name -> :class:`~opbridge.onnxruntime.bridge.NodeKernel`, the
