@@ -17,12 +17,13 @@ from torch import nn
 import opbridge
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 from opbridge.export import custom_nodes
-from tests.conftest import EXPORTERS, SEED_IDS
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 pytest.importorskip("opbridge.onnxruntime._bridge", reason="the bridge extension is not built")
 
 RTOL, ATOL = 1e-3, 1e-5
+EXPORTERS = ("dynamo", "torchscript")
+SEED_IDS = [m.name for m in SEED_MODELS]
 
 
 def _seed(name: str) -> SeedModel:
@@ -277,7 +278,7 @@ def test_importing_opbridge_does_not_import_onnxruntime() -> None:
 
 
 @opbridge.kernel("Halve", domain="acme.inner")
-def _halve(x):  # noqa: ANN001, ANN202
+def _halve(x):
     return x / np.float32(2)
 
 
