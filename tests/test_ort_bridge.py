@@ -506,3 +506,14 @@ def test_session_config_entries_are_copied() -> None:
     sess = InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]), sess_options=options)
     copied = sess.session.get_session_options()
     assert copied.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_benchmark_quick_smoke_run() -> None:
+    """The benchmark runs end to end (--quick: tiny tensor, few runs; no timing asserted)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ort_bridge.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "| (c') bridge, numpy kernel (out=), bound |" in out.stdout
+    assert "bridge overhead per call (one copy):" in out.stdout
