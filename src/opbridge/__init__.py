@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from opbridge.definition import OpDef, all_ops, find_op, op
 from opbridge.errors import (
     BackendUnavailableError,
@@ -29,12 +31,21 @@ from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tol
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:  # lazy: the reference runtime imports onnx.reference and numpy
-    if name == "ReferenceSession":
-        from opbridge.reference import ReferenceSession
+# Names whose modules import heavy dependencies (onnxruntime, onnx.reference, ...):
+# resolved on first access so that ``import opbridge`` stays light.
+_LAZY = {
+    "InferenceSession": "opbridge.onnxruntime.session",
+    "ReferenceSession": "opbridge.reference",
+}
 
-        return ReferenceSession
-    raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
@@ -43,6 +54,7 @@ __all__ = [
     "BackendUnavailableError",
     "ExportError",
     "ExportResult",
+    "InferenceSession",
     "InputSpec",
     "KernelDef",
     "ModelLoadError",
@@ -51,6 +63,7 @@ __all__ = [
     "OpSpec",
     "OpbridgeError",
     "OutputSpec",
+    "ReferenceSession",
     "SymDim",
     "TensorInfo",
     "Tolerance",

@@ -1,0 +1,987 @@
+/*
+ * opbridge's ONNX Runtime kernel bridge: a CPython extension that is also an
+ * ONNX Runtime custom-op library.
+ *
+ * Python imports this file as opbridge.onnxruntime._bridge; ONNX Runtime then
+ * dlopens the very same file (SessionOptions.register_custom_ops_library) and
+ * calls RegisterCustomOps. Because the loader returns the already-loaded
+ * object, both sides share this file's globals: Python stages op descriptors
+ * with set_pending(), and RegisterCustomOps hands them to ONNX Runtime.
+ *
+ * At kernel creation the node's id (an int attribute the Python session adds
+ * to every bridged node) is passed to the descriptor's Python resolver, which
+ * returns the node's kernel callable with its attributes already bound. At
+ * compute time the GIL is taken, inputs become read-only numpy arrays over
+ * ONNX Runtime's buffers (no copy), the callable runs, and each result is
+ * checked (count, dtype against the node's output type) and copied once into
+ * an output that ONNX Runtime allocates with the result's shape. Python
+ * exceptions become ONNX Runtime error statuses carrying the exception type
+ * and message; nothing here aborts.
+ *
+ * The ABI declarations live in _ort_abi.h.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "_ort_abi.h"
+
+#if defined(__GNUC__)
+#define OPB_EXPORT __attribute__((visibility("default")))
+#else
+#define OPB_EXPORT
+#endif
+
+#define OPB_NODE_ATTR "__opbridge_node"
+#define OPB_MAX_RANK 64
+
+/* ------------------------------------------------------------------ globals */
+
+static const void *const *g_api = NULL;     /* OrtApi table, set by RegisterCustomOps */
+static int g_selfcheck_done = 0;            /* 1 ok, -1 failed */
+static char g_selfcheck_msg[512] = "";      /* why the self-check failed, or "" */
+static PyObject *g_pending = NULL;          /* list of OpDescriptor staged by set_pending() */
+static char g_register_error[1024] = "";    /* last RegisterCustomOps failure, for Python */
+static long g_registrations = 0;            /* successful RegisterCustomOps calls */
+
+#define API(slot, type) ((type)g_api[OPB_SLOT_##slot])
+
+/* ------------------------------------------------------------------ helpers */
+
+static OrtStatus *opb_status(const char *msg) {
+    if (g_api == NULL) return NULL; /* cannot happen after registration; never dereference NULL */
+    return API(CreateStatus, opb_CreateStatus_fn)(OPB_ORT_FAIL, msg);
+}
+
+/* Copy an ORT status message into buf and release the status. */
+static void opb_take_status(OrtStatus *st, char *buf, size_t n) {
+    const char *m = API(GetErrorMessage, opb_GetErrorMessage_fn)(st);
+    snprintf(buf, n, "%s", m ? m : "(no message)");
+    API(ReleaseStatus, opb_Release_fn)(st);
+}
+
+static int opb_elem_to_npy(int elem) {
+    switch (elem) {
+    case OPB_ELEM_FLOAT: return NPY_FLOAT32;
+    case OPB_ELEM_UINT8: return NPY_UINT8;
+    case OPB_ELEM_INT8: return NPY_INT8;
+    case OPB_ELEM_UINT16: return NPY_UINT16;
+    case OPB_ELEM_INT16: return NPY_INT16;
+    case OPB_ELEM_INT32: return NPY_INT32;
+    case OPB_ELEM_INT64: return NPY_INT64;
+    case OPB_ELEM_BOOL: return NPY_BOOL;
+    case OPB_ELEM_FLOAT16: return NPY_FLOAT16;
+    case OPB_ELEM_DOUBLE: return NPY_FLOAT64;
+    case OPB_ELEM_UINT32: return NPY_UINT32;
+    case OPB_ELEM_UINT64: return NPY_UINT64;
+    case OPB_ELEM_COMPLEX64: return NPY_COMPLEX64;
+    case OPB_ELEM_COMPLEX128: return NPY_COMPLEX128;
+    default: return -1;
+    }
+}
+
+static const char *opb_elem_name(int elem) {
+    static const char *names[] = {"undefined", "float32", "uint8",  "int8",   "uint16",    "int16",
+                                  "int32",     "int64",   "string", "bool",   "float16",   "float64",
+                                  "uint32",    "uint64",  "complex64", "complex128", "bfloat16"};
+    if (elem >= 0 && elem < (int)(sizeof(names) / sizeof(names[0]))) return names[elem];
+    return "an unsupported element type";
+}
+
+/* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
+static void opb_format_exception(char *buf, size_t n) {
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    const char *tname = type ? ((PyTypeObject *)type)->tp_name : "Exception";
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
+    if (msg == NULL) {
+        PyErr_Clear();
+        msg = "(message could not be read)";
+    }
+    char where[256] = "";
+    if (tb != NULL) {
+        PyObject *last = tb, *next;
+        Py_INCREF(last);
+        while ((next = PyObject_GetAttrString(last, "tb_next")) != NULL && next != Py_None) {
+            Py_DECREF(last);
+            last = next;
+        }
+        Py_XDECREF(next);
+        PyErr_Clear();
+        PyObject *line = PyObject_GetAttrString(last, "tb_lineno");
+        PyObject *frame = PyObject_GetAttrString(last, "tb_frame");
+        PyObject *code = frame ? PyObject_GetAttrString(frame, "f_code") : NULL;
+        PyObject *file = code ? PyObject_GetAttrString(code, "co_filename") : NULL;
+        PyObject *func = code ? PyObject_GetAttrString(code, "co_name") : NULL;
+        if (line && file && func && PyUnicode_Check(file) && PyUnicode_Check(func)) {
+            snprintf(where, sizeof(where), " (in %s, %s:%ld)", PyUnicode_AsUTF8(func), PyUnicode_AsUTF8(file),
+                     PyLong_AsLong(line));
+        }
+        PyErr_Clear();
+        Py_XDECREF(line);
+        Py_XDECREF(frame);
+        Py_XDECREF(code);
+        Py_XDECREF(file);
+        Py_XDECREF(func);
+        Py_DECREF(last);
+    }
+    snprintf(buf, n, "%s: %s%s", tname, msg, where);
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* ------------------------------------------------------------------ ABI self-check */
+
+/* Call harmless table functions and compare their results with what we gave them.
+ * A wrong slot index would return garbage here (or fault in this very check, which
+ * the test suite runs), instead of corrupting a user's session later. */
+static int opb_abi_selfcheck(void) {
+    if (g_selfcheck_done) return g_selfcheck_done;
+    const char *probe = "opbridge abi probe";
+    OrtStatus *st = API(CreateStatus, opb_CreateStatus_fn)(OPB_ORT_INVALID_GRAPH, probe);
+    if (st == NULL) {
+        snprintf(g_selfcheck_msg, sizeof g_selfcheck_msg, "CreateStatus (slot %d) returned NULL", OPB_SLOT_CreateStatus);
+        return g_selfcheck_done = -1;
+    }
+    int code = API(GetErrorCode, opb_GetErrorCode_fn)(st);
+    const char *msg = API(GetErrorMessage, opb_GetErrorMessage_fn)(st);
+    int ok = code == OPB_ORT_INVALID_GRAPH && msg != NULL && strcmp(msg, probe) == 0;
+    API(ReleaseStatus, opb_Release_fn)(st);
+    if (!ok) {
+        snprintf(g_selfcheck_msg, sizeof g_selfcheck_msg,
+                 "status round-trip failed (slots %d/%d/%d): code %d", OPB_SLOT_CreateStatus, OPB_SLOT_GetErrorCode,
+                 OPB_SLOT_GetErrorMessage, code);
+        return g_selfcheck_done = -1;
+    }
+
+    OrtAllocator *alloc = NULL;
+    st = API(GetAllocatorWithDefaultOptions, opb_GetAllocatorWithDefaultOptions_fn)(&alloc);
+    if (st != NULL || alloc == NULL) {
+        if (st) opb_take_status(st, g_selfcheck_msg, sizeof g_selfcheck_msg);
+        else snprintf(g_selfcheck_msg, sizeof g_selfcheck_msg, "no default allocator");
+        return g_selfcheck_done = -1;
+    }
+    const int64_t shape[3] = {2, 3, 5};
+    OrtValue *value = NULL;
+    st = API(CreateTensorAsOrtValue, opb_CreateTensorAsOrtValue_fn)(alloc, shape, 3, OPB_ELEM_INT64, &value);
+    if (st != NULL || value == NULL) {
+        if (st) opb_take_status(st, g_selfcheck_msg, sizeof g_selfcheck_msg);
+        else snprintf(g_selfcheck_msg, sizeof g_selfcheck_msg, "CreateTensorAsOrtValue gave no value");
+        return g_selfcheck_done = -1;
+    }
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    int elem = -1;
+    size_t rank = 0;
+    int64_t dims[3] = {0, 0, 0};
+    void *data = NULL;
+    ok = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(value, &info) == NULL && info != NULL;
+    if (ok) {
+        ok = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem) == NULL &&
+             API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, &rank) == NULL && rank == 3 &&
+             API(GetDimensions, opb_GetDimensions_fn)(info, dims, 3) == NULL;
+        API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+    }
+    ok = ok && elem == OPB_ELEM_INT64 && dims[0] == 2 && dims[1] == 3 && dims[2] == 5;
+    ok = ok && API(GetTensorMutableData, opb_GetTensorMutableData_fn)(value, &data) == NULL && data != NULL;
+    if (ok) memset(data, 0, 30 * sizeof(int64_t)); /* the buffer must be ours to write */
+    API(ReleaseValue, opb_Release_fn)(value);
+    if (!ok) {
+        snprintf(g_selfcheck_msg, sizeof g_selfcheck_msg,
+                 "tensor probe failed: type %d, rank %zu, dims %lld,%lld,%lld", elem, rank, (long long)dims[0],
+                 (long long)dims[1], (long long)dims[2]);
+        return g_selfcheck_done = -1;
+    }
+    return g_selfcheck_done = 1;
+}
+
+/* ------------------------------------------------------------------ op descriptors */
+
+/* One custom op type (domain + op type) registered for one session. The OrtCustomOp
+ * must stay valid as long as any session or session options may use it, which
+ * Python cannot tell us, so an entry that was handed to ONNX Runtime is never freed
+ * (a few hundred bytes per op per session); only its Python reference is dropped. */
+typedef struct {
+    OpbCustomOp op; /* first member: ORT's OrtCustomOp* is our OpbOpEntry* */
+    char *domain;
+    char *name;
+    size_t n_inputs;
+    size_t n_outputs;
+    int *output_types; /* element type per output, 0 = follow the input */
+    PyObject *resolver; /* node id -> (callable, label, writable_inputs) */
+    int registered;
+} OpbOpEntry;
+
+typedef struct {
+    PyObject *fn;     /* kernel callable: fn(*arrays[, out=...]) -> array | tuple of arrays */
+    PyObject *shapes; /* optional: shapes(*arrays) -> output shapes (or None), enables out= */
+    char *label;      /* "domain::Op node 'name'" for messages */
+    int writable;     /* give the kernel writable input arrays (torch.from_numpy wants them) */
+} OpbKernel;
+
+static const char *opb_get_name(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->name; }
+static const char *opb_get_provider(const OpbCustomOp *op) { (void)op; return NULL; /* CPU */ }
+static int opb_get_input_type(const OpbCustomOp *op, size_t i) { (void)op; (void)i; return OPB_ELEM_UNDEFINED; }
+static size_t opb_get_input_count(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->n_inputs; }
+static int opb_get_output_type(const OpbCustomOp *op, size_t i) {
+    const OpbOpEntry *e = (const OpbOpEntry *)op;
+    return i < e->n_outputs ? e->output_types[i] : OPB_ELEM_UNDEFINED;
+}
+static size_t opb_get_output_count(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->n_outputs; }
+/* Every input and output is optional to ONNX Runtime: the Python side knows which
+ * are required and checks that itself, so nodes that omit trailing optional inputs
+ * and ops with several dynamically typed inputs both load. */
+static int opb_get_io_characteristic(const OpbCustomOp *op, size_t i) { (void)op; (void)i; return OPB_IO_OPTIONAL; }
+static int opb_get_mem_type(const OpbCustomOp *op, size_t i) { (void)op; (void)i; return OPB_MEM_DEFAULT; }
+static int opb_variadic_min_arity(const OpbCustomOp *op) { (void)op; return 1; }
+static int opb_variadic_homogeneity(const OpbCustomOp *op) { (void)op; return 0; }
+
+static void opb_kernel_free(OpbKernel *k) {
+    if (k == NULL) return;
+    if (k->fn != NULL && Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        Py_CLEAR(k->fn);
+        Py_CLEAR(k->shapes);
+        PyGILState_Release(g);
+    }
+    free(k->label);
+    free(k);
+}
+
+static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, const OrtKernelInfo *info, void **out) {
+    (void)api;
+    const OpbOpEntry *e = (const OpbOpEntry *)op;
+    char buf[1024];
+    if (out == NULL) return opb_status("opbridge: ONNX Runtime passed no kernel slot");
+    *out = NULL;
+    int64_t node_id = -1;
+    OrtStatus *st = API(KernelInfoGetAttribute_int64, opb_KernelInfoGetAttribute_int64_fn)(info, OPB_NODE_ATTR, &node_id);
+    if (st != NULL) {
+        API(ReleaseStatus, opb_Release_fn)(st);
+        snprintf(buf, sizeof buf,
+                 "opbridge: node of %s::%s has no '%s' attribute; bridged kernels run only in sessions "
+                 "created by opbridge.InferenceSession",
+                 e->domain, e->name, OPB_NODE_ATTR);
+        return opb_status(buf);
+    }
+    if (!Py_IsInitialized()) return opb_status("opbridge: the Python interpreter is not running");
+    PyGILState_STATE g = PyGILState_Ensure();
+    OrtStatus *result = NULL;
+    PyObject *res = NULL;
+    if (e->resolver == NULL) {
+        snprintf(buf, sizeof buf, "opbridge: %s::%s was registered for a session that is gone; create a new "
+                 "opbridge.InferenceSession", e->domain, e->name);
+        result = opb_status(buf);
+        goto done;
+    }
+    res = PyObject_CallFunction(e->resolver, "L", (long long)node_id);
+    if (res == NULL) {
+        char exc[768];
+        opb_format_exception(exc, sizeof exc);
+        snprintf(buf, sizeof buf, "opbridge: creating the kernel of %s::%s failed: %s", e->domain, e->name, exc);
+        result = opb_status(buf);
+        goto done;
+    }
+    PyObject *fn = NULL, *label = NULL, *shapes = Py_None;
+    int writable = 0;
+    if (!PyArg_ParseTuple(res, "OUp|O", &fn, &label, &writable, &shapes) || !PyCallable_Check(fn) ||
+        (shapes != Py_None && !PyCallable_Check(shapes))) {
+        PyErr_Clear();
+        snprintf(buf, sizeof buf, "opbridge: the resolver of %s::%s returned a bad value", e->domain, e->name);
+        result = opb_status(buf);
+        goto done;
+    }
+    OpbKernel *k = (OpbKernel *)calloc(1, sizeof(OpbKernel));
+    const char *lab = PyUnicode_AsUTF8(label);
+    if (k == NULL || lab == NULL || (k->label = strdup(lab)) == NULL) {
+        PyErr_Clear();
+        free(k);
+        result = opb_status("opbridge: out of memory creating a kernel");
+        goto done;
+    }
+    Py_INCREF(fn);
+    k->fn = fn;
+    if (shapes != Py_None) {
+        Py_INCREF(shapes);
+        k->shapes = shapes;
+    }
+    k->writable = writable;
+    *out = k;
+done:
+    Py_XDECREF(res);
+    PyGILState_Release(g);
+    return result;
+}
+
+static void *opb_create_kernel_v1(const OpbCustomOp *op, const void *api, const OrtKernelInfo *info) {
+    /* Only used if ONNX Runtime ignored CreateKernelV2, which releases >= 1.16 never do. */
+    void *k = NULL;
+    OrtStatus *st = opb_create_kernel_v2(op, api, info, &k);
+    if (st != NULL) API(ReleaseStatus, opb_Release_fn)(st);
+    return k;
+}
+
+static void opb_kernel_destroy(void *kernel) { opb_kernel_free((OpbKernel *)kernel); }
+
+/* Build the input tuple: numpy arrays viewing ORT's buffers, None for absent inputs. */
+static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t n) {
+    size_t count = 0;
+    OrtStatus *st = API(KernelContext_GetInputCount, opb_KernelContext_GetCount_fn)(ctx, &count);
+    if (st != NULL) {
+        opb_take_status(st, err, n);
+        return NULL;
+    }
+    PyObject *args = PyTuple_New((Py_ssize_t)count);
+    if (args == NULL) {
+        snprintf(err, n, "%s: out of memory", k->label);
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const OrtValue *v = NULL;
+        st = API(KernelContext_GetInput, opb_KernelContext_GetInput_fn)(ctx, i, &v);
+        if (st != NULL) {
+            opb_take_status(st, err, n);
+            Py_DECREF(args);
+            return NULL;
+        }
+        if (v == NULL) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(args, (Py_ssize_t)i, Py_None);
+            continue;
+        }
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int elem = 0;
+        size_t rank = 0;
+        int64_t dims[OPB_MAX_RANK];
+        st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(v, &info);
+        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
+        if (st == NULL) st = API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, &rank);
+        if (st == NULL && rank > OPB_MAX_RANK) {
+            snprintf(err, n, "%s: input %zu has rank %zu, more than the %d supported", k->label, i, rank, OPB_MAX_RANK);
+            if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+            Py_DECREF(args);
+            return NULL;
+        }
+        if (st == NULL) st = API(GetDimensions, opb_GetDimensions_fn)(info, dims, rank);
+        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+        void *data = NULL;
+        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)((OrtValue *)v, &data);
+        if (st != NULL) {
+            opb_take_status(st, err, n);
+            Py_DECREF(args);
+            return NULL;
+        }
+        int typenum = opb_elem_to_npy(elem);
+        if (typenum < 0) {
+            snprintf(err, n, "%s: input %zu has element type %s, which the Python bridge does not pass to kernels",
+                     k->label, i, opb_elem_name(elem));
+            Py_DECREF(args);
+            return NULL;
+        }
+        npy_intp shape[OPB_MAX_RANK];
+        npy_intp size = 1;
+        for (size_t d = 0; d < rank; d++) {
+            shape[d] = (npy_intp)dims[d];
+            size *= shape[d];
+        }
+        PyObject *arr;
+        if (size == 0 || data == NULL) {
+            arr = PyArray_SimpleNew((int)rank, shape, typenum); /* empty: nothing to view */
+        } else {
+            int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | (k->writable ? NPY_ARRAY_WRITEABLE : 0);
+            arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, data, 0, flags, NULL);
+        }
+        if (arr == NULL) {
+            opb_format_exception(err, n);
+            Py_DECREF(args);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(args, (Py_ssize_t)i, arr);
+    }
+    return args;
+}
+
+/* Copy one kernel result into ORT output i. */
+static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, char *err, size_t n) {
+    /* Arrays and numpy scalars only: anything else would be converted with a guessed dtype. */
+    PyArrayObject *arr = (PyArray_Check(obj) || PyArray_IsScalar(obj, Generic)) ? (PyArrayObject *)PyArray_FROM_O(obj)
+                                                                             : NULL;
+    if (arr == NULL) {
+        PyErr_Clear();
+        snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays (or torch tensors "
+                 "for torch kernels)", k->label, i, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int rank = PyArray_NDIM(arr);
+    int64_t dims[NPY_MAXDIMS > OPB_MAX_RANK ? NPY_MAXDIMS : OPB_MAX_RANK];
+    for (int d = 0; d < rank; d++) dims[d] = (int64_t)PyArray_DIM(arr, d);
+    OrtValue *out = NULL;
+    OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, (size_t)rank, &out);
+    if (st != NULL || out == NULL) {
+        char ort[512] = "no output value";
+        if (st) opb_take_status(st, ort, sizeof ort);
+        snprintf(err, n, "%s: ONNX Runtime could not allocate output %zu: %s", k->label, i, ort);
+        Py_DECREF(arr);
+        return -1;
+    }
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    int elem = 0;
+    void *dst = NULL;
+    st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(out, &info);
+    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
+    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(out, &dst);
+    if (st != NULL) {
+        opb_take_status(st, err, n);
+        Py_DECREF(arr);
+        return -1;
+    }
+    int want = opb_elem_to_npy(elem);
+    if (want < 0 || !PyArray_EquivTypenums(want, PyArray_TYPE(arr))) {
+        PyObject *got = PyObject_Str((PyObject *)PyArray_DESCR(arr));
+        snprintf(err, n, "%s: output %zu has dtype %s, but the node's output type is %s; return an array of "
+                 "dtype %s (e.g. result.astype(np.%s))", k->label, i, got ? PyUnicode_AsUTF8(got) : "?",
+                 opb_elem_name(elem), opb_elem_name(elem), opb_elem_name(elem));
+        Py_XDECREF(got);
+        PyErr_Clear();
+        Py_DECREF(arr);
+        return -1;
+    }
+    npy_intp nbytes = PyArray_NBYTES(arr);
+    if (nbytes > 0 && dst != NULL) {
+        if (PyArray_IS_C_CONTIGUOUS(arr)) {
+            const void *src = PyArray_DATA(arr);
+            if (nbytes >= (1 << 20)) {
+                Py_BEGIN_ALLOW_THREADS memcpy(dst, src, (size_t)nbytes);
+                Py_END_ALLOW_THREADS
+            } else {
+                memcpy(dst, src, (size_t)nbytes);
+            }
+        } else {
+            /* Strided result (e.g. a transpose): let numpy write it into the ORT buffer. */
+            npy_intp shape[NPY_MAXDIMS];
+            for (int d = 0; d < rank; d++) shape[d] = PyArray_DIM(arr, d);
+            PyObject *view = PyArray_New(&PyArray_Type, rank, shape, PyArray_TYPE(arr), NULL, dst, 0,
+                                         NPY_ARRAY_CARRAY, NULL);
+            if (view == NULL || PyArray_CopyInto((PyArrayObject *)view, arr) < 0) {
+                Py_XDECREF(view);
+                opb_format_exception(err, n);
+                Py_DECREF(arr);
+                return -1;
+            }
+            Py_DECREF(view);
+        }
+    }
+    Py_DECREF(arr);
+    return 0;
+}
+
+/* Allocate every ORT output with the shapes the op's shape rule gives and wrap them as
+ * writable arrays for the kernel's out= argument. Returns a tuple, Py_None when the rule
+ * cannot say (the kernel then allocates its own results), or NULL with err set. */
+static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *args, size_t n_out, char *err,
+                                 size_t n) {
+    PyObject *shapes = PyObject_Call(k->shapes, args, NULL);
+    if (shapes == NULL) {
+        char exc[1024];
+        opb_format_exception(exc, sizeof exc);
+        snprintf(err, n, "%s: the shape rule raised %s", k->label, exc);
+        return NULL;
+    }
+    if (shapes == Py_None) return shapes;
+    PyObject *seq = PySequence_Fast(shapes, "shapes must be a sequence");
+    Py_DECREF(shapes);
+    if (seq == NULL || (size_t)PySequence_Fast_GET_SIZE(seq) != n_out) {
+        PyErr_Clear();
+        snprintf(err, n, "%s: the shape rule gives %zd output(s), the node has %zu", k->label,
+                 seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)-1, n_out);
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    PyObject *outs = PyTuple_New((Py_ssize_t)n_out);
+    for (size_t i = 0; outs != NULL && i < n_out; i++) {
+        PyObject *dims_seq = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), "a shape must be a sequence");
+        Py_ssize_t rank = dims_seq ? PySequence_Fast_GET_SIZE(dims_seq) : -1;
+        int64_t dims[OPB_MAX_RANK];
+        npy_intp shape[OPB_MAX_RANK];
+        int bad = rank < 0 || rank > OPB_MAX_RANK;
+        for (Py_ssize_t d = 0; !bad && d < rank; d++) {
+            long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims_seq, d));
+            bad = (v == -1 && PyErr_Occurred()) || v < 0;
+            dims[d] = (int64_t)v;
+            shape[d] = (npy_intp)v;
+        }
+        Py_XDECREF(dims_seq);
+        if (bad) {
+            PyErr_Clear();
+            snprintf(err, n, "%s: the shape rule gave a bad shape for output %zu", k->label, i);
+            Py_CLEAR(outs);
+            break;
+        }
+        OrtValue *ov = NULL;
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int elem = 0;
+        void *dst = NULL;
+        OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, (size_t)rank, &ov);
+        if (st == NULL && ov == NULL) {
+            snprintf(err, n, "%s: ONNX Runtime gave no output %zu", k->label, i);
+            Py_CLEAR(outs);
+            break;
+        }
+        if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(ov, &info);
+        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
+        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(ov, &dst);
+        if (st != NULL) {
+            opb_take_status(st, err, n);
+            Py_CLEAR(outs);
+            break;
+        }
+        int typenum = opb_elem_to_npy(elem);
+        if (typenum < 0) {
+            snprintf(err, n, "%s: output %zu has element type %s, which the Python bridge cannot fill", k->label, i,
+                     opb_elem_name(elem));
+            Py_CLEAR(outs);
+            break;
+        }
+        PyObject *arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, dst, 0, NPY_ARRAY_CARRAY, NULL);
+        if (arr == NULL) {
+            opb_format_exception(err, n);
+            Py_CLEAR(outs);
+            break;
+        }
+        PyTuple_SET_ITEM(outs, (Py_ssize_t)i, arr);
+    }
+    Py_DECREF(seq);
+    if (outs == NULL && err[0] == '\0') snprintf(err, n, "%s: out of memory", k->label);
+    return outs;
+}
+
+/* "(2, 3)" for an array's shape. */
+static void opb_shape_text(PyArrayObject *a, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < PyArray_NDIM(a) && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)PyArray_DIM(a, d));
+    if (used < n) snprintf(buf + used, n - used, PyArray_NDIM(a) == 1 ? ",)" : ")");
+}
+
+/* Deliver result i into a preallocated output: nothing to do when the kernel wrote in place. */
+static int opb_fill_preallocated(OpbKernel *k, size_t i, PyObject *obj, PyObject *target, char *err, size_t n) {
+    if (obj == target) return 0;
+    PyArrayObject *dst = (PyArrayObject *)target;
+    if (!(PyArray_Check(obj) || PyArray_IsScalar(obj, Generic))) {
+        snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays", k->label, i,
+                 Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyArrayObject *arr = (PyArrayObject *)PyArray_FROM_O(obj);
+    if (arr == NULL) {
+        opb_format_exception(err, n);
+        return -1;
+    }
+    int rc = 0;
+    if (!PyArray_EquivTypenums(PyArray_TYPE(arr), PyArray_TYPE(dst))) {
+        PyObject *got = PyObject_Str((PyObject *)PyArray_DESCR(arr));
+        PyObject *want = PyObject_Str((PyObject *)PyArray_DESCR(dst));
+        snprintf(err, n, "%s: output %zu has dtype %s, but the node's output type is %s", k->label, i,
+                 got ? PyUnicode_AsUTF8(got) : "?", want ? PyUnicode_AsUTF8(want) : "?");
+        Py_XDECREF(got);
+        Py_XDECREF(want);
+        PyErr_Clear();
+        rc = -1;
+    } else if (!PyArray_SAMESHAPE(arr, dst)) {
+        char got[256], want[256];
+        opb_shape_text(arr, got, sizeof got);
+        opb_shape_text(dst, want, sizeof want);
+        snprintf(err, n, "%s: output %zu has shape %s, but the op's shape rule gives %s for these inputs", k->label,
+                 i, got, want);
+        rc = -1;
+    } else if (PyArray_DATA(arr) != PyArray_DATA(dst) && PyArray_CopyInto(dst, arr) < 0) {
+        opb_format_exception(err, n);
+        rc = -1;
+    }
+    Py_DECREF(arr);
+    return rc;
+}
+
+static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
+    OpbKernel *k = (OpbKernel *)kernel;
+    char err[2048];
+    if (k == NULL || k->fn == NULL) return opb_status("opbridge: kernel was not created");
+    if (!Py_IsInitialized()) return opb_status("opbridge: the Python interpreter is not running");
+    PyGILState_STATE g = PyGILState_Ensure();
+    OrtStatus *result = NULL;
+    PyObject *res = NULL;
+    PyObject *outs = NULL, *kwargs = NULL;
+    err[0] = '\0';
+    PyObject *args = opb_inputs(k, ctx, err, sizeof err);
+    if (args == NULL) {
+        result = opb_status(err);
+        goto done;
+    }
+    size_t n_out = 0;
+    OrtStatus *st = API(KernelContext_GetOutputCount, opb_KernelContext_GetCount_fn)(ctx, &n_out);
+    if (st != NULL) {
+        opb_take_status(st, err, sizeof err);
+        result = opb_status(err);
+        goto done;
+    }
+    if (k->shapes != NULL && n_out > 0) {
+        outs = opb_preallocate(k, ctx, args, n_out, err, sizeof err);
+        if (outs == NULL) {
+            result = opb_status(err);
+            goto done;
+        }
+        if (outs == Py_None) {
+            Py_CLEAR(outs);
+        } else {
+            kwargs = PyDict_New();
+            PyObject *given = n_out == 1 ? PyTuple_GET_ITEM(outs, 0) : outs; /* one array, or a tuple */
+            if (kwargs == NULL || PyDict_SetItemString(kwargs, "out", given) < 0) {
+                opb_format_exception(err, sizeof err);
+                result = opb_status(err);
+                goto done;
+            }
+        }
+    }
+    res = PyObject_Call(k->fn, args, kwargs);
+    if (res == NULL) {
+        char exc[1536];
+        opb_format_exception(exc, sizeof exc);
+        snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
+        result = opb_status(err);
+        goto done;
+    }
+    if (PyTuple_Check(res) || PyList_Check(res)) {
+        Py_ssize_t got = PySequence_Fast_GET_SIZE(res);
+        if ((size_t)got != n_out) {
+            snprintf(err, sizeof err, "%s: the kernel returned %zd output(s), the node has %zu; return %s", k->label,
+                     got, n_out, n_out == 1 ? "one array" : "a tuple with one array per output");
+            result = opb_status(err);
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < got; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(res, i);
+            int rc = outs ? opb_fill_preallocated(k, (size_t)i, item, PyTuple_GET_ITEM(outs, i), err, sizeof err)
+                          : opb_output(k, ctx, (size_t)i, item, err, sizeof err);
+            if (rc < 0) {
+                result = opb_status(err);
+                goto done;
+            }
+        }
+    } else {
+        if (n_out != 1) {
+            snprintf(err, sizeof err, "%s: the kernel returned 1 output, the node has %zu; return a tuple with one "
+                     "array per output", k->label, n_out);
+            result = opb_status(err);
+            goto done;
+        }
+        int rc = outs ? opb_fill_preallocated(k, 0, res, PyTuple_GET_ITEM(outs, 0), err, sizeof err)
+                      : opb_output(k, ctx, 0, res, err, sizeof err);
+        if (rc < 0) {
+            result = opb_status(err);
+            goto done;
+        }
+    }
+done:
+    Py_XDECREF(res);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(outs);
+    Py_XDECREF(args);
+    PyGILState_Release(g);
+    return result;
+}
+
+static void opb_kernel_compute_v1(void *kernel, OrtKernelContext *ctx) {
+    /* Only used if ONNX Runtime ignored KernelComputeV2; errors cannot be reported here. */
+    OrtStatus *st = opb_kernel_compute_v2(kernel, ctx);
+    if (st != NULL) API(ReleaseStatus, opb_Release_fn)(st);
+}
+
+/* ------------------------------------------------------------------ OpDescriptor (Python type) */
+
+typedef struct {
+    PyObject_HEAD OpbOpEntry *entry;
+} OpDescriptor;
+
+static void OpDescriptor_dealloc(OpDescriptor *self) {
+    OpbOpEntry *e = self->entry;
+    if (e != NULL) {
+        Py_CLEAR(e->resolver);
+        if (!e->registered) { /* never seen by ONNX Runtime: safe to free */
+            free(e->domain);
+            free(e->name);
+            free(e->output_types);
+            free(e);
+        }
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int OpDescriptor_init(OpDescriptor *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"domain", "op_type", "n_inputs", "output_types", "resolver", NULL};
+    const char *domain, *name;
+    Py_ssize_t n_inputs;
+    PyObject *types, *resolver;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssnOO", kwlist, &domain, &name, &n_inputs, &types, &resolver))
+        return -1;
+    if (self->entry != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "OpDescriptor is already initialised");
+        return -1;
+    }
+    if (n_inputs < 0 || !PyCallable_Check(resolver)) {
+        PyErr_SetString(PyExc_ValueError, "n_inputs must be >= 0 and resolver callable");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(types, "output_types must be a sequence of ints");
+    if (seq == NULL) return -1;
+    Py_ssize_t n_out = PySequence_Fast_GET_SIZE(seq);
+    if (n_out < 1) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "an op needs at least one output");
+        return -1;
+    }
+    OpbOpEntry *e = (OpbOpEntry *)calloc(1, sizeof(OpbOpEntry));
+    if (e == NULL || (e->domain = strdup(domain)) == NULL || (e->name = strdup(name)) == NULL ||
+        (e->output_types = (int *)calloc((size_t)n_out, sizeof(int))) == NULL) {
+        if (e) {
+            free(e->domain);
+            free(e->name);
+            free(e);
+        }
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n_out; i++) {
+        long t = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (t == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            free(e->domain);
+            free(e->name);
+            free(e->output_types);
+            free(e);
+            return -1;
+        }
+        e->output_types[i] = opb_elem_to_npy((int)t) >= 0 ? (int)t : OPB_ELEM_UNDEFINED;
+    }
+    Py_DECREF(seq);
+    e->n_inputs = (size_t)n_inputs;
+    e->n_outputs = (size_t)n_out;
+    Py_INCREF(resolver);
+    e->resolver = resolver;
+
+    OpbCustomOp *op = &e->op;
+    op->version = OPB_CUSTOM_OP_VERSION;
+    op->CreateKernel = opb_create_kernel_v1;
+    op->GetName = opb_get_name;
+    op->GetExecutionProviderType = opb_get_provider;
+    op->GetInputType = opb_get_input_type;
+    op->GetInputTypeCount = opb_get_input_count;
+    op->GetOutputType = opb_get_output_type;
+    op->GetOutputTypeCount = opb_get_output_count;
+    op->KernelCompute = opb_kernel_compute_v1;
+    op->KernelDestroy = opb_kernel_destroy;
+    op->GetInputCharacteristic = opb_get_io_characteristic;
+    op->GetOutputCharacteristic = opb_get_io_characteristic;
+    op->GetInputMemoryType = opb_get_mem_type;
+    op->GetVariadicInputMinArity = opb_variadic_min_arity;
+    op->GetVariadicInputHomogeneity = opb_variadic_homogeneity;
+    op->GetVariadicOutputMinArity = opb_variadic_min_arity;
+    op->GetVariadicOutputHomogeneity = opb_variadic_homogeneity;
+    op->CreateKernelV2 = opb_create_kernel_v2;
+    op->KernelComputeV2 = opb_kernel_compute_v2;
+    self->entry = e;
+    return 0;
+}
+
+static PyObject *OpDescriptor_release(OpDescriptor *self, PyObject *unused) {
+    (void)unused;
+    if (self->entry) Py_CLEAR(self->entry->resolver);
+    Py_RETURN_NONE;
+}
+
+static PyObject *OpDescriptor_repr(OpDescriptor *self) {
+    if (self->entry == NULL) return PyUnicode_FromString("<OpDescriptor (uninitialised)>");
+    return PyUnicode_FromFormat("<OpDescriptor %s::%s inputs=%zd outputs=%zd%s>", self->entry->domain,
+                                self->entry->name, (Py_ssize_t)self->entry->n_inputs,
+                                (Py_ssize_t)self->entry->n_outputs, self->entry->registered ? " registered" : "");
+}
+
+static PyObject *OpDescriptor_get_registered(OpDescriptor *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(self->entry != NULL && self->entry->registered);
+}
+
+static PyMethodDef OpDescriptor_methods[] = {
+    {"release", (PyCFunction)OpDescriptor_release, METH_NOARGS,
+     "Drop the resolver (call once the session is created; kernels keep their own references)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef OpDescriptor_getset[] = {
+    {"registered", (getter)OpDescriptor_get_registered, NULL, "Whether ONNX Runtime has received this op.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject OpDescriptorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opbridge.onnxruntime._bridge.OpDescriptor",
+    .tp_basicsize = sizeof(OpDescriptor),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "OpDescriptor(domain, op_type, n_inputs, output_types, resolver): one custom op for one session.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)OpDescriptor_init,
+    .tp_dealloc = (destructor)OpDescriptor_dealloc,
+    .tp_repr = (reprfunc)OpDescriptor_repr,
+    .tp_methods = OpDescriptor_methods,
+    .tp_getset = OpDescriptor_getset,
+};
+
+/* ------------------------------------------------------------------ RegisterCustomOps */
+
+static OrtStatus *opb_register(OrtSessionOptions *options, const OpbApiBase *base) {
+    g_register_error[0] = '\0';
+    if (base == NULL || base->GetApi == NULL) {
+        snprintf(g_register_error, sizeof g_register_error, "ONNX Runtime passed no API base");
+        return NULL; /* nothing to build a status with; Python reads g_register_error */
+    }
+    const void *const *api = (const void *const *)base->GetApi(OPB_ORT_API_VERSION);
+    if (api == NULL) {
+        snprintf(g_register_error, sizeof g_register_error,
+                 "this onnxruntime (%s) does not offer C API version %u; opbridge needs onnxruntime >= 1.16",
+                 base->GetVersionString ? base->GetVersionString() : "?", OPB_ORT_API_VERSION);
+        return NULL;
+    }
+    g_api = api;
+    if (opb_abi_selfcheck() < 0) {
+        snprintf(g_register_error, sizeof g_register_error, "opbridge: ONNX Runtime C API self-check failed: %s",
+                 g_selfcheck_msg);
+        return opb_status(g_register_error);
+    }
+    if (g_pending == NULL || PyList_GET_SIZE(g_pending) == 0) {
+        snprintf(g_register_error, sizeof g_register_error,
+                 "opbridge: no ops staged; the bridge library is registered by opbridge.InferenceSession");
+        return opb_status(g_register_error);
+    }
+    Py_ssize_t n = PyList_GET_SIZE(g_pending);
+    /* One OrtCustomOpDomain per distinct domain, in staging order. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        OpbOpEntry *first = ((OpDescriptor *)PyList_GET_ITEM(g_pending, i))->entry;
+        int seen = 0;
+        for (Py_ssize_t j = 0; j < i && !seen; j++)
+            seen = strcmp(((OpDescriptor *)PyList_GET_ITEM(g_pending, j))->entry->domain, first->domain) == 0;
+        if (seen) continue;
+        OrtCustomOpDomain *domain = NULL;
+        OrtStatus *st = API(CreateCustomOpDomain, opb_CreateCustomOpDomain_fn)(first->domain, &domain);
+        for (Py_ssize_t j = i; st == NULL && j < n; j++) {
+            OpbOpEntry *e = ((OpDescriptor *)PyList_GET_ITEM(g_pending, j))->entry;
+            if (strcmp(e->domain, first->domain) != 0) continue;
+            st = API(CustomOpDomain_Add, opb_CustomOpDomain_Add_fn)(domain, &e->op);
+            if (st == NULL) e->registered = 1; /* ORT may hold it from now on: never free */
+        }
+        /* The domain object is referenced by the session options from here on and is
+         * intentionally not released (ONNX Runtime keeps a raw pointer to it). */
+        if (st == NULL) st = API(AddCustomOpDomain, opb_AddCustomOpDomain_fn)(options, domain);
+        if (st != NULL) {
+            char msg[512];
+            opb_take_status(st, msg, sizeof msg);
+            snprintf(g_register_error, sizeof g_register_error, "opbridge: registering domain '%s' failed: %s",
+                     first->domain, msg);
+            return opb_status(g_register_error);
+        }
+    }
+    g_registrations++;
+    return NULL;
+}
+
+OPB_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OpbApiBase *base) {
+    if (!Py_IsInitialized()) return NULL;
+    PyGILState_STATE g = PyGILState_Ensure();
+    OrtStatus *st = opb_register(options, base);
+    Py_CLEAR(g_pending);
+    PyGILState_Release(g);
+    return st;
+}
+
+/* ------------------------------------------------------------------ module functions */
+
+static PyObject *py_set_pending(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "set_pending expects a list of OpDescriptor");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(arg, i);
+        if (!PyObject_TypeCheck(item, &OpDescriptorType) || ((OpDescriptor *)item)->entry == NULL) {
+            PyErr_SetString(PyExc_TypeError, "set_pending expects initialised OpDescriptor objects");
+            return NULL;
+        }
+        if (((OpDescriptor *)item)->entry->registered) {
+            PyErr_SetString(PyExc_ValueError, "an OpDescriptor can be registered only once; make a new one");
+            return NULL;
+        }
+    }
+    PyObject *copy = PyList_GetSlice(arg, 0, n);
+    if (copy == NULL) return NULL;
+    Py_XSETREF(g_pending, copy);
+    g_register_error[0] = '\0';
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_clear_pending(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    Py_CLEAR(g_pending);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_registration_error(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (g_register_error[0] == '\0') Py_RETURN_NONE;
+    return PyUnicode_FromString(g_register_error);
+}
+
+static PyObject *py_abi_report(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("{s:i,s:s,s:l,s:I,s:I,s:O}", "selfcheck", g_selfcheck_done, "selfcheck_error",
+                         g_selfcheck_msg, "registrations", g_registrations, "api_version", OPB_ORT_API_VERSION,
+                         "custom_op_version", OPB_CUSTOM_OP_VERSION, "api_loaded", g_api ? Py_True : Py_False);
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_pending", py_set_pending, METH_O, "Stage OpDescriptors for the next RegisterCustomOps call."},
+    {"clear_pending", py_clear_pending, METH_NOARGS, "Drop staged OpDescriptors."},
+    {"registration_error", py_registration_error, METH_NOARGS, "Why the last RegisterCustomOps failed, or None."},
+    {"abi_report", py_abi_report, METH_NOARGS, "State of the C API self-check and registrations."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef bridge_module = {
+    PyModuleDef_HEAD_INIT, "_bridge",
+    "opbridge's ONNX Runtime custom-op library and CPython extension (see opbridge.onnxruntime.bridge).", -1,
+    module_methods};
+
+PyMODINIT_FUNC PyInit__bridge(void) {
+    import_array();
+    if (PyType_Ready(&OpDescriptorType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&bridge_module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&OpDescriptorType);
+    if (PyModule_AddObject(m, "OpDescriptor", (PyObject *)&OpDescriptorType) < 0) {
+        Py_DECREF(&OpDescriptorType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddStringConstant(m, "NODE_ATTRIBUTE", OPB_NODE_ATTR);
+    PyModule_AddIntConstant(m, "API_VERSION", OPB_ORT_API_VERSION);
+    return m;
+}

@@ -1,0 +1,410 @@
+"""Python side of the ONNX Runtime kernel bridge: which kernel each custom node runs, and how.
+
+The native half (``_bridge.c``, a CPython extension that is also an ONNX
+Runtime custom-op library) calls, for every bridged node, a Python callable
+``fn(*arrays) -> array | tuple`` with numpy views of ONNX Runtime's input
+buffers. This module decides, per node, where that callable comes from, in
+this order:
+
+1. ``function``: the model carries a local function for the op; ONNX Runtime
+   runs the body natively and the bridge is not involved.
+2. ``kernel``: the op's ``@opbridge.op`` definition has a kernel
+   (``opdef.register_kernel``, numpy or torch).
+3. ``registered``: a kernel registered with ``@opbridge.kernel`` for the
+   node's domain and op type (for models exported elsewhere).
+4. ``reference``: the op's PyTorch reference, run on CPU tensors that share
+   memory with the numpy views (``torch.from_numpy``).
+
+Results are copied once into outputs that ONNX Runtime allocates with the
+result's shape. A numpy kernel of an op with a shape rule may instead take an
+``out`` parameter: the outputs are then allocated first (shapes from the rule)
+and passed as ``out=`` (one array, or a tuple for several outputs), so a kernel
+that writes into them costs no copy at all.
+
+Attributes are read from the node proto once, when ONNX Runtime creates the
+kernel, and bound to the callable: exact values and types (FLOAT as the stored
+float32, INT, INTS, FLOATS, STRING and STRINGS decoded as UTF-8), defaults
+filled in from the op spec. Torch is imported only for torch kernels and
+references.
+
+Example:
+    >>> import numpy as np, opbridge
+    >>> from opbridge.onnxruntime.bridge import kernel_for_node
+    >>> from onnx import helper
+    >>> @opbridge.kernel("doc.bridge::Twice")
+    ... def twice(x):
+    ...     return 2 * x
+    >>> node = helper.make_node("Twice", ["x"], ["y"], domain="doc.bridge", name="n0")
+    >>> bound = kernel_for_node(node, version=1)
+    >>> bound.path, bound.fn(np.ones(2, np.float32)).tolist()
+    ('registered', [2.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opbridge.definition import OpDef, find_op
+from opbridge.errors import OpDefinitionError
+from opbridge.kernels import KernelDef, find_kernel
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = [
+    "NODE_ATTRIBUTE",
+    "BoundKernel",
+    "NodeKernel",
+    "kernel_for_node",
+    "library_path",
+    "node_attributes",
+    "register_ops",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the int attribute that tells the native bridge which node a kernel serves.
+NODE_ATTRIBUTE = "__opbridge_node"
+
+_REGISTER_LOCK = threading.Lock()
+
+KernelFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class NodeKernel:
+    """Which path one custom node takes in ONNX Runtime.
+
+    Attributes:
+        node: the node's name.
+        domain: the node's domain as seen by ONNX Runtime.
+        op_type: the node's op type.
+        version: the domain's opset version in the model.
+        path: ``"function"``, ``"kernel"``, ``"registered"`` or ``"reference"``.
+        kind: ``"numpy"`` or ``"torch"`` for bridged paths, ``None`` for function bodies.
+    """
+
+    node: str
+    domain: str
+    op_type: str
+    version: int
+    path: str
+    kind: str | None
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.domain or '<default>'}::{self.op_type}"
+
+
+@dataclass
+class BoundKernel:
+    """A node's kernel callable with its attributes bound, ready for the native bridge."""
+
+    path: str
+    kind: str
+    fn: KernelFn
+    label: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    #: ``shapes(*arrays) -> [shape, ...] | None``: when set, ONNX Runtime's outputs are
+    #: allocated first and passed to ``fn`` as ``out=`` (no copy of the results).
+    shapes: Callable[..., Any] | None = None
+
+    @property
+    def writable_inputs(self) -> bool:
+        # torch.from_numpy warns on read-only arrays; torch ignores the flag anyway.
+        return self.kind == "torch"
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """All attributes of ``node`` as Python values (strings decoded, lists as lists).
+
+    FLOAT gives the stored float32 value as a Python float (exact), TENSOR a
+    numpy array; the bridge's own node-id attribute is left out.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    out: dict[str, Any] = {}
+    for attr in node.attribute:
+        if attr.name == NODE_ATTRIBUTE:
+            continue
+        if attr.type == onnx.AttributeProto.TENSOR:
+            out[attr.name] = numpy_helper.to_array(attr.t)
+            continue
+        value = onnx.helper.get_attribute_value(attr)
+        if attr.type == onnx.AttributeProto.STRING:
+            value = value.decode("utf-8")
+        elif attr.type == onnx.AttributeProto.STRINGS:
+            value = [v.decode("utf-8") for v in value]
+        elif attr.type in (onnx.AttributeProto.FLOATS, onnx.AttributeProto.INTS):
+            value = list(value)
+        out[attr.name] = value
+    return out
+
+
+def _spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
+    from opbridge.onnx_schema import attribute_values
+
+    spec = opdef.spec
+    known = {a.name for a in spec.attributes}
+    unknown = sorted(a.name for a in node.attribute if a.name not in known and a.name != NODE_ATTRIBUTE)
+    if unknown:
+        raise OpDefinitionError(
+            f"{spec.qualname} node {node.name!r} has attribute(s) {unknown} that the op does not declare "
+            f"(it takes {sorted(known)}); re-export the model or fix the op definition."
+        )
+    try:
+        return spec.bind_attributes(attribute_values(spec, node))
+    except (TypeError, ValueError) as exc:
+        raise OpDefinitionError(f"{spec.qualname} node {node.name!r}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def _pad(arrays: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    if len(arrays) < n:
+        return arrays + (None,) * (n - len(arrays))
+    return arrays
+
+
+def _required_check(opdef: OpDef, label: str) -> Callable[[tuple[Any, ...]], None] | None:
+    required = [i for i, p in enumerate(opdef.spec.inputs) if not p.optional]
+    if not required:
+        return None
+    names = [p.name for p in opdef.spec.inputs]
+
+    def check(arrays: tuple[Any, ...]) -> None:
+        for i in required:
+            if i >= len(arrays) or arrays[i] is None:
+                raise TypeError(f"{label}: input {i} ({names[i]!r}) is required but the node gives none")
+
+    return check
+
+
+def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[tuple[Any, ...], Any], None] | None:
+    """A check of result shapes against the op's shape rule (``None`` when it has none)."""
+    rule = opdef.shape_rule
+    if rule is None:
+        return None
+    state = {"usable": True}
+
+    def check(arrays: tuple[Any, ...], result: Any) -> None:
+        if not state["usable"]:
+            return
+        try:
+            expected = rule(*arrays, **attrs)
+        except Exception as exc:  # noqa: BLE001 - a rule written for torch may not take numpy inputs
+            logger.debug("%s: shape rule does not run on numpy inputs (%s); shape check disabled", label, exc)
+            state["usable"] = False
+            return
+        want = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        got = list(result) if isinstance(result, (tuple, list)) else [result]
+        for i, (w, g) in enumerate(zip(want, got)):
+            shape = getattr(g, "shape", None)
+            wshape = tuple(int(d) for d in getattr(w, "shape", ()))
+            if shape is not None and tuple(shape) != wshape:
+                raise ValueError(
+                    f"{label}: output {i} ({opdef.spec.outputs[i].name!r}) has shape {tuple(shape)}, "
+                    f"but the op's shape rule gives {wshape} for these inputs"
+                )
+
+    return check
+
+
+def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any]) -> KernelFn:
+    required, shape = checks
+    if required is None and shape is None:
+
+        def call(*arrays: Any) -> Any:
+            return fn(*_pad(arrays, n_inputs), **attrs)
+
+        return call
+
+    def checked(*arrays: Any) -> Any:
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        result = fn(*arrays, **attrs)
+        if shape is not None:
+            shape(arrays, result)
+        return result
+
+    return checked
+
+
+def _accepts_out(fn: KernelFn) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "out" in params and params["out"].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+
+
+def _out_adapter(
+    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+) -> tuple[KernelFn, Callable[..., Any]]:
+    """A kernel taking ``out=`` plus the shape function that sizes ONNX Runtime's outputs."""
+    rule = opdef.shape_rule
+    assert rule is not None
+    state = {"usable": True}
+
+    def shapes(*arrays: Any) -> list[tuple[int, ...]] | None:
+        if not state["usable"]:
+            return None
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        try:
+            infos = rule(*arrays, **attrs)
+            items = list(infos) if isinstance(infos, (tuple, list)) else [infos]
+            return [tuple(int(d) for d in info.shape) for info in items]
+        except Exception as exc:  # noqa: BLE001 - a rule written for torch may not take numpy inputs
+            logger.debug("%s: shape rule does not run on numpy inputs (%s); results will be copied", label, exc)
+            state["usable"] = False
+            return None
+
+    def call(*arrays: Any, out: Any = None) -> Any:
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        return fn(*arrays, out=out, **attrs)
+
+    return call, shapes
+
+
+def _to_numpy(value: Any, label: str, index: int) -> Any:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{label}: output {index} is a {type(value).__name__}, expected a torch.Tensor")
+    return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+
+
+def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any], label: str) -> KernelFn:
+    import torch
+
+    required, shape = checks
+    from_numpy = torch.from_numpy
+
+    def call(*arrays: Any) -> Any:
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        tensors = [None if a is None else from_numpy(a) for a in arrays]
+        result = fn(*tensors, **attrs)
+        if isinstance(result, (tuple, list)):
+            out: Any = tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
+        else:
+            out = _to_numpy(result, label, 0)
+        if shape is not None:
+            shape(arrays, out)
+        return out
+
+    return call
+
+
+# --------------------------------------------------------------------------- choosing a kernel
+
+
+def kernel_for_node(
+    node: onnx.NodeProto,
+    version: int,
+    *,
+    lookup_domain: str | None = None,
+) -> BoundKernel | None:
+    """The kernel opbridge would run for ``node`` (``None`` when it knows none).
+
+    ``lookup_domain`` is the domain to look the op up in when it differs from
+    the node's (a legacy default-domain op moved to a domain of its own).
+    Function bodies are not considered here (see :class:`NodeKernel`).
+    """
+    domain = node.domain if lookup_domain is None else lookup_domain
+    opdef = find_op(domain, node.op_type, version) if domain else None
+    registered: KernelDef | None = find_kernel(domain, node.op_type, version)
+    label = f"{domain or '<default>'}::{node.op_type} node {node.name!r}"
+    if opdef is not None and (opdef.kernel is not None or registered is None):
+        attrs = _spec_attributes(opdef, node)
+        checks = (_required_check(opdef, label), _shape_check(opdef, attrs, label))
+        n_inputs = len(opdef.spec.inputs)
+        if opdef.kernel is not None:
+            kind = opdef.kernel_kind or "numpy"
+            if kind == "numpy" and opdef.shape_rule is not None and _accepts_out(opdef.kernel):
+                fn, shapes = _out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
+                return BoundKernel("kernel", kind, fn, label, attrs, shapes)
+            fn = (
+                _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)
+                if kind == "numpy"
+                else _torch_adapter(opdef.kernel, attrs, n_inputs, checks, label)
+            )
+            return BoundKernel("kernel", kind, fn, label, attrs)
+        fn = _torch_adapter(opdef.reference, attrs, n_inputs, checks, label)
+        return BoundKernel("reference", "torch", fn, label, attrs)
+    if registered is not None:
+        attrs = node_attributes(node)
+        n_inputs = len(node.input)
+        no_checks: tuple[Any, Any] = (None, None)
+        if registered.kind == "torch":
+            fn = _torch_adapter(registered.fn, attrs, n_inputs, no_checks, label)
+        else:
+            fn = _numpy_adapter(registered.fn, attrs, n_inputs, no_checks)
+        return BoundKernel("registered", registered.kind, fn, label, attrs)
+    return None
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def library_path() -> str:
+    """Path of the native bridge library (also the CPython extension module)."""
+    from opbridge.onnxruntime import _native
+
+    return _native.module().__file__ or ""
+
+
+def register_ops(
+    options: Any,
+    ops: Sequence[tuple[str, str, int, Sequence[int]]],
+    resolver: Callable[[int], tuple[KernelFn, str, bool, Any]],
+) -> list[Any]:
+    """Register custom ops with an ``onnxruntime.SessionOptions`` through the bridge library.
+
+    Args:
+        options: the session options (each may receive the bridge only once).
+        ops: ``(domain, op_type, n_inputs, output_element_types)`` per op type;
+            an element type of 0 lets ONNX Runtime take the output type from the inputs.
+        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes)``,
+            called when ONNX Runtime creates the kernel of a node.
+
+    Returns:
+        The native op descriptors. Keep them until the session is created, then
+        call ``release()`` on each so the resolver can be freed.
+    """
+    from opbridge.onnxruntime import _native
+
+    native = _native.module()
+    descriptors = [native.OpDescriptor(d, name, n_in, list(types), resolver) for d, name, n_in, types in ops]
+    with _REGISTER_LOCK:
+        native.set_pending(descriptors)
+        try:
+            options.register_custom_ops_library(native.__file__)
+        finally:
+            native.clear_pending()
+        error = native.registration_error()
+    if error or not all(d.registered for d in descriptors):
+        from opbridge.errors import BackendUnavailableError
+
+        raise BackendUnavailableError(f"opbridge could not register its kernels with ONNX Runtime: {error}")
+    return descriptors

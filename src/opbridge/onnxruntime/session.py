@@ -1,0 +1,383 @@
+"""``opbridge.InferenceSession``: an ONNX Runtime session that runs opbridge custom ops.
+
+It mirrors ``onnxruntime.InferenceSession`` (``run``, ``get_inputs``,
+``get_outputs``) and, before creating the session, finds every custom node of
+the model and gives it a kernel (see :mod:`opbridge.onnxruntime.bridge`):
+
+- ops whose function body is in the model run natively in ONNX Runtime;
+- other ops run a Python kernel inside ONNX Runtime through the native bridge:
+  the op's own kernel, a kernel registered with ``@opbridge.kernel``, or the
+  op's PyTorch reference.
+
+Models written by TorchScript-era exporters with custom ops in ONNX's default
+domain are repaired in memory (the ops move to ``opbridge.legacy``; a warning
+says which). A model with custom ops opbridge knows nothing about raises
+:class:`~opbridge.errors.UnknownOpError` listing them.
+
+Example:
+    >>> import numpy as np, onnx, opbridge
+    >>> from onnx import helper, TensorProto
+    >>> @opbridge.kernel("Negate", domain="doc.session")
+    ... def negate(x):
+    ...     return -x
+    >>> node = helper.make_node("Negate", ["x"], ["y"], domain="doc.session")
+    >>> graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    ...                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    ...                                                 helper.make_opsetid("doc.session", 1)])
+    >>> sess = opbridge.InferenceSession(model)
+    >>> sess.run(None, {"x": np.array([1.0, -2.0], np.float32)})[0].tolist()
+    [-1.0, 2.0]
+    >>> sess.kernels["Negate_0"].path
+    'registered'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import ModelLoadError, UnknownOpError
+from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+from opbridge.onnxruntime.bridge import (
+    NODE_ATTRIBUTE,
+    BoundKernel,
+    NodeKernel,
+    kernel_for_node,
+    register_ops,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+__all__ = ["InferenceSession", "load_model"]
+
+logger = logging.getLogger(__name__)
+
+# Domains whose ops ONNX Runtime implements itself.
+_NATIVE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft"})
+
+# SessionOptions properties carried over to the copy that receives the bridge.
+_COPIED_OPTIONS = (
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "enable_profiling",
+    "execution_mode",
+    "execution_order",
+    "graph_optimization_level",
+    "inter_op_num_threads",
+    "intra_op_num_threads",
+    "log_severity_level",
+    "log_verbosity_level",
+    "logid",
+    "optimized_model_filepath",
+    "profile_file_prefix",
+    "use_deterministic_compute",
+)
+
+
+def load_model(model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Load a model from a path, serialized bytes or a ModelProto (copied).
+
+    Raises:
+        ModelLoadError: the file is missing, unreadable, truncated or not an ONNX model.
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model_or_path, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(model_or_path)
+        where = "the given ModelProto"
+    elif isinstance(model_or_path, (bytes, bytearray, memoryview)):
+        where = "the given bytes"
+        try:
+            model = onnx.load_from_string(bytes(model_or_path))
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}") from None
+    elif isinstance(model_or_path, (str, os.PathLike)):
+        where = os.fspath(model_or_path)
+        if not os.path.isfile(where):
+            raise ModelLoadError(f"{where}: no such file; pass the path of an .onnx model.")
+        try:
+            model = onnx.load(where)
+        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+            raise ModelLoadError(
+                f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
+                "or corrupt. Export it again."
+            ) from None
+    else:
+        raise ModelLoadError(
+            f"expected a path, bytes or onnx.ModelProto, got {type(model_or_path).__name__}"
+        )
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
+        raise ModelLoadError(
+            f"{where}: not a usable ONNX model (ir_version {model.ir_version}, "
+            f"{len(model.graph.node)} node(s), {len(model.graph.output)} output(s)); the file may be "
+            "truncated or corrupt. Export it again."
+        )
+    return model
+
+
+def _is_custom(node: onnx.NodeProto) -> bool:
+    return node.domain not in _NATIVE_DOMAINS
+
+
+def _functions_need_bridge(model: onnx.ModelProto) -> bool:
+    local = {(f.domain, f.name) for f in model.functions}
+    return any(
+        _is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node
+    )
+
+
+def _unknown_message(unknown: list[tuple[str, str, int, str]]) -> str:
+    lines = [f"the model has {len(unknown)} custom node(s) that opbridge has no kernel for:"]
+    for domain, op_type, version, name in unknown:
+        lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node {name!r}")
+    domain, op_type = unknown[0][0], unknown[0][1]
+    dom = domain or "mydomain"
+    lines.append(
+        "Provide one of: an op definition @opbridge.op(\"" + dom + "::" + op_type + "\") (its PyTorch reference "
+        "runs by default; import the module that defines it first), a kernel "
+        f"@opbridge.kernel(\"{op_type}\", domain=\"{domain}\"), or an ONNX function body for the op in the "
+        "model (opbridge.export(..., functions=True) with opdef.register_function)."
+    )
+    return "\n".join(lines)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    types: dict[str, int] = {}
+    for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+# Session config entries carried over when set (SessionOptions cannot list its entries).
+_COPIED_CONFIG = (
+    "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning",
+    "session.set_denormal_as_zero",
+    "session.disable_prepacking",
+    "session.use_env_allocators",
+)
+
+
+def _config_entry(options: Any, key: str) -> str | None:
+    try:
+        value = options.get_session_config_entry(key)
+    except Exception:  # noqa: BLE001 - onnxruntime raises a bare Fail for an unset key
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _copy_options(options: Any) -> Any:
+    """A fresh SessionOptions with ``options``' settings (see :class:`InferenceSession`)."""
+    import onnxruntime as ort
+
+    fresh = ort.SessionOptions()
+    if options is None:
+        return fresh
+    for key in _COPIED_CONFIG:
+        value = _config_entry(options, key)
+        if value is not None:
+            fresh.add_session_config_entry(key, value)
+    for name in _COPIED_OPTIONS:
+        try:
+            value = getattr(options, name)
+        except AttributeError:
+            continue
+        try:
+            setattr(fresh, name, value)
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            logger.debug("could not copy SessionOptions.%s", name)
+    return fresh
+
+
+class InferenceSession:
+    """An ONNX Runtime session in which every custom op of the model runs.
+
+    Args:
+        model_or_path: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
+        providers: execution providers, as for onnxruntime (default: CPU). Bridged
+            kernels always run on CPU.
+        sess_options: an ``onnxruntime.SessionOptions``. When the model needs
+            bridged kernels, its settable properties (threads, optimization level,
+            execution mode, logging, profiling, and the spinning/denormal/prepacking
+            config entries) are copied into a fresh SessionOptions that receives the
+            bridge, so the object you pass is never modified; other session config
+            entries are not copied.
+
+    Attributes:
+        kernels: node name -> :class:`~opbridge.onnxruntime.bridge.NodeKernel`, the
+            path each custom node took.
+        model: the model as given to ONNX Runtime (repaired, node ids added).
+        moved_ops: op types moved out of the default domain (legacy exports).
+
+    Raises:
+        ModelLoadError: the model cannot be read.
+        UnknownOpError: the model has custom nodes opbridge has no kernel for.
+
+    Example:
+        >>> sess = opbridge.InferenceSession("model.onnx")  # doctest: +SKIP
+        >>> (y,) = sess.run(None, {"x": x})  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto,
+        providers: Sequence[Any] | None = None,
+        sess_options: Any = None,
+    ) -> None:
+        import onnxruntime as ort
+
+        model = load_model(model_or_path)
+        model, self.moved_ops = move_default_domain_ops(model, copy=False)
+        if self.moved_ops:
+            logger.warning(
+                "moved custom op(s) %s out of ONNX's default domain into %r (in memory; the file is unchanged): "
+                "runtimes reject custom ops in the default domain",
+                ", ".join(self.moved_ops),
+                DEFAULT_LEGACY_DOMAIN,
+            )
+        if _functions_need_bridge(model):
+            import onnx.inliner
+
+            model = onnx.inliner.inline_local_functions(model)
+        self.kernels: dict[str, NodeKernel] = {}
+        bound = self._plan(model)
+        self.model = model
+        options = sess_options
+        descriptors: list[Any] = []
+        if bound:
+            options = _copy_options(sess_options)
+            descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound))
+        try:
+            self._session = ort.InferenceSession(
+                model.SerializeToString(),
+                sess_options=options,
+                providers=list(providers) if providers is not None else ["CPUExecutionProvider"],
+            )
+        except Exception as exc:
+            if type(exc).__name__ == "InvalidProtobuf":
+                raise ModelLoadError(f"ONNX Runtime cannot parse the model: {exc}") from None
+            raise
+        finally:
+            for d in descriptors:
+                d.release()
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self, model: onnx.ModelProto) -> dict[int, BoundKernel]:
+        """Choose a kernel for every custom node; tag bridged nodes with their id."""
+        import onnx
+
+        opset = {o.domain: o.version for o in model.opset_import}
+        local = {(f.domain, f.name) for f in model.functions}
+        moved = set(self.moved_ops)
+        bound: dict[int, BoundKernel] = {}
+        unknown: list[tuple[str, str, int, str]] = []
+        names = {n.name for n in model.graph.node if n.name}
+        counters: dict[str, int] = {}
+        for index, node in enumerate(model.graph.node):
+            if not _is_custom(node):
+                continue
+            if not node.name or node.name in self.kernels:
+                while True:
+                    i = counters.get(node.op_type, 0)
+                    counters[node.op_type] = i + 1
+                    candidate = f"{node.op_type}_{i}"
+                    if candidate not in names:
+                        break
+                node.name = candidate
+                names.add(candidate)
+            legacy = node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved
+            lookup = "" if legacy else node.domain
+            version = opset.get("" if legacy else node.domain, 1)
+            if (node.domain, node.op_type) in local:
+                self.kernels[node.name] = NodeKernel(node.name, node.domain, node.op_type, version, "function", None)
+                continue
+            found = kernel_for_node(node, version, lookup_domain=lookup)
+            if found is None:
+                unknown.append((lookup, node.op_type, version, node.name))
+                continue
+            for attr in list(node.attribute):
+                if attr.name == NODE_ATTRIBUTE:
+                    node.attribute.remove(attr)
+            node.attribute.append(onnx.helper.make_attribute(NODE_ATTRIBUTE, index))
+            bound[index] = found
+            self.kernels[node.name] = NodeKernel(
+                node.name, node.domain, node.op_type, version, found.path, found.kind
+            )
+        if unknown:
+            raise UnknownOpError(_unknown_message(unknown))
+        for domain in {model.graph.node[i].domain for i in bound}:
+            if domain not in opset:
+                model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+        return bound
+
+    @staticmethod
+    def _op_table(model: onnx.ModelProto, bound: Mapping[int, BoundKernel]) -> list[tuple[str, str, int, list[int]]]:
+        """One entry per bridged (domain, op type): input count and output element types."""
+        types = _elem_types(model)
+        groups: dict[tuple[str, str], list[onnx.NodeProto]] = {}
+        for index in sorted(bound):
+            node = model.graph.node[index]
+            groups.setdefault((node.domain, node.op_type), []).append(node)
+        table = []
+        for (domain, op_type), nodes in groups.items():
+            n_in = max(len(n.input) for n in nodes)
+            n_out = max(len(n.output) for n in nodes)
+            out_types = []
+            for i in range(n_out):
+                seen = {types.get(n.output[i], 0) if i < len(n.output) else 0 for n in nodes}
+                out_types.append(seen.pop() if len(seen) == 1 else 0)
+            table.append((domain, op_type, n_in, out_types))
+        return table
+
+    @staticmethod
+    def _resolver(bound: Mapping[int, BoundKernel]) -> Any:
+        def resolve(node_id: int) -> tuple[Any, str, bool, Any]:
+            kernel = bound[node_id]
+            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes
+
+        return resolve
+
+    # ------------------------------------------------------------------ onnxruntime API
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, np.ndarray],
+        run_options: Any = None,
+    ) -> list[np.ndarray]:
+        """Run the model, as ``onnxruntime.InferenceSession.run``: outputs in ``output_names`` order (all if None)."""
+        return self._session.run(None if output_names is None else list(output_names), dict(input_feed), run_options)
+
+    def get_inputs(self) -> list[Any]:
+        """The model's inputs (onnxruntime NodeArgs: ``name``, ``shape``, ``type``)."""
+        return self._session.get_inputs()
+
+    def get_outputs(self) -> list[Any]:
+        """The model's outputs (onnxruntime NodeArgs)."""
+        return self._session.get_outputs()
+
+    def get_providers(self) -> list[str]:
+        """The execution providers of the session."""
+        return self._session.get_providers()
+
+    @property
+    def session(self) -> Any:
+        """The underlying ``onnxruntime.InferenceSession``."""
+        return self._session
+
+    def __repr__(self) -> str:
+        paths: dict[str, int] = {}
+        for k in self.kernels.values():
+            paths[k.path] = paths.get(k.path, 0) + 1
+        summary = ", ".join(f"{n} {p}" for p, n in sorted(paths.items())) or "no custom nodes"
+        return f"<opbridge.InferenceSession ({summary})>"

@@ -1,0 +1,519 @@
+"""The ONNX Runtime kernel bridge: attributes, inputs/outputs, dtypes, errors, threads, the C ABI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import opbridge
+from opbridge.onnxruntime.session import InferenceSession
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+native = pytest.importorskip("opbridge.onnxruntime._bridge", reason="the bridge extension is not built")
+
+DOMAIN = "test.ortbridge"
+
+
+def make_model(
+    op_type: str,
+    inputs: list[tuple[str, int, list | None]],
+    outputs: list[tuple[str, int, list | None]],
+    *,
+    node_inputs: list[str] | None = None,
+    domain: str = DOMAIN,
+    name: str = "",
+    **attrs: object,
+) -> onnx.ModelProto:
+    """A model with one custom node; graph inputs/outputs given as (name, elem_type, shape)."""
+    node = helper.make_node(
+        op_type,
+        node_inputs if node_inputs is not None else [i[0] for i in inputs],
+        [o[0] for o in outputs],
+        domain=domain,
+        name=name,
+        **attrs,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*o) for o in outputs],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)], ir_version=9
+    )
+
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(1234)
+
+# --------------------------------------------------------------------------- ops under test
+
+SEEN: dict[str, dict] = {}
+
+
+@opbridge.op(f"{DOMAIN}::AttrProbe")
+def attr_probe(
+    x: torch.Tensor,
+    f: float = 0.0,
+    i: int = 0,
+    b: bool = False,
+    s: str = "",
+    fs: list[float] = [],  # noqa: B006
+    is_: list[int] = [],  # noqa: B006
+    ss: list[str] = [],  # noqa: B006
+) -> torch.Tensor:
+    return x.clone()
+
+
+@attr_probe.register_kernel
+def _attr_probe_kernel(x, **attrs):
+    SEEN["AttrProbe"] = attrs
+    return x
+
+
+@opbridge.kernel("RawAttrProbe", domain=DOMAIN)
+def raw_attr_probe(x, **attrs):
+    SEEN["RawAttrProbe"] = attrs
+    return x
+
+
+@opbridge.kernel("Split2", domain=DOMAIN, outputs=2)
+def split2(x, y):
+    return x + y, x * y
+
+
+@opbridge.op(f"{DOMAIN}::MaybeAdd")
+def maybe_add(x: torch.Tensor, y: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+    """x * scale (+ y when given): runs as the torch reference."""
+    return x * scale if y is None else x * scale + y
+
+
+@opbridge.kernel("Identity2", domain=DOMAIN)
+def identity2(x):
+    SEEN["Identity2"] = {"writeable": x.flags.writeable, "owndata": x.flags.owndata, "ptr": x.ctypes.data}
+    return x
+
+
+@opbridge.kernel("Boom", domain=DOMAIN)
+def boom(x):
+    if float(x.reshape(-1)[0]) < 0:
+        raise ValueError(f"boom: negative input {float(x.reshape(-1)[0])}")
+    return x
+
+
+@opbridge.kernel("WrongDtype", domain=DOMAIN)
+def wrong_dtype(x):
+    return x.astype(np.float64)
+
+
+@opbridge.kernel("WrongCount", domain=DOMAIN)
+def wrong_count(x):
+    return x, x, x
+
+
+@opbridge.kernel("NotArray", domain=DOMAIN)
+def not_array(x):
+    return "not an array"
+
+
+@opbridge.op(f"{DOMAIN}::ShapeChecked", shape=lambda x, **_: opbridge.TensorInfo(x.shape, x.dtype))
+def shape_checked(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@shape_checked.register_kernel
+def _shape_checked_kernel(x):
+    return x[:1]  # wrong: drops rows
+
+
+@opbridge.op(f"{DOMAIN}::Silu")
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+@silu.register_kernel
+def _silu_numpy(x):
+    return x / (np.float32(1) + np.exp(-x))
+
+
+@opbridge.op(f"{DOMAIN}::Transposed")
+def transposed(x: torch.Tensor) -> torch.Tensor:
+    return x.t().contiguous()
+
+
+@transposed.register_kernel
+def _transposed_numpy(x):
+    return x.T  # a strided view: the bridge must copy it correctly
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+ATTRS = {
+    "f": 0.123456789,
+    "i": 2**40 + 7,
+    "b": 1,
+    "s": "这是字符串属性",
+    "fs": [0.1, -2.5e-8, 3.0],
+    "is_": [2**40, -3, 0],
+    "ss": ["a", "这是", ""],
+}
+
+
+def test_attributes_exact_values_and_types() -> None:
+    model = make_model("AttrProbe", [("x", F, [2])], [("y", F, [2])], **ATTRS)
+    sess = InferenceSession(model)
+    x = np.array([1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+    seen = SEEN["AttrProbe"]
+    assert seen["f"] == float(np.float32(0.123456789)) and type(seen["f"]) is float
+    assert seen["i"] == 2**40 + 7 and type(seen["i"]) is int
+    assert seen["b"] is True
+    assert seen["s"] == "这是字符串属性"
+    assert seen["fs"] == tuple(float(np.float32(v)) for v in ATTRS["fs"])
+    assert seen["is_"] == (2**40, -3, 0)
+    assert seen["ss"] == ("a", "这是", "")
+    assert sess.kernels[next(iter(sess.kernels))].path == "kernel"
+
+
+def test_attribute_defaults_fill_in() -> None:
+    model = make_model("AttrProbe", [("x", F, [1])], [("y", F, [1])], s="only this")
+    InferenceSession(model).run(None, {"x": np.ones(1, np.float32)})
+    seen = SEEN["AttrProbe"]
+    assert seen == {"f": 0.0, "i": 0, "b": False, "s": "only this", "fs": (), "is_": (), "ss": ()}
+
+
+def test_attributes_without_spec_are_exact() -> None:
+    model = make_model("RawAttrProbe", [("x", F, [1])], [("y", F, [1])], **ATTRS)
+    sess = InferenceSession(model)
+    sess.run(None, {"x": np.ones(1, np.float32)})
+    seen = SEEN["RawAttrProbe"]
+    assert seen["f"] == float(np.float32(0.123456789))
+    assert seen["i"] == 2**40 + 7
+    assert seen["s"] == "这是字符串属性"
+    assert seen["fs"] == [float(np.float32(v)) for v in ATTRS["fs"]]
+    assert seen["is_"] == [2**40, -3, 0]
+    assert seen["ss"] == ["a", "这是", ""]
+    assert "__opbridge_node" not in seen
+    assert next(iter(sess.kernels.values())).path == "registered"
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+
+def test_multi_output() -> None:
+    model = make_model("Split2", [("x", F, ["n"]), ("y", F, ["n"])], [("s", F, ["n"]), ("p", F, ["n"])])
+    x, y = RNG.standard_normal(5).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
+    s, p = InferenceSession(model).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(s, x + y)
+    np.testing.assert_array_equal(p, x * y)
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["omitted", "given"])
+def test_optional_input(given: bool) -> None:
+    inputs = [("x", F, [3]), ("y", F, [3])] if given else [("x", F, [3])]
+    model = make_model(
+        "MaybeAdd", inputs, [("z", F, [3])], node_inputs=["x", "y"] if given else ["x", ""], scale=2.0
+    )
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    feed = {"x": x, "y": np.full(3, 10.0, np.float32)} if given else {"x": x}
+    sess = InferenceSession(model)
+    (z,) = sess.run(None, feed)
+    np.testing.assert_allclose(z, 2 * x + (10.0 if given else 0.0), rtol=1e-6)
+    assert next(iter(sess.kernels.values())).path == "reference"
+
+
+DTYPES = [
+    (np.float32, TensorProto.FLOAT),
+    (np.float16, TensorProto.FLOAT16),
+    (np.float64, TensorProto.DOUBLE),
+    (np.int64, TensorProto.INT64),
+    (np.int32, TensorProto.INT32),
+    (np.int8, TensorProto.INT8),
+    (np.uint8, TensorProto.UINT8),
+    (np.bool_, TensorProto.BOOL),
+]
+
+
+@pytest.mark.parametrize(("dtype", "elem"), DTYPES, ids=[np.dtype(d).name for d, _ in DTYPES])
+def test_dtypes_roundtrip_exactly(dtype: type, elem: int) -> None:
+    model = make_model("Identity2", [("x", elem, ["a", "b"])], [("y", elem, ["a", "b"])])
+    x = (RNG.standard_normal((3, 4)) * 50).astype(dtype)
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y, x)
+
+
+def test_inputs_are_zero_copy_read_only_views() -> None:
+    model = make_model("Identity2", [("x", F, ["n"])], [("y", F, ["n"])])
+    x = np.arange(1000, dtype=np.float32)
+    InferenceSession(model).run(None, {"x": x})
+    seen = SEEN["Identity2"]
+    assert seen["writeable"] is False  # ONNX Runtime's buffer: the kernel must not write it
+    assert seen["owndata"] is False  # a view over ONNX Runtime's memory, not a copy
+
+
+@pytest.mark.parametrize("shape", [(1,), (2, 3), (4, 1, 5, 6), (0, 3), ()], ids=str)
+def test_dynamic_shapes_in_one_session(shape: tuple[int, ...]) -> None:
+    model = make_model("Silu", [("x", F, None)], [("y", F, None)])
+    sess = _cached_session("silu", model)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    assert y.shape == shape
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+
+
+def test_strided_result_is_copied_correctly() -> None:
+    model = make_model("Transposed", [("x", F, [3, 4])], [("y", F, [4, 3])])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.T)
+
+
+_SESSIONS: dict[str, InferenceSession] = {}
+
+
+def _cached_session(key: str, model: onnx.ModelProto) -> InferenceSession:
+    if key not in _SESSIONS:
+        _SESSIONS[key] = InferenceSession(model)
+    return _SESSIONS[key]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _fail_type() -> type[BaseException]:
+    return ort.capi.onnxruntime_pybind11_state.Fail
+
+
+def test_kernel_exception_carries_python_message_and_process_survives() -> None:
+    model = make_model("Boom", [("x", F, [2])], [("y", F, [2])], name="boom_node")
+    sess = InferenceSession(model)
+    with pytest.raises(_fail_type()) as err:
+        sess.run(None, {"x": np.array([-1.5, 0.0], np.float32)})
+    text = str(err.value)
+    assert "ValueError: boom: negative input -1.5" in text
+    assert f"{DOMAIN}::Boom node 'boom_node'" in text
+    assert "test_ort_bridge.py" in text  # where the kernel raised
+    (y,) = sess.run(None, {"x": np.array([1.0, 2.0], np.float32)})  # the session still works
+    np.testing.assert_array_equal(y, [1.0, 2.0])
+
+
+def test_wrong_dtype_is_reported() -> None:
+    model = make_model("WrongDtype", [("x", F, [2])], [("y", F, [2])])
+    with pytest.raises(_fail_type(), match=r"WrongDtype node .*output 0 has dtype float64, but the node's output "
+                       r"type is float32"):
+        InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_wrong_output_count_is_reported() -> None:
+    model = make_model("WrongCount", [("x", F, [2])], [("y", F, [2])])
+    with pytest.raises(_fail_type(), match=r"WrongCount node .*returned 3 output\(s\), the node has 1"):
+        InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_non_array_result_is_reported() -> None:
+    model = make_model("NotArray", [("x", F, [2])], [("y", F, [2])])
+    with pytest.raises(_fail_type(), match=r"NotArray node .*output 0 is a str, not an array"):
+        InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_wrong_shape_against_shape_rule_is_reported() -> None:
+    model = make_model("ShapeChecked", [("x", F, ["n", 2])], [("y", F, ["n", 2])])
+    with pytest.raises(_fail_type(), match=r"ShapeChecked node .*output 0 \('output'\) has shape \(1, 2\), but the "
+                       r"op's shape rule gives \(3, 2\)"):
+        InferenceSession(model).run(None, {"x": np.ones((3, 2), np.float32)})
+
+
+def test_missing_required_input_is_reported() -> None:
+    model = make_model("MaybeAdd", [("y", F, [2])], [("z", F, [2])], node_inputs=["", "y"])
+    with pytest.raises(_fail_type(), match=r"input 0 \('x'\) is required but the node gives none"):
+        InferenceSession(model).run(None, {"y": np.ones(2, np.float32)})
+
+
+# --------------------------------------------------------------------------- threads
+
+
+def test_concurrent_python_threads_and_intra_op_threads() -> None:
+    """Several Python threads run one session at once, with ONNX Runtime's own threads on."""
+    model = make_model("Silu", [("x", F, None)], [("y", F, None)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    sess = InferenceSession(model, sess_options=options)
+    assert sess.session.get_session_options().intra_op_num_threads == 2
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(15):
+                x = rng.standard_normal((2, 64, 33)).astype(np.float32)
+                (y,) = sess.run(None, {"x": x})
+                np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a run hung"
+    assert not errors, errors
+
+
+def test_parallel_execution_mode_runs_kernels_off_the_calling_thread() -> None:
+    """Two independent custom nodes under ORT_PARALLEL: kernels may run on ORT's inter-op threads."""
+    nodes = [
+        helper.make_node("Silu", ["x"], ["a"], domain=DOMAIN, name="left"),
+        helper.make_node("MaybeAdd", ["x"], ["b"], domain=DOMAIN, name="right", scale=3.0),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, [4])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    options = ort.SessionOptions()
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.inter_op_num_threads = 2
+    sess = InferenceSession(model, sess_options=options)
+    x = np.array([-1.0, 0.0, 0.5, 2.0], np.float32)
+    for _ in range(5):
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(y, x / (1 + np.exp(-x)) + 3 * x, rtol=1e-6)
+    assert {k.path for k in sess.kernels.values()} == {"kernel", "reference"}
+
+
+# --------------------------------------------------------------------------- native side
+
+
+def test_abi_self_check_passed() -> None:
+    InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]))
+    report = native.abi_report()
+    assert report["selfcheck"] == 1, report["selfcheck_error"]
+    assert report["api_version"] == 16 and report["registrations"] >= 1
+
+
+def test_library_exports_register_custom_ops() -> None:
+    import ctypes
+
+    lib = ctypes.CDLL(native.__file__)
+    assert hasattr(lib, "RegisterCustomOps")
+
+
+def test_numpy_kernel_does_not_import_torch(tmp_path: Path) -> None:
+    """A deployment with numpy kernels only never imports torch."""
+    script = tmp_path / "no_torch.py"
+    script.write_text(
+        "import sys, numpy as np, opbridge\n"
+        "from onnx import helper, TensorProto as T\n"
+        "@opbridge.kernel('Neg', domain='nt')\n"
+        "def neg(x):\n    return -x\n"
+        "n = helper.make_node('Neg', ['x'], ['y'], domain='nt')\n"
+        "g = helper.make_graph([n], 'g', [helper.make_tensor_value_info('x', T.FLOAT, [2])],"
+        " [helper.make_tensor_value_info('y', T.FLOAT, [2])])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17), helper.make_opsetid('nt', 1)])\n"
+        "y = opbridge.InferenceSession(m).run(None, {'x': np.ones(2, np.float32)})[0]\n"
+        "assert y.tolist() == [-1.0, -1.0], y\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_session_options_are_not_modified() -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    model = make_model("Identity2", [("x", F, [1])], [("y", F, [1])])
+    InferenceSession(model, sess_options=options)
+    InferenceSession(model, sess_options=options)  # the same options twice: no duplicate registration
+    assert options.intra_op_num_threads == 1
+
+
+# --------------------------------------------------------------------------- results written in place (out=)
+
+
+def _same(x, *_, **__):
+    return opbridge.TensorInfo(x.shape, x.dtype)
+
+
+@opbridge.op(f"{DOMAIN}::SiluOut", shape=_same)
+def silu_out(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+@silu_out.register_kernel
+def _silu_out_numpy(x, out=None):
+    SEEN["SiluOut"] = {"out": None if out is None else (out.shape, out.flags.writeable, out.ctypes.data)}
+    t = np.exp(-x)
+    t += 1
+    return np.divide(x, t, out=out)
+
+
+@opbridge.op(f"{DOMAIN}::PairOut", outputs=("s", "d"), shape=lambda x, y, **_: (_same(x), _same(x)))
+def pair_out(x: torch.Tensor, y: torch.Tensor, mode: str = "in-place") -> tuple[torch.Tensor, torch.Tensor]:
+    return x + y, x - y
+
+
+@pair_out.register_kernel
+def _pair_out_numpy(x, y, out=None, mode="in-place"):
+    s, d = out
+    if mode == "in-place":
+        return np.add(x, y, out=s), np.subtract(x, y, out=d)
+    if mode == "fresh":  # ignores out: the bridge copies
+        return x + y, x - y
+    return x[:1] + y[:1], x - y  # wrong shape
+
+
+def test_out_kernel_writes_into_onnxruntime_outputs() -> None:
+    model = make_model("SiluOut", [("x", F, ["n"])], [("y", F, ["n"])])
+    sess = InferenceSession(model)
+    x = RNG.standard_normal(1000).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+    shape, writeable, _ = SEEN["SiluOut"]["out"]
+    assert shape == (1000,) and writeable is True
+
+
+@pytest.mark.parametrize("mode", ["in-place", "fresh"])
+def test_out_kernel_with_two_outputs(mode: str) -> None:
+    model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode=mode)
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    s, d = InferenceSession(model).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(s, x + y)
+    np.testing.assert_array_equal(d, x - y)
+
+
+def test_out_kernel_wrong_shape_is_reported() -> None:
+    model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
+    with pytest.raises(_fail_type(), match=r"PairOut node .*output 0 has shape \(1,\), but the op's shape rule "
+                       r"gives \(4,\)"):
+        InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})
+
+
+def test_session_config_entries_are_copied() -> None:
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]), sess_options=options)
+    copied = sess.session.get_session_options()
+    assert copied.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_benchmark_quick_smoke_run() -> None:
+    """The benchmark runs end to end (--quick: tiny tensor, few runs; no timing asserted)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ort_bridge.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "| (c') bridge, numpy kernel (out=), bound |" in out.stdout
+    assert "bridge overhead per call (one copy):" in out.stdout

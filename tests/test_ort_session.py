@@ -1,0 +1,317 @@
+"""opbridge.InferenceSession: seed models, legacy default-domain models, unknown ops, bad files."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+
+import opbridge
+from opbridge.examples.seeds import SEED_MODELS, SeedModel
+from opbridge.export import custom_nodes
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+pytest.importorskip("opbridge.onnxruntime._bridge", reason="the bridge extension is not built")
+
+RTOL, ATOL = 1e-3, 1e-5
+EXPORTERS = ("dynamo", "torchscript")
+SEED_IDS = [m.name for m in SEED_MODELS]
+
+
+def _seed(name: str) -> SeedModel:
+    return next(m for m in SEED_MODELS if m.name == name)
+
+
+def _inputs(seed: SeedModel, shapes: dict[str, tuple[int, ...]] | None) -> tuple[torch.Tensor, ...]:
+    _, example = seed.factory()
+    if shapes is None:
+        return example
+    g = torch.Generator().manual_seed(7)
+    return tuple(torch.rand(shapes[n], generator=g) for n in seed.input_names)
+
+
+# --------------------------------------------------------------------------- seed models
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+def test_seed_models_without_function_bodies_match_eager(seed_export, name: str, exporter: str) -> None:
+    seed = _seed(name)
+    result = seed_export(name, exporter, functions=False)
+    sess = opbridge.InferenceSession(result.path)
+    custom = custom_nodes(result.model)
+    assert custom, "the export lost its custom nodes"
+    assert len(sess.kernels) == len(custom)
+    assert all(k.path in ("kernel", "reference", "registered") for k in sess.kernels.values()), sess.kernels
+    assert [i.name for i in sess.get_inputs()] == list(seed.input_names)
+    assert [o.name for o in sess.get_outputs()] == list(seed.output_names)
+    model, _ = seed.factory()
+    for shapes in (None, *seed.shapes):
+        args = _inputs(seed, shapes)
+        with torch.no_grad():
+            expected = model(*args)
+        feed = {n: a.numpy() for n, a in zip(seed.input_names, args)}
+        (got,) = sess.run(None, feed)
+        np.testing.assert_allclose(got, expected.numpy(), rtol=RTOL, atol=ATOL, err_msg=f"{name} {exporter} {shapes}")
+
+
+def test_model_given_as_path_bytes_or_proto(seed_export) -> None:
+    result = seed_export("myselu", "torchscript", functions=False)
+    model, (x,) = _seed("myselu").factory()
+    feed = {"image": x.numpy()}
+    outs = [
+        opbridge.InferenceSession(src).run(None, feed)[0]
+        for src in (str(result.path), Path(result.path), Path(result.path).read_bytes(), result.model)
+    ]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+    np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=RTOL, atol=ATOL)
+
+
+# --------------------------------------------------------------------------- legacy default-domain models
+
+
+class MYSELUImpl(torch.autograd.Function):
+    """Seed 000's technique: a symbolic writing MYSELU into ONNX's default domain."""
+
+    @staticmethod
+    def symbolic(g, x, p):
+        const = g.op("Constant", value_t=torch.tensor([3, 2, 1], dtype=torch.float32))
+        return g.op("MYSELU", x, p, const, attr1_s="这是字符串属性", attr2_i=[1, 2, 3], attr3_f=0.123456789)
+
+    @staticmethod
+    def forward(ctx, x, p):
+        return x / (1 + torch.exp(-x))
+
+
+class LegacySelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+        self.param = nn.Parameter(torch.arange(3).float())
+        with torch.no_grad():
+            self.conv.weight.fill_(1.0)
+            self.conv.bias.fill_(0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return MYSELUImpl.apply(self.conv(x), self.param)
+
+
+class StrangeImpl(torch.autograd.Function):
+    """Seed 004's technique, with outputs=2: one MyStrangeOp node with two outputs."""
+
+    @staticmethod
+    def symbolic(g, x, weight, bias):
+        return g.op("MyStrangeOp", x, weight, bias, float_attr_f=[0.1, 0.5], int_attr_i=[2, 2], outputs=2)
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        return x + weight, x * weight + bias
+
+
+class LegacyStrange(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(4)
+        self.w = nn.Parameter(torch.rand(1, 3, 4, 4, generator=g) + 0.5)
+        self.b = nn.Parameter(torch.rand(1, 3, 4, 4, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = StrangeImpl.apply(x, self.w, self.b)
+        return a * 2 + b
+
+
+LEGACY_SEEN: dict[str, dict] = {}
+
+
+@opbridge.kernel("MYSELU", domain="")
+def legacy_myselu(x, p, c, *, attr1="", attr2=(), attr3=0.0):
+    LEGACY_SEEN["MYSELU"] = {"attr1": attr1, "attr2": attr2, "attr3": attr3, "p": p.copy(), "c": c.copy()}
+    return x / (np.float32(1) + np.exp(-x))
+
+
+@opbridge.kernel("MyStrangeOp", domain="", outputs=2)
+def legacy_strange(x, weight, bias, *, float_attr=(), int_attr=()):
+    LEGACY_SEEN["MyStrangeOp"] = {"float_attr": float_attr, "int_attr": int_attr}
+    return x + weight, x * weight + bias
+
+
+def _export_legacy(module: nn.Module, x: torch.Tensor, path: Path, opset: int) -> Path:
+    torch.onnx.export(
+        module, (x,), str(path), input_names=["x"], output_names=["y"], opset_version=opset, dynamo=False,
+        dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+    )
+    return path
+
+
+def test_legacy_myselu_in_default_domain(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    module = LegacySelu().eval()
+    x = torch.randn(2, 1, 6, 5, generator=torch.Generator().manual_seed(0))
+    path = _export_legacy(module, x, tmp_path / "myselu.onnx", 11)
+    saved = onnx.load(str(path))
+    assert [n.op_type for n in saved.graph.node if n.domain == ""].count("MYSELU") == 1  # the legacy layout
+    with caplog.at_level(logging.WARNING, logger="opbridge.onnxruntime.session"):
+        sess = opbridge.InferenceSession(path)
+    assert sum("MYSELU" in r.getMessage() and "opbridge.legacy" in r.getMessage() for r in caplog.records) == 1
+    assert sess.moved_ops == ["MYSELU"]
+    assert [(k.domain, k.path) for k in sess.kernels.values()] == [("opbridge.legacy", "registered")]
+    for shape in [(2, 1, 6, 5), (3, 1, 6, 5)]:
+        xi = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+        (y,) = sess.run(None, {"x": xi.numpy()})
+        with torch.no_grad():
+            np.testing.assert_allclose(y, module(xi).numpy(), rtol=RTOL, atol=ATOL)
+    seen = LEGACY_SEEN["MYSELU"]
+    assert seen["attr1"] == "这是字符串属性"
+    assert seen["attr2"] == [1, 2, 3]
+    assert seen["attr3"] == float(np.float32(0.123456789))
+    np.testing.assert_array_equal(seen["p"], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(seen["c"], [3.0, 2.0, 1.0])
+    assert onnx.load(str(path)).graph.node[-1].domain == ""  # the file on disk is unchanged
+
+
+def test_legacy_two_output_op_in_default_domain(tmp_path: Path) -> None:
+    module = LegacyStrange().eval()
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(2))
+    path = _export_legacy(module, x, tmp_path / "strange.onnx", 13)
+    sess = opbridge.InferenceSession(path)
+    assert sess.moved_ops == ["MyStrangeOp"]
+    (y,) = sess.run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(y, module(x).numpy(), rtol=RTOL, atol=ATOL)
+    seen = LEGACY_SEEN["MyStrangeOp"]
+    assert seen["float_attr"] == [float(np.float32(0.1)), 0.5]
+    assert seen["int_attr"] == [2, 2]
+
+
+# --------------------------------------------------------------------------- unknown ops, bad files
+
+
+def _unknown_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Mystery", ["x"], ["a"], domain="acme.unknown", name="m0"),
+        helper.make_node("Enigma", ["a"], ["y"], domain="acme.other", name="m1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(
+        graph,
+        opset_imports=[
+            helper.make_opsetid("", 17),
+            helper.make_opsetid("acme.unknown", 3),
+            helper.make_opsetid("acme.other", 1),
+        ],
+    )
+
+
+def test_unknown_ops_are_listed_with_the_fix() -> None:
+    with pytest.raises(opbridge.UnknownOpError) as err:
+        opbridge.InferenceSession(_unknown_model())
+    text = str(err.value)
+    assert "2 custom node(s)" in text
+    assert "acme.unknown::Mystery (opset 3), node 'm0'" in text
+    assert "acme.other::Enigma (opset 1), node 'm1'" in text
+    assert '@opbridge.op("acme.unknown::Mystery")' in text
+    assert '@opbridge.kernel("Mystery", domain="acme.unknown")' in text
+    assert "function body" in text
+
+
+def test_truncated_file_raises_model_load_error(seed_export, tmp_path: Path) -> None:
+    data = Path(seed_export("myselu", "dynamo", functions=False).path).read_bytes()
+    broken = tmp_path / "truncated.onnx"
+    broken.write_bytes(data[: len(data) // 2])
+    with pytest.raises(opbridge.ModelLoadError, match=r"truncated\.onnx: not a (valid|usable) ONNX model.*truncated"):
+        opbridge.InferenceSession(broken)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01garbage\xff" * 10, b"not onnx at all"], ids=["empty", "binary", "text"])
+def test_corrupt_file_raises_model_load_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(content)
+    with pytest.raises(opbridge.ModelLoadError, match=r"corrupt\.onnx: not a (valid|usable) ONNX model"):
+        opbridge.InferenceSession(path)
+
+
+def test_missing_file_raises_model_load_error(tmp_path: Path) -> None:
+    with pytest.raises(opbridge.ModelLoadError, match=r"missing\.onnx: no such file"):
+        opbridge.InferenceSession(tmp_path / "missing.onnx")
+
+
+def test_function_bodies_run_natively(tmp_path: Path) -> None:
+    """A custom op whose body is a model-local function takes the function path (no bridge)."""
+    body = helper.make_function(
+        "acme.fn", "Double", ["x"], ["y"], [helper.make_node("Add", ["x", "x"], ["y"])],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Double", ["x"], ["y"], domain="acme.fn", name="d")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, functions=[body], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("acme.fn", 1)]
+    )
+    sess = opbridge.InferenceSession(model)
+    assert sess.kernels["d"].path == "function"
+    np.testing.assert_array_equal(sess.run(None, {"x": np.array([1.0, 2.5], np.float32)})[0], [2.0, 5.0])
+
+
+def test_importing_opbridge_does_not_import_onnxruntime() -> None:
+    code = (
+        "import sys, opbridge; print('onnxruntime' in sys.modules); "
+        "print(opbridge.InferenceSession.__name__); print('onnxruntime' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "InferenceSession", "False"], out.stdout + out.stderr
+
+
+@opbridge.kernel("Halve", domain="acme.inner")
+def _halve(x):
+    return x / np.float32(2)
+
+
+def test_custom_node_inside_a_function_body() -> None:
+    """A local function whose body calls a bridged op: the functions are inlined, the inner node bridged."""
+    body = helper.make_function(
+        "acme.outer",
+        "HalfPlusOne",
+        ["x"],
+        ["y"],
+        [
+            helper.make_node("Halve", ["x"], ["h"], domain="acme.inner"),
+            helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])),
+            helper.make_node("Add", ["h", "one"], ["y"]),
+        ],
+        [helper.make_opsetid("", 17), helper.make_opsetid("acme.inner", 1)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("HalfPlusOne", ["x"], ["y"], domain="acme.outer", name="outer")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(
+        graph,
+        functions=[body],
+        opset_imports=[
+            helper.make_opsetid("", 17),
+            helper.make_opsetid("acme.outer", 1),
+            helper.make_opsetid("acme.inner", 1),
+        ],
+    )
+    sess = opbridge.InferenceSession(model)
+    assert [(k.domain, k.op_type, k.path) for k in sess.kernels.values()] == [("acme.inner", "Halve", "registered")]
+    (y,) = sess.run(None, {"x": np.array([2.0, -4.0, 1.0], np.float32)})
+    np.testing.assert_array_equal(y, [2.0, -1.0, 1.5])
