@@ -456,6 +456,10 @@ def op(
     return decorate
 
 
+# Domains of the built-in ops: a lookup in one of them defines the built-ins first.
+_BUILTIN_DOMAINS = frozenset({"opbridge", "Test"})
+
+
 def _ensure_builtins() -> None:
     """Define the built-in ops (opbridge.ops) so that lookups find them; needs torch."""
     try:
@@ -467,9 +471,11 @@ def _ensure_builtins() -> None:
 def find_op(domain: str, name: str, version: int | None = None) -> OpDef | None:
     """The op defined in this process for ``domain::name`` (highest version <= ``version``).
 
-    The built-in ops of :mod:`opbridge.ops` are always included.
+    The built-in ops of :mod:`opbridge.ops` are always included (looking one up
+    imports torch; other lookups do not).
     """
-    _ensure_builtins()
+    if domain in _BUILTIN_DOMAINS:
+        _ensure_builtins()
     with _LOCK:
         candidates = [d for (dom, n, v), d in _OPS.items() if dom == domain and n == name]
     if version is not None:
