@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import EXPORTERS, SEED_IDS, seed_by_name
 from onnx import TensorProto, helper
 
 import opbridge
@@ -17,8 +18,6 @@ from opbridge.compare import compare_arrays
 from opbridge.spec import Tolerance
 from opbridge.verify import make_inputs, resolve_shape_sets
 
-from conftest import EXPORTERS, SEED_IDS, seed_by_name
-
 TIGHT = Tolerance(rtol=1e-3, atol=1e-5)
 
 
@@ -28,9 +27,13 @@ def _needs(backend: str) -> None:
     if not cls.available():
         pytest.skip(cls.unavailable_reason() or f"{backend} not installed")
     if backend == "onnxruntime":
-        pytest.importorskip("opbridge.onnxruntime", reason="opbridge.onnxruntime (custom-op kernels in ORT) not in this tree")
+        pytest.importorskip(
+            "opbridge.onnxruntime", reason="opbridge.onnxruntime (custom-op kernels in ORT) not in this tree"
+        )
     if backend == "reference":
-        pytest.importorskip("opbridge.reference", reason="opbridge.reference (custom-op kernels in onnx.reference) not in this tree")
+        pytest.importorskip(
+            "opbridge.reference", reason="opbridge.reference (custom-op kernels in onnx.reference) not in this tree"
+        )
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -99,7 +102,11 @@ def twice(x: torch.Tensor) -> torch.Tensor:
 @twice.register_function
 def _twice_body(spec: opbridge.OpSpec) -> onnx.FunctionProto:
     return helper.make_function(
-        spec.domain, spec.name, ["x"], ["output"], [helper.make_node("Add", ["x", "x"], ["output"])],
+        spec.domain,
+        spec.name,
+        ["x"],
+        ["output"],
+        [helper.make_node("Add", ["x", "x"], ["output"])],
         [helper.make_opsetid("", 17)],
     )
 
@@ -117,7 +124,12 @@ class _BodyOnly(torch.nn.Module):
 def _export(tmp_path, module: torch.nn.Module, name: str) -> str:
     path = tmp_path / f"{name}.onnx"
     opbridge.export(
-        module, (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"], output_names=["y"],
+        module,
+        (torch.randn(2, 3),),
+        path,
+        exporter="torchscript",
+        input_names=["x"],
+        output_names=["y"],
         dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
     )
     return str(path)
@@ -150,7 +162,8 @@ def test_onnx_backends_run_custom_nodes_with_function_bodies(tmp_path, backend: 
 def _default_domain_model() -> onnx.ModelProto:
     node = helper.make_node("LegacySquare", ["x"], ["y"], shift=1.5)
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
     )
@@ -189,7 +202,10 @@ META = [TensorMeta("x", np.dtype("float32"), ("batch", 3, None)), TensorMeta("k"
     [
         ({"x": np.zeros((1, 3, 2), np.float32)}, r"input 'k' is missing; the model takes \['x', 'k'\]"),
         ({"x": np.zeros((1, 3, 2)), "k": np.zeros(2, np.int64)}, r"'x' has dtype float64, the model expects float32"),
-        ({"x": np.zeros((1, 4, 2), np.float32), "k": np.zeros(2, np.int64)}, r"dim 1 is static 3 in the model \(batchx3x\?\)"),
+        (
+            {"x": np.zeros((1, 4, 2), np.float32), "k": np.zeros(2, np.int64)},
+            r"dim 1 is static 3 in the model \(batchx3x\?\)",
+        ),
         ({"x": np.zeros((1, 3), np.float32), "k": np.zeros(2, np.int64)}, r"rank 2\), the model expects rank 3"),
         ({"x": np.zeros((1, 3, 2), np.float32), "k": np.zeros(2, np.int64), "z": np.zeros(1)}, r"no input 'z'"),
     ],

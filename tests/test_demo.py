@@ -18,8 +18,21 @@ pytestmark = pytest.mark.skipif("openvino" not in available_backends(), reason="
 
 def test_demo_quick_cli(tmp_path: Path, capsys) -> None:
     out = tmp_path / "demo.json"
-    code = main(["demo", "--quick", "--model", "super_resolution", "--exporter", "torchscript",
-                 "--backend", "openvino", "--json", str(out), "-q"])
+    code = main(
+        [
+            "demo",
+            "--quick",
+            "--model",
+            "super_resolution",
+            "--exporter",
+            "torchscript",
+            "--backend",
+            "openvino",
+            "--json",
+            str(out),
+            "-q",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     lines = text.splitlines()
@@ -49,6 +62,9 @@ def test_demo_runs_every_installed_backend() -> None:
 
 def test_demo_rejects_unknown_model(capsys) -> None:
     assert main(["demo", "--model", "resnet"]) == 2
-    assert "demo: unknown model 'resnet'; choose from myselu, strange_net, strange_net2, super_resolution" in capsys.readouterr().err
+    assert (
+        "demo: unknown model 'resnet'; choose from myselu, strange_net, strange_net2, super_resolution"
+        in capsys.readouterr().err
+    )
     with pytest.raises(opbridge.OpbridgeError, match="unknown exporter"):
         run_demo(exporters=["tracing"])

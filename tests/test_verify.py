@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import seed_by_name
 
 import opbridge
 from opbridge.backends import BACKENDS
@@ -16,8 +17,6 @@ from opbridge.cli import main
 from opbridge.cli.verify import parse_shape_sets, parse_tolerances
 from opbridge.spec import Tolerance
 from opbridge.verify import resolve_shape_sets
-
-from conftest import seed_by_name
 
 pytestmark = pytest.mark.skipif(not BACKENDS["openvino"].available(), reason="openvino is not installed")
 
@@ -52,7 +51,12 @@ def wrong_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("wrong") / "two_outputs.onnx"
     model, args = two_outputs_model()
     opbridge.export(
-        model, args, path, exporter="torchscript", input_names=["x"], output_names=["good", "bad"],
+        model,
+        args,
+        path,
+        exporter="torchscript",
+        input_names=["x"],
+        output_names=["good", "bad"],
         dynamic_axes={"x": {0: "n"}, "good": {0: "n"}, "bad": {0: "n"}},
     )
     return path
@@ -75,8 +79,21 @@ def test_wrong_kernel_fails_and_names_the_output(wrong_model: Path) -> None:
 
 def test_cli_exit_1_on_mismatch_names_output_and_writes_json(wrong_model: Path, tmp_path: Path, capsys) -> None:
     out_json = tmp_path / "report.json"
-    code = main(["verify", str(wrong_model), "--reference", WRONG_REF, "--backend", "openvino",
-                 "--shape", "x:64x4", "--json", str(out_json), "-q"])
+    code = main(
+        [
+            "verify",
+            str(wrong_model),
+            "--reference",
+            WRONG_REF,
+            "--backend",
+            "openvino",
+            "--shape",
+            "x:64x4",
+            "--json",
+            str(out_json),
+            "-q",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 1
     bad_row = next(line for line in text.splitlines() if line.startswith("openvino") and " bad " in line)
@@ -107,7 +124,10 @@ def test_verify_seed_model_at_several_shapes(seed_export) -> None:
     path = seed_export("myselu", "torchscript").path
     messages: list[str] = []
     record = opbridge.verify(
-        path, MYSELU, backends=["openvino"], shapes=[{"image": (1, 1, 5, 7)}, {"image": (3, 1, 12, 9)}],
+        path,
+        MYSELU,
+        backends=["openvino"],
+        shapes=[{"image": (1, 1, 5, 7)}, {"image": (3, 1, 12, 9)}],
         progress=messages.append,
     )
     assert record.exit_code == 0, record.table()
@@ -119,8 +139,9 @@ def test_verify_seed_model_at_several_shapes(seed_export) -> None:
 
 def test_default_shape_is_the_example_and_dims_follow_their_names(seed_export) -> None:
     path = seed_export("strange_net2", "dynamo").path
-    record = opbridge.verify(path, seed_by_name("strange_net2").reference, backends=["openvino"],
-                             shapes=[{"input1": (4, 3, 4, 4)}])
+    record = opbridge.verify(
+        path, seed_by_name("strange_net2").reference, backends=["openvino"], shapes=[{"input1": (4, 3, 4, 4)}]
+    )
     assert record.exit_code == 0, record.table()
     assert record.shape_sets == [{f"input{i}": (4, 3, 4, 4) for i in range(1, 5)}]
     record = opbridge.verify(path, seed_by_name("strange_net2").reference, backends=["openvino"])
@@ -143,8 +164,19 @@ def test_same_seed_same_numbers_and_npz_inputs(seed_export, tmp_path: Path) -> N
 
 def test_cli_exit_0(seed_export, capsys) -> None:
     path = seed_export("super_resolution", "torchscript").path
-    code = main(["verify", str(path), "--reference", seed_by_name("super_resolution").reference,
-                 "--backend", "openvino", "--shape", "input:1x3x12x20,size_tensor:1x1x48x40", "-q"])
+    code = main(
+        [
+            "verify",
+            str(path),
+            "--reference",
+            seed_by_name("super_resolution").reference,
+            "--backend",
+            "openvino",
+            "--shape",
+            "input:1x3x12x20,size_tensor:1x1x48x40",
+            "-q",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "set 1:     input:1x3x12x20,size_tensor:1x1x48x40" in text
@@ -165,14 +197,27 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
     [
         (["--reference", "no/such/file.py:build"], "no/such/file.py: no such Python file"),
         (["--reference", "opbridge.examples.seeds"], "write it as path/to/file.py:factory"),
-        (["--reference", MYSELU, "--shape", "image:2x3x8x8"],
-         "--shape image:2x3x8x8: dim 1 of 'image' is static 1 in the model (batchx1xheightxwidth)"),
-        (["--reference", MYSELU, "--shape", "picture:2x1x8x8"], "the model has no input 'picture'; its inputs are ['image']"),
+        (
+            ["--reference", MYSELU, "--shape", "image:2x3x8x8"],
+            "--shape image:2x3x8x8: dim 1 of 'image' is static 1 in the model (batchx1xheightxwidth)",
+        ),
+        (
+            ["--reference", MYSELU, "--shape", "picture:2x1x8x8"],
+            "the model has no input 'picture'; its inputs are ['image']",
+        ),
         (["--reference", MYSELU, "--shape", "image:2x1x8"], "has rank 4 (batchx1xheightxwidth); give 4 dims"),
         (["--reference", MYSELU, "--tol", "output:fast"], "--tol 'output:fast': write OUTPUT:RTOL,ATOL"),
         (["--reference", MYSELU, "--tol", "logits:1e-3,1e-5"], "the model has no output 'logits'"),
     ],
-    ids=["factory-missing-file", "factory-no-colon", "static-dim", "unknown-input", "rank", "bad-tol", "unknown-output"],
+    ids=[
+        "factory-missing-file",
+        "factory-no-colon",
+        "static-dim",
+        "unknown-input",
+        "rank",
+        "bad-tol",
+        "unknown-output",
+    ],
 )
 def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message: str) -> None:
     path = seed_export("myselu", "torchscript").path
@@ -186,8 +231,9 @@ def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message:
 def test_cli_npz_missing_input_exit_2(seed_export, tmp_path: Path, capsys) -> None:
     npz = tmp_path / "in.npz"
     np.savez(npz, img=np.zeros((1, 1, 4, 4), np.float32))
-    code = main(["verify", str(seed_export("myselu", "torchscript").path), "--reference", MYSELU,
-                 "--inputs", str(npz), "-q"])
+    code = main(
+        ["verify", str(seed_export("myselu", "torchscript").path), "--reference", MYSELU, "--inputs", str(npz), "-q"]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert f"--inputs {npz}: no array named 'image'; it holds ['img']" in err
@@ -214,8 +260,10 @@ def test_cli_custom_op_a_backend_cannot_run_exit_2(wrong_model: Path, tmp_path: 
     code = main(["verify", str(path), "--reference", WRONG_REF, "-q"])
     text = capsys.readouterr().out
     assert code == 2
-    assert ("error: openvino: custom op tests.verify::Unheard has no opbridge definition or kernel in this process; "
-            "define it with @opbridge.op") in text
+    assert (
+        "error: openvino: custom op tests.verify::Unheard has no opbridge definition or kernel in this process; "
+        "define it with @opbridge.op"
+    ) in text
     # every installed backend is tried and reported, one line each
     for name in ("onnxruntime", "reference"):
         if BACKENDS[name].available():
@@ -247,6 +295,27 @@ def test_tolerance_parsing() -> None:
 
 def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
-    with pytest.raises(opbridge.OpbridgeError, match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:nx3"):
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:nx3"
+    ):
         resolve_shape_sets(meta, None, None)
     assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3)}]
+
+
+def test_without_pytorch_reference_the_first_backend_is_the_reference(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
+        "silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+    )
+    path = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    record = opbridge.verify(path, None, backends=["reference", "openvino"], shapes=[{"x": (3, 8)}])
+    assert [(r.backend, r.status) for r in record.runs] == [("reference", "reference"), ("openvino", "pass")]
+    assert record.exit_code == 0 and "REFERENCE" in record.table()
+    alone = opbridge.verify(path, None, backends=["openvino"], shapes=[{"x": (3, 8)}])
+    assert alone.exit_code == 2  # nothing was compared

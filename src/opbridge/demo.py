@@ -151,7 +151,7 @@ def run_demo(
                         output_names=seed.output_names,
                         **extra,
                     )
-                except Exception as exc:  # noqa: BLE001 - the table reports it
+                except Exception as exc:
                     note = f"export failed: {' '.join(str(exc).split())[:300]}"
                     result.rows.append(DemoRow(seed.name, exporter, "-", "-", None, "ERROR", note))
                     continue
@@ -162,12 +162,19 @@ def run_demo(
                     (model, args),
                     backends=names,
                     shapes=[example, *extra_sets],
-                    progress=lambda m, s=seed.name, e=exporter: say(f"{s} ({e}): {m}"),
+                    progress=_prefixed(say, f"{seed.name} ({exporter})"),
                 )
                 result.records.append(record)
                 _rows(result, seed.name, exporter, record)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    def report(message: str) -> None:
+        say(f"{prefix}: {message}")
+
+    return report
 
 
 def _rows(result: DemoResult, model: str, exporter: str, record: Any) -> None:

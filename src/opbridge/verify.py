@@ -68,7 +68,7 @@ class RunReport:
 
     backend: str
     shape_set: int
-    status: str  # "pass" | "fail" | "error"
+    status: str  # "pass" | "fail" | "error" | "reference" (the first backend when there is no PyTorch reference)
     outputs: list[OutputComparison] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
@@ -130,7 +130,7 @@ class VerifyRecord:
         """0 all passed, 1 a mismatch, 2 a backend error or nothing ran."""
         if (
             self.errors
-            or not self.runs
+            or not any(r.status in ("pass", "fail") for r in self.runs)
             or any(r.status == "error" for r in self.runs)
             or any(b.status in ("error", "unavailable") for b in self.backends)
         ):
@@ -190,6 +190,9 @@ class VerifyRecord:
         rows: list[tuple[str, ...]] = []
         notes: list[str] = []
         for run in self.runs:
+            if run.status == "reference":
+                rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "REFERENCE"))
+                continue
             if run.status == "error":
                 rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "ERROR"))
                 notes.append(f"{run.backend} set {run.shape_set + 1}: {run.error}")
@@ -264,8 +267,8 @@ def resolve_shape_sets(
                 f"--shape {unknown[0]}:...: the model has no input {unknown[0]!r}; its inputs are {list(by_name)}."
             )
         bound: dict[str, int] = {}
-        for name, dims in given.items():
-            dims = tuple(int(d) for d in dims)
+        for name, given_dims in given.items():
+            dims = tuple(int(d) for d in given_dims)
             m = by_name[name]
             if m.shape is not None:
                 if len(dims) != len(m.shape):
@@ -276,7 +279,8 @@ def resolve_shape_sets(
                 for axis, (d, want) in enumerate(zip(dims, m.shape)):
                     if isinstance(want, int) and d != want:
                         raise OpbridgeError(
-                            f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is static {want} in the model "
+                            f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is static {want} "
+                            "in the model "
                             f"({format_shape(m.shape)}); only dynamic dims may change."
                         )
                     if isinstance(want, str):
@@ -292,20 +296,20 @@ def resolve_shape_sets(
                     raise OpbridgeError(f"input {m.name!r} has an unknown shape; give it with --shape {m.name}:DIMS.")
                 full[m.name] = tuple(start)
                 continue
-            dims: list[int] = []
+            resolved: list[int] = []
             for axis, want in enumerate(m.shape):
                 if isinstance(want, int):
-                    dims.append(want)
+                    resolved.append(want)
                 elif isinstance(want, str) and want in bound:
-                    dims.append(bound[want])
+                    resolved.append(bound[want])
                 elif start is not None and axis < len(start):
-                    dims.append(int(start[axis]))
+                    resolved.append(int(start[axis]))
                 else:
                     raise OpbridgeError(
                         f"input {m.name!r} dim {axis} ({want or '?'}) is dynamic and has no size; give it with "
                         f"--shape {m.name}:{format_shape(m.shape)}."
                     )
-            full[m.name] = tuple(dims)
+            full[m.name] = tuple(resolved)
         out.append(full)
     return out
 
@@ -383,7 +387,8 @@ def _output_tolerances(
     unknown = sorted(set(given) - {o.name for o in outputs})
     if unknown:
         raise OpbridgeError(
-            f"--tol {unknown[0]}:...: the model has no output {unknown[0]!r}; its outputs are {[o.name for o in outputs]}."
+            f"--tol {unknown[0]}:...: the model has no output {unknown[0]!r}; "
+            f"its outputs are {[o.name for o in outputs]}."
         )
     declared = _declared_tolerances(model)
     out: dict[str, tuple[Tolerance, str]] = {}
@@ -457,7 +462,7 @@ def verify(
     from opbridge.backends.torch_backend import TorchRunner
 
     say = progress or (lambda _msg: None)
-    load_ops(ops)
+    load_ops(list(ops) if ops else None)
     proto = load_onnx(model)
     meta, out_meta = onnx_io_meta(proto)
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
@@ -502,14 +507,14 @@ def verify(
         say(f"torch reference, set {i + 1}/{len(feeds)}")
         try:
             expected.append(torch_ref.infer(feed))
-        except Exception as exc:  # noqa: BLE001 - reported per set
+        except Exception as exc:
             expected.append(f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}")
     if torch_ref is not None:
         torch_ref.close()
 
     for name in names:
         try:
-            runner_cls = get_backend(name)
+            runner_cls: Any = get_backend(name)  # an ONNX runner: takes the model
         except OpbridgeError as exc:
             record.backends.append(BackendReport(name, "error", str(exc)))
             continue
@@ -520,7 +525,7 @@ def verify(
         except BackendUnavailableError as exc:
             record.backends.append(BackendReport(name, "unavailable", _strip(name, exc)))
             continue
-        except Exception as exc:  # noqa: BLE001 - one backend failing must not stop the others
+        except Exception as exc:
             record.backends.append(BackendReport(name, "error", _strip(name, exc)))
             continue
         kernels = [f"{k.qualname} ({k.source})" for k in getattr(runner, "kernels", [])]
@@ -552,19 +557,29 @@ def _run_one(
     start = time.perf_counter()
     try:
         got = runner.infer(feed)
-    except Exception as exc:  # noqa: BLE001 - reported in the record
-        return RunReport(name, index, "error", error=f"{type(exc).__name__}: {_one_line(exc)}", seconds=time.perf_counter() - start)
+    except Exception as exc:
+        return RunReport(
+            name, index, "error", error=f"{type(exc).__name__}: {_one_line(exc)}", seconds=time.perf_counter() - start
+        )
     seconds = time.perf_counter() - start
     if not ref:  # no PyTorch reference: the first backend to run becomes it
-        expected[index] = ref = got
+        expected[index] = got
+        return RunReport(name, index, "reference", seconds=seconds)
     outputs: list[OutputComparison] = []
     for out_name, want in ref.items():
         tolerance = tol.get(out_name, (Tolerance(), "default"))[0]
         if out_name not in got:
             outputs.append(
                 OutputComparison(
-                    out_name, False, f"output missing from {name}'s results {sorted(got)}", tolerance.rtol, tolerance.atol,
-                    tuple(want.shape), (), str(want.dtype), "",
+                    out_name,
+                    False,
+                    f"output missing from {name}'s results {sorted(got)}",
+                    tolerance.rtol,
+                    tolerance.atol,
+                    tuple(want.shape),
+                    (),
+                    str(want.dtype),
+                    "",
                 )
             )
             continue

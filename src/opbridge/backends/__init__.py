@@ -56,7 +56,9 @@ ONNX_BACKENDS: tuple[str, ...] = ("onnxruntime", "reference", "openvino")
 
 def backend_names() -> list[str]:
     """Every ONNX backend name opbridge knows, installed or not."""
-    return [n for n in ONNX_BACKENDS if n in BACKENDS] + [n for n in BACKENDS if n not in ONNX_BACKENDS and n != "torch"]
+    return [n for n in ONNX_BACKENDS if n in BACKENDS] + [
+        n for n in BACKENDS if n not in ONNX_BACKENDS and n != "torch"
+    ]
 
 
 def get_backend(name: str) -> type[Runner]:
@@ -64,9 +66,7 @@ def get_backend(name: str) -> type[Runner]:
     try:
         return BACKENDS[name]
     except KeyError:
-        raise OpbridgeError(
-            f"unknown backend {name!r}; choose from {', '.join(backend_names())}."
-        ) from None
+        raise OpbridgeError(f"unknown backend {name!r}; choose from {', '.join(backend_names())}.") from None
 
 
 def available_backends() -> list[str]:

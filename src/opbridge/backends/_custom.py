@@ -147,6 +147,6 @@ def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKer
     qual = f"{domain or '<default domain>'}::{name}"
     raise UnknownOpError(
         f"custom op {qual} has no opbridge definition or kernel in this process; define it with "
-        f"@opbridge.op(\"{domain or 'mydomain'}::{name}\") or @opbridge.kernel(\"{name}\", domain=\"{domain}\") "
+        f'@opbridge.op("{domain or "mydomain"}::{name}") or @opbridge.kernel("{name}", domain="{domain}") '
         "in a file and pass it with --ops FILE."
     )

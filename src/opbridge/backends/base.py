@@ -31,7 +31,17 @@ from opbridge.errors import ModelLoadError, OpbridgeError
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["Dim", "InputError", "OnnxRunner", "Runner", "TensorMeta", "check_feed", "format_shape", "load_onnx", "onnx_io_meta"]
+__all__ = [
+    "Dim",
+    "InputError",
+    "OnnxRunner",
+    "Runner",
+    "TensorMeta",
+    "check_feed",
+    "format_shape",
+    "load_onnx",
+    "onnx_io_meta",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +87,7 @@ def check_feed(meta: Sequence[TensorMeta], feed: Mapping[str, Any], backend: str
     missing = [n for n in expected if n not in feed]
     if missing:
         raise InputError(
-            f"{backend}: input {missing[0]!r} is missing; the model takes {expected}. "
-            f"Pass an array for every input."
+            f"{backend}: input {missing[0]!r} is missing; the model takes {expected}. Pass an array for every input."
         )
     extra = sorted(set(feed) - set(expected))
     if extra:
@@ -229,7 +238,7 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources; the default drops nothing."""
 
 
@@ -247,9 +256,7 @@ def onnx_io_meta(model: onnx.ModelProto) -> tuple[list[TensorMeta], list[TensorM
             dtype = None
         shape: tuple[Dim, ...] | None = None
         if tt.HasField("shape"):
-            shape = tuple(
-                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
-            )
+            shape = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
         return TensorMeta(vi.name, dtype, shape)
 
     inputs = [meta(vi) for vi in model.graph.input if vi.name not in initializers]

@@ -96,7 +96,7 @@ class OnnxRuntimeRunner(OnnxRunner):
             )
         except (BackendUnavailableError, UnknownOpError):
             raise
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+        except Exception as exc:
             if "not a registered function/op" in str(exc) or "No Op registered" in str(exc):
                 raise UnknownOpError(f"onnxruntime: {_short(exc)}") from None
             raise ModelLoadError(f"onnxruntime could not load the model: {_short(exc)}") from None

@@ -79,7 +79,7 @@ def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeIn
         fixed = onnx.inliner.inline_local_functions(fixed)
     try:
         inferred = onnx.shape_inference.infer_shapes(fixed)
-    except Exception:  # noqa: BLE001 - shape inference is a hint here
+    except Exception:
         inferred = fixed
     types: dict[str, tuple[np.dtype | None, int | None]] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -97,7 +97,9 @@ def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeIn
         else:
             kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))
         infos.append(
-            _NodeInfo(kernel, kernel.attributes(node), len(node.output), [types.get(o, (None, None)) for o in node.output])
+            _NodeInfo(
+                kernel, kernel.attributes(node), len(node.output), [types.get(o, (None, None)) for o in node.output]
+            )
         )
         node.attribute.append(onnx.helper.make_attribute(_NODE_ATTR, len(infos) - 1))
     return fixed, infos, moved
@@ -109,7 +111,11 @@ def _ov_attr_value(value: Any) -> Any | None:
         return int(value)
     if isinstance(value, (int, float, str)):
         return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         return list(value)
     return None  # empty lists break IR reload; string lists are not visitable
 
@@ -133,7 +139,9 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
         # -- shape and type --------------------------------------------------
         def _input_types(self) -> list[tuple[Any, Any]]:
-            return [(self.get_input_element_type(i), self.get_input_partial_shape(i)) for i in range(self.get_input_size())]
+            return [
+                (self.get_input_element_type(i), self.get_input_partial_shape(i)) for i in range(self.get_input_size())
+            ]
 
         def _infer_outputs(self) -> list[tuple[Any, Any]]:
             info = nodes[self._index]
@@ -171,7 +179,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
             info = nodes[self._index]
-            arrays = [np.array(t.data, copy=True) for t in inputs]
+            arrays: list[np.ndarray | None] = [np.array(t.data, copy=True) for t in inputs]
             arrays += [None] * (len(info.kernel.opdef.spec.inputs) - len(arrays) if info.kernel.opdef else 0)
             results = info.kernel.run(arrays, dict(info.attrs), info.num_outputs)
             for out, value in zip(outputs, results):
@@ -213,14 +221,16 @@ def _spec_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]], infer_onnx: An
         types = [_type_proto(t, s) for t, s in inputs]
         types += [None] * (len(opdef.spec.inputs) - len(types))
         protos = infer_onnx(opdef.spec, opdef.shape_rule, opdef.reference, types, info.attrs)
-    except Exception as exc:  # noqa: BLE001 - fall back to dynamic dims
+    except Exception as exc:
         logger.debug("%s: shape rule failed on %s: %s", info.kernel.qualname, inputs, exc)
         return None
     out: list[tuple[Any, Any]] = []
-    for i, tp in enumerate(protos):
+    for tp in protos:
         if tp is None:
             return None
-        dims = [ov.Dimension(d.dim_value) if d.HasField("dim_value") else ov.Dimension() for d in tp.tensor_type.shape.dim]
+        dims = [
+            ov.Dimension(d.dim_value) if d.HasField("dim_value") else ov.Dimension() for d in tp.tensor_type.shape.dim
+        ]
         out.append((ov.Type(onnx_to_numpy(tp.tensor_type.elem_type)), ov.PartialShape(dims)))
     return out
 
@@ -331,5 +341,3 @@ def _first_line(exc: BaseException, limit: int = 400) -> str:
     useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check ", "At:", "/"))]
     text = " | ".join(useful or lines)
     return text[:limit]
-
-

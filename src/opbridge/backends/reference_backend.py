@@ -53,8 +53,10 @@ class ReferenceRunner(OnnxRunner):
             self._plain = True
         except UnknownOpError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the evaluator raises many types
-            raise ModelLoadError(f"reference evaluator could not load the model: {' '.join(str(exc).split())[:400]}") from None
+        except Exception as exc:
+            raise ModelLoadError(
+                f"reference evaluator could not load the model: {' '.join(str(exc).split())[:400]}"
+            ) from None
 
     def _inputs(self) -> Sequence[TensorMeta]:
         if self._plain:

@@ -20,11 +20,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Needs no network and no arguments.",
     )
     p.add_argument("--quick", action="store_true", help="the export shape and one other shape only")
-    p.add_argument("--model", action="append", default=[], metavar="NAME", help="seed model to run (repeatable; default all)")
     p.add_argument(
-        "--exporter", action="append", default=[], choices=("dynamo", "torchscript"), help="exporter (repeatable; default both)"
+        "--model", action="append", default=[], metavar="NAME", help="seed model to run (repeatable; default all)"
     )
-    p.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend (repeatable; default every installed one)")
+    p.add_argument(
+        "--exporter",
+        action="append",
+        default=[],
+        choices=("dynamo", "torchscript"),
+        help="exporter (repeatable; default both)",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="backend (repeatable; default every installed one)",
+    )
     p.add_argument("--keep", metavar="DIR", default=None, help="write the exported models into DIR and keep them")
     p.add_argument("--json", metavar="FILE", default=None, help="write every verify record as a JSON list")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")

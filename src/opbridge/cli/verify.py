@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+
 from opbridge.cli._common import add_ops_argument, parse_dims
 from opbridge.errors import OpbridgeError
 
@@ -73,7 +74,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="OUTPUT:RTOL,ATOL",
         help="tolerance of one output, e.g. --tol logits:1e-2,1e-4 (repeatable; overrides --rtol/--atol)",
     )
-    p.add_argument("--inputs", metavar="FILE.npz", default=None, help="input arrays (one per model input) used as the first set")
+    p.add_argument(
+        "--inputs", metavar="FILE.npz", default=None, help="input arrays (one per model input) used as the first set"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the whole record as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
@@ -122,7 +125,9 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
             if not (rtol >= 0 and atol >= 0):
                 raise ValueError
         except ValueError:
-            raise OpbridgeError(f"--tol {item!r}: write OUTPUT:RTOL,ATOL with numbers >= 0, e.g. out:1e-3,1e-5") from None
+            raise OpbridgeError(
+                f"--tol {item!r}: write OUTPUT:RTOL,ATOL with numbers >= 0, e.g. out:1e-3,1e-5"
+            ) from None
         out[name] = (rtol, atol)
     return out
 
