@@ -240,3 +240,62 @@ def test_torch_runner_checks_the_factory_against_the_model() -> None:
     meta = [TensorMeta("a", np.dtype("float32"), None), TensorMeta("b", np.dtype("float32"), None)]
     with pytest.raises(opbridge.OpbridgeError, match=r"takes 1 example input\(s\), the model has 2 input\(s\)"):
         TorchRunner("opbridge.examples.seeds:myselu_model", meta).load()
+
+
+# --------------------------------------------------------------------------- kernels that misbehave
+
+
+@opbridge.op("tests.backends::Explodes")
+def explodes(x: torch.Tensor) -> torch.Tensor:
+    """x + 1."""
+    return x + 1
+
+
+@explodes.register_kernel
+def _explodes_numpy(x: np.ndarray) -> np.ndarray:
+    raise ValueError("kernel exploded on purpose")
+
+
+@opbridge.op("tests.backends::Grows", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def grows(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel returns twice as many rows as the rule says."""
+    return x + 1
+
+
+@grows.register_kernel
+def _grows_numpy(x: np.ndarray) -> np.ndarray:
+    return np.concatenate([x, x])
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn: opbridge.OpDef) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x) * 2
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        (
+            explodes,
+            r"^openvino: tests.backends::Explodes: the numpy kernel raised ValueError: kernel exploded on purpose$",
+        ),
+        (
+            grows,
+            r"^openvino: tests.backends::Grows: the numpy kernel returned shape 4x3 for output 0, but its shape rule",
+        ),
+    ],
+    ids=["raises", "wrong-shape"],
+)
+def test_openvino_reports_a_failing_kernel(tmp_path, op: opbridge.OpDef, message: str) -> None:
+    _needs("openvino")
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(op), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with OpenVINORunner(path) as runner:
+        with pytest.raises(opbridge.OpbridgeError, match=message):
+            runner.infer({"x": np.ones((2, 3), np.float32)})
+        with pytest.raises(opbridge.OpbridgeError, match=message):  # the request survives and fails again
+            runner.infer({"x": np.ones((2, 3), np.float32)})

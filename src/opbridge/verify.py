@@ -514,6 +514,8 @@ def verify(
 
     for name in names:
         try:
+            if name == "torch":
+                raise OpbridgeError("torch runs the reference; give the PyTorch model with --reference instead.")
             runner_cls: Any = get_backend(name)  # an ONNX runner: takes the model
         except OpbridgeError as exc:
             record.backends.append(BackendReport(name, "error", str(exc)))
@@ -558,9 +560,8 @@ def _run_one(
     try:
         got = runner.infer(feed)
     except Exception as exc:
-        return RunReport(
-            name, index, "error", error=f"{type(exc).__name__}: {_one_line(exc)}", seconds=time.perf_counter() - start
-        )
+        text = _strip(name, exc) if isinstance(exc, OpbridgeError) else f"{type(exc).__name__}: {_one_line(exc)}"
+        return RunReport(name, index, "error", error=text, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if not ref:  # no PyTorch reference: the first backend to run becomes it
         expected[index] = got

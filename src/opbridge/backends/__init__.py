@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from opbridge.backends.base import InputError, Runner, TensorMeta
+from opbridge.backends.base import BackendRunError, InputError, Runner, TensorMeta
 from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
 from opbridge.backends.openvino_backend import OpenVINORunner
 from opbridge.backends.reference_backend import ReferenceRunner
@@ -34,6 +34,7 @@ from opbridge.errors import OpbridgeError
 __all__ = [
     "BACKENDS",
     "ONNX_BACKENDS",
+    "BackendRunError",
     "InputError",
     "Runner",
     "TensorMeta",

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = [
+    "BackendRunError",
     "Dim",
     "InputError",
     "OnnxRunner",
@@ -51,6 +52,10 @@ Dim = int | str | None
 
 class InputError(OpbridgeError, ValueError):
     """A feed does not match the model's inputs (missing input, wrong dtype or shape)."""
+
+
+class BackendRunError(OpbridgeError, RuntimeError):
+    """A backend failed while running a model (e.g. a custom op's kernel raised)."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbridge.backends._custom import CustomKernel, custom_nodes, domain_versions, find_custom_kernel
-from opbridge.backends.base import OnnxRunner
+from opbridge.backends.base import BackendRunError, OnnxRunner
 from opbridge.errors import BackendUnavailableError, ModelLoadError
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ __all__ = ["OpenVINORunner", "prepare_model"]
 logger = logging.getLogger(__name__)
 
 _NODE_ATTR = "_opbridge_node"
+# Marks the messages of errors raised inside generated ops, to find them in OpenVINO's wrapped error.
+_MARK = "[opbridge] "
 
 
 @dataclass
@@ -179,12 +181,25 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
             info = nodes[self._index]
+            kernel = info.kernel
             arrays: list[np.ndarray | None] = [np.array(t.data, copy=True) for t in inputs]
-            arrays += [None] * (len(info.kernel.opdef.spec.inputs) - len(arrays) if info.kernel.opdef else 0)
-            results = info.kernel.run(arrays, dict(info.attrs), info.num_outputs)
-            for out, value in zip(outputs, results):
-                want = out.get_element_type().to_dtype()
-                value = np.ascontiguousarray(value, dtype=want)
+            if kernel.opdef is not None:
+                arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
+            try:
+                results = kernel.run(arrays, dict(info.attrs), info.num_outputs)
+            except Exception as exc:  # reported through OpenVINO, marked for _infer
+                raise RuntimeError(
+                    f"{_MARK}{kernel.qualname}: the {kernel.source} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            for i, (out, value) in enumerate(zip(outputs, results)):
+                declared = self.get_output_partial_shape(i)
+                if not declared.compatible(ov.PartialShape(list(value.shape))):
+                    raise RuntimeError(
+                        f"{_MARK}{kernel.qualname}: the {kernel.source} returned shape "
+                        f"{'x'.join(map(str, value.shape))} for output {i}, but its shape rule gives {declared}; "
+                        "fix the kernel or the rule registered with register_shape."
+                    )
+                value = np.ascontiguousarray(value, dtype=out.get_element_type().to_dtype())
                 out.shape = value.shape
                 out.data[...] = value
             return True
@@ -318,7 +333,11 @@ class OpenVINORunner(OnnxRunner):
             self._out_index.setdefault(name, i)
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results = self._request.infer(feed, share_inputs=False, share_outputs=False)
+        try:
+            results = self._request.infer(feed, share_inputs=False, share_outputs=False)
+        except RuntimeError as exc:
+            marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
+            raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
         values = list(results.values())
         return {name: np.array(values[self._out_index[name]]) for name in self._outputs()}
 
