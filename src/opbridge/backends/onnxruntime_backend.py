@@ -55,7 +55,7 @@ def require_bodies(model: Any, backend: str, module: str) -> None:
     if missing:
         raise UnknownOpError(
             f"{backend}: custom op {missing[0]} has no function body, and {module} (kernels for custom ops) "
-            "is not available; attach a body with @op.register_function, or install opbridge with its runtime extras."
+            "is not available here; attach an ONNX body to the op with @op.register_function."
         )
 
 
