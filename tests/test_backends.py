@@ -38,11 +38,16 @@ def _needs(backend: str) -> None:
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", SEED_IDS)
-@pytest.mark.parametrize("backend", ["openvino", "onnxruntime", "reference"])
-def test_backend_runs_seed_model(seed_export, backend: str, name: str, exporter: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "functions"),
+    [("openvino", True), ("openvino", False), ("onnxruntime", True), ("reference", True)],
+    ids=["openvino", "openvino-python-ops", "onnxruntime", "reference"],
+)
+def test_backend_runs_seed_model(seed_export, backend: str, functions: bool, name: str, exporter: str) -> None:
+    """``functions=False`` exports the seed ops without ONNX bodies, so OpenVINO must run them as Python ops."""
     _needs(backend)
     seed = seed_by_name(name)
-    result = seed_export(name, exporter)
+    result = seed_export(name, exporter, functions=functions)
     meta, outs = onnx_io_meta(result.model)
     with TorchRunner(seed.reference, meta, [o.name for o in outs]) as ref, get_backend(backend)(result.path) as runner:
         assert [m.name for m in runner.input_metadata()] == list(seed.input_names)
@@ -60,18 +65,18 @@ def test_backend_runs_seed_model(seed_export, backend: str, name: str, exporter:
 
 
 def test_openvino_runs_seed_ops_through_their_references(seed_export) -> None:
-    """The four seed ops have no numpy kernel: OpenVINO runs their PyTorch references, one op class each."""
+    """Without bodies and numpy kernels, OpenVINO runs the seed ops' PyTorch references, one op class each."""
     _needs("openvino")
     for name in SEED_IDS:
-        with OpenVINORunner(seed_export(name, "dynamo").path) as runner:
+        with OpenVINORunner(seed_export(name, "dynamo", functions=False).path) as runner:
             assert runner.kernels and {k.source for k in runner.kernels} == {"PyTorch reference"}
-    with OpenVINORunner(seed_export("strange_net", "torchscript").path) as runner:
+    with OpenVINORunner(seed_export("strange_net", "torchscript", functions=False).path) as runner:
         assert [k.qualname for k in runner.kernels] == ["opbridge::MyStrangeOp"] * 2
 
 
 def test_openvino_dynamic_resize_follows_the_shape_only_input(seed_export) -> None:
     _needs("openvino")
-    with OpenVINORunner(seed_export("super_resolution", "torchscript").path) as runner:
+    with OpenVINORunner(seed_export("super_resolution", "torchscript", functions=False).path) as runner:
         feed = {
             "input": np.random.default_rng(0).random((1, 3, 10, 12), dtype=np.float32),
             "size_tensor": np.zeros((1, 1, 23, 7), np.float32),

@@ -121,7 +121,7 @@ def test_per_output_tolerance_override(wrong_model: Path) -> None:
 
 
 def test_verify_seed_model_at_several_shapes(seed_export) -> None:
-    path = seed_export("myselu", "torchscript").path
+    path = seed_export("myselu", "torchscript", functions=False).path  # MySELU runs as a Python op
     messages: list[str] = []
     record = opbridge.verify(
         path,
@@ -319,3 +319,51 @@ def test_without_pytorch_reference_the_first_backend_is_the_reference(tmp_path: 
     assert record.exit_code == 0 and "REFERENCE" in record.table()
     alone = opbridge.verify(path, None, backends=["openvino"], shapes=[{"x": (3, 8)}])
     assert alone.exit_code == 2  # nothing was compared
+
+
+OPS_FILE = """
+import numpy as np
+import opbridge
+
+
+@opbridge.kernel("LegacyCube", domain="")
+def legacy_cube(x, *, bias=0.0):
+    return x**3 + np.float32(bias)
+"""
+
+REFERENCE_FILE = """
+import torch
+
+
+class Cube(torch.nn.Module):
+    def forward(self, x):
+        return x**3 + 0.25
+
+
+def build():
+    return Cube(), (torch.randn(2, 5),)
+"""
+
+
+def test_cli_ops_file_supplies_the_kernel_of_a_default_domain_op(tmp_path: Path, capsys) -> None:
+    """A TorchScript-era model with a custom node in the default domain, its kernel given with --ops."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("LegacyCube", ["x"], ["y"], bias=0.25)],
+        "legacy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
+    )
+    model = tmp_path / "legacy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), str(model))
+    (tmp_path / "legacy_ops.py").write_text(OPS_FILE)
+    (tmp_path / "legacy_ref.py").write_text(REFERENCE_FILE)
+    args = ["verify", str(model), "--reference", f"{tmp_path / 'legacy_ref.py'}:build", "--backend", "openvino", "-q"]
+    assert main(args) == 2
+    assert (
+        "error: openvino: custom op <default domain>::LegacyCube has no opbridge definition" in capsys.readouterr().out
+    )
+    assert main([*args, "--shape", "x:7x5", "--ops", str(tmp_path / "legacy_ops.py")]) == 0
+    assert "PASS: 1 of 1 output comparison(s) within tolerance" in capsys.readouterr().out

@@ -21,7 +21,7 @@ import numpy as np
 
 from opbridge.backends._custom import custom_nodes
 from opbridge.backends.base import OnnxRunner, TensorMeta
-from opbridge.errors import BackendUnavailableError, ModelLoadError, UnknownOpError
+from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError, UnknownOpError
 
 __all__ = ["OnnxRuntimeRunner", "node_arg_meta"]
 
@@ -94,7 +94,7 @@ class OnnxRuntimeRunner(OnnxRunner):
             self._session = ort.InferenceSession(
                 self.model.SerializeToString(), providers=self.providers or ["CPUExecutionProvider"]
             )
-        except (BackendUnavailableError, UnknownOpError):
+        except OpbridgeError:
             raise
         except Exception as exc:
             if "not a registered function/op" in str(exc) or "No Op registered" in str(exc):

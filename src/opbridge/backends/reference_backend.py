@@ -21,7 +21,7 @@ import numpy as np
 
 from opbridge.backends.base import OnnxRunner, TensorMeta
 from opbridge.backends.onnxruntime_backend import node_arg_meta, require_bodies
-from opbridge.errors import ModelLoadError, UnknownOpError
+from opbridge.errors import ModelLoadError, OpbridgeError
 
 __all__ = ["ReferenceRunner"]
 
@@ -51,7 +51,7 @@ class ReferenceRunner(OnnxRunner):
             require_bodies(self.model, self.name, "opbridge.reference")
             self._session = ReferenceEvaluator(self.model)
             self._plain = True
-        except UnknownOpError:
+        except OpbridgeError:
             raise
         except Exception as exc:
             raise ModelLoadError(
