@@ -303,17 +303,7 @@ def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
 
 
 def test_without_pytorch_reference_the_first_backend_is_the_reference(tmp_path: Path) -> None:
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
-        "silu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
-    )
-    path = tmp_path / "silu.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = _silu_model(tmp_path)
     record = opbridge.verify(path, None, backends=["reference", "openvino"], shapes=[{"x": (3, 8)}])
     assert [(r.backend, r.status) for r in record.runs] == [("reference", "reference"), ("openvino", "pass")]
     assert record.exit_code == 0 and "REFERENCE" in record.table()
@@ -367,3 +357,61 @@ def test_cli_ops_file_supplies_the_kernel_of_a_default_domain_op(tmp_path: Path,
     )
     assert main([*args, "--shape", "x:7x5", "--ops", str(tmp_path / "legacy_ops.py")]) == 0
     assert "PASS: 1 of 1 output comparison(s) within tolerance" in capsys.readouterr().out
+
+
+def _silu_model(tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
+        "silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+    )
+    path = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+SILU_REFERENCE = (torch.nn.SiLU(), (torch.randn(4, 8),))
+
+
+class _AbsentRunner(opbridge.backends.base.OnnxRunner):
+    """A backend whose runtime is not installed on any machine."""
+
+    name = "absent"
+    requires = ("opbridge_absent_runtime",)
+
+    def _load(self) -> None:
+        try:
+            import opbridge_absent_runtime  # type: ignore[import-not-found]  # noqa: F401
+        except ImportError as exc:
+            raise opbridge.BackendUnavailableError(f"absent backend is not installed ({exc})") from None
+
+    def _infer(self, feed):  # pragma: no cover - never loads
+        raise AssertionError
+
+
+@pytest.fixture
+def absent_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opbridge.backends as backends
+
+    monkeypatch.setitem(backends.BACKENDS, "absent", _AbsentRunner)
+    monkeypatch.setattr(backends, "ONNX_BACKENDS", (*backends.ONNX_BACKENDS, "absent"))
+
+
+def test_missing_backend_is_listed_by_default_and_an_error_when_named(tmp_path: Path, absent_backend) -> None:
+    path = _silu_model(tmp_path)
+    record = opbridge.verify(path, SILU_REFERENCE)
+    absent = next(b for b in record.backends if b.name == "absent")
+    assert absent.status == "not installed" and "opbridge_absent_runtime" in absent.message
+    assert record.exit_code == 0, record.table()
+    assert {r.backend for r in record.runs} >= {"openvino"}
+    record = opbridge.verify(path, SILU_REFERENCE, backends=["absent", "openvino", "openvino"])
+    assert record.exit_code == 2
+    assert [(b.name, b.status) for b in record.backends] == [("absent", "unavailable"), ("openvino", "ran")]
+    assert (
+        "error: absent: absent backend is not installed (No module named 'opbridge_absent_runtime')" in record.table()
+    )
+    assert [r.status for r in record.runs] == ["pass"]

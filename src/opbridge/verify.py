@@ -487,7 +487,7 @@ def verify(
             feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds))))
             sets.append(full)
 
-    names = list(backends) if backends else None
+    names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
     record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol)
     if names is None:
         installed = available_backends()
