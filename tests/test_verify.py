@@ -415,3 +415,12 @@ def test_missing_backend_is_listed_by_default_and_an_error_when_named(tmp_path: 
         "error: absent: absent backend is not installed (No module named 'opbridge_absent_runtime')" in record.table()
     )
     assert [r.status for r in record.runs] == ["pass"]
+
+
+def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> None:
+    factory = tmp_path / "broken_factory.py"
+    factory.write_text("def build():\n    raise RuntimeError('weights file missing')\n")
+    path = seed_export("myselu", "torchscript").path
+    assert main(["verify", str(path), "--reference", f"{factory}:build", "--backend", "openvino", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"--reference {factory}:build: building the PyTorch model raised RuntimeError: weights file missing" in err

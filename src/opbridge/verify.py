@@ -473,7 +473,15 @@ def verify(
     if reference is not None:
         say("loading the PyTorch reference")
         torch_ref = TorchRunner(reference, meta, [o.name for o in out_meta])
-        torch_ref.load()
+        try:
+            torch_ref.load()
+        except OpbridgeError:
+            raise
+        except Exception as exc:  # the user's factory or model constructor raised
+            raise OpbridgeError(
+                f"--reference {_describe_reference(reference)}: building the PyTorch model raised "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
         example = {m.name: tuple(int(d) for d in t.shape) for m, t in zip(meta, torch_ref.example_inputs)}
 
     feeds: list[dict[str, np.ndarray]] = []
