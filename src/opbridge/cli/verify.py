@@ -16,6 +16,7 @@ import argparse
 import re
 import sys
 
+from opbridge.backends import backend_names
 from opbridge.cli._common import add_ops_argument, parse_dims
 from opbridge.errors import OpbridgeError
 
@@ -62,11 +63,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="backend to run: onnxruntime, reference, openvino (repeatable; default: every installed one)",
+        help=f"backend to run: {', '.join(backend_names())} (repeatable; default: every installed one)",
     )
     p.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS[,NAME:DIMS]", help=_SHAPE_HELP)
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance for every output (default 1e-3)")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance for every output (default 1e-5)")
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance for every output (default: the loosest the model's custom ops declare, else 1e-3)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance for every output (default: the loosest the model's custom ops declare, else 1e-5)",
+    )
     p.add_argument(
         "--tol",
         action="append",
