@@ -304,3 +304,18 @@ def test_openvino_reports_a_failing_kernel(tmp_path, op: opbridge.OpDef, message
             runner.infer({"x": np.ones((2, 3), np.float32)})
         with pytest.raises(opbridge.OpbridgeError, match=message):  # the request survives and fails again
             runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+def test_openvino_ir_keeps_the_seed_attributes(seed_export, tmp_path) -> None:
+    """Generated ops serialize their attributes (float lists, UTF-8 strings, int lists) into an IR."""
+    _needs("openvino")
+    import openvino as ov
+
+    xml = {}
+    for name in ("myselu", "strange_net"):
+        with OpenVINORunner(seed_export(name, "torchscript", functions=False).path) as runner:
+            ov.save_model(runner.ov_model, str(tmp_path / f"{name}.xml"))
+        xml[name] = (tmp_path / f"{name}.xml").read_text(encoding="utf-8")
+    assert 'attr1="这是字符串属性" attr2="1, 2, 3" attr3="222"' in xml["myselu"]
+    assert 'float_attr="0.1, 0.5" int_attr="2, 2"' in xml["strange_net"]
+    assert 'float_attr="0.5, 0.5" int_attr="3, 3"' in xml["strange_net"]

@@ -108,18 +108,23 @@ def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeIn
 
 
 def _ov_attr_value(value: Any) -> Any | None:
-    """An attribute value OpenVINO's attribute visitor can hold, or None (skipped)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (int, float, str)):
+    """An attribute value OpenVINO can visit and serialize, or None (left out of the IR).
+
+    The kernel always gets the exact values; these only label the node in a saved IR.
+    Float lists go in as float32 arrays (a list of floats cannot be serialized) and
+    empty lists are left out (they break IR reload).
+    """
+    if isinstance(value, (bool, int, float, str)):
         return value
-    if (
-        isinstance(value, (list, tuple))
-        and value
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    ):
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if all(isinstance(v, str) for v in value):
         return list(value)
-    return None  # empty lists break IR reload; string lists are not visitable
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return np.asarray(value, dtype=np.float32)
+    return None
 
 
 def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
@@ -286,7 +291,10 @@ class OpenVINORunner(OnnxRunner):
         self._compiled: Any = None
         self._request: Any = None
         self._out_index: dict[str, int] = {}
+        #: The custom ops' Python code, one entry per custom node (after inlining).
         self.kernels: list[CustomKernel] = []
+        #: The converted ``openvino.Model`` (set by ``load``), e.g. for ``openvino.save_model``.
+        self.ov_model: Any = None
 
     def _load(self) -> None:
         try:
@@ -316,7 +324,7 @@ class OpenVINORunner(OnnxRunner):
             path = Path(tmp) / "model.onnx"
             onnx.save(prepared, str(path))
             try:
-                ov_model = core.read_model(str(path))
+                self.ov_model = ov_model = core.read_model(str(path))
             except RuntimeError as exc:
                 raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
         try:
@@ -344,6 +352,7 @@ class OpenVINORunner(OnnxRunner):
     def _close(self) -> None:
         self._request = None
         self._compiled = None
+        self.ov_model = None
 
 
 def _converter(cls: type) -> Any:
