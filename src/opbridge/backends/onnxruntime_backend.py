@@ -59,6 +59,15 @@ def require_bodies(model: Any, backend: str, module: str) -> None:
         )
 
 
+def _kernel_session() -> Any:
+    """``opbridge.onnxruntime.InferenceSession``, or None where that module is absent."""
+    try:
+        from opbridge.onnxruntime import InferenceSession  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return InferenceSession
+
+
 class OnnxRuntimeRunner(OnnxRunner):
     """Runs an ONNX model with ONNX Runtime.
 
@@ -76,13 +85,10 @@ class OnnxRuntimeRunner(OnnxRunner):
         self._session: Any = None
 
     def _load(self) -> None:
+        session_cls = _kernel_session()
         try:
-            from opbridge.onnxruntime import InferenceSession  # type: ignore[import-not-found]
-        except ImportError:
-            InferenceSession = None  # noqa: N806
-        try:
-            if InferenceSession is not None:
-                self._session = InferenceSession(self.model, providers=self.providers)
+            if session_cls is not None:
+                self._session = session_cls(self.model, providers=self.providers)
                 return
             try:
                 import onnxruntime as ort

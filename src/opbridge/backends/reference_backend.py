@@ -26,6 +26,15 @@ from opbridge.errors import ModelLoadError, OpbridgeError
 __all__ = ["ReferenceRunner"]
 
 
+def _kernel_session() -> Any:
+    """``opbridge.reference.ReferenceSession``, or None where that module is absent."""
+    try:
+        from opbridge.reference import ReferenceSession
+    except ImportError:
+        return None
+    return ReferenceSession
+
+
 class ReferenceRunner(OnnxRunner):
     """Runs an ONNX model with ONNX's Python reference evaluator (slow, exact semantics)."""
 
@@ -38,13 +47,10 @@ class ReferenceRunner(OnnxRunner):
         self._plain = False
 
     def _load(self) -> None:
+        session_cls = _kernel_session()
         try:
-            from opbridge.reference import ReferenceSession  # type: ignore[import-not-found]
-        except ImportError:
-            ReferenceSession = None  # noqa: N806
-        try:
-            if ReferenceSession is not None:
-                self._session = ReferenceSession(self.model)
+            if session_cls is not None:
+                self._session = session_cls(self.model)
                 return
             from onnx.reference import ReferenceEvaluator
 
