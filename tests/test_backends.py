@@ -272,6 +272,18 @@ def _grows_numpy(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x, x])
 
 
+@opbridge.op("tests.backends::WritesInput")
+def writes_input(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel writes into its input."""
+    return x + 1
+
+
+@writes_input.register_kernel
+def _writes_input_numpy(x: np.ndarray) -> np.ndarray:
+    x += 1
+    return x
+
+
 class _Wrap(torch.nn.Module):
     def __init__(self, fn: opbridge.OpDef) -> None:
         super().__init__()
@@ -292,8 +304,9 @@ class _Wrap(torch.nn.Module):
             grows,
             r"^openvino: tests.backends::Grows: the numpy kernel returned shape 4x3 for output 0, but its shape rule",
         ),
+        (writes_input, r"^openvino: tests.backends::WritesInput: the numpy kernel raised ValueError: .*read-only"),
     ],
-    ids=["raises", "wrong-shape"],
+    ids=["raises", "wrong-shape", "writes-input"],
 )
 def test_openvino_reports_a_failing_kernel(tmp_path, op: opbridge.OpDef, message: str) -> None:
     _needs("openvino")
@@ -319,3 +332,13 @@ def test_openvino_ir_keeps_the_seed_attributes(seed_export, tmp_path) -> None:
     assert 'attr1="这是字符串属性" attr2="1, 2, 3" attr3="222"' in xml["myselu"]
     assert 'float_attr="0.1, 0.5" int_attr="2, 2"' in xml["strange_net"]
     assert 'float_attr="0.5, 0.5" int_attr="3, 3"' in xml["strange_net"]
+
+
+def test_openvino_results_survive_the_next_request(seed_export) -> None:
+    _needs("openvino")
+    with OpenVINORunner(seed_export("myselu", "torchscript", functions=False).path) as runner:
+        first = runner.infer({"image": np.ones((1, 1, 4, 4), np.float32)})["output"]
+        kept = first.copy()
+        second = runner.infer({"image": np.full((1, 1, 4, 4), -3.0, np.float32)})["output"]
+    np.testing.assert_array_equal(first, kept)
+    assert not np.array_equal(first, second)

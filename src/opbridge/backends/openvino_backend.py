@@ -187,7 +187,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
             info = nodes[self._index]
             kernel = info.kernel
-            arrays: list[np.ndarray | None] = [np.array(t.data, copy=True) for t in inputs]
+            arrays: list[np.ndarray | None] = [_readonly(t.data) for t in inputs]
             if kernel.opdef is not None:
                 arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
             try:
@@ -211,6 +211,14 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
     _CustomOp.__name__ = _CustomOp.__qualname__ = f"opbridge_{op_type}"
     return _CustomOp
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of an OpenVINO input buffer: kernels read it without a copy, and one
+    that writes into its input (which other nodes may read too) fails loudly instead."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _type_proto(etype: Any, pshape: Any) -> Any:
@@ -347,7 +355,7 @@ class OpenVINORunner(OnnxRunner):
             marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
             raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
         values = list(results.values())
-        return {name: np.array(values[self._out_index[name]]) for name in self._outputs()}
+        return {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
 
     def _close(self) -> None:
         self._request = None
