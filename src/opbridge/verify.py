@@ -54,6 +54,7 @@ __all__ = [
     "make_inputs",
     "resolve_shape_sets",
     "verify",
+    "write_json_atomic",
 ]
 
 logger = logging.getLogger(__name__)
@@ -165,18 +166,7 @@ class VerifyRecord:
 
     def write_json(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_dict` to ``path`` atomically (a temporary file renamed into place)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, indent=2, ensure_ascii=False)
-                f.write("\n")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        return write_json_atomic(path, self.to_dict())
 
     def set_label(self, index: int) -> str:
         return ",".join(f"{k}:{format_shape(v)}" for k, v in self.shape_sets[index].items())
@@ -237,6 +227,22 @@ class VerifyRecord:
             + (f", {errors} error(s)" if errors else "")
         )
         return "\n".join(lines)
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write ``data`` as JSON to ``path`` through a temporary file renamed into place."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _num(v: float | None) -> str:

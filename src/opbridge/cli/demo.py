@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from opbridge.cli.verify import _Progress
@@ -45,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from opbridge.demo import run_demo
+    from opbridge.verify import write_json_atomic
 
     progress = _Progress(not args.quiet)
     try:
@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     print(result.table())
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump([r.to_dict() for r in result.records], f, indent=2, ensure_ascii=False)
-        print(f"records written to {args.json}", file=sys.stderr)
+        path = write_json_atomic(args.json, [r.to_dict() for r in result.records])
+        print(f"records written to {path}", file=sys.stderr)
     return result.exit_code
