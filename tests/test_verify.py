@@ -393,12 +393,25 @@ class _AbsentRunner(opbridge.backends.base.OnnxRunner):
         raise AssertionError
 
 
+class _NoDeviceRunner(opbridge.backends.base.OnnxRunner):
+    """A backend whose runtime imports but finds no device when it loads (as a GPU runtime on a CPU host)."""
+
+    name = "nodevice"
+
+    def _load(self) -> None:
+        raise opbridge.BackendUnavailableError("nodevice backend needs a device this machine lacks")
+
+    def _infer(self, feed):  # pragma: no cover - never loads
+        raise AssertionError
+
+
 @pytest.fixture
 def absent_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     import opbridge.backends as backends
 
     monkeypatch.setitem(backends.BACKENDS, "absent", _AbsentRunner)
-    monkeypatch.setattr(backends, "ONNX_BACKENDS", (*backends.ONNX_BACKENDS, "absent"))
+    monkeypatch.setitem(backends.BACKENDS, "nodevice", _NoDeviceRunner)
+    monkeypatch.setattr(backends, "ONNX_BACKENDS", (*backends.ONNX_BACKENDS, "absent", "nodevice"))
 
 
 def test_missing_backend_is_listed_by_default_and_an_error_when_named(tmp_path: Path, absent_backend) -> None:
@@ -415,6 +428,22 @@ def test_missing_backend_is_listed_by_default_and_an_error_when_named(tmp_path: 
         "error: absent: absent backend is not installed (No module named 'opbridge_absent_runtime')" in record.table()
     )
     assert [r.status for r in record.runs] == ["pass"]
+
+
+def test_backend_that_cannot_load_here_is_listed_by_default_and_an_error_when_named(
+    tmp_path: Path, absent_backend
+) -> None:
+    path = _silu_model(tmp_path)
+    record = opbridge.verify(path, SILU_REFERENCE)
+    nodevice = next(b for b in record.backends if b.name == "nodevice")
+    assert (nodevice.status, nodevice.message) == (
+        "not installed",
+        "nodevice backend needs a device this machine lacks",
+    )
+    assert record.exit_code == 0, record.table()
+    record = opbridge.verify(path, SILU_REFERENCE, backends=["nodevice", "openvino"])
+    assert record.exit_code == 2
+    assert "error: nodevice: nodevice backend needs a device this machine lacks" in record.table()
 
 
 def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> None:

@@ -105,7 +105,6 @@ def run_demo(
         progress: called with a short message at each step.
     """
     import opbridge
-    from opbridge.backends import BACKENDS, available_backends, backend_names
     from opbridge.examples.seeds import SEED_MODELS
 
     say = progress or (lambda _m: None)
@@ -119,14 +118,7 @@ def run_demo(
     if bad:
         raise OpbridgeError(f"demo: unknown exporter {bad[0]!r}; choose from {', '.join(EXPORTERS)}.")
     result = DemoResult()
-    if backends is None:
-        installed = available_backends()
-        result.skipped_backends = {
-            n: BACKENDS[n].unavailable_reason() or "" for n in backend_names() if n not in installed
-        }
-        names = installed
-    else:
-        names = list(backends)
+    names = list(backends) if backends else None  # None: every installed backend, as verify picks them
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="opbridge_demo_") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
@@ -166,6 +158,9 @@ def run_demo(
                 )
                 result.records.append(record)
                 _rows(result, seed.name, exporter, record)
+                for b in record.backends:
+                    if b.status == "not installed":
+                        result.skipped_backends.setdefault(b.name, b.message)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -542,7 +542,9 @@ def verify(
             runner = runner_cls(proto)
             runner.load()
         except BackendUnavailableError as exc:
-            record.backends.append(BackendReport(name, "unavailable", _strip(name, exc)))
+            # Named by the caller: an error. Picked by default: only listed, like an uninstalled one.
+            status = "not installed" if backends is None else "unavailable"
+            record.backends.append(BackendReport(name, status, _strip(name, exc)))
             continue
         except Exception as exc:
             record.backends.append(BackendReport(name, "error", _strip(name, exc)))
