@@ -27,6 +27,7 @@ from opbridge.kernels import KernelDef, all_kernels, find_kernel, kernel
 from opbridge.onnx_schema import register_onnx_schemas
 from opbridge.shape import SymDim, TensorInfo
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance
+from opbridge.verify import VerifyRecord, verify  # imports no runtime; see opbridge.backends
 
 __version__ = "0.1.0"
 
@@ -68,6 +69,7 @@ __all__ = [
     "TensorInfo",
     "Tolerance",
     "UnknownOpError",
+    "VerifyRecord",
     "__version__",
     "all_kernels",
     "all_ops",
@@ -77,4 +79,5 @@ __all__ = [
     "kernel",
     "op",
     "register_onnx_schemas",
+    "verify",
 ]

@@ -18,7 +18,16 @@ __all__ = ["COMMANDS", "main"]
 
 # Subcommand modules under opbridge.cli; each defines ``add_parser(subparsers)``
 # which registers its parser with ``set_defaults(run=callable(args) -> int)``.
-COMMANDS: tuple[str, ...] = ("export", "inspect", "lint", "compat", "rewrite", "view")
+COMMANDS: tuple[str, ...] = (
+    "demo",
+    "export",
+    "verify",
+    "inspect",
+    "lint",
+    "compat",
+    "rewrite",
+    "view",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

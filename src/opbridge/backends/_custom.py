@@ -1,0 +1,152 @@
+"""Custom nodes of an ONNX model and the Python code that computes them.
+
+A backend that runs custom ops in Python (OpenVINO here) asks
+:func:`find_custom_kernel` for each custom node: an op defined with
+``@opbridge.op`` runs its registered kernel (numpy or torch) or else its PyTorch
+reference; an op known only through ``@opbridge.kernel`` runs that kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from opbridge.errors import UnknownOpError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from opbridge.definition import OpDef
+    from opbridge.kernels import KernelDef
+
+__all__ = ["CustomKernel", "custom_nodes", "domain_versions", "find_custom_kernel", "is_custom_node"]
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+
+def domain_versions(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset import per domain (``"ai.onnx"`` folded into ``""``)."""
+    out = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+    return out
+
+
+def is_custom_node(node: onnx.NodeProto, local_functions: set[tuple[str, str]] | None = None) -> bool:
+    """Whether ``node`` is neither a standard op nor a call of a model-local function."""
+    if local_functions and (node.domain, node.op_type) in local_functions:
+        return False
+    if node.domain in STANDARD_DOMAINS:
+        from opbridge.legacy_domain import is_standard_op
+
+        return not is_standard_op(node.op_type)
+    return True
+
+
+def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Main-graph nodes that no runtime knows by itself (local-function calls excluded)."""
+    local = {(f.domain, f.name) for f in model.functions}
+    return [n for n in model.graph.node if is_custom_node(n, local)]
+
+
+def _attrs_generic(node: onnx.NodeProto) -> dict[str, Any]:
+    import onnx
+
+    out: dict[str, Any] = {}
+    for attr in node.attribute:
+        value = onnx.helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8") for v in value]
+        out[attr.name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class CustomKernel:
+    """The Python code behind one custom op: an ``OpDef`` or a registered ``KernelDef``."""
+
+    domain: str
+    name: str
+    version: int
+    opdef: OpDef | None = None
+    kerneldef: KernelDef | None = None
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.domain or '<default>'}::{self.name}"
+
+    @property
+    def source(self) -> str:
+        """What runs: ``"numpy kernel"``, ``"torch kernel"`` or ``"PyTorch reference"``."""
+        if self.opdef is not None:
+            return f"{self.opdef.kernel_kind} kernel" if self.opdef.kernel is not None else "PyTorch reference"
+        assert self.kerneldef is not None
+        return f"{self.kerneldef.kind} kernel"
+
+    def attributes(self, node: onnx.NodeProto, skip: Sequence[str] = ()) -> dict[str, Any]:
+        """The node's attribute values as the kernel expects them."""
+        if self.opdef is not None:
+            from opbridge.onnx_schema import attribute_values
+
+            return attribute_values(self.opdef.spec, node)
+        attrs = _attrs_generic(node)
+        for name in skip:
+            attrs.pop(name, None)
+        return attrs
+
+    def run(self, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any], num_outputs: int) -> list[np.ndarray]:
+        """Compute the op on numpy arrays; returns one array per output."""
+        if self.opdef is not None and self.opdef.kernel is not None:
+            result = _call(self.opdef.kernel, self.opdef.kernel_kind or "numpy", inputs, attrs)
+        elif self.opdef is not None:
+            result = _call(self.opdef.run_reference, "torch", inputs, attrs)
+        else:
+            assert self.kerneldef is not None
+            result = _call(self.kerneldef.fn, self.kerneldef.kind, inputs, attrs)
+        items = list(result) if isinstance(result, (tuple, list)) else [result]
+        if len(items) != num_outputs:
+            raise RuntimeError(
+                f"{self.qualname}: the {self.source} returned {len(items)} output(s), the node has {num_outputs}."
+            )
+        return [_to_numpy(v) for v in items]
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _call(fn: Any, kind: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any]) -> Any:
+    if kind == "numpy":
+        return fn(*inputs, **attrs)
+    import torch
+
+    tensors = [
+        None if a is None else torch.from_numpy(a if a.flags.writeable and a.flags.c_contiguous else a.copy())
+        for a in inputs
+    ]
+    with torch.no_grad():
+        return fn(*tensors, **attrs)
+
+
+def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKernel:
+    """The kernel for ``domain::name``, or :class:`~opbridge.errors.UnknownOpError` saying how to add one."""
+    from opbridge.definition import find_op
+    from opbridge.kernels import find_kernel
+
+    opdef = find_op(domain, name, version) if domain else None
+    if opdef is not None:
+        return CustomKernel(domain, name, opdef.spec.version, opdef=opdef)
+    kdef = find_kernel(domain, name, version)
+    if kdef is not None:
+        return CustomKernel(domain, name, kdef.since_version, kerneldef=kdef)
+    qual = f"{domain or '<default domain>'}::{name}"
+    raise UnknownOpError(
+        f"custom op {qual} has no opbridge definition or kernel in this process; define it with "
+        f'@opbridge.op("{domain or "mydomain"}::{name}") or @opbridge.kernel("{name}", domain="{domain}") '
+        "in a file and pass it with --ops FILE."
+    )

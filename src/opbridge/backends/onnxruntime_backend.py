@@ -1,0 +1,127 @@
+"""ONNX Runtime backend (CPU), through :class:`opbridge.onnxruntime.InferenceSession`.
+
+``opbridge.onnxruntime.InferenceSession(model, providers=None)`` runs custom
+nodes with their opbridge kernels. When that module is absent, plain
+``onnxruntime.InferenceSession`` is used; it runs standard ops and custom nodes
+that carry a model-local function body, and any other custom node is reported
+as an error naming the op.
+
+Example:
+    >>> from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
+    >>> with OnnxRuntimeRunner("model.onnx") as runner:   # doctest: +SKIP
+    ...     outputs = runner.infer({"x": x})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opbridge.backends._custom import custom_nodes
+from opbridge.backends.base import OnnxRunner, TensorMeta
+from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError, UnknownOpError
+
+__all__ = ["OnnxRuntimeRunner", "node_arg_meta"]
+
+_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+
+def node_arg_meta(arg: Any) -> TensorMeta:
+    """An ONNX Runtime ``NodeArg`` (``.name``, ``.type``, ``.shape``) as :class:`TensorMeta`."""
+    name = _TYPES.get(str(arg.type))
+    shape = arg.shape
+    dims = None if shape is None else tuple(d if isinstance(d, (int, str)) else None for d in shape)
+    return TensorMeta(arg.name, np.dtype(name) if name else None, dims)
+
+
+def require_bodies(model: Any, backend: str, module: str) -> None:
+    """Raise UnknownOpError when ``model`` has custom nodes without a function body."""
+    missing = sorted({f"{n.domain or '<default domain>'}::{n.op_type}" for n in custom_nodes(model)})
+    if missing:
+        raise UnknownOpError(
+            f"{backend}: custom op {missing[0]} has no function body, and {module} (kernels for custom ops) "
+            "is not available here; attach an ONNX body to the op with @op.register_function."
+        )
+
+
+def _kernel_session() -> Any:
+    """``opbridge.onnxruntime.InferenceSession``, or None where that module is absent."""
+    try:
+        from opbridge.onnxruntime import InferenceSession  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return InferenceSession
+
+
+class OnnxRuntimeRunner(OnnxRunner):
+    """Runs an ONNX model with ONNX Runtime.
+
+    Args:
+        model: path, serialized bytes or ``onnx.ModelProto``.
+        providers: execution providers (default: CPU).
+    """
+
+    name = "onnxruntime"
+    requires = ("onnxruntime",)
+
+    def __init__(self, model: Any, providers: Sequence[str] | None = None) -> None:
+        super().__init__(model)
+        self.providers = list(providers) if providers else None
+        self._session: Any = None
+
+    def _load(self) -> None:
+        session_cls = _kernel_session()
+        try:
+            if session_cls is not None:
+                self._session = session_cls(self.model, providers=self.providers)
+                return
+            try:
+                import onnxruntime as ort
+            except ImportError as exc:
+                raise BackendUnavailableError(
+                    f"onnxruntime backend is not installed ({exc}); pip install onnxruntime."
+                ) from None
+            require_bodies(self.model, self.name, "opbridge.onnxruntime")
+            self._session = ort.InferenceSession(
+                self.model.SerializeToString(), providers=self.providers or ["CPUExecutionProvider"]
+            )
+        except OpbridgeError:
+            raise
+        except Exception as exc:
+            if "not a registered function/op" in str(exc) or "No Op registered" in str(exc):
+                raise UnknownOpError(f"onnxruntime: {_short(exc)}") from None
+            raise ModelLoadError(f"onnxruntime could not load the model: {_short(exc)}") from None
+
+    def _inputs(self) -> Sequence[TensorMeta]:
+        return [node_arg_meta(a) for a in self._session.get_inputs()]
+
+    def _outputs(self) -> Sequence[str]:
+        return [o.name for o in self._session.get_outputs()]
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = self._outputs()
+        values = self._session.run(None, feed)
+        return {n: np.asarray(v) for n, v in zip(names, values)}
+
+    def _close(self) -> None:
+        self._session = None
+
+
+def _short(exc: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return text[:limit]

@@ -1,0 +1,379 @@
+"""OpenVINO (CPU) backend: custom ONNX nodes run as generated Python ``openvino.Op`` subclasses.
+
+Loading a model:
+
+1. Default-domain custom nodes (TorchScript-era exports) are moved into
+   ``opbridge.legacy`` (:func:`opbridge.legacy_domain.move_default_domain_ops`),
+   since OpenVINO's ONNX frontend needs a domain to map them.
+2. Model-local functions are inlined (``onnx.inliner.inline_local_functions``):
+   OpenVINO does not expand them, and a custom node with a body becomes standard ops.
+3. Every remaining custom node is resolved to Python code (its ``@opbridge.op``
+   kernel, else its PyTorch reference, else an ``@opbridge.kernel``) and tagged
+   with a node index; one ``openvino.Op`` subclass is generated per op type and
+   mapped from ONNX with ``openvino.frontend.onnx.ConversionExtension``.
+4. Output shapes and dtypes come from the op's shape rule (or its reference run
+   on meta tensors) in ``validate_and_infer_types``; dims the rule cannot tell
+   stay dynamic. Ops known only by a kernel get the dtype and rank ONNX shape
+   inference recorded for them, with dynamic dims.
+
+Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
+shared input buffer after the call returns, and a freed one crashed the process.
+
+Example:
+    >>> from opbridge.backends.openvino_backend import OpenVINORunner
+    >>> with OpenVINORunner("model.onnx") as runner:   # doctest: +SKIP
+    ...     outputs = runner.infer({"x": x})
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from opbridge.backends._custom import CustomKernel, custom_nodes, domain_versions, find_custom_kernel
+from opbridge.backends.base import BackendRunError, OnnxRunner
+from opbridge.errors import BackendUnavailableError, ModelLoadError
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["OpenVINORunner", "prepare_model"]
+
+logger = logging.getLogger(__name__)
+
+_NODE_ATTR = "_opbridge_node"
+# Marks the messages of errors raised inside generated ops, to find them in OpenVINO's wrapped error.
+_MARK = "[opbridge] "
+
+
+@dataclass
+class _NodeInfo:
+    """What a generated op needs to know about the ONNX node it stands for."""
+
+    kernel: CustomKernel
+    attrs: dict[str, Any]
+    num_outputs: int
+    # (numpy dtype or None, rank or None) per output, from ONNX shape inference.
+    onnx_outputs: list[tuple[np.dtype | None, int | None]]
+
+
+def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeInfo], list[str]]:
+    """Repair, inline and tag a model for OpenVINO.
+
+    Returns the prepared copy, one :class:`_NodeInfo` per tagged custom node (the
+    tag is the index), and the default-domain op types that were moved.
+    Raises :class:`~opbridge.errors.UnknownOpError` for a custom op with no kernel.
+    """
+    import onnx
+    import onnx.inliner
+
+    from opbridge._dtypes import onnx_to_numpy
+    from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+
+    original_versions = domain_versions(model)
+    fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
+    if fixed.functions:
+        fixed = onnx.inliner.inline_local_functions(fixed)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(fixed)
+    except Exception:
+        inferred = fixed
+    types: dict[str, tuple[np.dtype | None, int | None]] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        tt = vi.type.tensor_type
+        try:
+            dtype = onnx_to_numpy(tt.elem_type) if tt.elem_type else None
+        except TypeError:
+            dtype = None
+        types[vi.name] = (dtype, len(tt.shape.dim) if tt.HasField("shape") else None)
+    versions = domain_versions(fixed)
+    infos: list[_NodeInfo] = []
+    for node in custom_nodes(fixed):
+        if node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved:
+            kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
+        else:
+            kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))
+        infos.append(
+            _NodeInfo(
+                kernel, kernel.attributes(node), len(node.output), [types.get(o, (None, None)) for o in node.output]
+            )
+        )
+        node.attribute.append(onnx.helper.make_attribute(_NODE_ATTR, len(infos) - 1))
+    return fixed, infos, moved
+
+
+def _ov_attr_value(value: Any) -> Any | None:
+    """An attribute value OpenVINO can visit and serialize, or None (left out of the IR).
+
+    The kernel always gets the exact values; these only label the node in a saved IR.
+    Float lists go in as float32 arrays (a list of floats cannot be serialized) and
+    empty lists are left out (they break IR reload).
+    """
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if all(isinstance(v, str) for v in value):
+        return list(value)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return np.asarray(value, dtype=np.float32)
+    return None
+
+
+def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
+    """Generate the ``openvino.Op`` subclass that runs custom nodes of ``op_type``."""
+    import openvino as ov
+
+    from opbridge.shape import infer_onnx
+
+    class _CustomOp(ov.Op):
+        def __init__(self, inputs: Any = None, node_index: int = -1) -> None:
+            # Set before Op.__init__, which may already call validate_and_infer_types.
+            self._index = node_index
+            self._shape_cache: dict[Any, list[tuple[Any, Any]]] = {}
+            super().__init__(self, inputs)
+            if node_index >= 0:
+                self.set_output_size(nodes[node_index].num_outputs)
+            if inputs is not None:
+                self.constructor_validate_and_infer_types()
+
+        # -- shape and type --------------------------------------------------
+        def _input_types(self) -> list[tuple[Any, Any]]:
+            return [
+                (self.get_input_element_type(i), self.get_input_partial_shape(i)) for i in range(self.get_input_size())
+            ]
+
+        def _infer_outputs(self) -> list[tuple[Any, Any]]:
+            info = nodes[self._index]
+            key = tuple((str(t), str(s)) for t, s in self._input_types())
+            if key in self._shape_cache:
+                return self._shape_cache[key]
+            result: list[tuple[Any, Any]] | None = None
+            if info.kernel.opdef is not None:
+                result = _spec_outputs(info, self._input_types(), infer_onnx)
+            if result is None:
+                result = _fallback_outputs(info, self._input_types())
+            self._shape_cache[key] = result
+            return result
+
+        def validate_and_infer_types(self) -> None:
+            for i, (etype, pshape) in enumerate(self._infer_outputs()):
+                self.set_output_type(i, etype, pshape)
+
+        def clone_with_new_inputs(self, new_inputs: Any) -> Any:
+            return type(self)(new_inputs, self._index)
+
+        def visit_attributes(self, visitor: Any) -> bool:
+            attrs = {"opbridge_node": self._index}
+            if self._index >= 0:
+                for k, v in nodes[self._index].attrs.items():
+                    value = _ov_attr_value(v)
+                    if value is not None:
+                        attrs[k] = value
+            visitor.on_attributes(attrs)
+            return True
+
+        # -- evaluation ------------------------------------------------------
+        def has_evaluate(self) -> bool:
+            return True
+
+        def evaluate(self, outputs: Any, inputs: Any) -> bool:
+            info = nodes[self._index]
+            kernel = info.kernel
+            arrays: list[np.ndarray | None] = [_readonly(t.data) for t in inputs]
+            if kernel.opdef is not None:
+                arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
+            try:
+                results = kernel.run(arrays, dict(info.attrs), info.num_outputs)
+            except Exception as exc:  # reported through OpenVINO, marked for _infer
+                raise RuntimeError(
+                    f"{_MARK}{kernel.qualname}: the {kernel.source} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            for i, (out, value) in enumerate(zip(outputs, results)):
+                declared = self.get_output_partial_shape(i)
+                if not declared.compatible(ov.PartialShape(list(value.shape))):
+                    raise RuntimeError(
+                        f"{_MARK}{kernel.qualname}: the {kernel.source} returned shape "
+                        f"{'x'.join(map(str, value.shape))} for output {i}, but its shape rule gives {declared}; "
+                        "fix the kernel or the rule registered with register_shape."
+                    )
+                value = np.ascontiguousarray(value, dtype=out.get_element_type().to_dtype())
+                out.shape = value.shape
+                out.data[...] = value
+            return True
+
+    _CustomOp.__name__ = _CustomOp.__qualname__ = f"opbridge_{op_type}"
+    return _CustomOp
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of an OpenVINO input buffer: kernels read it without a copy, and one
+    that writes into its input (which other nodes may read too) fails loudly instead."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _type_proto(etype: Any, pshape: Any) -> Any:
+    import onnx
+
+    from opbridge._dtypes import numpy_to_onnx
+
+    tp = onnx.TypeProto()
+    tp.tensor_type.elem_type = numpy_to_onnx(etype.to_dtype())
+    if pshape.rank.is_static:
+        shape = tp.tensor_type.shape
+        for d in pshape:
+            dim = shape.dim.add()
+            if d.is_static:
+                dim.dim_value = d.get_length()
+    return tp
+
+
+def _spec_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]], infer_onnx: Any) -> list[tuple[Any, Any]] | None:
+    """Output types from the op's shape rule (or reference on meta tensors), or None on failure."""
+    import openvino as ov
+
+    from opbridge._dtypes import onnx_to_numpy
+
+    opdef = info.kernel.opdef
+    assert opdef is not None
+    try:
+        types = [_type_proto(t, s) for t, s in inputs]
+        types += [None] * (len(opdef.spec.inputs) - len(types))
+        protos = infer_onnx(opdef.spec, opdef.shape_rule, opdef.reference, types, info.attrs)
+    except Exception as exc:
+        logger.debug("%s: shape rule failed on %s: %s", info.kernel.qualname, inputs, exc)
+        return None
+    out: list[tuple[Any, Any]] = []
+    for tp in protos:
+        if tp is None:
+            return None
+        dims = [
+            ov.Dimension(d.dim_value) if d.HasField("dim_value") else ov.Dimension() for d in tp.tensor_type.shape.dim
+        ]
+        out.append((ov.Type(onnx_to_numpy(tp.tensor_type.elem_type)), ov.PartialShape(dims)))
+    return out
+
+
+def _fallback_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """Dtype and rank from ONNX shape inference (else the first input's), every dim dynamic."""
+    import openvino as ov
+
+    first_type, first_shape = inputs[0] if inputs else (ov.Type.f32, ov.PartialShape([]))
+    first_rank = first_shape.rank.get_length() if first_shape.rank.is_static else 0
+    out = []
+    for dtype, rank in info.onnx_outputs:
+        etype = ov.Type(dtype) if dtype is not None else first_type
+        r = rank if rank is not None else first_rank
+        out.append((etype, ov.PartialShape([ov.Dimension() for _ in range(r)])))
+    return out
+
+
+class OpenVINORunner(OnnxRunner):
+    """Runs an ONNX model with OpenVINO; custom nodes run their opbridge kernels.
+
+    Args:
+        model: path, serialized bytes or ``onnx.ModelProto``.
+        device: OpenVINO device name (``"CPU"``).
+        precision: ``INFERENCE_PRECISION_HINT``. ``"f32"`` by default: on CPUs with
+            bf16 support OpenVINO otherwise computes float32 models in bf16
+            (errors near 1e-2), which is not what a parity check should measure.
+            ``None`` keeps OpenVINO's own choice.
+    """
+
+    name = "openvino"
+    requires = ("openvino",)
+
+    def __init__(self, model: Any, device: str = "CPU", precision: str | None = "f32") -> None:
+        super().__init__(model)
+        self.device = device
+        self.precision = precision
+        self._compiled: Any = None
+        self._request: Any = None
+        self._out_index: dict[str, int] = {}
+        #: The custom ops' Python code, one entry per custom node (after inlining).
+        self.kernels: list[CustomKernel] = []
+        #: The converted ``openvino.Model`` (set by ``load``), e.g. for ``openvino.save_model``.
+        self.ov_model: Any = None
+
+    def _load(self) -> None:
+        try:
+            import openvino as ov
+            from openvino.frontend.onnx import ConversionExtension
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"openvino backend is not installed ({exc}); install it with pip install 'opbridge[openvino]'."
+            ) from None
+        import onnx
+
+        prepared, nodes, moved = prepare_model(self.model)
+        if moved:
+            logger.info("openvino: moved default-domain custom ops %s into a domain of their own", moved)
+        self.kernels = [n.kernel for n in nodes]
+        core = ov.Core()
+        seen: dict[tuple[str, str], type] = {}
+        for node in prepared.graph.node:
+            if not any(a.name == _NODE_ATTR for a in node.attribute):
+                continue
+            key = (node.domain, node.op_type)
+            if key in seen:
+                continue
+            cls = seen[key] = _op_class(node.op_type, nodes)
+            core.add_extension(ConversionExtension(node.op_type, node.domain, _converter(cls)))
+        with tempfile.TemporaryDirectory(prefix="opbridge_ov_") as tmp:
+            path = Path(tmp) / "model.onnx"
+            onnx.save(prepared, str(path))
+            try:
+                self.ov_model = ov_model = core.read_model(str(path))
+            except RuntimeError as exc:
+                raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
+        try:
+            config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
+            self._compiled = core.compile_model(ov_model, self.device, config)
+        except RuntimeError as exc:
+            raise ModelLoadError(f"openvino could not compile the model: {_first_line(exc)}") from None
+        self._request = self._compiled.create_infer_request()
+        self._out_index = {}
+        for i, port in enumerate(self._compiled.outputs):
+            for name in port.get_names():
+                self._out_index.setdefault(name, i)
+        for i, name in enumerate(self._outputs()):
+            self._out_index.setdefault(name, i)
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            results = self._request.infer(feed, share_inputs=False, share_outputs=False)
+        except RuntimeError as exc:
+            marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
+            raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
+        values = list(results.values())
+        return {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
+
+    def _close(self) -> None:
+        self._request = None
+        self._compiled = None
+        self.ov_model = None
+
+
+def _converter(cls: type) -> Any:
+    def convert(ctx: Any) -> Any:
+        inputs = [ctx.get_input(i) for i in range(ctx.get_input_size())]
+        return cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1))).outputs()
+
+    return convert
+
+
+def _first_line(exc: BaseException, limit: int = 400) -> str:
+    """OpenVINO errors span many lines; keep the informative ones, short."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check ", "At:", "/"))]
+    text = " | ".join(useful or lines)
+    return text[:limit]

@@ -1,0 +1,121 @@
+"""PyTorch eager backend: the reference every other backend is compared with.
+
+The model comes from a factory (``path/to/file.py:factory`` or
+``package.module:factory`` returning ``(model, example_inputs)``, see
+:func:`opbridge._loading.load_factory`), or is given directly. Inputs are passed
+positionally, in the order of ``inputs`` (the ONNX model's input order in
+``opbridge verify``); outputs are flattened (tensor, tuple/list, dict values) and
+named after ``output_names``.
+
+Example:
+    >>> import numpy as np
+    >>> from opbridge.backends.torch_backend import TorchRunner
+    >>> with TorchRunner("opbridge.examples.seeds:myselu_model") as r:
+    ...     out = r.infer({"input0": np.zeros((1, 1, 4, 4), np.float32)})
+    >>> list(out), out["output0"].shape
+    (['output0'], (1, 1, 4, 4))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opbridge.backends.base import InputError, Runner, TensorMeta
+from opbridge.errors import BackendUnavailableError, OpbridgeError
+
+__all__ = ["TorchRunner"]
+
+
+class TorchRunner(Runner):
+    """Runs a PyTorch module eagerly on CPU, under ``torch.no_grad()``.
+
+    Args:
+        reference: a factory path (``file.py:fn`` / ``module:fn``) or a ``(model, example_inputs)`` pair.
+        inputs: input metadata (names, dtypes, shapes) in call order; default: the
+            example inputs' dtypes with every dim dynamic, named ``input0``, ``input1``...
+        output_names: names for the flattened outputs; default ``output0``, ``output1``...
+    """
+
+    name = "torch"
+    requires = ("torch",)
+
+    def __init__(
+        self,
+        reference: str | tuple[Any, Sequence[Any]],
+        inputs: Sequence[TensorMeta] | None = None,
+        output_names: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.reference = reference
+        self._given_inputs = list(inputs) if inputs is not None else None
+        self._given_outputs = list(output_names) if output_names is not None else None
+        self.module: Any = None
+        self.example_inputs: tuple[Any, ...] = ()
+
+    def _load(self) -> None:
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise BackendUnavailableError(f"torch backend is not installed ({exc}); pip install torch.") from None
+        if isinstance(self.reference, str):
+            from opbridge._loading import load_factory
+
+            self.module, self.example_inputs = load_factory(self.reference)
+        else:
+            model, example = self.reference
+            self.module, self.example_inputs = model, tuple(example)
+        if hasattr(self.module, "eval"):
+            self.module.eval()
+        if self._given_inputs is not None and len(self._given_inputs) != len(self.example_inputs):
+            raise OpbridgeError(
+                f"torch: the reference takes {len(self.example_inputs)} example input(s), the model has "
+                f"{len(self._given_inputs)} input(s) {[m.name for m in self._given_inputs]}; the factory must "
+                "return one example per model input, in the model's input order."
+            )
+
+    def _inputs(self) -> Sequence[TensorMeta]:
+        if self._given_inputs is not None:
+            return self._given_inputs
+        return [
+            TensorMeta(f"input{i}", _np_dtype(t), tuple(None for _ in t.shape))
+            for i, t in enumerate(self.example_inputs)
+        ]
+
+    def _outputs(self) -> Sequence[str]:
+        if self._given_outputs is not None:
+            return self._given_outputs
+        return []  # known only after a run
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        args = [torch.from_numpy(np.array(feed[m.name], copy=True)) for m in self.input_metadata()]
+        with torch.no_grad():
+            result = self.module(*args)
+        flat = _flatten(result)
+        names = self._given_outputs or [f"output{i}" for i in range(len(flat))]
+        if len(flat) != len(names):
+            raise InputError(
+                f"torch: the reference returned {len(flat)} tensor(s), the model has {len(names)} output(s) {names}."
+            )
+        return {n: t.detach().cpu().numpy() for n, t in zip(names, flat)}
+
+
+def _np_dtype(tensor: Any) -> np.dtype | None:
+    try:
+        return np.dtype(str(tensor.dtype).removeprefix("torch."))
+    except TypeError:
+        return None
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flatten(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flatten(v)]
+    if value is None:
+        return []
+    return [value]

@@ -1,0 +1,65 @@
+"""``opbridge demo``: export the seed models both ways and verify them on every installed backend."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from opbridge.cli.verify import _Progress
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="export the built-in seed models with both exporters and verify them on every backend",
+        description="Export the four seed models with the dynamo and TorchScript exporters, run them on "
+        "every installed backend at the export shape and two other shapes, and compare with PyTorch. "
+        "Needs no network and no arguments.",
+    )
+    p.add_argument("--quick", action="store_true", help="the export shape and one other shape only")
+    p.add_argument(
+        "--model", action="append", default=[], metavar="NAME", help="seed model to run (repeatable; default all)"
+    )
+    p.add_argument(
+        "--exporter",
+        action="append",
+        default=[],
+        choices=("dynamo", "torchscript"),
+        help="exporter (repeatable; default both)",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="backend (repeatable; default every installed one)",
+    )
+    p.add_argument("--keep", metavar="DIR", default=None, help="write the exported models into DIR and keep them")
+    p.add_argument("--json", metavar="FILE", default=None, help="write every verify record as a JSON list")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from opbridge.demo import run_demo
+    from opbridge.verify import write_json_atomic
+
+    progress = _Progress(not args.quiet)
+    try:
+        result = run_demo(
+            args.model or None,
+            args.exporter or None,
+            args.backend or None,
+            quick=args.quick,
+            workdir=args.keep,
+            progress=progress,
+        )
+    finally:
+        progress.done()
+    print(result.table())
+    if args.json:
+        path = write_json_atomic(args.json, [r.to_dict() for r in result.records])
+        print(f"records written to {path}", file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,197 @@
+"""``opbridge verify MODEL.onnx --reference FACTORY``: parity of every backend with PyTorch.
+
+Shape sets (``--shape``): each occurrence is ``NAME:DIMS`` or several
+``NAME:DIMS`` joined by commas (``--shape a:1x3x8x8,b:1x1x16x16``). Entries
+accumulate into the current set; an occurrence that names an input already in
+the current set starts a new set. So for a one-input model every ``--shape``
+is a set of its own, and for two inputs ``--shape a:.. --shape b:.. --shape
+a:.. --shape b:..`` gives two sets. Inputs a set leaves out take the
+reference's example shape, with dynamic dims of the same ONNX name following
+the inputs that were given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from opbridge.backends import backend_names
+from opbridge.cli._common import add_ops_argument, parse_dims
+from opbridge.errors import OpbridgeError
+
+__all__ = ["add_parser", "parse_shape_sets", "parse_tolerances"]
+
+_SHAPE_HELP = (
+    "input shape NAME:DIMS, e.g. x:1x3x256x256; several inputs joined by commas "
+    "(a:1x3x8x8,b:1x1x16x16). Repeat for more sets: a name repeated within the "
+    "current set starts a new set (repeatable)"
+)
+
+_EPILOG = """\
+examples:
+  opbridge verify model.onnx --reference model.py:make_model
+  opbridge verify model.onnx --reference pkg.models:build --backend openvino \\
+      --shape x:1x3x64x64 --shape x:2x3x96x128 --json report.json
+  opbridge verify sr.onnx --reference sr.py:build \\
+      --shape input:1x3x12x20,size_tensor:1x1x48x40 --shape input:3x3x24x24,size_tensor:3x1x17x13
+
+exit codes: 0 every output within tolerance, 1 a mismatch, 2 a usage or load error
+(a backend that cannot run the model is reported and the others still run).
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="run an ONNX model on every backend and compare it with PyTorch",
+        description="Run MODEL on each backend at one or more input shapes and compare every output "
+        "with the PyTorch reference model.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL.onnx", help="the exported ONNX model")
+    p.add_argument(
+        "--reference",
+        required=True,
+        metavar="FACTORY",
+        help="PyTorch model factory path/to/file.py:fn or package.module:fn returning (model, example_inputs); "
+        "its example inputs follow the ONNX model's input order",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"backend to run: {', '.join(backend_names())} (repeatable; default: every installed one)",
+    )
+    p.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS[,NAME:DIMS]", help=_SHAPE_HELP)
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance for every output (default: the loosest the model's custom ops declare, else 1e-3)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance for every output (default: the loosest the model's custom ops declare, else 1e-5)",
+    )
+    p.add_argument(
+        "--tol",
+        action="append",
+        default=[],
+        metavar="OUTPUT:RTOL,ATOL",
+        help="tolerance of one output, e.g. --tol logits:1e-2,1e-4 (repeatable; overrides --rtol/--atol)",
+    )
+    p.add_argument(
+        "--inputs", metavar="FILE.npz", default=None, help="input arrays (one per model input) used as the first set"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the whole record as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    add_ops_argument(p)
+    p.set_defaults(run=run)
+
+
+_SPLIT = re.compile(r",(?=[^,:]+:)")
+
+
+def parse_shape_sets(items: list[str]) -> list[dict[str, tuple[int, ...]]]:
+    """``--shape`` occurrences -> shape sets (grouping rule in the module doc)."""
+    sets: list[dict[str, tuple[int, ...]]] = []
+    current: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        entries = _SPLIT.split(item)
+        names = []
+        parsed: list[tuple[str, tuple[int, ...]]] = []
+        for entry in entries:
+            name, sep, dims = entry.rpartition(":")
+            if not sep or not name or not dims:
+                raise OpbridgeError(f"--shape {item!r}: write NAME:DIMS, e.g. x:1x3x256x256")
+            parsed.append((name, parse_dims(dims, f"--shape {name}")))
+            names.append(name)
+        if len(set(names)) != len(names):
+            raise OpbridgeError(f"--shape {item!r}: an input is named twice in one occurrence")
+        if any(n in current for n in names):
+            sets.append(current)
+            current = {}
+        current.update(parsed)
+    if current:
+        sets.append(current)
+    return sets
+
+
+def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
+    """``--tol OUTPUT:RTOL,ATOL`` occurrences -> ``{output: (rtol, atol)}``."""
+    out: dict[str, tuple[float, float]] = {}
+    for item in items:
+        name, sep, rest = item.rpartition(":")
+        parts = rest.split(",")
+        try:
+            if not sep or not name or len(parts) != 2:
+                raise ValueError
+            rtol, atol = float(parts[0]), float(parts[1])
+            if not (rtol >= 0 and atol >= 0):
+                raise ValueError
+        except ValueError:
+            raise OpbridgeError(
+                f"--tol {item!r}: write OUTPUT:RTOL,ATOL with numbers >= 0, e.g. out:1e-3,1e-5"
+            ) from None
+        out[name] = (rtol, atol)
+    return out
+
+
+class _Progress:
+    """Progress messages on stderr: one updating line on a terminal, plain lines otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            sys.stderr.write(f"\r\033[K... {message}")
+        else:
+            sys.stderr.write(f"... {message}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from opbridge.verify import verify
+
+    shapes = parse_shape_sets(args.shape)
+    tolerances = parse_tolerances(args.tol)
+    for value, flag in ((args.rtol, "--rtol"), (args.atol, "--atol")):
+        if value is not None and not value >= 0:
+            raise OpbridgeError(f"{flag} {value}: a tolerance must be >= 0")
+    progress = _Progress(not args.quiet)
+    try:
+        record = verify(
+            args.model,
+            args.reference,
+            backends=args.backend or None,
+            shapes=shapes or None,
+            rtol=args.rtol,
+            atol=args.atol,
+            tolerances=tolerances or None,
+            inputs=args.inputs,
+            seed=args.seed,
+            ops=args.ops,
+            progress=progress,
+        )
+    finally:
+        progress.done()
+    print(record.table())
+    if args.json:
+        path = record.write_json(args.json)
+        print(f"record written to {path}")
+    return record.exit_code

@@ -1,0 +1,209 @@
+"""Numerical comparison of one backend's output with the reference's.
+
+:func:`compare_arrays` returns an :class:`OutputComparison`: the verdict, the
+tolerance used and statistics (max / mean / median / p99) of the absolute and
+relative errors. The rules:
+
+* **Pass criterion** (per element, as ``numpy.isclose``):
+  ``|actual - expected| <= atol + rtol * |expected|``. Every element must pass.
+* **Shapes and dtypes** must be equal; a difference fails with its reason.
+* **Integer and bool outputs** are compared exactly (rtol = atol = 0).
+* **NaN**: NaN on one side only always fails. NaN on both sides at the same
+  position counts as agreement (the reference produced it too), is left out of
+  the statistics, and is reported in ``nan_both`` and in the table's note, so it
+  never passes unseen.
+* **inf**: an infinity must be matched by an infinity of the same sign at the
+  same position; matched infinities are left out of the statistics.
+* **Relative error** is ``|actual - expected| / |expected|``; where the
+  reference is 0 it is undefined, so those positions are left out of the
+  relative statistics (their count is ``zero_reference``) and only ``atol``
+  decides them. Statistics over no element are ``None``.
+
+Example:
+    >>> import numpy as np
+    >>> from opbridge.compare import compare_arrays
+    >>> r = compare_arrays(np.array([1.0, 2.001]), np.array([1.0, 2.0]))
+    >>> r.passed, round(r.abs.max, 6)
+    (True, 0.001)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from opbridge.spec import Tolerance
+
+__all__ = ["ErrorStats", "OutputComparison", "compare_arrays"]
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Summary of an error array; every field is ``None`` when no element was measured."""
+
+    max: float | None = None
+    mean: float | None = None
+    median: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> ErrorStats:
+        if values.size == 0:
+            return cls()
+        v = values.astype(np.float64, copy=False)
+        return cls(float(v.max()), float(v.mean()), float(np.median(v)), float(np.quantile(v, 0.99)))
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """The comparison of one output: verdict, tolerance, error statistics and counts."""
+
+    name: str
+    passed: bool
+    reason: str
+    rtol: float
+    atol: float
+    shape: tuple[int, ...]
+    actual_shape: tuple[int, ...]
+    dtype: str
+    actual_dtype: str
+    abs: ErrorStats = field(default_factory=ErrorStats)
+    rel: ErrorStats = field(default_factory=ErrorStats)
+    total: int = 0
+    mismatched: int = 0
+    nan_both: int = 0
+    nan_mismatched: int = 0
+    inf_mismatched: int = 0
+    zero_reference: int = 0
+    worst_index: tuple[int, ...] | None = None
+    worst_actual: float | None = None
+    worst_expected: float | None = None
+
+    @property
+    def note(self) -> str:
+        """A short note for tables: the failure reason, or what passed only by rule (NaN)."""
+        if not self.passed:
+            return self.reason
+        if self.nan_both:
+            return f"{self.nan_both} NaN in both (counted as equal)"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN/inf floats written as strings)."""
+        return _jsonable(asdict(self))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def compare_arrays(
+    actual: Any, expected: Any, tolerance: Tolerance | None = None, name: str = "output"
+) -> OutputComparison:
+    """Compare ``actual`` with ``expected`` (the reference) under ``tolerance`` (see module doc)."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    tol = tolerance or Tolerance()
+    exact = e.dtype.kind in "biu" and a.dtype.kind in "biu"
+    rtol, atol = (0.0, 0.0) if exact else (tol.rtol, tol.atol)
+    base: dict[str, Any] = dict(
+        name=name,
+        rtol=rtol,
+        atol=atol,
+        shape=tuple(int(d) for d in e.shape),
+        actual_shape=tuple(int(d) for d in a.shape),
+        dtype=str(e.dtype),
+        actual_dtype=str(a.dtype),
+        total=int(e.size),
+    )
+    if a.shape != e.shape:
+        return OutputComparison(passed=False, reason=f"shape {_shape(a.shape)} != reference {_shape(e.shape)}", **base)
+    if a.dtype != e.dtype:
+        return OutputComparison(passed=False, reason=f"dtype {a.dtype} != reference {e.dtype}", **base)
+    if a.dtype.kind not in "biufc":
+        equal = np.array_equal(a, e)
+        return OutputComparison(
+            passed=bool(equal), reason="" if equal else "values differ", mismatched=0 if equal else int(e.size), **base
+        )
+
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return _compare_values(a.astype(np.float64), e.astype(np.float64), rtol, atol, base)
+
+
+def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, base: dict[str, Any]) -> OutputComparison:
+    e = ef
+    a_nan, e_nan = np.isnan(af), np.isnan(ef)
+    nan_both = a_nan & e_nan
+    nan_bad = a_nan ^ e_nan
+    a_inf, e_inf = np.isinf(af), np.isinf(ef)
+    inf_match = a_inf & e_inf & (np.sign(af) == np.sign(ef))
+    inf_bad = (a_inf | e_inf) & ~inf_match & ~nan_bad
+    finite = ~(a_nan | e_nan | a_inf | e_inf)
+
+    diff = np.abs(af - ef)
+    bound = atol + rtol * np.abs(ef)
+    bad_value = finite & (diff > bound)
+    bad = bad_value | nan_bad | inf_bad
+
+    abs_err = diff[finite]
+    ref_abs = np.abs(ef[finite])
+    nonzero = ref_abs > 0
+    rel_err = abs_err[nonzero] / ref_abs[nonzero]
+
+    mismatched = int(bad.sum())
+    worst_index: tuple[int, ...] | None = None
+    worst_a = worst_e = None
+    reason = ""
+    if mismatched:
+        if nan_bad.any():
+            flat = int(np.flatnonzero(nan_bad)[0])
+        elif inf_bad.any():
+            flat = int(np.flatnonzero(inf_bad)[0])
+        else:
+            excess = np.where(bad_value, diff - bound, -np.inf)
+            flat = int(np.argmax(excess))
+        worst_index = tuple(int(i) for i in np.unravel_index(flat, e.shape))
+        worst_a, worst_e = float(af.flat[flat]), float(ef.flat[flat])
+        parts = []
+        if int(nan_bad.sum()):
+            parts.append(f"{int(nan_bad.sum())} NaN on one side only")
+        if int(inf_bad.sum()):
+            parts.append(f"{int(inf_bad.sum())} inf not matched")
+        if int(bad_value.sum()):
+            parts.append(f"{int(bad_value.sum())} beyond tolerance")
+        reason = (
+            f"{mismatched} of {e.size} element(s) differ ({', '.join(parts)}); worst at "
+            f"{list(worst_index)}: {_fmt(worst_a)} vs reference {_fmt(worst_e)}"
+        )
+    return OutputComparison(
+        passed=mismatched == 0,
+        reason=reason,
+        abs=ErrorStats.of(abs_err),
+        rel=ErrorStats.of(rel_err),
+        mismatched=mismatched,
+        nan_both=int(nan_both.sum()),
+        nan_mismatched=int(nan_bad.sum()),
+        inf_mismatched=int(inf_bad.sum()),
+        zero_reference=int((~nonzero).sum()),
+        worst_index=worst_index,
+        worst_actual=worst_a,
+        worst_expected=worst_e,
+        **base,
+    )
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"

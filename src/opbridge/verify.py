@@ -1,0 +1,618 @@
+"""``opbridge.verify``: run an exported model on every backend and compare it with PyTorch.
+
+For each shape set, inputs are made once (seeded random data, or the arrays of
+an ``.npz``), the PyTorch reference runs on them, then every backend runs the
+ONNX model on the same arrays and each output is compared
+(:func:`opbridge.compare.compare_arrays`). The result is a :class:`VerifyRecord`:
+per backend and shape set, per output statistics, tolerance and verdict.
+
+Shape sets: each is a dict ``{input name: dims}``. Inputs a set does not name
+take the reference's example shape, with every dynamic dim whose ONNX name
+(``dim_param``) a named input fixed taking that value (``batch`` given for one
+input applies to every input whose dim is called ``batch``). Without shape sets,
+the example inputs' shapes are the one set.
+
+Tolerance of an output, first that applies: ``tolerances[output]``; ``rtol`` /
+``atol`` given; the loosest tolerance that the model's custom ops declare for the
+output's dtype (``OpSpec.tolerances``); the default (rtol 1e-3, atol 1e-5).
+
+Exit code (:attr:`VerifyRecord.exit_code`): 0 when every comparison passed, 1
+on a mismatch, 2 when a backend could not load or run the model (the other
+backends still run), or when no backend ran.
+
+Example:
+    >>> import opbridge
+    >>> record = opbridge.verify("model.onnx", reference="opbridge.examples.seeds:myselu_model",
+    ...                          backends=["openvino"], shapes=[{"image": (1, 1, 5, 7)}])  # doctest: +SKIP
+    >>> record.exit_code   # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opbridge.backends.base import TensorMeta, format_shape, load_onnx, onnx_io_meta
+from opbridge.compare import OutputComparison, compare_arrays
+from opbridge.errors import BackendUnavailableError, OpbridgeError
+from opbridge.spec import Tolerance
+
+__all__ = [
+    "BackendReport",
+    "RunReport",
+    "VerifyRecord",
+    "make_inputs",
+    "resolve_shape_sets",
+    "verify",
+    "write_json_atomic",
+]
+
+logger = logging.getLogger(__name__)
+
+ShapeSet = Mapping[str, Sequence[int]]
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunReport:
+    """One backend on one shape set: its status and the comparison of each output."""
+
+    backend: str
+    shape_set: int
+    status: str  # "pass" | "fail" | "error" | "reference" (the first backend when there is no PyTorch reference)
+    outputs: list[OutputComparison] = field(default_factory=list)
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def max_abs(self) -> float | None:
+        values = [o.abs.max for o in self.outputs if o.abs.max is not None]
+        return max(values) if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "shape_set": self.shape_set,
+            "status": self.status,
+            "error": self.error,
+            "seconds": round(self.seconds, 6),
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+
+@dataclass
+class BackendReport:
+    """A backend's state.
+
+    ``ran``; ``error`` (unknown name, or it could not load the model, e.g. a custom
+    op it cannot run); ``unavailable`` (requested but not installed); ``not
+    installed`` (not requested, listed for information only).
+    """
+
+    name: str
+    status: str
+    message: str = ""
+    custom_ops: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message, "custom_ops": self.custom_ops}
+
+
+@dataclass
+class VerifyRecord:
+    """Everything :func:`verify` found; ``to_dict()`` is what ``--json`` writes."""
+
+    model: str
+    reference: str
+    seed: int
+    inputs: list[TensorMeta]
+    shape_sets: list[dict[str, tuple[int, ...]]]
+    tolerances: dict[str, tuple[Tolerance, str]]
+    backends: list[BackendReport] = field(default_factory=list)
+    runs: list[RunReport] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def exit_code(self) -> int:
+        """0 all passed, 1 a mismatch, 2 a backend error or nothing ran."""
+        if (
+            self.errors
+            or not any(r.status in ("pass", "fail") for r in self.runs)
+            or any(r.status == "error" for r in self.runs)
+            or any(b.status in ("error", "unavailable") for b in self.backends)
+        ):
+            return 2
+        if any(r.status == "fail" for r in self.runs):
+            return 1
+        return 0
+
+    def failures(self) -> list[tuple[RunReport, OutputComparison]]:
+        """Every (run, output) pair that did not pass."""
+        return [(r, o) for r in self.runs for o in r.outputs if not o.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "reference": self.reference,
+            "seed": self.seed,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "inputs": [
+                {"name": m.name, "dtype": str(m.dtype) if m.dtype is not None else None, "shape": list(m.shape or [])}
+                for m in self.inputs
+            ],
+            "shape_sets": [{k: list(v) for k, v in s.items()} for s in self.shape_sets],
+            "tolerances": {
+                k: {"rtol": t.rtol, "atol": t.atol, "source": src} for k, (t, src) in self.tolerances.items()
+            },
+            "backends": [b.to_dict() for b in self.backends],
+            "runs": [r.to_dict() for r in self.runs],
+            "errors": list(self.errors),
+        }
+
+    def write_json(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_dict` to ``path`` atomically (a temporary file renamed into place)."""
+        return write_json_atomic(path, self.to_dict())
+
+    def set_label(self, index: int) -> str:
+        return ",".join(f"{k}:{format_shape(v)}" for k, v in self.shape_sets[index].items())
+
+    def table(self) -> str:
+        """A plain-text report: one row per backend, shape set and output, then the verdict."""
+        lines = [f"model:     {self.model}", f"reference: {self.reference} (seed {self.seed})"]
+        for i in range(len(self.shape_sets)):
+            lines.append(f"set {i + 1}:     {self.set_label(i)}")
+        header = ("backend", "set", "output", "max abs", "mean abs", "p99 abs", "max rel", "rtol/atol", "result")
+        rows: list[tuple[str, ...]] = []
+        notes: list[str] = []
+        for run in self.runs:
+            if run.status == "reference":
+                rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "REFERENCE"))
+                continue
+            if run.status == "error":
+                rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "ERROR"))
+                notes.append(f"{run.backend} set {run.shape_set + 1}: {run.error}")
+                continue
+            for o in run.outputs:
+                rows.append(
+                    (
+                        run.backend,
+                        str(run.shape_set + 1),
+                        o.name,
+                        _num(o.abs.max),
+                        _num(o.abs.mean),
+                        _num(o.abs.p99),
+                        _num(o.rel.max),
+                        f"{o.rtol:g}/{o.atol:g}",
+                        "PASS" if o.passed else "FAIL",
+                    )
+                )
+                if o.note:
+                    notes.append(f"{run.backend} set {run.shape_set + 1} {o.name}: {o.note}")
+        lines.append("")
+        lines.extend(_columns(header, rows))
+        for b in self.backends:
+            if b.status in ("error", "unavailable"):
+                lines.append(f"error: {b.name}: {b.message}")
+            elif b.status != "ran":
+                lines.append(f"{b.name}: {b.status}" + (f" ({b.message})" if b.message else ""))
+        for note in notes:
+            lines.append(f"  {note}")
+        for err in self.errors:
+            lines.append(f"error: {err}")
+        total = sum(len(r.outputs) for r in self.runs)
+        failed = len(self.failures())
+        verdict = {0: "PASS", 1: "FAIL", 2: "ERROR"}[self.exit_code]
+        errors = (
+            sum(r.status == "error" for r in self.runs)
+            + len(self.errors)
+            + sum(b.status in ("error", "unavailable") for b in self.backends)
+        )
+        lines.append(
+            f"{verdict}: {total - failed} of {total} output comparison(s) within tolerance"
+            + (f", {errors} error(s)" if errors else "")
+        )
+        return "\n".join(lines)
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write ``data`` as JSON to ``path`` through a temporary file renamed into place."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]
+
+
+# --------------------------------------------------------------------------- shapes and inputs
+
+
+def resolve_shape_sets(
+    meta: Sequence[TensorMeta],
+    sets: Sequence[ShapeSet] | None,
+    example: Mapping[str, Sequence[int]] | None = None,
+) -> list[dict[str, tuple[int, ...]]]:
+    """Complete each shape set to every input (see the module doc); raise on a violated static dim."""
+    by_name = {m.name: m for m in meta}
+    out: list[dict[str, tuple[int, ...]]] = []
+    for given in sets or [{}]:
+        unknown = [n for n in given if n not in by_name]
+        if unknown:
+            raise OpbridgeError(
+                f"--shape {unknown[0]}:...: the model has no input {unknown[0]!r}; its inputs are {list(by_name)}."
+            )
+        bound: dict[str, int] = {}
+        for name, given_dims in given.items():
+            dims = tuple(int(d) for d in given_dims)
+            m = by_name[name]
+            if m.shape is not None:
+                if len(dims) != len(m.shape):
+                    raise OpbridgeError(
+                        f"--shape {name}:{format_shape(dims)}: the model's input {name!r} has rank {len(m.shape)} "
+                        f"({format_shape(m.shape)}); give {len(m.shape)} dims."
+                    )
+                for axis, (d, want) in enumerate(zip(dims, m.shape)):
+                    if isinstance(want, int) and d != want:
+                        raise OpbridgeError(
+                            f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is static {want} "
+                            "in the model "
+                            f"({format_shape(m.shape)}); only dynamic dims may change."
+                        )
+                    if isinstance(want, str):
+                        bound.setdefault(want, d)
+        full: dict[str, tuple[int, ...]] = {}
+        for m in meta:
+            if m.name in given:
+                full[m.name] = tuple(int(d) for d in given[m.name])
+                continue
+            start = list(example[m.name]) if example and m.name in example else None
+            if m.shape is None:
+                if start is None:
+                    raise OpbridgeError(f"input {m.name!r} has an unknown shape; give it with --shape {m.name}:DIMS.")
+                full[m.name] = tuple(start)
+                continue
+            resolved: list[int] = []
+            for axis, want in enumerate(m.shape):
+                if isinstance(want, int):
+                    resolved.append(want)
+                elif isinstance(want, str) and want in bound:
+                    resolved.append(bound[want])
+                elif start is not None and axis < len(start):
+                    resolved.append(int(start[axis]))
+                else:
+                    raise OpbridgeError(
+                        f"input {m.name!r} dim {axis} ({want or '?'}) is dynamic and has no size; give it with "
+                        f"--shape {m.name}:{format_shape(m.shape)}."
+                    )
+            full[m.name] = tuple(resolved)
+        out.append(full)
+    return out
+
+
+def make_inputs(meta: Sequence[TensorMeta], shapes: Mapping[str, Sequence[int]], seed: int) -> dict[str, np.ndarray]:
+    """Seeded random arrays for ``meta`` at ``shapes``: normal floats, ints in [0, 10), random bools."""
+    rng = np.random.default_rng(seed)
+    feed: dict[str, np.ndarray] = {}
+    for m in meta:
+        shape = tuple(shapes[m.name])
+        dtype = m.dtype if m.dtype is not None else np.dtype(np.float32)
+        if dtype.kind == "f":
+            feed[m.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            feed[m.name] = rng.integers(0, 10, size=shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[m.name] = rng.random(shape) < 0.5
+        else:
+            raise OpbridgeError(f"input {m.name!r} has dtype {dtype}; give its values with --inputs FILE.npz.")
+    return feed
+
+
+def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta]) -> dict[str, np.ndarray]:
+    """Arrays for every input from an ``.npz`` (or a dict); raise naming a missing or mistyped input."""
+    what = "inputs"
+    if isinstance(source, Mapping):
+        arrays = {k: np.asarray(v) for k, v in source.items()}
+    else:
+        what = str(source)
+        try:
+            with np.load(source, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise OpbridgeError(f"--inputs {what}: cannot read it as .npz ({exc}); save it with numpy.savez.") from None
+    for m in meta:
+        if m.name not in arrays:
+            raise OpbridgeError(
+                f"--inputs {what}: no array named {m.name!r}; it holds {sorted(arrays)}, the model takes "
+                f"{[x.name for x in meta]}. Save one array per input, e.g. numpy.savez(path, {m.name}=...)."
+            )
+        if m.dtype is not None and arrays[m.name].dtype != m.dtype:
+            raise OpbridgeError(
+                f"--inputs {what}: array {m.name!r} is {arrays[m.name].dtype}, the model expects {m.dtype}."
+            )
+    extra = sorted(set(arrays) - {m.name for m in meta})
+    if extra:
+        logger.warning("--inputs %s: ignoring arrays %s that are not model inputs", what, extra)
+    return {m.name: arrays[m.name] for m in meta}
+
+
+# --------------------------------------------------------------------------- tolerances
+
+
+def _declared_tolerances(model: Any) -> list[tuple[str, Mapping[str, Tolerance]]]:
+    from opbridge.backends._custom import custom_nodes, domain_versions
+    from opbridge.definition import find_op
+
+    versions = domain_versions(model)
+    found: dict[str, Mapping[str, Tolerance]] = {}
+    for node in custom_nodes(model):
+        opdef = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain else None
+        if opdef is not None and opdef.spec.tolerances:
+            found[opdef.spec.qualname] = opdef.spec.tolerances
+    return sorted(found.items())
+
+
+def _output_tolerances(
+    model: Any,
+    outputs: Sequence[TensorMeta],
+    tolerances: Mapping[str, Any] | None,
+    rtol: float | None,
+    atol: float | None,
+) -> dict[str, tuple[Tolerance, str]]:
+    given = {k: v if isinstance(v, Tolerance) else Tolerance(*v) for k, v in (tolerances or {}).items()}
+    unknown = sorted(set(given) - {o.name for o in outputs})
+    if unknown:
+        raise OpbridgeError(
+            f"--tol {unknown[0]}:...: the model has no output {unknown[0]!r}; "
+            f"its outputs are {[o.name for o in outputs]}."
+        )
+    declared = _declared_tolerances(model)
+    out: dict[str, tuple[Tolerance, str]] = {}
+    default = Tolerance()
+    for o in outputs:
+        if o.name in given:
+            out[o.name] = (given[o.name], "--tol")
+        elif rtol is not None or atol is not None:
+            out[o.name] = (
+                Tolerance(default.rtol if rtol is None else rtol, default.atol if atol is None else atol),
+                "--rtol/--atol",
+            )
+        else:
+            dtype = str(o.dtype) if o.dtype is not None else "float32"
+            hits = [(q, t[dtype]) for q, t in declared if dtype in t]
+            if hits:
+                tol = Tolerance(max(t.rtol for _, t in hits), max(t.atol for _, t in hits))
+                out[o.name] = (tol, "declared by " + ", ".join(q for q, _ in hits))
+            else:
+                out[o.name] = (default, "default")
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _describe_reference(reference: Any) -> str:
+    if reference is None:
+        return "the first backend"
+    if isinstance(reference, str):
+        return reference
+    return type(reference[0]).__name__ if isinstance(reference, tuple) else type(reference).__name__
+
+
+def verify(
+    model: Any,
+    reference: str | tuple[Any, Sequence[Any]] | None = None,
+    *,
+    backends: Sequence[str] | None = None,
+    shapes: Sequence[ShapeSet] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerances: Mapping[str, Tolerance | tuple[float, float]] | None = None,
+    inputs: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    seed: int = 0,
+    ops: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyRecord:
+    """Run ``model`` on ``backends`` and compare every output with the PyTorch reference.
+
+    Args:
+        model: ONNX model (path, bytes or ModelProto).
+        reference: model factory ``file.py:fn`` / ``module:fn`` returning ``(model, example_inputs)``,
+            or such a pair; ``None`` compares every backend with the first one that runs.
+        backends: backend names; default every installed ONNX backend.
+        shapes: shape sets, each ``{input: dims}`` (see the module doc).
+        rtol, atol: tolerance for every output (overrides declared tolerances).
+        tolerances: per-output ``Tolerance`` or ``(rtol, atol)``; overrides the rest.
+        inputs: ``.npz`` path or dict of arrays, used as the first input set.
+        seed: seed of the random inputs (set ``i`` uses ``[seed, i]``).
+        ops: ``--ops`` targets to import first (files or modules defining ops/kernels).
+        progress: called with a short message as each backend and set starts.
+
+    Returns:
+        The :class:`VerifyRecord`. Raises :class:`~opbridge.errors.OpbridgeError` for
+        usage errors that stop everything (unreadable model, factory that fails,
+        bad shape, missing input array); backend failures are recorded instead.
+    """
+    from opbridge._loading import load_ops
+    from opbridge.backends import BACKENDS, available_backends, backend_names, get_backend
+    from opbridge.backends.torch_backend import TorchRunner
+
+    say = progress or (lambda _msg: None)
+    load_ops(list(ops) if ops else None)
+    proto = load_onnx(model)
+    meta, out_meta = onnx_io_meta(proto)
+    model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
+    tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
+
+    torch_ref: TorchRunner | None = None
+    example: dict[str, tuple[int, ...]] | None = None
+    if reference is not None:
+        say("loading the PyTorch reference")
+        torch_ref = TorchRunner(reference, meta, [o.name for o in out_meta])
+        try:
+            torch_ref.load()
+        except OpbridgeError:
+            raise
+        except Exception as exc:  # the user's factory or model constructor raised
+            raise OpbridgeError(
+                f"--reference {_describe_reference(reference)}: building the PyTorch model raised "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
+        example = {m.name: tuple(int(d) for d in t.shape) for m, t in zip(meta, torch_ref.example_inputs)}
+
+    feeds: list[dict[str, np.ndarray]] = []
+    sets: list[dict[str, tuple[int, ...]]] = []
+    if inputs is not None:
+        feed = load_npz(inputs, meta)
+        feeds.append(feed)
+        sets.append({k: tuple(v.shape) for k, v in feed.items()})
+    if shapes or inputs is None:
+        for full in resolve_shape_sets(meta, shapes, example):
+            feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds))))
+            sets.append(full)
+
+    names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
+    record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol)
+    if names is None:
+        installed = available_backends()
+        for n in backend_names():
+            if n not in installed:
+                record.backends.append(BackendReport(n, "not installed", BACKENDS[n].unavailable_reason() or ""))
+        names = installed
+    if not names:
+        record.errors.append(f"no backend to run; install one of {backend_names()}.")
+        return record
+
+    expected: list[dict[str, np.ndarray] | str] = []
+    for i, feed in enumerate(feeds):
+        if torch_ref is None:
+            expected.append({})
+            continue
+        say(f"torch reference, set {i + 1}/{len(feeds)}")
+        try:
+            expected.append(torch_ref.infer(feed))
+        except Exception as exc:
+            expected.append(f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}")
+    if torch_ref is not None:
+        torch_ref.close()
+
+    for name in names:
+        try:
+            if name == "torch":
+                raise OpbridgeError("torch runs the reference; give the PyTorch model with --reference instead.")
+            runner_cls: Any = get_backend(name)  # an ONNX runner: takes the model
+        except OpbridgeError as exc:
+            record.backends.append(BackendReport(name, "error", str(exc)))
+            continue
+        say(f"{name}: loading")
+        try:
+            runner = runner_cls(proto)
+            runner.load()
+        except BackendUnavailableError as exc:
+            # Named by the caller: an error. Picked by default: only listed, like an uninstalled one.
+            status = "not installed" if backends is None else "unavailable"
+            record.backends.append(BackendReport(name, status, _strip(name, exc)))
+            continue
+        except Exception as exc:
+            record.backends.append(BackendReport(name, "error", _strip(name, exc)))
+            continue
+        kernels = [f"{k.qualname} ({k.source})" for k in getattr(runner, "kernels", [])]
+        record.backends.append(BackendReport(name, "ran", custom_ops=sorted(set(kernels))))
+        try:
+            for i, feed in enumerate(feeds):
+                say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
+                record.runs.append(_run_one(runner, name, i, feed, expected, tol))
+        finally:
+            runner.close()
+    return record
+
+
+def _set_seed(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def _run_one(
+    runner: Any,
+    name: str,
+    index: int,
+    feed: dict[str, np.ndarray],
+    expected: list[dict[str, np.ndarray] | str],
+    tol: Mapping[str, tuple[Tolerance, str]],
+) -> RunReport:
+    ref = expected[index]
+    if isinstance(ref, str):
+        return RunReport(name, index, "error", error=ref)
+    start = time.perf_counter()
+    try:
+        got = runner.infer(feed)
+    except Exception as exc:
+        text = _strip(name, exc) if isinstance(exc, OpbridgeError) else f"{type(exc).__name__}: {_one_line(exc)}"
+        return RunReport(name, index, "error", error=text, seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if not ref:  # no PyTorch reference: the first backend to run becomes it
+        expected[index] = got
+        return RunReport(name, index, "reference", seconds=seconds)
+    outputs: list[OutputComparison] = []
+    for out_name, want in ref.items():
+        tolerance = tol.get(out_name, (Tolerance(), "default"))[0]
+        if out_name not in got:
+            outputs.append(
+                OutputComparison(
+                    out_name,
+                    False,
+                    f"output missing from {name}'s results {sorted(got)}",
+                    tolerance.rtol,
+                    tolerance.atol,
+                    tuple(want.shape),
+                    (),
+                    str(want.dtype),
+                    "",
+                )
+            )
+            continue
+        outputs.append(compare_arrays(got[out_name], want, tolerance, out_name))
+    status = "pass" if all(o.passed for o in outputs) else "fail"
+    return RunReport(name, index, status, outputs, seconds=seconds)
+
+
+def _strip(name: str, exc: BaseException) -> str:
+    text = _one_line(exc)
+    return text[len(name) + 2 :] if text.startswith(f"{name}: ") else text
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split())
+    return text[:limit] if text else type(exc).__name__

@@ -1,0 +1,344 @@
+"""Each backend runs each seed model (both exporters) at its export shape and its other shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import EXPORTERS, SEED_IDS, seed_by_name
+from onnx import TensorProto, helper
+
+import opbridge
+from opbridge.backends import BACKENDS, InputError, TensorMeta, available_backends, backend_names, get_backend
+from opbridge.backends.base import check_feed, onnx_io_meta
+from opbridge.backends.openvino_backend import OpenVINORunner
+from opbridge.backends.torch_backend import TorchRunner
+from opbridge.compare import compare_arrays
+from opbridge.spec import Tolerance
+from opbridge.verify import make_inputs, resolve_shape_sets
+
+TIGHT = Tolerance(rtol=1e-3, atol=1e-5)
+
+
+def _needs(backend: str) -> None:
+    """Skip when the backend's runtime is absent; the seed ops also need opbridge's kernel hosts."""
+    cls = BACKENDS[backend]
+    if not cls.available():
+        pytest.skip(cls.unavailable_reason() or f"{backend} not installed")
+    if backend == "onnxruntime":
+        pytest.importorskip(
+            "opbridge.onnxruntime", reason="opbridge.onnxruntime (custom-op kernels in ORT) not in this tree"
+        )
+    if backend == "reference":
+        pytest.importorskip(
+            "opbridge.reference", reason="opbridge.reference (custom-op kernels in onnx.reference) not in this tree"
+        )
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SEED_IDS)
+@pytest.mark.parametrize(
+    ("backend", "functions"),
+    [("openvino", True), ("openvino", False), ("onnxruntime", True), ("reference", True)],
+    ids=["openvino", "openvino-python-ops", "onnxruntime", "reference"],
+)
+def test_backend_runs_seed_model(seed_export, backend: str, functions: bool, name: str, exporter: str) -> None:
+    """``functions=False`` exports the seed ops without ONNX bodies, so OpenVINO must run them as Python ops."""
+    _needs(backend)
+    seed = seed_by_name(name)
+    result = seed_export(name, exporter, functions=functions)
+    meta, outs = onnx_io_meta(result.model)
+    with TorchRunner(seed.reference, meta, [o.name for o in outs]) as ref, get_backend(backend)(result.path) as runner:
+        assert [m.name for m in runner.input_metadata()] == list(seed.input_names)
+        assert runner.output_names() == list(seed.output_names)
+        example = {m.name: tuple(t.shape) for m, t in zip(meta, ref.example_inputs)}
+        sets = resolve_shape_sets(meta, [example, *seed.shapes], example)
+        for i, shapes in enumerate(sets):
+            feed = make_inputs(meta, shapes, seed=i)
+            got, want = runner.infer(feed), ref.infer(feed)
+            assert sorted(got) == sorted(want)
+            for out_name in want:
+                cmp = compare_arrays(got[out_name], want[out_name], TIGHT, out_name)
+                assert cmp.passed, f"{backend} {name}/{exporter} set {shapes}: {cmp.reason}"
+                assert cmp.shape == tuple(want[out_name].shape)
+
+
+def test_openvino_runs_seed_ops_through_their_references(seed_export) -> None:
+    """Without bodies and numpy kernels, OpenVINO runs the seed ops' PyTorch references, one op class each."""
+    _needs("openvino")
+    for name in SEED_IDS:
+        with OpenVINORunner(seed_export(name, "dynamo", functions=False).path) as runner:
+            assert runner.kernels and {k.source for k in runner.kernels} == {"PyTorch reference"}
+    with OpenVINORunner(seed_export("strange_net", "torchscript", functions=False).path) as runner:
+        assert [k.qualname for k in runner.kernels] == ["opbridge::MyStrangeOp"] * 2
+
+
+def test_openvino_dynamic_resize_follows_the_shape_only_input(seed_export) -> None:
+    _needs("openvino")
+    with OpenVINORunner(seed_export("super_resolution", "torchscript", functions=False).path) as runner:
+        feed = {
+            "input": np.random.default_rng(0).random((1, 3, 10, 12), dtype=np.float32),
+            "size_tensor": np.zeros((1, 1, 23, 7), np.float32),
+        }
+        assert runner.infer(feed)["output"].shape == (1, 3, 23, 7)
+
+
+# --------------------------------------------------------------------------- ops defined here
+
+
+@opbridge.op("tests.backends::ScaleShift")
+def scale_shift(x: torch.Tensor, scale: float = 2.0, names: list[str] = ["a", "b"]) -> torch.Tensor:  # noqa: B006
+    """x * scale + len(names)."""
+    return x * scale + len(names)
+
+
+@scale_shift.register_kernel
+def _scale_shift_numpy(x: np.ndarray, scale: float, names: tuple[str, ...]) -> np.ndarray:
+    return x * np.float32(scale) + np.float32(len(names))
+
+
+@opbridge.op("tests.backends::Twice")
+def twice(x: torch.Tensor) -> torch.Tensor:
+    """2 x."""
+    return 2 * x
+
+
+@twice.register_function
+def _twice_body(spec: opbridge.OpSpec) -> onnx.FunctionProto:
+    return helper.make_function(
+        spec.domain,
+        spec.name,
+        ["x"],
+        ["output"],
+        [helper.make_node("Add", ["x", "x"], ["output"])],
+        [helper.make_opsetid("", 17)],
+    )
+
+
+class _Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return twice(scale_shift(x, scale=0.5, names=["p", "q", "r"]))
+
+
+class _BodyOnly(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return twice(x) + 1.0
+
+
+def _export(tmp_path, module: torch.nn.Module, name: str) -> str:
+    path = tmp_path / f"{name}.onnx"
+    opbridge.export(
+        module,
+        (torch.randn(2, 3),),
+        path,
+        exporter="torchscript",
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
+    )
+    return str(path)
+
+
+def test_openvino_runs_numpy_kernel_with_string_list_attribute_and_inlined_body(tmp_path) -> None:
+    _needs("openvino")
+    path = _export(tmp_path, _Model(), "kernel_and_body")
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with OpenVINORunner(path) as runner:
+        assert [k.source for k in runner.kernels] == ["numpy kernel"]  # Twice was inlined: standard ops
+        y = runner.infer({"x": x})["y"]
+    np.testing.assert_allclose(y, 2 * (x * 0.5 + 3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "reference"])
+def test_onnx_backends_run_custom_nodes_with_function_bodies(tmp_path, backend: str) -> None:
+    cls = BACKENDS[backend]
+    if not cls.available():
+        pytest.skip(cls.unavailable_reason() or "not installed")
+    path = _export(tmp_path, _BodyOnly(), "body_only")
+    x = np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)
+    with cls(path) as runner:
+        meta = runner.input_metadata()
+        assert meta[0].name == "x" and meta[0].dtype == np.float32 and meta[0].shape[1] == 3
+        y = runner.infer({"x": x})["y"]
+    np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6)
+
+
+def _default_domain_model() -> onnx.ModelProto:
+    node = helper.make_node("LegacySquare", ["x"], ["y"], shift=1.5)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@opbridge.kernel("LegacySquare", domain="")
+def _legacy_square(x: np.ndarray, *, shift: float = 0.0) -> np.ndarray:
+    return x * x + np.float32(shift)
+
+
+def test_openvino_repairs_default_domain_custom_ops() -> None:
+    _needs("openvino")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with OpenVINORunner(_default_domain_model()) as runner:
+        assert [k.qualname for k in runner.kernels] == ["<default>::LegacySquare"]
+        np.testing.assert_allclose(runner.infer({"x": x})["y"], x * x + 1.5)
+
+
+def test_openvino_names_a_custom_op_it_cannot_run() -> None:
+    _needs("openvino")
+    model = _default_domain_model()
+    model.graph.node[0].domain = "nowhere"
+    model.opset_import.append(helper.make_opsetid("nowhere", 1))
+    with pytest.raises(opbridge.UnknownOpError, match=r"nowhere::LegacySquare has no opbridge definition.*--ops FILE"):
+        OpenVINORunner(model).load()
+
+
+# --------------------------------------------------------------------------- shared checks and registry
+
+META = [TensorMeta("x", np.dtype("float32"), ("batch", 3, None)), TensorMeta("k", np.dtype("int64"), (2,))]
+
+
+@pytest.mark.parametrize(
+    ("feed", "message"),
+    [
+        ({"x": np.zeros((1, 3, 2), np.float32)}, r"input 'k' is missing; the model takes \['x', 'k'\]"),
+        ({"x": np.zeros((1, 3, 2)), "k": np.zeros(2, np.int64)}, r"'x' has dtype float64, the model expects float32"),
+        (
+            {"x": np.zeros((1, 4, 2), np.float32), "k": np.zeros(2, np.int64)},
+            r"dim 1 is static 3 in the model \(batchx3x\?\)",
+        ),
+        ({"x": np.zeros((1, 3), np.float32), "k": np.zeros(2, np.int64)}, r"rank 2\), the model expects rank 3"),
+        ({"x": np.zeros((1, 3, 2), np.float32), "k": np.zeros(2, np.int64), "z": np.zeros(1)}, r"no input 'z'"),
+    ],
+    ids=["missing", "dtype", "static-dim", "rank", "extra"],
+)
+def test_feed_checks(feed: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        check_feed(META, feed, "demo")
+
+
+def test_feed_check_accepts_dynamic_dims() -> None:
+    check_feed(META, {"x": np.zeros((7, 3, 11), np.float32), "k": np.zeros(2, np.int64)}, "demo")
+
+
+def test_registry() -> None:
+    assert backend_names()[:3] == ["onnxruntime", "reference", "openvino"]
+    assert set(available_backends()) <= set(backend_names())
+    with pytest.raises(opbridge.OpbridgeError, match=r"unknown backend 'tensorrtt'; choose from onnxruntime"):
+        get_backend("tensorrtt")
+
+
+def test_unavailable_backend_is_reported_not_raised() -> None:
+    class Missing(OpenVINORunner):
+        name = "missing"
+        requires = ("opbridge_no_such_runtime_module",)
+
+    assert not Missing.available()
+    assert "not installed" in (Missing.unavailable_reason() or "")
+
+
+def test_torch_runner_checks_the_factory_against_the_model() -> None:
+    meta = [TensorMeta("a", np.dtype("float32"), None), TensorMeta("b", np.dtype("float32"), None)]
+    with pytest.raises(opbridge.OpbridgeError, match=r"takes 1 example input\(s\), the model has 2 input\(s\)"):
+        TorchRunner("opbridge.examples.seeds:myselu_model", meta).load()
+
+
+# --------------------------------------------------------------------------- kernels that misbehave
+
+
+@opbridge.op("tests.backends::Explodes")
+def explodes(x: torch.Tensor) -> torch.Tensor:
+    """x + 1."""
+    return x + 1
+
+
+@explodes.register_kernel
+def _explodes_numpy(x: np.ndarray) -> np.ndarray:
+    raise ValueError("kernel exploded on purpose")
+
+
+@opbridge.op("tests.backends::Grows", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def grows(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel returns twice as many rows as the rule says."""
+    return x + 1
+
+
+@grows.register_kernel
+def _grows_numpy(x: np.ndarray) -> np.ndarray:
+    return np.concatenate([x, x])
+
+
+@opbridge.op("tests.backends::WritesInput")
+def writes_input(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel writes into its input."""
+    return x + 1
+
+
+@writes_input.register_kernel
+def _writes_input_numpy(x: np.ndarray) -> np.ndarray:
+    x += 1
+    return x
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn: opbridge.OpDef) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x) * 2
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        (
+            explodes,
+            r"^openvino: tests.backends::Explodes: the numpy kernel raised ValueError: kernel exploded on purpose$",
+        ),
+        (
+            grows,
+            r"^openvino: tests.backends::Grows: the numpy kernel returned shape 4x3 for output 0, but its shape rule",
+        ),
+        (writes_input, r"^openvino: tests.backends::WritesInput: the numpy kernel raised ValueError: .*read-only"),
+    ],
+    ids=["raises", "wrong-shape", "writes-input"],
+)
+def test_openvino_reports_a_failing_kernel(tmp_path, op: opbridge.OpDef, message: str) -> None:
+    _needs("openvino")
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(op), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with OpenVINORunner(path) as runner:
+        with pytest.raises(opbridge.OpbridgeError, match=message):
+            runner.infer({"x": np.ones((2, 3), np.float32)})
+        with pytest.raises(opbridge.OpbridgeError, match=message):  # the request survives and fails again
+            runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+def test_openvino_ir_keeps_the_seed_attributes(seed_export, tmp_path) -> None:
+    """Generated ops serialize their attributes (float lists, UTF-8 strings, int lists) into an IR."""
+    _needs("openvino")
+    import openvino as ov
+
+    xml = {}
+    for name in ("myselu", "strange_net"):
+        with OpenVINORunner(seed_export(name, "torchscript", functions=False).path) as runner:
+            ov.save_model(runner.ov_model, str(tmp_path / f"{name}.xml"))
+        xml[name] = (tmp_path / f"{name}.xml").read_text(encoding="utf-8")
+    assert 'attr1="这是字符串属性" attr2="1, 2, 3" attr3="222"' in xml["myselu"]
+    assert 'float_attr="0.1, 0.5" int_attr="2, 2"' in xml["strange_net"]
+    assert 'float_attr="0.5, 0.5" int_attr="3, 3"' in xml["strange_net"]
+
+
+def test_openvino_results_survive_the_next_request(seed_export) -> None:
+    _needs("openvino")
+    with OpenVINORunner(seed_export("myselu", "torchscript", functions=False).path) as runner:
+        first = runner.infer({"image": np.ones((1, 1, 4, 4), np.float32)})["output"]
+        kept = first.copy()
+        second = runner.infer({"image": np.full((1, 1, 4, 4), -3.0, np.float32)})["output"]
+    np.testing.assert_array_equal(first, kept)
+    assert not np.array_equal(first, second)

@@ -1,0 +1,123 @@
+"""Comparison statistics and rules on crafted arrays: NaN, inf, zeros, relative error at zero."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from opbridge.compare import ErrorStats, compare_arrays
+from opbridge.spec import Tolerance
+
+TOL = Tolerance(rtol=1e-3, atol=1e-5)
+NAN, INF = np.nan, np.inf
+
+
+def test_statistics_of_known_errors() -> None:
+    expected = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    actual = expected + np.array([0.0, 0.001, 0.002, 0.004], np.float32)
+    r = compare_arrays(actual, expected, TOL, "y")
+    assert r.passed and r.mismatched == 0 and r.total == 4
+    diff = np.abs(actual.astype(np.float64) - expected)
+    assert r.abs.max == pytest.approx(diff.max())
+    assert r.abs.mean == pytest.approx(diff.mean())
+    assert r.abs.median == pytest.approx(np.median(diff))
+    assert r.abs.p99 == pytest.approx(np.quantile(diff, 0.99))
+    assert r.rel.max == pytest.approx((diff / expected).max())
+    assert (r.rtol, r.atol) == (1e-3, 1e-5)
+
+
+def test_beyond_tolerance_names_the_worst_element() -> None:
+    expected = np.zeros((2, 3), np.float32) + 1.0
+    actual = expected.copy()
+    actual[1, 2] = 1.01
+    actual[0, 0] = 1.0005  # within rtol 1e-3
+    r = compare_arrays(actual, expected, TOL, "logits")
+    assert not r.passed and r.mismatched == 1
+    assert r.worst_index == (1, 2)
+    assert "1 of 6 element(s) differ (1 beyond tolerance); worst at [1, 2]: 1.01 vs reference 1" in r.reason
+
+
+def test_tolerance_boundary_is_inclusive() -> None:
+    tol = Tolerance(rtol=0.5, atol=0.25)  # bound = 0.25 + 0.5 * 2 = 1.25, exact in binary
+    expected = np.array([2.0])
+    assert compare_arrays(expected + 1.25, expected, tol).passed
+    assert not compare_arrays(expected + 1.25 + 2.0**-20, expected, tol).passed
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "passed", "nan_both", "nan_bad"),
+    [
+        ([1.0, NAN], [1.0, NAN], True, 1, 0),
+        ([1.0, NAN], [1.0, 2.0], False, 0, 1),
+        ([1.0, 2.0], [1.0, NAN], False, 0, 1),
+        ([NAN, NAN], [NAN, 1.0], False, 1, 1),
+    ],
+    ids=["nan-both", "nan-actual-only", "nan-reference-only", "mixed"],
+)
+def test_nan_rules(actual, expected, passed, nan_both, nan_bad) -> None:
+    r = compare_arrays(np.array(actual), np.array(expected), TOL)
+    assert (r.passed, r.nan_both, r.nan_mismatched) == (passed, nan_both, nan_bad)
+    if nan_both and passed:
+        assert r.note == "1 NaN in both (counted as equal)"  # reported, never silent
+    if not passed:
+        assert "NaN on one side only" in r.reason
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "passed"),
+    [
+        ([INF, -INF, 1.0], [INF, -INF, 1.0], True),
+        ([INF, 1.0], [-INF, 1.0], False),
+        ([INF, 1.0], [1e30, 1.0], False),
+        ([1e30, 1.0], [INF, 1.0], False),
+    ],
+    ids=["same-sign", "opposite-sign", "inf-vs-finite", "finite-vs-inf"],
+)
+def test_inf_must_match_position_and_sign(actual, expected, passed) -> None:
+    r = compare_arrays(np.array(actual), np.array(expected), TOL)
+    assert r.passed is passed
+    if passed:
+        assert r.abs.max == 0.0  # matched infinities are not measured
+    else:
+        assert r.inf_mismatched == 1 and "inf not matched" in r.reason
+
+
+def test_relative_error_at_zero_is_left_out_and_atol_decides() -> None:
+    expected = np.array([0.0, 0.0, 2.0])
+    r = compare_arrays(np.array([5e-6, 0.0, 2.0]), expected, TOL)
+    assert r.passed and r.zero_reference == 2
+    assert r.rel.max == 0.0  # only the non-zero reference element is measured
+    assert r.abs.max == pytest.approx(5e-6)
+    r = compare_arrays(np.array([2e-5, 0.0, 2.0]), expected, TOL)
+    assert not r.passed and r.worst_index == (0,)
+
+
+def test_all_zero_reference_has_no_relative_statistics() -> None:
+    r = compare_arrays(np.zeros(4), np.zeros(4), TOL)
+    assert r.passed and r.rel == ErrorStats() and r.abs.max == 0.0
+
+
+def test_empty_arrays_pass_with_no_statistics() -> None:
+    r = compare_arrays(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), TOL)
+    assert r.passed and r.abs == ErrorStats() and r.total == 0
+
+
+def test_shape_and_dtype_mismatches_fail_with_reason() -> None:
+    r = compare_arrays(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), TOL)
+    assert not r.passed and r.reason == "shape 2x3 != reference 3x2"
+    r = compare_arrays(np.zeros(3, np.float64), np.zeros(3, np.float32), TOL)
+    assert not r.passed and r.reason == "dtype float64 != reference float32"
+
+
+def test_integers_compare_exactly() -> None:
+    r = compare_arrays(np.array([1, 2, 3]), np.array([1, 2, 4]), Tolerance(rtol=0.5, atol=1.0))
+    assert not r.passed and (r.rtol, r.atol) == (0.0, 0.0)
+    assert compare_arrays(np.array([True, False]), np.array([True, False]), TOL).passed
+
+
+def test_record_is_json_ready_with_nonfinite_values() -> None:
+    r = compare_arrays(np.array([NAN, 1.0]), np.array([1.0, 1.0]), TOL, "y")
+    text = json.dumps(r.to_dict(), allow_nan=False)
+    assert '"worst_actual": "nan"' in text and '"name": "y"' in text

@@ -1,0 +1,455 @@
+"""``opbridge.verify`` and ``opbridge verify``: records, tolerances, shape sets, exit codes and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import seed_by_name
+
+import opbridge
+from opbridge.backends import BACKENDS
+from opbridge.backends.base import TensorMeta
+from opbridge.cli import main
+from opbridge.cli.verify import parse_shape_sets, parse_tolerances
+from opbridge.spec import Tolerance
+from opbridge.verify import resolve_shape_sets
+
+pytestmark = pytest.mark.skipif(not BACKENDS["openvino"].available(), reason="openvino is not installed")
+
+MYSELU = seed_by_name("myselu").reference  # opbridge.examples.seeds:myselu_model
+
+# --------------------------------------------------------------------------- a deliberately wrong kernel
+
+
+@opbridge.op("tests.verify::Offset", tolerances={"float32": Tolerance(rtol=2e-3, atol=1e-4)})
+def offset(x: torch.Tensor, amount: float = 1.0) -> torch.Tensor:
+    """x + amount."""
+    return x + amount
+
+
+@offset.register_kernel
+def _offset_wrong(x: np.ndarray, amount: float) -> np.ndarray:
+    """Wrong on purpose: adds amount twice where x > 1."""
+    return np.where(x > 1.0, x + 2 * amount, x + amount).astype(x.dtype)
+
+
+class TwoOutputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.relu(x), offset(x, amount=0.5)
+
+
+def two_outputs_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return TwoOutputs(), (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)),)
+
+
+@pytest.fixture(scope="module")
+def wrong_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("wrong") / "two_outputs.onnx"
+    model, args = two_outputs_model()
+    opbridge.export(
+        model,
+        args,
+        path,
+        exporter="torchscript",
+        input_names=["x"],
+        output_names=["good", "bad"],
+        dynamic_axes={"x": {0: "n"}, "good": {0: "n"}, "bad": {0: "n"}},
+    )
+    return path
+
+
+WRONG_REF = f"{__file__}:two_outputs_model"
+
+
+def test_wrong_kernel_fails_and_names_the_output(wrong_model: Path) -> None:
+    record = opbridge.verify(wrong_model, WRONG_REF, backends=["openvino"], shapes=[{"x": (64, 4)}])
+    assert record.exit_code == 1
+    failed = {o.name for _, o in record.failures()}
+    assert failed == {"bad"}
+    bad = record.failures()[0][1]
+    assert bad.abs.max == pytest.approx(0.5, rel=1e-6)  # the extra amount
+    assert "beyond tolerance" in bad.reason
+    # The op declares float32 tolerances: they apply to its output and to the model's others.
+    assert record.tolerances["bad"] == (Tolerance(2e-3, 1e-4), "declared by tests.verify::Offset")
+
+
+def test_cli_exit_1_on_mismatch_names_output_and_writes_json(wrong_model: Path, tmp_path: Path, capsys) -> None:
+    out_json = tmp_path / "report.json"
+    code = main(
+        [
+            "verify",
+            str(wrong_model),
+            "--reference",
+            WRONG_REF,
+            "--backend",
+            "openvino",
+            "--shape",
+            "x:64x4",
+            "--json",
+            str(out_json),
+            "-q",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 1
+    bad_row = next(line for line in text.splitlines() if line.startswith("openvino") and " bad " in line)
+    assert bad_row.rstrip().endswith("FAIL")
+    good_row = next(line for line in text.splitlines() if line.startswith("openvino") and " good " in line)
+    assert good_row.rstrip().endswith("PASS")
+    assert "openvino set 1 bad: " in text and "FAIL: 1 of 2 output comparison(s) within tolerance" in text
+    data = json.loads(out_json.read_text())
+    assert data["exit_code"] == 1 and data["shape_sets"] == [{"x": [64, 4]}]
+    outputs = {o["name"]: o for o in data["runs"][0]["outputs"]}
+    assert outputs["bad"]["passed"] is False and outputs["good"]["passed"] is True
+    assert set(outputs["bad"]["abs"]) == {"max", "mean", "median", "p99"}
+
+
+def test_per_output_tolerance_override(wrong_model: Path) -> None:
+    record = opbridge.verify(
+        wrong_model, WRONG_REF, backends=["openvino"], shapes=[{"x": (64, 4)}], tolerances={"bad": (0.0, 0.6)}
+    )
+    assert record.exit_code == 0
+    assert record.tolerances["bad"] == (Tolerance(0.0, 0.6), "--tol")
+    assert record.tolerances["good"][1] == "declared by tests.verify::Offset"
+
+
+# --------------------------------------------------------------------------- seed models
+
+
+def test_verify_seed_model_at_several_shapes(seed_export) -> None:
+    path = seed_export("myselu", "torchscript", functions=False).path  # MySELU runs as a Python op
+    messages: list[str] = []
+    record = opbridge.verify(
+        path,
+        MYSELU,
+        backends=["openvino"],
+        shapes=[{"image": (1, 1, 5, 7)}, {"image": (3, 1, 12, 9)}],
+        progress=messages.append,
+    )
+    assert record.exit_code == 0, record.table()
+    assert [r.shape_set for r in record.runs] == [0, 1]
+    assert all(o.passed and o.abs.max < 1e-5 for r in record.runs for o in r.outputs)
+    assert any("openvino: set 2/2 image:3x1x12x9" in m for m in messages)
+    assert record.backends[0].custom_ops == ["opbridge::MySELU (PyTorch reference)"]
+
+
+def test_default_shape_is_the_example_and_dims_follow_their_names(seed_export) -> None:
+    path = seed_export("strange_net2", "dynamo").path
+    record = opbridge.verify(
+        path, seed_by_name("strange_net2").reference, backends=["openvino"], shapes=[{"input1": (4, 3, 4, 4)}]
+    )
+    assert record.exit_code == 0, record.table()
+    assert record.shape_sets == [{f"input{i}": (4, 3, 4, 4) for i in range(1, 5)}]
+    record = opbridge.verify(path, seed_by_name("strange_net2").reference, backends=["openvino"])
+    assert record.shape_sets == [{f"input{i}": (2, 3, 4, 4) for i in range(1, 5)}]
+
+
+def test_same_seed_same_numbers_and_npz_inputs(seed_export, tmp_path: Path) -> None:
+    path = seed_export("myselu", "dynamo").path
+    a = opbridge.verify(path, MYSELU, backends=["openvino"], seed=3)
+    b = opbridge.verify(path, MYSELU, backends=["openvino"], seed=3)
+    assert a.runs[0].outputs[0].abs == b.runs[0].outputs[0].abs
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, image=np.full((1, 1, 6, 6), 0.25, np.float32))
+    rec = opbridge.verify(path, MYSELU, backends=["openvino"], inputs=npz, shapes=[{"image": (2, 1, 3, 3)}])
+    assert rec.exit_code == 0 and rec.shape_sets == [{"image": (1, 1, 6, 6)}, {"image": (2, 1, 3, 3)}]
+
+
+# --------------------------------------------------------------------------- CLI exit codes and errors
+
+
+def test_cli_exit_0(seed_export, capsys) -> None:
+    path = seed_export("super_resolution", "torchscript").path
+    code = main(
+        [
+            "verify",
+            str(path),
+            "--reference",
+            seed_by_name("super_resolution").reference,
+            "--backend",
+            "openvino",
+            "--shape",
+            "input:1x3x12x20,size_tensor:1x1x48x40",
+            "-q",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "set 1:     input:1x3x12x20,size_tensor:1x1x48x40" in text
+    assert "PASS: 1 of 1 output comparison(s) within tolerance" in text
+
+
+def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, capsys) -> None:
+    path = seed_export("myselu", "torchscript").path
+    code = main(["verify", str(path), "--reference", MYSELU, "--backend", "tensorrtt", "--backend", "openvino", "-q"])
+    text = capsys.readouterr().out
+    assert code == 2
+    assert "error: tensorrtt: unknown backend 'tensorrtt'; choose from onnxruntime, reference, openvino" in text
+    assert any(line.startswith("openvino") and line.rstrip().endswith("PASS") for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--reference", "no/such/file.py:build"], "no/such/file.py: no such Python file"),
+        (["--reference", "opbridge.examples.seeds"], "write it as path/to/file.py:factory"),
+        (
+            ["--reference", MYSELU, "--shape", "image:2x3x8x8"],
+            "--shape image:2x3x8x8: dim 1 of 'image' is static 1 in the model (batchx1xheightxwidth)",
+        ),
+        (
+            ["--reference", MYSELU, "--shape", "picture:2x1x8x8"],
+            "the model has no input 'picture'; its inputs are ['image']",
+        ),
+        (["--reference", MYSELU, "--shape", "image:2x1x8"], "has rank 4 (batchx1xheightxwidth); give 4 dims"),
+        (["--reference", MYSELU, "--tol", "output:fast"], "--tol 'output:fast': write OUTPUT:RTOL,ATOL"),
+        (["--reference", MYSELU, "--tol", "logits:1e-3,1e-5"], "the model has no output 'logits'"),
+    ],
+    ids=[
+        "factory-missing-file",
+        "factory-no-colon",
+        "static-dim",
+        "unknown-input",
+        "rank",
+        "bad-tol",
+        "unknown-output",
+    ],
+)
+def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message: str) -> None:
+    path = seed_export("myselu", "torchscript").path
+    code = main(["verify", str(path), *extra, "--backend", "openvino", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1  # a one-line error
+
+
+def test_cli_npz_missing_input_exit_2(seed_export, tmp_path: Path, capsys) -> None:
+    npz = tmp_path / "in.npz"
+    np.savez(npz, img=np.zeros((1, 1, 4, 4), np.float32))
+    code = main(
+        ["verify", str(seed_export("myselu", "torchscript").path), "--reference", MYSELU, "--inputs", str(npz), "-q"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--inputs {npz}: no array named 'image'; it holds ['img']" in err
+
+
+def test_cli_model_that_does_not_load_exit_2(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert main(["verify", str(bad), "--reference", MYSELU, "-q"]) == 2
+    assert f"{bad}: not a readable ONNX model" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "none.onnx"), "--reference", MYSELU, "-q"]) == 2
+    assert "none.onnx: no such file" in capsys.readouterr().err
+
+
+def test_cli_custom_op_a_backend_cannot_run_exit_2(wrong_model: Path, tmp_path: Path, capsys) -> None:
+    import onnx
+
+    model = onnx.load(str(wrong_model))
+    for node in model.graph.node:
+        if node.op_type == "Offset":
+            node.op_type = "Unheard"
+    path = tmp_path / "unknown_op.onnx"
+    onnx.save(model, str(path))
+    code = main(["verify", str(path), "--reference", WRONG_REF, "-q"])
+    text = capsys.readouterr().out
+    assert code == 2
+    assert (
+        "error: openvino: custom op tests.verify::Unheard has no opbridge definition or kernel in this process; "
+        "define it with @opbridge.op"
+    ) in text
+    # every installed backend is tried and reported, one line each
+    for name in ("onnxruntime", "reference"):
+        if BACKENDS[name].available():
+            assert any(line.startswith(f"error: {name}: ") and "Unheard" in line for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_shape_sets_grouping() -> None:
+    assert parse_shape_sets(["x:1x3x64x64", "x:2x3x96x128"]) == [{"x": (1, 3, 64, 64)}, {"x": (2, 3, 96, 128)}]
+    assert parse_shape_sets(["a:1x3x8x8,b:1x1x16x16", "a:2x3x8x8,b:2x1x4x4"]) == [
+        {"a": (1, 3, 8, 8), "b": (1, 1, 16, 16)},
+        {"a": (2, 3, 8, 8), "b": (2, 1, 4, 4)},
+    ]
+    assert parse_shape_sets(["a:1x2", "b:3x4", "a:5x6"]) == [{"a": (1, 2), "b": (3, 4)}, {"a": (5, 6)}]
+    assert parse_shape_sets(["a:1,3,8,8,b:2x2"]) == [{"a": (1, 3, 8, 8), "b": (2, 2)}]
+    with pytest.raises(opbridge.OpbridgeError, match="write NAME:DIMS"):
+        parse_shape_sets(["1x3x8x8"])
+    with pytest.raises(opbridge.OpbridgeError, match="write dims as integers"):
+        parse_shape_sets(["x:1xax8"])
+
+
+def test_tolerance_parsing() -> None:
+    assert parse_tolerances(["y:1e-2,1e-4", "z:0,0"]) == {"y": (1e-2, 1e-4), "z": (0.0, 0.0)}
+    with pytest.raises(opbridge.OpbridgeError, match="numbers >= 0"):
+        parse_tolerances(["y:-1,0"])
+
+
+def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
+    meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:nx3"
+    ):
+        resolve_shape_sets(meta, None, None)
+    assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3)}]
+
+
+def test_without_pytorch_reference_the_first_backend_is_the_reference(tmp_path: Path) -> None:
+    path = _silu_model(tmp_path)
+    record = opbridge.verify(path, None, backends=["reference", "openvino"], shapes=[{"x": (3, 8)}])
+    assert [(r.backend, r.status) for r in record.runs] == [("reference", "reference"), ("openvino", "pass")]
+    assert record.exit_code == 0 and "REFERENCE" in record.table()
+    alone = opbridge.verify(path, None, backends=["openvino"], shapes=[{"x": (3, 8)}])
+    assert alone.exit_code == 2  # nothing was compared
+
+
+OPS_FILE = """
+import numpy as np
+import opbridge
+
+
+@opbridge.kernel("LegacyCube", domain="")
+def legacy_cube(x, *, bias=0.0):
+    return x**3 + np.float32(bias)
+"""
+
+REFERENCE_FILE = """
+import torch
+
+
+class Cube(torch.nn.Module):
+    def forward(self, x):
+        return x**3 + 0.25
+
+
+def build():
+    return Cube(), (torch.randn(2, 5),)
+"""
+
+
+def test_cli_ops_file_supplies_the_kernel_of_a_default_domain_op(tmp_path: Path, capsys) -> None:
+    """A TorchScript-era model with a custom node in the default domain, its kernel given with --ops."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("LegacyCube", ["x"], ["y"], bias=0.25)],
+        "legacy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
+    )
+    model = tmp_path / "legacy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), str(model))
+    (tmp_path / "legacy_ops.py").write_text(OPS_FILE)
+    (tmp_path / "legacy_ref.py").write_text(REFERENCE_FILE)
+    args = ["verify", str(model), "--reference", f"{tmp_path / 'legacy_ref.py'}:build", "--backend", "openvino", "-q"]
+    assert main(args) == 2
+    assert (
+        "error: openvino: custom op <default domain>::LegacyCube has no opbridge definition" in capsys.readouterr().out
+    )
+    assert main([*args, "--shape", "x:7x5", "--ops", str(tmp_path / "legacy_ops.py")]) == 0
+    assert "PASS: 1 of 1 output comparison(s) within tolerance" in capsys.readouterr().out
+
+
+def _silu_model(tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
+        "silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+    )
+    path = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+SILU_REFERENCE = (torch.nn.SiLU(), (torch.randn(4, 8),))
+
+
+class _AbsentRunner(opbridge.backends.base.OnnxRunner):
+    """A backend whose runtime is not installed on any machine."""
+
+    name = "absent"
+    requires = ("opbridge_absent_runtime",)
+
+    def _load(self) -> None:
+        try:
+            import opbridge_absent_runtime  # type: ignore[import-not-found]  # noqa: F401
+        except ImportError as exc:
+            raise opbridge.BackendUnavailableError(f"absent backend is not installed ({exc})") from None
+
+    def _infer(self, feed):  # pragma: no cover - never loads
+        raise AssertionError
+
+
+class _NoDeviceRunner(opbridge.backends.base.OnnxRunner):
+    """A backend whose runtime imports but finds no device when it loads (as a GPU runtime on a CPU host)."""
+
+    name = "nodevice"
+
+    def _load(self) -> None:
+        raise opbridge.BackendUnavailableError("nodevice backend needs a device this machine lacks")
+
+    def _infer(self, feed):  # pragma: no cover - never loads
+        raise AssertionError
+
+
+@pytest.fixture
+def absent_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opbridge.backends as backends
+
+    monkeypatch.setitem(backends.BACKENDS, "absent", _AbsentRunner)
+    monkeypatch.setitem(backends.BACKENDS, "nodevice", _NoDeviceRunner)
+    monkeypatch.setattr(backends, "ONNX_BACKENDS", (*backends.ONNX_BACKENDS, "absent", "nodevice"))
+
+
+def test_missing_backend_is_listed_by_default_and_an_error_when_named(tmp_path: Path, absent_backend) -> None:
+    path = _silu_model(tmp_path)
+    record = opbridge.verify(path, SILU_REFERENCE)
+    absent = next(b for b in record.backends if b.name == "absent")
+    assert absent.status == "not installed" and "opbridge_absent_runtime" in absent.message
+    assert record.exit_code == 0, record.table()
+    assert {r.backend for r in record.runs} >= {"openvino"}
+    record = opbridge.verify(path, SILU_REFERENCE, backends=["absent", "openvino", "openvino"])
+    assert record.exit_code == 2
+    assert [(b.name, b.status) for b in record.backends] == [("absent", "unavailable"), ("openvino", "ran")]
+    assert (
+        "error: absent: absent backend is not installed (No module named 'opbridge_absent_runtime')" in record.table()
+    )
+    assert [r.status for r in record.runs] == ["pass"]
+
+
+def test_backend_that_cannot_load_here_is_listed_by_default_and_an_error_when_named(
+    tmp_path: Path, absent_backend
+) -> None:
+    path = _silu_model(tmp_path)
+    record = opbridge.verify(path, SILU_REFERENCE)
+    nodevice = next(b for b in record.backends if b.name == "nodevice")
+    assert (nodevice.status, nodevice.message) == (
+        "not installed",
+        "nodevice backend needs a device this machine lacks",
+    )
+    assert record.exit_code == 0, record.table()
+    record = opbridge.verify(path, SILU_REFERENCE, backends=["nodevice", "openvino"])
+    assert record.exit_code == 2
+    assert "error: nodevice: nodevice backend needs a device this machine lacks" in record.table()
+
+
+def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> None:
+    factory = tmp_path / "broken_factory.py"
+    factory.write_text("def build():\n    raise RuntimeError('weights file missing')\n")
+    path = seed_export("myselu", "torchscript").path
+    assert main(["verify", str(path), "--reference", f"{factory}:build", "--backend", "openvino", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"--reference {factory}:build: building the PyTorch model raised RuntimeError: weights file missing" in err
