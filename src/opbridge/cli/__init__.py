@@ -18,7 +18,7 @@ __all__ = ["COMMANDS", "main"]
 
 # Subcommand modules under opbridge.cli; each defines ``add_parser(subparsers)``
 # which registers its parser with ``set_defaults(run=callable(args) -> int)``.
-COMMANDS: tuple[str, ...] = ("export",)
+COMMANDS: tuple[str, ...] = ("export", "trt-build", "plugins")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,7 @@ class ParseReport:
     ok: bool
     backend: str
     errors: list[ErrorEntry] = field(default_factory=list)
+    output_shapes: dict[str, list[int]] = field(default_factory=dict)  # -1 marks a dynamic dim
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,14 @@ class BuildReport:
     engine_path: str | None = None
     engine_bytes: int = 0
     log: list[str] = field(default_factory=list)
+    # node -> {"op", "inputs", "outputs"}: (min, max) shapes TensorRT gave configure_plugin over the profile
+    plugin_shapes: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         """Human-readable summary (what ``opbridge trt-build`` prints)."""
         if self.ok:
-            return f"built {self.engine_path} ({self.engine_bytes} bytes) with {self.backend}"
+            where = self.engine_path or "an engine (not written)"
+            return f"built {where} ({self.engine_bytes} bytes) with {self.backend}"
         lines = [f"build failed with {self.backend}:"]
         for node, op_type, message in self.errors:
             where = f"{node} ({op_type}): " if node or op_type else ""
@@ -139,7 +143,7 @@ def _run_in_process(
 ) -> dict[str, Any]:
     """Parse (and build) in this process; returns the JSON-able report."""
     from opbridge.tensorrt._loader import load_tensorrt
-    from opbridge.tensorrt._plugin import clear_errors, recorded_errors
+    from opbridge.tensorrt._plugin import clear_errors, configured_ranges, recorded_errors
     from opbridge.tensorrt._registry import register_plugins
 
     trt, backend = load_tensorrt()
@@ -156,6 +160,10 @@ def _run_in_process(
                 return
             self.lines.append((severity.name, msg))
 
+    pre = _precheck(model_path)
+    if pre:
+        return {"backend": backend, "ok": False, "engine_bytes": 0, "engine_path": None,
+                "errors": [list(e) for e in pre], "log": []}
     tlog = _Collect()
     builder = trt.Builder(tlog)
     flags = 0
@@ -169,8 +177,17 @@ def _run_in_process(
     errors: list[ErrorEntry] = []
     for i in range(parser.num_errors):
         err = parser.get_error(i)
-        errors.append((str(err.node_name()), str(err.node_operator()), str(err.desc())))
+        desc = str(err.desc())
+        if "Plugin not found" in desc:
+            desc += (
+                f" (opbridge: no op named {err.node_operator()} is defined and no other library registered a "
+                "plugin for it; define it with @opbridge.op and pass its file with --ops)"
+            )
+        errors.append((str(err.node_name()), str(err.node_operator()), desc))
     report: dict[str, Any] = {"backend": backend, "ok": parsed, "engine_bytes": 0, "engine_path": None}
+    report["output_shapes"] = {
+        network.get_output(i).name: [int(d) for d in network.get_output(i).shape] for i in range(network.num_outputs)
+    } if parsed else {}
     if parsed and build:
         config = builder.create_builder_config()
         dynamic = [
@@ -197,14 +214,52 @@ def _run_in_process(
                 os.replace(tmp, target)
                 report["engine_path"] = str(target)
     ours = recorded_errors()
-    errors = ours + [e for e in errors if e not in ours]
-    if not report["ok"]:
-        errors += [("", "", msg) for sev, msg in tlog.lines if sev in ("ERROR", "INTERNAL_ERROR")]
-        if not errors:
-            errors.append(("", "", "TensorRT reported a failure without a message"))
-    report["errors"] = [list(e) for e in errors]
+    if parsed and not report["ok"] and not errors:
+        errors = [("", "", msg) for sev, msg in tlog.lines if sev in ("ERROR", "INTERNAL_ERROR")]
+    errors = ours + [(node, op, _clean(msg)) for node, op, msg in errors if (node, op, msg) not in ours]
+    if not report["ok"] and not errors:
+        errors.append(("", "", "TensorRT reported a failure without a message"))
+    report["errors"] = [list(e) for e in errors if e[2]]
     report["log"] = [f"[{sev}] {msg}" for sev, msg in tlog.lines]
+    report["plugin_shapes"] = configured_ranges()
     return report
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _precheck(model_path: str) -> list[ErrorEntry]:
+    """Faults the parser would hide: INT/INTS attributes of opbridge ops beyond int32.
+
+    TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word
+    (2**40 arrives as 0), so opbridge refuses such a model before parsing.
+    """
+    import onnx
+
+    from opbridge.definition import all_ops
+
+    names = {op.spec.name for op in all_ops()}
+    model = onnx.load(model_path, load_external_data=False)
+    errors: list[ErrorEntry] = []
+    for node in model.graph.node:
+        if node.op_type not in names:
+            continue
+        for attr in node.attribute:
+            values = [attr.i] if attr.type == onnx.AttributeProto.INT else list(attr.ints)
+            bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
+            if bad:
+                errors.append((
+                    node.name, node.op_type,
+                    f"opbridge: attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser "
+                    "narrows INT attributes to int32 plugin fields, so the plugin would see a different value. "
+                    "Keep INT attributes of ops meant for TensorRT within int32.",
+                ))
+    return errors
+
+
+def _clean(message: str) -> str:
+    """Drop the lines TensorRT-RTX adds to every error on a machine without a GPU."""
+    return "\n".join(line for line in message.splitlines() if not any(n in line for n in _NOISE)).strip()
 
 
 def _takes_path(parser: Any) -> bool:
@@ -290,7 +345,10 @@ def parse_with_tensorrt(
     """
     request = dict(_request(path, ops), build=False, engine=None, profiles={})
     result = _run_isolated(request, timeout) if isolate else _work(request)
-    return ParseReport(bool(result["ok"]), str(result["backend"]), [tuple(e) for e in result["errors"]])
+    return ParseReport(
+        bool(result["ok"]), str(result["backend"]), [tuple(e) for e in result["errors"]],
+        dict(result.get("output_shapes", {})),
+    )
 
 
 def build_engine(
@@ -338,6 +396,7 @@ def build_engine(
         result.get("engine_path"),
         int(result.get("engine_bytes", 0)),
         list(result.get("log", [])),
+        dict(result.get("plugin_shapes", {})),
     )
 
 

@@ -16,7 +16,7 @@ from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
 from opbridge.tensorrt._runtime import TRT_DTYPE_NAMES, KernelLauncher, TensorRef, kernel_dtypes
 from opbridge.tensorrt._shapes import TrtDim, to_expr, wrap_dim
 
-__all__ = ["clear_errors", "make_classes", "recorded_errors"]
+__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,20 @@ _ERRORS_LOCK = threading.Lock()
 # (node name, op type, message): what generated plugins raised inside TensorRT's callbacks.
 # TensorRT reports a failed Python callback only vaguely, so opbridge keeps the message.
 _ERRORS: list[tuple[str, str, str]] = []
+
+
+# node name -> (op type, [(min, max) per input], [(min, max) per output]) as TensorRT configured it:
+# the output ranges are TensorRT's evaluation of the shape rule's expressions over the profile.
+_RANGES: dict[str, tuple[str, list[tuple[tuple[int, ...], tuple[int, ...]]], list[tuple[tuple[int, ...], tuple[int, ...]]]]] = {}
+
+
+def configured_ranges() -> dict[str, Any]:
+    """``{node: {"op", "inputs", "outputs"}}`` shape ranges seen in ``configure_plugin`` since :func:`clear_errors`."""
+    with _ERRORS_LOCK:
+        return {
+            node: {"op": op, "inputs": [list(map(list, r)) for r in ins], "outputs": [list(map(list, r)) for r in outs]}
+            for node, (op, ins, outs) in _RANGES.items()
+        }
 
 
 def _record(node: str, op_type: str, message: str) -> None:
@@ -43,6 +57,7 @@ def recorded_errors() -> list[tuple[str, str, str]]:
 def clear_errors() -> None:
     with _ERRORS_LOCK:
         _ERRORS.clear()
+        _RANGES.clear()
 
 
 def _guard(method: Any) -> Any:
@@ -144,7 +159,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             dtypes = self.input_dtypes or [kernel_dtypes(self.opdef)[0]] * len(inputs)
             shapes = [tuple(wrap_dim(d, builder, ops) for d in dims) for dims in inputs]
             if rule is None:
-                self._check_same_as_first(shapes, dtypes)
+                self._check_same_as_first(shapes, dtypes, builder)
                 results = [TensorInfo(shapes[0], _torch_dtype(dtypes[0]))] * self.num_outputs
             else:
                 infos: list[Any] = [TensorInfo(s, _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
@@ -168,19 +183,29 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 out.append(dims)
             return out
 
-        def _check_same_as_first(self, shapes: list[tuple[Any, ...]], dtypes: list[str]) -> None:
-            """Without a declared rule, accept "same as input 0" only if the reference agrees on meta tensors."""
+        def _check_same_as_first(self, shapes: list[tuple[Any, ...]], dtypes: list[str], builder: Any) -> None:
+            """Without a declared rule, accept "same as input 0" only if the reference agrees on meta tensors.
+
+            Dynamic dims TensorRT proves equal (``EQUAL`` folds to 1) share one symbol; the reference
+            then runs on meta tensors (see :mod:`opbridge.shape`) to see where output dims come from.
+            """
             spec = self.opdef.spec
-            symbols: dict[tuple[int, int], SymDim] = {}
+            groups: list[tuple[Any, SymDim]] = []
             infos: list[TensorInfo | None] = []
             for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
-                dims = []
+                dims: list[Any] = []
                 for k, d in enumerate(shape):
-                    if isinstance(d, TrtDim):
-                        symbols[(i, k)] = SymDim(f"in{i}_d{k}")
-                        dims.append(symbols[(i, k)])
-                    else:
+                    if not isinstance(d, TrtDim):
                         dims.append(d)
+                        continue
+                    for expr, symbol in groups:
+                        same = builder.operation(trt.DimensionOperation.EQUAL, expr, d.expr)
+                        if same.is_constant() and same.get_constant_value() == 1:
+                            dims.append(symbol)
+                            break
+                    else:
+                        groups.append((d.expr, SymDim(f"in{i}_d{k}")))
+                        dims.append(groups[-1][1])
                 infos.append(TensorInfo(tuple(dims), _torch_dtype(dtype)))
             infos += [None] * (len(spec.inputs) - len(infos))
             derived = _derive_with_meta(spec, self.opdef.reference, infos, dict(self.attrs))
@@ -210,7 +235,11 @@ def make_classes(trt: Any) -> tuple[type, type]:
             return pos == 0 or desc.type == in_out[0].desc.type
 
         def configure_plugin(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-            pass
+            def ranges(descs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+                return [(tuple(int(v) for v in d.min), tuple(int(v) for v in d.max)) for d in descs]
+
+            with _ERRORS_LOCK:
+                _RANGES[self.layer_name] = (self.opdef.spec.name, ranges(inputs), ranges(outputs))
 
         def get_workspace_size(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
             return 0
