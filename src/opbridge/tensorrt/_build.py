@@ -270,12 +270,17 @@ def _takes_path(parser: Any) -> bool:
 # --------------------------------------------------------------------------- child process
 
 
-def _op_modules() -> list[str]:
-    """Modules that define the caller's ops, as targets the child can import (names or file paths)."""
+def _op_modules(model_path: str) -> list[str]:
+    """Modules defining the caller's ops that the model uses, as targets the child can import."""
+    import onnx
+
     from opbridge.definition import all_ops
 
+    used = {n.op_type for n in onnx.load(model_path, load_external_data=False).graph.node}
     targets: list[str] = []
     for opdef in all_ops():
+        if opdef.spec.name not in used:
+            continue
         name = getattr(opdef.reference, "__module__", None) or ""
         module = sys.modules.get(name)
         if not name or name.startswith("opbridge.") or module is None:
@@ -296,7 +301,7 @@ def _op_modules() -> list[str]:
 def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request = dict(request, auto_ops=_op_modules())
+        request = dict(request, auto_ops=_op_modules(request["model"]))
         req_path.write_text(json.dumps(request))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -410,7 +415,7 @@ def _work(request: dict[str, Any]) -> dict[str, Any]:
     for target in request.get("auto_ops", []):
         try:
             load_module(target)
-        except OpbridgeError as exc:
+        except Exception as exc:  # noqa: BLE001 - best effort: the caller's process defined these
             logger.warning("could not import %s, which defines ops of the calling process: %s", target, exc)
     report = _run_in_process(request["model"], request.get("engine"), request.get("profiles", {}), request["build"])
     report["errors"] = errors + report["errors"]
