@@ -12,14 +12,13 @@ from typing import Any
 
 import onnx
 import pytest
+from conftest import EXPORTERS
 from onnx import TensorProto, helper
 
 import opbridge
 from opbridge.cli import main as cli_main
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 from opbridge.tensorrt import backend_name, build_engine, parse_with_tensorrt
-
-from conftest import EXPORTERS, export_seed
 
 pytestmark = pytest.mark.skipif(
     backend_name() is None, reason="neither tensorrt nor tensorrt_rtx is installed (pip install tensorrt-rtx-cu13)"
@@ -182,8 +181,10 @@ def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
         ("BadShape", TensorProto.FLOAT, "opbridge: get_output_shapes: this rule fails on purpose"),
         (
             "HalfOnly", TensorProto.FLOAT,
-            "input 'x' is float32, but the op's GPU kernel supports only float16; cast the tensor in the model, "
-            "or register a kernel for float32",
+            (
+                "input 'x' is float32, but the op's GPU kernel supports only float16; cast the tensor in the model, "
+                "or register a kernel for float32"
+            ),
         ),
         ("TrimLast", TensorProto.FLOAT, "declares no shape rule and its output 0"),
         ("Unknown", TensorProto.FLOAT, "no op named Unknown is defined"),

@@ -88,8 +88,8 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal, with floats compared bit for bit (sign of zero included)."""
     if a.keys() != b.keys():
         return False
-    for k in a:
-        x, y = a[k], b[k]
+    for k, x in a.items():
+        y = b[k]
         xs, ys = (x, y) if isinstance(x, tuple) else ((x,), (y,))
         if len(xs) != len(ys):
             return False

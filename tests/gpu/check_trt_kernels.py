@@ -17,13 +17,14 @@ Exit code 0 when every comparison is within tolerance.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from typing import Any
 
 import torch
 
-import opbridge.ops as ops
+from opbridge import ops
 from opbridge.tensorrt._runtime import KernelLauncher, TensorRef
 
 TOL = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 4e-3)}  # (rtol, atol)
@@ -100,8 +101,9 @@ def benchmarks() -> list[str]:
         launcher = KernelLauncher(ops.DynamicResize, {"align_corners": False})
         s = torch.cuda.current_stream().cuda_stream
         name = str(dtype).removeprefix("torch.")
-        plugin_ms = bench(lambda: launcher.launch([ref_of(x, dtype), ref_of(size, dtype)], [ref_of(out, dtype)], s))
-        torch_ms = bench(lambda: F.interpolate(x, size=(256, 256), mode="bicubic", align_corners=False))
+        ins, outs = [ref_of(x, dtype), ref_of(size, dtype)], [ref_of(out, dtype)]
+        plugin_ms = bench(functools.partial(launcher.launch, ins, outs, s))
+        torch_ms = bench(functools.partial(F.interpolate, x, size=(256, 256), mode="bicubic", align_corners=False))
         moved = (x.numel() + out.numel()) * x.element_size()
         rows.append(
             f"| DynamicResize 8x64x128x128 -> 256x256 | {name} | {plugin_ms:.3f} | {torch_ms:.3f} | "
@@ -111,8 +113,9 @@ def benchmarks() -> list[str]:
         o = torch.empty_like(y)
         sl = KernelLauncher(ops.MySELU, ops.MySELU.spec.bind_attributes({}))
         p = torch.empty(3, device="cuda", dtype=dtype)
-        plugin_ms = bench(lambda: sl.launch([ref_of(y, dtype), ref_of(p, dtype), ref_of(p, dtype)], [ref_of(o, dtype)], s))
-        torch_ms = bench(lambda: ops.MySELU.reference(y, p, p))
+        ins, outs = [ref_of(y, dtype), ref_of(p, dtype), ref_of(p, dtype)], [ref_of(o, dtype)]
+        plugin_ms = bench(functools.partial(sl.launch, ins, outs, s))
+        torch_ms = bench(functools.partial(ops.MySELU.reference, y, p, p))
         moved = 2 * y.numel() * y.element_size()
         rows.append(
             f"| MySELU 8x64x256x256 | {name} | {plugin_ms:.3f} | {torch_ms:.3f} | {torch_ms / plugin_ms:.2f}x | "
@@ -133,10 +136,15 @@ def main() -> int:
     except ImportError:
         triton_version = "absent (torch fallbacks)"
     lines = [
-        f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton_version}; "
-        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        (
+            f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton_version}; "
+            f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        ),
         "",
-        "| op | input shapes | dtype | output shapes | max abs err vs fp32 reference | vs reference in same dtype | rtol/atol | result |",
+        (
+            "| op | input shapes | dtype | output shapes | max abs err vs fp32 reference "
+            "| vs reference in same dtype | rtol/atol | result |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     failures = 0

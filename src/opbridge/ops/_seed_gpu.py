@@ -20,7 +20,7 @@ __all__ = ["dynamic_resize_gpu", "myselu_gpu", "strange_op2_gpu", "strange_op_gp
 _BLOCK = 1024
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _triton_kernels() -> dict[str, Any] | None:
     """The Triton kernels, compiled on first use; ``None`` when Triton is not installed."""
     try:

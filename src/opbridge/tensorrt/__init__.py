@@ -20,7 +20,14 @@ Example:
 
 from __future__ import annotations
 
-from opbridge.tensorrt._build import BuildReport, ParseReport, Profile, build_engine, check_profiles, parse_with_tensorrt
+from opbridge.tensorrt._build import (
+    BuildReport,
+    ParseReport,
+    Profile,
+    build_engine,
+    check_profiles,
+    parse_with_tensorrt,
+)
 from opbridge.tensorrt._loader import backend_name, load_tensorrt
 from opbridge.tensorrt._registry import PluginInfo, list_plugins, register_plugins
 from opbridge.tensorrt._runtime import KernelLauncher, TensorRef, as_torch

@@ -143,14 +143,18 @@ def _run_in_process(
 ) -> dict[str, Any]:
     """Parse (and build) in this process; returns the JSON-able report."""
     from opbridge.tensorrt._loader import load_tensorrt
-    from opbridge.tensorrt._plugin import clear_errors, configured_ranges, recorded_errors
+    from opbridge.tensorrt._plugin import (
+        clear_errors,
+        configured_ranges,
+        recorded_errors,
+    )
     from opbridge.tensorrt._registry import register_plugins
 
     trt, backend = load_tensorrt()
     register_plugins()
     clear_errors()
 
-    class _Collect(trt.ILogger):
+    class _Collect(trt.ILogger):  # type: ignore[name-defined,misc]
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.lines: list[tuple[str, str]] = []
@@ -248,12 +252,12 @@ def _precheck(model_path: str) -> list[ErrorEntry]:
             values = [attr.i] if attr.type == onnx.AttributeProto.INT else list(attr.ints)
             bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
             if bad:
-                errors.append((
-                    node.name, node.op_type,
+                message = (
                     f"opbridge: attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser "
                     "narrows INT attributes to int32 plugin fields, so the plugin would see a different value. "
-                    "Keep INT attributes of ops meant for TensorRT within int32.",
-                ))
+                    "Keep INT attributes of ops meant for TensorRT within int32."
+                )
+                errors.append((node.name, node.op_type, message))
     return errors
 
 
@@ -308,7 +312,7 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "opbridge.tensorrt._worker", str(req_path), str(res_path)],
-                capture_output=True, text=True, timeout=timeout, env=env,
+                capture_output=True, text=True, timeout=timeout, env=env, check=False,
             )
         except subprocess.TimeoutExpired:
             return {"ok": False, "backend": "?", "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]]}

@@ -13,7 +13,12 @@ import numpy as np
 from opbridge.errors import OpDefinitionError
 from opbridge.shape import SymDim, TensorInfo, _as_infos, _derive_with_meta
 from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
-from opbridge.tensorrt._runtime import TRT_DTYPE_NAMES, KernelLauncher, TensorRef, kernel_dtypes
+from opbridge.tensorrt._runtime import (
+    TRT_DTYPE_NAMES,
+    KernelLauncher,
+    TensorRef,
+    kernel_dtypes,
+)
 from opbridge.tensorrt._shapes import TrtDim, to_expr, wrap_dim
 
 __all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors"]
@@ -84,7 +89,7 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def make_classes(trt: Any) -> tuple[type, type]:
     """The plugin and creator classes for the TensorRT module ``trt`` (made once per module)."""
     to_trt = {v: getattr(trt.DataType, k) for k, v in TRT_DTYPE_NAMES.items() if hasattr(trt.DataType, k)}
@@ -126,14 +131,14 @@ def make_classes(trt: Any) -> tuple[type, type]:
             if rule is None:
                 return [dtypes[0]] * self.num_outputs
             # Ranks are not known yet (TensorRT asks for types before shapes): probe with rank-8 unknown dims.
-            infos = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
+            infos: list[Any] = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
             infos += [None] * (len(spec.inputs) - len(infos))
             try:
                 results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
             except OpDefinitionError:
                 raise
-            except Exception:
-                return [dtypes[0]] * self.num_outputs  # get_output_shapes runs the rule for real
+            except Exception:  # noqa: BLE001 - get_output_shapes runs the rule for real and reports its error
+                return [dtypes[0]] * self.num_outputs
             return [_dtype_name(r.dtype) for r in results]
 
         @_guard

@@ -13,6 +13,18 @@ from typing import Any
 __all__ = ["TrtDim", "to_expr", "wrap_dim"]
 
 
+def _binary(name: str, reflected: bool = False) -> Any:
+    """A ``TrtDim`` operator method applying ``DimensionOperation.<name>``."""
+
+    def method(self: TrtDim, other: Any) -> Any:
+        expr = self._other(other)
+        if expr is None:
+            return NotImplemented
+        return self._op(name, expr, self.expr) if reflected else self._op(name, self.expr, expr)
+
+    return method
+
+
 class TrtDim:
     """A dynamic TensorRT dim inside a shape rule; supports ``+ - * //`` with ints and dims."""
 
@@ -34,15 +46,6 @@ class TrtDim:
     def _op(self, name: str, a: Any, b: Any) -> Any:
         return wrap_dim(self.builder.operation(getattr(self.ops, name), a, b), self.builder, self.ops)
 
-    def _binary(name: str, reflected: bool = False) -> Any:  # noqa: N805 - helper run at class creation
-        def method(self: TrtDim, other: Any) -> Any:
-            expr = self._other(other)
-            if expr is None:
-                return NotImplemented
-            return self._op(name, expr, self.expr) if reflected else self._op(name, self.expr, expr)
-
-        return method
-
     __add__ = _binary("SUM")
     __radd__ = _binary("SUM", True)
     __sub__ = _binary("SUB")
@@ -51,7 +54,6 @@ class TrtDim:
     __rmul__ = _binary("PROD", True)
     __floordiv__ = _binary("FLOOR_DIV")
     __rfloordiv__ = _binary("FLOOR_DIV", True)
-    del _binary
 
     def __bool__(self) -> bool:
         raise TypeError(
