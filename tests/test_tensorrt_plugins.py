@@ -13,6 +13,7 @@ import opbridge
 from opbridge.ops import builtin_ops
 from opbridge.tensorrt import backend_name
 from opbridge.tensorrt._fields import decode_fields, encode_attrs
+from opbridge.tensorrt._plugin import recorded_errors
 
 pytestmark = pytest.mark.skipif(
     backend_name() is None, reason="neither tensorrt nor tensorrt_rtx is installed (pip install tensorrt-rtx-cu13)"
@@ -199,3 +200,30 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
     no_kernel = KernelLauncher(all_attrs, all_attrs.spec.bind_attributes({}))
     with pytest.raises(opbridge.OpDefinitionError, match=r"has no GPU kernel; attach one with AllAttrs.register_gpu_kernel"):
         no_kernel.launch([TensorRef(0, (0,), "float32")], [TensorRef(0, (0,), "float32")], 0)
+
+
+def _desc(trt: Any, dims: tuple[int, ...], dtype: Any) -> Any:
+    desc = trt.PluginTensorDesc()
+    desc.dims, desc.type, desc.format = trt.Dims(list(dims)), dtype, trt.TensorFormat.LINEAR
+    return desc
+
+
+def test_runtime_callbacks_translate_tensorrt_descriptions() -> None:
+    """on_shape_change/enqueue turn PluginTensorDesc into the plain values the GPU path takes (no GPU needed)."""
+    trt = _trt()
+    creator = trt.get_plugin_registry().get_creator("MySELU", "1", "")
+    plugin = creator.create_plugin("n", trt.PluginFieldCollection([]), trt.TensorRTPhase.RUNTIME)
+    half = _desc(trt, (2, 3, 4), trt.DataType.HALF)
+    vec = _desc(trt, (3,), trt.DataType.HALF)
+    plugin.on_shape_change([half, vec, vec], [half])
+    assert plugin.launcher.shapes == ([((2, 3, 4), "float16"), ((3,), "float16"), ((3,), "float16")], [((2, 3, 4), "float16")])
+    ints = _desc(trt, (2, 3, 4), trt.DataType.INT32)
+    with pytest.raises(opbridge.OpDefinitionError, match=r"input 'x' is int32, but the op's GPU kernel supports only"):
+        plugin.on_shape_change([ints, vec, vec], [half])
+    no_kernel = trt.get_plugin_registry().get_creator("AllAttrs", "1", "").create_plugin(
+        "m", trt.PluginFieldCollection([]), trt.TensorRTPhase.RUNTIME
+    )
+    f32 = _desc(trt, (2, 3), trt.DataType.FLOAT)
+    with pytest.raises(opbridge.OpDefinitionError, match="has no GPU kernel"):
+        no_kernel.enqueue([f32], [f32], [0], [0], 0, 0)
+    assert ("m", "AllAttrs") in [(n, o) for n, o, _ in recorded_errors()]

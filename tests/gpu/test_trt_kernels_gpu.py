@@ -12,7 +12,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 
-import check_trt_kernels as checks  # noqa: E402 - beside this file
+import check_trt_kernels as checks
 
 CASES = [(i, c) for i, c in enumerate(checks.cases())]
 
