@@ -266,3 +266,19 @@ def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) 
     assert "DynamicTRTResize v1 namespace='Test' fields=[align_corners:INT32]" in out
     assert "MySELU v1 namespace='' fields=[attr1:CHAR, attr2:INT32, attr3:FLOAT32]" in out
     assert "Blend v1 namespace='acme_trt'" in out
+
+
+def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:
+    """With no usable TensorRT, the commands exit 2 and say what to install."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPBRIDGE_TENSORRT_BACKEND="tensorrt", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    if backend_name() == "tensorrt":
+        pytest.skip("NVIDIA tensorrt is installed here, so forcing it does not make TensorRT unavailable")
+    proc = subprocess.run(
+        [sys.executable, "-m", "opbridge.cli", "plugins"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "TensorRT is not installed" in proc.stderr and "tensorrt-rtx-cu13" in proc.stderr

@@ -85,14 +85,14 @@ def load_tensorrt() -> tuple[ModuleType, str]:
             try:
                 _LOADED = (importlib.import_module("tensorrt"), "tensorrt")
                 return _LOADED
-            except ImportError as exc:
+            except (ImportError, OSError, RuntimeError) as exc:  # PyPI's stub packages fail in several ways
                 errors.append(f"tensorrt: {exc}")
         if forced in ("", "tensorrt_rtx"):
             try:
                 _shadow_rtx_libs()
                 _LOADED = (importlib.import_module("tensorrt_rtx"), "tensorrt_rtx")
                 return _LOADED
-            except ImportError as exc:
+            except (ImportError, OSError) as exc:
                 errors.append(f"tensorrt_rtx: {exc}")
         raise BackendUnavailableError(
             "TensorRT is not installed (" + "; ".join(errors or [f"OPBRIDGE_TENSORRT_BACKEND={forced!r}"]) + "). "
