@@ -27,6 +27,8 @@ COMMANDS: tuple[str, ...] = (
     "compat",
     "rewrite",
     "view",
+    "trt-build",
+    "plugins",
 )
 
 

@@ -16,6 +16,7 @@ opbridge's own and torch.library's).
 from __future__ import annotations
 
 from opbridge.ops._seed import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
+from opbridge.ops import _seed_gpu  # noqa: F401, E402 - attaches the GPU kernels (lazy imports)
 
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2", "builtin_ops"]
 

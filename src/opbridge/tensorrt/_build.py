@@ -1,0 +1,426 @@
+"""Parsing ONNX models and building engines with the generated plugins.
+
+The work runs in a child process by default (``isolate=True``): TensorRT can end
+a process natively (``std::terminate``) on some faults, and the caller's process
+must survive that. The child imports the built-in ops, the ``ops`` targets and
+the modules that defined the caller's ops, registers the plugins, and returns a
+JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opbridge.errors import ModelLoadError, OpbridgeError
+
+__all__ = ["BuildReport", "ParseReport", "Profile", "build_engine", "check_profiles", "parse_with_tensorrt"]
+
+logger = logging.getLogger(__name__)
+
+Profile = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
+ErrorEntry = tuple[str, str, str]
+
+# TensorRT-RTX without a GPU adds this line to every error; it says nothing about the model.
+_NOISE = ("cudaError 35",)
+
+
+@dataclass(frozen=True)
+class ParseReport:
+    """Outcome of parsing a model with TensorRT's ONNX parser.
+
+    ``errors`` holds ``(node_name, op_type, message)``; opbridge's own messages start with ``opbridge:``.
+    """
+
+    ok: bool
+    backend: str
+    errors: list[ErrorEntry] = field(default_factory=list)
+    output_shapes: dict[str, list[int]] = field(default_factory=dict)  # -1 marks a dynamic dim
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """Outcome of building an engine: ``engine_path`` is set (and written) only when ``ok``."""
+
+    ok: bool
+    backend: str
+    errors: list[ErrorEntry] = field(default_factory=list)
+    engine_path: str | None = None
+    engine_bytes: int = 0
+    log: list[str] = field(default_factory=list)
+    # node -> {"op", "inputs", "outputs"}: (min, max) shapes TensorRT gave configure_plugin over the profile
+    plugin_shapes: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """Human-readable summary (what ``opbridge trt-build`` prints)."""
+        if self.ok:
+            where = self.engine_path or "an engine (not written)"
+            return f"built {where} ({self.engine_bytes} bytes) with {self.backend}"
+        lines = [f"build failed with {self.backend}:"]
+        for node, op_type, message in self.errors:
+            where = f"{node} ({op_type}): " if node or op_type else ""
+            lines.append(f"  {where}{message}")
+        return "\n".join(lines)
+
+
+def _model_inputs(model_path: Path) -> dict[str, tuple[int | str | None, ...]]:
+    import onnx
+
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:
+        raise ModelLoadError(f"{model_path}: cannot read it as an ONNX model ({exc}).") from exc
+    initializers = {i.name for i in model.graph.initializer}
+    out: dict[str, tuple[int | str | None, ...]] = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        dims = []
+        for d in value.type.tensor_type.shape.dim:
+            dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None))
+        out[value.name] = tuple(dims)
+    return out
+
+
+def _fmt(dims: Sequence[Any]) -> str:
+    return "x".join(str(d) if isinstance(d, int) else "N" for d in dims)
+
+
+def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None) -> None:
+    """Raise :class:`OpbridgeError` unless ``profiles`` fits the model's inputs (names, ranks, static dims).
+
+    Every input with a dynamic dim needs a profile ``(min, opt, max)`` with ``min <= opt <= max``.
+    """
+    path = Path(model_path)
+    inputs = _model_inputs(path)
+    profiles = dict(profiles or {})
+    for name in profiles:
+        if name not in inputs:
+            raise OpbridgeError(f"--profile {name}: the model has no input {name!r}; its inputs are {sorted(inputs)}.")
+    for name, dims in inputs.items():
+        dynamic = any(not isinstance(d, int) for d in dims)
+        if name not in profiles:
+            if dynamic:
+                example = _fmt([d if isinstance(d, int) else 1 for d in dims])
+                raise OpbridgeError(
+                    f"input {name!r} has dynamic dims ({_fmt(dims)}): give its range as "
+                    f"--profile {name}:MIN,OPT,MAX, e.g. --profile {name}:{example},{example},{example}."
+                )
+            continue
+        triple = profiles[name]
+        if len(triple) != 3:
+            raise OpbridgeError(f"--profile {name}: give three shapes MIN,OPT,MAX.")
+        for label, shape in zip(("min", "opt", "max"), triple):
+            if len(shape) != len(dims):
+                raise OpbridgeError(
+                    f"--profile {name}: the {label} shape {_fmt(shape)} has rank {len(shape)}, "
+                    f"but input {name!r} is {_fmt(dims)} (rank {len(dims)})."
+                )
+            for axis, (d, s) in enumerate(zip(dims, shape)):
+                if isinstance(d, int) and d != s:
+                    raise OpbridgeError(
+                        f"--profile {name}: the {label} shape {_fmt(shape)} sets axis {axis} to {s}, "
+                        f"but the model fixes it at {d}."
+                    )
+        lo, mid, hi = triple
+        if not all(a <= b <= c for a, b, c in zip(lo, mid, hi)):
+            raise OpbridgeError(f"--profile {name}: need MIN <= OPT <= MAX on every axis, got {lo}, {mid}, {hi}.")
+
+
+# --------------------------------------------------------------------------- in-process work
+
+
+def _run_in_process(
+    model_path: str, engine_path: str | None, profiles: dict[str, list[list[int]]], build: bool
+) -> dict[str, Any]:
+    """Parse (and build) in this process; returns the JSON-able report."""
+    from opbridge.tensorrt._loader import load_tensorrt
+    from opbridge.tensorrt._plugin import (
+        clear_errors,
+        configured_ranges,
+        recorded_errors,
+    )
+    from opbridge.tensorrt._registry import register_plugins
+
+    trt, backend = load_tensorrt()
+    register_plugins()
+    clear_errors()
+
+    class _Collect(trt.ILogger):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.lines: list[tuple[str, str]] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if any(n in msg for n in _NOISE):
+                return
+            self.lines.append((severity.name, msg))
+
+    pre = _precheck(model_path)
+    if pre:
+        return {"backend": backend, "ok": False, "engine_bytes": 0, "engine_path": None,
+                "errors": [list(e) for e in pre], "log": []}
+    tlog = _Collect()
+    builder = trt.Builder(tlog)
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, tlog)
+    with open(model_path, "rb") as fh:
+        data = fh.read()
+    parsed = bool(parser.parse(data, model_path)) if _takes_path(parser) else bool(parser.parse(data))
+    errors: list[ErrorEntry] = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        desc = str(err.desc())
+        if "Plugin not found" in desc:
+            desc += (
+                f" (opbridge: no op named {err.node_operator()} is defined and no other library registered a "
+                "plugin for it; define it with @opbridge.op and pass its file with --ops)"
+            )
+        errors.append((str(err.node_name()), str(err.node_operator()), desc))
+    report: dict[str, Any] = {"backend": backend, "ok": parsed, "engine_bytes": 0, "engine_path": None}
+    report["output_shapes"] = {
+        network.get_output(i).name: [int(d) for d in network.get_output(i).shape] for i in range(network.num_outputs)
+    } if parsed else {}
+    if parsed and build:
+        config = builder.create_builder_config()
+        dynamic = [
+            network.get_input(i) for i in range(network.num_inputs) if any(d < 0 for d in network.get_input(i).shape)
+        ]
+        if dynamic or profiles:
+            profile = builder.create_optimization_profile()
+            for tensor in dynamic:
+                if tensor.name not in profiles:
+                    errors.append(("", "", f"opbridge: input {tensor.name!r} {tuple(tensor.shape)} is dynamic; give a profile"))
+            for name, (lo, mid, hi) in profiles.items():
+                profile.set_shape(name, tuple(lo), tuple(mid), tuple(hi))
+            config.add_optimization_profile(profile)
+        engine = None if errors else builder.build_serialized_network(network, config)
+        if engine is None:
+            report["ok"] = False
+        else:
+            blob = bytes(memoryview(engine))
+            report["engine_bytes"] = len(blob)
+            if engine_path:
+                target = Path(engine_path)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(blob)
+                os.replace(tmp, target)
+                report["engine_path"] = str(target)
+    ours = recorded_errors()
+    if parsed and not report["ok"] and not errors:
+        errors = [("", "", msg) for sev, msg in tlog.lines if sev in ("ERROR", "INTERNAL_ERROR")]
+    errors = ours + [(node, op, _clean(msg)) for node, op, msg in errors if (node, op, msg) not in ours]
+    if not report["ok"] and not errors:
+        errors.append(("", "", "TensorRT reported a failure without a message"))
+    report["errors"] = [list(e) for e in errors if e[2]]
+    report["log"] = [f"[{sev}] {msg}" for sev, msg in tlog.lines]
+    report["plugin_shapes"] = configured_ranges()
+    return report
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _precheck(model_path: str) -> list[ErrorEntry]:
+    """Faults the parser would hide: INT/INTS attributes of opbridge ops beyond int32.
+
+    TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word
+    (2**40 arrives as 0), so opbridge refuses such a model before parsing.
+    """
+    import onnx
+
+    from opbridge.definition import all_ops
+
+    names = {op.spec.name for op in all_ops()}
+    model = onnx.load(model_path, load_external_data=False)
+    errors: list[ErrorEntry] = []
+    for node in model.graph.node:
+        if node.op_type not in names:
+            continue
+        for attr in node.attribute:
+            values = [attr.i] if attr.type == onnx.AttributeProto.INT else list(attr.ints)
+            bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
+            if bad:
+                message = (
+                    f"opbridge: attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser "
+                    "narrows INT attributes to int32 plugin fields, so the plugin would see a different value. "
+                    "Keep INT attributes of ops meant for TensorRT within int32."
+                )
+                errors.append((node.name, node.op_type, message))
+    return errors
+
+
+def _clean(message: str) -> str:
+    """Drop the lines TensorRT-RTX adds to every error on a machine without a GPU."""
+    return "\n".join(line for line in message.splitlines() if not any(n in line for n in _NOISE)).strip()
+
+
+def _takes_path(parser: Any) -> bool:
+    doc = getattr(parser.parse, "__doc__", "") or ""
+    return "path" in doc
+
+
+# --------------------------------------------------------------------------- child process
+
+
+def _op_modules(model_path: str) -> list[str]:
+    """Modules defining the caller's ops that the model uses, as targets the child can import."""
+    import onnx
+
+    from opbridge.definition import all_ops
+
+    used = {n.op_type for n in onnx.load(model_path, load_external_data=False).graph.node}
+    targets: list[str] = []
+    for opdef in all_ops():
+        if opdef.spec.name not in used:
+            continue
+        name = getattr(opdef.reference, "__module__", None) or ""
+        module = sys.modules.get(name)
+        if not name or name.startswith("opbridge.") or module is None:
+            continue
+        if name == "__main__":
+            logger.warning(
+                "%s is defined in __main__, which a TensorRT child process cannot import; "
+                "move it to a module or pass isolate=False.", opdef.spec.qualname,
+            )
+            continue
+        file = getattr(module, "__file__", None)
+        target = file if name.startswith("_opbridge_user_") and file else name
+        if target not in targets:
+            targets.append(target)
+    return targets
+
+
+def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
+        req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        request = dict(request, auto_ops=_op_modules(request["model"]))
+        req_path.write_text(json.dumps(request))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "opbridge.tensorrt._worker", str(req_path), str(res_path)],
+                capture_output=True, text=True, timeout=timeout, env=env, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "backend": "?", "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]]}
+        if res_path.exists():
+            return json.loads(res_path.read_text())
+        tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
+        return {
+            "ok": False,
+            "backend": "?",
+            "errors": [["", "", f"TensorRT ended its process (exit code {proc.returncode}) before reporting:\n{tail}"]],
+        }
+
+
+def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str, Any]:
+    path = Path(model_path)
+    if not path.is_file():
+        raise ModelLoadError(f"{model_path}: no such file; give the path of an .onnx model.")
+    from opbridge._loading import load_ops
+
+    load_ops(list(ops))  # a bad target is the caller's usage error: raise it here, not in the child
+    return {"model": str(path.resolve()), "ops": [str(o) for o in ops]}
+
+
+def parse_with_tensorrt(
+    path: str | os.PathLike[str], *, ops: Sequence[str] = (), isolate: bool = True, timeout: float = 600.0
+) -> ParseReport:
+    """Parse ``path`` with TensorRT's ONNX parser after registering opbridge's plugins.
+
+    Args:
+        path: the .onnx model.
+        ops: extra ``--ops`` targets (files or modules) that define ops used by the model.
+        isolate: parse in a child process, so a native abort cannot end the caller.
+        timeout: seconds before the child is stopped.
+
+    Example:
+        >>> report = parse_with_tensorrt("model.onnx")  # doctest: +SKIP
+        >>> report.ok, report.errors  # doctest: +SKIP
+        (True, [])
+    """
+    request = dict(_request(path, ops), build=False, engine=None, profiles={})
+    result = _run_isolated(request, timeout) if isolate else _work(request)
+    return ParseReport(
+        bool(result["ok"]), str(result["backend"]), [tuple(e) for e in result["errors"]],
+        dict(result.get("output_shapes", {})),
+    )
+
+
+def build_engine(
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    profiles: Profile | None = None,
+    ops: Sequence[str] = (),
+    isolate: bool = True,
+    timeout: float = 600.0,
+) -> BuildReport:
+    """Build a serialized engine from an ONNX model with opbridge's plugins (strongly typed network).
+
+    Args:
+        path: the .onnx model.
+        output: where to write the engine (written only on success, atomically); ``None`` to only build.
+        profiles: ``{input: (min, opt, max)}`` shapes; required for every input with dynamic dims.
+        ops: extra ``--ops`` targets (files or modules) defining ops used by the model.
+        isolate: build in a child process, so a native abort cannot end the caller.
+        timeout: seconds before the child is stopped.
+
+    Raises:
+        OpbridgeError: bad profiles, or a missing or unreadable model (usage errors).
+
+    Example:
+        >>> r = build_engine("srcnn.onnx", "srcnn.engine",
+        ...                  profiles={"input": ((1, 3, 8, 8), (1, 3, 16, 16), (2, 3, 32, 32))})  # doctest: +SKIP
+        >>> r.ok  # doctest: +SKIP
+        True
+    """
+    request = _request(path, ops)
+    check_profiles(request["model"], profiles)
+    if output is not None and Path(output).resolve() == Path(request["model"]):
+        raise OpbridgeError(f"-o {output}: that is the input model; choose another path for the engine.")
+    request.update(
+        build=True,
+        engine=None if output is None else str(Path(output).resolve()),
+        profiles={k: [list(map(int, s)) for s in v] for k, v in (profiles or {}).items()},
+    )
+    result = _run_isolated(request, timeout) if isolate else _work(request)
+    return BuildReport(
+        bool(result["ok"]),
+        str(result["backend"]),
+        [tuple(e) for e in result["errors"]],
+        result.get("engine_path"),
+        int(result.get("engine_bytes", 0)),
+        list(result.get("log", [])),
+        dict(result.get("plugin_shapes", {})),
+    )
+
+
+def _work(request: dict[str, Any]) -> dict[str, Any]:
+    """Load ops, then parse/build; failures become error entries, not exceptions."""
+    from opbridge._loading import load_module
+
+    errors: list[list[str]] = []
+    for target in request.get("ops", []):
+        load_module(target)  # the caller named it: its failure is the caller's usage error
+    for target in request.get("auto_ops", []):
+        try:
+            load_module(target)
+        except Exception as exc:  # noqa: BLE001 - best effort: the caller's process defined these
+            logger.warning("could not import %s, which defines ops of the calling process: %s", target, exc)
+    report = _run_in_process(request["model"], request.get("engine"), request.get("profiles", {}), request["build"])
+    report["errors"] = errors + report["errors"]
+    return report

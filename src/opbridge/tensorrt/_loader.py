@@ -1,0 +1,110 @@
+"""Import TensorRT: ``tensorrt`` where installed, else ``tensorrt_rtx`` (CPU-capable builds).
+
+The ``tensorrt_rtx`` wheel ships ``libtensorrt_rtx.so.1`` but its ONNX parser
+``dlopen()``s the unsuffixed ``libtensorrt_rtx.so`` when it adds the first plugin
+layer; the failed load ends in ``std::terminate``. Before importing
+``tensorrt_rtx`` we put a stand-in ``tensorrt_rtx_libs`` package first on
+``sys.path``: a private temporary folder of symlinks to the wheel's files plus the
+missing ``libtensorrt_rtx.so -> libtensorrt_rtx.so.1``. Nothing in site-packages
+is touched. Environment variables set inside the process do not help, because
+the loader reads them at process start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from types import ModuleType
+
+from opbridge.errors import BackendUnavailableError
+
+__all__ = ["backend_name", "load_tensorrt"]
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+_LOADED: tuple[ModuleType, str] | None = None
+
+
+def _shadow_rtx_libs() -> None:
+    """Put a ``tensorrt_rtx_libs`` stand-in holding ``libtensorrt_rtx.so`` first on ``sys.path``."""
+    if "tensorrt_rtx_libs" in sys.modules:
+        folder = os.path.dirname(sys.modules["tensorrt_rtx_libs"].__file__ or "")
+        if not os.path.exists(os.path.join(folder, "libtensorrt_rtx.so")):
+            logger.warning(
+                "tensorrt_rtx_libs was imported before opbridge could add libtensorrt_rtx.so beside it; "
+                "parsing models with plugin nodes in this process may abort. opbridge parses and builds "
+                "in a subprocess by default, which is not affected."
+            )
+        return
+    spec = importlib.util.find_spec("tensorrt_rtx_libs")
+    if spec is None or spec.origin is None:
+        return
+    original = os.path.dirname(spec.origin)
+    if os.path.exists(os.path.join(original, "libtensorrt_rtx.so")):
+        return
+    root = tempfile.mkdtemp(prefix="opbridge_trt_rtx_libs_")
+    atexit.register(shutil.rmtree, root, True)
+    package = os.path.join(root, "tensorrt_rtx_libs")
+    os.mkdir(package)
+    for name in os.listdir(original):
+        if name.endswith(".py") or ".so" in name:
+            os.symlink(os.path.join(original, name), os.path.join(package, name))
+    target = os.path.join(original, "libtensorrt_rtx.so.1")
+    if os.path.exists(target):
+        os.symlink(target, os.path.join(package, "libtensorrt_rtx.so"))
+    sys.path.insert(0, root)
+    logger.debug("tensorrt_rtx_libs stand-in at %s", package)
+
+
+def load_tensorrt() -> tuple[ModuleType, str]:
+    """Return ``(module, backend_name)``: ``tensorrt`` if importable, else ``tensorrt_rtx``.
+
+    Raises:
+        BackendUnavailableError: neither package is installed.
+
+    Example:
+        >>> trt, backend = load_tensorrt()  # doctest: +SKIP
+        >>> backend in ("tensorrt", "tensorrt_rtx")  # doctest: +SKIP
+        True
+    """
+    global _LOADED
+    with _LOCK:
+        if _LOADED is not None:
+            return _LOADED
+        forced = os.environ.get("OPBRIDGE_TENSORRT_BACKEND", "")
+        errors: list[str] = []
+        if forced in ("", "tensorrt"):
+            try:
+                _LOADED = (importlib.import_module("tensorrt"), "tensorrt")
+                return _LOADED
+            except (ImportError, OSError, RuntimeError) as exc:  # PyPI's stub packages fail in several ways
+                errors.append(f"tensorrt: {exc}")
+        if forced in ("", "tensorrt_rtx"):
+            try:
+                _shadow_rtx_libs()
+                _LOADED = (importlib.import_module("tensorrt_rtx"), "tensorrt_rtx")
+                return _LOADED
+            except (ImportError, OSError) as exc:
+                errors.append(f"tensorrt_rtx: {exc}")
+        raise BackendUnavailableError(
+            "TensorRT is not installed (" + "; ".join(errors or [f"OPBRIDGE_TENSORRT_BACKEND={forced!r}"]) + "). "
+            "Install NVIDIA's 'tensorrt' on a GPU machine, or 'tensorrt-rtx-cu13' for CPU-only build checks."
+        )
+
+
+def backend_name() -> str | None:
+    """The backend :func:`load_tensorrt` would use, without importing it; ``None`` if none is installed."""
+    if _LOADED is not None:
+        return _LOADED[1]
+    for name in ("tensorrt", "tensorrt_rtx"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None

@@ -1,0 +1,319 @@
+"""IPluginV3 plugins and IPluginCreatorV3One creators generated from op specs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opbridge.errors import OpDefinitionError
+from opbridge.shape import SymDim, TensorInfo, _as_infos, _derive_with_meta
+from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
+from opbridge.tensorrt._runtime import (
+    TRT_DTYPE_NAMES,
+    KernelLauncher,
+    TensorRef,
+    kernel_dtypes,
+)
+from opbridge.tensorrt._shapes import TrtDim, to_expr, wrap_dim
+
+__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors"]
+
+logger = logging.getLogger(__name__)
+
+_ERRORS_LOCK = threading.Lock()
+# (node name, op type, message): what generated plugins raised inside TensorRT's callbacks.
+# TensorRT reports a failed Python callback only vaguely, so opbridge keeps the message.
+_ERRORS: list[tuple[str, str, str]] = []
+
+
+# node name -> (op type, [(min, max) per input], [(min, max) per output]) as TensorRT configured it:
+# the output ranges are TensorRT's evaluation of the shape rule's expressions over the profile.
+_RANGES: dict[str, tuple[str, list[tuple[tuple[int, ...], tuple[int, ...]]], list[tuple[tuple[int, ...], tuple[int, ...]]]]] = {}
+
+
+def configured_ranges() -> dict[str, Any]:
+    """``{node: {"op", "inputs", "outputs"}}`` shape ranges seen in ``configure_plugin`` since :func:`clear_errors`."""
+    with _ERRORS_LOCK:
+        return {
+            node: {"op": op, "inputs": [list(map(list, r)) for r in ins], "outputs": [list(map(list, r)) for r in outs]}
+            for node, (op, ins, outs) in _RANGES.items()
+        }
+
+
+def _record(node: str, op_type: str, message: str) -> None:
+    with _ERRORS_LOCK:
+        entry = (node, op_type, message)
+        if entry not in _ERRORS:
+            _ERRORS.append(entry)
+    logger.error("%s (%s): %s", node, op_type, message)
+
+
+def recorded_errors() -> list[tuple[str, str, str]]:
+    """The errors generated plugins raised in this process since :func:`clear_errors`."""
+    with _ERRORS_LOCK:
+        return list(_ERRORS)
+
+
+def clear_errors() -> None:
+    with _ERRORS_LOCK:
+        _ERRORS.clear()
+        _RANGES.clear()
+
+
+def _guard(method: Any) -> Any:
+    """Record an exception's message (naming the node) before TensorRT sees it, then re-raise."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            _record(self.layer_name, self.opdef.spec.name, f"opbridge: {method.__name__}: {exc}")
+            raise
+
+    return wrapper
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.cache
+def make_classes(trt: Any) -> tuple[type, type]:
+    """The plugin and creator classes for the TensorRT module ``trt`` (made once per module)."""
+    to_trt = {v: getattr(trt.DataType, k) for k, v in TRT_DTYPE_NAMES.items() if hasattr(trt.DataType, k)}
+
+    def from_trt(dtype: Any) -> str:
+        return TRT_DTYPE_NAMES.get(dtype.name, dtype.name.lower())
+
+    class OpbridgePlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
+        """A TensorRT plugin running one opbridge op (built from its spec)."""
+
+        def __init__(self, opdef: Any, attrs: dict[str, Any], layer_name: str, namespace: str) -> None:
+            trt.IPluginV3.__init__(self)
+            trt.IPluginV3OneCore.__init__(self)
+            trt.IPluginV3OneBuild.__init__(self)
+            trt.IPluginV3OneRuntime.__init__(self)
+            spec = opdef.spec
+            self.opdef, self.attrs, self.layer_name = opdef, dict(attrs), layer_name
+            self.num_outputs = len(spec.outputs)
+            self.plugin_namespace = namespace
+            self.plugin_name = spec.name
+            self.plugin_version = str(spec.version)
+            self.launcher = KernelLauncher(opdef, attrs)
+            self.input_dtypes: list[str] | None = None
+            self._serialized: Any = None
+
+        # -- core
+        def get_capability_interface(self, kind: Any) -> Any:
+            return self
+
+        def clone(self) -> Any:
+            other = OpbridgePlugin(self.opdef, self.attrs, self.layer_name, self.plugin_namespace)
+            other.input_dtypes = self.input_dtypes
+            other.launcher.shapes = self.launcher.shapes
+            return other
+
+        # -- build
+        def _rule_dtypes(self, dtypes: list[str]) -> list[str]:
+            spec, rule = self.opdef.spec, self.opdef.shape_rule
+            if rule is None:
+                return [dtypes[0]] * self.num_outputs
+            # Ranks are not known yet (TensorRT asks for types before shapes): probe with rank-8 unknown dims.
+            infos: list[Any] = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
+            infos += [None] * (len(spec.inputs) - len(infos))
+            try:
+                results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
+            except OpDefinitionError:
+                raise
+            except Exception:  # noqa: BLE001 - get_output_shapes runs the rule for real and reports its error
+                return [dtypes[0]] * self.num_outputs
+            return [_dtype_name(r.dtype) for r in results]
+
+        @_guard
+        def get_output_data_types(self, input_types: Sequence[Any]) -> list[Any]:
+            dtypes = [from_trt(t) for t in input_types]
+            self.launcher.check_dtypes(dtypes, "input")
+            if len(set(dtypes)) > 1:
+                names = [p.name for p in self.opdef.spec.inputs]
+                raise OpDefinitionError(
+                    f"{self.opdef.spec.qualname}: inputs have different dtypes "
+                    f"({', '.join(f'{n}={d}' for n, d in zip(names, dtypes))}); the generated plugin runs its "
+                    "GPU kernel with one dtype for every tensor: cast the inputs to one dtype in the model."
+                )
+            self.input_dtypes = dtypes
+            out = self._rule_dtypes(dtypes)
+            self.launcher.check_dtypes(out, "output")
+            return [to_trt[d] for d in out]
+
+        @_guard
+        def get_output_shapes(self, inputs: Sequence[Any], shape_inputs: Sequence[Any], builder: Any) -> list[Any]:
+            spec, rule = self.opdef.spec, self.opdef.shape_rule
+            ops = trt.DimensionOperation
+            dtypes = self.input_dtypes or [kernel_dtypes(self.opdef)[0]] * len(inputs)
+            shapes = [tuple(wrap_dim(d, builder, ops) for d in dims) for dims in inputs]
+            if rule is None:
+                self._check_same_as_first(shapes, dtypes, builder)
+                results = [TensorInfo(shapes[0], _torch_dtype(dtypes[0]))] * self.num_outputs
+            else:
+                infos: list[Any] = [TensorInfo(s, _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
+                infos += [None] * (len(spec.inputs) - len(infos))
+                results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
+            out = []
+            declared = self._rule_dtypes(dtypes) if self.input_dtypes else None
+            for i, info in enumerate(results):
+                expected = declared[i] if declared else None
+                if expected is not None and _dtype_name(info.dtype) != expected:
+                    raise OpDefinitionError(
+                        f"{spec.qualname}: the shape rule gives output {i} dtype {_dtype_name(info.dtype)} here but "
+                        f"{expected} when ranks are unknown; make the dtype independent of the ranks."
+                    )
+                dims = trt.DimsExprs(len(info.shape))
+                for k, d in enumerate(info.shape):
+                    try:
+                        dims[k] = to_expr(d, builder)
+                    except TypeError as exc:
+                        raise OpDefinitionError(f"{spec.qualname}: shape rule output {i} dim {k}: {exc}") from None
+                out.append(dims)
+            return out
+
+        def _check_same_as_first(self, shapes: list[tuple[Any, ...]], dtypes: list[str], builder: Any) -> None:
+            """Without a declared rule, accept "same as input 0" only if the reference agrees on meta tensors.
+
+            Dynamic dims TensorRT proves equal (``EQUAL`` folds to 1) share one symbol; the reference
+            then runs on meta tensors (see :mod:`opbridge.shape`) to see where output dims come from.
+            """
+            spec = self.opdef.spec
+            groups: list[tuple[Any, SymDim]] = []
+            infos: list[TensorInfo | None] = []
+            for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+                dims: list[Any] = []
+                for k, d in enumerate(shape):
+                    if not isinstance(d, TrtDim):
+                        dims.append(d)
+                        continue
+                    for expr, symbol in groups:
+                        same = builder.operation(trt.DimensionOperation.EQUAL, expr, d.expr)
+                        if same.is_constant() and same.get_constant_value() == 1:
+                            dims.append(symbol)
+                            break
+                    else:
+                        groups.append((d.expr, SymDim(f"in{i}_d{k}")))
+                        dims.append(groups[-1][1])
+                infos.append(TensorInfo(tuple(dims), _torch_dtype(dtype)))
+            infos += [None] * (len(spec.inputs) - len(infos))
+            derived = _derive_with_meta(spec, self.opdef.reference, infos, dict(self.attrs))
+            first = infos[0]
+            assert first is not None
+            for i, info in enumerate(derived):
+                same = info.rank == first.rank and all(
+                    (isinstance(a, SymDim) and isinstance(b, SymDim) and a == b)
+                    or (isinstance(a, int) and isinstance(b, int) and a == b)
+                    for a, b in zip(info.shape, first.shape)
+                )
+                if not same or _dtype_name(info.dtype) != _dtype_name(first.dtype):
+                    raise OpDefinitionError(
+                        f"{spec.qualname} declares no shape rule and its output {i} "
+                        f"({[getattr(d, 'name', d) for d in info.shape]}, {_dtype_name(info.dtype)}) is not shaped "
+                        f"like input 0 ({[getattr(d, 'name', d) for d in first.shape]}); declare one with "
+                        f"@{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) per output."
+                    )
+
+        @_guard
+        def supports_format_combination(self, pos: int, in_out: Sequence[Any], num_inputs: int) -> bool:
+            desc = in_out[pos].desc
+            if desc.format != trt.TensorFormat.LINEAR:
+                return False
+            if from_trt(desc.type) not in kernel_dtypes(self.opdef):
+                return False
+            return pos == 0 or desc.type == in_out[0].desc.type
+
+        def configure_plugin(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            def ranges(descs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+                return [(tuple(int(v) for v in d.min), tuple(int(v) for v in d.max)) for d in descs]
+
+            with _ERRORS_LOCK:
+                _RANGES[self.layer_name] = (self.opdef.spec.name, ranges(inputs), ranges(outputs))
+
+        def get_workspace_size(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
+            return 0
+
+        def get_valid_tactics(self) -> list[int]:
+            return []
+
+        # -- runtime
+        def set_tactic(self, tactic: int) -> None:
+            pass
+
+        @_guard
+        def on_shape_change(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            self.launcher.on_shape_change(
+                [(tuple(d.dims), from_trt(d.type)) for d in inputs],
+                [(tuple(d.dims), from_trt(d.type)) for d in outputs],
+            )
+
+        @_guard
+        def enqueue(
+            self,
+            input_desc: Sequence[Any],
+            output_desc: Sequence[Any],
+            inputs: Sequence[int],
+            outputs: Sequence[int],
+            workspace: int,
+            stream: int,
+        ) -> None:
+            self.launcher.launch(
+                [TensorRef(int(p), tuple(d.dims), from_trt(d.type)) for d, p in zip(input_desc, inputs)],
+                [TensorRef(int(p), tuple(d.dims), from_trt(d.type)) for d, p in zip(output_desc, outputs)],
+                int(stream),
+            )
+
+        def attach_to_context(self, context: Any) -> Any:
+            return self.clone()
+
+        @_guard
+        def get_fields_to_serialize(self) -> Any:
+            fields = encode_attrs(self.opdef.spec, self.attrs)
+            self._serialized = [  # TensorRT reads the arrays after this returns: keep them alive
+                trt.PluginField(name, data, getattr(trt.PluginFieldType, kind)) for name, kind, data in fields
+            ]
+            return trt.PluginFieldCollection(self._serialized)
+
+    class OpbridgeCreator(trt.IPluginCreatorV3One):
+        """Creates :class:`OpbridgePlugin` instances for one op under one namespace."""
+
+        def __init__(self, opdef: Any, namespace: str) -> None:
+            trt.IPluginCreatorV3One.__init__(self)
+            spec = opdef.spec
+            self.opdef = opdef
+            self.name = spec.name
+            self.plugin_version = str(spec.version)
+            self.plugin_namespace = namespace
+            self._field_list = [
+                trt.PluginField(name, np.array([], dtype=np.int8), getattr(trt.PluginFieldType, kind))
+                for name, kind in field_names(spec)
+            ]
+            self.field_names = trt.PluginFieldCollection(self._field_list)
+
+        def create_plugin(self, name: str, fields: Any, phase: Any) -> Any:
+            try:
+                decoded = decode_fields(
+                    self.opdef.spec, [(f.name, f.type.name, np.asarray(f.data)) for f in fields]
+                )
+            except Exception as exc:
+                _record(name, self.name, f"opbridge: create_plugin: {exc}")
+                raise
+            return OpbridgePlugin(self.opdef, decoded, name, self.plugin_namespace)
+
+    return OpbridgePlugin, OpbridgeCreator

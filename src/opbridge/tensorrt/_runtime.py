@@ -1,0 +1,148 @@
+"""The runtime half of a generated plugin, free of TensorRT: raw pointers -> torch tensors -> GPU kernel.
+
+TensorRT hands ``enqueue`` device pointers, tensor descriptions and a CUDA
+stream handle. :class:`KernelLauncher` takes the same facts as plain Python
+values (:class:`TensorRef`), wraps the memory in CUDA torch tensors without
+copying (through ``__cuda_array_interface__``) and calls the op's GPU kernel
+``fn(inputs, outputs, attrs, stream)`` with that stream current. The plugin's
+``on_shape_change``/``enqueue`` delegate here, so the path can be exercised on
+a GPU machine that has no TensorRT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import OpDefinitionError
+
+if TYPE_CHECKING:
+    import torch
+
+    from opbridge.definition import OpDef
+
+__all__ = ["DEFAULT_GPU_DTYPES", "KernelLauncher", "TensorRef", "as_torch", "kernel_dtypes"]
+
+DEFAULT_GPU_DTYPES: tuple[str, ...] = ("float32", "float16")
+
+# TensorRT DataType member name -> opbridge (torch-style) dtype name.
+TRT_DTYPE_NAMES: dict[str, str] = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "BF16": "bfloat16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "UINT8": "uint8",
+}
+
+_TYPESTR = {
+    "float32": "<f4",
+    "float16": "<f2",
+    "bfloat16": "<i2",  # no typestr for bfloat16: wrap as int16, then view
+    "int8": "|i1",
+    "int32": "<i4",
+    "int64": "<i8",
+    "bool": "|b1",
+    "uint8": "|u1",
+}
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A device buffer as TensorRT describes it: pointer, dims and dtype name (``"float16"``...)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class _CudaArray:
+    """Just enough of ``__cuda_array_interface__`` (v3) for ``torch.as_tensor``."""
+
+    def __init__(self, ref: TensorRef) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": tuple(int(d) for d in ref.shape),
+            "typestr": _TYPESTR[ref.dtype],
+            "data": (int(ref.ptr), False),
+            "version": 3,
+            "strides": None,
+            "stream": None,  # the caller orders work on its stream
+        }
+
+
+def as_torch(ref: TensorRef, device: Any = None) -> torch.Tensor:
+    """A CUDA tensor viewing ``ref``'s memory (no copy). Empty tensors need no pointer."""
+    import torch
+
+    if ref.dtype not in _TYPESTR:
+        raise OpDefinitionError(f"dtype {ref.dtype} cannot be passed to a GPU kernel; use one of {sorted(_TYPESTR)}")
+    if any(int(d) == 0 for d in ref.shape):
+        return torch.empty(tuple(ref.shape), dtype=getattr(torch, ref.dtype), device=device or "cuda")
+    tensor = torch.as_tensor(_CudaArray(ref), device=device or "cuda")
+    if ref.dtype == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor
+
+
+def kernel_dtypes(opdef: OpDef) -> tuple[str, ...]:
+    """The dtypes ``opdef``'s GPU kernel declares (float32/float16 when it declares none)."""
+    return tuple(opdef.gpu_kernel_dtypes) or DEFAULT_GPU_DTYPES
+
+
+class KernelLauncher:
+    """Runs ``opdef``'s GPU kernel on buffers described as TensorRT describes them.
+
+    Example:
+        >>> launcher = KernelLauncher(MySELU, MySELU.spec.bind_attributes({}))  # doctest: +SKIP
+        >>> launcher.on_shape_change([((2, 3), "float32")] * 3, [((2, 3), "float32")])  # doctest: +SKIP
+        >>> launcher.launch(input_refs, output_refs, stream=torch.cuda.current_stream().cuda_stream)  # doctest: +SKIP
+    """
+
+    def __init__(self, opdef: OpDef, attrs: Mapping[str, Any]) -> None:
+        self.opdef = opdef
+        self.attrs = dict(attrs)
+        self.shapes: tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]] | None = None
+
+    def check_dtypes(self, dtypes: Sequence[str], what: str = "input") -> None:
+        """Raise :class:`OpDefinitionError` unless every dtype is one the kernel declares."""
+        allowed = kernel_dtypes(self.opdef)
+        spec = self.opdef.spec
+        names = [p.name for p in spec.inputs] if what == "input" else [o.name for o in spec.outputs]
+        for i, dtype in enumerate(dtypes):
+            if dtype not in allowed:
+                name = names[i] if i < len(names) else str(i)
+                raise OpDefinitionError(
+                    f"{spec.qualname}: {what} {name!r} is {dtype}, but the op's GPU kernel supports only "
+                    f"{', '.join(allowed)}; cast the tensor in the model, or register a kernel for {dtype} with "
+                    f"{spec.name}.register_gpu_kernel(fn, dtypes=(..., {dtype!r}))."
+                )
+
+    def on_shape_change(
+        self, inputs: Sequence[tuple[Sequence[int], str]], outputs: Sequence[tuple[Sequence[int], str]]
+    ) -> None:
+        """Record (and check) the concrete shapes and dtypes of the next launches."""
+        self.check_dtypes([d for _, d in inputs], "input")
+        self.check_dtypes([d for _, d in outputs], "output")
+        self.shapes = ([(tuple(s), d) for s, d in inputs], [(tuple(s), d) for s, d in outputs])
+
+    def launch(self, inputs: Sequence[TensorRef], outputs: Sequence[TensorRef], stream: int) -> None:
+        """Wrap the buffers as CUDA tensors and run the kernel on ``stream`` (a ``cudaStream_t`` as int)."""
+        import torch
+
+        fn = self.opdef.gpu_kernel
+        if fn is None:
+            raise OpDefinitionError(
+                f"{self.opdef.spec.qualname} has no GPU kernel; attach one with "
+                f"{self.opdef.spec.name}.register_gpu_kernel(fn) where fn(inputs, outputs, attrs, stream) "
+                "writes the outputs."
+            )
+        self.check_dtypes([r.dtype for r in inputs], "input")
+        self.check_dtypes([r.dtype for r in outputs], "output")
+        ins = [as_torch(r) for r in inputs]
+        outs = [as_torch(r) for r in outputs]
+        ext = torch.cuda.ExternalStream(int(stream), device=outs[0].device if outs else None)
+        with torch.cuda.stream(ext):
+            fn(ins, outs, dict(self.attrs), int(stream))

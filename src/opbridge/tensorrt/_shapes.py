@@ -1,0 +1,98 @@
+"""Shape rules evaluated with TensorRT dimension expressions.
+
+:class:`TrtDim` wraps an ``IDimensionExpr`` so a shape rule written for torch or
+ONNX (``x.shape[0] * 2``, ``size.shape[-1]``...) builds TensorRT expressions
+through the ``IExprBuilder``. Dims TensorRT knows to be constant come to the rule
+as plain ints, so rules that branch on static dims (broadcasting) work as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TrtDim", "to_expr", "wrap_dim"]
+
+
+def _binary(name: str, reflected: bool = False) -> Any:
+    """A ``TrtDim`` operator method applying ``DimensionOperation.<name>``."""
+
+    def method(self: TrtDim, other: Any) -> Any:
+        expr = self._other(other)
+        if expr is None:
+            return NotImplemented
+        return self._op(name, expr, self.expr) if reflected else self._op(name, self.expr, expr)
+
+    return method
+
+
+class TrtDim:
+    """A dynamic TensorRT dim inside a shape rule; supports ``+ - * //`` with ints and dims."""
+
+    __slots__ = ("builder", "expr", "ops")
+
+    def __init__(self, expr: Any, builder: Any, ops: Any) -> None:
+        self.expr, self.builder, self.ops = expr, builder, ops
+
+    def __repr__(self) -> str:
+        return "TrtDim(<dynamic>)"
+
+    def _other(self, other: Any) -> Any:
+        if isinstance(other, TrtDim):
+            return other.expr
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.builder.constant(int(other))
+        return None
+
+    def _op(self, name: str, a: Any, b: Any) -> Any:
+        return wrap_dim(self.builder.operation(getattr(self.ops, name), a, b), self.builder, self.ops)
+
+    __add__ = _binary("SUM")
+    __radd__ = _binary("SUM", True)
+    __sub__ = _binary("SUB")
+    __rsub__ = _binary("SUB", True)
+    __mul__ = _binary("PROD")
+    __rmul__ = _binary("PROD", True)
+    __floordiv__ = _binary("FLOOR_DIV")
+    __rfloordiv__ = _binary("FLOOR_DIV", True)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "a dynamic TensorRT dim has no value while the engine is built: a shape rule cannot branch on it. "
+            "Compute output dims arithmetically (+ - * //) from input dims."
+        )
+
+    def __int__(self) -> int:
+        raise TypeError("a dynamic TensorRT dim has no int value while the engine is built.")
+
+    __index__ = __int__
+
+    def __lt__(self, other: Any) -> bool:
+        return self.__bool__()
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+
+def wrap_dim(expr: Any, builder: Any, ops: Any) -> int | TrtDim:
+    """An ``IDimensionExpr`` as the rule sees it: an int when constant, else a :class:`TrtDim`."""
+    if expr.is_constant():
+        return int(expr.get_constant_value())
+    return TrtDim(expr, builder, ops)
+
+
+def to_expr(dim: Any, builder: Any) -> Any:
+    """A rule's output dim back to an ``IDimensionExpr``; raise TypeError on anything else."""
+    if isinstance(dim, TrtDim):
+        return dim.expr
+    if isinstance(dim, int) and not isinstance(dim, bool):
+        if dim < 0:
+            raise TypeError(f"output dim {dim} is negative")
+        return builder.constant(int(dim))
+    try:
+        import operator
+
+        return builder.constant(operator.index(dim))
+    except TypeError:
+        raise TypeError(
+            f"output dim {dim!r} ({type(dim).__name__}) is not an int or an input dim; "
+            "build output dims from input dims with + - * // and ints"
+        ) from None

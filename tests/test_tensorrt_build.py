@@ -1,0 +1,284 @@
+"""ONNX -> TensorRT engine builds with generated plugins (CPU: tensorrt_rtx builds, never runs, engines).
+
+Good builds run in this process (opbridge's loader prevents the RTX parser's known abort);
+fault builds run through the default child process, so an abort could not end the test run.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from conftest import EXPORTERS
+from onnx import TensorProto, helper
+
+import opbridge
+from opbridge.cli import main as cli_main
+from opbridge.examples.seeds import SEED_MODELS, SeedModel
+from opbridge.tensorrt import backend_name, build_engine, parse_with_tensorrt
+
+pytestmark = pytest.mark.skipif(
+    backend_name() is None, reason="neither tensorrt nor tensorrt_rtx is installed (pip install tensorrt-rtx-cu13)"
+)
+
+USER_OPS = textwrap.dedent(
+    '''
+    import torch
+    import opbridge
+    from opbridge import TensorInfo
+
+    @opbridge.op("acme_trt::Blend")
+    def Blend(x: torch.Tensor, y: torch.Tensor, alpha: float = 0.1, steps: int = 3, flip: bool = False,
+              tag: str = "größe", weights: list[float] = [0.5, 0.25], dims: list[int] = [1, -2, 7],
+              names: list[str] = ["a", "", "日本"]) -> torch.Tensor:
+        """No shape rule: TensorRT gets "same as input 0" after the reference agrees on meta tensors."""
+        return x * alpha + y
+
+    @opbridge.op("acme_trt::Repeat2", shape=lambda x: TensorInfo((*x.shape[:-1], x.shape[-1] * 2), x.dtype))
+    def Repeat2(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x], dim=-1)
+
+    @opbridge.op("acme_trt::EveryOther", shape=lambda x: TensorInfo((*x.shape[:-1], (x.shape[-1] - 1) // 2 + 1), x.dtype))
+    def EveryOther(x: torch.Tensor) -> torch.Tensor:
+        return x[..., ::2] * 1
+
+    class UserNet(torch.nn.Module):
+        def forward(self, x):
+            return EveryOther(Repeat2(Blend(x, x, alpha=0.25, tag="größe", names=["a", "", "日本"], dims=[4, -5])))
+
+    def user_net():
+        return UserNet(), (torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(0)),)
+
+    @opbridge.op("faults::BadShape")
+    def BadShape(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    @BadShape.register_shape
+    def _bad(x):
+        raise ValueError("this rule fails on purpose")
+
+    @opbridge.op("faults::HalfOnly")
+    def HalfOnly(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    HalfOnly.register_gpu_kernel(lambda i, o, a, s: o[0].copy_(i[0] * 2), dtypes=("float16",))
+
+    @opbridge.op("faults::TrimLast")
+    def TrimLast(x: torch.Tensor) -> torch.Tensor:
+        return x[..., :-1] * 1
+    '''
+)
+
+
+def _profile(seed: SeedModel, args: tuple[Any, ...]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """min/opt/max over the example input and the seed's extra shape sets."""
+    out = {}
+    for name, tensor in zip(seed.input_names, args):
+        shapes = [tuple(tensor.shape)] + [tuple(s[name]) for s in seed.shapes]
+        out[name] = (
+            tuple(min(d) for d in zip(*shapes)),
+            tuple(tensor.shape),
+            tuple(max(d) for d in zip(*shapes)),
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def user_ops_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trt_user_ops") / "trt_user_ops.py"
+    path.write_text(USER_OPS, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def user_model(user_ops_file: Path) -> Path:
+    from opbridge._loading import load_module
+
+    module = load_module(str(user_ops_file))
+    model, args = module.user_net()
+    out = user_ops_file.with_name("user_net.onnx")
+    opbridge.export(
+        model, args, out, exporter="torchscript", input_names=["x"], output_names=["y"],
+        dynamic_axes={"x": {0: "batch", 2: "width"}, "y": {0: "batch", 2: "owidth"}}, functions=False,
+    )
+    return out
+
+
+def _single_node_model(path: Path, op_type: str, domain: str, elem: int = TensorProto.FLOAT) -> Path:
+    node = helper.make_node(op_type, ["x"], ["y"], domain=domain, name=f"{op_type}_node")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", elem, ["batch", 3, 5])],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
+    onnx.save(model, path)
+    return path
+
+
+SMALL = {"x": ((1, 3, 5), (2, 3, 5), (3, 3, 5))}
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("seed", SEED_MODELS, ids=lambda s: s.name)
+def test_seed_model_builds_with_dynamic_profile(seed: SeedModel, exporter: str, seed_export: Any, tmp_path: Path) -> None:
+    result = seed_export(seed.name, exporter, functions=False)
+    assert result.custom_nodes, "the model must hold the custom nodes TensorRT has to import as plugins"
+    _, args = seed.factory()
+    profiles = _profile(seed, args)
+    engine = tmp_path / f"{seed.name}.engine"
+    report = build_engine(result.path, engine, profiles=profiles, isolate=False)
+    assert report.ok, report.describe()
+    assert engine.stat().st_size == report.engine_bytes > 0
+    nodes = {n.name for n in result.custom_nodes}
+    assert set(report.plugin_shapes) == nodes, "every custom node must have become a generated plugin layer"
+    if seed.name == "super_resolution":
+        # The output's spatial range is size_tensor's: the shape rule ran as TensorRT expressions.
+        (shapes,) = report.plugin_shapes.values()
+        (out_min, out_max), size_range = shapes["outputs"][0], shapes["inputs"][1]
+        assert out_min[2:] == size_range[0][2:] and out_max[2:] == size_range[1][2:]
+        assert out_min[:2] == shapes["inputs"][0][0][:2]
+
+
+def test_user_op_model_builds_and_shape_expressions_follow_the_rules(user_model: Path, user_ops_file: Path) -> None:
+    profiles = {"x": ((1, 3, 2), (2, 3, 6), (4, 3, 9))}
+    report = build_engine(user_model, user_model.with_suffix(".engine"), profiles=profiles, ops=[str(user_ops_file)])
+    assert report.ok, report.describe()
+    by_op = {v["op"]: v for v in report.plugin_shapes.values()}
+    assert by_op["Blend"]["outputs"] == [[[1, 3, 2], [4, 3, 9]]]
+    assert by_op["Repeat2"]["outputs"] == [[[1, 3, 4], [4, 3, 18]]]  # W * 2
+    assert by_op["EveryOther"]["outputs"] == [[[1, 3, 2], [4, 3, 9]]]  # (W - 1) // 2 + 1 on 4..18
+
+
+def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
+    """The attributes the plugin decodes from the parser's fields are the node's (UTF-8, lists, bool)."""
+    from opbridge._loading import load_module
+
+    module = load_module(str(user_model.with_name("trt_user_ops.py")))
+    seen: list[dict[str, Any]] = []
+
+    def rule(x: Any, y: Any, **attrs: Any) -> Any:
+        seen.append(attrs)
+        return opbridge.TensorInfo(x.shape, x.dtype)
+
+    module.Blend.register_shape(rule)
+    try:
+        report = parse_with_tensorrt(user_model, isolate=False)
+    finally:
+        module.Blend.shape_rule = None
+    assert report.ok, report.errors
+    assert seen[-1] == {
+        "alpha": 0.25, "steps": 3, "flip": False, "tag": "größe", "weights": (0.5, 0.25), "dims": (4, -5),
+        "names": ("a", "", "日本"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("op_type", "elem", "message"),
+    [
+        ("BadShape", TensorProto.FLOAT, "opbridge: get_output_shapes: this rule fails on purpose"),
+        (
+            "HalfOnly", TensorProto.FLOAT,
+            (
+                "input 'x' is float32, but the op's GPU kernel supports only float16; cast the tensor in the model, "
+                "or register a kernel for float32"
+            ),
+        ),
+        ("TrimLast", TensorProto.FLOAT, "declares no shape rule and its output 0"),
+        ("Unknown", TensorProto.FLOAT, "no op named Unknown is defined"),
+    ],
+    ids=["raising-shape-rule", "unsupported-dtype", "no-rule-not-same-shape", "unknown-op"],
+)
+def test_faults_fail_the_build_with_opbridge_message(
+    op_type: str, elem: int, message: str, user_ops_file: Path, tmp_path: Path
+) -> None:
+    model = _single_node_model(tmp_path / f"{op_type}.onnx", op_type, "faults", elem)
+    engine = tmp_path / "out.engine"
+    report = build_engine(model, engine, profiles=SMALL, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert not engine.exists()
+    assert any(message in m for _, _, m in report.errors), report.describe()
+    assert all("cudaError 35" not in m for _, _, m in report.errors)
+    if op_type != "Unknown":
+        assert (f"{op_type}_node", op_type) in [(n, o) for n, o, _ in report.errors]
+
+
+def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path: Path) -> None:
+    model = _single_node_model(tmp_path / "half.onnx", "HalfOnly", "faults", TensorProto.FLOAT16)
+    report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])
+    assert report.ok, report.describe()
+
+
+def test_int_attribute_beyond_int32_is_refused(tmp_path: Path) -> None:
+    node = helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge", int_attr1=2**40)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "abc"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    path = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)]), path)
+    report = parse_with_tensorrt(path)
+    assert not report.ok
+    assert "attribute 'int_attr1' holds 1099511627776, outside int32" in report.errors[0][2]
+
+
+def test_parse_report_for_the_compat_tool(seed_export: Any) -> None:
+    result = seed_export("super_resolution", "torchscript", functions=False)
+    report = parse_with_tensorrt(result.path)
+    assert report.ok and report.errors == [] and report.backend in ("tensorrt", "tensorrt_rtx")
+    assert report.output_shapes == {"output": [-1, 3, -1, -1]}
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_trt_build_exit_codes(seed_export: Any, user_ops_file: Path, tmp_path: Path, capsys: Any) -> None:
+    model = seed_export("myselu", "torchscript", functions=False).path
+    engine = tmp_path / "myselu.engine"
+    assert cli_main(["trt-build", str(model), "-o", str(engine), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"]) == 0
+    assert engine.stat().st_size > 0
+    assert "built" in capsys.readouterr().out
+
+    bad = _single_node_model(tmp_path / "bad.onnx", "BadShape", "faults")
+    code = cli_main(["trt-build", str(bad), "-o", str(tmp_path / "bad.engine"), "--profile", "x:1x3x5,2x3x5,3x3x5",
+                     "--ops", str(user_ops_file)])
+    out = capsys.readouterr().out
+    assert code == 1 and "this rule fails on purpose" in out and not (tmp_path / "bad.engine").exists()
+
+    usage = [
+        (["trt-build", str(model), "-o", str(engine)], "input 'image' has dynamic dims"),
+        (["trt-build", str(model), "-o", str(engine), "--profile", "image:1x1x4x4"], "write INPUT:MIN,OPT,MAX"),
+        (["trt-build", str(model), "-o", str(engine), "--profile", "image:1x2x4x4,1x2x4x4,1x2x4x4"], "the model fixes it at 1"),
+        (["trt-build", str(model), "-o", str(engine), "--profile", "nope:1,1,1"], "the model has no input 'nope'"),
+        (["trt-build", str(tmp_path / "missing.onnx"), "-o", str(engine)], "no such file"),
+        (["trt-build", str(model), "-o", str(model), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"], "that is the input model"),
+    ]
+    for argv, message in usage:
+        assert cli_main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
+
+
+def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) -> None:
+    assert cli_main(["plugins", "--ops", str(user_ops_file)]) == 0
+    out = capsys.readouterr().out
+    assert "DynamicTRTResize v1 namespace='Test' fields=[align_corners:INT32]" in out
+    assert "MySELU v1 namespace='' fields=[attr1:CHAR, attr2:INT32, attr3:FLOAT32]" in out
+    assert "Blend v1 namespace='acme_trt'" in out
+
+
+def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:
+    """With no usable TensorRT, the commands exit 2 and say what to install."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPBRIDGE_TENSORRT_BACKEND="tensorrt", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    if backend_name() == "tensorrt":
+        pytest.skip("NVIDIA tensorrt is installed here, so forcing it does not make TensorRT unavailable")
+    proc = subprocess.run(
+        [sys.executable, "-m", "opbridge.cli", "plugins"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "TensorRT is not installed" in proc.stderr and "tensorrt-rtx-cu13" in proc.stderr
