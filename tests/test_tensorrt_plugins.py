@@ -125,9 +125,9 @@ def test_register_plugins_is_idempotent() -> None:
     first = register_plugins()
     second = register_plugins()
     assert first == second
-    listed = [(p.name, p.namespace) for p in list_plugins()]
-    assert len(listed) == len(set(listed))
-    assert ("DynamicTRTResize", "Test") in listed and ("DynamicTRTResize", "") in listed
+    listed = [(p.name, p.version, p.namespace) for p in list_plugins()]
+    assert len(listed) == len(set(listed)), "one creator per name, version and namespace"
+    assert ("DynamicTRTResize", "1", "Test") in listed and ("DynamicTRTResize", "1", "") in listed
 
 
 @pytest.mark.parametrize("opdef", OPS, ids=lambda o: o.spec.name)
