@@ -22,26 +22,25 @@ TIGHT = Tolerance(rtol=1e-3, atol=1e-5)
 
 
 def _needs(backend: str) -> None:
-    """Skip when the backend's runtime is absent; the seed ops also need opbridge's kernel hosts."""
+    """Skip when the backend's runtime is not installed."""
     cls = BACKENDS[backend]
     if not cls.available():
         pytest.skip(cls.unavailable_reason() or f"{backend} not installed")
-    if backend == "onnxruntime":
-        pytest.importorskip(
-            "opbridge.onnxruntime", reason="opbridge.onnxruntime (custom-op kernels in ORT) not in this tree"
-        )
-    if backend == "reference":
-        pytest.importorskip(
-            "opbridge.reference", reason="opbridge.reference (custom-op kernels in onnx.reference) not in this tree"
-        )
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", SEED_IDS)
 @pytest.mark.parametrize(
     ("backend", "functions"),
-    [("openvino", True), ("openvino", False), ("onnxruntime", True), ("reference", True)],
-    ids=["openvino", "openvino-python-ops", "onnxruntime", "reference"],
+    [
+        ("openvino", True),
+        ("openvino", False),
+        ("onnxruntime", True),
+        ("onnxruntime", False),
+        ("reference", True),
+        ("reference", False),
+    ],
+    ids=["openvino", "openvino-python-ops", "onnxruntime", "onnxruntime-bridge", "reference", "reference-kernels"],
 )
 def test_backend_runs_seed_model(seed_export, backend: str, functions: bool, name: str, exporter: str) -> None:
     """``functions=False`` exports the seed ops without ONNX bodies, so OpenVINO must run them as Python ops."""

@@ -1,10 +1,7 @@
 """ONNX Runtime backend (CPU), through :class:`opbridge.onnxruntime.InferenceSession`.
 
-``opbridge.onnxruntime.InferenceSession(model, providers=None)`` runs custom
-nodes with their opbridge kernels. When that module is absent, plain
-``onnxruntime.InferenceSession`` is used; it runs standard ops and custom nodes
-that carry a model-local function body, and any other custom node is reported
-as an error naming the op.
+``opbridge.onnxruntime.InferenceSession(model, providers=None)`` runs each
+custom node through its model-local function body or its opbridge kernel.
 
 Example:
     >>> from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
@@ -19,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from opbridge.backends._custom import custom_nodes
 from opbridge.backends.base import OnnxRunner, TensorMeta
 from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError, UnknownOpError
 
@@ -49,25 +45,6 @@ def node_arg_meta(arg: Any) -> TensorMeta:
     return TensorMeta(arg.name, np.dtype(name) if name else None, dims)
 
 
-def require_bodies(model: Any, backend: str, module: str) -> None:
-    """Raise UnknownOpError when ``model`` has custom nodes without a function body."""
-    missing = sorted({f"{n.domain or '<default domain>'}::{n.op_type}" for n in custom_nodes(model)})
-    if missing:
-        raise UnknownOpError(
-            f"{backend}: custom op {missing[0]} has no function body, and {module} (kernels for custom ops) "
-            "is not available here; attach an ONNX body to the op with @op.register_function."
-        )
-
-
-def _kernel_session() -> Any:
-    """``opbridge.onnxruntime.InferenceSession``, or None where that module is absent."""
-    try:
-        from opbridge.onnxruntime import InferenceSession  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    return InferenceSession
-
-
 class OnnxRuntimeRunner(OnnxRunner):
     """Runs an ONNX model with ONNX Runtime.
 
@@ -85,21 +62,14 @@ class OnnxRuntimeRunner(OnnxRunner):
         self._session: Any = None
 
     def _load(self) -> None:
-        session_cls = _kernel_session()
         try:
-            if session_cls is not None:
-                self._session = session_cls(self.model, providers=self.providers)
-                return
-            try:
-                import onnxruntime as ort
-            except ImportError as exc:
-                raise BackendUnavailableError(
-                    f"onnxruntime backend is not installed ({exc}); pip install onnxruntime."
-                ) from None
-            require_bodies(self.model, self.name, "opbridge.onnxruntime")
-            self._session = ort.InferenceSession(
-                self.model.SerializeToString(), providers=self.providers or ["CPUExecutionProvider"]
-            )
+            from opbridge.onnxruntime import InferenceSession
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"onnxruntime backend is not installed ({exc}); pip install onnxruntime."
+            ) from None
+        try:
+            self._session = InferenceSession(self.model, providers=self.providers)
         except OpbridgeError:
             raise
         except Exception as exc:

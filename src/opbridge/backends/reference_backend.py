@@ -1,10 +1,7 @@
 """ONNX reference evaluator backend, through :class:`opbridge.reference.ReferenceSession`.
 
 ``opbridge.reference.ReferenceSession(model)`` runs custom nodes with their
-opbridge kernels inside ``onnx.reference``. When that module is absent, plain
-``onnx.reference.ReferenceEvaluator`` is used; it runs standard ops and custom
-nodes that carry a model-local function body, and any other custom node is
-reported as an error naming the op.
+opbridge kernels (or their function bodies) inside ``onnx.reference``.
 
 Example:
     >>> from opbridge.backends.reference_backend import ReferenceRunner
@@ -20,19 +17,10 @@ from typing import Any
 import numpy as np
 
 from opbridge.backends.base import OnnxRunner, TensorMeta
-from opbridge.backends.onnxruntime_backend import node_arg_meta, require_bodies
+from opbridge.backends.onnxruntime_backend import node_arg_meta
 from opbridge.errors import ModelLoadError, OpbridgeError
 
 __all__ = ["ReferenceRunner"]
-
-
-def _kernel_session() -> Any:
-    """``opbridge.reference.ReferenceSession``, or None where that module is absent."""
-    try:
-        from opbridge.reference import ReferenceSession
-    except ImportError:
-        return None
-    return ReferenceSession
 
 
 class ReferenceRunner(OnnxRunner):
@@ -44,19 +32,12 @@ class ReferenceRunner(OnnxRunner):
     def __init__(self, model: Any) -> None:
         super().__init__(model)
         self._session: Any = None
-        self._plain = False
 
     def _load(self) -> None:
-        session_cls = _kernel_session()
-        try:
-            if session_cls is not None:
-                self._session = session_cls(self.model)
-                return
-            from onnx.reference import ReferenceEvaluator
+        from opbridge.reference import ReferenceSession
 
-            require_bodies(self.model, self.name, "opbridge.reference")
-            self._session = ReferenceEvaluator(self.model)
-            self._plain = True
+        try:
+            self._session = ReferenceSession(self.model)
         except OpbridgeError:
             raise
         except Exception as exc:
@@ -65,13 +46,9 @@ class ReferenceRunner(OnnxRunner):
             ) from None
 
     def _inputs(self) -> Sequence[TensorMeta]:
-        if self._plain:
-            return super()._inputs()
         return [node_arg_meta(a) for a in self._session.get_inputs()]
 
     def _outputs(self) -> Sequence[str]:
-        if self._plain:
-            return super()._outputs()
         return [o.name for o in self._session.get_outputs()]
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
