@@ -16,6 +16,7 @@ opbridge's own and torch.library's).
 from __future__ import annotations
 
 from opbridge.ops._seed import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
+from opbridge.ops.detection import detection_ops  # noqa: F401 - defines the detection ops
 
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2", "builtin_ops"]
 
