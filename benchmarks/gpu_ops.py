@@ -86,8 +86,10 @@ def kernel_fn(opdef: Any, inputs: list[torch.Tensor | None], attrs: dict[str, An
 
 def compare(op: str, shape: str, dtype: torch.dtype, against: str, got: torch.Tensor, want: torch.Tensor,
             rtol: float, atol: float) -> None:
+    if got.dtype != want.dtype and got.is_floating_point():
+        want = want.to(got.dtype)  # compare in the output's dtype (float16 rounding; -FLT_MAX -> -inf)
     got, want = got.float(), want.float()
-    diff = (got - want).abs()
+    diff = torch.where(got == want, torch.zeros_like(got), (got - want).abs())
     bad = diff > atol + rtol * want.abs()
     PARITY.append(dict(op=op, shape=shape, dtype=str(dtype).replace("torch.", ""), against=against,
                        max_abs=float(diff.max()) if diff.numel() else 0.0, mismatched=int(bad.sum()),
@@ -236,6 +238,13 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                         (out,) = run_kernel(d.GridSample, [x, grid], attrs)
                         want = ref.grid_sample(x.float(), grid.float(), mode, pad, ac)
                         compare(f"grid_sampler m{mode}p{pad}a{int(ac)}", shape, dtype, "F.grid_sample fp32", out, want, *tol(dtype))
+        if dtype == torch.float32:
+            # the numerical floor: PyTorch's own CUDA grid_sample against its CPU one, same inputs
+            x, grid = grid_inputs(8, 64, 128, 128, 128, 128, dtype)
+            for mode, name in ((0, "bilinear"), (2, "bicubic")):
+                native = F.grid_sample(x, grid, mode=name, align_corners=True)
+                cpu_ref = F.grid_sample(x.cpu(), grid.cpu(), mode=name, align_corners=True).to(DEV)
+                compare(f"F.grid_sample CUDA (floor) m{mode}p0a1", "8x64x128x128", dtype, "F.grid_sample CPU", native, cpu_ref, *tol(dtype))
         x, grid = grid_inputs(8, 64, 128, 128, 128, 128, dtype)
         nbytes = (2 * x.numel() + grid.numel()) * x.element_size()
         for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
@@ -298,6 +307,10 @@ def section_roi(quick: bool) -> None:
                         if mode == "avg" and torchvision is not None:
                             tv = tv_roi_align(feats[0].float(), rois.float(), (7, 7), 0.25, sr, aligned)
                             compare(f"MMCVRoiAlign avg al{int(aligned)} sr{sr}", shape, dtype, "torchvision fp32", out, tv, rt, at)
+                            if dtype == torch.float32 and sr == 0:
+                                # the numerical floor: torchvision's CUDA kernel against the reference
+                                want = ref.roi_align(feats[0].float(), rois.float(), 7, 7, 0.25, sr, mode, aligned)
+                                compare(f"torchvision roi_align (floor) al{int(aligned)}", shape, dtype, "reference", tv, want, rt, at)
             for pool in (1, 0):
                 attrs = dict(output_height=7, output_width=7, featmap_strides=list(strides), sampling_ratio=0, pool_mode=pool,
                              roi_scale_factor=1.0, finest_scale=56, aligned=True)

@@ -88,10 +88,10 @@ def _grid_sample_kernel(
     iy = _unnormalize(gy, Hf, ALIGN)
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = c < C
-    plane = (n.to(tl.int64) * C)[:, None] + c[None, :]
+    plane = (n.to(tl.int64) * C)[None, :] + c[:, None]
     base = plane * (H * W)
-    m2 = pm[:, None] & cm[None, :]
-    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    m2 = cm[:, None] & pm[None, :]
+    acc = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
     if MODE == 0:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
@@ -108,8 +108,8 @@ def _grid_sample_kernel(
                 wx = tx if dx == 1 else 1.0 - tx
                 wy = ty if dy == 1 else 1.0 - ty
                 ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-                v = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
-                acc += v * (wx * wy)[:, None]
+                v = tl.load(x_ptr + base + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
+                acc += v * (wx * wy)[None, :]
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
@@ -121,7 +121,7 @@ def _grid_sample_kernel(
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-        acc = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+        acc = tl.load(x_ptr + base + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
     else:
         x0f = tl.floor(ix)
         y0f = tl.floor(iy)
@@ -139,7 +139,7 @@ def _grid_sample_kernel(
                 wy = _cubic2(2.0 - ty)
             yi = yj.to(tl.int32)
             oky = (yj >= 0.0) & (yj <= Hf - 1.0)
-            row = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+            row = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
             for i in tl.static_range(4):
                 xi_f = _pad_coord(x0f - 1.0 + i, Wf, PAD, ALIGN)
                 if i == 0:
@@ -152,10 +152,10 @@ def _grid_sample_kernel(
                     wx = _cubic2(2.0 - tx)
                 xi = xi_f.to(tl.int32)
                 ok = oky & (xi_f >= 0.0) & (xi_f <= Wf - 1.0)
-                v = tl.load(x_ptr + base + (yi * W + xi)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
-                row += v * wx[:, None]
-            acc += row * wy[:, None]
-    out_off = plane * HWo + q[:, None]
+                v = tl.load(x_ptr + base + (yi * W + xi)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
+                row += v * wx[None, :]
+            acc += row * wy[None, :]
+    out_off = plane * HWo + q[None, :]
     tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=m2)
 
 
@@ -222,20 +222,20 @@ def _dcn_im2col_kernel(
     cm = c < CDG
     ch = dg * CDG + c
     base = (n.to(tl.int64) * Cin + ch) * (H * W)
-    m2 = pm[:, None] & cm[None, :]
-    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    m2 = cm[:, None] & pm[None, :]
+    acc = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
     for cy in tl.static_range(2):
         for cx in tl.static_range(2):
             yy = y0 + cy
             xx = x0 + cx
             wgt = (ly if cy == 1 else 1.0 - ly) * (lx if cx == 1 else 1.0 - lx)
             ok = inside & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            v = tl.load(x_ptr + base[None, :] + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
-            acc += v * wgt[:, None]
-    acc = acc * mval[:, None]
+            v = tl.load(x_ptr + base[:, None] + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
+            acc += v * wgt[None, :]
+    acc = acc * mval[None, :]
     # cols[n, ch * K + k, p]
     row = (n.to(tl.int64) * Cin + ch) * K + k
-    tl.store(col_ptr + row[None, :] * P + p[:, None], acc.to(col_ptr.dtype.element_ty), mask=m2)
+    tl.store(col_ptr + row[:, None] * P + p[None, :], acc.to(col_ptr.dtype.element_ty), mask=m2)
 
 
 def deform_conv2d(
@@ -259,7 +259,7 @@ def deform_conv2d(
     k, p = kh * kw, ho * wo
     cdg = cin // deform_groups
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
-    block_p, block_c = 64, min(32, triton.next_power_of_2(cdg))
+    block_p, block_c = 128, min(16, triton.next_power_of_2(cdg))
     launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, block_c))
     _dcn_im2col_kernel[launch](
         x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
@@ -300,14 +300,15 @@ def _roi_align_kernel(
     if not ALIGNED:
         rw = tl.maximum(rw, 1.0)
         rh = tl.maximum(rh, 1.0)
-    bh = rh / PH
-    bw = rw / PW
+    # IEEE division where a ceil follows: an approximate quotient of 14 / 7 may land above 2
+    bh = tl.div_rn(rh, PH * 1.0)
+    bw = tl.div_rn(rw, PW * 1.0)
     if sampling_ratio > 0:
         gh = sampling_ratio
         gw = sampling_ratio
     else:
-        gh = tl.maximum(tl.ceil(rh / PH), 0.0).to(tl.int32)
-        gw = tl.maximum(tl.ceil(rw / PW), 0.0).to(tl.int32)
+        gh = tl.maximum(tl.ceil(bh), 0.0).to(tl.int32)
+        gw = tl.maximum(tl.ceil(bw), 0.0).to(tl.int32)
     gh = tl.where(run, gh, 0)
     gw = tl.where(run, gw, 0)
     c = e // (PH * PW)
@@ -317,12 +318,14 @@ def _roi_align_kernel(
     base = (b.to(tl.int64) * C + c) * (H * W)
     Hf = H * 1.0
     Wf = W * 1.0
+    step_h = bh / tl.maximum(gh, 1).to(tl.float32)
+    step_w = bw / tl.maximum(gw, 1).to(tl.float32)
     if POOL_MAX:
         acc = tl.full([BLOCK], -3.4028234663852886e38, tl.float32)
     else:
         acc = tl.zeros([BLOCK], tl.float32)
     for iy in range(0, gh):
-        y = y1 + ph.to(tl.float32) * bh + (iy + 0.5) * bh / gh.to(tl.float32)
+        y = y1 + ph.to(tl.float32) * bh + (iy + 0.5) * step_h
         youts = (y < -1.0) | (y > Hf)
         y = tl.maximum(y, 0.0)
         y0 = y.to(tl.int32)
@@ -333,7 +336,7 @@ def _roi_align_kernel(
         ly = y - y0.to(tl.float32)
         hy = 1.0 - ly
         for ix in range(0, gw):
-            x = x1 + pw.to(tl.float32) * bw + (ix + 0.5) * bw / gw.to(tl.float32)
+            x = x1 + pw.to(tl.float32) * bw + (ix + 0.5) * step_w
             outs = youts | (x < -1.0) | (x > Wf)
             x = tl.maximum(x, 0.0)
             x0 = x.to(tl.int32)
@@ -367,7 +370,7 @@ def _launch_roi(
     r, _, ph, pw = out.shape
     if r == 0:
         return
-    block = min(256, triton.next_power_of_2(c * ph * pw))
+    block = min(128, triton.next_power_of_2(c * ph * pw))
     launch = (r, triton.cdiv(c * ph * pw, block))
     _roi_align_kernel[launch](
         feat, rois, levels if levels is not None else rois, out, n, c, h, w, float(spatial_scale), int(sampling_ratio),
