@@ -247,11 +247,22 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                 compare(f"F.grid_sample CUDA (floor) m{mode}p0a1", "8x64x128x128", dtype, "F.grid_sample CPU", native, cpu_ref, *tol(dtype))
         x, grid = grid_inputs(8, 64, 128, 128, 128, 128, dtype)
         nbytes = (2 * x.numel() + grid.numel()) * x.element_size()
+        from opbridge.ops import _detection_triton as tk
+
         for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
             attrs = dict(interpolation_mode=mode, padding_mode=0, align_corners=False)
-            ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
             native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
-            record(f"grid_sampler {name}", "8x64x128x128", dtype, ours, native, "F.grid_sample", nbytes, copy_gbs)
+            ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
+            record(f"grid_sampler {name}", "8x64x128x128", dtype, ours, native, "F.grid_sample", nbytes, copy_gbs,
+                   f"registered ({tk.GRID_VARIANT})")
+            other = "tile" if tk.GRID_VARIANT == "loop" else "loop"
+            out = torch.empty_like(x)
+            for pad in (0, 2):
+                tk.grid_sample(x, grid, out, mode, pad, True, variant=other)
+                compare(f"grid_sampler {other} m{mode}p{pad}a1", "8x64x128x128", dtype, "F.grid_sample fp32", out,
+                        ref.grid_sample(x.float(), grid.float(), mode, pad, True), *tol(dtype))
+            alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
+            record(f"grid_sampler {name}", "8x64x128x128", dtype, alt, native, "F.grid_sample", nbytes, copy_gbs, f"variant {other}")
 
 
 def section_dcn(quick: bool) -> None:
@@ -275,6 +286,20 @@ def section_dcn(quick: bool) -> None:
         tv = bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask)) if torchvision is not None else None
         prev = torch.backends.cuda.matmul.allow_tf32
         modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
+        from opbridge.ops import _detection_triton as tk
+
+        other = "tile" if tk.DCN_VARIANT == "loop" else "loop"
+        bn, bc, bh, bw = x.shape
+        bo = wt.shape[0]
+        out = torch.empty(bn, bo, bh, bw, device=DEV, dtype=dtype)
+        tk.deform_conv2d(x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other)
+        want = ref.deform_conv2d(x.float(), off.float(), mask.float(), wt.float(), b.float(), (1, 1), (1, 1), (1, 1), 1, 1)
+        compare(f"MMCVModulatedDeformConv2d {other}", shape, dtype, "reference", out, want, *(tol(dtype) if dtype == torch.float16 else (1e-3, 1e-4)))
+        cols = torch.empty(bn, bc * 9, bh * bw, device=DEV, dtype=dtype)
+        res = out.view(bn, bo, bh * bw)
+        mm = bench(lambda: torch.matmul(wt.reshape(1, bo, bc * 9), cols, out=res))
+        alt = bench(lambda: tk.deform_conv2d(x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other))
+        record("MMCVModulatedDeformConv2d", shape, dtype, alt, conv, "F.conv2d (plain conv)", note=f"variant {other}; matmul alone {mm:.3f} ms")
         for tf32, label in modes:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             ours = bench(kernel_fn(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs))

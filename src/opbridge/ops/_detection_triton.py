@@ -16,6 +16,10 @@ import triton.language as tl
 __all__ = ["batched_nms", "deform_conv2d", "grid_sample", "multi_level_roi_align", "roi_align"]
 
 _FLT_MAX = 3.4028234663852886e38
+# Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
+# tiles). Both are tested; benchmarks/gpu_ops.py times both and OPLIB.md records which is faster.
+GRID_VARIANT = "loop"
+DCN_VARIANT = "loop"
 
 
 # --------------------------------------------------------------------------- grid_sample
@@ -36,8 +40,8 @@ def _reflect(x, twice_low, twice_high):
     span = (twice_high - twice_low) * 0.5
     safe = tl.where(span > 0, span, 1.0)
     d = tl.abs(x - lo)
-    flips = tl.floor(d / safe)
-    extra = d - flips * safe
+    flips = tl.floor(tl.div_rn(d, safe))
+    extra = d % safe
     odd = (flips - 2.0 * tl.floor(flips * 0.5)) != 0
     r = tl.where(odd, safe - extra + lo, extra + lo)
     return tl.where(span > 0, r, 0.0)
@@ -88,10 +92,10 @@ def _grid_sample_kernel(
     iy = _unnormalize(gy, Hf, ALIGN)
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = c < C
-    plane = (n.to(tl.int64) * C)[None, :] + c[:, None]
+    plane = (n.to(tl.int64) * C)[:, None] + c[None, :]
     base = plane * (H * W)
-    m2 = cm[:, None] & pm[None, :]
-    acc = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
+    m2 = pm[:, None] & cm[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     if MODE == 0:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
@@ -108,8 +112,8 @@ def _grid_sample_kernel(
                 wx = tx if dx == 1 else 1.0 - tx
                 wy = ty if dy == 1 else 1.0 - ty
                 ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-                v = tl.load(x_ptr + base + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
-                acc += v * (wx * wy)[None, :]
+                v = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+                acc += v * (wx * wy)[:, None]
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
@@ -121,7 +125,7 @@ def _grid_sample_kernel(
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-        acc = tl.load(x_ptr + base + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
+        acc = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
     else:
         x0f = tl.floor(ix)
         y0f = tl.floor(iy)
@@ -136,10 +140,10 @@ def _grid_sample_kernel(
             elif j == 2:
                 wy = _cubic1(1.0 - ty)
             else:
-                wy = _cubic2(2.0 - ty)
+                wy = _cubic2((1.0 - ty) + 1.0)
             yi = yj.to(tl.int32)
             oky = (yj >= 0.0) & (yj <= Hf - 1.0)
-            row = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
+            row = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
             for i in tl.static_range(4):
                 xi_f = _pad_coord(x0f - 1.0 + i, Wf, PAD, ALIGN)
                 if i == 0:
@@ -149,20 +153,140 @@ def _grid_sample_kernel(
                 elif i == 2:
                     wx = _cubic1(1.0 - tx)
                 else:
-                    wx = _cubic2(2.0 - tx)
+                    wx = _cubic2((1.0 - tx) + 1.0)
                 xi = xi_f.to(tl.int32)
                 ok = oky & (xi_f >= 0.0) & (xi_f <= Wf - 1.0)
-                v = tl.load(x_ptr + base + (yi * W + xi)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
-                row += v * wx[None, :]
-            acc += row * wy[None, :]
-    out_off = plane * HWo + q[None, :]
+                v = tl.load(x_ptr + base + (yi * W + xi)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+                row += v * wx[:, None]
+            acc += row * wy[:, None]
+    out_off = plane * HWo + q[:, None]
     tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=m2)
 
 
+@triton.jit
+def _grid_sample_loop_kernel(
+    x_ptr, g_ptr, out_ptr, C, H, W, HWo, total,
+    MODE: tl.constexpr, PAD: tl.constexpr, ALIGN: tl.constexpr, BLOCK_P: tl.constexpr, CU: tl.constexpr,
+):
+    """One lane per output pixel, channels in an unrolled loop (PyTorch's formulas and accumulation order)."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < total
+    n = p // HWo
+    q = p - n * HWo
+    gx = tl.load(g_ptr + 2 * p.to(tl.int64), mask=pm, other=0.0).to(tl.float32)
+    gy = tl.load(g_ptr + 2 * p.to(tl.int64) + 1, mask=pm, other=0.0).to(tl.float32)
+    Wf = W * 1.0
+    Hf = H * 1.0
+    ix = _unnormalize(gx, Wf, ALIGN)
+    iy = _unnormalize(gy, Hf, ALIGN)
+    hw = H * W
+    in0 = n.to(tl.int64) * C * hw
+    out0 = n.to(tl.int64) * C * HWo + q
+    if MODE == 0:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        x0 = x0f.to(tl.int32)
+        y0 = y0f.to(tl.int32)
+        w_nw = ((x0f + 1.0) - ix) * ((y0f + 1.0) - iy)
+        w_ne = (ix - x0f) * ((y0f + 1.0) - iy)
+        w_sw = ((x0f + 1.0) - ix) * (iy - y0f)
+        w_se = (ix - x0f) * (iy - y0f)
+        okx0 = (x0 >= 0) & (x0 < W)
+        okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
+        oky0 = (y0 >= 0) & (y0 < H)
+        oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
+        m_nw = pm & okx0 & oky0
+        m_ne = pm & okx1 & oky0
+        m_sw = pm & okx0 & oky1
+        m_se = pm & okx1 & oky1
+        o_nw = y0 * W + x0
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                src = x_ptr + in0 + c * hw + o_nw
+                acc = tl.load(src, mask=m_nw & cm, other=0.0).to(tl.float32) * w_nw
+                acc += tl.load(src + 1, mask=m_ne & cm, other=0.0).to(tl.float32) * w_ne
+                acc += tl.load(src + W, mask=m_sw & cm, other=0.0).to(tl.float32) * w_sw
+                acc += tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32) * w_se
+                tl.store(out_ptr + out0 + c * HWo, acc.to(out_ptr.dtype.element_ty), mask=pm & cm)
+    elif MODE == 1:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        rx = tl.floor(ix + 0.5)
+        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
+        ry = tl.floor(iy + 0.5)
+        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
+        xx = rx.to(tl.int32)
+        yy = ry.to(tl.int32)
+        ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        o = yy * W + xx
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                v = tl.load(x_ptr + in0 + c * hw + o, mask=ok & cm, other=0.0)
+                tl.store(out_ptr + out0 + c * HWo, v.to(out_ptr.dtype.element_ty), mask=pm & cm)
+    else:
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        tx = ix - x0f
+        ty = iy - y0f
+        wx0 = _cubic2(tx + 1.0)
+        wx1 = _cubic1(tx)
+        wx2 = _cubic1(1.0 - tx)
+        wx3 = _cubic2((1.0 - tx) + 1.0)
+        wy0 = _cubic2(ty + 1.0)
+        wy1 = _cubic1(ty)
+        wy2 = _cubic1(1.0 - ty)
+        wy3 = _cubic2((1.0 - ty) + 1.0)
+        xs0 = _pad_coord(x0f - 1.0, Wf, PAD, ALIGN)
+        xs1 = _pad_coord(x0f, Wf, PAD, ALIGN)
+        xs2 = _pad_coord(x0f + 1.0, Wf, PAD, ALIGN)
+        xs3 = _pad_coord(x0f + 2.0, Wf, PAD, ALIGN)
+        ys0 = _pad_coord(y0f - 1.0, Hf, PAD, ALIGN)
+        ys1 = _pad_coord(y0f, Hf, PAD, ALIGN)
+        ys2 = _pad_coord(y0f + 1.0, Hf, PAD, ALIGN)
+        ys3 = _pad_coord(y0f + 2.0, Hf, PAD, ALIGN)
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                plane = x_ptr + in0 + c * hw
+                acc = tl.zeros([BLOCK_P], tl.float32)
+                for j in tl.static_range(4):
+                    if j == 0:
+                        yj = ys0
+                        wy = wy0
+                    elif j == 1:
+                        yj = ys1
+                        wy = wy1
+                    elif j == 2:
+                        yj = ys2
+                        wy = wy2
+                    else:
+                        yj = ys3
+                        wy = wy3
+                    oky = pm & cm & (yj >= 0.0) & (yj <= Hf - 1.0)
+                    rowp = plane + yj.to(tl.int32) * W
+                    row = tl.load(rowp + xs0.to(tl.int32), mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0), other=0.0).to(tl.float32) * wx0
+                    row += tl.load(rowp + xs1.to(tl.int32), mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0), other=0.0).to(tl.float32) * wx1
+                    row += tl.load(rowp + xs2.to(tl.int32), mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0), other=0.0).to(tl.float32) * wx2
+                    row += tl.load(rowp + xs3.to(tl.int32), mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0), other=0.0).to(tl.float32) * wx3
+                    if j == 0:
+                        acc = row * wy
+                    else:
+                        acc += row * wy
+                tl.store(out_ptr + out0 + c * HWo, acc.to(out_ptr.dtype.element_ty), mask=pm & cm)
+
+
 def grid_sample(
-    x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, interpolation_mode: int, padding_mode: int, align_corners: bool
+    x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, interpolation_mode: int, padding_mode: int,
+    align_corners: bool, variant: str | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo)."""
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default GRID_VARIANT)."""
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
             f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
@@ -173,6 +297,13 @@ def grid_sample(
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     total = n * ho * wo
+    if (variant or GRID_VARIANT) == "loop":
+        block_p = 128
+        _grid_sample_loop_kernel[(triton.cdiv(total, block_p),)](
+            x, grid, out, c, h, w, ho * wo, total, MODE=interpolation_mode, PAD=padding_mode,
+            ALIGN=bool(align_corners), BLOCK_P=block_p, CU=4, num_warps=4,
+        )
+        return
     block_c = min(16, triton.next_power_of_2(c))
     block_p = 128
     launch = (triton.cdiv(total, block_p), triton.cdiv(c, block_c))
@@ -222,26 +353,86 @@ def _dcn_im2col_kernel(
     cm = c < CDG
     ch = dg * CDG + c
     base = (n.to(tl.int64) * Cin + ch) * (H * W)
-    m2 = cm[:, None] & pm[None, :]
-    acc = tl.zeros([BLOCK_C, BLOCK_P], tl.float32)
+    m2 = pm[:, None] & cm[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     for cy in tl.static_range(2):
         for cx in tl.static_range(2):
             yy = y0 + cy
             xx = x0 + cx
             wgt = (ly if cy == 1 else 1.0 - ly) * (lx if cx == 1 else 1.0 - lx)
             ok = inside & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            v = tl.load(x_ptr + base[:, None] + (yy * W + xx)[None, :], mask=m2 & ok[None, :], other=0.0).to(tl.float32)
-            acc += v * wgt[None, :]
-    acc = acc * mval[None, :]
+            v = tl.load(x_ptr + base[None, :] + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+            acc += v * wgt[:, None]
+    acc = acc * mval[:, None]
     # cols[n, ch * K + k, p]
     row = (n.to(tl.int64) * Cin + ch) * K + k
-    tl.store(col_ptr + row[:, None] * P + p[None, :], acc.to(col_ptr.dtype.element_ty), mask=m2)
+    tl.store(col_ptr + row[None, :] * P + p[:, None], acc.to(col_ptr.dtype.element_ty), mask=m2)
+
+
+@triton.jit
+def _dcn_im2col_loop_kernel(
+    x_ptr, off_ptr, mask_ptr, col_ptr,
+    Cin, H, W, Wo, P, K, KW, DG, CDG,
+    SH, SW, PH, PW, DH, DW,
+    BLOCK_P: tl.constexpr, CB: tl.constexpr, CU: tl.constexpr,
+):
+    """One lane per output pixel of one (image, deform group, tap); CB channels in an unrolled loop."""
+    pid_p = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    c_start = tl.program_id(2) * CB
+    k = pid_t % K
+    ndg = pid_t // K
+    dg = ndg % DG
+    n = ndg // DG
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    ky = k // KW
+    kx = k - ky * KW
+    off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
+    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
+    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
+    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    y0f = tl.floor(y)
+    x0f = tl.floor(x)
+    ly = y - y0f
+    lx = x - x0f
+    hy = 1.0 - ly
+    hx = 1.0 - lx
+    y0 = y0f.to(tl.int32)
+    x0 = x0f.to(tl.int32)
+    m00 = inside & (y0 >= 0) & (x0 >= 0)
+    m01 = inside & (y0 >= 0) & (x0 + 1 < W)
+    m10 = inside & (y0 + 1 < H) & (x0 >= 0)
+    m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
+    w00 = hy * hx
+    w01 = hy * lx
+    w10 = ly * hx
+    w11 = ly * lx
+    o00 = y0 * W + x0
+    hw = H * W
+    for c0 in range(0, CB, CU):
+        for cu in tl.static_range(CU):
+            c = c_start + c0 + cu
+            cm = c < CDG
+            ch = dg * CDG + c
+            src = x_ptr + (n.to(tl.int64) * Cin + ch) * hw + o00
+            v = w00 * tl.load(src, mask=m00 & cm, other=0.0).to(tl.float32)
+            v += w01 * tl.load(src + 1, mask=m01 & cm, other=0.0).to(tl.float32)
+            v += w10 * tl.load(src + W, mask=m10 & cm, other=0.0).to(tl.float32)
+            v += w11 * tl.load(src + W + 1, mask=m11 & cm, other=0.0).to(tl.float32)
+            row = (n.to(tl.int64) * Cin + ch) * K + k
+            tl.store(col_ptr + row * P + p, (v * mval).to(col_ptr.dtype.element_ty), mask=pm & cm)
 
 
 def deform_conv2d(
     x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     out: torch.Tensor, stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
-    groups: int, deform_groups: int,
+    groups: int, deform_groups: int, variant: str | None = None,
 ) -> None:
     """DCNv2: Triton bilinear im2col (mask applied), then one batched cuBLAS matmul into ``out``.
 
@@ -259,12 +450,20 @@ def deform_conv2d(
     k, p = kh * kw, ho * wo
     cdg = cin // deform_groups
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
-    block_p, block_c = 128, min(16, triton.next_power_of_2(cdg))
-    launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, block_c))
-    _dcn_im2col_kernel[launch](
-        x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
-        BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4,
-    )
+    if (variant or DCN_VARIANT) == "loop":
+        block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
+        launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
+        _dcn_im2col_loop_kernel[launch](
+            x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
+            BLOCK_P=block_p, CB=cb, CU=4, num_warps=4,
+        )
+    else:
+        block_p, block_c = 64, min(32, triton.next_power_of_2(cdg))
+        launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, block_c))
+        _dcn_im2col_kernel[launch](
+            x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
+            BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4,
+        )
     wg = weight.to(x.dtype).reshape(groups, cout // groups, cin_g * k)
     res = out.view(n, groups, cout // groups, p)
     torch.matmul(wg, cols.view(n, groups, cin_g * k, p), out=res)
