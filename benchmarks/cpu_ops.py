@@ -10,7 +10,10 @@ Usage:
     PYTHONPATH=src python benchmarks/cpu_ops.py [--quick]
 
 Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
-"ratio" is reference time / path time (> 1: the path is faster).
+"ratio" is reference time / path time (> 1: the path is faster). Every path runs on
+``--threads`` threads (default 1: torch, ONNX Runtime and numpy alike; numpy kernels
+are single-threaded, and spinning torch/ORT thread pools would otherwise steal
+the cores the numpy kernels run on).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from opbridge.ops import DynamicResize
 from opbridge.ops import detection as d
 
 ROWS: list[tuple[str, str, str, float, str, float]] = []
+THREADS = 1
 
 
 def timeit(fn: Callable[[], Any], reps: int) -> float:
@@ -58,7 +62,10 @@ def ort_session(nodes: list, inputs: dict[str, np.ndarray], opset: int, inits: l
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, inputs)
 
 
@@ -177,7 +184,11 @@ def bench_nms(quick: bool, reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    parser.add_argument("--threads", type=int, default=1, help="threads for torch and ONNX Runtime (default 1)")
     args = parser.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
     reps = 3 if args.quick else 7
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     for fn in (bench_resize, bench_grid, bench_dcn, bench_roi, bench_nms):

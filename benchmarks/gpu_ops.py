@@ -254,8 +254,8 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
             native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
             ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
             record(f"grid_sampler {name}", "8x64x128x128", dtype, ours, native, "F.grid_sample", nbytes, copy_gbs,
-                   f"registered ({tk.GRID_VARIANT})")
-            other = "tile" if tk.GRID_VARIANT == "loop" else "loop"
+                   f"registered ({tk.GRID_VARIANT[mode]})")
+            other = "tile" if tk.GRID_VARIANT[mode] == "loop" else "loop"
             out = torch.empty_like(x)
             for pad in (0, 2):
                 tk.grid_sample(x, grid, out, mode, pad, True, variant=other)

@@ -44,7 +44,11 @@ def deform_conv2d(
     *, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0), dilation: tuple[int, ...] = (1, 1),
     groups: int = 1, deform_groups: int = 1,
 ) -> np.ndarray:
-    """DCNv2 as torchvision's deform_conv2d with mask: bilinear im2col (zeros outside), then a matmul."""
+    """DCNv2 as torchvision's deform_conv2d with mask: bilinear im2col (zeros outside), then a matmul.
+
+    Samples are gathered as whole channel rows from a channels-last copy of each
+    image (row gathers, not element gathers), then one matmul per group.
+    """
     from opbridge.ops._detection_ref import deform_conv_geometry
 
     (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
@@ -54,31 +58,42 @@ def deform_conv2d(
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
     k, p, cdg = kh * kw, hout * wout, cin // deform_groups
-    xf = x.astype(np.float32, copy=False)
+    co_g = cout // groups
     off = offset.astype(np.float32, copy=False).reshape(n, deform_groups, k, 2, p)
     m = mask.astype(np.float32, copy=False).reshape(n, deform_groups, k, p)
     ky, kx = np.divmod(np.arange(k), kw)
-    base_y = (np.arange(hout) * sh - ph)[:, None].repeat(wout, 1).reshape(p).astype(np.float32)
-    base_x = (np.arange(wout) * sw - pw)[None, :].repeat(hout, 0).reshape(p).astype(np.float32)
-    y = base_y[None, None, None, :] + (ky * dh).astype(np.float32)[None, None, :, None] + off[:, :, :, 0]  # n,dg,k,p
-    xx = base_x[None, None, None, :] + (kx * dw).astype(np.float32)[None, None, :, None] + off[:, :, :, 1]
-    inside = (y > -1) & (y < h) & (xx > -1) & (xx < w)
-    y0, x0 = np.floor(y), np.floor(xx)
-    ly, lx = y - y0, xx - x0
-    y0i, x0i = y0.astype(np.int64), x0.astype(np.int64)
-    cols = np.zeros((n, deform_groups, cdg, k, p), np.float32)
-    flat = xf.reshape(n, deform_groups, cdg, h * w)
-    for dy, dx, wgt in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx), (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
-        yy, xc = y0i + dy, x0i + dx
-        ok = inside & (yy >= 0) & (yy < h) & (xc >= 0) & (xc < w)
-        idx = np.clip(yy, 0, h - 1) * w + np.clip(xc, 0, w - 1)  # n,dg,k,p
-        vals = np.take_along_axis(flat, idx.reshape(n, deform_groups, 1, k * p), axis=3)  # n,dg,cdg,k*p
-        cols += vals.reshape(n, deform_groups, cdg, k, p) * (wgt * ok * m)[:, :, None]
-    cols = cols.reshape(n, groups, cin_g * k, p)
-    wg = weight.astype(np.float32, copy=False).reshape(groups, cout // groups, cin_g * k)
-    out = np.matmul(wg[None], cols).reshape(n, cout, hout, wout)
+    base_y = np.repeat(np.arange(hout) * sh - ph, wout).astype(np.float32)
+    base_x = np.tile(np.arange(wout) * sw - pw, hout).astype(np.float32)
+    tap_y = (ky * dh).astype(np.float32)[:, None]
+    tap_x = (kx * dw).astype(np.float32)[:, None]
+    # (K*Cg, Cout/G) weight matrix per group, rows ordered (tap, channel) to match the gathered columns
+    wmat = weight.astype(np.float32, copy=False).reshape(groups, co_g, cin_g, k).transpose(0, 3, 2, 1).reshape(groups, k * cin_g, co_g)
+    out = np.empty((n, cout, p), np.float32)
+    for b in range(n):
+        # channels-last image with one zero row at index H*W: invalid corners read it
+        img = np.concatenate([x[b].astype(np.float32, copy=False).reshape(cin, h * w).T, np.zeros((1, cin), np.float32)])
+        cols = np.empty((k, p, cin), np.float32)  # gathered samples, (tap, pixel, channel)
+        for g in range(deform_groups):
+            y = base_y[None, :] + tap_y + off[b, g, :, 0]  # k, p
+            xx = base_x[None, :] + tap_x + off[b, g, :, 1]
+            inside = (y > -1) & (y < h) & (xx > -1) & (xx < w)
+            y0, x0 = np.floor(y), np.floor(xx)
+            ly, lx = y - y0, xx - x0
+            y0i, x0i = y0.astype(np.int64), x0.astype(np.int64)
+            acc = np.zeros((k * p, cdg), np.float32)
+            src = img[:, g * cdg : (g + 1) * cdg]
+            for dy, dx, wgt in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx), (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+                yy, xc = y0i + dy, x0i + dx
+                ok = inside & (yy >= 0) & (yy < h) & (xc >= 0) & (xc < w)
+                idx = np.where(ok, yy * w + xc, h * w).reshape(-1)
+                acc += src[idx] * (wgt * m[b, g]).reshape(-1, 1)
+            cols[:, :, g * cdg : (g + 1) * cdg] = acc.reshape(k, p, cdg)
+        for g in range(groups):
+            lhs = cols[:, :, g * cin_g : (g + 1) * cin_g].transpose(1, 0, 2).reshape(p, k * cin_g)
+            out[b, g * co_g : (g + 1) * co_g] = (lhs @ wmat[g]).T
     if bias is not None:
-        out += bias.astype(np.float32).reshape(1, cout, 1, 1)
+        out += bias.astype(np.float32).reshape(1, cout, 1)
+    out = out.reshape(n, cout, hout, wout)
     return out.astype(dtype, copy=False)
 
 

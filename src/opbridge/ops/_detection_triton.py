@@ -17,8 +17,9 @@ __all__ = ["batched_nms", "deform_conv2d", "grid_sample", "multi_level_roi_align
 
 _FLT_MAX = 3.4028234663852886e38
 # Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
-# tiles). Both are tested; benchmarks/gpu_ops.py times both and OPLIB.md records which is faster.
-GRID_VARIANT = "loop"
+# tiles). Both are tested; benchmarks/gpu_ops.py times both. The defaults are the faster one per
+# mode on the H200 (benchmarks/OPLIB.md): grid_sample by interpolation mode, DCN im2col.
+GRID_VARIANT = {0: "loop", 1: "tile", 2: "loop"}
 DCN_VARIANT = "loop"
 
 
@@ -286,7 +287,7 @@ def grid_sample(
     x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, interpolation_mode: int, padding_mode: int,
     align_corners: bool, variant: str | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default GRID_VARIANT)."""
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode])."""
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
             f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
@@ -297,7 +298,7 @@ def grid_sample(
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     total = n * ho * wo
-    if (variant or GRID_VARIANT) == "loop":
+    if (variant or GRID_VARIANT[interpolation_mode]) == "loop":
         block_p = 128
         _grid_sample_loop_kernel[(triton.cdiv(total, block_p),)](
             x, grid, out, c, h, w, ho * wo, total, MODE=interpolation_mode, PAD=padding_mode,
