@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["batched_nms", "deform_conv2d", "grid_sample", "multi_level_roi_align", "roi_align"]
+__all__ = [
+    "batched_nms",
+    "deform_conv2d",
+    "grid_sample",
+    "multi_level_roi_align",
+    "roi_align",
+]
 
 _FLT_MAX = np.float32(3.4028234663852886e38)
 
@@ -23,7 +29,12 @@ _FLT_MAX = np.float32(3.4028234663852886e38)
 
 
 def grid_sample(
-    x: Any, grid: Any, *, interpolation_mode: int = 0, padding_mode: int = 0, align_corners: bool = False
+    x: Any,
+    grid: Any,
+    *,
+    interpolation_mode: int = 0,
+    padding_mode: int = 0,
+    align_corners: bool = False,
 ) -> Any:
     """Torch-kind kernel (CPU tensors in and out): PyTorch's own vectorized CPU grid_sample.
 
@@ -40,9 +51,17 @@ def grid_sample(
 
 
 def deform_conv2d(
-    x: np.ndarray, offset: np.ndarray, mask: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
-    *, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0), dilation: tuple[int, ...] = (1, 1),
-    groups: int = 1, deform_groups: int = 1,
+    x: np.ndarray,
+    offset: np.ndarray,
+    mask: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0),
+    dilation: tuple[int, ...] = (1, 1),
+    groups: int = 1,
+    deform_groups: int = 1,
 ) -> np.ndarray:
     """DCNv2 as torchvision's deform_conv2d with mask: bilinear im2col (zeros outside), then a matmul.
 
@@ -52,7 +71,15 @@ def deform_conv2d(
     from opbridge.ops._detection_ref import deform_conv_geometry
 
     (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
-        x.shape, offset.shape, mask.shape, weight.shape, stride, padding, dilation, groups, deform_groups
+        x.shape,
+        offset.shape,
+        mask.shape,
+        weight.shape,
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
     )
     dtype = x.dtype
     n, cin, h, w = x.shape
@@ -67,12 +94,24 @@ def deform_conv2d(
     tap_y = (ky * dh).astype(np.float32)[:, None]
     tap_x = (kx * dw).astype(np.float32)[:, None]
     # (K*Cg, Cout/G) weight matrix per group, rows ordered (tap, channel) to match the gathered columns
-    wmat = weight.astype(np.float32, copy=False).reshape(groups, co_g, cin_g, k).transpose(0, 3, 2, 1).reshape(groups, k * cin_g, co_g)
+    wmat = (
+        weight.astype(np.float32, copy=False)
+        .reshape(groups, co_g, cin_g, k)
+        .transpose(0, 3, 2, 1)
+        .reshape(groups, k * cin_g, co_g)
+    )
     out = np.empty((n, cout, p), np.float32)
     for b in range(n):
         # channels-last image with one zero row at index H*W: invalid corners read it
-        img = np.concatenate([x[b].astype(np.float32, copy=False).reshape(cin, h * w).T, np.zeros((1, cin), np.float32)])
-        cols = np.empty((k, p, cin), np.float32)  # gathered samples, (tap, pixel, channel)
+        img = np.concatenate(
+            [
+                x[b].astype(np.float32, copy=False).reshape(cin, h * w).T,
+                np.zeros((1, cin), np.float32),
+            ]
+        )
+        cols = np.empty(
+            (k, p, cin), np.float32
+        )  # gathered samples, (tap, pixel, channel)
         for g in range(deform_groups):
             y = base_y[None, :] + tap_y + off[b, g, :, 0]  # k, p
             xx = base_x[None, :] + tap_x + off[b, g, :, 1]
@@ -82,14 +121,23 @@ def deform_conv2d(
             y0i, x0i = y0.astype(np.int64), x0.astype(np.int64)
             acc = np.zeros((k * p, cdg), np.float32)
             src = img[:, g * cdg : (g + 1) * cdg]
-            for dy, dx, wgt in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx), (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+            for dy, dx, wgt in (
+                (0, 0, (1 - ly) * (1 - lx)),
+                (0, 1, (1 - ly) * lx),
+                (1, 0, ly * (1 - lx)),
+                (1, 1, ly * lx),
+            ):
                 yy, xc = y0i + dy, x0i + dx
                 ok = inside & (yy >= 0) & (yy < h) & (xc >= 0) & (xc < w)
                 idx = np.where(ok, yy * w + xc, h * w).reshape(-1)
                 acc += src[idx] * (wgt * m[b, g]).reshape(-1, 1)
             cols[:, :, g * cdg : (g + 1) * cdg] = acc.reshape(k, p, cdg)
         for g in range(groups):
-            lhs = cols[:, :, g * cin_g : (g + 1) * cin_g].transpose(1, 0, 2).reshape(p, k * cin_g)
+            lhs = (
+                cols[:, :, g * cin_g : (g + 1) * cin_g]
+                .transpose(1, 0, 2)
+                .reshape(p, k * cin_g)
+            )
             out[b, g * co_g : (g + 1) * co_g] = (lhs @ wmat[g]).T
     if bias is not None:
         out += bias.astype(np.float32).reshape(1, cout, 1)
@@ -100,7 +148,14 @@ def deform_conv2d(
 # --------------------------------------------------------------------------- RoIAlign
 
 
-def _axis_samples(start: np.ndarray, size: np.ndarray, pooled: int, grid: np.ndarray, gmax: int, limit: int) -> tuple:
+def _axis_samples(
+    start: np.ndarray,
+    size: np.ndarray,
+    pooled: int,
+    grid: np.ndarray,
+    gmax: int,
+    limit: int,
+) -> tuple:
     """Separable sample positions and bilinear terms along one axis, per RoI.
 
     Returns (low index, high index, low weight, high weight, in-range flag), each
@@ -111,7 +166,8 @@ def _axis_samples(start: np.ndarray, size: np.ndarray, pooled: int, grid: np.nda
     pos = (
         start[:, None, None]
         + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
-        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5) * (bin_size / g)[:, None, None]
+        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5)
+        * (bin_size / g)[:, None, None]
     ).astype(np.float32)
     inside = (pos >= -1.0) & (pos <= limit)
     pos = np.maximum(pos, 0)
@@ -125,7 +181,12 @@ def _axis_samples(start: np.ndarray, size: np.ndarray, pooled: int, grid: np.nda
 
 
 def _grid_sizes(
-    rois: np.ndarray, oh: int, ow: int, spatial_scale: float, sampling_ratio: int, aligned: bool
+    rois: np.ndarray,
+    oh: int,
+    ow: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sampling grid (gh, gw) of each RoI: sampling_ratio, or ceil(roi size / bins) when <= 0."""
     if sampling_ratio > 0:
@@ -143,8 +204,16 @@ def _grid_sizes(
 
 
 def _roi_align_chunk(
-    feat_nhwc: np.ndarray, h: int, w: int, rois: np.ndarray, oh: int, ow: int,
-    spatial_scale: float, sampling_ratio: int, pool_max: bool, aligned: bool,
+    feat_nhwc: np.ndarray,
+    h: int,
+    w: int,
+    rois: np.ndarray,
+    oh: int,
+    ow: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
 ) -> np.ndarray:
     r = rois.shape[0]
     c = feat_nhwc.shape[-1]
@@ -162,9 +231,9 @@ def _roi_align_chunk(
     ylo, yhi, wyl, wyh, yin = _axis_samples(y1, rh, oh, gh, ghm, h)
     xlo, xhi, wxl, wxh, xin = _axis_samples(x1, rw, ow, gw, gwm, w)
     # [R, oh, ghm, ow, gwm]
-    valid = (np.arange(ghm)[None, None, :, None, None] < gh[:, None, None, None, None]) & (
-        np.arange(gwm)[None, None, None, None, :] < gw[:, None, None, None, None]
-    )
+    valid = (
+        np.arange(ghm)[None, None, :, None, None] < gh[:, None, None, None, None]
+    ) & (np.arange(gwm)[None, None, None, None, :] < gw[:, None, None, None, None])
     inside = yin[:, :, :, None, None] & xin[:, None, None, :, :]
     base = bidx[:, None, None, None, None] * (h * w)
     val = np.zeros((r, oh, ghm, ow, gwm, c), np.float32)
@@ -179,32 +248,52 @@ def _roi_align_chunk(
         out = val.max(axis=(2, 4))
     else:
         val = np.where(valid[..., None], val, np.float32(0))
-        out = val.sum(axis=(2, 4)) / np.maximum(gh * gw, 1).astype(np.float32)[:, None, None, None]
+        out = (
+            val.sum(axis=(2, 4))
+            / np.maximum(gh * gw, 1).astype(np.float32)[:, None, None, None]
+        )
     return out.transpose(0, 3, 1, 2)  # R, C, oh, ow
 
 
 def roi_align(
-    feat: np.ndarray, rois: np.ndarray, *, output_height: int = 7, output_width: int = 7,
-    spatial_scale: float = 1.0, sampling_ratio: int = 0, mode: str = "avg", aligned: bool = True,
+    feat: np.ndarray,
+    rois: np.ndarray,
+    *,
+    output_height: int = 7,
+    output_width: int = 7,
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = 0,
+    mode: str = "avg",
+    aligned: bool = True,
 ) -> np.ndarray:
     """MMCV roi_align, vectorized over RoIs (in chunks of similar sampling-grid size)."""
     op = "mmdeploy::MMCVRoiAlign"
     if rois.ndim != 2 or rois.shape[1] != 5:
-        raise ValueError(f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}.")
+        raise ValueError(
+            f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}."
+        )
     if mode not in ("avg", "max"):
-        raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
+        raise ValueError(
+            f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}."
+        )
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
     bad = (r32[:, 0] < 0) | (r32[:, 0] >= n)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}.")
+        raise ValueError(
+            f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}."
+        )
     out = np.empty((rois.shape[0], c, output_height, output_width), np.float32)
     if rois.shape[0] == 0:
         return out.astype(feat.dtype)
-    nhwc = np.ascontiguousarray(feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)).reshape(n * h * w, c)
+    nhwc = np.ascontiguousarray(
+        feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)
+    ).reshape(n * h * w, c)
     # RoIs with the same sampling grid (gh, gw) go together, in chunks that bound the memory used
-    gh, gw = _grid_sizes(r32, output_height, output_width, spatial_scale, sampling_ratio, aligned)
+    gh, gw = _grid_sizes(
+        r32, output_height, output_width, spatial_scale, sampling_ratio, aligned
+    )
     for key in np.unique(gh * 65536 + gw):
         members = np.nonzero(gh * 65536 + gw == key)[0]
         g = max(int(key // 65536), 1) * max(int(key % 65536), 1)
@@ -212,16 +301,36 @@ def roi_align(
         for s0 in range(0, len(members), step):
             idx = members[s0 : s0 + step]
             out[idx] = _roi_align_chunk(
-                nhwc, h, w, r32[idx], output_height, output_width, spatial_scale, sampling_ratio, mode == "max", aligned
+                nhwc,
+                h,
+                w,
+                r32[idx],
+                output_height,
+                output_width,
+                spatial_scale,
+                sampling_ratio,
+                mode == "max",
+                aligned,
             )
     return out.astype(feat.dtype, copy=False)
 
 
 def multi_level_roi_align(
-    rois: np.ndarray, feat0: np.ndarray, feat1: np.ndarray | None = None, feat2: np.ndarray | None = None,
-    feat3: np.ndarray | None = None, feat4: np.ndarray | None = None, *, output_height: int = 7,
-    output_width: int = 7, featmap_strides: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0), sampling_ratio: int = 0,
-    pool_mode: int = 1, roi_scale_factor: float = 1.0, finest_scale: int = 56, aligned: bool = True,
+    rois: np.ndarray,
+    feat0: np.ndarray,
+    feat1: np.ndarray | None = None,
+    feat2: np.ndarray | None = None,
+    feat3: np.ndarray | None = None,
+    feat4: np.ndarray | None = None,
+    *,
+    output_height: int = 7,
+    output_width: int = 7,
+    featmap_strides: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0),
+    sampling_ratio: int = 0,
+    pool_mode: int = 1,
+    roi_scale_factor: float = 1.0,
+    finest_scale: int = 56,
+    aligned: bool = True,
 ) -> np.ndarray:
     """MMDet SingleRoIExtractor: level by sqrt(area), optional rescale, RoIAlign per level."""
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
@@ -233,23 +342,39 @@ def multi_level_roi_align(
         )
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
-        raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
+        raise ValueError(
+            f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}."
+        )
     r32 = rois.astype(np.float32)
     scale = np.sqrt((r32[:, 3] - r32[:, 1]) * (r32[:, 4] - r32[:, 2]))
-    lvl = np.clip(np.floor(np.log2(scale / np.float32(finest_scale) + np.float32(1e-6))), 0, len(feats) - 1)
+    lvl = np.clip(
+        np.floor(np.log2(scale / np.float32(finest_scale) + np.float32(1e-6))),
+        0,
+        len(feats) - 1,
+    )
     lvl = np.nan_to_num(lvl, nan=0).astype(np.int64)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
         f = np.float32(roi_scale_factor)
         cx, cy = (r32[:, 1] + r32[:, 3]) * 0.5, (r32[:, 2] + r32[:, 4]) * 0.5
         hw, hh = (r32[:, 3] - r32[:, 1]) * f * 0.5, (r32[:, 4] - r32[:, 2]) * f * 0.5
-        r32 = np.stack([r32[:, 0], cx - hw, cy - hh, cx + hw, cy + hh], axis=1).astype(np.float32)
-    out = np.zeros((rois.shape[0], feats[0].shape[1], output_height, output_width), np.float32)
+        r32 = np.stack([r32[:, 0], cx - hw, cy - hh, cx + hw, cy + hh], axis=1).astype(
+            np.float32
+        )
+    out = np.zeros(
+        (rois.shape[0], feats[0].shape[1], output_height, output_width), np.float32
+    )
     for level, (feat, stride) in enumerate(zip(feats, featmap_strides)):
         idx = np.nonzero(lvl == level)[0]
         if len(idx):
             out[idx] = roi_align(
-                feat.astype(np.float32, copy=False), r32[idx], output_height=output_height, output_width=output_width,
-                spatial_scale=1.0 / stride, sampling_ratio=sampling_ratio, mode=mode, aligned=aligned,
+                feat.astype(np.float32, copy=False),
+                r32[idx],
+                output_height=output_height,
+                output_width=output_width,
+                spatial_scale=1.0 / stride,
+                sampling_ratio=sampling_ratio,
+                mode=mode,
+                aligned=aligned,
             )
     return out.astype(feats[0].dtype, copy=False)
 
@@ -260,8 +385,12 @@ def multi_level_roi_align(
 def _iou_matrix(b: np.ndarray) -> np.ndarray:
     """Pairwise IoU [..., K, K] of boxes [..., K, 4] with MMDeploy's TRTBatchedNMS rule."""
     x1, y1, x2, y2 = (b[..., i] for i in range(4))
-    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(x1[..., :, None], x1[..., None, :])
-    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(y1[..., :, None], y1[..., None, :])
+    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(
+        x1[..., :, None], x1[..., None, :]
+    )
+    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(
+        y1[..., :, None], y1[..., None, :]
+    )
     inter = np.where((iw > 0) & (ih > 0), iw * ih, np.float32(0))
     w, h = x2 - x1, y2 - y1
     area = np.where((w < 0) | (h < 0), np.float32(0), w * h)
@@ -271,14 +400,25 @@ def _iou_matrix(b: np.ndarray) -> np.ndarray:
 
 
 def batched_nms(
-    boxes: np.ndarray, scores: np.ndarray, *, num_classes: int = 80, background_label_id: int = -1,
-    iou_threshold: float = 0.5, score_threshold: float = 0.05, topk: int = 1000, keep_topk: int = 100,
-    is_normalized: bool = False, clip_boxes: bool = False, return_index: bool = False,
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    *,
+    num_classes: int = 80,
+    background_label_id: int = -1,
+    iou_threshold: float = 0.5,
+    score_threshold: float = 0.05,
+    topk: int = 1000,
+    keep_topk: int = 100,
+    is_normalized: bool = False,
+    clip_boxes: bool = False,
+    return_index: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """MMDeploy TRTBatchedNMS (see the reference in :mod:`opbridge.ops._detection_ref`)."""
     from opbridge.ops._detection_ref import check_nms_inputs
 
-    check_nms_inputs("mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index)
+    check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index
+    )
     bsz, n, c = scores.shape
     k = topk if 0 < topk <= n else n
     dets = np.zeros((bsz, keep_topk, 5), np.float32)

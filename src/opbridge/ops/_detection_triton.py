@@ -13,7 +13,13 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["batched_nms", "deform_conv2d", "grid_sample", "multi_level_roi_align", "roi_align"]
+__all__ = [
+    "batched_nms",
+    "deform_conv2d",
+    "grid_sample",
+    "multi_level_roi_align",
+    "roi_align",
+]
 
 _FLT_MAX = 3.4028234663852886e38
 # Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
@@ -76,8 +82,19 @@ def _cubic2(t):
 
 @triton.jit
 def _grid_sample_kernel(
-    x_ptr, g_ptr, out_ptr, C, H, W, HWo, total,
-    MODE: tl.constexpr, PAD: tl.constexpr, ALIGN: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    g_ptr,
+    out_ptr,
+    C,
+    H,
+    W,
+    HWo,
+    total,
+    MODE: tl.constexpr,
+    PAD: tl.constexpr,
+    ALIGN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cb = tl.program_id(1)
@@ -113,20 +130,30 @@ def _grid_sample_kernel(
                 wx = tx if dx == 1 else 1.0 - tx
                 wy = ty if dy == 1 else 1.0 - ty
                 ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-                v = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+                v = tl.load(
+                    x_ptr + base + (yy * W + xx)[:, None],
+                    mask=m2 & ok[:, None],
+                    other=0.0,
+                ).to(tl.float32)
                 acc += v * (wx * wy)[:, None]
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
         # round half to even, as nearbyint
         rx = tl.floor(ix + 0.5)
-        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
+        rx = tl.where(
+            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
+        )
         ry = tl.floor(iy + 0.5)
-        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
+        ry = tl.where(
+            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
+        )
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-        acc = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+        acc = tl.load(
+            x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0
+        ).to(tl.float32)
     else:
         x0f = tl.floor(ix)
         y0f = tl.floor(iy)
@@ -157,7 +184,11 @@ def _grid_sample_kernel(
                     wx = _cubic2((1.0 - tx) + 1.0)
                 xi = xi_f.to(tl.int32)
                 ok = oky & (xi_f >= 0.0) & (xi_f <= Wf - 1.0)
-                v = tl.load(x_ptr + base + (yi * W + xi)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+                v = tl.load(
+                    x_ptr + base + (yi * W + xi)[:, None],
+                    mask=m2 & ok[:, None],
+                    other=0.0,
+                ).to(tl.float32)
                 row += v * wx[:, None]
             acc += row * wy[:, None]
     out_off = plane * HWo + q[:, None]
@@ -166,8 +197,19 @@ def _grid_sample_kernel(
 
 @triton.jit
 def _grid_sample_loop_kernel(
-    x_ptr, g_ptr, out_ptr, C, H, W, HWo, total,
-    MODE: tl.constexpr, PAD: tl.constexpr, ALIGN: tl.constexpr, BLOCK_P: tl.constexpr, CU: tl.constexpr,
+    x_ptr,
+    g_ptr,
+    out_ptr,
+    C,
+    H,
+    W,
+    HWo,
+    total,
+    MODE: tl.constexpr,
+    PAD: tl.constexpr,
+    ALIGN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    CU: tl.constexpr,
 ):
     """One lane per output pixel, channels in an unrolled loop (PyTorch's formulas and accumulation order)."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -211,15 +253,26 @@ def _grid_sample_loop_kernel(
                 acc = tl.load(src, mask=m_nw & cm, other=0.0).to(tl.float32) * w_nw
                 acc += tl.load(src + 1, mask=m_ne & cm, other=0.0).to(tl.float32) * w_ne
                 acc += tl.load(src + W, mask=m_sw & cm, other=0.0).to(tl.float32) * w_sw
-                acc += tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32) * w_se
-                tl.store(out_ptr + out0 + c * HWo, acc.to(out_ptr.dtype.element_ty), mask=pm & cm)
+                acc += (
+                    tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32)
+                    * w_se
+                )
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    acc.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
         rx = tl.floor(ix + 0.5)
-        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
+        rx = tl.where(
+            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
+        )
         ry = tl.floor(iy + 0.5)
-        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
+        ry = tl.where(
+            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
+        )
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
@@ -229,7 +282,11 @@ def _grid_sample_loop_kernel(
                 c = c0 + cu
                 cm = c < C
                 v = tl.load(x_ptr + in0 + c * hw + o, mask=ok & cm, other=0.0)
-                tl.store(out_ptr + out0 + c * HWo, v.to(out_ptr.dtype.element_ty), mask=pm & cm)
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    v.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
     else:
         x0f = tl.floor(ix)
         y0f = tl.floor(iy)
@@ -272,20 +329,57 @@ def _grid_sample_loop_kernel(
                         wy = wy3
                     oky = pm & cm & (yj >= 0.0) & (yj <= Hf - 1.0)
                     rowp = plane + yj.to(tl.int32) * W
-                    row = tl.load(rowp + xs0.to(tl.int32), mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0), other=0.0).to(tl.float32) * wx0
-                    row += tl.load(rowp + xs1.to(tl.int32), mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0), other=0.0).to(tl.float32) * wx1
-                    row += tl.load(rowp + xs2.to(tl.int32), mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0), other=0.0).to(tl.float32) * wx2
-                    row += tl.load(rowp + xs3.to(tl.int32), mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0), other=0.0).to(tl.float32) * wx3
+                    row = (
+                        tl.load(
+                            rowp + xs0.to(tl.int32),
+                            mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx0
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs1.to(tl.int32),
+                            mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx1
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs2.to(tl.int32),
+                            mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx2
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs3.to(tl.int32),
+                            mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx3
+                    )
                     if j == 0:
                         acc = row * wy
                     else:
                         acc += row * wy
-                tl.store(out_ptr + out0 + c * HWo, acc.to(out_ptr.dtype.element_ty), mask=pm & cm)
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    acc.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
 
 
 def grid_sample(
-    x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, interpolation_mode: int, padding_mode: int,
-    align_corners: bool, variant: str | None = None,
+    x: torch.Tensor,
+    grid: torch.Tensor,
+    out: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+    variant: str | None = None,
 ) -> None:
     """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode])."""
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
@@ -301,16 +395,40 @@ def grid_sample(
     if (variant or GRID_VARIANT[interpolation_mode]) == "loop":
         block_p = 128
         _grid_sample_loop_kernel[(triton.cdiv(total, block_p),)](
-            x, grid, out, c, h, w, ho * wo, total, MODE=interpolation_mode, PAD=padding_mode,
-            ALIGN=bool(align_corners), BLOCK_P=block_p, CU=4, num_warps=4,
+            x,
+            grid,
+            out,
+            c,
+            h,
+            w,
+            ho * wo,
+            total,
+            MODE=interpolation_mode,
+            PAD=padding_mode,
+            ALIGN=bool(align_corners),
+            BLOCK_P=block_p,
+            CU=4,
+            num_warps=4,
         )
         return
     block_c = min(16, triton.next_power_of_2(c))
     block_p = 128
     launch = (triton.cdiv(total, block_p), triton.cdiv(c, block_c))
     _grid_sample_kernel[launch](
-        x, grid, out, c, h, w, ho * wo, total, MODE=interpolation_mode, PAD=padding_mode, ALIGN=bool(align_corners),
-        BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4,
+        x,
+        grid,
+        out,
+        c,
+        h,
+        w,
+        ho * wo,
+        total,
+        MODE=interpolation_mode,
+        PAD=padding_mode,
+        ALIGN=bool(align_corners),
+        BLOCK_P=block_p,
+        BLOCK_C=block_c,
+        num_warps=4,
     )
 
 
@@ -319,10 +437,27 @@ def grid_sample(
 
 @triton.jit
 def _dcn_im2col_kernel(
-    x_ptr, off_ptr, mask_ptr, col_ptr,
-    Cin, H, W, Wo, P, K, KW, DG, CDG,
-    SH, SW, PH, PW, DH, DW,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    col_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    K,
+    KW,
+    DG,
+    CDG,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_t = tl.program_id(1)  # (n, dg, k)
@@ -340,7 +475,9 @@ def _dcn_im2col_kernel(
     off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
     dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
     dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(
+        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
+    ).to(tl.float32)
     y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
     x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
     inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
@@ -362,20 +499,46 @@ def _dcn_im2col_kernel(
             xx = x0 + cx
             wgt = (ly if cy == 1 else 1.0 - ly) * (lx if cx == 1 else 1.0 - lx)
             ok = inside & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            v = tl.load(x_ptr + base[None, :] + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
+            v = tl.load(
+                x_ptr + base[None, :] + (yy * W + xx)[:, None],
+                mask=m2 & ok[:, None],
+                other=0.0,
+            ).to(tl.float32)
             acc += v * wgt[:, None]
     acc = acc * mval[:, None]
     # cols[n, ch * K + k, p]
     row = (n.to(tl.int64) * Cin + ch) * K + k
-    tl.store(col_ptr + row[None, :] * P + p[:, None], acc.to(col_ptr.dtype.element_ty), mask=m2)
+    tl.store(
+        col_ptr + row[None, :] * P + p[:, None],
+        acc.to(col_ptr.dtype.element_ty),
+        mask=m2,
+    )
 
 
 @triton.jit
 def _dcn_im2col_loop_kernel(
-    x_ptr, off_ptr, mask_ptr, col_ptr,
-    Cin, H, W, Wo, P, K, KW, DG, CDG,
-    SH, SW, PH, PW, DH, DW,
-    BLOCK_P: tl.constexpr, CB: tl.constexpr, CU: tl.constexpr,
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    col_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    K,
+    KW,
+    DG,
+    CDG,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    BLOCK_P: tl.constexpr,
+    CB: tl.constexpr,
+    CU: tl.constexpr,
 ):
     """One lane per output pixel of one (image, deform group, tap); CB channels in an unrolled loop."""
     pid_p = tl.program_id(0)
@@ -394,7 +557,9 @@ def _dcn_im2col_loop_kernel(
     off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
     dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
     dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(
+        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
+    ).to(tl.float32)
     y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
     x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
     inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
@@ -427,13 +592,26 @@ def _dcn_im2col_loop_kernel(
             v += w10 * tl.load(src + W, mask=m10 & cm, other=0.0).to(tl.float32)
             v += w11 * tl.load(src + W + 1, mask=m11 & cm, other=0.0).to(tl.float32)
             row = (n.to(tl.int64) * Cin + ch) * K + k
-            tl.store(col_ptr + row * P + p, (v * mval).to(col_ptr.dtype.element_ty), mask=pm & cm)
+            tl.store(
+                col_ptr + row * P + p,
+                (v * mval).to(col_ptr.dtype.element_ty),
+                mask=pm & cm,
+            )
 
 
 def deform_conv2d(
-    x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-    out: torch.Tensor, stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
-    groups: int, deform_groups: int, variant: str | None = None,
+    x: torch.Tensor,
+    offset: torch.Tensor,
+    mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    deform_groups: int,
+    variant: str | None = None,
 ) -> None:
     """DCNv2: Triton bilinear im2col (mask applied), then one batched cuBLAS matmul into ``out``.
 
@@ -442,8 +620,15 @@ def deform_conv2d(
     from opbridge.ops._detection_ref import deform_conv_geometry
 
     (sh, sw), (ph, pw), (dh, dw), ho, wo = deform_conv_geometry(
-        tuple(x.shape), tuple(offset.shape), tuple(mask.shape), tuple(weight.shape),
-        stride, padding, dilation, groups, deform_groups,
+        tuple(x.shape),
+        tuple(offset.shape),
+        tuple(mask.shape),
+        tuple(weight.shape),
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
     )
     x, offset, mask = x.contiguous(), offset.contiguous(), mask.contiguous()
     n, cin, h, w = x.shape
@@ -455,15 +640,60 @@ def deform_conv2d(
         block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
         launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
         _dcn_im2col_loop_kernel[launch](
-            x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
-            BLOCK_P=block_p, CB=cb, CU=4, num_warps=4,
+            x,
+            offset,
+            mask,
+            cols,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            k,
+            kw,
+            deform_groups,
+            cdg,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            BLOCK_P=block_p,
+            CB=cb,
+            CU=4,
+            num_warps=4,
         )
     else:
         block_p, block_c = 64, min(32, triton.next_power_of_2(cdg))
-        launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, block_c))
+        launch = (
+            triton.cdiv(p, block_p),
+            n * deform_groups * k,
+            triton.cdiv(cdg, block_c),
+        )
         _dcn_im2col_kernel[launch](
-            x, offset, mask, cols, cin, h, w, wo, p, k, kw, deform_groups, cdg, sh, sw, ph, pw, dh, dw,
-            BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4,
+            x,
+            offset,
+            mask,
+            cols,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            k,
+            kw,
+            deform_groups,
+            cdg,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            BLOCK_P=block_p,
+            BLOCK_C=block_c,
+            num_warps=4,
         )
     wg = weight.to(x.dtype).reshape(groups, cout // groups, cin_g * k)
     res = out.view(n, groups, cout // groups, p)
@@ -477,9 +707,23 @@ def deform_conv2d(
 
 @triton.jit
 def _roi_align_kernel(
-    feat_ptr, rois_ptr, lvl_ptr, out_ptr, N, C, H, W, spatial_scale, sampling_ratio, level,
-    PH: tl.constexpr, PW: tl.constexpr, POOL_MAX: tl.constexpr, ALIGNED: tl.constexpr,
-    USE_LEVEL: tl.constexpr, BLOCK: tl.constexpr,
+    feat_ptr,
+    rois_ptr,
+    lvl_ptr,
+    out_ptr,
+    N,
+    C,
+    H,
+    W,
+    spatial_scale,
+    sampling_ratio,
+    level,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    POOL_MAX: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    USE_LEVEL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     r = tl.program_id(0)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -524,7 +768,7 @@ def _roi_align_kernel(
         acc = tl.full([BLOCK], -3.4028234663852886e38, tl.float32)
     else:
         acc = tl.zeros([BLOCK], tl.float32)
-    for iy in range(0, gh):
+    for iy in range(gh):
         y = y1 + ph.to(tl.float32) * bh + (iy + 0.5) * step_h
         youts = (y < -1.0) | (y > Hf)
         y = tl.maximum(y, 0.0)
@@ -535,7 +779,7 @@ def _roi_align_kernel(
         y1i = tl.where(ylast, y0, y0 + 1)
         ly = y - y0.to(tl.float32)
         hy = 1.0 - ly
-        for ix in range(0, gw):
+        for ix in range(gw):
             x = x1 + pw.to(tl.float32) * bw + (ix + 0.5) * step_w
             outs = youts | (x < -1.0) | (x > Wf)
             x = tl.maximum(x, 0.0)
@@ -547,10 +791,18 @@ def _roi_align_kernel(
             lx = x - x0.to(tl.float32)
             hx = 1.0 - lx
             lm = em & ~outs
-            v00 = tl.load(feat_ptr + base + y0 * W + x0, mask=lm, other=0.0).to(tl.float32)
-            v01 = tl.load(feat_ptr + base + y0 * W + x1i, mask=lm, other=0.0).to(tl.float32)
-            v10 = tl.load(feat_ptr + base + y1i * W + x0, mask=lm, other=0.0).to(tl.float32)
-            v11 = tl.load(feat_ptr + base + y1i * W + x1i, mask=lm, other=0.0).to(tl.float32)
+            v00 = tl.load(feat_ptr + base + y0 * W + x0, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v01 = tl.load(feat_ptr + base + y0 * W + x1i, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v10 = tl.load(feat_ptr + base + y1i * W + x0, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v11 = tl.load(feat_ptr + base + y1i * W + x1i, mask=lm, other=0.0).to(
+                tl.float32
+            )
             val = hy * hx * v00 + hy * lx * v01 + ly * hx * v10 + ly * lx * v11
             val = tl.where(outs, 0.0, val)
             if POOL_MAX:
@@ -559,12 +811,23 @@ def _roi_align_kernel(
                 acc += val
     if not POOL_MAX:
         acc = acc / tl.maximum(gh * gw, 1).to(tl.float32)
-    tl.store(out_ptr + r.to(tl.int64) * (C * PH * PW) + e, acc.to(out_ptr.dtype.element_ty), mask=em & run)
+    tl.store(
+        out_ptr + r.to(tl.int64) * (C * PH * PW) + e,
+        acc.to(out_ptr.dtype.element_ty),
+        mask=em & run,
+    )
 
 
 def _launch_roi(
-    feat: torch.Tensor, rois: torch.Tensor, out: torch.Tensor, spatial_scale: float, sampling_ratio: int,
-    pool_max: bool, aligned: bool, levels: torch.Tensor | None = None, level: int = 0,
+    feat: torch.Tensor,
+    rois: torch.Tensor,
+    out: torch.Tensor,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+    levels: torch.Tensor | None = None,
+    level: int = 0,
 ) -> None:
     n, c, h, w = feat.shape
     r, _, ph, pw = out.shape
@@ -573,23 +836,58 @@ def _launch_roi(
     block = min(128, triton.next_power_of_2(c * ph * pw))
     launch = (r, triton.cdiv(c * ph * pw, block))
     _roi_align_kernel[launch](
-        feat, rois, levels if levels is not None else rois, out, n, c, h, w, float(spatial_scale), int(sampling_ratio),
-        int(level), PH=ph, PW=pw, POOL_MAX=bool(pool_max), ALIGNED=bool(aligned), USE_LEVEL=levels is not None,
-        BLOCK=block, num_warps=4,
+        feat,
+        rois,
+        levels if levels is not None else rois,
+        out,
+        n,
+        c,
+        h,
+        w,
+        float(spatial_scale),
+        int(sampling_ratio),
+        int(level),
+        PH=ph,
+        PW=pw,
+        POOL_MAX=bool(pool_max),
+        ALIGNED=bool(aligned),
+        USE_LEVEL=levels is not None,
+        BLOCK=block,
+        num_warps=4,
     )
 
 
 def roi_align(
-    feat: torch.Tensor, rois: torch.Tensor, out: torch.Tensor, spatial_scale: float, sampling_ratio: int,
-    pool_max: bool, aligned: bool,
+    feat: torch.Tensor,
+    rois: torch.Tensor,
+    out: torch.Tensor,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
 ) -> None:
     """MMCV roi_align into ``out`` (R, C, PH, PW). RoIs with a batch index outside the input are left unwritten."""
-    _launch_roi(feat.contiguous(), rois.float().contiguous(), out, spatial_scale, sampling_ratio, pool_max, aligned)
+    _launch_roi(
+        feat.contiguous(),
+        rois.float().contiguous(),
+        out,
+        spatial_scale,
+        sampling_ratio,
+        pool_max,
+        aligned,
+    )
 
 
 def multi_level_roi_align(
-    rois: torch.Tensor, feats: list[torch.Tensor], out: torch.Tensor, featmap_strides: tuple[float, ...],
-    sampling_ratio: int, pool_max: bool, roi_scale_factor: float, finest_scale: int, aligned: bool,
+    rois: torch.Tensor,
+    feats: list[torch.Tensor],
+    out: torch.Tensor,
+    featmap_strides: tuple[float, ...],
+    sampling_ratio: int,
+    pool_max: bool,
+    roi_scale_factor: float,
+    finest_scale: int,
+    aligned: bool,
 ) -> None:
     """MMDet SingleRoIExtractor into ``out``: levels and rescale on the GPU, one RoIAlign launch per level."""
     from opbridge.ops._detection_ref import map_roi_levels, rescale_rois
@@ -605,7 +903,17 @@ def multi_level_roi_align(
         r32 = rescale_rois(r32, roi_scale_factor)
     r32 = r32.contiguous()
     for lvl, (feat, stride) in enumerate(zip(feats, featmap_strides)):
-        _launch_roi(feat.contiguous(), r32, out, 1.0 / stride, sampling_ratio, pool_max, aligned, levels, lvl)
+        _launch_roi(
+            feat.contiguous(),
+            r32,
+            out,
+            1.0 / stride,
+            sampling_ratio,
+            pool_max,
+            aligned,
+            levels,
+            lvl,
+        )
 
 
 # --------------------------------------------------------------------------- batched NMS
@@ -627,7 +935,7 @@ def _nms_kernel(boxes_ptr, valid_ptr, keep_ptr, K, thr, BLOCK: tl.constexpr):
     aw = x2 - x1
     ah = y2 - y1
     area = tl.where((aw < 0) | (ah < 0), 0.0, aw * ah)
-    for i in range(0, nvalid):
+    for i in range(nvalid):
         ki = tl.sum(tl.where((j == i) & keep, 1, 0))
         if ki > 0:
             bx1 = tl.load(bb + i * 4)
@@ -641,14 +949,24 @@ def _nms_kernel(boxes_ptr, valid_ptr, keep_ptr, K, thr, BLOCK: tl.constexpr):
             ih = tl.minimum(y2, by2) - tl.maximum(y1, by1)
             inter = tl.where((iw > 0) & (ih > 0), iw * ih, 0.0)
             union = area + barea - inter
-            iou = tl.where(inter > 0, tl.div_rn(inter, tl.where(inter > 0, union, 1.0)), 0.0)
+            iou = tl.where(
+                inter > 0, tl.div_rn(inter, tl.where(inter > 0, union, 1.0)), 0.0
+            )
             keep = keep & ~((iou > thr) & (j > i))
     tl.store(keep_ptr + seg * K + j, keep.to(tl.int8), mask=jm)
 
 
 def batched_nms(
-    boxes: torch.Tensor, scores: torch.Tensor, dets: torch.Tensor, labels: torch.Tensor, num_classes: int,
-    background_label_id: int, iou_threshold: float, score_threshold: float, topk: int, clip_boxes: bool,
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    dets: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    background_label_id: int,
+    iou_threshold: float,
+    score_threshold: float,
+    topk: int,
+    clip_boxes: bool,
 ) -> None:
     """MMDeploy TRTBatchedNMS into ``dets`` (B, keep_topk, 5) and ``labels`` (B, keep_topk) int32.
 
@@ -657,7 +975,13 @@ def batched_nms(
     """
     from opbridge.ops._detection_ref import check_nms_inputs
 
-    check_nms_inputs("mmdeploy::TRTBatchedNMS", tuple(boxes.shape), tuple(scores.shape), num_classes, False)
+    check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS",
+        tuple(boxes.shape),
+        tuple(scores.shape),
+        num_classes,
+        False,
+    )
     b, n, c = scores.shape
     keep_topk = dets.shape[1]
     k = topk if 0 < topk <= n else n
@@ -669,21 +993,38 @@ def batched_nms(
     sorted_scores, order = sorted_scores[:, :, :k].contiguous(), order[:, :, :k]
     bx = boxes.float()
     if bx.shape[2] == 1:
-        cand = torch.gather(bx[:, :, 0].unsqueeze(1).expand(b, c, n, 4), 2, order.unsqueeze(-1).expand(b, c, k, 4))
+        cand = torch.gather(
+            bx[:, :, 0].unsqueeze(1).expand(b, c, n, 4),
+            2,
+            order.unsqueeze(-1).expand(b, c, k, 4),
+        )
     else:
-        cand = torch.gather(bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4))
+        cand = torch.gather(
+            bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4)
+        )
     cand = cand.contiguous()
     valid = torch.isfinite(sorted_scores).to(torch.int8).contiguous()
     keep = torch.empty_like(valid)
     if k:
-        _nms_kernel[(b * c,)](cand, valid, keep, k, float(iou_threshold), BLOCK=triton.next_power_of_2(k),
-                              num_warps=8 if k > 1024 else 4)
-    flat = torch.where(keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)).view(b, c * k)
+        _nms_kernel[(b * c,)](
+            cand,
+            valid,
+            keep,
+            k,
+            float(iou_threshold),
+            BLOCK=triton.next_power_of_2(k),
+            num_warps=8 if k > 1024 else 4,
+        )
+    flat = torch.where(
+        keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)
+    ).view(b, c * k)
     top_scores, top = torch.sort(flat, dim=1, descending=True, stable=True)
     m = min(keep_topk, c * k)
     top_scores, top = top_scores[:, :m], top[:, :m]
     found = torch.isfinite(top_scores)
-    sel_boxes = torch.gather(cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4))
+    sel_boxes = torch.gather(
+        cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4)
+    )
     if clip_boxes:
         sel_boxes = sel_boxes.clamp(0.0, 1.0)
     dets.zero_()

@@ -30,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -70,9 +70,23 @@ def GridSample(
 
 
 @GridSample.register_shape
-def _grid_shape(x: Any, grid: Any, *, interpolation_mode: int, padding_mode: int, align_corners: bool) -> TensorInfo:
-    ref.check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, ref.GRID_MODES)
-    ref.check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS)
+def _grid_shape(
+    x: Any,
+    grid: Any,
+    *,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> TensorInfo:
+    ref.check_choice(
+        "mmdeploy::grid_sampler",
+        "interpolation_mode",
+        interpolation_mode,
+        ref.GRID_MODES,
+    )
+    ref.check_choice(
+        "mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS
+    )
     return TensorInfo((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
 
 
@@ -97,7 +111,11 @@ def grid_sampler_function(opset: int) -> Any:
     def const_int(out: str, attr: str) -> onnx.NodeProto:
         node = helper.make_node("Constant", [], [out])
         ref_attr = onnx.AttributeProto()
-        ref_attr.name, ref_attr.ref_attr_name, ref_attr.type = "value_int", attr, onnx.AttributeProto.INT
+        ref_attr.name, ref_attr.ref_attr_name, ref_attr.type = (
+            "value_int",
+            attr,
+            onnx.AttributeProto.INT,
+        )
         node.attribute.append(ref_attr)
         return node
 
@@ -113,32 +131,54 @@ def grid_sampler_function(opset: int) -> Any:
         helper.make_node("Add", ["mp", "a"], ["code"]),
     ]
     if opset < 16:
-        raise ValueError(f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}.")
+        raise ValueError(
+            f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}."
+        )
     modes = ref.GRID_MODES if opset < 20 else ("linear", "nearest", "cubic")
     combos = [(m, p, a) for m in range(3) for p in range(3) for a in range(2)]
 
     def branch(i: int, out: str) -> onnx.GraphProto:
         m, p, a = combos[i]
         sample = helper.make_node(
-            "GridSample", ["input", "grid"], [out],
-            mode=modes[m], padding_mode=ref.GRID_PADDINGS[p], align_corners=a,
+            "GridSample",
+            ["input", "grid"],
+            [out],
+            mode=modes[m],
+            padding_mode=ref.GRID_PADDINGS[p],
+            align_corners=a,
         )
         if i == len(combos) - 1:
-            return helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
+            return helper.make_graph(
+                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
+            )
         k = helper.make_node("Constant", [], [f"k{i}"], value_int=i)
         eq = helper.make_node("Equal", ["code", f"k{i}"], [f"is{i}"])
         node = helper.make_node(
-            "If", [f"is{i}"], [out],
-            then_branch=helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]),
+            "If",
+            [f"is{i}"],
+            [out],
+            then_branch=helper.make_graph(
+                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
+            ),
             else_branch=branch(i + 1, f"r{i + 1}"),
         )
-        return helper.make_graph([k, eq, node], f"sel{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
+        return helper.make_graph(
+            [k, eq, node],
+            f"sel{i}",
+            [],
+            [helper.make_value_info(out, onnx.TypeProto())],
+        )
 
     top = branch(0, "output")
     nodes.extend(top.node)
     return helper.make_function(
-        DOMAIN, "grid_sampler", ["input", "grid"], ["output"], nodes,
-        [helper.make_opsetid("", opset)], ["interpolation_mode", "padding_mode", "align_corners"],
+        DOMAIN,
+        "grid_sampler",
+        ["input", "grid"],
+        ["output"],
+        nodes,
+        [helper.make_opsetid("", opset)],
+        ["interpolation_mode", "padding_mode", "align_corners"],
     )
 
 
@@ -155,7 +195,7 @@ def ModulatedDeformConv2d(
     offset: torch.Tensor,
     mask: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     stride: list[int] = [1, 1],  # noqa: B006 - defaults are normalised to tuples
     padding: list[int] = [0, 0],  # noqa: B006
     dilation: list[int] = [1, 1],  # noqa: B006
@@ -163,16 +203,33 @@ def ModulatedDeformConv2d(
     deform_groups: int = 1,
 ) -> torch.Tensor:
     """Modulated deformable convolution (DCNv2), as torchvision deform_conv2d with a mask."""
-    return ref.deform_conv2d(input, offset, mask, weight, bias, stride, padding, dilation, groups, deform_groups)
+    return ref.deform_conv2d(
+        input,
+        offset,
+        mask,
+        weight,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
+    )
 
 
 @ModulatedDeformConv2d.register_shape
-def _dcn_shape(x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any) -> TensorInfo:
-    return TensorInfo((x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype)
+def _dcn_shape(
+    x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any
+) -> TensorInfo:
+    return TensorInfo(
+        (x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype
+    )
 
 
 ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="numpy")
-ModulatedDeformConv2d.register_gpu_kernel(gpu.deform_conv2d, dtypes=("float32", "float16"))
+ModulatedDeformConv2d.register_gpu_kernel(
+    gpu.deform_conv2d, dtypes=("float32", "float16")
+)
 
 
 # --------------------------------------------------------------------------- RoIAlign
@@ -190,11 +247,22 @@ def RoIAlign(
     aligned: bool = True,
 ) -> torch.Tensor:
     """RoIAlign over input (N, C, H, W) for rois (R, 5) [batch, x1, y1, x2, y2], as MMCV's roi_align."""
-    return ref.roi_align(input, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
+    return ref.roi_align(
+        input,
+        rois,
+        output_height,
+        output_width,
+        spatial_scale,
+        sampling_ratio,
+        mode,
+        aligned,
+    )
 
 
 @RoIAlign.register_shape
-def _roi_shape(x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any) -> TensorInfo:
+def _roi_shape(
+    x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any
+) -> TensorInfo:
     return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
 
 
@@ -206,10 +274,10 @@ RoIAlign.register_gpu_kernel(gpu.roi_align, dtypes=("float32", "float16"))
 def MultiLevelRoiAlign(
     rois: torch.Tensor,
     feat0: torch.Tensor,
-    feat1: Optional[torch.Tensor] = None,
-    feat2: Optional[torch.Tensor] = None,
-    feat3: Optional[torch.Tensor] = None,
-    feat4: Optional[torch.Tensor] = None,
+    feat1: torch.Tensor | None = None,
+    feat2: torch.Tensor | None = None,
+    feat3: torch.Tensor | None = None,
+    feat4: torch.Tensor | None = None,
     output_height: int = 7,
     output_width: int = 7,
     featmap_strides: list[float] = [4.0, 8.0, 16.0, 32.0],  # noqa: B006
@@ -222,18 +290,32 @@ def MultiLevelRoiAlign(
     """RoIAlign of each RoI on its FPN level (MMDet SingleRoIExtractor); pool_mode 0 max, 1 avg."""
     feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
     return ref.multi_level_roi_align(
-        rois, feats, output_height, output_width, featmap_strides, sampling_ratio, pool_mode,
-        roi_scale_factor, finest_scale, aligned,
+        rois,
+        feats,
+        output_height,
+        output_width,
+        featmap_strides,
+        sampling_ratio,
+        pool_mode,
+        roi_scale_factor,
+        finest_scale,
+        aligned,
     )
 
 
 @MultiLevelRoiAlign.register_shape
-def _mlroi_shape(rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any) -> TensorInfo:
-    return TensorInfo((rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype)
+def _mlroi_shape(
+    rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any
+) -> TensorInfo:
+    return TensorInfo(
+        (rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype
+    )
 
 
 MultiLevelRoiAlign.register_kernel(cpu.multi_level_roi_align, kind="numpy")
-MultiLevelRoiAlign.register_gpu_kernel(gpu.multi_level_roi_align, dtypes=("float32", "float16"))
+MultiLevelRoiAlign.register_gpu_kernel(
+    gpu.multi_level_roi_align, dtypes=("float32", "float16")
+)
 
 
 # --------------------------------------------------------------------------- batched NMS
@@ -254,17 +336,37 @@ def BatchedNMS(
     return_index: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class NMS over a batch; dets (B, keep_topk, 5) and int32 labels (B, keep_topk), padded with 0 / -1."""
-    ref.check_nms_inputs("mmdeploy::TRTBatchedNMS", tuple(boxes.shape), tuple(scores.shape), num_classes, return_index)
+    ref.check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS",
+        tuple(boxes.shape),
+        tuple(scores.shape),
+        num_classes,
+        return_index,
+    )
     return ref.batched_nms(
-        boxes, scores, num_classes, background_label_id, iou_threshold, score_threshold, topk, keep_topk, clip_boxes
+        boxes,
+        scores,
+        num_classes,
+        background_label_id,
+        iou_threshold,
+        score_threshold,
+        topk,
+        keep_topk,
+        clip_boxes,
     )
 
 
 @BatchedNMS.register_shape
-def _nms_shape(boxes: Any, scores: Any, *, keep_topk: int, **_: Any) -> tuple[TensorInfo, TensorInfo]:
+def _nms_shape(
+    boxes: Any, scores: Any, *, keep_topk: int, **_: Any
+) -> tuple[TensorInfo, TensorInfo]:
     if keep_topk < 1:
-        raise ValueError(f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}.")
-    return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo((boxes.shape[0], keep_topk), torch.int32)
+        raise ValueError(
+            f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}."
+        )
+    return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo(
+        (boxes.shape[0], keep_topk), torch.int32
+    )
 
 
 BatchedNMS.register_kernel(cpu.batched_nms, kind="numpy")
