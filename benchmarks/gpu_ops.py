@@ -576,6 +576,60 @@ def section_dcn(quick: bool) -> None:
             "F.conv2d (plain conv)",
             note=f"variant {other}; matmul alone {mm:.3f} ms",
         )
+        # the fused implicit-GEMM variant (float16; float32 only with TF32 allowed)
+        for tf32 in [False] if dtype == torch.float16 else [True]:
+            prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            tk.deform_conv2d(
+                x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused"
+            )
+            fused_tol = tol(dtype) if dtype == torch.float16 else (1e-2, 1e-2)
+            compare(
+                "MMCVModulatedDeformConv2d fused",
+                shape,
+                dtype,
+                "reference",
+                out,
+                want,
+                *fused_tol,
+            )
+            fused = bench(
+                lambda: tk.deform_conv2d(
+                    x,
+                    off,
+                    mask,
+                    wt,
+                    b,
+                    out,
+                    (1, 1),
+                    (1, 1),
+                    (1, 1),
+                    1,
+                    1,
+                    variant="fused",
+                )
+            )
+            label = "variant fused" + ("; TF32" if tf32 else "")
+            record(
+                "MMCVModulatedDeformConv2d",
+                shape,
+                dtype,
+                fused,
+                conv,
+                "F.conv2d (plain conv)",
+                note=label,
+            )
+            if tv is not None:
+                record(
+                    "MMCVModulatedDeformConv2d",
+                    shape,
+                    dtype,
+                    fused,
+                    tv,
+                    "torchvision deform_conv2d",
+                    note=label,
+                )
+            torch.backends.cuda.matmul.allow_tf32 = prev_tf32
         for tf32, label in modes:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             ours = bench(

@@ -158,3 +158,30 @@ def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
         assert labels.dtype == torch.int32
         torch.testing.assert_close(labels, want_l, rtol=0, atol=0)
         torch.testing.assert_close(dets.float(), want_d, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 40, 10, 9, device="cuda", generator=g).to(dtype)
+    off = (torch.randn(2, 18, 10, 9, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(2, 9, 10, 9, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(20, 40, 3, 3, device="cuda", generator=g) / 20).to(dtype)
+    b = torch.randn(20, device="cuda", generator=g).to(dtype)
+    want = d.ModulatedDeformConv2d.run_reference(
+        x.float(), off.float(), mask.float(), w.float(), b.float(), padding=[1, 1]
+    )
+    out = torch.empty(2, 20, 10, 9, device="cuda", dtype=dtype)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = (
+            dtype == torch.float32
+        )  # the fused path needs TF32 in float32
+        tk.deform_conv2d(
+            x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused"
+        )
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)

@@ -599,6 +599,108 @@ def _dcn_im2col_loop_kernel(
             )
 
 
+@triton.jit
+def _dcn_fused_kernel(
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    Cout,
+    KW,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    TF32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Implicit GEMM: out[n, co, p] = sum over (tap, c) of W[tap, c, co] * mask * bilinear(x[n, c], p, tap).
+
+    The A tile (pixels x channels of one tap) is sampled straight into registers; no column buffer.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    com = co < Cout
+    hw = H * W
+    xb = x_ptr + n * Cin * hw
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for tap in range(K):
+        ky = tap // KW
+        kx = tap - ky * KW
+        ob = (n * 2 * K + 2 * tap) * P
+        dy = tl.load(off_ptr + ob + p, mask=pm, other=0.0).to(tl.float32)
+        dx = tl.load(off_ptr + ob + P + p, mask=pm, other=0.0).to(tl.float32)
+        mv = tl.load(mask_ptr + (n * K + tap) * P + p, mask=pm, other=0.0).to(
+            tl.float32
+        )
+        y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+        x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+        inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+        y0f = tl.floor(y)
+        x0f = tl.floor(x)
+        ly = y - y0f
+        lx = x - x0f
+        y0 = y0f.to(tl.int32)
+        x0 = x0f.to(tl.int32)
+        m00 = inside & (y0 >= 0) & (x0 >= 0)
+        m01 = inside & (y0 >= 0) & (x0 + 1 < W)
+        m10 = inside & (y0 + 1 < H) & (x0 >= 0)
+        m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
+        w00 = (1.0 - ly) * (1.0 - lx) * mv
+        w01 = (1.0 - ly) * lx * mv
+        w10 = ly * (1.0 - lx) * mv
+        w11 = ly * lx * mv
+        o00 = y0 * W + x0
+        for c0 in range(0, Cin, BLOCK_K):
+            c = c0 + tl.arange(0, BLOCK_K)
+            cm = c < Cin
+            src = xb + (c * hw)[None, :] + o00[:, None]
+            a = w00[:, None] * tl.load(
+                src, mask=m00[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w01[:, None] * tl.load(
+                src + 1, mask=m01[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w10[:, None] * tl.load(
+                src + W, mask=m10[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w11[:, None] * tl.load(
+                src + W + 1, mask=m11[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            bt = tl.load(
+                w_ptr + (tap * Cin + c)[:, None] * Cout + co[None, :],
+                mask=cm[:, None] & com[None, :],
+                other=0.0,
+            )
+            if TF32:
+                acc = tl.dot(a, bt.to(tl.float32), acc, input_precision="tf32")
+            else:
+                acc = tl.dot(a.to(bt.dtype), bt, acc)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + co, mask=com, other=0.0).to(tl.float32)[None, :]
+    dst = out_ptr + (n * Cout + co)[None, :] * P + p[:, None]
+    tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=pm[:, None] & com[None, :])
+
+
 def deform_conv2d(
     x: torch.Tensor,
     offset: torch.Tensor,
@@ -613,9 +715,12 @@ def deform_conv2d(
     deform_groups: int,
     variant: str | None = None,
 ) -> None:
-    """DCNv2: Triton bilinear im2col (mask applied), then one batched cuBLAS matmul into ``out``.
+    """DCNv2 into ``out``.
 
-    fp32 follows ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
+    Variants: "loop"/"tile": Triton bilinear im2col (mask applied) into a column buffer, then one
+    batched cuBLAS matmul; "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1,
+    deform_groups = 1, float16, or float32 when TF32 is allowed; otherwise it falls back to "loop").
+    float32 follows ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
     """
     from opbridge.ops._detection_ref import deform_conv_geometry
 
@@ -635,8 +740,57 @@ def deform_conv2d(
     cout, cin_g, kh, kw = weight.shape
     k, p = kh * kw, ho * wo
     cdg = cin // deform_groups
+    chosen = variant or DCN_VARIANT
+    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    if (
+        chosen == "fused"
+        and groups == 1
+        and deform_groups == 1
+        and (x.dtype != torch.float32 or tf32)
+    ):
+        # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
+        wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
+        bm, bn, bk = (
+            64,
+            min(128, max(16, triton.next_power_of_2(cout))),
+            min(32, max(16, triton.next_power_of_2(cin))),
+        )
+        launch = (triton.cdiv(p, bm), triton.cdiv(cout, bn), n)
+        _dcn_fused_kernel[launch](
+            x,
+            offset,
+            mask,
+            wt,
+            bias if bias is not None else wt,
+            out,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            cout,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            K=k,
+            HAS_BIAS=bias is not None,
+            TF32=tf32,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            num_warps=4,
+        )
+        return
+    if chosen == "fused":
+        chosen = (
+            "loop"  # groups, deform groups or strict float32: the column-buffer path
+        )
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
-    if (variant or DCN_VARIANT) == "loop":
+    if chosen == "loop":
         block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
         launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
         _dcn_im2col_loop_kernel[launch](
