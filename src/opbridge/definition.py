@@ -457,7 +457,7 @@ def op(
 
 
 # Domains of the built-in ops: a lookup in one of them defines the built-ins first.
-_BUILTIN_DOMAINS = frozenset({"opbridge", "Test"})
+_BUILTIN_DOMAINS = frozenset({"opbridge", "Test", "mmdeploy"})
 
 
 def _ensure_builtins() -> None:

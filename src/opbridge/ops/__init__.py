@@ -9,6 +9,10 @@
 * :data:`DynamicResize` (``Test::DynamicTRTResize``): bicubic resize of ``input``
   to the spatial size of the shape-only input ``size_tensor``.
 
+and the detection ops of :mod:`opbridge.ops.detection` (domain ``mmdeploy``, with
+MMDeploy's op names): ``grid_sampler``, ``MMCVModulatedDeformConv2d``,
+``MMCVRoiAlign``, ``MMCVMultiLevelRoiAlign`` and ``TRTBatchedNMS``.
+
 Importing this module defines the ops (it touches no global registry but
 opbridge's own and torch.library's).
 """
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 from opbridge.ops._seed import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
 from opbridge.ops import _seed_gpu  # noqa: F401, E402 - attaches the GPU kernels (lazy imports)
+from opbridge.ops.detection import detection_ops
 
-__all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2", "builtin_ops"]
+__all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2", "builtin_ops", "detection_ops"]
 
 
 def builtin_ops() -> list:

@@ -1,0 +1,408 @@
+"""CPU speed of the detection ops' CPU paths against their PyTorch references, measured in one run.
+
+For each op and size: the op's CPU path (its registered kernel; for resize, ONNX
+Runtime's standard Resize) against the PyTorch reference on CPU, and, where ONNX
+has the op, ONNX Runtime's standard op on the same inputs. When opbridge's ONNX
+Runtime bridge is importable, the exported model is also timed through
+``opbridge.onnxruntime.InferenceSession``.
+
+Usage:
+    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick]
+
+Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
+"ratio" is reference time / path time (> 1: the path is faster). Every path runs on
+``--threads`` threads (default 1: torch, ONNX Runtime and numpy alike; numpy kernels
+are single-threaded, and spinning torch/ORT thread pools would otherwise steal
+the cores the numpy kernels run on).
+"""
+
+# ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from opbridge.ops import DynamicResize
+from opbridge.ops import detection as d
+
+ROWS: list[tuple[str, str, str, float, str, float]] = []
+THREADS = 1
+
+
+def timeit(fn: Callable[[], Any], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def row(op: str, shape: str, path: str, ms: float, base: str, base_ms: float) -> None:
+    ROWS.append((op, shape, path, ms, base, base_ms))
+    print(
+        f"{op:26s} {shape:30s} {path:34s} {ms:9.2f} ms   {base:22s} {base_ms:9.2f} ms   ratio {base_ms / ms:6.2f}",
+        flush=True,
+    )
+
+
+def ort_session(
+    nodes: list, inputs: dict[str, np.ndarray], opset: int, inits: list | None = None
+) -> Callable[[], Any]:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    types = {
+        np.dtype(np.float32): TensorProto.FLOAT,
+        np.dtype(np.int64): TensorProto.INT64,
+    }
+    graph = helper.make_graph(
+        nodes,
+        "bench",
+        [
+            helper.make_tensor_value_info(k, types[v.dtype], None)
+            for k, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits or [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(
+        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    return lambda: sess.run(None, inputs)
+
+
+def bridged(opdef: Any, args: tuple, attrs: dict) -> Callable[[], Any] | None:
+    """The op exported and run through opbridge's ONNX Runtime session, if that module exists."""
+    try:
+        from opbridge.onnxruntime import InferenceSession
+    except ImportError:
+        return None
+    import opbridge
+
+    class Call(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> Any:
+            return opdef(*xs, **attrs)
+
+    path = Path(tempfile.mkdtemp()) / "m.onnx"
+    opbridge.export(Call(), args, path, exporter="torchscript")
+    sess = InferenceSession(str(path))
+    feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+    return lambda: sess.run(None, feeds)
+
+
+def bench_resize(quick: bool, reps: int) -> None:
+    from onnx import helper, numpy_helper
+
+    sizes = [(1, 3, 128, 128, 2), (1, 3, 256, 256, 4)] + (
+        [] if quick else [(8, 64, 64, 64, 2)]
+    )
+    for n, c, h, w, s in sizes:
+        x = torch.randn(n, c, h, w)
+        size_t = torch.empty(1, 1, h * s, w * s)
+        ref = timeit(lambda: DynamicResize.run_reference(x, size_t), reps)
+        node = helper.make_node(
+            "Resize",
+            ["x", "", "", "sizes"],
+            ["y"],
+            mode="cubic",
+            cubic_coeff_a=-0.75,
+            coordinate_transformation_mode="pytorch_half_pixel",
+        )
+        sizes_init = numpy_helper.from_array(
+            np.array([n, c, h * s, w * s], np.int64), "sizes"
+        )
+        run = ort_session([node], {"x": x.numpy()}, 17, [sizes_init])
+        got = run()[0]
+        err = float(np.abs(got - DynamicResize.run_reference(x, size_t).numpy()).max())
+        row(
+            "DynamicResize (bicubic)",
+            f"{n}x{c}x{h}x{w} x{s}",
+            f"ORT Resize cubic (err {err:.0e})",
+            timeit(run, reps),
+            "F.interpolate",
+            ref,
+        )
+
+
+def bench_grid(quick: bool, reps: int) -> None:
+    from onnx import helper
+
+    for n, c, h in [(1, 16, 64), (2, 64, 128)][: 1 if quick else 2]:
+        x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
+        for mode, name in ((0, "bilinear"), (2, "bicubic")):
+            attrs = {
+                "interpolation_mode": mode,
+                "padding_mode": 0,
+                "align_corners": False,
+            }
+            ref = timeit(lambda: d.GridSample.run_reference(x, grid, **attrs), reps)
+            row(
+                "grid_sampler " + name,
+                f"{n}x{c}x{h}x{h}",
+                "kernel (torch CPU)",
+                timeit(lambda: d.GridSample.kernel(x, grid, **attrs), reps),
+                "reference",
+                ref,
+            )
+            node = helper.make_node(
+                "GridSample",
+                ["x", "g"],
+                ["y"],
+                mode=name,
+                padding_mode="zeros",
+                align_corners=0,
+            )
+            run = ort_session([node], {"x": x.numpy(), "g": grid.numpy()}, 16)
+            row(
+                "grid_sampler " + name,
+                f"{n}x{c}x{h}x{h}",
+                "ORT GridSample-16 (no body: see docs)",
+                timeit(run, reps),
+                "reference",
+                ref,
+            )
+            fn = bridged(d.GridSample, (x, grid), attrs)
+            if fn:
+                row(
+                    "grid_sampler " + name,
+                    f"{n}x{c}x{h}x{h}",
+                    "opbridge ORT session (kernel)",
+                    timeit(fn, reps),
+                    "reference",
+                    ref,
+                )
+
+
+def bench_dcn(quick: bool, reps: int) -> None:
+    from onnx import helper
+
+    for n, c, h in [(1, 16, 32), (1, 64, 64)][: 1 if quick else 2]:
+        g = torch.Generator().manual_seed(0)
+        x, off = (
+            torch.randn(n, c, h, h, generator=g),
+            torch.randn(n, 18, h, h, generator=g),
+        )
+        mask, w, b = (
+            torch.rand(n, 9, h, h, generator=g),
+            torch.randn(c, c, 3, 3, generator=g),
+            torch.randn(c, generator=g),
+        )
+        attrs = {
+            "stride": [1, 1],
+            "padding": [1, 1],
+            "dilation": [1, 1],
+            "groups": 1,
+            "deform_groups": 1,
+        }
+        ref = timeit(
+            lambda: d.ModulatedDeformConv2d.run_reference(x, off, mask, w, b, **attrs),
+            reps,
+        )
+        arrays = [t.numpy() for t in (x, off, mask, w, b)]
+        shape = f"{n}x{c}x{h}x{h} 3x3->{c}"
+        row(
+            "MMCVModulatedDeformConv2d",
+            shape,
+            "kernel (numpy)",
+            timeit(lambda: d.ModulatedDeformConv2d.kernel(*arrays, **attrs), reps),
+            "reference",
+            ref,
+        )
+        node = helper.make_node(
+            "DeformConv", ["x", "w", "o", "b", "m"], ["y"], pads=[1, 1, 1, 1]
+        )
+        run = ort_session([node], dict(zip("xomwb", arrays)), 19)
+        row(
+            "MMCVModulatedDeformConv2d",
+            shape,
+            "ORT DeformConv-19 (opset >= 19 only)",
+            timeit(run, reps),
+            "reference",
+            ref,
+        )
+        fn = bridged(d.ModulatedDeformConv2d, (x, off, mask, w, b), attrs)
+        if fn:
+            row(
+                "MMCVModulatedDeformConv2d",
+                shape,
+                "opbridge ORT session (kernel)",
+                timeit(fn, reps),
+                "reference",
+                ref,
+            )
+
+
+def _rois(n: int, extent: float, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * extent
+    side = torch.exp(
+        torch.empty(n, 2).uniform_(np.log(16), np.log(extent / 2), generator=g)
+    )
+    return torch.cat([torch.zeros(n, 1), xy, xy + side], 1)
+
+
+def bench_roi(quick: bool, reps: int) -> None:
+    from onnx import helper
+
+    for n_rois, c in [(100, 64), (300, 256)][: 1 if quick else 2]:
+        feat, rois = torch.randn(1, c, 100, 168), _rois(n_rois, 400.0)
+        attrs = {
+            "output_height": 7,
+            "output_width": 7,
+            "spatial_scale": 0.25,
+            "sampling_ratio": 2,
+            "mode": "avg",
+            "aligned": True,
+        }
+        ref = timeit(
+            lambda: d.RoIAlign.run_reference(feat, rois, **attrs), max(1, reps // 2)
+        )
+        shape = f"{n_rois} RoIs on 1x{c}x100x168"
+        row(
+            "MMCVRoiAlign",
+            shape,
+            "kernel (numpy)",
+            timeit(
+                lambda: d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs), reps
+            ),
+            "reference",
+            ref,
+        )
+        node = helper.make_node(
+            "RoiAlign",
+            ["x", "r", "b"],
+            ["y"],
+            mode="avg",
+            output_height=7,
+            output_width=7,
+            sampling_ratio=2,
+            spatial_scale=0.25,
+            coordinate_transformation_mode="half_pixel",
+        )
+        run = ort_session(
+            [node],
+            {
+                "x": feat.numpy(),
+                "r": rois[:, 1:].contiguous().numpy(),
+                "b": rois[:, 0].long().numpy(),
+            },
+            16,
+        )
+        row(
+            "MMCVRoiAlign",
+            shape,
+            "ORT RoiAlign-16 (avg only)",
+            timeit(run, reps),
+            "reference",
+            ref,
+        )
+        fn = bridged(d.RoIAlign, (feat, rois), attrs)
+        if fn:
+            row(
+                "MMCVRoiAlign",
+                shape,
+                "opbridge ORT session (kernel)",
+                timeit(fn, reps),
+                "reference",
+                ref,
+            )
+        feats = [torch.randn(1, c, 400 // s, 672 // s) for s in (4, 8, 16, 32)]
+        mattrs = {"sampling_ratio": 2}
+        mref = timeit(
+            lambda: d.MultiLevelRoiAlign.run_reference(rois, *feats, **mattrs),
+            max(1, reps // 2),
+        )
+        arrays = [rois.numpy()] + [f.numpy() for f in feats]
+        bound = d.MultiLevelRoiAlign.spec.bind_attributes(mattrs)
+        row(
+            "MMCVMultiLevelRoiAlign",
+            f"{n_rois} RoIs, 4 levels, {c}ch",
+            "kernel (numpy)",
+            timeit(lambda: d.MultiLevelRoiAlign.kernel(*arrays, **bound), reps),
+            "reference",
+            mref,
+        )
+
+
+def bench_nms(quick: bool, reps: int) -> None:
+    for b, n, c in [(1, 500, 10), (2, 1000, 20)][: 1 if quick else 2]:
+        g = torch.Generator().manual_seed(0)
+        xy = torch.rand(b, n, 1, 2, generator=g) * 500
+        boxes = torch.cat([xy, xy + 16 + torch.rand(b, n, 1, 2, generator=g) * 150], -1)
+        scores = torch.rand(b, n, c, generator=g)
+        attrs = {"num_classes": c, "topk": 200, "keep_topk": 100}
+        ref = timeit(lambda: d.BatchedNMS.run_reference(boxes, scores, **attrs), 1)
+        bound = d.BatchedNMS.spec.bind_attributes(attrs)
+        shape = f"{b}x{n} boxes, {c} classes, topk 200"
+        row(
+            "TRTBatchedNMS",
+            shape,
+            "kernel (numpy)",
+            timeit(
+                lambda: d.BatchedNMS.kernel(boxes.numpy(), scores.numpy(), **bound),
+                reps,
+            ),
+            "reference",
+            ref,
+        )
+        fn = bridged(d.BatchedNMS, (boxes, scores), attrs)
+        if fn:
+            row(
+                "TRTBatchedNMS",
+                shape,
+                "opbridge ORT session (kernel)",
+                timeit(fn, reps),
+                "reference",
+                ref,
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer sizes and repetitions"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads for torch and ONNX Runtime (default 1)",
+    )
+    args = parser.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
+    reps = 3 if args.quick else 7
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    for fn in (bench_resize, bench_grid, bench_dcn, bench_roi, bench_nms):
+        fn(args.quick, reps)
+    print(
+        "\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|"
+    )
+    for op, shape, path, ms, base, base_ms in ROWS:
+        print(
+            f"| {op} | {shape} | {path} | {ms:.2f} | {base} | {base_ms:.2f} | {base_ms / ms:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,463 @@
+"""Vectorized CPU kernels of the detection ops (see :mod:`opbridge.ops.detection`).
+
+Signature of each: ``fn(*arrays, **attrs)`` with numpy arrays in and out (grid_sample:
+CPU torch tensors), the
+attributes as the op declares them. Arithmetic runs in float32 and results come
+back in the input's dtype. No per-element Python loops: loops run over deform
+groups, RoI chunks, pyramid levels and the NMS sweep (one step per rank, all
+classes at once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "batched_nms",
+    "deform_conv2d",
+    "grid_sample",
+    "multi_level_roi_align",
+    "roi_align",
+]
+
+_FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+# --------------------------------------------------------------------------- grid_sampler
+
+
+def grid_sample(
+    x: Any,
+    grid: Any,
+    *,
+    interpolation_mode: int = 0,
+    padding_mode: int = 0,
+    align_corners: bool = False,
+) -> Any:
+    """Torch-kind kernel (CPU tensors in and out): PyTorch's own vectorized CPU grid_sample.
+
+    F.grid_sample is the op's definition and ATen's CPU implementation is
+    vectorized; the standard ONNX GridSample matches it too (see the tests), but
+    cannot serve as an opset-independent function body.
+    """
+    from opbridge.ops._detection_ref import grid_sample as reference
+
+    return reference(x, grid, interpolation_mode, padding_mode, align_corners)
+
+
+# --------------------------------------------------------------------------- DCNv2
+
+
+def deform_conv2d(
+    x: np.ndarray,
+    offset: np.ndarray,
+    mask: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0),
+    dilation: tuple[int, ...] = (1, 1),
+    groups: int = 1,
+    deform_groups: int = 1,
+) -> np.ndarray:
+    """DCNv2 as torchvision's deform_conv2d with mask: bilinear im2col (zeros outside), then a matmul.
+
+    Samples are gathered as whole channel rows from a channels-last copy of each
+    image (row gathers, not element gathers), then one matmul per group.
+    """
+    from opbridge.ops._detection_ref import deform_conv_geometry
+
+    (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
+        x.shape,
+        offset.shape,
+        mask.shape,
+        weight.shape,
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
+    )
+    dtype = x.dtype
+    n, cin, h, w = x.shape
+    cout, cin_g, kh, kw = weight.shape
+    k, p, cdg = kh * kw, hout * wout, cin // deform_groups
+    co_g = cout // groups
+    off = offset.astype(np.float32, copy=False).reshape(n, deform_groups, k, 2, p)
+    m = mask.astype(np.float32, copy=False).reshape(n, deform_groups, k, p)
+    ky, kx = np.divmod(np.arange(k), kw)
+    base_y = np.repeat(np.arange(hout) * sh - ph, wout).astype(np.float32)
+    base_x = np.tile(np.arange(wout) * sw - pw, hout).astype(np.float32)
+    tap_y = (ky * dh).astype(np.float32)[:, None]
+    tap_x = (kx * dw).astype(np.float32)[:, None]
+    # (K*Cg, Cout/G) weight matrix per group, rows ordered (tap, channel) to match the gathered columns
+    wmat = (
+        weight.astype(np.float32, copy=False)
+        .reshape(groups, co_g, cin_g, k)
+        .transpose(0, 3, 2, 1)
+        .reshape(groups, k * cin_g, co_g)
+    )
+    out = np.empty((n, cout, p), np.float32)
+    for b in range(n):
+        # channels-last image with one zero row at index H*W: invalid corners read it
+        img = np.concatenate(
+            [
+                x[b].astype(np.float32, copy=False).reshape(cin, h * w).T,
+                np.zeros((1, cin), np.float32),
+            ]
+        )
+        cols = np.empty(
+            (k, p, cin), np.float32
+        )  # gathered samples, (tap, pixel, channel)
+        for g in range(deform_groups):
+            y = base_y[None, :] + tap_y + off[b, g, :, 0]  # k, p
+            xx = base_x[None, :] + tap_x + off[b, g, :, 1]
+            inside = (y > -1) & (y < h) & (xx > -1) & (xx < w)
+            y0, x0 = np.floor(y), np.floor(xx)
+            ly, lx = y - y0, xx - x0
+            y0i, x0i = y0.astype(np.int64), x0.astype(np.int64)
+            acc = np.zeros((k * p, cdg), np.float32)
+            src = img[:, g * cdg : (g + 1) * cdg]
+            for dy, dx, wgt in (
+                (0, 0, (1 - ly) * (1 - lx)),
+                (0, 1, (1 - ly) * lx),
+                (1, 0, ly * (1 - lx)),
+                (1, 1, ly * lx),
+            ):
+                yy, xc = y0i + dy, x0i + dx
+                ok = inside & (yy >= 0) & (yy < h) & (xc >= 0) & (xc < w)
+                idx = np.where(ok, yy * w + xc, h * w).reshape(-1)
+                acc += src[idx] * (wgt * m[b, g]).reshape(-1, 1)
+            cols[:, :, g * cdg : (g + 1) * cdg] = acc.reshape(k, p, cdg)
+        for g in range(groups):
+            lhs = (
+                cols[:, :, g * cin_g : (g + 1) * cin_g]
+                .transpose(1, 0, 2)
+                .reshape(p, k * cin_g)
+            )
+            out[b, g * co_g : (g + 1) * co_g] = (lhs @ wmat[g]).T
+    if bias is not None:
+        out += bias.astype(np.float32).reshape(1, cout, 1)
+    out = out.reshape(n, cout, hout, wout)
+    return out.astype(dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- RoIAlign
+
+
+def _axis_samples(
+    start: np.ndarray,
+    size: np.ndarray,
+    pooled: int,
+    grid: np.ndarray,
+    gmax: int,
+    limit: int,
+) -> tuple:
+    """Separable sample positions and bilinear terms along one axis, per RoI.
+
+    Returns (low index, high index, low weight, high weight, in-range flag), each
+    [R, pooled, gmax], following MMCV's bilinear rule (clamp at 0, last pixel).
+    """
+    bin_size = size / pooled
+    g = np.maximum(grid, 1).astype(np.float32)
+    pos = (
+        start[:, None, None]
+        + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
+        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5)
+        * (bin_size / g)[:, None, None]
+    ).astype(np.float32)
+    inside = (pos >= -1.0) & (pos <= limit)
+    pos = np.maximum(pos, 0)
+    low = np.floor(pos).astype(np.int64)
+    last = low >= limit - 1
+    low = np.where(last, limit - 1, low)
+    pos = np.where(last, low.astype(np.float32), pos)
+    high = np.where(last, low, low + 1)
+    frac = (pos - low).astype(np.float32)
+    return low, high, 1 - frac, frac, inside
+
+
+def _grid_sizes(
+    rois: np.ndarray,
+    oh: int,
+    ow: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sampling grid (gh, gw) of each RoI: sampling_ratio, or ceil(roi size / bins) when <= 0."""
+    if sampling_ratio > 0:
+        g = np.full(rois.shape[0], sampling_ratio, np.int64)
+        return g, g.copy()
+    off = np.float32(0.5 if aligned else 0.0)
+    sc = np.float32(spatial_scale)
+    x1, y1 = rois[:, 1] * sc - off, rois[:, 2] * sc - off
+    rw, rh = rois[:, 3] * sc - off - x1, rois[:, 4] * sc - off - y1
+    if not aligned:
+        rw, rh = np.maximum(rw, np.float32(1)), np.maximum(rh, np.float32(1))
+    gh = np.maximum(np.ceil(rh / np.float32(oh)), 0).astype(np.int64)
+    gw = np.maximum(np.ceil(rw / np.float32(ow)), 0).astype(np.int64)
+    return gh, gw
+
+
+def _roi_align_chunk(
+    feat_nhwc: np.ndarray,
+    h: int,
+    w: int,
+    rois: np.ndarray,
+    oh: int,
+    ow: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+) -> np.ndarray:
+    r = rois.shape[0]
+    c = feat_nhwc.shape[-1]
+    off = np.float32(0.5 if aligned else 0.0)
+    sc = np.float32(spatial_scale)
+    bidx = rois[:, 0].astype(np.int64)
+    x1 = rois[:, 1] * sc - off
+    y1 = rois[:, 2] * sc - off
+    rw = rois[:, 3] * sc - off - x1
+    rh = rois[:, 4] * sc - off - y1
+    if not aligned:
+        rw, rh = np.maximum(rw, 1.0), np.maximum(rh, 1.0)
+    gh, gw = _grid_sizes(rois, oh, ow, spatial_scale, sampling_ratio, aligned)
+    ghm, gwm = max(int(gh.max(initial=0)), 1), max(int(gw.max(initial=0)), 1)
+    ylo, yhi, wyl, wyh, yin = _axis_samples(y1, rh, oh, gh, ghm, h)
+    xlo, xhi, wxl, wxh, xin = _axis_samples(x1, rw, ow, gw, gwm, w)
+    # [R, oh, ghm, ow, gwm]
+    valid = (
+        np.arange(ghm)[None, None, :, None, None] < gh[:, None, None, None, None]
+    ) & (np.arange(gwm)[None, None, None, None, :] < gw[:, None, None, None, None])
+    inside = yin[:, :, :, None, None] & xin[:, None, None, :, :]
+    base = bidx[:, None, None, None, None] * (h * w)
+    val = np.zeros((r, oh, ghm, ow, gwm, c), np.float32)
+    for yi, wy in ((ylo, wyl), (yhi, wyh)):
+        for xi, wx in ((xlo, wxl), (xhi, wxh)):
+            idx = base + yi[:, :, :, None, None] * w + xi[:, None, None, :, :]
+            wgt = wy[:, :, :, None, None] * wx[:, None, None, :, :]
+            val += feat_nhwc[idx] * wgt[..., None]
+    val = np.where(inside[..., None], val, np.float32(0))
+    if pool_max:
+        val = np.where(valid[..., None], val, -_FLT_MAX)
+        out = val.max(axis=(2, 4))
+    else:
+        val = np.where(valid[..., None], val, np.float32(0))
+        out = (
+            val.sum(axis=(2, 4))
+            / np.maximum(gh * gw, 1).astype(np.float32)[:, None, None, None]
+        )
+    return out.transpose(0, 3, 1, 2)  # R, C, oh, ow
+
+
+def roi_align(
+    feat: np.ndarray,
+    rois: np.ndarray,
+    *,
+    output_height: int = 7,
+    output_width: int = 7,
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = 0,
+    mode: str = "avg",
+    aligned: bool = True,
+) -> np.ndarray:
+    """MMCV roi_align, vectorized over RoIs (in chunks of similar sampling-grid size)."""
+    op = "mmdeploy::MMCVRoiAlign"
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise ValueError(
+            f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}."
+        )
+    if mode not in ("avg", "max"):
+        raise ValueError(
+            f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}."
+        )
+    n, c, h, w = feat.shape
+    r32 = rois.astype(np.float32)
+    bad = (r32[:, 0] < 0) | (r32[:, 0] >= n)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}."
+        )
+    out = np.empty((rois.shape[0], c, output_height, output_width), np.float32)
+    if rois.shape[0] == 0:
+        return out.astype(feat.dtype)
+    nhwc = np.ascontiguousarray(
+        feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)
+    ).reshape(n * h * w, c)
+    # RoIs with the same sampling grid (gh, gw) go together, in chunks that bound the memory used
+    gh, gw = _grid_sizes(
+        r32, output_height, output_width, spatial_scale, sampling_ratio, aligned
+    )
+    for key in np.unique(gh * 65536 + gw):
+        members = np.nonzero(gh * 65536 + gw == key)[0]
+        g = max(int(key // 65536), 1) * max(int(key % 65536), 1)
+        step = max(1, (1 << 22) // (c * output_height * output_width * g))
+        for s0 in range(0, len(members), step):
+            idx = members[s0 : s0 + step]
+            out[idx] = _roi_align_chunk(
+                nhwc,
+                h,
+                w,
+                r32[idx],
+                output_height,
+                output_width,
+                spatial_scale,
+                sampling_ratio,
+                mode == "max",
+                aligned,
+            )
+    return out.astype(feat.dtype, copy=False)
+
+
+def multi_level_roi_align(
+    rois: np.ndarray,
+    feat0: np.ndarray,
+    feat1: np.ndarray | None = None,
+    feat2: np.ndarray | None = None,
+    feat3: np.ndarray | None = None,
+    feat4: np.ndarray | None = None,
+    *,
+    output_height: int = 7,
+    output_width: int = 7,
+    featmap_strides: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0),
+    sampling_ratio: int = 0,
+    pool_mode: int = 1,
+    roi_scale_factor: float = 1.0,
+    finest_scale: int = 56,
+    aligned: bool = True,
+) -> np.ndarray:
+    """MMDet SingleRoIExtractor: level by sqrt(area), optional rescale, RoIAlign per level."""
+    op = "mmdeploy::MMCVMultiLevelRoiAlign"
+    feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
+    if len(featmap_strides) != len(feats):
+        raise ValueError(
+            f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
+            f"entries {list(featmap_strides)}; give one stride per feature map."
+        )
+    mode = {0: "max", 1: "avg"}.get(pool_mode)
+    if mode is None:
+        raise ValueError(
+            f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}."
+        )
+    r32 = rois.astype(np.float32)
+    scale = np.sqrt((r32[:, 3] - r32[:, 1]) * (r32[:, 4] - r32[:, 2]))
+    lvl = np.clip(
+        np.floor(np.log2(scale / np.float32(finest_scale) + np.float32(1e-6))),
+        0,
+        len(feats) - 1,
+    )
+    lvl = np.nan_to_num(lvl, nan=0).astype(np.int64)
+    if roi_scale_factor > 0 and roi_scale_factor != 1.0:
+        f = np.float32(roi_scale_factor)
+        cx, cy = (r32[:, 1] + r32[:, 3]) * 0.5, (r32[:, 2] + r32[:, 4]) * 0.5
+        hw, hh = (r32[:, 3] - r32[:, 1]) * f * 0.5, (r32[:, 4] - r32[:, 2]) * f * 0.5
+        r32 = np.stack([r32[:, 0], cx - hw, cy - hh, cx + hw, cy + hh], axis=1).astype(
+            np.float32
+        )
+    out = np.zeros(
+        (rois.shape[0], feats[0].shape[1], output_height, output_width), np.float32
+    )
+    for level, (feat, stride) in enumerate(zip(feats, featmap_strides)):
+        idx = np.nonzero(lvl == level)[0]
+        if len(idx):
+            out[idx] = roi_align(
+                feat.astype(np.float32, copy=False),
+                r32[idx],
+                output_height=output_height,
+                output_width=output_width,
+                spatial_scale=1.0 / stride,
+                sampling_ratio=sampling_ratio,
+                mode=mode,
+                aligned=aligned,
+            )
+    return out.astype(feats[0].dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- batched NMS
+
+
+def _iou_matrix(b: np.ndarray) -> np.ndarray:
+    """Pairwise IoU [..., K, K] of boxes [..., K, 4] with MMDeploy's TRTBatchedNMS rule."""
+    x1, y1, x2, y2 = (b[..., i] for i in range(4))
+    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(
+        x1[..., :, None], x1[..., None, :]
+    )
+    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(
+        y1[..., :, None], y1[..., None, :]
+    )
+    inter = np.where((iw > 0) & (ih > 0), iw * ih, np.float32(0))
+    w, h = x2 - x1, y2 - y1
+    area = np.where((w < 0) | (h < 0), np.float32(0), w * h)
+    union = area[..., :, None] + area[..., None, :] - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(inter > 0, inter / union, np.float32(0)).astype(np.float32)
+
+
+def batched_nms(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    *,
+    num_classes: int = 80,
+    background_label_id: int = -1,
+    iou_threshold: float = 0.5,
+    score_threshold: float = 0.05,
+    topk: int = 1000,
+    keep_topk: int = 100,
+    is_normalized: bool = False,
+    clip_boxes: bool = False,
+    return_index: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """MMDeploy TRTBatchedNMS (see the reference in :mod:`opbridge.ops._detection_ref`)."""
+    from opbridge.ops._detection_ref import check_nms_inputs
+
+    check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index
+    )
+    bsz, n, c = scores.shape
+    k = topk if 0 < topk <= n else n
+    dets = np.zeros((bsz, keep_topk, 5), np.float32)
+    labels = np.full((bsz, keep_topk), -1, np.int32)
+    bx = boxes.astype(np.float32, copy=False)
+    thr = np.float32(iou_threshold)
+    for i in range(bsz):
+        s = scores[i].astype(np.float32, copy=False).T  # C, N
+        key = np.where(s > np.float32(score_threshold), s, -np.inf)
+        if 0 <= background_label_id < c:
+            key[background_label_id] = -np.inf
+        order = np.argsort(-key, axis=1, kind="stable")[:, :k]  # C, k
+        cand_scores = np.take_along_axis(key, order, axis=1)
+        valid = np.isfinite(cand_scores)
+        if bx.shape[2] == 1:
+            cand = bx[i, :, 0][order]  # C, k, 4
+        else:
+            cand = bx[i].transpose(1, 0, 2)[np.arange(c)[:, None], order]
+        kmax = int(valid.sum(axis=1).max(initial=0))
+        keep = valid.copy()
+        if kmax:
+            chunk = max(1, (1 << 24) // (kmax * kmax))
+            ranks = np.arange(kmax)
+            for c0 in range(0, c, chunk):
+                iou = _iou_matrix(cand[c0 : c0 + chunk, :kmax])  # cc, kmax, kmax
+                kp = keep[c0 : c0 + chunk, :kmax]
+                for j in range(kmax):
+                    sup = kp[:, j : j + 1] & (iou[:, j, :] > thr) & (ranks > j)[None, :]
+                    kp &= ~sup
+                keep[c0 : c0 + chunk, :kmax] = kp
+        flat_scores = np.where(keep, cand_scores, -np.inf).reshape(-1)
+        sel = np.argsort(-flat_scores, kind="stable")[:keep_topk]
+        sel = sel[np.isfinite(flat_scores[sel])]
+        m = len(sel)
+        cls, rank = np.divmod(sel, k)
+        out_boxes = cand[cls, rank]
+        if clip_boxes:
+            out_boxes = np.clip(out_boxes, 0.0, 1.0)
+        dets[i, :m, :4] = out_boxes
+        dets[i, :m, 4] = flat_scores[sel]
+        labels[i, :m] = cls
+    return dets.astype(boxes.dtype, copy=False), labels

@@ -1,0 +1,541 @@
+"""PyTorch references of the detection ops (see :mod:`opbridge.ops.detection`).
+
+Plain PyTorch, CPU or CUDA, any float dtype (computed in float32 where the
+reference semantics need it). Each function states the reference it follows.
+This module imports torch only: GPU scripts can import it without onnx.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "GRID_MODES",
+    "GRID_PADDINGS",
+    "batched_nms",
+    "deform_conv2d",
+    "grid_sample",
+    "map_roi_levels",
+    "multi_level_roi_align",
+    "nms_iou",
+    "rescale_rois",
+    "roi_align",
+]
+
+GRID_MODES = ("bilinear", "nearest", "bicubic")
+GRID_PADDINGS = ("zeros", "border", "reflection")
+_FLT_MAX = 3.4028234663852886e38
+
+
+def check_choice(op: str, name: str, value: int, names: tuple[str, ...]) -> str:
+    """The name coded by the int attribute ``value``, or a ValueError naming the choices."""
+    if not 0 <= value < len(names):
+        choices = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+        raise ValueError(
+            f"{op}: attribute {name!r} must be one of {choices}; got {value}."
+        )
+    return names[value]
+
+
+# --------------------------------------------------------------------------- grid_sampler
+
+
+def grid_sample(
+    x: torch.Tensor,
+    grid: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> torch.Tensor:
+    """``F.grid_sample`` with MMDeploy's integer-coded mode attributes."""
+    mode = check_choice(
+        "mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES
+    )
+    pad = check_choice(
+        "mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS
+    )
+    return F.grid_sample(
+        x, grid.to(x.dtype), mode=mode, padding_mode=pad, align_corners=align_corners
+    )
+
+
+# --------------------------------------------------------------------------- deformable convolution
+
+
+def _pair(name: str, value: tuple[int, ...]) -> tuple[int, int]:
+    if len(value) == 1:
+        return value[0], value[0]
+    if len(value) != 2:
+        raise ValueError(
+            f"mmdeploy::MMCVModulatedDeformConv2d: attribute {name!r} takes 1 or 2 ints (H, W); got {list(value)}."
+        )
+    return value[0], value[1]
+
+
+def deform_conv_geometry(
+    x_shape: tuple[int, ...],
+    offset_shape: tuple[int, ...],
+    mask_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    deform_groups: int,
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, int]:
+    """Check a DCNv2 call's shapes; return (stride, padding, dilation, Hout, Wout)."""
+    op = "mmdeploy::MMCVModulatedDeformConv2d"
+    s, p, d = (
+        _pair("stride", stride),
+        _pair("padding", padding),
+        _pair("dilation", dilation),
+    )
+    n, cin, h, w = x_shape
+    cout, cin_g, kh, kw = w_shape
+    if groups < 1 or deform_groups < 1:
+        raise ValueError(
+            f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}."
+        )
+    if cin != cin_g * groups or cout % groups:
+        raise ValueError(
+            f"{op}: input has {cin} channels and weight {tuple(w_shape)} with groups={groups}; "
+            f"need input channels = weight.shape[1] * groups and weight.shape[0] divisible by groups."
+        )
+    if cin % deform_groups:
+        raise ValueError(
+            f"{op}: input channels {cin} are not divisible by deform_groups={deform_groups}."
+        )
+    hout = (h + 2 * p[0] - (d[0] * (kh - 1) + 1)) // s[0] + 1
+    wout = (w + 2 * p[1] - (d[1] * (kw - 1) + 1)) // s[1] + 1
+    k = kh * kw
+    want_off = (n, 2 * deform_groups * k, hout, wout)
+    want_mask = (n, deform_groups * k, hout, wout)
+    if tuple(offset_shape) != want_off or tuple(mask_shape) != want_mask:
+        raise ValueError(
+            f"{op}: offset {tuple(offset_shape)} and mask {tuple(mask_shape)} do not fit input {tuple(x_shape)}, "
+            f"weight {tuple(w_shape)}, deform_groups={deform_groups}: expected offset {want_off} and mask {want_mask}."
+        )
+    return s, p, d, hout, wout
+
+
+def _bilinear_zero_pad(
+    img: torch.Tensor, y: torch.Tensor, x: torch.Tensor
+) -> torch.Tensor:
+    """Sample ``img`` [N, C, H, W] at (y, x) [N, P]: bilinear, zero outside (torchvision's deform_conv rule)."""
+    n, c, h, w = img.shape
+    inside = (y > -1) & (y < h) & (x > -1) & (x < w)
+    y0 = torch.floor(y)
+    x0 = torch.floor(x)
+    ly, lx = y - y0, x - x0
+    y0i, x0i = y0.long(), x0.long()
+    flat = img.reshape(n, c, h * w)
+    out = torch.zeros(n, c, y.shape[1], dtype=img.dtype, device=img.device)
+    for dy, dx, wgt in (
+        (0, 0, (1 - ly) * (1 - lx)),
+        (0, 1, (1 - ly) * lx),
+        (1, 0, ly * (1 - lx)),
+        (1, 1, ly * lx),
+    ):
+        yy, xx = y0i + dy, x0i + dx
+        ok = inside & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        idx = (
+            (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).unsqueeze(1).expand(n, c, -1)
+        )
+        out += torch.gather(flat, 2, idx) * (wgt * ok).unsqueeze(1)
+    return out
+
+
+def deform_conv2d(
+    x: torch.Tensor,
+    offset: torch.Tensor,
+    mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    deform_groups: int,
+) -> torch.Tensor:
+    """Modulated deformable convolution (DCNv2), torchvision ``deform_conv2d(..., mask=mask)`` semantics.
+
+    Offsets are laid out (deform group, kernel tap, [dy, dx]) along dim 1, mask
+    (deform group, kernel tap); sampling is bilinear with zeros outside the input.
+    """
+    (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
+        tuple(x.shape),
+        tuple(offset.shape),
+        tuple(mask.shape),
+        tuple(weight.shape),
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
+    )
+    dtype = x.dtype
+    xf, off, m, wf = x.float(), offset.float(), mask.float(), weight.float()
+    n, cin, _, _ = x.shape
+    cout, cin_g, kh, kw = weight.shape
+    k = kh * kw
+    p = hout * wout
+    dev = x.device
+    base_y = (torch.arange(hout, device=dev) * sh - ph).view(1, hout, 1).float()
+    base_x = (torch.arange(wout, device=dev) * sw - pw).view(1, 1, wout).float()
+    tap_y = (
+        (torch.arange(kh, device=dev).repeat_interleave(kw) * dh).view(k, 1, 1).float()
+    )
+    tap_x = (torch.arange(kw, device=dev).repeat(kh) * dw).view(k, 1, 1).float()
+    cdg = cin // deform_groups
+    cols = []
+    for g in range(deform_groups):
+        o = off[:, 2 * k * g : 2 * k * (g + 1)].reshape(n, k, 2, hout, wout)
+        y = (base_y + tap_y).unsqueeze(0) + o[:, :, 0]
+        xx = (base_x + tap_x).unsqueeze(0) + o[:, :, 1]
+        vals = _bilinear_zero_pad(
+            xf[:, g * cdg : (g + 1) * cdg], y.reshape(n, k * p), xx.reshape(n, k * p)
+        )
+        vals = vals.reshape(n, cdg, k, p) * m[:, g * k : (g + 1) * k].reshape(
+            n, 1, k, p
+        )
+        cols.append(vals)
+    col = torch.cat(cols, 1).reshape(n, groups, cin_g * k, p)
+    wg = wf.reshape(groups, cout // groups, cin_g * k)
+    out = torch.einsum("gok,ngkp->ngop", wg, col).reshape(n, cout, hout, wout)
+    if bias is not None:
+        out = out + bias.float().view(1, cout, 1, 1)
+    return out.to(dtype)
+
+
+# --------------------------------------------------------------------------- RoIAlign
+
+
+def _check_rois(op: str, rois: torch.Tensor) -> None:
+    if rois.dim() != 2 or rois.shape[1] != 5:
+        raise ValueError(
+            f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {tuple(rois.shape)}."
+        )
+
+
+def _mmcv_bilinear(
+    flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch.Tensor
+) -> torch.Tensor:
+    """MMCV/torchvision RoIAlign bilinear rule. flat [C, H*W]; y, x broadcastable -> [C, *shape]."""
+    y, x = torch.broadcast_tensors(y, x)
+    outside = (y < -1.0) | (y > h) | (x < -1.0) | (x > w)
+    y = y.clamp(min=0)
+    x = x.clamp(min=0)
+    y0 = torch.floor(y).long()
+    x0 = torch.floor(x).long()
+    ylast = y0 >= h - 1
+    xlast = x0 >= w - 1
+    y0 = torch.where(ylast, torch.full_like(y0, h - 1), y0)
+    x0 = torch.where(xlast, torch.full_like(x0, w - 1), x0)
+    y = torch.where(ylast, y0.to(y.dtype), y)
+    x = torch.where(xlast, x0.to(x.dtype), x)
+    y1 = torch.where(ylast, y0, y0 + 1)
+    x1 = torch.where(xlast, x0, x0 + 1)
+    ly, lx = y - y0, x - x0
+    hy, hx = 1 - ly, 1 - lx
+    shape = y.shape
+
+    def at(yy: torch.Tensor, xx: torch.Tensor) -> torch.Tensor:
+        return flat[:, (yy * w + xx).reshape(-1)].reshape(flat.shape[0], *shape)
+
+    val = (
+        hy * hx * at(y0, x0)
+        + hy * lx * at(y0, x1)
+        + ly * hx * at(y1, x0)
+        + ly * lx * at(y1, x1)
+    )
+    return torch.where(outside, torch.zeros_like(val), val)
+
+
+def _roi_align_one(
+    flat: torch.Tensor,
+    h: int,
+    w: int,
+    box: list[float],
+    out_h: int,
+    out_w: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+) -> torch.Tensor:
+    """RoIAlign of one RoI over one image's features flat [C, H*W] -> [C, out_h, out_w] (MMCV rule)."""
+    off = 0.5 if aligned else 0.0
+    # float32 arithmetic, as the CUDA/CPU kernels do
+    f = lambda v: torch.tensor(v, dtype=torch.float32)
+    x1 = f(box[0]) * spatial_scale - off
+    y1 = f(box[1]) * spatial_scale - off
+    rw = f(box[2]) * spatial_scale - off - x1
+    rh = f(box[3]) * spatial_scale - off - y1
+    if not aligned:
+        rw = torch.clamp(rw, min=1.0)
+        rh = torch.clamp(rh, min=1.0)
+    bh, bw = rh / out_h, rw / out_w
+    gh = sampling_ratio if sampling_ratio > 0 else math.ceil(float(rh / out_h))
+    gw = sampling_ratio if sampling_ratio > 0 else math.ceil(float(rw / out_w))
+    dev = flat.device
+    if gh <= 0 or gw <= 0:
+        fill = -_FLT_MAX if pool_max else 0.0
+        return torch.full(
+            (flat.shape[0], out_h, out_w), fill, dtype=torch.float32, device=dev
+        )
+    iy = torch.arange(gh, device=dev, dtype=torch.float32)
+    ix = torch.arange(gw, device=dev, dtype=torch.float32)
+    py = torch.arange(out_h, device=dev, dtype=torch.float32)
+    px = torch.arange(out_w, device=dev, dtype=torch.float32)
+    ys = y1 + py.view(-1, 1) * bh + (iy.view(1, -1) + 0.5) * bh / gh  # [out_h, gh]
+    xs = x1 + px.view(-1, 1) * bw + (ix.view(1, -1) + 0.5) * bw / gw  # [out_w, gw]
+    vals = _mmcv_bilinear(
+        flat, h, w, ys.view(out_h, gh, 1, 1), xs.view(1, 1, out_w, gw)
+    )  # [C, oh, gh, ow, gw]
+    if pool_max:
+        return vals.amax(dim=(2, 4))
+    return vals.sum(dim=(2, 4)) / max(gh * gw, 1)
+
+
+def roi_align(
+    feat: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    mode: str,
+    aligned: bool,
+) -> torch.Tensor:
+    """MMCV ``roi_align`` (= torchvision ``roi_align`` for mode "avg"), one RoI at a time."""
+    op = "mmdeploy::MMCVRoiAlign"
+    _check_rois(op, rois)
+    if mode not in ("avg", "max"):
+        raise ValueError(
+            f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}."
+        )
+    if output_height < 1 or output_width < 1:
+        raise ValueError(
+            f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}."
+        )
+    n, c, h, w = feat.shape
+    flat = feat.float().reshape(n, c, h * w)
+    out = torch.empty(
+        rois.shape[0],
+        c,
+        output_height,
+        output_width,
+        dtype=torch.float32,
+        device=feat.device,
+    )
+    for r, row in enumerate(rois.float().tolist()):
+        b = int(row[0])
+        if not 0 <= b < n:
+            raise ValueError(
+                f"{op}: RoI {r} has batch index {b}, outside the feature batch of {n}."
+            )
+        out[r] = _roi_align_one(
+            flat[b],
+            h,
+            w,
+            row[1:],
+            output_height,
+            output_width,
+            spatial_scale,
+            sampling_ratio,
+            mode == "max",
+            aligned,
+        )
+    return out.to(feat.dtype)
+
+
+def rescale_rois(rois: torch.Tensor, factor: float) -> torch.Tensor:
+    """Scale each RoI about its centre by ``factor`` (MMDet's ``roi_rescale``)."""
+    cx = (rois[:, 1] + rois[:, 3]) * 0.5
+    cy = (rois[:, 2] + rois[:, 4]) * 0.5
+    w = (rois[:, 3] - rois[:, 1]) * factor
+    h = (rois[:, 4] - rois[:, 2]) * factor
+    return torch.stack(
+        [rois[:, 0], cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5], dim=1
+    )
+
+
+def map_roi_levels(
+    rois: torch.Tensor, num_levels: int, finest_scale: int
+) -> torch.Tensor:
+    """FPN level of each RoI: floor(log2(sqrt(area) / finest_scale + 1e-6)) clamped to [0, L-1] (MMDet)."""
+    scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
+    lvl = torch.floor(torch.log2(scale / finest_scale + 1e-6))
+    return lvl.clamp(min=0, max=num_levels - 1).long()
+
+
+def multi_level_roi_align(
+    rois: torch.Tensor,
+    feats: list[torch.Tensor],
+    output_height: int,
+    output_width: int,
+    featmap_strides: tuple[float, ...],
+    sampling_ratio: int,
+    pool_mode: int,
+    roi_scale_factor: float,
+    finest_scale: int,
+    aligned: bool,
+) -> torch.Tensor:
+    """MMDet's ``SingleRoIExtractor``: map RoIs to levels, optionally rescale, RoIAlign on each level."""
+    op = "mmdeploy::MMCVMultiLevelRoiAlign"
+    _check_rois(op, rois)
+    if len(featmap_strides) != len(feats):
+        raise ValueError(
+            f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
+            f"entries {list(featmap_strides)}; give one stride per feature map."
+        )
+    mode = {0: "max", 1: "avg"}.get(pool_mode)
+    if mode is None:
+        raise ValueError(
+            f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}."
+        )
+    r32 = rois.float()
+    levels = map_roi_levels(r32, len(feats), finest_scale)
+    if roi_scale_factor > 0 and roi_scale_factor != 1.0:
+        r32 = rescale_rois(r32, roi_scale_factor)
+    c = feats[0].shape[1]
+    out = torch.zeros(
+        rois.shape[0],
+        c,
+        output_height,
+        output_width,
+        dtype=torch.float32,
+        device=rois.device,
+    )
+    for lvl, (feat, stride) in enumerate(zip(feats, featmap_strides)):
+        idx = torch.nonzero(levels == lvl).flatten()
+        if idx.numel():
+            out[idx] = roi_align(
+                feat.float(),
+                r32[idx],
+                output_height,
+                output_width,
+                1.0 / stride,
+                sampling_ratio,
+                mode,
+                aligned,
+            )
+    return out.to(feats[0].dtype)
+
+
+# --------------------------------------------------------------------------- batched NMS
+
+
+def nms_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of boxes a [..., 4] and b [..., 4] (broadcast), as MMDeploy's TRTBatchedNMS computes it.
+
+    No +1 on widths; boxes that only touch have IoU 0; an inverted box has area 0.
+    """
+    ix1 = torch.maximum(a[..., 0], b[..., 0])
+    iy1 = torch.maximum(a[..., 1], b[..., 1])
+    ix2 = torch.minimum(a[..., 2], b[..., 2])
+    iy2 = torch.minimum(a[..., 3], b[..., 3])
+    iw, ih = ix2 - ix1, iy2 - iy1
+    inter = torch.where((iw > 0) & (ih > 0), iw * ih, torch.zeros_like(iw))
+
+    def area(t: torch.Tensor) -> torch.Tensor:
+        w, h = t[..., 2] - t[..., 0], t[..., 3] - t[..., 1]
+        return torch.where((w < 0) | (h < 0), torch.zeros_like(w), w * h)
+
+    union = area(a) + area(b) - inter
+    return torch.where(inter > 0, inter / union, torch.zeros_like(inter))
+
+
+def check_nms_inputs(
+    op: str,
+    boxes_shape: tuple,
+    scores_shape: tuple,
+    num_classes: int,
+    return_index: bool,
+) -> None:
+    """Shape/attribute checks shared by every TRTBatchedNMS implementation."""
+    if return_index:
+        raise ValueError(
+            f"{op}: return_index=1 (a third output) is not supported; export with return_index=0."
+        )
+    if len(boxes_shape) != 4 or boxes_shape[-1] != 4 or len(scores_shape) != 3:
+        raise ValueError(
+            f"{op}: boxes must be (B, N, 1 or num_classes, 4) and scores (B, N, num_classes); "
+            f"got boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)}."
+        )
+    if (
+        scores_shape[2] != num_classes
+        or boxes_shape[2] not in (1, num_classes)
+        or boxes_shape[:2] != scores_shape[:2]
+    ):
+        raise ValueError(
+            f"{op}: num_classes={num_classes} but scores {tuple(scores_shape)} and boxes {tuple(boxes_shape)}; "
+            "scores' last dim must equal num_classes and boxes' third dim must be 1 or num_classes."
+        )
+
+
+def batched_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    num_classes: int,
+    background_label_id: int,
+    iou_threshold: float,
+    score_threshold: float,
+    topk: int,
+    keep_topk: int,
+    clip_boxes: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MMDeploy TRTBatchedNMS: per-class NMS over a batch, fixed-size padded outputs.
+
+    Per image and class (background class skipped): keep scores > score_threshold,
+    sort descending (ties: lower box index first), keep the first ``topk``
+    (all when topk <= 0 or > N), greedy NMS suppressing IoU > iou_threshold. Then
+    the survivors of all classes are sorted by score (ties: lower class, then
+    higher rank first) and the first ``keep_topk`` returned as dets [B, keep_topk, 5]
+    (x1, y1, x2, y2, score) and labels [B, keep_topk] int32; unused rows are
+    zeros with label -1. ``clip_boxes`` clamps output boxes to [0, 1].
+    """
+    b, n, c = scores.shape
+    k = topk if 0 < topk <= n else n
+    dets = torch.zeros(b, keep_topk, 5, dtype=torch.float32, device=boxes.device)
+    labels = torch.full((b, keep_topk), -1, dtype=torch.int32, device=boxes.device)
+    bx, sc = boxes.float(), scores.float()
+    for i in range(b):
+        kept_scores, kept_labels, kept_boxes = [], [], []
+        for cls in range(c):
+            if cls == background_label_id:
+                continue
+            s = sc[i, :, cls]
+            key = torch.where(s > score_threshold, s, torch.full_like(s, -math.inf))
+            order = torch.sort(key, descending=True, stable=True).indices[:k]
+            order = order[key[order] > -math.inf]
+            cand = bx[i, order, 0 if bx.shape[2] == 1 else cls]
+            keep = torch.ones(order.numel(), dtype=torch.bool, device=boxes.device)
+            for j in range(order.numel()):
+                if keep[j]:
+                    later = torch.arange(order.numel(), device=boxes.device) > j
+                    keep &= ~(later & (nms_iou(cand[j], cand) > iou_threshold))
+            kept_scores.append(s[order[keep]])
+            kept_labels.append(
+                torch.full(
+                    (int(keep.sum()),), cls, dtype=torch.int32, device=boxes.device
+                )
+            )
+            kept_boxes.append(cand[keep])
+        if not kept_scores:
+            continue
+        ks, kl, kb = (
+            torch.cat(kept_scores),
+            torch.cat(kept_labels),
+            torch.cat(kept_boxes),
+        )
+        sel = torch.sort(ks, descending=True, stable=True).indices[:keep_topk]
+        m = sel.numel()
+        out_boxes = kb[sel].clamp(0.0, 1.0) if clip_boxes else kb[sel]
+        dets[i, :m, :4] = out_boxes
+        dets[i, :m, 4] = ks[sel]
+        labels[i, :m] = kl[sel]
+    return dets.to(boxes.dtype), labels

@@ -1,0 +1,1188 @@
+"""Triton kernels of the detection ops. Imported on first GPU call only (needs triton).
+
+Conventions: NCHW inputs (made contiguous), float32 arithmetic whatever the
+storage dtype, results stored in the output's dtype. Each host function writes
+into a preallocated output on the current CUDA stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "batched_nms",
+    "deform_conv2d",
+    "grid_sample",
+    "multi_level_roi_align",
+    "roi_align",
+]
+
+_FLT_MAX = 3.4028234663852886e38
+# Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
+# tiles). Both are tested; benchmarks/gpu_ops.py times both. The defaults are the faster one per
+# mode on the H200 (benchmarks/OPLIB.md): grid_sample by interpolation mode, DCN im2col.
+GRID_VARIANT = {0: "loop", 1: "tile", 2: "loop"}
+DCN_VARIANT = "loop"
+
+
+# --------------------------------------------------------------------------- grid_sample
+
+
+@triton.jit
+def _unnormalize(coord, size, ALIGN: tl.constexpr):
+    if ALIGN:
+        return (coord + 1.0) * 0.5 * (size - 1)
+    else:
+        return ((coord + 1.0) * size - 1.0) * 0.5
+
+
+@triton.jit
+def _reflect(x, twice_low, twice_high):
+    # PyTorch's reflect_coordinates; twice_low == twice_high (size 1) gives 0
+    lo = twice_low * 0.5
+    span = (twice_high - twice_low) * 0.5
+    safe = tl.where(span > 0, span, 1.0)
+    d = tl.abs(x - lo)
+    flips = tl.floor(tl.div_rn(d, safe))
+    extra = d % safe
+    odd = (flips - 2.0 * tl.floor(flips * 0.5)) != 0
+    r = tl.where(odd, safe - extra + lo, extra + lo)
+    return tl.where(span > 0, r, 0.0)
+
+
+@triton.jit
+def _pad_coord(x, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
+    # PyTorch's compute_coordinates: 0 zeros (unchanged), 1 border, 2 reflection
+    if PAD == 1:
+        x = tl.minimum(tl.maximum(x, 0.0), size - 1.0)
+    elif PAD == 2:
+        if ALIGN:
+            x = _reflect(x, 0.0, 2.0 * (size - 1.0))
+        else:
+            x = _reflect(x, -1.0, 2.0 * size - 1.0)
+        x = tl.minimum(tl.maximum(x, 0.0), size - 1.0)
+    return x
+
+
+@triton.jit
+def _cubic1(t):
+    a = -0.75
+    return ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
+
+
+@triton.jit
+def _cubic2(t):
+    a = -0.75
+    return ((a * t - 5.0 * a) * t + 8.0 * a) * t - 4.0 * a
+
+
+@triton.jit
+def _grid_sample_kernel(
+    x_ptr,
+    g_ptr,
+    out_ptr,
+    C,
+    H,
+    W,
+    HWo,
+    total,
+    MODE: tl.constexpr,
+    PAD: tl.constexpr,
+    ALIGN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cb = tl.program_id(1)
+    p = pid * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < total
+    n = p // HWo
+    q = p - n * HWo
+    gx = tl.load(g_ptr + 2 * p.to(tl.int64), mask=pm, other=0.0).to(tl.float32)
+    gy = tl.load(g_ptr + 2 * p.to(tl.int64) + 1, mask=pm, other=0.0).to(tl.float32)
+    Wf = W * 1.0
+    Hf = H * 1.0
+    ix = _unnormalize(gx, Wf, ALIGN)
+    iy = _unnormalize(gy, Hf, ALIGN)
+    c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    plane = (n.to(tl.int64) * C)[:, None] + c[None, :]
+    base = plane * (H * W)
+    m2 = pm[:, None] & cm[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    if MODE == 0:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        tx = ix - x0f
+        ty = iy - y0f
+        x0 = x0f.to(tl.int32)
+        y0 = y0f.to(tl.int32)
+        for dy in tl.static_range(2):
+            for dx in tl.static_range(2):
+                xx = x0 + dx
+                yy = y0 + dy
+                wx = tx if dx == 1 else 1.0 - tx
+                wy = ty if dy == 1 else 1.0 - ty
+                ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+                v = tl.load(
+                    x_ptr + base + (yy * W + xx)[:, None],
+                    mask=m2 & ok[:, None],
+                    other=0.0,
+                ).to(tl.float32)
+                acc += v * (wx * wy)[:, None]
+    elif MODE == 1:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        # round half to even, as nearbyint
+        rx = tl.floor(ix + 0.5)
+        rx = tl.where(
+            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
+        )
+        ry = tl.floor(iy + 0.5)
+        ry = tl.where(
+            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
+        )
+        xx = rx.to(tl.int32)
+        yy = ry.to(tl.int32)
+        ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        acc = tl.load(
+            x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0
+        ).to(tl.float32)
+    else:
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        tx = ix - x0f
+        ty = iy - y0f
+        for j in tl.static_range(4):
+            yj = _pad_coord(y0f - 1.0 + j, Hf, PAD, ALIGN)
+            if j == 0:
+                wy = _cubic2(ty + 1.0)
+            elif j == 1:
+                wy = _cubic1(ty)
+            elif j == 2:
+                wy = _cubic1(1.0 - ty)
+            else:
+                wy = _cubic2((1.0 - ty) + 1.0)
+            yi = yj.to(tl.int32)
+            oky = (yj >= 0.0) & (yj <= Hf - 1.0)
+            row = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+            for i in tl.static_range(4):
+                xi_f = _pad_coord(x0f - 1.0 + i, Wf, PAD, ALIGN)
+                if i == 0:
+                    wx = _cubic2(tx + 1.0)
+                elif i == 1:
+                    wx = _cubic1(tx)
+                elif i == 2:
+                    wx = _cubic1(1.0 - tx)
+                else:
+                    wx = _cubic2((1.0 - tx) + 1.0)
+                xi = xi_f.to(tl.int32)
+                ok = oky & (xi_f >= 0.0) & (xi_f <= Wf - 1.0)
+                v = tl.load(
+                    x_ptr + base + (yi * W + xi)[:, None],
+                    mask=m2 & ok[:, None],
+                    other=0.0,
+                ).to(tl.float32)
+                row += v * wx[:, None]
+            acc += row * wy[:, None]
+    out_off = plane * HWo + q[:, None]
+    tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=m2)
+
+
+@triton.jit
+def _grid_sample_loop_kernel(
+    x_ptr,
+    g_ptr,
+    out_ptr,
+    C,
+    H,
+    W,
+    HWo,
+    total,
+    MODE: tl.constexpr,
+    PAD: tl.constexpr,
+    ALIGN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    CU: tl.constexpr,
+):
+    """One lane per output pixel, channels in an unrolled loop (PyTorch's formulas and accumulation order)."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < total
+    n = p // HWo
+    q = p - n * HWo
+    gx = tl.load(g_ptr + 2 * p.to(tl.int64), mask=pm, other=0.0).to(tl.float32)
+    gy = tl.load(g_ptr + 2 * p.to(tl.int64) + 1, mask=pm, other=0.0).to(tl.float32)
+    Wf = W * 1.0
+    Hf = H * 1.0
+    ix = _unnormalize(gx, Wf, ALIGN)
+    iy = _unnormalize(gy, Hf, ALIGN)
+    hw = H * W
+    in0 = n.to(tl.int64) * C * hw
+    out0 = n.to(tl.int64) * C * HWo + q
+    if MODE == 0:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        x0 = x0f.to(tl.int32)
+        y0 = y0f.to(tl.int32)
+        w_nw = ((x0f + 1.0) - ix) * ((y0f + 1.0) - iy)
+        w_ne = (ix - x0f) * ((y0f + 1.0) - iy)
+        w_sw = ((x0f + 1.0) - ix) * (iy - y0f)
+        w_se = (ix - x0f) * (iy - y0f)
+        okx0 = (x0 >= 0) & (x0 < W)
+        okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
+        oky0 = (y0 >= 0) & (y0 < H)
+        oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
+        m_nw = pm & okx0 & oky0
+        m_ne = pm & okx1 & oky0
+        m_sw = pm & okx0 & oky1
+        m_se = pm & okx1 & oky1
+        o_nw = y0 * W + x0
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                src = x_ptr + in0 + c * hw + o_nw
+                acc = tl.load(src, mask=m_nw & cm, other=0.0).to(tl.float32) * w_nw
+                acc += tl.load(src + 1, mask=m_ne & cm, other=0.0).to(tl.float32) * w_ne
+                acc += tl.load(src + W, mask=m_sw & cm, other=0.0).to(tl.float32) * w_sw
+                acc += (
+                    tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32)
+                    * w_se
+                )
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    acc.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
+    elif MODE == 1:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        rx = tl.floor(ix + 0.5)
+        rx = tl.where(
+            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
+        )
+        ry = tl.floor(iy + 0.5)
+        ry = tl.where(
+            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
+        )
+        xx = rx.to(tl.int32)
+        yy = ry.to(tl.int32)
+        ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        o = yy * W + xx
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                v = tl.load(x_ptr + in0 + c * hw + o, mask=ok & cm, other=0.0)
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    v.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
+    else:
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        tx = ix - x0f
+        ty = iy - y0f
+        wx0 = _cubic2(tx + 1.0)
+        wx1 = _cubic1(tx)
+        wx2 = _cubic1(1.0 - tx)
+        wx3 = _cubic2((1.0 - tx) + 1.0)
+        wy0 = _cubic2(ty + 1.0)
+        wy1 = _cubic1(ty)
+        wy2 = _cubic1(1.0 - ty)
+        wy3 = _cubic2((1.0 - ty) + 1.0)
+        xs0 = _pad_coord(x0f - 1.0, Wf, PAD, ALIGN)
+        xs1 = _pad_coord(x0f, Wf, PAD, ALIGN)
+        xs2 = _pad_coord(x0f + 1.0, Wf, PAD, ALIGN)
+        xs3 = _pad_coord(x0f + 2.0, Wf, PAD, ALIGN)
+        ys0 = _pad_coord(y0f - 1.0, Hf, PAD, ALIGN)
+        ys1 = _pad_coord(y0f, Hf, PAD, ALIGN)
+        ys2 = _pad_coord(y0f + 1.0, Hf, PAD, ALIGN)
+        ys3 = _pad_coord(y0f + 2.0, Hf, PAD, ALIGN)
+        for c0 in range(0, C, CU):
+            for cu in tl.static_range(CU):
+                c = c0 + cu
+                cm = c < C
+                plane = x_ptr + in0 + c * hw
+                acc = tl.zeros([BLOCK_P], tl.float32)
+                for j in tl.static_range(4):
+                    if j == 0:
+                        yj = ys0
+                        wy = wy0
+                    elif j == 1:
+                        yj = ys1
+                        wy = wy1
+                    elif j == 2:
+                        yj = ys2
+                        wy = wy2
+                    else:
+                        yj = ys3
+                        wy = wy3
+                    oky = pm & cm & (yj >= 0.0) & (yj <= Hf - 1.0)
+                    rowp = plane + yj.to(tl.int32) * W
+                    row = (
+                        tl.load(
+                            rowp + xs0.to(tl.int32),
+                            mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx0
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs1.to(tl.int32),
+                            mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx1
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs2.to(tl.int32),
+                            mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx2
+                    )
+                    row += (
+                        tl.load(
+                            rowp + xs3.to(tl.int32),
+                            mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0),
+                            other=0.0,
+                        ).to(tl.float32)
+                        * wx3
+                    )
+                    if j == 0:
+                        acc = row * wy
+                    else:
+                        acc += row * wy
+                tl.store(
+                    out_ptr + out0 + c * HWo,
+                    acc.to(out_ptr.dtype.element_ty),
+                    mask=pm & cm,
+                )
+
+
+def grid_sample(
+    x: torch.Tensor,
+    grid: torch.Tensor,
+    out: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+    variant: str | None = None,
+) -> None:
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode])."""
+    if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
+        raise ValueError(
+            f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
+            "must be 0, 1 or 2."
+        )
+    x = x.contiguous()
+    grid = grid.contiguous()
+    n, c, h, w = x.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    total = n * ho * wo
+    if (variant or GRID_VARIANT[interpolation_mode]) == "loop":
+        block_p = 128
+        _grid_sample_loop_kernel[(triton.cdiv(total, block_p),)](
+            x,
+            grid,
+            out,
+            c,
+            h,
+            w,
+            ho * wo,
+            total,
+            MODE=interpolation_mode,
+            PAD=padding_mode,
+            ALIGN=bool(align_corners),
+            BLOCK_P=block_p,
+            CU=4,
+            num_warps=4,
+        )
+        return
+    block_c = min(16, triton.next_power_of_2(c))
+    block_p = 128
+    launch = (triton.cdiv(total, block_p), triton.cdiv(c, block_c))
+    _grid_sample_kernel[launch](
+        x,
+        grid,
+        out,
+        c,
+        h,
+        w,
+        ho * wo,
+        total,
+        MODE=interpolation_mode,
+        PAD=padding_mode,
+        ALIGN=bool(align_corners),
+        BLOCK_P=block_p,
+        BLOCK_C=block_c,
+        num_warps=4,
+    )
+
+
+# --------------------------------------------------------------------------- DCNv2
+
+
+@triton.jit
+def _dcn_im2col_kernel(
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    col_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    K,
+    KW,
+    DG,
+    CDG,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    pid_t = tl.program_id(1)  # (n, dg, k)
+    pid_c = tl.program_id(2)
+    k = pid_t % K
+    ndg = pid_t // K
+    dg = ndg % DG
+    n = ndg // DG
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    ky = k // KW
+    kx = k - ky * KW
+    off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
+    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
+    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(
+        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
+    ).to(tl.float32)
+    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    y0f = tl.floor(y)
+    x0f = tl.floor(x)
+    ly = y - y0f
+    lx = x - x0f
+    y0 = y0f.to(tl.int32)
+    x0 = x0f.to(tl.int32)
+    c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < CDG
+    ch = dg * CDG + c
+    base = (n.to(tl.int64) * Cin + ch) * (H * W)
+    m2 = pm[:, None] & cm[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    for cy in tl.static_range(2):
+        for cx in tl.static_range(2):
+            yy = y0 + cy
+            xx = x0 + cx
+            wgt = (ly if cy == 1 else 1.0 - ly) * (lx if cx == 1 else 1.0 - lx)
+            ok = inside & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
+            v = tl.load(
+                x_ptr + base[None, :] + (yy * W + xx)[:, None],
+                mask=m2 & ok[:, None],
+                other=0.0,
+            ).to(tl.float32)
+            acc += v * wgt[:, None]
+    acc = acc * mval[:, None]
+    # cols[n, ch * K + k, p]
+    row = (n.to(tl.int64) * Cin + ch) * K + k
+    tl.store(
+        col_ptr + row[None, :] * P + p[:, None],
+        acc.to(col_ptr.dtype.element_ty),
+        mask=m2,
+    )
+
+
+@triton.jit
+def _dcn_im2col_loop_kernel(
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    col_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    K,
+    KW,
+    DG,
+    CDG,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    BLOCK_P: tl.constexpr,
+    CB: tl.constexpr,
+    CU: tl.constexpr,
+):
+    """One lane per output pixel of one (image, deform group, tap); CB channels in an unrolled loop."""
+    pid_p = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    c_start = tl.program_id(2) * CB
+    k = pid_t % K
+    ndg = pid_t // K
+    dg = ndg % DG
+    n = ndg // DG
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    ky = k // KW
+    kx = k - ky * KW
+    off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
+    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
+    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(
+        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
+    ).to(tl.float32)
+    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    y0f = tl.floor(y)
+    x0f = tl.floor(x)
+    ly = y - y0f
+    lx = x - x0f
+    hy = 1.0 - ly
+    hx = 1.0 - lx
+    y0 = y0f.to(tl.int32)
+    x0 = x0f.to(tl.int32)
+    m00 = inside & (y0 >= 0) & (x0 >= 0)
+    m01 = inside & (y0 >= 0) & (x0 + 1 < W)
+    m10 = inside & (y0 + 1 < H) & (x0 >= 0)
+    m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
+    w00 = hy * hx
+    w01 = hy * lx
+    w10 = ly * hx
+    w11 = ly * lx
+    o00 = y0 * W + x0
+    hw = H * W
+    for c0 in range(0, CB, CU):
+        for cu in tl.static_range(CU):
+            c = c_start + c0 + cu
+            cm = c < CDG
+            ch = dg * CDG + c
+            src = x_ptr + (n.to(tl.int64) * Cin + ch) * hw + o00
+            v = w00 * tl.load(src, mask=m00 & cm, other=0.0).to(tl.float32)
+            v += w01 * tl.load(src + 1, mask=m01 & cm, other=0.0).to(tl.float32)
+            v += w10 * tl.load(src + W, mask=m10 & cm, other=0.0).to(tl.float32)
+            v += w11 * tl.load(src + W + 1, mask=m11 & cm, other=0.0).to(tl.float32)
+            row = (n.to(tl.int64) * Cin + ch) * K + k
+            tl.store(
+                col_ptr + row * P + p,
+                (v * mval).to(col_ptr.dtype.element_ty),
+                mask=pm & cm,
+            )
+
+
+@triton.jit
+def _dcn_fused_kernel(
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    Cout,
+    KW,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    TF32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Implicit GEMM: out[n, co, p] = sum over (tap, c) of W[tap, c, co] * mask * bilinear(x[n, c], p, tap).
+
+    The A tile (pixels x channels of one tap) is sampled straight into registers; no column buffer.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    com = co < Cout
+    hw = H * W
+    xb = x_ptr + n * Cin * hw
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for tap in range(K):
+        ky = tap // KW
+        kx = tap - ky * KW
+        ob = (n * 2 * K + 2 * tap) * P
+        dy = tl.load(off_ptr + ob + p, mask=pm, other=0.0).to(tl.float32)
+        dx = tl.load(off_ptr + ob + P + p, mask=pm, other=0.0).to(tl.float32)
+        mv = tl.load(mask_ptr + (n * K + tap) * P + p, mask=pm, other=0.0).to(
+            tl.float32
+        )
+        y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+        x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+        inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+        y0f = tl.floor(y)
+        x0f = tl.floor(x)
+        ly = y - y0f
+        lx = x - x0f
+        y0 = y0f.to(tl.int32)
+        x0 = x0f.to(tl.int32)
+        m00 = inside & (y0 >= 0) & (x0 >= 0)
+        m01 = inside & (y0 >= 0) & (x0 + 1 < W)
+        m10 = inside & (y0 + 1 < H) & (x0 >= 0)
+        m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
+        w00 = (1.0 - ly) * (1.0 - lx) * mv
+        w01 = (1.0 - ly) * lx * mv
+        w10 = ly * (1.0 - lx) * mv
+        w11 = ly * lx * mv
+        o00 = y0 * W + x0
+        for c0 in range(0, Cin, BLOCK_K):
+            c = c0 + tl.arange(0, BLOCK_K)
+            cm = c < Cin
+            src = xb + (c * hw)[None, :] + o00[:, None]
+            a = w00[:, None] * tl.load(
+                src, mask=m00[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w01[:, None] * tl.load(
+                src + 1, mask=m01[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w10[:, None] * tl.load(
+                src + W, mask=m10[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            a += w11[:, None] * tl.load(
+                src + W + 1, mask=m11[:, None] & cm[None, :], other=0.0
+            ).to(tl.float32)
+            bt = tl.load(
+                w_ptr + (tap * Cin + c)[:, None] * Cout + co[None, :],
+                mask=cm[:, None] & com[None, :],
+                other=0.0,
+            )
+            if TF32:
+                acc = tl.dot(a, bt.to(tl.float32), acc, input_precision="tf32")
+            else:
+                acc = tl.dot(a.to(bt.dtype), bt, acc)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + co, mask=com, other=0.0).to(tl.float32)[None, :]
+    dst = out_ptr + (n * Cout + co)[None, :] * P + p[:, None]
+    tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=pm[:, None] & com[None, :])
+
+
+def deform_conv2d(
+    x: torch.Tensor,
+    offset: torch.Tensor,
+    mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    deform_groups: int,
+    variant: str | None = None,
+) -> None:
+    """DCNv2 into ``out``.
+
+    Variants: "loop"/"tile": Triton bilinear im2col (mask applied) into a column buffer, then one
+    batched cuBLAS matmul; "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1,
+    deform_groups = 1, float16, or float32 when TF32 is allowed; otherwise it falls back to "loop").
+    float32 follows ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
+    """
+    from opbridge.ops._detection_ref import deform_conv_geometry
+
+    (sh, sw), (ph, pw), (dh, dw), ho, wo = deform_conv_geometry(
+        tuple(x.shape),
+        tuple(offset.shape),
+        tuple(mask.shape),
+        tuple(weight.shape),
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
+    )
+    x, offset, mask = x.contiguous(), offset.contiguous(), mask.contiguous()
+    n, cin, h, w = x.shape
+    cout, cin_g, kh, kw = weight.shape
+    k, p = kh * kw, ho * wo
+    cdg = cin // deform_groups
+    chosen = variant or DCN_VARIANT
+    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    if (
+        chosen == "fused"
+        and groups == 1
+        and deform_groups == 1
+        and (x.dtype != torch.float32 or tf32)
+    ):
+        # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
+        wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
+        bm, bn, bk = (
+            64,
+            min(128, max(16, triton.next_power_of_2(cout))),
+            min(32, max(16, triton.next_power_of_2(cin))),
+        )
+        launch = (triton.cdiv(p, bm), triton.cdiv(cout, bn), n)
+        _dcn_fused_kernel[launch](
+            x,
+            offset,
+            mask,
+            wt,
+            bias if bias is not None else wt,
+            out,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            cout,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            K=k,
+            HAS_BIAS=bias is not None,
+            TF32=tf32,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            num_warps=4,
+        )
+        return
+    if chosen == "fused":
+        chosen = (
+            "loop"  # groups, deform groups or strict float32: the column-buffer path
+        )
+    cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
+    if chosen == "loop":
+        block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
+        launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
+        _dcn_im2col_loop_kernel[launch](
+            x,
+            offset,
+            mask,
+            cols,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            k,
+            kw,
+            deform_groups,
+            cdg,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            BLOCK_P=block_p,
+            CB=cb,
+            CU=4,
+            num_warps=4,
+        )
+    else:
+        block_p, block_c = 64, min(32, triton.next_power_of_2(cdg))
+        launch = (
+            triton.cdiv(p, block_p),
+            n * deform_groups * k,
+            triton.cdiv(cdg, block_c),
+        )
+        _dcn_im2col_kernel[launch](
+            x,
+            offset,
+            mask,
+            cols,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            k,
+            kw,
+            deform_groups,
+            cdg,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            BLOCK_P=block_p,
+            BLOCK_C=block_c,
+            num_warps=4,
+        )
+    wg = weight.to(x.dtype).reshape(groups, cout // groups, cin_g * k)
+    res = out.view(n, groups, cout // groups, p)
+    torch.matmul(wg, cols.view(n, groups, cin_g * k, p), out=res)
+    if bias is not None:
+        out.add_(bias.to(out.dtype).view(1, cout, 1, 1))
+
+
+# --------------------------------------------------------------------------- RoIAlign
+
+
+@triton.jit
+def _roi_align_kernel(
+    feat_ptr,
+    rois_ptr,
+    lvl_ptr,
+    out_ptr,
+    N,
+    C,
+    H,
+    W,
+    spatial_scale,
+    sampling_ratio,
+    level,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    POOL_MAX: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    USE_LEVEL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    r = tl.program_id(0)
+    e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    em = e < C * PH * PW
+    b = tl.load(rois_ptr + r * 5).to(tl.float32).to(tl.int32)
+    rx1 = tl.load(rois_ptr + r * 5 + 1).to(tl.float32)
+    ry1 = tl.load(rois_ptr + r * 5 + 2).to(tl.float32)
+    rx2 = tl.load(rois_ptr + r * 5 + 3).to(tl.float32)
+    ry2 = tl.load(rois_ptr + r * 5 + 4).to(tl.float32)
+    run = (b >= 0) & (b < N)
+    if USE_LEVEL:
+        run = run & (tl.load(lvl_ptr + r) == level)
+    off = 0.5 if ALIGNED else 0.0
+    x1 = rx1 * spatial_scale - off
+    y1 = ry1 * spatial_scale - off
+    rw = rx2 * spatial_scale - off - x1
+    rh = ry2 * spatial_scale - off - y1
+    if not ALIGNED:
+        rw = tl.maximum(rw, 1.0)
+        rh = tl.maximum(rh, 1.0)
+    # IEEE division where a ceil follows: an approximate quotient of 14 / 7 may land above 2
+    bh = tl.div_rn(rh, PH * 1.0)
+    bw = tl.div_rn(rw, PW * 1.0)
+    if sampling_ratio > 0:
+        gh = sampling_ratio
+        gw = sampling_ratio
+    else:
+        gh = tl.maximum(tl.ceil(bh), 0.0).to(tl.int32)
+        gw = tl.maximum(tl.ceil(bw), 0.0).to(tl.int32)
+    gh = tl.where(run, gh, 0)
+    gw = tl.where(run, gw, 0)
+    c = e // (PH * PW)
+    rem = e - c * (PH * PW)
+    ph = rem // PW
+    pw = rem - ph * PW
+    base = (b.to(tl.int64) * C + c) * (H * W)
+    Hf = H * 1.0
+    Wf = W * 1.0
+    step_h = bh / tl.maximum(gh, 1).to(tl.float32)
+    step_w = bw / tl.maximum(gw, 1).to(tl.float32)
+    if POOL_MAX:
+        acc = tl.full([BLOCK], -3.4028234663852886e38, tl.float32)
+    else:
+        acc = tl.zeros([BLOCK], tl.float32)
+    for iy in range(gh):
+        y = y1 + ph.to(tl.float32) * bh + (iy + 0.5) * step_h
+        youts = (y < -1.0) | (y > Hf)
+        y = tl.maximum(y, 0.0)
+        y0 = y.to(tl.int32)
+        ylast = y0 >= H - 1
+        y0 = tl.where(ylast, H - 1, y0)
+        y = tl.where(ylast, y0.to(tl.float32), y)
+        y1i = tl.where(ylast, y0, y0 + 1)
+        ly = y - y0.to(tl.float32)
+        hy = 1.0 - ly
+        for ix in range(gw):
+            x = x1 + pw.to(tl.float32) * bw + (ix + 0.5) * step_w
+            outs = youts | (x < -1.0) | (x > Wf)
+            x = tl.maximum(x, 0.0)
+            x0 = x.to(tl.int32)
+            xlast = x0 >= W - 1
+            x0 = tl.where(xlast, W - 1, x0)
+            x = tl.where(xlast, x0.to(tl.float32), x)
+            x1i = tl.where(xlast, x0, x0 + 1)
+            lx = x - x0.to(tl.float32)
+            hx = 1.0 - lx
+            lm = em & ~outs
+            v00 = tl.load(feat_ptr + base + y0 * W + x0, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v01 = tl.load(feat_ptr + base + y0 * W + x1i, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v10 = tl.load(feat_ptr + base + y1i * W + x0, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            v11 = tl.load(feat_ptr + base + y1i * W + x1i, mask=lm, other=0.0).to(
+                tl.float32
+            )
+            val = hy * hx * v00 + hy * lx * v01 + ly * hx * v10 + ly * lx * v11
+            val = tl.where(outs, 0.0, val)
+            if POOL_MAX:
+                acc = tl.maximum(acc, val)
+            else:
+                acc += val
+    if not POOL_MAX:
+        acc = acc / tl.maximum(gh * gw, 1).to(tl.float32)
+    tl.store(
+        out_ptr + r.to(tl.int64) * (C * PH * PW) + e,
+        acc.to(out_ptr.dtype.element_ty),
+        mask=em & run,
+    )
+
+
+def _launch_roi(
+    feat: torch.Tensor,
+    rois: torch.Tensor,
+    out: torch.Tensor,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+    levels: torch.Tensor | None = None,
+    level: int = 0,
+) -> None:
+    n, c, h, w = feat.shape
+    r, _, ph, pw = out.shape
+    if r == 0:
+        return
+    block = min(128, triton.next_power_of_2(c * ph * pw))
+    launch = (r, triton.cdiv(c * ph * pw, block))
+    _roi_align_kernel[launch](
+        feat,
+        rois,
+        levels if levels is not None else rois,
+        out,
+        n,
+        c,
+        h,
+        w,
+        float(spatial_scale),
+        int(sampling_ratio),
+        int(level),
+        PH=ph,
+        PW=pw,
+        POOL_MAX=bool(pool_max),
+        ALIGNED=bool(aligned),
+        USE_LEVEL=levels is not None,
+        BLOCK=block,
+        num_warps=4,
+    )
+
+
+def roi_align(
+    feat: torch.Tensor,
+    rois: torch.Tensor,
+    out: torch.Tensor,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+) -> None:
+    """MMCV roi_align into ``out`` (R, C, PH, PW). RoIs with a batch index outside the input are left unwritten."""
+    _launch_roi(
+        feat.contiguous(),
+        rois.float().contiguous(),
+        out,
+        spatial_scale,
+        sampling_ratio,
+        pool_max,
+        aligned,
+    )
+
+
+def multi_level_roi_align(
+    rois: torch.Tensor,
+    feats: list[torch.Tensor],
+    out: torch.Tensor,
+    featmap_strides: tuple[float, ...],
+    sampling_ratio: int,
+    pool_max: bool,
+    roi_scale_factor: float,
+    finest_scale: int,
+    aligned: bool,
+) -> None:
+    """MMDet SingleRoIExtractor into ``out``: levels and rescale on the GPU, one RoIAlign launch per level."""
+    from opbridge.ops._detection_ref import map_roi_levels, rescale_rois
+
+    if len(featmap_strides) != len(feats):
+        raise ValueError(
+            f"mmdeploy::MMCVMultiLevelRoiAlign: {len(feats)} feature map(s) given but featmap_strides has "
+            f"{len(featmap_strides)} entries; give one stride per feature map."
+        )
+    r32 = rois.float()
+    levels = map_roi_levels(r32, len(feats), finest_scale).to(torch.int32)
+    if roi_scale_factor > 0 and roi_scale_factor != 1.0:
+        r32 = rescale_rois(r32, roi_scale_factor)
+    r32 = r32.contiguous()
+    for lvl, (feat, stride) in enumerate(zip(feats, featmap_strides)):
+        _launch_roi(
+            feat.contiguous(),
+            r32,
+            out,
+            1.0 / stride,
+            sampling_ratio,
+            pool_max,
+            aligned,
+            levels,
+            lvl,
+        )
+
+
+# --------------------------------------------------------------------------- batched NMS
+
+
+@triton.jit
+def _nms_kernel(boxes_ptr, valid_ptr, keep_ptr, K, thr, BLOCK: tl.constexpr):
+    """Greedy NMS over one (image, class) segment of K score-sorted candidates."""
+    seg = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, BLOCK)
+    jm = j < K
+    bb = boxes_ptr + seg * K * 4
+    x1 = tl.load(bb + j * 4, mask=jm, other=0.0)
+    y1 = tl.load(bb + j * 4 + 1, mask=jm, other=0.0)
+    x2 = tl.load(bb + j * 4 + 2, mask=jm, other=0.0)
+    y2 = tl.load(bb + j * 4 + 3, mask=jm, other=0.0)
+    keep = tl.load(valid_ptr + seg * K + j, mask=jm, other=0) != 0
+    nvalid = tl.sum(keep.to(tl.int32))
+    aw = x2 - x1
+    ah = y2 - y1
+    area = tl.where((aw < 0) | (ah < 0), 0.0, aw * ah)
+    for i in range(nvalid):
+        ki = tl.sum(tl.where((j == i) & keep, 1, 0))
+        if ki > 0:
+            bx1 = tl.load(bb + i * 4)
+            by1 = tl.load(bb + i * 4 + 1)
+            bx2 = tl.load(bb + i * 4 + 2)
+            by2 = tl.load(bb + i * 4 + 3)
+            bw = bx2 - bx1
+            bh = by2 - by1
+            barea = tl.where((bw < 0) | (bh < 0), 0.0, bw * bh)
+            iw = tl.minimum(x2, bx2) - tl.maximum(x1, bx1)
+            ih = tl.minimum(y2, by2) - tl.maximum(y1, by1)
+            inter = tl.where((iw > 0) & (ih > 0), iw * ih, 0.0)
+            union = area + barea - inter
+            iou = tl.where(
+                inter > 0, tl.div_rn(inter, tl.where(inter > 0, union, 1.0)), 0.0
+            )
+            keep = keep & ~((iou > thr) & (j > i))
+    tl.store(keep_ptr + seg * K + j, keep.to(tl.int8), mask=jm)
+
+
+def batched_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    dets: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    background_label_id: int,
+    iou_threshold: float,
+    score_threshold: float,
+    topk: int,
+    clip_boxes: bool,
+) -> None:
+    """MMDeploy TRTBatchedNMS into ``dets`` (B, keep_topk, 5) and ``labels`` (B, keep_topk) int32.
+
+    Per-class threshold + stable sort (torch), greedy NMS per (image, class) in one
+    Triton program each, then a stable sort over the survivors of all classes.
+    """
+    from opbridge.ops._detection_ref import check_nms_inputs
+
+    check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS",
+        tuple(boxes.shape),
+        tuple(scores.shape),
+        num_classes,
+        False,
+    )
+    b, n, c = scores.shape
+    keep_topk = dets.shape[1]
+    k = topk if 0 < topk <= n else n
+    s = scores.float().transpose(1, 2)  # B, C, N
+    key = torch.where(s > score_threshold, s, torch.full_like(s, -math.inf))
+    if 0 <= background_label_id < c:
+        key[:, background_label_id] = -math.inf
+    sorted_scores, order = torch.sort(key, dim=2, descending=True, stable=True)
+    sorted_scores, order = sorted_scores[:, :, :k].contiguous(), order[:, :, :k]
+    bx = boxes.float()
+    if bx.shape[2] == 1:
+        cand = torch.gather(
+            bx[:, :, 0].unsqueeze(1).expand(b, c, n, 4),
+            2,
+            order.unsqueeze(-1).expand(b, c, k, 4),
+        )
+    else:
+        cand = torch.gather(
+            bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4)
+        )
+    cand = cand.contiguous()
+    valid = torch.isfinite(sorted_scores).to(torch.int8).contiguous()
+    keep = torch.empty_like(valid)
+    if k:
+        _nms_kernel[(b * c,)](
+            cand,
+            valid,
+            keep,
+            k,
+            float(iou_threshold),
+            BLOCK=triton.next_power_of_2(k),
+            num_warps=8 if k > 1024 else 4,
+        )
+    flat = torch.where(
+        keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)
+    ).view(b, c * k)
+    top_scores, top = torch.sort(flat, dim=1, descending=True, stable=True)
+    m = min(keep_topk, c * k)
+    top_scores, top = top_scores[:, :m], top[:, :m]
+    found = torch.isfinite(top_scores)
+    sel_boxes = torch.gather(
+        cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4)
+    )
+    if clip_boxes:
+        sel_boxes = sel_boxes.clamp(0.0, 1.0)
+    dets.zero_()
+    labels.fill_(-1)
+    dets[:, :m, :4] = torch.where(found.unsqueeze(-1), sel_boxes, 0.0).to(dets.dtype)
+    dets[:, :m, 4] = torch.where(found, top_scores, 0.0).to(dets.dtype)
+    labels[:, :m] = torch.where(found, (top // k).to(torch.int32), -1)

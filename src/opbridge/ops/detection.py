@@ -1,0 +1,378 @@
+"""Detection and super-resolution ops, defined once for every runtime opbridge serves.
+
+The ops carry MMDeploy's ONNX identities (domain ``mmdeploy``, MMDeploy's op
+types and attribute names and types), so a model exported by MMDeploy's
+TorchScript rewriters and a model exported by opbridge hold the same nodes:
+
+* :data:`GridSample` (``mmdeploy::grid_sampler``): ``F.grid_sample``;
+  ``interpolation_mode`` 0 bilinear, 1 nearest, 2 bicubic; ``padding_mode``
+  0 zeros, 1 border, 2 reflection. CPU kernel: PyTorch's own CPU grid_sample
+  (see :func:`grid_sampler_function` for why no function body is registered).
+* :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
+  DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. CPU kernel (numpy).
+* :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
+  ``roi_align`` for mode "avg", plus mode "max"). CPU kernel (numpy).
+* :data:`MultiLevelRoiAlign` (``mmdeploy::MMCVMultiLevelRoiAlign``): MMDet's
+  ``SingleRoIExtractor`` over up to 5 FPN levels. CPU kernel (numpy).
+* :data:`BatchedNMS` (``mmdeploy::TRTBatchedNMS``): MMDeploy's TensorRT batched
+  NMS with fixed-size padded outputs. CPU kernel (numpy).
+
+Each op also has a GPU kernel (Triton, imported on first call) registered with
+``register_gpu_kernel``; see :mod:`opbridge.ops._detection_gpu`.
+
+Example:
+    >>> import torch
+    >>> from opbridge.ops.detection import GridSample
+    >>> x = torch.arange(4.0).view(1, 1, 2, 2)
+    >>> GridSample(x, torch.zeros(1, 1, 1, 2), align_corners=True).item()
+    1.5
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import opbridge
+from opbridge.ops import _detection_cpu as cpu
+from opbridge.ops import _detection_gpu as gpu
+from opbridge.ops import _detection_ref as ref
+from opbridge.shape import TensorInfo
+from opbridge.spec import Tolerance
+
+__all__ = [
+    "BatchedNMS",
+    "GridSample",
+    "ModulatedDeformConv2d",
+    "MultiLevelRoiAlign",
+    "RoIAlign",
+    "detection_ops",
+    "grid_sampler_function",
+]
+
+DOMAIN = "mmdeploy"
+_HALF = {"float16": Tolerance(rtol=1e-2, atol=1e-2)}
+
+# --------------------------------------------------------------------------- grid_sampler
+
+
+@opbridge.op(f"{DOMAIN}::grid_sampler", tolerances=_HALF)
+def GridSample(
+    input: torch.Tensor,
+    grid: torch.Tensor,
+    interpolation_mode: int = 0,
+    padding_mode: int = 0,
+    align_corners: bool = False,
+) -> torch.Tensor:
+    """Sample input (N, C, H, W) at grid (N, Ho, Wo, 2) in [-1, 1], as F.grid_sample."""
+    return ref.grid_sample(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@GridSample.register_shape
+def _grid_shape(
+    x: Any,
+    grid: Any,
+    *,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> TensorInfo:
+    ref.check_choice(
+        "mmdeploy::grid_sampler",
+        "interpolation_mode",
+        interpolation_mode,
+        ref.GRID_MODES,
+    )
+    ref.check_choice(
+        "mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS
+    )
+    return TensorInfo((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
+
+
+def grid_sampler_function(opset: int) -> Any:
+    """An ONNX function body of grid_sampler for a model whose default opset is ``opset`` (>= 16).
+
+    One standard ``GridSample`` per (mode, padding, align_corners) code, chosen by
+    nested ``If`` on the integer attributes. GridSample's mode names changed at
+    opset 20 ("bilinear"/"bicubic" became "linear"/"cubic") and a model-local
+    function must use the model's own default opset, so the body depends on the
+    model's opset. ``register_function`` builders see only the spec, not the
+    model, so this body is not registered: ONNX Runtime runs grid_sampler through
+    the CPU kernel, or a caller that knows the opset attaches this body.
+
+    Example:
+        >>> grid_sampler_function(17).name
+        'grid_sampler'
+    """
+    import onnx
+    from onnx import helper
+
+    def const_int(out: str, attr: str) -> onnx.NodeProto:
+        node = helper.make_node("Constant", [], [out])
+        ref_attr = onnx.AttributeProto()
+        ref_attr.name, ref_attr.ref_attr_name, ref_attr.type = (
+            "value_int",
+            attr,
+            onnx.AttributeProto.INT,
+        )
+        node.attribute.append(ref_attr)
+        return node
+
+    nodes = [
+        const_int("m", "interpolation_mode"),
+        const_int("p", "padding_mode"),
+        const_int("a", "align_corners"),
+        helper.make_node("Constant", [], ["six"], value_int=6),
+        helper.make_node("Constant", [], ["two"], value_int=2),
+        helper.make_node("Mul", ["m", "six"], ["m6"]),
+        helper.make_node("Mul", ["p", "two"], ["p2"]),
+        helper.make_node("Add", ["m6", "p2"], ["mp"]),
+        helper.make_node("Add", ["mp", "a"], ["code"]),
+    ]
+    if opset < 16:
+        raise ValueError(
+            f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}."
+        )
+    modes = ref.GRID_MODES if opset < 20 else ("linear", "nearest", "cubic")
+    combos = [(m, p, a) for m in range(3) for p in range(3) for a in range(2)]
+
+    def branch(i: int, out: str) -> onnx.GraphProto:
+        m, p, a = combos[i]
+        sample = helper.make_node(
+            "GridSample",
+            ["input", "grid"],
+            [out],
+            mode=modes[m],
+            padding_mode=ref.GRID_PADDINGS[p],
+            align_corners=a,
+        )
+        if i == len(combos) - 1:
+            return helper.make_graph(
+                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
+            )
+        k = helper.make_node("Constant", [], [f"k{i}"], value_int=i)
+        eq = helper.make_node("Equal", ["code", f"k{i}"], [f"is{i}"])
+        node = helper.make_node(
+            "If",
+            [f"is{i}"],
+            [out],
+            then_branch=helper.make_graph(
+                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
+            ),
+            else_branch=branch(i + 1, f"r{i + 1}"),
+        )
+        return helper.make_graph(
+            [k, eq, node],
+            f"sel{i}",
+            [],
+            [helper.make_value_info(out, onnx.TypeProto())],
+        )
+
+    top = branch(0, "output")
+    nodes.extend(top.node)
+    return helper.make_function(
+        DOMAIN,
+        "grid_sampler",
+        ["input", "grid"],
+        ["output"],
+        nodes,
+        [helper.make_opsetid("", opset)],
+        ["interpolation_mode", "padding_mode", "align_corners"],
+    )
+
+
+GridSample.register_kernel(cpu.grid_sample, kind="torch")
+GridSample.register_gpu_kernel(gpu.grid_sampler, dtypes=("float32", "float16"))
+
+
+# --------------------------------------------------------------------------- DCNv2
+
+
+@opbridge.op(f"{DOMAIN}::MMCVModulatedDeformConv2d", tolerances=_HALF)
+def ModulatedDeformConv2d(
+    input: torch.Tensor,
+    offset: torch.Tensor,
+    mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: list[int] = [1, 1],  # noqa: B006 - defaults are normalised to tuples
+    padding: list[int] = [0, 0],  # noqa: B006
+    dilation: list[int] = [1, 1],  # noqa: B006
+    groups: int = 1,
+    deform_groups: int = 1,
+) -> torch.Tensor:
+    """Modulated deformable convolution (DCNv2), as torchvision deform_conv2d with a mask."""
+    return ref.deform_conv2d(
+        input,
+        offset,
+        mask,
+        weight,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        deform_groups,
+    )
+
+
+@ModulatedDeformConv2d.register_shape
+def _dcn_shape(
+    x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any
+) -> TensorInfo:
+    return TensorInfo(
+        (x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype
+    )
+
+
+ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="numpy")
+ModulatedDeformConv2d.register_gpu_kernel(
+    gpu.deform_conv2d, dtypes=("float32", "float16")
+)
+
+
+# --------------------------------------------------------------------------- RoIAlign
+
+
+@opbridge.op(f"{DOMAIN}::MMCVRoiAlign", tolerances=_HALF)
+def RoIAlign(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int = 7,
+    output_width: int = 7,
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = 0,
+    mode: str = "avg",
+    aligned: bool = True,
+) -> torch.Tensor:
+    """RoIAlign over input (N, C, H, W) for rois (R, 5) [batch, x1, y1, x2, y2], as MMCV's roi_align."""
+    return ref.roi_align(
+        input,
+        rois,
+        output_height,
+        output_width,
+        spatial_scale,
+        sampling_ratio,
+        mode,
+        aligned,
+    )
+
+
+@RoIAlign.register_shape
+def _roi_shape(
+    x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any
+) -> TensorInfo:
+    return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
+
+
+RoIAlign.register_kernel(cpu.roi_align, kind="numpy")
+RoIAlign.register_gpu_kernel(gpu.roi_align, dtypes=("float32", "float16"))
+
+
+@opbridge.op(f"{DOMAIN}::MMCVMultiLevelRoiAlign", tolerances=_HALF)
+def MultiLevelRoiAlign(
+    rois: torch.Tensor,
+    feat0: torch.Tensor,
+    feat1: torch.Tensor | None = None,
+    feat2: torch.Tensor | None = None,
+    feat3: torch.Tensor | None = None,
+    feat4: torch.Tensor | None = None,
+    output_height: int = 7,
+    output_width: int = 7,
+    featmap_strides: list[float] = [4.0, 8.0, 16.0, 32.0],  # noqa: B006
+    sampling_ratio: int = 0,
+    pool_mode: int = 1,
+    roi_scale_factor: float = 1.0,
+    finest_scale: int = 56,
+    aligned: bool = True,
+) -> torch.Tensor:
+    """RoIAlign of each RoI on its FPN level (MMDet SingleRoIExtractor); pool_mode 0 max, 1 avg."""
+    feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
+    return ref.multi_level_roi_align(
+        rois,
+        feats,
+        output_height,
+        output_width,
+        featmap_strides,
+        sampling_ratio,
+        pool_mode,
+        roi_scale_factor,
+        finest_scale,
+        aligned,
+    )
+
+
+@MultiLevelRoiAlign.register_shape
+def _mlroi_shape(
+    rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any
+) -> TensorInfo:
+    return TensorInfo(
+        (rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype
+    )
+
+
+MultiLevelRoiAlign.register_kernel(cpu.multi_level_roi_align, kind="numpy")
+MultiLevelRoiAlign.register_gpu_kernel(
+    gpu.multi_level_roi_align, dtypes=("float32", "float16")
+)
+
+
+# --------------------------------------------------------------------------- batched NMS
+
+
+@opbridge.op(f"{DOMAIN}::TRTBatchedNMS", outputs=("dets", "labels"), tolerances=_HALF)
+def BatchedNMS(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    num_classes: int = 80,
+    background_label_id: int = -1,
+    iou_threshold: float = 0.5,
+    score_threshold: float = 0.05,
+    topk: int = 1000,
+    keep_topk: int = 100,
+    is_normalized: bool = False,
+    clip_boxes: bool = False,
+    return_index: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class NMS over a batch; dets (B, keep_topk, 5) and int32 labels (B, keep_topk), padded with 0 / -1."""
+    ref.check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS",
+        tuple(boxes.shape),
+        tuple(scores.shape),
+        num_classes,
+        return_index,
+    )
+    return ref.batched_nms(
+        boxes,
+        scores,
+        num_classes,
+        background_label_id,
+        iou_threshold,
+        score_threshold,
+        topk,
+        keep_topk,
+        clip_boxes,
+    )
+
+
+@BatchedNMS.register_shape
+def _nms_shape(
+    boxes: Any, scores: Any, *, keep_topk: int, **_: Any
+) -> tuple[TensorInfo, TensorInfo]:
+    if keep_topk < 1:
+        raise ValueError(
+            f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}."
+        )
+    return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo(
+        (boxes.shape[0], keep_topk), torch.int32
+    )
+
+
+BatchedNMS.register_kernel(cpu.batched_nms, kind="numpy")
+BatchedNMS.register_gpu_kernel(gpu.batched_nms, dtypes=("float32", "float16"))
+
+
+def detection_ops() -> list[opbridge.OpDef]:
+    """The detection ops, in a fixed order."""
+    return [GridSample, ModulatedDeformConv2d, RoIAlign, MultiLevelRoiAlign, BatchedNMS]

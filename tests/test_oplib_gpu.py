@@ -1,0 +1,187 @@
+"""GPU kernels of the detection ops against their references (needs CUDA and triton).
+
+Each kernel runs through its registered ``gpu_kernel(inputs, outputs, attrs, stream)``
+on a side stream, as the TensorRT plugin's enqueue calls it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from opbridge.ops import detection as d
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device on this machine", allow_module_level=True)
+pytest.importorskip("triton", reason="the GPU kernels are written in Triton")
+
+DTYPES = [torch.float32, torch.float16]
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    return (
+        {"rtol": 1e-3, "atol": 1e-4}
+        if dtype == torch.float32
+        else {"rtol": 1e-2, "atol": 1e-2}
+    )
+
+
+def _run(opdef: Any, inputs: list, attrs: dict) -> list[torch.Tensor]:
+    bound = opdef.spec.bind_attributes(attrs)
+    infos = opdef.shape_rule(*inputs, **bound)
+    infos = infos if isinstance(infos, tuple) else (infos,)
+    outs = [torch.full(tuple(i.shape), 7, dtype=i.dtype, device="cuda") for i in infos]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    opdef.gpu_kernel(inputs, outs, bound, side.cuda_stream)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    return outs
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("pad", [0, 1, 2], ids=["zeros", "border", "reflection"])
+def test_grid_sampler_gpu(dtype: torch.dtype, mode: int, pad: int) -> None:
+    g = _gen()
+    x = torch.randn(2, 5, 9, 11, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(2, 7, 6, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for ac in (False, True):
+        attrs = {"interpolation_mode": mode, "padding_mode": pad, "align_corners": ac}
+        (out,) = _run(d.GridSample, [x, grid], attrs)
+        want = d.GridSample.run_reference(x.float(), grid.float(), **attrs)
+        torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_dcn_gpu(dtype: torch.dtype, bias: bool) -> None:
+    g = _gen()
+    x = torch.randn(2, 8, 10, 9, device="cuda", generator=g)
+    off = torch.randn(2, 2 * 2 * 9, 5, 5, device="cuda", generator=g) * 2
+    mask = torch.rand(2, 2 * 9, 5, 5, device="cuda", generator=g)
+    w = torch.randn(6, 4, 3, 3, device="cuda", generator=g) / 6
+    b = torch.randn(6, device="cuda", generator=g) if bias else None
+    attrs = {
+        "stride": [2, 2],
+        "padding": [1, 1],
+        "dilation": [1, 1],
+        "groups": 2,
+        "deform_groups": 2,
+    }
+    inputs = [t.to(dtype) if t is not None else None for t in (x, off, mask, w, b)]
+    (out,) = _run(d.ModulatedDeformConv2d, inputs, attrs)
+    want = d.ModulatedDeformConv2d.run_reference(
+        *[t.float() if t is not None else None for t in inputs], **attrs
+    )
+    torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_roi_align_gpu(dtype: torch.dtype) -> None:
+    g = _gen()
+    feat = torch.randn(2, 4, 20, 24, device="cuda", generator=g).to(dtype)
+    xy = torch.rand(25, 2, device="cuda", generator=g) * 90 - 5
+    rois = torch.cat(
+        [
+            torch.randint(0, 2, (25, 1), device="cuda", generator=g).float(),
+            xy,
+            xy + torch.rand(25, 2, device="cuda", generator=g) * 50,
+        ],
+        1,
+    ).to(dtype)
+    for mode in ("avg", "max"):
+        for aligned in (True, False):
+            for sr in (0, 2):
+                attrs = {
+                    "output_height": 3,
+                    "output_width": 4,
+                    "spatial_scale": 0.25,
+                    "sampling_ratio": sr,
+                    "mode": mode,
+                    "aligned": aligned,
+                }
+                (out,) = _run(d.RoIAlign, [feat, rois], attrs)
+                want = d.RoIAlign.run_reference(feat.float(), rois.float(), **attrs)
+                torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_multi_level_roi_align_gpu(dtype: torch.dtype) -> None:
+    g = _gen()
+    feats = [
+        torch.randn(2, 3, 256 // s, 256 // s, device="cuda", generator=g).to(dtype)
+        for s in (4, 8, 16, 32)
+    ]
+    xy = torch.rand(40, 2, device="cuda", generator=g) * 200
+    rois = torch.cat(
+        [
+            torch.randint(0, 2, (40, 1), device="cuda", generator=g).float(),
+            xy,
+            xy + torch.rand(40, 2, device="cuda", generator=g) * 250,
+        ],
+        1,
+    ).to(dtype)
+    for pool in (0, 1):
+        attrs = {"pool_mode": pool, "roi_scale_factor": 1.5}
+        (out,) = _run(d.MultiLevelRoiAlign, [rois, *feats], attrs)
+        want = d.MultiLevelRoiAlign.run_reference(
+            rois.float(), *[f.float() for f in feats], **attrs
+        )
+        torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("per_class", [False, True], ids=["shared", "per-class"])
+def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
+    g = _gen()
+    xy = torch.rand(2, 150, 4 if per_class else 1, 2, device="cuda", generator=g) * 100
+    boxes = torch.cat(
+        [xy, xy + 5 + torch.rand(xy.shape, device="cuda", generator=g) * 40], -1
+    ).to(dtype)
+    scores = torch.rand(2, 150, 4, device="cuda", generator=g).to(dtype)
+    for attrs in (
+        {"topk": 40, "keep_topk": 30},
+        {"topk": -1, "keep_topk": 300, "background_label_id": 1},
+    ):
+        attrs = dict(num_classes=4, **attrs)
+        dets, labels = _run(d.BatchedNMS, [boxes, scores], attrs)
+        want_d, want_l = d.BatchedNMS.run_reference(
+            boxes.float(), scores.float(), **attrs
+        )
+        assert labels.dtype == torch.int32
+        torch.testing.assert_close(labels, want_l, rtol=0, atol=0)
+        torch.testing.assert_close(dets.float(), want_d, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 40, 10, 9, device="cuda", generator=g).to(dtype)
+    off = (torch.randn(2, 18, 10, 9, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(2, 9, 10, 9, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(20, 40, 3, 3, device="cuda", generator=g) / 20).to(dtype)
+    b = torch.randn(20, device="cuda", generator=g).to(dtype)
+    want = d.ModulatedDeformConv2d.run_reference(
+        x.float(), off.float(), mask.float(), w.float(), b.float(), padding=[1, 1]
+    )
+    out = torch.empty(2, 20, 10, 9, device="cuda", dtype=dtype)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = (
+            dtype == torch.float32
+        )  # the fused path needs TF32 in float32
+        tk.deform_conv2d(
+            x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused"
+        )
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)

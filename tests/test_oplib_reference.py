@@ -1,0 +1,469 @@
+"""The detection ops' PyTorch references against cases worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opbridge.ops import _detection_ref as ref
+from opbridge.ops import detection as d
+
+# --------------------------------------------------------------------------- grid_sampler
+
+SQUARE = torch.tensor([[[[0.0, 1.0], [2.0, 3.0]]]])
+
+
+def _at(gx: float, gy: float) -> torch.Tensor:
+    return torch.tensor([[[[gx, gy]]]])
+
+
+@pytest.mark.parametrize(
+    ("gx", "gy", "attrs", "expected"),
+    [
+        (0.0, 0.0, {"align_corners": True}, 1.5),  # centre: mean of the four pixels
+        (-1.0, -1.0, {"align_corners": True}, 0.0),  # corner pixel centre
+        (1.0, -1.0, {"align_corners": True}, 1.0),  # top-right pixel
+        (
+            -1.0,
+            -1.0,
+            {"align_corners": False},
+            0.0,
+        ),  # pixel (-0.5, -0.5): 0.25 * 0 + zeros
+        (
+            -1.0,
+            -1.0,
+            {"align_corners": False, "padding_mode": 1},
+            0.0,
+        ),  # border: clamps to pixel (0, 0)
+        (
+            1.0,
+            1.0,
+            {"align_corners": False},
+            0.75,
+        ),  # (1.5, 1.5): 0.25 * 3, the rest is zero padding
+        (1.0, 1.0, {"align_corners": False, "padding_mode": 1}, 3.0),
+        (
+            0.4,
+            0.0,
+            {"align_corners": True, "interpolation_mode": 1},
+            1.0,
+        ),  # x 0.7 -> 1, y 0.5 -> 0 (half to even)
+        (
+            1.0,
+            1.0,
+            {"align_corners": True, "interpolation_mode": 2},
+            3.0,
+        ),  # bicubic at a pixel centre is exact
+        (
+            1.5,
+            -1.0,
+            {"align_corners": True, "padding_mode": 2},
+            0.75,
+        ),  # x 1.25 reflects to 0.75 on row 0
+    ],
+    ids=[
+        "centre",
+        "corner",
+        "top-right",
+        "half-pixel-zeros",
+        "half-pixel-border",
+        "far-corner-zeros",
+        "far-corner-border",
+        "nearest-half-even",
+        "bicubic-exact",
+        "reflection",
+    ],
+)
+def test_grid_sample_hand_cases(
+    gx: float, gy: float, attrs: dict, expected: float
+) -> None:
+    out = d.GridSample.run_reference(SQUARE, _at(gx, gy), **attrs)
+    assert out.shape == (1, 1, 1, 1)
+    assert out.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_grid_sample_bad_mode_is_named() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"interpolation_mode.*0 \(bilinear\), 1 \(nearest\), 2 \(bicubic\); got 3",
+    ):
+        d.GridSample.run_reference(SQUARE, _at(0, 0), interpolation_mode=3)
+    with pytest.raises(ValueError, match=r"padding_mode.*got -1"):
+        d.GridSample.run_reference(SQUARE, _at(0, 0), padding_mode=-1)
+
+
+# --------------------------------------------------------------------------- DCNv2
+
+
+def _dcn(x, off, mask, w, b=None, **attrs):
+    return d.ModulatedDeformConv2d.run_reference(x, off, mask, w, b, **attrs)
+
+
+def test_dcn_half_pixel_offset_by_hand() -> None:
+    x = torch.arange(9.0).view(1, 1, 3, 3)  # x[i, j] = 3i + j
+    w = torch.ones(1, 1, 1, 1)
+    off = torch.zeros(1, 2, 3, 3)
+    off[:, 0] = 0.5  # dy = 0.5 for the single tap
+    mask = torch.full((1, 1, 3, 3), 0.5)
+    out = _dcn(x, off, mask, w)[0, 0]
+    assert out[0, 0].item() == pytest.approx(
+        0.5 * (0 + 3) / 2
+    )  # halfway between rows 0 and 1
+    assert out[2, 1].item() == pytest.approx(
+        0.5 * (0.5 * 7 + 0.5 * 0)
+    )  # row 3 is outside: zero
+    assert out[1, 2].item() == pytest.approx(0.5 * (5 + 8) / 2)
+
+
+def test_dcn_integer_shift_by_hand() -> None:
+    x = torch.arange(16.0).view(1, 1, 4, 4)
+    off = torch.zeros(1, 2, 4, 4)
+    off[:, 0], off[:, 1] = 1.0, -1.0  # sample x[i + 1, j - 1]
+    out = _dcn(
+        x,
+        off,
+        torch.ones(1, 1, 4, 4),
+        torch.full((1, 1, 1, 1), 2.0),
+        torch.tensor([1.0]),
+    )[0, 0]
+    expected = torch.zeros(4, 4)
+    expected[:3, 1:] = x[0, 0, 1:, :3]
+    torch.testing.assert_close(out, 2 * expected + 1, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"stride": [2, 2], "padding": [1, 1]},
+        {"dilation": [2, 2], "padding": [2, 2]},
+        {"groups": 2, "padding": [1, 1]},
+    ],
+    ids=["plain", "stride2-pad1", "dilation2", "groups2"],
+)
+def test_dcn_zero_offset_unit_mask_is_conv2d(attrs: dict) -> None:
+    g = torch.Generator().manual_seed(0)
+    groups = attrs.get("groups", 1)
+    x = torch.randn(2, 4, 7, 6, generator=g)
+    w = torch.randn(6, 4 // groups, 3, 3, generator=g)
+    b = torch.randn(6, generator=g)
+    conv = F.conv2d(
+        x,
+        w,
+        b,
+        stride=attrs.get("stride", [1, 1]),
+        padding=attrs.get("padding", [0, 0]),
+        dilation=attrs.get("dilation", [1, 1]),
+        groups=groups,
+    )
+    ho, wo = conv.shape[2:]
+    out = _dcn(x, torch.zeros(2, 18, ho, wo), torch.ones(2, 9, ho, wo), w, b, **attrs)
+    torch.testing.assert_close(out, conv, rtol=1e-4, atol=1e-5)
+
+
+def test_dcn_deform_groups_use_their_own_offsets() -> None:
+    x = torch.arange(32.0).view(1, 2, 4, 4)
+    w = torch.ones(2, 1, 1, 1)
+    off = torch.zeros(1, 4, 4, 4)
+    off[:, 3] = 1.0  # deform group 1 (channel 1) samples one pixel to the right
+    out = _dcn(x, off, torch.ones(1, 2, 4, 4), w, groups=2, deform_groups=2)
+    torch.testing.assert_close(out[0, 0], x[0, 0])
+    expected = torch.zeros(4, 4)
+    expected[:, :3] = x[0, 1, :, 1:]
+    torch.testing.assert_close(out[0, 1], expected)
+
+
+def test_dcn_bad_offset_shape_is_named() -> None:
+    with pytest.raises(
+        ValueError, match=r"expected offset \(1, 18, 3, 3\) and mask \(1, 9, 3, 3\)"
+    ):
+        _dcn(
+            torch.zeros(1, 1, 3, 3),
+            torch.zeros(1, 9, 3, 3),
+            torch.zeros(1, 9, 3, 3),
+            torch.zeros(1, 1, 3, 3),
+            padding=[1, 1],
+        )
+
+
+# --------------------------------------------------------------------------- RoIAlign
+
+# f(y, x) = x + 4y: bilinear interpolation reproduces it exactly inside the map
+LINEAR = (torch.arange(4.0).view(1, 4) + 4 * torch.arange(4.0).view(4, 1)).view(
+    1, 1, 4, 4
+)
+
+
+def _roi(*box: float) -> torch.Tensor:
+    return torch.tensor([[0.0, *box]])
+
+
+@pytest.mark.parametrize(
+    ("box", "attrs", "expected"),
+    [
+        (
+            (0.5, 0.5, 2.5, 2.5),
+            {"sampling_ratio": 2},
+            [[5.0]],
+        ),  # samples at 0.5, 1.5 each way
+        (
+            (0.5, 0.5, 2.5, 2.5),
+            {"sampling_ratio": 2, "aligned": False},
+            [[7.5]],
+        ),  # samples at 1.0, 2.0
+        (
+            (0.5, 0.5, 2.5, 2.5),
+            {"sampling_ratio": 2, "aligned": False, "mode": "max"},
+            [[10.0]],
+        ),  # max at (2, 2)
+        (
+            (0.5, 0.5, 2.5, 2.5),
+            {"sampling_ratio": 0, "output_height": 2, "output_width": 2},
+            [[2.5, 3.5], [6.5, 7.5]],
+        ),
+        ((1.0, 1.0, 5.0, 5.0), {"sampling_ratio": 2, "spatial_scale": 0.5}, [[5.0]]),
+        (
+            (3.5, 3.5, 4.5, 4.5),
+            {"sampling_ratio": 1},
+            [[15.0]],
+        ),  # sample (3.5, 3.5) clamps to the last pixel
+        (
+            (10.0, 10.0, 12.0, 12.0),
+            {"sampling_ratio": 2},
+            [[0.0]],
+        ),  # every sample beyond H: zero
+        (
+            (1.5, 1.5, 1.5, 1.5),
+            {"sampling_ratio": 0},
+            [[0.0]],
+        ),  # empty RoI, adaptive grid 0: count clamps to 1
+        (
+            (1.5, 1.5, 1.5, 1.5),
+            {"sampling_ratio": 0, "aligned": False},
+            [[10.0]],
+        ),  # legacy: size 1, sample (2, 2)
+    ],
+    ids=[
+        "aligned",
+        "legacy",
+        "max",
+        "adaptive-2x2",
+        "spatial-scale",
+        "last-pixel",
+        "outside",
+        "empty-aligned",
+        "empty-legacy",
+    ],
+)
+def test_roi_align_hand_cases(box: tuple, attrs: dict, expected: list) -> None:
+    attrs = {"output_height": 1, "output_width": 1, **attrs}
+    out = d.RoIAlign.run_reference(LINEAR, _roi(*box), **attrs)
+    torch.testing.assert_close(out[0, 0], torch.tensor(expected), rtol=0, atol=1e-5)
+
+
+def test_roi_align_max_of_empty_bin_is_lowest_float() -> None:
+    out = d.RoIAlign.run_reference(
+        LINEAR, _roi(1.5, 1.5, 1.5, 1.5), output_height=1, output_width=1, mode="max"
+    )
+    assert (
+        out.item() == -3.4028234663852886e38
+    )  # MMCV: no sample, max starts at -FLT_MAX
+
+
+def test_roi_align_errors_are_named() -> None:
+    with pytest.raises(ValueError, match=r"rois must be \(num_rois, 5\).*got \(1, 4\)"):
+        d.RoIAlign.run_reference(LINEAR, torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"'mode' must be 'avg' or 'max'; got 'mean'"):
+        d.RoIAlign.run_reference(LINEAR, _roi(0, 0, 1, 1), mode="mean")
+    with pytest.raises(
+        ValueError, match=r"batch index 3, outside the feature batch of 1"
+    ):
+        d.RoIAlign.run_reference(LINEAR, torch.tensor([[3.0, 0, 0, 1, 1]]))
+
+
+# --------------------------------------------------------------------------- MultiLevelRoiAlign
+
+
+@pytest.mark.parametrize(
+    ("side", "level"),
+    [
+        (55.9, 0),
+        (56.0, 0),
+        (111.0, 0),
+        (112.0, 1),
+        (224.0, 2),
+        (448.0, 3),
+        (1000.0, 3),
+        (1.0, 0),
+    ],
+    ids=lambda v: str(v),
+)
+def test_level_mapping(side: float, level: int) -> None:
+    rois = torch.tensor([[0.0, 10.0, 10.0, 10.0 + side, 10.0 + side]])
+    assert ref.map_roi_levels(rois, 4, 56).item() == level
+
+
+def _pyramid() -> list[torch.Tensor]:
+    # level l is the constant l + 1, so each RoI's output names the level it was pooled from
+    return [
+        torch.full((1, 2, 512 // s, 512 // s), float(i + 1))
+        for i, s in enumerate((4, 8, 16, 32))
+    ]
+
+
+def test_multi_level_picks_the_level_by_scale() -> None:
+    rois = torch.tensor(
+        [
+            [0.0, 8, 8, 48, 48],
+            [0.0, 100, 100, 220, 220],
+            [0.0, 50, 50, 290, 290],
+            [0.0, 0, 0, 500, 500],
+        ]
+    )
+    out = d.MultiLevelRoiAlign.run_reference(rois, *_pyramid())
+    torch.testing.assert_close(out[:, 0, 3, 3], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+def test_multi_level_rescales_after_mapping() -> None:
+    feat0 = (
+        torch.arange(128.0).view(1, 1, 1, 128).expand(1, 1, 128, 128).contiguous()
+    )  # value = x
+    feats = [feat0] + [torch.zeros(1, 1, 512 // s, 512 // s) for s in (8, 16, 32)]
+    rois = torch.tensor([[0.0, 100, 100, 110, 110]])
+    plain = d.MultiLevelRoiAlign.run_reference(
+        rois, *feats, output_height=1, output_width=2, sampling_ratio=2
+    )
+    scaled = d.MultiLevelRoiAlign.run_reference(
+        rois,
+        *feats,
+        output_height=1,
+        output_width=2,
+        sampling_ratio=2,
+        roi_scale_factor=2.0,
+    )
+    # feature x spans 24.5..27 unscaled (bin centres 25.125, 26.375), 23.25..28.25 scaled (24.5, 27.0)
+    torch.testing.assert_close(plain[0, 0, 0], torch.tensor([25.125, 26.375]))
+    torch.testing.assert_close(scaled[0, 0, 0], torch.tensor([24.5, 27.0]))
+
+
+def test_multi_level_stride_count_must_match() -> None:
+    with pytest.raises(
+        ValueError, match=r"2 feature map\(s\) given but featmap_strides has 4 entries"
+    ):
+        d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid()[:2])
+    with pytest.raises(
+        ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"
+    ):
+        d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid(), pool_mode=2)
+
+
+# --------------------------------------------------------------------------- BatchedNMS
+
+# A and B overlap with IoU 81/119 = 0.68; C is apart
+BOXES = torch.tensor([[0.0, 0, 10, 10], [1.0, 1, 11, 11], [20.0, 20, 30, 30]]).view(
+    1, 3, 1, 4
+)
+SCORES = torch.tensor([[0.9, 0.2], [0.8, 0.75], [0.1, 0.6]]).view(
+    1, 3, 2
+)  # [box, class]
+
+
+def _nms(boxes=BOXES, scores=SCORES, **attrs):
+    attrs = {
+        "num_classes": scores.shape[-1],
+        "score_threshold": 0.15,
+        "iou_threshold": 0.5,
+        "keep_topk": 5,
+        **attrs,
+    }
+    return d.BatchedNMS.run_reference(boxes, scores, **attrs)
+
+
+def _rows(dets: torch.Tensor, labels: torch.Tensor) -> list[tuple]:
+    return [
+        (round(float(r[4]), 4), int(lab), [float(v) for v in r[:4]])
+        for r, lab in zip(dets[0], labels[0])
+    ]
+
+
+A, B, C = [0.0, 0, 10, 10], [1.0, 1, 11, 11], [20.0, 20, 30, 30]
+PAD = (0.0, -1, [0.0, 0, 0, 0])
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        ({}, [(0.9, 0, A), (0.75, 1, B), (0.6, 1, C), PAD, PAD]),
+        ({"keep_topk": 2}, [(0.9, 0, A), (0.75, 1, B)]),
+        ({"topk": 1}, [(0.9, 0, A), (0.75, 1, B), PAD, PAD, PAD]),
+        ({"background_label_id": 0}, [(0.75, 1, B), (0.6, 1, C), PAD, PAD, PAD]),
+        (
+            {"iou_threshold": 0.7, "keep_topk": 6},
+            [(0.9, 0, A), (0.8, 0, B), (0.75, 1, B), (0.6, 1, C), (0.2, 1, A), PAD],
+        ),
+        ({"score_threshold": 0.95}, [PAD] * 5),
+    ],
+    ids=["default", "keep-topk", "pre-topk", "background", "loose-iou", "nothing-kept"],
+)
+def test_batched_nms_hand_cases(attrs: dict, expected: list) -> None:
+    dets, labels = _nms(**attrs)
+    assert dets.shape == (1, len(expected), 5) and labels.dtype == torch.int32
+    assert _rows(dets, labels) == expected
+
+
+def test_batched_nms_ties_and_touching_boxes() -> None:
+    boxes = torch.tensor([[0.0, 0, 1, 1], [1.0, 0, 2, 1], [0.0, 0, 1, 1]]).view(
+        1, 3, 1, 4
+    )  # 0 and 1 touch
+    scores = torch.tensor([[0.5, 0.5], [0.5, 0.0], [0.5, 0.0]]).view(1, 3, 2)
+    dets, labels = _nms(boxes, scores, score_threshold=0.1, keep_topk=4)
+    # class 0: box 0 (lower index first), box 1 (touching: IoU 0), box 2 suppressed (IoU 1); class 1: box 0
+    assert _rows(dets, labels) == [
+        (0.5, 0, [0, 0, 1, 1]),
+        (0.5, 0, [1, 0, 2, 1]),
+        (0.5, 1, [0, 0, 1, 1]),
+        PAD,
+    ]
+
+
+def test_batched_nms_per_class_boxes_and_clip() -> None:
+    boxes = torch.tensor([[[-0.1, 0.2, 1.3, 0.9], [0.1, 0.1, 0.5, 0.5]]]).view(
+        1, 1, 2, 4
+    )
+    scores = torch.tensor([[[0.3, 0.8]]])
+    dets, labels = _nms(boxes, scores, keep_topk=2, clip_boxes=True)
+    assert labels.tolist() == [[1, 0]]
+    torch.testing.assert_close(
+        dets[0, :, :4], torch.tensor([[0.1, 0.1, 0.5, 0.5], [0.0, 0.2, 1.0, 0.9]])
+    )
+
+
+def test_batched_nms_errors_are_named() -> None:
+    with pytest.raises(ValueError, match=r"num_classes=3 but scores \(1, 3, 2\)"):
+        _nms(num_classes=3)
+    with pytest.raises(
+        ValueError, match=r"return_index=1 \(a third output\) is not supported"
+    ):
+        _nms(return_index=True)
+
+
+# --------------------------------------------------------------------------- DynamicResize (seed op)
+
+
+@pytest.mark.parametrize(
+    ("size", "factor"), [((8, 12), 2), ((2, 3), 0.5)], ids=["up-x2", "down-x0.5"]
+)
+def test_dynamic_resize_reference_covers_up_and_down(
+    size: tuple, factor: float
+) -> None:
+    from opbridge.ops import DynamicResize
+
+    x = torch.arange(24.0).view(1, 1, 4, 6)
+    out = DynamicResize.run_reference(x, torch.empty(1, 1, *size))
+    assert out.shape == (1, 1, *size)
+    # a linear ramp survives bicubic resampling away from the borders: centre value = centre of the input
+    torch.testing.assert_close(out.mean(), x.mean(), rtol=0, atol=0.2)
+    torch.testing.assert_close(
+        out, F.interpolate(x, scale_factor=factor, mode="bicubic"), rtol=0, atol=1e-6
+    )
