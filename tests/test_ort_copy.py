@@ -9,8 +9,11 @@ test runs through all of them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -225,7 +228,7 @@ def test_concurrent_runs_with_large_outputs(copy_mode: str, execution_mode: str)
                 x = _random((300 + 7 * seed, 1000 + i), np.float32, seed=seed * 10 + i)
                 for y in sess.run(None, {"x0": x}):
                     np.testing.assert_array_equal(y, x)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
@@ -270,3 +273,57 @@ def test_parallel_copy_needs_api_17() -> None:
     report = native.abi_report()
     assert report["parallel_copy"] == (report["api_version"] >= 17)
     assert report["large_copy"] == MIB
+
+
+FALLBACK_SCRIPT = r"""
+import ctypes, pathlib, sys
+import onnxruntime
+from opbridge.onnxruntime import _bridge as native
+
+lib = next(pathlib.Path(onnxruntime.__file__).parent.joinpath("capi").glob("libonnxruntime.so*"))
+ort = ctypes.CDLL(str(lib))
+GetApi = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_uint32)
+GetVersion = ctypes.CFUNCTYPE(ctypes.c_char_p)
+class Base(ctypes.Structure):
+    _fields_ = [("GetApi", GetApi), ("GetVersionString", GetVersion)]
+ort.OrtGetApiBase.restype = ctypes.POINTER(Base)
+real = ort.OrtGetApiBase().contents
+newest = int(sys.argv[1])
+fake = Base(GetApi(lambda v: real.GetApi(v) if v <= newest else None), GetVersion(lambda: b"1.16.0 (simulated)"))
+
+table = ctypes.cast(real.GetApi(16), ctypes.POINTER(ctypes.c_void_p))
+create_options = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))(table[10])
+options = ctypes.c_void_p()
+assert create_options(ctypes.byref(options)) is None
+native.set_pending([native.OpDescriptor("sim.domain", "Op", 1, [1], lambda node: None)])
+bridge = ctypes.CDLL(native.__file__)
+bridge.RegisterCustomOps.restype = ctypes.c_void_p
+status = bridge.RegisterCustomOps(options, ctypes.byref(fake))
+report = native.abi_report()
+print(status is None, report["api_version"], report["parallel_copy"], report["selfcheck"], native.registration_error())
+"""
+
+
+@pytest.mark.parametrize(
+    ("newest", "expected"),
+    [
+        (16, "True 16 False 1 None"),
+        (15, "True 0 False 0 this onnxruntime (1.16.0 (simulated)) does not offer C API version 16; opbridge needs "
+         "onnxruntime >= 1.16"),
+    ],
+    ids=["runtime-1.16", "runtime-1.15"],
+)
+def test_older_runtime_falls_back(tmp_path: Path, newest: int, expected: str) -> None:
+    """A runtime without C API 17 registers with table 16 (no parallel copy); one without 16 is refused.
+
+    The older runtime is simulated in a child process: RegisterCustomOps gets an API base whose GetApi
+    answers NULL above ``newest`` and hands out the real table otherwise.
+    """
+    if not list((Path(ort.__file__).parent / "capi").glob("libonnxruntime.so*")):
+        pytest.skip("this onnxruntime wheel ships no libonnxruntime.so to simulate an older runtime with")
+    script = tmp_path / "fallback.py"
+    script.write_text(FALLBACK_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), str(newest)], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == expected

@@ -9,8 +9,10 @@
  *     GetVersionString().
  *   - GetApi(version) returns the OrtApi table: a struct made only of function
  *     pointers, append-only across releases. A slot is therefore addressed by
- *     its position. We ask for version 16 (onnxruntime 1.16), the oldest table
- *     that has everything we call, so the bridge works on every release since.
+ *     its position. We ask for version 17 (onnxruntime 1.17) and, if the
+ *     runtime is older, for version 16, the oldest table that has everything
+ *     we need; only the parallel copy of large results needs 17, so the bridge
+ *     works on every release since 1.16.
  *   - OrtCustomOp is a struct of a uint32 `version` followed by function
  *     pointers, also append-only; ONNX Runtime reads a field only when the
  *     op's `version` is at least the release that added it.
