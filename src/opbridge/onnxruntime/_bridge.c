@@ -420,11 +420,12 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
  *
  *   - A fresh result (it owns its memory and only the bridge still refers to it,
  *     so the kernel has just written it and it dies after the copy) is copied on
- *     the calling thread with non-temporal stores. Such a kernel has just
- *     streamed at least twice the result's size through the caches, so the
- *     destination is no longer cached: ordinary stores would first read every
- *     destination line from memory. Streaming stores skip that read and leave
- *     the caches alone.
+ *     the calling thread with non-temporal stores. The kernel has just pushed at
+ *     least the whole result, usually its inputs and temporaries too, through
+ *     the caches, so ORT's output buffer is mostly out of them: ordinary stores
+ *     would first read every destination line from memory. Streaming stores
+ *     skip that read. On data still in the caches they are slower, hence the
+ *     second route.
  *   - Any other result (an input returned as is, a view, a cached array) is
  *     usually still in cache. It is cut into OPB_COPY_CHUNK pieces that the
  *     session's intra-op thread pool copies side by side with ordinary stores,
