@@ -48,6 +48,8 @@ static char g_selfcheck_msg[512] = "";      /* why the self-check failed, or "" 
 static PyObject *g_pending = NULL;          /* list of OpDescriptor staged by set_pending() */
 static char g_register_error[1024] = "";    /* last RegisterCustomOps failure, for Python */
 static long g_registrations = 0;            /* successful RegisterCustomOps calls */
+static unsigned g_api_version = 0;          /* version of the OrtApi table in g_api */
+static opb_KernelContext_ParallelFor_fn g_parallel_for = NULL; /* NULL before API 17 */
 
 #define API(slot, type) ((type)g_api[OPB_SLOT_##slot])
 
@@ -409,8 +411,122 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
     return args;
 }
 
+/* ------------------------------------------------------------------ copying results
+ *
+ * A kernel that returns a new array costs one copy into ONNX Runtime's output.
+ * Copies under OPB_LARGE_COPY bytes are one memcpy with the GIL held. Larger ones
+ * release the GIL and take one of two routes (benchmarks/ORT_BRIDGE.md has the
+ * measurements behind them):
+ *
+ *   - A fresh result (it owns its memory and only the bridge still refers to it,
+ *     so the kernel has just written it and it dies after the copy) is copied on
+ *     the calling thread with non-temporal stores. The kernel has just pushed at
+ *     least the whole result, usually its inputs and temporaries too, through
+ *     the caches, so ORT's output buffer is mostly out of them: ordinary stores
+ *     would first read every destination line from memory. Streaming stores
+ *     skip that read. On data still in the caches they are slower, hence the
+ *     second route.
+ *   - Any other result (an input returned as is, a view, a cached array) is
+ *     usually still in cache. It is cut into OPB_COPY_CHUNK pieces that the
+ *     session's intra-op thread pool copies side by side with ordinary stores,
+ *     through KernelContext_ParallelFor (C API 17, onnxruntime >= 1.17). The
+ *     pool follows the session's intra_op_num_threads (with 1 thread the calling
+ *     thread copies every piece) and hands pieces out one at a time. The bridge
+ *     creates no threads. Before API 17 the calling thread copies it.
+ */
+#define OPB_LARGE_COPY ((size_t)1 << 20)
+#define OPB_COPY_CHUNK ((size_t)256 << 10)
+
+/* How large results are copied. AUTO is the rule above; the others force one
+ * route for every large result and exist so benchmarks can compare them side by
+ * side (_set_copy_mode). */
+enum { OPB_COPY_SERIAL = 0, OPB_COPY_PARALLEL = 1, OPB_COPY_STREAM = 2, OPB_COPY_AUTO = 3 };
+static const char *const g_copy_mode_names[] = {"serial", "parallel", "stream", "auto"};
+static int g_copy_mode = OPB_COPY_AUTO;
+static long g_large_copies[3] = {0, 0, 0}; /* large copies done serially, on the pool, streamed */
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* memcpy with non-temporal stores for the aligned bulk: the destination bypasses the caches. */
+static void opb_copy_stream(char *dst, const char *src, size_t n) {
+    size_t i = (size_t)(-(uintptr_t)dst & 15u);
+    if (i > n) i = n;
+    memcpy(dst, src, i);
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    _mm_sfence(); /* streaming stores are weakly ordered: make them visible before ORT reads the output */
+    memcpy(dst + i, src + i, n - i);
+}
+#else
+static void opb_copy_stream(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
+#endif
+
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t nbytes;
+    size_t done; /* pieces copied, counted atomically: the pool must visit every one */
+} OpbCopyJob;
+
+static void opb_copy_piece(void *user_data, size_t i) {
+    OpbCopyJob *job = (OpbCopyJob *)user_data;
+    size_t off = i * OPB_COPY_CHUNK;
+    if (off >= job->nbytes) return;
+    size_t len = job->nbytes - off < OPB_COPY_CHUNK ? job->nbytes - off : OPB_COPY_CHUNK;
+    memcpy(job->dst + off, job->src + off, len);
+    __atomic_fetch_add(&job->done, 1, __ATOMIC_RELAXED);
+}
+
+/* Whether a kernel's result was made by this call: it owns its memory and only the
+ * caller of this check (one reference, before any conversion) refers to it. */
+static int opb_fresh(PyObject *obj) {
+    return PyArray_Check(obj) && PyArray_CHKFLAGS((PyArrayObject *)obj, NPY_ARRAY_OWNDATA) && Py_REFCNT(obj) == 1;
+}
+
+static int opb_overlap(const void *a, const void *b, size_t n) {
+    const char *x = (const char *)a, *y = (const char *)b;
+    return x < y + n && y < x + n;
+}
+
+/* Copy nbytes from src to dst (they must not overlap). Called with the GIL held,
+ * which it releases for large copies; the caller's reference keeps src alive. */
+static void opb_copy_bytes(OrtKernelContext *ctx, void *dst, const void *src, size_t nbytes, int fresh) {
+    if (nbytes < OPB_LARGE_COPY) {
+        memcpy(dst, src, nbytes);
+        return;
+    }
+    int mode = g_copy_mode == OPB_COPY_AUTO ? (fresh ? OPB_COPY_STREAM : OPB_COPY_PARALLEL) : g_copy_mode;
+    Py_BEGIN_ALLOW_THREADS
+    int copied = 0;
+    if (mode == OPB_COPY_PARALLEL && g_parallel_for != NULL && ctx != NULL) {
+        OpbCopyJob job = {(char *)dst, (const char *)src, nbytes, 0};
+        size_t pieces = (nbytes + OPB_COPY_CHUNK - 1) / OPB_COPY_CHUNK;
+        OrtStatus *st = g_parallel_for(ctx, opb_copy_piece, pieces, 0, &job);
+        if (st != NULL) API(ReleaseStatus, opb_Release_fn)(st);
+        /* Trust the pool only if it reports success and copied every piece;
+         * otherwise copy it all here (copying again is harmless). */
+        copied = st == NULL && __atomic_load_n(&job.done, __ATOMIC_RELAXED) == pieces;
+    }
+    if (!copied) {
+        if (mode == OPB_COPY_STREAM) opb_copy_stream((char *)dst, (const char *)src, nbytes);
+        else memcpy(dst, src, nbytes);
+    }
+    __atomic_fetch_add(&g_large_copies[copied ? OPB_COPY_PARALLEL : mode == OPB_COPY_STREAM ? OPB_COPY_STREAM : 0],
+                       1, __ATOMIC_RELAXED);
+    Py_END_ALLOW_THREADS
+}
+
 /* Copy one kernel result into ORT output i. */
 static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, char *err, size_t n) {
+    int fresh = opb_fresh(obj);
     /* Arrays and numpy scalars only: anything else would be converted with a guessed dtype. */
     PyArrayObject *arr = (PyArray_Check(obj) || PyArray_IsScalar(obj, Generic)) ? (PyArrayObject *)PyArray_FROM_O(obj)
                                                                              : NULL;
@@ -457,16 +573,10 @@ static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *o
     }
     npy_intp nbytes = PyArray_NBYTES(arr);
     if (nbytes > 0 && dst != NULL) {
-        if (PyArray_IS_C_CONTIGUOUS(arr)) {
-            const void *src = PyArray_DATA(arr);
-            if (nbytes >= (1 << 20)) {
-                Py_BEGIN_ALLOW_THREADS memcpy(dst, src, (size_t)nbytes);
-                Py_END_ALLOW_THREADS
-            } else {
-                memcpy(dst, src, (size_t)nbytes);
-            }
+        if (PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISNOTSWAPPED(arr)) {
+            opb_copy_bytes(ctx, dst, PyArray_DATA(arr), (size_t)nbytes, fresh);
         } else {
-            /* Strided result (e.g. a transpose): let numpy write it into the ORT buffer. */
+            /* Strided (e.g. a transpose) or byte-swapped result: numpy writes it into the ORT buffer. */
             npy_intp shape[NPY_MAXDIMS];
             for (int d = 0; d < rank; d++) shape[d] = PyArray_DIM(arr, d);
             PyObject *view = PyArray_New(&PyArray_Type, rank, shape, PyArray_TYPE(arr), NULL, dst, 0,
@@ -574,8 +684,10 @@ static void opb_shape_text(PyArrayObject *a, char *buf, size_t n) {
 }
 
 /* Deliver result i into a preallocated output: nothing to do when the kernel wrote in place. */
-static int opb_fill_preallocated(OpbKernel *k, size_t i, PyObject *obj, PyObject *target, char *err, size_t n) {
+static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, PyObject *target,
+                                 char *err, size_t n) {
     if (obj == target) return 0;
+    int fresh = opb_fresh(obj);
     PyArrayObject *dst = (PyArrayObject *)target;
     if (!(PyArray_Check(obj) || PyArray_IsScalar(obj, Generic))) {
         snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays", k->label, i,
@@ -604,7 +716,12 @@ static int opb_fill_preallocated(OpbKernel *k, size_t i, PyObject *obj, PyObject
         snprintf(err, n, "%s: output %zu has shape %s, but the op's shape rule gives %s for these inputs", k->label,
                  i, got, want);
         rc = -1;
-    } else if (PyArray_DATA(arr) != PyArray_DATA(dst) && PyArray_CopyInto(dst, arr) < 0) {
+    } else if (PyArray_DATA(arr) == PyArray_DATA(dst)) {
+        /* a view of the output itself: already in place */
+    } else if (PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISNOTSWAPPED(arr) &&
+               !opb_overlap(PyArray_DATA(arr), PyArray_DATA(dst), (size_t)PyArray_NBYTES(dst))) {
+        opb_copy_bytes(ctx, PyArray_DATA(dst), PyArray_DATA(arr), (size_t)PyArray_NBYTES(dst), fresh);
+    } else if (PyArray_CopyInto(dst, arr) < 0) {
         opb_format_exception(err, n);
         rc = -1;
     }
@@ -670,7 +787,7 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
         }
         for (Py_ssize_t i = 0; i < got; i++) {
             PyObject *item = PySequence_Fast_GET_ITEM(res, i);
-            int rc = outs ? opb_fill_preallocated(k, (size_t)i, item, PyTuple_GET_ITEM(outs, i), err, sizeof err)
+            int rc = outs ? opb_fill_preallocated(k, ctx, (size_t)i, item, PyTuple_GET_ITEM(outs, i), err, sizeof err)
                           : opb_output(k, ctx, (size_t)i, item, err, sizeof err);
             if (rc < 0) {
                 result = opb_status(err);
@@ -684,7 +801,7 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
             result = opb_status(err);
             goto done;
         }
-        int rc = outs ? opb_fill_preallocated(k, 0, res, PyTuple_GET_ITEM(outs, 0), err, sizeof err)
+        int rc = outs ? opb_fill_preallocated(k, ctx, 0, res, PyTuple_GET_ITEM(outs, 0), err, sizeof err)
                       : opb_output(k, ctx, 0, res, err, sizeof err);
         if (rc < 0) {
             result = opb_status(err);
@@ -851,7 +968,12 @@ static OrtStatus *opb_register(OrtSessionOptions *options, const OpbApiBase *bas
         snprintf(g_register_error, sizeof g_register_error, "ONNX Runtime passed no API base");
         return NULL; /* nothing to build a status with; Python reads g_register_error */
     }
-    const void *const *api = (const void *const *)base->GetApi(OPB_ORT_API_VERSION);
+    unsigned version = OPB_ORT_API_VERSION_PARALLEL;
+    const void *const *api = (const void *const *)base->GetApi(version);
+    if (api == NULL) { /* a runtime older than 1.17: no ParallelFor */
+        version = OPB_ORT_API_VERSION;
+        api = (const void *const *)base->GetApi(version);
+    }
     if (api == NULL) {
         snprintf(g_register_error, sizeof g_register_error,
                  "this onnxruntime (%s) does not offer C API version %u; opbridge needs onnxruntime >= 1.16",
@@ -859,6 +981,10 @@ static OrtStatus *opb_register(OrtSessionOptions *options, const OpbApiBase *bas
         return NULL;
     }
     g_api = api;
+    g_api_version = version;
+    g_parallel_for = version >= OPB_ORT_API_VERSION_PARALLEL
+                         ? API(KernelContext_ParallelFor, opb_KernelContext_ParallelFor_fn)
+                         : NULL;
     if (opb_abi_selfcheck() < 0) {
         snprintf(g_register_error, sizeof g_register_error, "opbridge: ONNX Runtime C API self-check failed: %s",
                  g_selfcheck_msg);
@@ -953,9 +1079,29 @@ static PyObject *py_registration_error(PyObject *self, PyObject *unused) {
 static PyObject *py_abi_report(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{s:i,s:s,s:l,s:I,s:I,s:O}", "selfcheck", g_selfcheck_done, "selfcheck_error",
-                         g_selfcheck_msg, "registrations", g_registrations, "api_version", OPB_ORT_API_VERSION,
-                         "custom_op_version", OPB_CUSTOM_OP_VERSION, "api_loaded", g_api ? Py_True : Py_False);
+    return Py_BuildValue("{s:i,s:s,s:l,s:I,s:I,s:O,s:O,s:n,s:{s:l,s:l,s:l}}", "selfcheck", g_selfcheck_done,
+                         "selfcheck_error", g_selfcheck_msg, "registrations", g_registrations, "api_version",
+                         g_api_version, "custom_op_version", OPB_CUSTOM_OP_VERSION, "api_loaded",
+                         g_api ? Py_True : Py_False, "parallel_copy", g_parallel_for ? Py_True : Py_False,
+                         "large_copy", (Py_ssize_t)OPB_LARGE_COPY, "large_copies", "serial",
+                         __atomic_load_n(&g_large_copies[0], __ATOMIC_RELAXED), "parallel",
+                         __atomic_load_n(&g_large_copies[1], __ATOMIC_RELAXED), "stream",
+                         __atomic_load_n(&g_large_copies[2], __ATOMIC_RELAXED));
+}
+
+static PyObject *py_set_copy_mode(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    for (int i = 0; name != NULL && i < 4; i++) {
+        if (strcmp(name, g_copy_mode_names[i]) == 0) {
+            const char *previous = g_copy_mode_names[g_copy_mode];
+            g_copy_mode = i;
+            return PyUnicode_FromString(previous);
+        }
+    }
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "copy mode must be 'auto' (the default), 'serial', 'parallel' or 'stream'");
+    return NULL;
 }
 
 static PyMethodDef module_methods[] = {
@@ -963,6 +1109,9 @@ static PyMethodDef module_methods[] = {
     {"clear_pending", py_clear_pending, METH_NOARGS, "Drop staged OpDescriptors."},
     {"registration_error", py_registration_error, METH_NOARGS, "Why the last RegisterCustomOps failed, or None."},
     {"abi_report", py_abi_report, METH_NOARGS, "State of the C API self-check and registrations."},
+    {"_set_copy_mode", py_set_copy_mode, METH_O,
+     "_set_copy_mode(mode): how large results are copied into ONNX Runtime's outputs, for benchmarks: "
+     "'auto' (the default), 'serial', 'parallel' or 'stream'. Returns the previous mode."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef bridge_module = {

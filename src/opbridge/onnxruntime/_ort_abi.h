@@ -9,8 +9,10 @@
  *     GetVersionString().
  *   - GetApi(version) returns the OrtApi table: a struct made only of function
  *     pointers, append-only across releases. A slot is therefore addressed by
- *     its position. We ask for version 16 (onnxruntime 1.16), the oldest table
- *     that has everything we call, so the bridge works on every release since.
+ *     its position. We ask for version 17 (onnxruntime 1.17) and, if the
+ *     runtime is older, for version 16, the oldest table that has everything
+ *     we need; only the parallel copy of large results needs 17, so the bridge
+ *     works on every release since 1.16.
  *   - OrtCustomOp is a struct of a uint32 `version` followed by function
  *     pointers, also append-only; ONNX Runtime reads a field only when the
  *     op's `version` is at least the release that added it.
@@ -27,9 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The API table version requested from GetApi, and the OrtCustomOp version we
- * declare (16 = the release that added CreateKernelV2 / KernelComputeV2). */
+/* The API table versions requested from GetApi, and the OrtCustomOp version we
+ * declare (16 = the release that added CreateKernelV2 / KernelComputeV2).
+ * The bridge asks for the newer table first: version 17 adds
+ * KernelContext_ParallelFor, which the bridge uses to copy large outputs on
+ * ONNX Runtime's intra-op threads. An older runtime answers NULL for 17; the
+ * bridge then takes the version-16 table and copies on one thread. */
 #define OPB_ORT_API_VERSION 16u
+#define OPB_ORT_API_VERSION_PARALLEL 17u
 #define OPB_CUSTOM_OP_VERSION 16u
 
 /* Opaque runtime handles: only ever used through pointers. */
@@ -122,6 +129,27 @@ typedef struct OpbApiBase {
 #define OPB_SLOT_ReleaseValue 96                   /* checked: releases the probe tensor */
 #define OPB_SLOT_ReleaseTensorTypeAndShapeInfo 99  /* checked: releases the probe's type info */
 
+/* One slot from a later table, used only when GetApi(17) succeeded.
+ *
+ * The table grows by whole release versions. Counting the members each version
+ * appends (as the documentation lists them): version 1 ends at
+ * ReleaseCustomOpDomain (index 101); version 2 adds 17 (to 118), 3 adds 6 (124),
+ * 4 adds 2 (126), 5 adds 23 (149), 6 adds 8 (157), 7 adds 4 (161), 8 adds 8
+ * (169), 9 adds 22 (191), 10 adds 12 (203), 11 adds 6 (209), 12 adds 9 (218),
+ * 13 adds 6 (224), 14 adds 14 (238), 15 adds 16 (254), 16 adds 11 (255-265,
+ * ending at KernelContext_GetResource). Version 17 then appends
+ * SetUserLoggingFunction (266), the four ShapeInferContext functions (267-270),
+ * SetSymbolicDimensions (271), ReadOpAttr (272), SetDeterministicCompute (273)
+ * and KernelContext_ParallelFor (274). The same index follows from the byte
+ * offset 2192 = 274 * 8 that published 64-bit bindings give for the member.
+ *
+ * KernelContext_ParallelFor(ctx, fn, total, num_batch, user_data) calls
+ * fn(user_data, i) once for every i in [0, total) on the session's intra-op
+ * thread pool (the calling thread takes part; with no pool it runs them all
+ * inline) and returns when all calls are done. num_batch = 0 lets the pool
+ * hand out the indices one by one. */
+#define OPB_SLOT_KernelContext_ParallelFor 274     /* checked: every index is visited, the copy is exact (tests) */
+
 /* Signatures of those slots (all use the platform's C calling convention on Linux/macOS). */
 typedef OrtStatus *(*opb_CreateStatus_fn)(int code, const char *msg);
 typedef int (*opb_GetErrorCode_fn)(const OrtStatus *status);
@@ -143,6 +171,8 @@ typedef OrtStatus *(*opb_KernelContext_GetInput_fn)(const OrtKernelContext *ctx,
 typedef OrtStatus *(*opb_KernelContext_GetOutput_fn)(OrtKernelContext *ctx, size_t index, const int64_t *dims,
                                                      size_t rank, OrtValue **out);
 typedef void (*opb_Release_fn)(void *handle);
+typedef OrtStatus *(*opb_KernelContext_ParallelFor_fn)(const OrtKernelContext *ctx, void (*fn)(void *, size_t),
+                                                       size_t total, size_t num_batch, void *user_data);
 
 /* ------------------------------------------------------------------ OrtCustomOp
  *

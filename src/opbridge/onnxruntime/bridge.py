@@ -16,7 +16,8 @@ this order:
    memory with the numpy views (``torch.from_numpy``).
 
 Results are copied once into outputs that ONNX Runtime allocates with the
-result's shape. A numpy kernel of an op with a shape rule may instead take an
+result's shape (from 1 MiB with the GIL released; see ``_bridge.c`` for how
+large copies are done). A numpy kernel of an op with a shape rule may instead take an
 ``out`` parameter: the outputs are then allocated first (shapes from the rule)
 and passed as ``out=`` (one array, or a tuple for several outputs), so a kernel
 that writes into them costs no copy at all.
