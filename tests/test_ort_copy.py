@@ -25,7 +25,7 @@ import opbridge
 from opbridge.onnxruntime.session import InferenceSession
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
-native = pytest.importorskip("opbridge.onnxruntime._bridge", reason="the bridge extension is not built")
+from opbridge.onnxruntime import _bridge as native  # noqa: E402 - built by `pip install -e .`
 
 DOMAIN = "test.ortcopy"
 MODES = ["auto", "serial", "parallel", "stream"]

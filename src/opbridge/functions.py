@@ -234,7 +234,8 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
             built for it (builders with an ``opset`` parameter) or moved to it.
 
     Returns:
-        The checked body, or None when the op has none.
+        The checked body, or None when the op has none (or its builder returns
+        None for this opset).
 
     Raises:
         OpDefinitionError: the body's inputs, outputs or attributes do not match
@@ -252,6 +253,10 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
         proto = builder(spec, opset=opset if opset is not None else DEFAULT_BODY_OPSET)
     else:
         proto = builder(spec)
+    if proto is None:
+        # The builder has no body for this opset (e.g. the ONNX op it needs is newer):
+        # the node then runs through the op's kernel.
+        return None
     if not isinstance(proto, onnx.FunctionProto):
         raise OpDefinitionError(
             f"{spec.qualname}: the registered function body gave {type(proto).__name__}; "

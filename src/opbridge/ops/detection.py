@@ -6,8 +6,9 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
 
 * :data:`GridSample` (``mmdeploy::grid_sampler``): ``F.grid_sample``;
   ``interpolation_mode`` 0 bilinear, 1 nearest, 2 bicubic; ``padding_mode``
-  0 zeros, 1 border, 2 reflection. CPU kernel: PyTorch's own CPU grid_sample
-  (see :func:`grid_sampler_function` for why no function body is registered).
+  0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` (models at
+  opset >= 16, see :func:`grid_sampler_function`); CPU kernel: PyTorch's own CPU
+  grid_sample.
 * :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
   DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. CPU kernel (numpy).
 * :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
@@ -97,9 +98,8 @@ def grid_sampler_function(opset: int) -> Any:
     nested ``If`` on the integer attributes. GridSample's mode names changed at
     opset 20 ("bilinear"/"bicubic" became "linear"/"cubic") and a model-local
     function must use the model's own default opset, so the body depends on the
-    model's opset. ``register_function`` builders see only the spec, not the
-    model, so this body is not registered: ONNX Runtime runs grid_sampler through
-    the CPU kernel, or a caller that knows the opset attaches this body.
+    model's opset; export builds it for the model's opset (below 16 there is no
+    body and the node runs through the CPU kernel).
 
     Example:
         >>> grid_sampler_function(17).name
@@ -180,6 +180,11 @@ def grid_sampler_function(opset: int) -> Any:
         [helper.make_opsetid("", opset)],
         ["interpolation_mode", "padding_mode", "align_corners"],
     )
+
+
+@GridSample.register_function
+def _grid_sampler_body(spec: Any, opset: int) -> Any:
+    return grid_sampler_function(opset) if opset >= 16 else None
 
 
 GridSample.register_kernel(cpu.grid_sample, kind="torch")
