@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS := openvino,tensorrt-rtx,graph,view,dev
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy --ignore-missing-imports --follow-imports=silent src/opbridge
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

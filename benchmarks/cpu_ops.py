@@ -56,9 +56,7 @@ def row(op: str, shape: str, path: str, ms: float, base: str, base_ms: float) ->
     )
 
 
-def ort_session(
-    nodes: list, inputs: dict[str, np.ndarray], opset: int, inits: list | None = None
-) -> Callable[[], Any]:
+def ort_session(nodes: list, inputs: dict[str, np.ndarray], opset: int, inits: list | None = None) -> Callable[[], Any]:
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -69,10 +67,7 @@ def ort_session(
     graph = helper.make_graph(
         nodes,
         "bench",
-        [
-            helper.make_tensor_value_info(k, types[v.dtype], None)
-            for k, v in inputs.items()
-        ],
+        [helper.make_tensor_value_info(k, types[v.dtype], None) for k, v in inputs.items()],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=inits or [],
     )
@@ -81,9 +76,7 @@ def ort_session(
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = THREADS
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, inputs)
 
 
@@ -109,9 +102,7 @@ def bridged(opdef: Any, args: tuple, attrs: dict) -> Callable[[], Any] | None:
 def bench_resize(quick: bool, reps: int) -> None:
     from onnx import helper, numpy_helper
 
-    sizes = [(1, 3, 128, 128, 2), (1, 3, 256, 256, 4)] + (
-        [] if quick else [(8, 64, 64, 64, 2)]
-    )
+    sizes = [(1, 3, 128, 128, 2), (1, 3, 256, 256, 4)] + ([] if quick else [(8, 64, 64, 64, 2)])
     for n, c, h, w, s in sizes:
         x = torch.randn(n, c, h, w)
         size_t = torch.empty(1, 1, h * s, w * s)
@@ -124,9 +115,7 @@ def bench_resize(quick: bool, reps: int) -> None:
             cubic_coeff_a=-0.75,
             coordinate_transformation_mode="pytorch_half_pixel",
         )
-        sizes_init = numpy_helper.from_array(
-            np.array([n, c, h * s, w * s], np.int64), "sizes"
-        )
+        sizes_init = numpy_helper.from_array(np.array([n, c, h * s, w * s], np.int64), "sizes")
         run = ort_session([node], {"x": x.numpy()}, 17, [sizes_init])
         got = run()[0]
         err = float(np.abs(got - DynamicResize.run_reference(x, size_t).numpy()).max())
@@ -224,9 +213,7 @@ def bench_dcn(quick: bool, reps: int) -> None:
             "reference",
             ref,
         )
-        node = helper.make_node(
-            "DeformConv", ["x", "w", "o", "b", "m"], ["y"], pads=[1, 1, 1, 1]
-        )
+        node = helper.make_node("DeformConv", ["x", "w", "o", "b", "m"], ["y"], pads=[1, 1, 1, 1])
         run = ort_session([node], dict(zip("xomwb", arrays)), 19)
         row(
             "MMCVModulatedDeformConv2d",
@@ -251,9 +238,7 @@ def bench_dcn(quick: bool, reps: int) -> None:
 def _rois(n: int, extent: float, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     xy = torch.rand(n, 2, generator=g) * extent
-    side = torch.exp(
-        torch.empty(n, 2).uniform_(np.log(16), np.log(extent / 2), generator=g)
-    )
+    side = torch.exp(torch.empty(n, 2).uniform_(np.log(16), np.log(extent / 2), generator=g))
     return torch.cat([torch.zeros(n, 1), xy, xy + side], 1)
 
 
@@ -270,17 +255,13 @@ def bench_roi(quick: bool, reps: int) -> None:
             "mode": "avg",
             "aligned": True,
         }
-        ref = timeit(
-            lambda: d.RoIAlign.run_reference(feat, rois, **attrs), max(1, reps // 2)
-        )
+        ref = timeit(lambda: d.RoIAlign.run_reference(feat, rois, **attrs), max(1, reps // 2))
         shape = f"{n_rois} RoIs on 1x{c}x100x168"
         row(
             "MMCVRoiAlign",
             shape,
             "kernel (numpy)",
-            timeit(
-                lambda: d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs), reps
-            ),
+            timeit(lambda: d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs), reps),
             "reference",
             ref,
         )
@@ -375,9 +356,7 @@ def bench_nms(quick: bool, reps: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="fewer sizes and repetitions"
-    )
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument(
         "--threads",
         type=int,
@@ -394,13 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for fn in (bench_resize, bench_grid, bench_dcn, bench_roi, bench_nms):
         fn(args.quick, reps)
-    print(
-        "\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|"
-    )
+    print("\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|")
     for op, shape, path, ms, base, base_ms in ROWS:
-        print(
-            f"| {op} | {shape} | {path} | {ms:.2f} | {base} | {base_ms:.2f} | {base_ms / ms:.2f} |"
-        )
+        print(f"| {op} | {shape} | {path} | {ms:.2f} | {base} | {base_ms:.2f} | {base_ms / ms:.2f} |")
     return 0
 
 

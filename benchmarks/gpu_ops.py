@@ -71,31 +71,21 @@ def bench(fn: Callable[[], Any], slow: bool = False) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median"))
 
 
-def run_kernel(
-    opdef: Any, inputs: list[torch.Tensor | None], attrs: dict[str, Any]
-) -> list[torch.Tensor]:
+def run_kernel(opdef: Any, inputs: list[torch.Tensor | None], attrs: dict[str, Any]) -> list[torch.Tensor]:
     """Allocate the outputs the op's shape rule gives and run its GPU kernel on the current stream."""
     bound = opdef.spec.bind_attributes(attrs)
     infos = opdef.shape_rule(*inputs, **bound)
     infos = infos if isinstance(infos, tuple) else (infos,)
-    outs = [
-        torch.empty(tuple(int(s) for s in i.shape), dtype=i.dtype, device=DEV)
-        for i in infos
-    ]
+    outs = [torch.empty(tuple(int(s) for s in i.shape), dtype=i.dtype, device=DEV) for i in infos]
     opdef.gpu_kernel(inputs, outs, bound, torch.cuda.current_stream().cuda_stream)
     return outs
 
 
-def kernel_fn(
-    opdef: Any, inputs: list[torch.Tensor | None], attrs: dict[str, Any]
-) -> Callable[[], Any]:
+def kernel_fn(opdef: Any, inputs: list[torch.Tensor | None], attrs: dict[str, Any]) -> Callable[[], Any]:
     bound = opdef.spec.bind_attributes(attrs)
     infos = opdef.shape_rule(*inputs, **bound)
     infos = infos if isinstance(infos, tuple) else (infos,)
-    outs = [
-        torch.empty(tuple(int(s) for s in i.shape), dtype=i.dtype, device=DEV)
-        for i in infos
-    ]
+    outs = [torch.empty(tuple(int(s) for s in i.shape), dtype=i.dtype, device=DEV) for i in infos]
     stream = torch.cuda.current_stream().cuda_stream
     return lambda: opdef.gpu_kernel(inputs, outs, bound, stream)
 
@@ -111,9 +101,7 @@ def compare(
     atol: float,
 ) -> None:
     if got.dtype != want.dtype and got.is_floating_point():
-        want = want.to(
-            got.dtype
-        )  # compare in the output's dtype (float16 rounding; -FLT_MAX -> -inf)
+        want = want.to(got.dtype)  # compare in the output's dtype (float16 rounding; -FLT_MAX -> -inf)
     got, want = got.float(), want.float()
     diff = torch.where(got == want, torch.zeros_like(got), (got - want).abs())
     bad = diff > atol + rtol * want.abs()
@@ -185,9 +173,7 @@ def copy_bandwidth() -> float:
 # --------------------------------------------------------------------------- inputs
 
 
-def grid_inputs(
-    n: int, c: int, h: int, w: int, ho: int, wo: int, dtype: torch.dtype, seed: int = 0
-) -> tuple:
+def grid_inputs(n: int, c: int, h: int, w: int, ho: int, wo: int, dtype: torch.dtype, seed: int = 0) -> tuple:
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
     # a mildly warped identity grid, with some points outside [-1, 1]
@@ -196,9 +182,7 @@ def grid_inputs(
         torch.linspace(-1.1, 1.1, wo, device=DEV),
         indexing="ij",
     )
-    grid = torch.stack([xs, ys], -1).expand(n, ho, wo, 2) + 0.05 * torch.randn(
-        n, ho, wo, 2, device=DEV, generator=g
-    )
+    grid = torch.stack([xs, ys], -1).expand(n, ho, wo, 2) + 0.05 * torch.randn(n, ho, wo, 2, device=DEV, generator=g)
     return x, grid.to(dtype).contiguous()
 
 
@@ -217,9 +201,7 @@ def dcn_inputs(
     x = torch.randn(n, cin, h, w, device=DEV, generator=g)
     off = torch.randn(n, 2 * dg * 9, h, w, device=DEV, generator=g) * 2
     mask = torch.rand(n, dg * 9, h, w, device=DEV, generator=g)
-    wt = torch.randn(cout, cin // groups, 3, 3, device=DEV, generator=g) / math.sqrt(
-        cin * 9 / groups
-    )
+    wt = torch.randn(cout, cin // groups, 3, 3, device=DEV, generator=g) / math.sqrt(cin * 9 / groups)
     b = torch.randn(cout, device=DEV, generator=g)
     return tuple(t.to(dtype) for t in (x, off, mask, wt, b))
 
@@ -233,21 +215,10 @@ def fpn_inputs(
     seed: int = 0,
 ) -> tuple:
     g = torch.Generator(device=DEV).manual_seed(seed)
-    feats = [
-        torch.randn(batch, c, img[0] // s, img[1] // s, device=DEV, generator=g).to(
-            dtype
-        )
-        for s in (4, 8, 16, 32)
-    ]
+    feats = [torch.randn(batch, c, img[0] // s, img[1] // s, device=DEV, generator=g).to(dtype) for s in (4, 8, 16, 32)]
     # box sides log-uniform in [16, 512] px so every level gets RoIs
-    side = torch.exp(
-        torch.empty(n_rois, 2, device=DEV).uniform_(
-            math.log(16), math.log(512), generator=g
-        )
-    )
-    xy = torch.rand(n_rois, 2, device=DEV, generator=g) * torch.tensor(
-        [img[1], img[0]], device=DEV
-    )
+    side = torch.exp(torch.empty(n_rois, 2, device=DEV).uniform_(math.log(16), math.log(512), generator=g))
+    xy = torch.rand(n_rois, 2, device=DEV, generator=g) * torch.tensor([img[1], img[0]], device=DEV)
     b = torch.randint(0, batch, (n_rois, 1), device=DEV, generator=g).float()
     rois = torch.cat(
         [
@@ -266,15 +237,11 @@ def nms_inputs(b: int, n: int, c: int, dtype: torch.dtype, seed: int = 0) -> tup
     wh = 16 + torch.rand(b, n, 1, 2, device=DEV, generator=g) * 200
     boxes = torch.cat([xy, xy + wh], -1)
     # distinct scores (exact in float32), so tie order cannot make implementations differ
-    scores = (torch.randperm(b * n * c, device=DEV, generator=g).float() + 0.5) / (
-        b * n * c
-    )
+    scores = (torch.randperm(b * n * c, device=DEV, generator=g).float() + 0.5) / (b * n * c)
     return boxes.to(dtype), scores.view(b, n, c).to(dtype)
 
 
-def tv_multilevel(
-    rois: torch.Tensor, feats: list[torch.Tensor], strides: tuple[float, ...]
-) -> torch.Tensor:
+def tv_multilevel(rois: torch.Tensor, feats: list[torch.Tensor], strides: tuple[float, ...]) -> torch.Tensor:
     """MMDet's SingleRoIExtractor written with torchvision roi_align (the baseline)."""
     levels = ref.map_roi_levels(rois.float(), len(feats), 56)
     out = rois.new_zeros(rois.shape[0], feats[0].shape[1], 7, 7, dtype=feats[0].dtype)
@@ -315,26 +282,15 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
             size = torch.empty(1, 1, h * s, w * s, device=DEV, dtype=dtype)
             shape = f"{n}x{c}x{h}x{w} x{s}"
-            native = bench(
-                lambda: F.interpolate(
-                    x, scale_factor=s, mode="bicubic", align_corners=False
-                )
-            )
+            native = bench(lambda: F.interpolate(x, scale_factor=s, mode="bicubic", align_corners=False))
             nbytes = (x.numel() + x.numel() * s * s) * x.element_size()
             ours = None
             note = "no GPU kernel registered for Test::DynamicTRTResize in this build"
-            if (
-                DynamicResize.gpu_kernel is not None
-                and dtype_name(dtype) in DynamicResize.gpu_kernel_dtypes
-            ):
+            if DynamicResize.gpu_kernel is not None and dtype_name(dtype) in DynamicResize.gpu_kernel_dtypes:
                 (out,) = run_kernel(DynamicResize, [x, size], {"align_corners": False})
                 want = DynamicResize.run_reference(x.float(), size.float())
-                compare(
-                    "DynamicResize", shape, dtype, "reference", out, want, *tol(dtype)
-                )
-                ours = bench(
-                    kernel_fn(DynamicResize, [x, size], {"align_corners": False})
-                )
+                compare("DynamicResize", shape, dtype, "reference", out, want, *tol(dtype))
+                ours = bench(kernel_fn(DynamicResize, [x, size], {"align_corners": False}))
                 note = ""
             record(
                 "DynamicResize",
@@ -383,9 +339,7 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
             x, grid = grid_inputs(8, 64, 128, 128, 128, 128, dtype)
             for mode, name in ((0, "bilinear"), (2, "bicubic")):
                 native = F.grid_sample(x, grid, mode=name, align_corners=True)
-                cpu_ref = F.grid_sample(
-                    x.cpu(), grid.cpu(), mode=name, align_corners=True
-                ).to(DEV)
+                cpu_ref = F.grid_sample(x.cpu(), grid.cpu(), mode=name, align_corners=True).to(DEV)
                 compare(
                     f"F.grid_sample CUDA (floor) m{mode}p0a1",
                     "8x64x128x128",
@@ -405,11 +359,7 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                 "padding_mode": 0,
                 "align_corners": False,
             }
-            native = bench(
-                lambda: F.grid_sample(
-                    x, grid, mode=name, padding_mode="zeros", align_corners=False
-                )
-            )
+            native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
             ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
             record(
                 f"grid_sampler {name}",
@@ -435,9 +385,7 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                     ref.grid_sample(x.float(), grid.float(), mode, pad, True),
                     *tol(dtype),
                 )
-            alt = bench(
-                lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other)
-            )
+            alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
             record(
                 f"grid_sampler {name}",
                 "8x64x128x128",
@@ -520,24 +468,16 @@ def section_dcn(quick: bool) -> None:
         }
         shape = "8x256x64x64 3x3->256"
         conv = bench(lambda: F.conv2d(x, wt, b, padding=1))
-        tv = (
-            bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask))
-            if torchvision is not None
-            else None
-        )
+        tv = bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask)) if torchvision is not None else None
         prev = torch.backends.cuda.matmul.allow_tf32
-        modes = [(False, "")] + (
-            [(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else []
-        )
+        modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
         from opbridge.ops import _detection_triton as tk
 
         other = "tile" if tk.DCN_VARIANT == "loop" else "loop"
         bn, bc, bh, bw = x.shape
         bo = wt.shape[0]
         out = torch.empty(bn, bo, bh, bw, device=DEV, dtype=dtype)
-        tk.deform_conv2d(
-            x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other
-        )
+        tk.deform_conv2d(x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other)
         want = ref.deform_conv2d(
             x.float(),
             off.float(),
@@ -562,11 +502,7 @@ def section_dcn(quick: bool) -> None:
         cols = torch.empty(bn, bc * 9, bh * bw, device=DEV, dtype=dtype)
         res = out.view(bn, bo, bh * bw)
         mm = bench(lambda: torch.matmul(wt.reshape(1, bo, bc * 9), cols, out=res))
-        alt = bench(
-            lambda: tk.deform_conv2d(
-                x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other
-            )
-        )
+        alt = bench(lambda: tk.deform_conv2d(x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=other))
         record(
             "MMCVModulatedDeformConv2d",
             shape,
@@ -580,9 +516,7 @@ def section_dcn(quick: bool) -> None:
         for tf32 in [False] if dtype == torch.float16 else [True]:
             prev_tf32 = torch.backends.cuda.matmul.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            tk.deform_conv2d(
-                x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused"
-            )
+            tk.deform_conv2d(x, off, mask, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused")
             fused_tol = tol(dtype) if dtype == torch.float16 else (1e-2, 1e-2)
             compare(
                 "MMCVModulatedDeformConv2d fused",
@@ -632,16 +566,10 @@ def section_dcn(quick: bool) -> None:
             torch.backends.cuda.matmul.allow_tf32 = prev_tf32
         for tf32, label in modes:
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            ours = bench(
-                kernel_fn(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs)
-            )
+            ours = bench(kernel_fn(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs))
             if tf32:
-                (out,) = run_kernel(
-                    d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs
-                )
-                want = ref.deform_conv2d(
-                    x, off, mask, wt, b, (1, 1), (1, 1), (1, 1), 1, 1
-                )
+                (out,) = run_kernel(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs)
+                want = ref.deform_conv2d(x, off, mask, wt, b, (1, 1), (1, 1), (1, 1), 1, 1)
                 compare(
                     "MMCVModulatedDeformConv2d TF32",
                     shape,
@@ -790,9 +718,7 @@ def section_roi(quick: bool) -> None:
                     at,
                 )
                 if pool == 1 and torchvision is not None:
-                    tv = tv_multilevel(
-                        rois.float(), [f.float() for f in feats], strides
-                    )
+                    tv = tv_multilevel(rois.float(), [f.float() for f in feats], strides)
                     compare(
                         "MMCVMultiLevelRoiAlign avg",
                         shape,
@@ -813,11 +739,7 @@ def section_roi(quick: bool) -> None:
             "aligned": True,
         }
         ours = bench(kernel_fn(d.RoIAlign, [feats[0], rois], attrs))
-        tv = (
-            bench(lambda: tv_roi_align(feats[0], rois, (7, 7), 0.25, 0, True))
-            if torchvision is not None
-            else None
-        )
+        tv = bench(lambda: tv_roi_align(feats[0], rois, (7, 7), 0.25, 0, True)) if torchvision is not None else None
         record(
             "MMCVRoiAlign",
             "1000 RoIs on 1x256x200x336",
@@ -837,11 +759,7 @@ def section_roi(quick: bool) -> None:
             "aligned": True,
         }
         ours = bench(kernel_fn(d.MultiLevelRoiAlign, [rois, *feats], attrs))
-        tv = (
-            bench(lambda: tv_multilevel(rois, feats, strides))
-            if torchvision is not None
-            else None
-        )
+        tv = bench(lambda: tv_multilevel(rois, feats, strides)) if torchvision is not None else None
         record(
             "MMCVMultiLevelRoiAlign",
             "1000 RoIs, 4 levels, 256ch",
@@ -960,11 +878,7 @@ def section_nms(quick: bool) -> None:
                 0,
             )
         ours = bench(kernel_fn(d.BatchedNMS, [boxes, scores], attrs))
-        tv = (
-            bench(lambda: tv_nms(boxes, scores, 0.5, 0.05, 100), slow=True)
-            if torchvision is not None
-            else None
-        )
+        tv = bench(lambda: tv_nms(boxes, scores, 0.5, 0.05, 100), slow=True) if torchvision is not None else None
         record(
             "TRTBatchedNMS",
             shape + ", no pre-top-k",
@@ -1015,9 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller NMS batch")
     parser.add_argument("--json", help="write the results as JSON here")
-    parser.add_argument(
-        "--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections"
-    )
+    parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -1040,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in only:
             try:
                 fn()
-            except Exception as exc:  # noqa: BLE001 - report it, keep the other sections' numbers
+            except Exception as exc:
                 import traceback
 
                 traceback.print_exc()
@@ -1048,9 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown()
     print(text)
     bad = [p for p in PARITY if not p["ok"]]
-    print(
-        f"\nparity: {len(PARITY) - len(bad)}/{len(PARITY)} ok; section failures: {failures or 'none'}"
-    )
+    print(f"\nparity: {len(PARITY) - len(bad)}/{len(PARITY)} ok; section failures: {failures or 'none'}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(

@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     tiny = np.ones((1, 1, 1, 1), np.float32)
     native = ort.InferenceSession(
-        _model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])], {})
-        .SerializeToString(),
+        _model(
+            [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])], {}
+        ).SerializeToString(),
         _options(args.threads),
         providers=["CPUExecutionProvider"],
     )
@@ -233,12 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     target_us = max(50.0, 0.1 * kernel * 1e3)
 
     print(f"# opbridge ONNX Runtime bridge benchmark ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
-    print(f"machine: {platform.machine()} {platform.processor() or ''}, {_cpu_count()} CPU(s), "
-          f"python {platform.python_version()}, onnxruntime {ort.__version__}, numpy {np.__version__}")
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''}, {_cpu_count()} CPU(s), "
+        f"python {platform.python_version()}, onnxruntime {ort.__version__}, numpy {np.__version__}"
+    )
     print(f"command: python {' '.join(sys.argv)}")
-    print(f"input: {shape} float32; {rounds} rounds x {per_round} runs per case; intra-op threads: "
-          f"{args.threads or 'default'}; parallel copy on ONNX Runtime's pool: "
-          f"{'available' if parallel else 'unavailable (onnxruntime < 1.17)'}; default copy: {default_mode}")
+    print(
+        f"input: {shape} float32; {rounds} rounds x {per_round} runs per case; intra-op threads: "
+        f"{args.threads or 'default'}; parallel copy on ONNX Runtime's pool: "
+        f"{'available' if parallel else 'unavailable (onnxruntime < 1.17)'}; default copy: {default_mode}"
+    )
     print()
     print("| case | median ms | vs (a) |")
     print("|---|---:|---:|")
@@ -255,13 +260,17 @@ def main(argv: list[str] | None = None) -> int:
         target_us = max(50.0, 0.1 * kernel * 1e3)
         over_us = (med[key] - kernel) * 1e3
         verdict = "meets" if over_us <= target_us else "misses"
-        print(f"bridge overhead per call ({label}): {over_us:.0f} us; target max(50 us, 10% of "
-              f"{kernel * 1e3:.0f} us) = {target_us:.0f} us: {verdict}")
+        print(
+            f"bridge overhead per call ({label}): {over_us:.0f} us; target max(50 us, 10% of "
+            f"{kernel * 1e3:.0f} us) = {target_us:.0f} us: {verdict}"
+        )
     fixed_us = med["(d0) bridge, identity, 1 element, bound"] * 1e3
     print(f"fixed per-call cost (identity on 1 element, bound): {fixed_us:.1f} us")
     serial_g, auto_g = (med[f"(g) bridge copy then native Mul, {m} copy, bound"] for m in ("serial", default_mode))
-    print(f"a native node reading the copied output (g): {(auto_g - serial_g) * 1e3:+.0f} us with the {default_mode} "
-          "copy against the serial one")
+    print(
+        f"a native node reading the copied output (g): {(auto_g - serial_g) * 1e3:+.0f} us with the {default_mode} "
+        "copy against the serial one"
+    )
     if ext_samples:
         e = med["(e) onnxruntime-extensions PyOp, identity"]
         d = med[f"(d) bridge, identity, {default_mode} copy, run()"]

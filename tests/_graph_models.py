@@ -84,10 +84,14 @@ def resize_model(
     if scales == "initializer":
         inits.append(("scales", values))
     elif scales == "constant":
-        nodes.append(helper.make_node("Constant", [], ["scales"], value=numpy_helper.from_array(values), name="scales_const"))
+        nodes.append(
+            helper.make_node("Constant", [], ["scales"], value=numpy_helper.from_array(values), name="scales_const")
+        )
     elif scales == "folded-chain":
         nodes += [
-            helper.make_node("Constant", [], ["ones"], value=numpy_helper.from_array(np.ones(4, np.float32)), name="c1"),
+            helper.make_node(
+                "Constant", [], ["ones"], value=numpy_helper.from_array(np.ones(4, np.float32)), name="c1"
+            ),
             helper.make_node("Constant", [], ["raw"], value=numpy_helper.from_array(values), name="c2"),
             helper.make_node("Mul", ["ones", "raw"], ["scales"], name="scales_mul"),
         ]

@@ -76,9 +76,7 @@ def test_dynamic_resize_body_structure(seed_export) -> None:
     constant = fn.node[3].attribute[0]
     assert (constant.name, constant.ref_attr_name) == ("value_int", "align_corners")
     branches = {a.name: a.g for a in fn.node[5].attribute}
-    modes = {
-        k: {a.name: helper.get_attribute_value(a) for a in g.node[0].attribute} for k, g in branches.items()
-    }
+    modes = {k: {a.name: helper.get_attribute_value(a) for a in g.node[0].attribute} for k, g in branches.items()}
     assert modes["then_branch"]["coordinate_transformation_mode"] == b"align_corners"
     assert modes["else_branch"]["coordinate_transformation_mode"] == b"half_pixel"
     for attrs in modes.values():
@@ -112,7 +110,9 @@ def resize_model(opset: int, align_corners: bool, mode: str | None = None, **res
     s = helper.make_tensor_value_info("s", TensorProto.FLOAT, ["N", 1, "h", "w"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "C", "h", "w"])
     if mode is None:
-        nodes = [helper.make_node("DynamicTRTResize", ["x", "s"], ["y"], domain="Test", align_corners=int(align_corners))]
+        nodes = [
+            helper.make_node("DynamicTRTResize", ["x", "s"], ["y"], domain="Test", align_corners=int(align_corners))
+        ]
         functions = [function_proto(DynamicResize, opset)]
     else:
         nodes = [
@@ -120,8 +120,13 @@ def resize_model(opset: int, align_corners: bool, mode: str | None = None, **res
             helper.make_node("Shape", ["s"], ["hw"], start=-2),
             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
             helper.make_node(
-                "Resize", ["x", "", "", "sizes"], ["y"], mode="cubic", cubic_coeff_a=-0.75,
-                coordinate_transformation_mode=mode, **resize_attrs,
+                "Resize",
+                ["x", "", "", "sizes"],
+                ["y"],
+                mode="cubic",
+                cubic_coeff_a=-0.75,
+                coordinate_transformation_mode=mode,
+                **resize_attrs,
             ),
         ]
         functions = []
@@ -184,12 +189,24 @@ def test_align_corners_attribute_reaches_the_body(tmp_path, exporter: str) -> No
     """align_corners=True set in PyTorch selects the align_corners branch after export."""
     x, s = torch.rand(1, 2, 6, 6), torch.rand(1, 1, 11, 9)
     dims = {"x": {2: "H", 3: "W"}, "s": {2: "h", 3: "w"}}
-    extra = {"dynamic_axes": {**dims, "y": {2: "h", 3: "w"}}} if exporter == "torchscript" else {
-        "dynamic_shapes": ({2: torch.export.Dim("H"), 3: torch.export.Dim("W")}, {2: torch.export.Dim("h"), 3: torch.export.Dim("w")})
-    }
+    extra = (
+        {"dynamic_axes": {**dims, "y": {2: "h", 3: "w"}}}
+        if exporter == "torchscript"
+        else {
+            "dynamic_shapes": (
+                {2: torch.export.Dim("H"), 3: torch.export.Dim("W")},
+                {2: torch.export.Dim("h"), 3: torch.export.Dim("w")},
+            )
+        }
+    )
     result = opbridge.export(
-        _AlignedResize(), (x, s), tmp_path / "aligned.onnx", exporter=exporter,
-        input_names=["x", "s"], output_names=["y"], **extra,
+        _AlignedResize(),
+        (x, s),
+        tmp_path / "aligned.onnx",
+        exporter=exporter,
+        input_names=["x", "s"],
+        output_names=["y"],
+        **extra,
     )
     (node,) = result.custom_nodes
     assert helper.get_attribute_value(node.attribute[0]) == 1
@@ -244,7 +261,9 @@ def test_antialias_is_not_torchs_antialias() -> None:
     """Downsampling matches torch only without antialiasing; ONNX's antialias=1 is not torch's antialias=True."""
     x = np.random.default_rng(5).standard_normal((1, 2, 32, 32)).astype(np.float32)
     size = (9, 13)
-    np.testing.assert_allclose(_run(resize_model(20, False, "half_pixel"), x, size), torch_bicubic(x, size, False), rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        _run(resize_model(20, False, "half_pixel"), x, size), torch_bicubic(x, size, False), rtol=1e-4, atol=2e-5
+    )
     aa = _run(resize_model(20, False, "half_pixel", antialias=1), x, size)
     assert np.abs(aa - torch_bicubic(x, size, False)).max() > 0.5
     assert np.abs(aa - torch_bicubic(x, size, False, antialias=True)).max() > 1e-2
@@ -268,7 +287,9 @@ def test_float16_body_matches_torch_within_fp16_tolerance() -> None:
     x = np.random.default_rng(8).random((1, 2, 8, 8)).astype(np.float16)
     got = _run(model, x, (13, 5), np.float16)
     assert got.dtype == np.float16
-    np.testing.assert_allclose(got.astype(np.float32), torch_bicubic(x.astype(np.float32), (13, 5), False), rtol=1e-2, atol=2e-3)
+    np.testing.assert_allclose(
+        got.astype(np.float32), torch_bicubic(x.astype(np.float32), (13, 5), False), rtol=1e-2, atol=2e-3
+    )
 
 
 # --------------------------------------------------------------------------- bad bodies
@@ -281,7 +302,9 @@ def pair(a: torch.Tensor, b: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
 
 
 def _body(nodes: list[onnx.NodeProto], inputs: list[str], outputs: list[str], attributes: list[str], opset: int = 18):
-    return helper.make_function("x", "y", inputs, outputs, nodes, [helper.make_opsetid("", opset)], attributes=attributes)
+    return helper.make_function(
+        "x", "y", inputs, outputs, nodes, [helper.make_opsetid("", opset)], attributes=attributes
+    )
 
 
 BAD_BODIES = {
@@ -292,7 +315,9 @@ BAD_BODIES = {
     "too_many_outputs": (
         lambda spec: _body(
             [helper.make_node("Add", ["a", "b"], ["output"]), helper.make_node("Identity", ["a"], ["extra"])],
-            ["a", "b"], ["output", "extra"], [],
+            ["a", "b"],
+            ["output", "extra"],
+            [],
         ),
         "tests.functions::Pair: function body has 2 input(s) / 2 output(s), the op declares 2 / 1.",
     ),
@@ -310,7 +335,10 @@ BAD_BODIES = {
     "opset_mismatch": (
         lambda spec: _body(
             [helper.make_node("Add", ["a", "b"], ["ab"]), helper.make_node("ReduceSum", ["ab"], ["output"], axes=[0])],
-            ["a", "b"], ["output"], ["gain"], opset=12,
+            ["a", "b"],
+            ["output"],
+            ["gain"],
+            opset=12,
         ),
         (
             "the function body is written for ONNX opset 12, but the model uses opset 17, and ReduceSum is defined "
@@ -358,7 +386,9 @@ def test_export_reports_a_bad_body(tmp_path) -> None:
 
 def test_body_moves_to_the_model_opset_when_its_ops_agree() -> None:
     pair.register_function(
-        lambda spec: _body([helper.make_node("Add", ["a", "b"], ["output"])], ["a", "b"], ["output"], ["gain"], opset=18)
+        lambda spec: _body(
+            [helper.make_node("Add", ["a", "b"], ["output"])], ["a", "b"], ["output"], ["gain"], opset=18
+        )
     )
     try:
         assert [o.version for o in function_proto(pair, opset=17).opset_import] == [17]
@@ -378,7 +408,7 @@ def scaled_swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 
 @script()
-def scaled_swish_body(x, beta: float = 1.0):  # noqa: ANN001, ANN201 - onnxscript reads the annotations
+def scaled_swish_body(x, beta: float = 1.0):
     return x * op.Sigmoid(op.Mul(x, op.CastLike(beta, x)))
 
 
@@ -408,7 +438,11 @@ def test_user_onnxscript_body(tmp_path, exporter: str) -> None:
 def test_make_body_declares_the_spec() -> None:
     fn = make_body(pair.spec, [helper.make_node("Add", ["a", "b"], ["output"])], 17)
     assert (fn.domain, fn.name, list(fn.input), list(fn.output), list(fn.attribute)) == (
-        "tests.functions", "Pair", ["a", "b"], ["output"], ["gain"],
+        "tests.functions",
+        "Pair",
+        ["a", "b"],
+        ["output"],
+        ["gain"],
     )
 
 
@@ -417,8 +451,14 @@ def test_opset11_torchscript_export_runs_the_body(tmp_path) -> None:
     seed = seed_by_name("super_resolution")
     model, args = seed.factory()
     result = opbridge.export(
-        model, args, tmp_path / "sr11.onnx", exporter="torchscript", opset_version=11,
-        input_names=seed.input_names, output_names=seed.output_names, dynamic_axes=seed.dynamic_axes(),
+        model,
+        args,
+        tmp_path / "sr11.onnx",
+        exporter="torchscript",
+        opset_version=11,
+        input_names=seed.input_names,
+        output_names=seed.output_names,
+        dynamic_axes=seed.dynamic_axes(),
     )
     (fn,) = result.model.functions
     assert fn.opset_import[0].version == 11 and "EyeLike" in [n.op_type for n in fn.node]
@@ -428,5 +468,7 @@ def test_opset11_torchscript_export_runs_the_body(tmp_path) -> None:
 
 
 def test_resize_body_refuses_opsets_before_cubic_resize() -> None:
-    with pytest.raises(opbridge.OpDefinitionError, match=r"needs ONNX opset 11 or later \(cubic Resize\), the model uses opset 10"):
+    with pytest.raises(
+        opbridge.OpDefinitionError, match=r"needs ONNX opset 11 or later \(cubic Resize\), the model uses opset 10"
+    ):
         function_proto(DynamicResize, opset=10)

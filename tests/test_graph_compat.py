@@ -37,8 +37,10 @@ def verdict(model: onnx.ModelProto, name: str, version: str | None = None):
 def _function_model(domain: str = "acme") -> onnx.ModelProto:
     return make_model(
         [helper.make_node("MySwish", ["x"], ["y"], domain=domain, name="custom")],
-        [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])],
-        domains={domain: 1}, functions=[swish_function(domain, "MySwish")],
+        [("x", TensorProto.FLOAT, [2, 3])],
+        [("y", TensorProto.FLOAT, [2, 3])],
+        domains={domain: 1},
+        functions=[swish_function(domain, "MySwish")],
     )
 
 
@@ -48,22 +50,78 @@ def _tensor_attr(dtype) -> onnx.ModelProto:
 
 # (rule code, version, triggering model, node, expected verdict, text in reason, clean model)
 TRT_CASES = [
-    ("trt-resize-cubic-unsupported", "8.4", lambda: resize_model("cubic"), "resize", "fail",
-     "does not support cubic interpolation", lambda: resize_model("linear")),
-    ("trt-resize-cubic-outer-dims", "10.8", lambda: resize_model("cubic", scale_values=(1, 2, 2, 2)), "resize", "fail",
-     "change dims other than the last two", lambda: resize_model("cubic", scale_values=(1, 1, 2, 2))),
-    ("trt-resize-scales-not-initializer", "10.8", lambda: resize_model("linear", scales="input"), "resize", "fail",
-     "Resize scales must be an initializer!", lambda: resize_model("linear", scales="constant")),
-    ("trt-plugin-path", "10.10", lambda: custom_node_model("Unknown"), "custom", "fail",
-     "creator 'Unknown' version '1' namespace 'acme'", lambda: custom_node_model("Relu", "")),
-    ("trt-plugin-namespace", "10.4", lambda: custom_node_model("Unknown"), "custom", "fail",
-     "plugin_namespace='acme'", lambda: custom_node_model("Unknown", plugin_namespace="acme")),
-    ("trt-plugin-int-narrowing", "10.8", lambda: custom_node_model(big=2**40), "custom", "fail",
-     "does not fit the int32", lambda: custom_node_model(big=2**31 - 1)),
-    ("trt-plugin-tensor-attr-dtype", "10.8", lambda: _tensor_attr(np.int64), "custom", "fail",
-     "of int64 is rejected", lambda: _tensor_attr(np.int32)),
-    ("trt-op-type-shadows-importer", "10.8", lambda: custom_node_model("Resize", "acme"), "custom", "fail",
-     "built-in Resize importer", lambda: custom_node_model("ResizeX", "acme")),
+    (
+        "trt-resize-cubic-unsupported",
+        "8.4",
+        lambda: resize_model("cubic"),
+        "resize",
+        "fail",
+        "does not support cubic interpolation",
+        lambda: resize_model("linear"),
+    ),
+    (
+        "trt-resize-cubic-outer-dims",
+        "10.8",
+        lambda: resize_model("cubic", scale_values=(1, 2, 2, 2)),
+        "resize",
+        "fail",
+        "change dims other than the last two",
+        lambda: resize_model("cubic", scale_values=(1, 1, 2, 2)),
+    ),
+    (
+        "trt-resize-scales-not-initializer",
+        "10.8",
+        lambda: resize_model("linear", scales="input"),
+        "resize",
+        "fail",
+        "Resize scales must be an initializer!",
+        lambda: resize_model("linear", scales="constant"),
+    ),
+    (
+        "trt-plugin-path",
+        "10.10",
+        lambda: custom_node_model("Unknown"),
+        "custom",
+        "fail",
+        "creator 'Unknown' version '1' namespace 'acme'",
+        lambda: custom_node_model("Relu", ""),
+    ),
+    (
+        "trt-plugin-namespace",
+        "10.4",
+        lambda: custom_node_model("Unknown"),
+        "custom",
+        "fail",
+        "plugin_namespace='acme'",
+        lambda: custom_node_model("Unknown", plugin_namespace="acme"),
+    ),
+    (
+        "trt-plugin-int-narrowing",
+        "10.8",
+        lambda: custom_node_model(big=2**40),
+        "custom",
+        "fail",
+        "does not fit the int32",
+        lambda: custom_node_model(big=2**31 - 1),
+    ),
+    (
+        "trt-plugin-tensor-attr-dtype",
+        "10.8",
+        lambda: _tensor_attr(np.int64),
+        "custom",
+        "fail",
+        "of int64 is rejected",
+        lambda: _tensor_attr(np.int32),
+    ),
+    (
+        "trt-op-type-shadows-importer",
+        "10.8",
+        lambda: custom_node_model("Resize", "acme"),
+        "custom",
+        "fail",
+        "built-in Resize importer",
+        lambda: custom_node_model("ResizeX", "acme"),
+    ),
 ]
 
 
@@ -113,8 +171,11 @@ def test_local_function_preferred_over_plugin_from_trt10(version: str, expected:
 
 def test_opbridge_op_goes_to_opbridge_plugin_and_unsupported_standard_op_fails() -> None:
     assert verdict(custom_node_model("Scale", "test.compat"), "custom").verdict == "opbridge"
-    unique = make_model([helper.make_node("Unique", ["x"], ["y"], name="u")],
-                        [("x", TensorProto.FLOAT, [4])], [("y", TensorProto.FLOAT, None)])
+    unique = make_model(
+        [helper.make_node("Unique", ["x"], ["y"], name="u")],
+        [("x", TensorProto.FLOAT, [4])],
+        [("y", TensorProto.FLOAT, None)],
+    )
     assert verdict(unique, "u", "8.6").verdict == "fail"
     assert verdict(unique, "u", "10.8").verdict == "native"
 
@@ -170,8 +231,12 @@ def test_ort_opbridge_op_and_opset_too_old() -> None:
     scale = next(n for n in report.nodes if n.node == "custom")
     assert scale.verdict == "opbridge" and scale.real.startswith("fail")
     assert report.real_ok is False and report.ok, "a session without opbridge's bridge is expected to fail there"
-    gelu = make_model([helper.make_node("Gelu", ["x"], ["y"], name="g")],
-                      [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], opset=17)
+    gelu = make_model(
+        [helper.make_node("Gelu", ["x"], ["y"], name="g")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        opset=17,
+    )
     v = ort(gelu)["g"]
     assert v.verdict == "fail" and "only from opset 20" in v.reason
 

@@ -46,14 +46,30 @@ def _float_tensor_attr() -> onnx.ModelProto:
 CASES = [
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
     ("domain-without-opset", "error", lambda: custom_node_model(with_import=False), lambda: custom_node_model()),
-    ("unknown-custom-op", "warning", lambda: custom_node_model("Unknown", "acme"),
-     lambda: make_model([helper.make_node("Swish", ["x"], ["y"], domain="acme", name="s")],
-                        [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
-                        domains={"acme": 1}, functions=[swish_function("acme", "Swish")])),
-    ("frozen-resize-scale", "info", lambda: resize_model("cubic", scales="initializer"),
-     lambda: resize_model("cubic", scales="input")),
-    ("trt-int-attr-overflow", "warning", lambda: custom_node_model(big=2**40),
-     lambda: custom_node_model(big=2**31 - 1)),
+    (
+        "unknown-custom-op",
+        "warning",
+        lambda: custom_node_model("Unknown", "acme"),
+        lambda: make_model(
+            [helper.make_node("Swish", ["x"], ["y"], domain="acme", name="s")],
+            [("x", TensorProto.FLOAT, [2])],
+            [("y", TensorProto.FLOAT, [2])],
+            domains={"acme": 1},
+            functions=[swish_function("acme", "Swish")],
+        ),
+    ),
+    (
+        "frozen-resize-scale",
+        "info",
+        lambda: resize_model("cubic", scales="initializer"),
+        lambda: resize_model("cubic", scales="input"),
+    ),
+    (
+        "trt-int-attr-overflow",
+        "warning",
+        lambda: custom_node_model(big=2**40),
+        lambda: custom_node_model(big=2**31 - 1),
+    ),
     ("trt-tensor-attr-dtype", "warning", _int64_tensor_attr, _float_tensor_attr),
 ]
 
@@ -97,7 +113,7 @@ def test_kernel_and_op_cover_custom_nodes() -> None:
     assert "unknown-custom-op" in codes(custom_node_model("LintCovered", "test.lint"))
 
     @opbridge.kernel("test.lint::LintCovered")
-    def _covered(x):  # noqa: ANN001, ANN202
+    def _covered(x):
         return x
 
     assert "unknown-custom-op" not in codes(custom_node_model("LintCovered", "test.lint"))
@@ -140,8 +156,12 @@ def test_export_runs_lint_with_tracer_warnings(tmp_path: Path) -> None:
     model = seed003_srcnn()
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     result = opbridge.export(
-        model, (x, torch.tensor([3.0])), tmp_path / "srcnn.onnx", exporter="torchscript",
-        input_names=["input", "factor"], output_names=["output"],
+        model,
+        (x, torch.tensor([3.0])),
+        tmp_path / "srcnn.onnx",
+        exporter="torchscript",
+        input_names=["input", "factor"],
+        output_names=["output"],
     )
     assert any(w.category == "TracerWarning" for w in result.warnings)
     frozen = [f for f in result.findings if f.code == "frozen-resize-scale"]

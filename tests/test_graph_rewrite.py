@@ -33,7 +33,7 @@ class DynamicTRTResize(OpRun):
 
     op_domain = "Test"
 
-    def _run(self, x, size_tensor, align_corners=0):  # noqa: ANN001, ANN202
+    def _run(self, x, size_tensor, align_corners=0):
         size = tuple(int(d) for d in size_tensor.shape[-2:])
         out = F.interpolate(torch.from_numpy(x), size=size, mode="bicubic", align_corners=bool(align_corners))
         return (out.numpy(),)
@@ -70,9 +70,11 @@ def test_dynamic_resize_body_is_attached_when_it_exists() -> None:
 
 @pytest.mark.parametrize(
     ("scales", "feeds_extra", "coord"),
-    [("input", {"s": np.array([2.0], np.float32)}, "half_pixel"),
-     ("input", {"s": np.array([3.0], np.float32)}, "align_corners"),
-     ("sizes-runtime", {}, "pytorch_half_pixel")],
+    [
+        ("input", {"s": np.array([2.0], np.float32)}, "half_pixel"),
+        ("input", {"s": np.array([3.0], np.float32)}, "align_corners"),
+        ("sizes-runtime", {}, "pytorch_half_pixel"),
+    ],
     ids=["runtime-scales", "runtime-scales-align-corners", "runtime-sizes"],
 )
 def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) -> None:
@@ -115,8 +117,21 @@ def test_seed003_frozen_scale_made_dynamic(tmp_path: Path) -> None:
     exported = onnx.load(path)
     assert [i.name for i in exported.graph.input] == ["input"], "the traced .item() dropped the scale input"
     out = tmp_path / "srcnn_dynamic.onnx"
-    assert main(["rewrite", str(path), "-o", str(out), "--rule", "resize-cubic-to-dynamic-resize",
-                 "--option", "scale_input=factor"]) == 0
+    assert (
+        main(
+            [
+                "rewrite",
+                str(path),
+                "-o",
+                str(out),
+                "--rule",
+                "resize-cubic-to-dynamic-resize",
+                "--option",
+                "scale_input=factor",
+            ]
+        )
+        == 0
+    )
     rewritten = onnx.load(out)
     assert "Resize" not in op_types(rewritten) and "Test::DynamicTRTResize" in op_types(rewritten)
     assert [i.name for i in rewritten.graph.input] == ["input", "factor"]
@@ -162,8 +177,12 @@ def test_fold_scales_from_static_shape() -> None:
         helper.make_node("Div", ["target", "shf"], ["scales"], name="div"),
         helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest", name="resize"),
     ]
-    model = make_model(nodes, [("X", TensorProto.FLOAT, [1, 1, 2, 2])], [("Y", TensorProto.FLOAT, None)],
-                       initializers=[("target", np.array([1, 1, 4, 6], np.float32))])
+    model = make_model(
+        nodes,
+        [("X", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [("Y", TensorProto.FLOAT, None)],
+        initializers=[("target", np.array([1, 1, 4, 6], np.float32))],
+    )
     report = rewrite_model(model, ["fold-resize-scales"])
     assert report.changed and op_types(report.model) == ["Resize"]
     scales = next(i for i in report.model.graph.initializer if i.name == report.model.graph.node[0].input[2])
@@ -172,8 +191,11 @@ def test_fold_scales_from_static_shape() -> None:
 
 @pytest.mark.parametrize(
     ("scales", "reason"),
-    [("input", "depends on graph input 's'"), ("initializer", "already an initializer"),
-     ("sizes-runtime", "run-time shape of 'X'")],
+    [
+        ("input", "depends on graph input 's'"),
+        ("initializer", "already an initializer"),
+        ("sizes-runtime", "run-time shape of 'X'"),
+    ],
     ids=["runtime", "initializer", "dynamic-shape"],
 )
 def test_fold_resize_scales_negative(scales: str, reason: str) -> None:
@@ -187,14 +209,14 @@ def test_fold_resize_scales_negative(scales: str, reason: str) -> None:
 class OldSwish(OpRun):
     op_domain = "legacy"
 
-    def _run(self, x, beta=1.0):  # noqa: ANN001, ANN202
+    def _run(self, x, beta=1.0):
         return (x / (1 + np.exp(-beta * x)),)
 
 
 class NewSwish(OpRun):
     op_domain = "test.rewrite"
 
-    def _run(self, x, alpha=1.0):  # noqa: ANN001, ANN202
+    def _run(self, x, alpha=1.0):
         return (x / (1 + np.exp(-alpha * x)),)
 
 
@@ -205,8 +227,9 @@ def spec_swish(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
 
 def test_replace_op_with_rename() -> None:
     original = custom_node_model("OldSwish", "legacy", beta=1.7)
-    report = rewrite_model(original, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::NewSwish"],
-                                                      "rename": ["beta=alpha"]})
+    report = rewrite_model(
+        original, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::NewSwish"], "rename": ["beta=alpha"]}
+    )
     assert report.changed and op_types(report.model) == ["Relu", "test.rewrite::NewSwish"]
     assert {o.domain: o.version for o in report.model.opset_import}["test.rewrite"] == 1
     full_check(report.model)
@@ -221,8 +244,9 @@ def test_replace_op_checks_the_opbridge_signature() -> None:
     report = rewrite_model(model, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::SpecSwish"]})
     assert not report.changed and "has no attribute(s) ['beta']" in report.outcomes[0].reason
     assert "--rename beta=NEW" in report.outcomes[0].reason
-    report = rewrite_model(model, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::SpecSwish"],
-                                                   "rename": ["beta=alpha"]})
+    report = rewrite_model(
+        model, ["replace-op"], {"map": ["legacy::OldSwish=test.rewrite::SpecSwish"], "rename": ["beta=alpha"]}
+    )
     assert report.changed and "matches test.rewrite::SpecSwish's signature" in report.outcomes[0].reason
     attrs = {a.name: a.f for a in report.model.graph.node[1].attribute}
     assert attrs == {"alpha": pytest.approx(1.7)}

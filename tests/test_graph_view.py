@@ -56,7 +56,10 @@ def test_cli_view_headless(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(Path(opbridge.__file__).parents[1]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "opbridge.cli", "view", str(path), "--no-browser", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
     )
     try:
         sel = selectors.DefaultSelector()

@@ -23,9 +23,7 @@ from opbridge.ops import detection as d
 RTOL, ATOL = 1e-3, 1e-5
 
 
-def _close(
-    got: Any, want: torch.Tensor, rtol: float = RTOL, atol: float = ATOL
-) -> None:
+def _close(got: Any, want: torch.Tensor, rtol: float = RTOL, atol: float = ATOL) -> None:
     got = got if isinstance(got, torch.Tensor) else torch.from_numpy(np.asarray(got))
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
 
@@ -114,21 +112,15 @@ def test_dcn_kernel_matches_reference(geometry: dict) -> None:
 def test_dcn_kernel_without_bias_and_in_float16() -> None:
     tensors, attrs = dcn_inputs(2, dtype=torch.float16)
     want = d.ModulatedDeformConv2d.run_reference(*tensors[:4], None, **attrs)
-    got = d.ModulatedDeformConv2d.kernel(
-        *[t.numpy() for t in tensors[:4]], None, **attrs
-    )
+    got = d.ModulatedDeformConv2d.kernel(*[t.numpy() for t in tensors[:4]], None, **attrs)
     assert got.dtype == np.float16
     _close(got, want, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "legacy"])
-@pytest.mark.parametrize(
-    "sampling_ratio", [0, 2, -1], ids=["adaptive", "sr2", "adaptive-neg"]
-)
-def test_roi_align_kernel_matches_reference(
-    mode: str, aligned: bool, sampling_ratio: int
-) -> None:
+@pytest.mark.parametrize("sampling_ratio", [0, 2, -1], ids=["adaptive", "sr2", "adaptive-neg"])
+def test_roi_align_kernel_matches_reference(mode: str, aligned: bool, sampling_ratio: int) -> None:
     feat = torch.randn(2, 5, 24, 20, generator=_gen(3))
     rois = rois_for(4, 40, 2, 90.0)
     attrs = {
@@ -161,9 +153,7 @@ def test_multi_level_kernel_matches_reference(pool_mode: int, scale: float) -> N
         "aligned": True,
     }
     want = d.MultiLevelRoiAlign.run_reference(rois, *feats, **attrs)
-    got = d.MultiLevelRoiAlign.kernel(
-        rois.numpy(), *[f.numpy() for f in feats], **attrs
-    )
+    got = d.MultiLevelRoiAlign.kernel(rois.numpy(), *[f.numpy() for f in feats], **attrs)
     _close(got, want, atol=1e-5)
 
 
@@ -176,9 +166,7 @@ def test_multi_level_kernel_matches_reference(pool_mode: int, scale: float) -> N
     ],
     ids=["pre50-keep30", "all-keep200", "background-clip"],
 )
-@pytest.mark.parametrize(
-    "per_class", [False, True], ids=["shared-boxes", "per-class-boxes"]
-)
+@pytest.mark.parametrize("per_class", [False, True], ids=["shared-boxes", "per-class-boxes"])
 def test_nms_kernel_matches_reference(attrs: dict, per_class: bool) -> None:
     boxes, scores = nms_inputs(7, per_class=per_class)
     attrs = {"num_classes": 4, **attrs}
@@ -198,12 +186,8 @@ def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
     )
     assert d.GridSample.kernel_kind == "torch"
     _close(
-        d.GridSample.kernel(
-            x, grid, interpolation_mode=2, padding_mode=2, align_corners=False
-        ),
-        d.GridSample.run_reference(
-            x, grid, interpolation_mode=2, padding_mode=2, align_corners=False
-        ),
+        d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=2, align_corners=False),
+        d.GridSample.run_reference(x, grid, interpolation_mode=2, padding_mode=2, align_corners=False),
         rtol=0,
         atol=0,
     )
@@ -223,9 +207,7 @@ def _run_ort(
         np.dtype(np.float32): TensorProto.FLOAT,
         np.dtype(np.int64): TensorProto.INT64,
     }
-    inputs = [
-        helper.make_tensor_value_info(k, types[v.dtype], None) for k, v in feeds.items()
-    ]
+    inputs = [helper.make_tensor_value_info(k, types[v.dtype], None) for k, v in feeds.items()]
     graph = helper.make_graph(
         nodes,
         "g",
@@ -238,9 +220,7 @@ def _run_ort(
         functions=list(functions),
     )
     model.ir_version = 10
-    sess = ort.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)[0]
 
 
@@ -248,20 +228,14 @@ GRID_COMBOS = [(m, p, a) for m in range(3) for p in range(3) for a in (0, 1)]
 
 
 @pytest.mark.parametrize("opset", [16, 20])
-@pytest.mark.parametrize(
-    "combo", GRID_COMBOS, ids=[f"m{m}-p{p}-a{a}" for m, p, a in GRID_COMBOS]
-)
+@pytest.mark.parametrize("combo", GRID_COMBOS, ids=[f"m{m}-p{p}-a{a}" for m, p, a in GRID_COMBOS])
 def test_onnx_gridsample_matches_reference(combo: tuple, opset: int) -> None:
     m, p, a = combo
     x, grid = (
         torch.randn(2, 3, 5, 7, generator=_gen(10)),
         torch.rand(2, 4, 6, 2, generator=_gen(11)) * 2.6 - 1.3,
     )
-    names = (
-        ("bilinear", "nearest", "bicubic")
-        if opset < 20
-        else ("linear", "nearest", "cubic")
-    )
+    names = ("bilinear", "nearest", "bicubic") if opset < 20 else ("linear", "nearest", "cubic")
     node = helper.make_node(
         "GridSample",
         ["x", "g"],
@@ -273,9 +247,7 @@ def test_onnx_gridsample_matches_reference(combo: tuple, opset: int) -> None:
     got = _run_ort([node], {"x": x.numpy(), "g": grid.numpy()}, opset)
     _close(
         got,
-        d.GridSample.run_reference(
-            x, grid, interpolation_mode=m, padding_mode=p, align_corners=bool(a)
-        ),
+        d.GridSample.run_reference(x, grid, interpolation_mode=m, padding_mode=p, align_corners=bool(a)),
         atol=1e-5,
     )
 
@@ -320,14 +292,10 @@ def test_grid_sampler_function_body_runs_at_the_opset_it_was_built_for(
         )
         _close(
             got,
-            d.GridSample.run_reference(
-                x, grid, interpolation_mode=m, padding_mode=p, align_corners=bool(a)
-            ),
+            d.GridSample.run_reference(x, grid, interpolation_mode=m, padding_mode=p, align_corners=bool(a)),
             atol=1e-5,
         )
-    with pytest.raises(
-        ValueError, match="GridSample needs opset >= 16; the model has opset 15"
-    ):
+    with pytest.raises(ValueError, match="GridSample needs opset >= 16; the model has opset 15"):
         d.grid_sampler_function(15)
 
 
@@ -353,9 +321,7 @@ def test_onnx_deformconv_matches_reference_but_needs_opset_19() -> None:
         _run_ort([node], feeds, 17)
 
 
-@pytest.mark.parametrize(
-    "aligned", [True, False], ids=["half_pixel", "output_half_pixel"]
-)
+@pytest.mark.parametrize("aligned", [True, False], ids=["half_pixel", "output_half_pixel"])
 def test_onnx_roialign_avg_matches_reference(aligned: bool) -> None:
     feat, rois = (
         torch.randn(2, 3, 16, 16, generator=_gen(15)),
@@ -427,9 +393,7 @@ def test_onnx_roialign_max_differs_from_mmcv() -> None:
 def _export_cases() -> list[tuple[str, opbridge.OpDef, tuple, dict]]:
     dcn, dcn_attrs = dcn_inputs(20)
     g = _gen(21)
-    feats = tuple(
-        torch.randn(1, 3, 128 // s, 128 // s, generator=g) for s in (4, 8, 16, 32)
-    )
+    feats = tuple(torch.randn(1, 3, 128 // s, 128 // s, generator=g) for s in (4, 8, 16, 32))
     boxes, scores = nms_inputs(22)
     return [
         (

@@ -26,16 +26,10 @@ class _Call(torch.nn.Module):
         return self.fn(*args, **self.attrs)
 
 
-def _cases() -> list[
-    tuple[str, opbridge.OpDef, tuple[torch.Tensor, ...], dict[str, Any]]
-]:
+def _cases() -> list[tuple[str, opbridge.OpDef, tuple[torch.Tensor, ...], dict[str, Any]]]:
     g = torch.Generator().manual_seed(0)
-    rois = torch.tensor(
-        [[0.0, 1, 2, 20, 24], [1.0, 30, 10, 90, 60], [0.0, 5, 5, 250, 200]]
-    )
-    feats = tuple(
-        torch.randn(2, 3, 256 // s, 256 // s, generator=g) for s in (4, 8, 16, 32)
-    )
+    rois = torch.tensor([[0.0, 1, 2, 20, 24], [1.0, 30, 10, 90, 60], [0.0, 5, 5, 250, 200]])
+    feats = tuple(torch.randn(2, 3, 256 // s, 256 // s, generator=g) for s in (4, 8, 16, 32))
     boxes = torch.rand(2, 20, 1, 4, generator=g) * 10
     boxes[..., 2:] += boxes[..., :2]
     return [
@@ -115,15 +109,11 @@ CASES = _cases()
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_export_emits_typed_custom_node(
-    case: tuple, exporter: str, tmp_path: Path
-) -> None:
+def test_export_emits_typed_custom_node(case: tuple, exporter: str, tmp_path: Path) -> None:
     name, opdef, args, attrs = case
     model = _Call(opdef, attrs).eval()
     result = opbridge.export(model, args, tmp_path / f"{name}.onnx", exporter=exporter)
-    nodes = [
-        n for n in result.custom_nodes if (n.domain, n.op_type) == ("mmdeploy", name)
-    ]
+    nodes = [n for n in result.custom_nodes if (n.domain, n.op_type) == ("mmdeploy", name)]
     assert len(nodes) == 1, [(n.domain, n.op_type) for n in result.custom_nodes]
     values = attribute_values(opdef.spec, nodes[0])
     expected = opdef.spec.bind_attributes(attrs)
@@ -145,8 +135,6 @@ def test_export_emits_typed_custom_node(
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_export_of_nms_keeps_int32_labels(exporter: str, tmp_path: Path) -> None:
     _, opdef, args, attrs = CASES[-1]
-    result = opbridge.export(
-        _Call(opdef, attrs).eval(), args, tmp_path / "nms.onnx", exporter=exporter
-    )
+    result = opbridge.export(_Call(opdef, attrs).eval(), args, tmp_path / "nms.onnx", exporter=exporter)
     types = [o.type.tensor_type.elem_type for o in result.model.graph.output]
     assert types == [onnx.TensorProto.FLOAT, onnx.TensorProto.INT32]

@@ -21,11 +21,7 @@ DTYPES = [torch.float32, torch.float16]
 
 
 def _tol(dtype: torch.dtype) -> dict[str, float]:
-    return (
-        {"rtol": 1e-3, "atol": 1e-4}
-        if dtype == torch.float32
-        else {"rtol": 1e-2, "atol": 1e-2}
-    )
+    return {"rtol": 1e-3, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
 
 
 def _run(opdef: Any, inputs: list, attrs: dict) -> list[torch.Tensor]:
@@ -77,9 +73,7 @@ def test_dcn_gpu(dtype: torch.dtype, bias: bool) -> None:
     }
     inputs = [t.to(dtype) if t is not None else None for t in (x, off, mask, w, b)]
     (out,) = _run(d.ModulatedDeformConv2d, inputs, attrs)
-    want = d.ModulatedDeformConv2d.run_reference(
-        *[t.float() if t is not None else None for t in inputs], **attrs
-    )
+    want = d.ModulatedDeformConv2d.run_reference(*[t.float() if t is not None else None for t in inputs], **attrs)
     torch.testing.assert_close(out.float(), want, **_tol(dtype))
 
 
@@ -115,10 +109,7 @@ def test_roi_align_gpu(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_multi_level_roi_align_gpu(dtype: torch.dtype) -> None:
     g = _gen()
-    feats = [
-        torch.randn(2, 3, 256 // s, 256 // s, device="cuda", generator=g).to(dtype)
-        for s in (4, 8, 16, 32)
-    ]
+    feats = [torch.randn(2, 3, 256 // s, 256 // s, device="cuda", generator=g).to(dtype) for s in (4, 8, 16, 32)]
     xy = torch.rand(40, 2, device="cuda", generator=g) * 200
     rois = torch.cat(
         [
@@ -131,9 +122,7 @@ def test_multi_level_roi_align_gpu(dtype: torch.dtype) -> None:
     for pool in (0, 1):
         attrs = {"pool_mode": pool, "roi_scale_factor": 1.5}
         (out,) = _run(d.MultiLevelRoiAlign, [rois, *feats], attrs)
-        want = d.MultiLevelRoiAlign.run_reference(
-            rois.float(), *[f.float() for f in feats], **attrs
-        )
+        want = d.MultiLevelRoiAlign.run_reference(rois.float(), *[f.float() for f in feats], **attrs)
         torch.testing.assert_close(out.float(), want, **_tol(dtype))
 
 
@@ -142,9 +131,7 @@ def test_multi_level_roi_align_gpu(dtype: torch.dtype) -> None:
 def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
     g = _gen()
     xy = torch.rand(2, 150, 4 if per_class else 1, 2, device="cuda", generator=g) * 100
-    boxes = torch.cat(
-        [xy, xy + 5 + torch.rand(xy.shape, device="cuda", generator=g) * 40], -1
-    ).to(dtype)
+    boxes = torch.cat([xy, xy + 5 + torch.rand(xy.shape, device="cuda", generator=g) * 40], -1).to(dtype)
     scores = torch.rand(2, 150, 4, device="cuda", generator=g).to(dtype)
     for attrs in (
         {"topk": 40, "keep_topk": 30},
@@ -152,9 +139,7 @@ def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
     ):
         attrs = dict(num_classes=4, **attrs)
         dets, labels = _run(d.BatchedNMS, [boxes, scores], attrs)
-        want_d, want_l = d.BatchedNMS.run_reference(
-            boxes.float(), scores.float(), **attrs
-        )
+        want_d, want_l = d.BatchedNMS.run_reference(boxes.float(), scores.float(), **attrs)
         assert labels.dtype == torch.int32
         torch.testing.assert_close(labels, want_l, rtol=0, atol=0)
         torch.testing.assert_close(dets.float(), want_d, rtol=0, atol=0)
@@ -176,12 +161,8 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
     out = torch.empty(2, 20, 10, 9, device="cuda", dtype=dtype)
     prev = torch.backends.cuda.matmul.allow_tf32
     try:
-        torch.backends.cuda.matmul.allow_tf32 = (
-            dtype == torch.float32
-        )  # the fused path needs TF32 in float32
-        tk.deform_conv2d(
-            x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused"
-        )
+        torch.backends.cuda.matmul.allow_tf32 = dtype == torch.float32  # the fused path needs TF32 in float32
+        tk.deform_conv2d(x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused")
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)

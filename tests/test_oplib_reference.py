@@ -75,9 +75,7 @@ def _at(gx: float, gy: float) -> torch.Tensor:
         "reflection",
     ],
 )
-def test_grid_sample_hand_cases(
-    gx: float, gy: float, attrs: dict, expected: float
-) -> None:
+def test_grid_sample_hand_cases(gx: float, gy: float, attrs: dict, expected: float) -> None:
     out = d.GridSample.run_reference(SQUARE, _at(gx, gy), **attrs)
     assert out.shape == (1, 1, 1, 1)
     assert out.item() == pytest.approx(expected, abs=1e-6)
@@ -107,12 +105,8 @@ def test_dcn_half_pixel_offset_by_hand() -> None:
     off[:, 0] = 0.5  # dy = 0.5 for the single tap
     mask = torch.full((1, 1, 3, 3), 0.5)
     out = _dcn(x, off, mask, w)[0, 0]
-    assert out[0, 0].item() == pytest.approx(
-        0.5 * (0 + 3) / 2
-    )  # halfway between rows 0 and 1
-    assert out[2, 1].item() == pytest.approx(
-        0.5 * (0.5 * 7 + 0.5 * 0)
-    )  # row 3 is outside: zero
+    assert out[0, 0].item() == pytest.approx(0.5 * (0 + 3) / 2)  # halfway between rows 0 and 1
+    assert out[2, 1].item() == pytest.approx(0.5 * (0.5 * 7 + 0.5 * 0))  # row 3 is outside: zero
     assert out[1, 2].item() == pytest.approx(0.5 * (5 + 8) / 2)
 
 
@@ -175,9 +169,7 @@ def test_dcn_deform_groups_use_their_own_offsets() -> None:
 
 
 def test_dcn_bad_offset_shape_is_named() -> None:
-    with pytest.raises(
-        ValueError, match=r"expected offset \(1, 18, 3, 3\) and mask \(1, 9, 3, 3\)"
-    ):
+    with pytest.raises(ValueError, match=r"expected offset \(1, 18, 3, 3\) and mask \(1, 9, 3, 3\)"):
         _dcn(
             torch.zeros(1, 1, 3, 3),
             torch.zeros(1, 9, 3, 3),
@@ -190,9 +182,7 @@ def test_dcn_bad_offset_shape_is_named() -> None:
 # --------------------------------------------------------------------------- RoIAlign
 
 # f(y, x) = x + 4y: bilinear interpolation reproduces it exactly inside the map
-LINEAR = (torch.arange(4.0).view(1, 4) + 4 * torch.arange(4.0).view(4, 1)).view(
-    1, 1, 4, 4
-)
+LINEAR = (torch.arange(4.0).view(1, 4) + 4 * torch.arange(4.0).view(4, 1)).view(1, 1, 4, 4)
 
 
 def _roi(*box: float) -> torch.Tensor:
@@ -263,12 +253,8 @@ def test_roi_align_hand_cases(box: tuple, attrs: dict, expected: list) -> None:
 
 
 def test_roi_align_max_of_empty_bin_is_lowest_float() -> None:
-    out = d.RoIAlign.run_reference(
-        LINEAR, _roi(1.5, 1.5, 1.5, 1.5), output_height=1, output_width=1, mode="max"
-    )
-    assert (
-        out.item() == -3.4028234663852886e38
-    )  # MMCV: no sample, max starts at -FLT_MAX
+    out = d.RoIAlign.run_reference(LINEAR, _roi(1.5, 1.5, 1.5, 1.5), output_height=1, output_width=1, mode="max")
+    assert out.item() == -3.4028234663852886e38  # MMCV: no sample, max starts at -FLT_MAX
 
 
 def test_roi_align_errors_are_named() -> None:
@@ -276,9 +262,7 @@ def test_roi_align_errors_are_named() -> None:
         d.RoIAlign.run_reference(LINEAR, torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"'mode' must be 'avg' or 'max'; got 'mean'"):
         d.RoIAlign.run_reference(LINEAR, _roi(0, 0, 1, 1), mode="mean")
-    with pytest.raises(
-        ValueError, match=r"batch index 3, outside the feature batch of 1"
-    ):
+    with pytest.raises(ValueError, match=r"batch index 3, outside the feature batch of 1"):
         d.RoIAlign.run_reference(LINEAR, torch.tensor([[3.0, 0, 0, 1, 1]]))
 
 
@@ -306,10 +290,7 @@ def test_level_mapping(side: float, level: int) -> None:
 
 def _pyramid() -> list[torch.Tensor]:
     # level l is the constant l + 1, so each RoI's output names the level it was pooled from
-    return [
-        torch.full((1, 2, 512 // s, 512 // s), float(i + 1))
-        for i, s in enumerate((4, 8, 16, 32))
-    ]
+    return [torch.full((1, 2, 512 // s, 512 // s), float(i + 1)) for i, s in enumerate((4, 8, 16, 32))]
 
 
 def test_multi_level_picks_the_level_by_scale() -> None:
@@ -326,14 +307,10 @@ def test_multi_level_picks_the_level_by_scale() -> None:
 
 
 def test_multi_level_rescales_after_mapping() -> None:
-    feat0 = (
-        torch.arange(128.0).view(1, 1, 1, 128).expand(1, 1, 128, 128).contiguous()
-    )  # value = x
+    feat0 = torch.arange(128.0).view(1, 1, 1, 128).expand(1, 1, 128, 128).contiguous()  # value = x
     feats = [feat0] + [torch.zeros(1, 1, 512 // s, 512 // s) for s in (8, 16, 32)]
     rois = torch.tensor([[0.0, 100, 100, 110, 110]])
-    plain = d.MultiLevelRoiAlign.run_reference(
-        rois, *feats, output_height=1, output_width=2, sampling_ratio=2
-    )
+    plain = d.MultiLevelRoiAlign.run_reference(rois, *feats, output_height=1, output_width=2, sampling_ratio=2)
     scaled = d.MultiLevelRoiAlign.run_reference(
         rois,
         *feats,
@@ -348,25 +325,17 @@ def test_multi_level_rescales_after_mapping() -> None:
 
 
 def test_multi_level_stride_count_must_match() -> None:
-    with pytest.raises(
-        ValueError, match=r"2 feature map\(s\) given but featmap_strides has 4 entries"
-    ):
+    with pytest.raises(ValueError, match=r"2 feature map\(s\) given but featmap_strides has 4 entries"):
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid()[:2])
-    with pytest.raises(
-        ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"
-    ):
+    with pytest.raises(ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"):
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid(), pool_mode=2)
 
 
 # --------------------------------------------------------------------------- BatchedNMS
 
 # A and B overlap with IoU 81/119 = 0.68; C is apart
-BOXES = torch.tensor([[0.0, 0, 10, 10], [1.0, 1, 11, 11], [20.0, 20, 30, 30]]).view(
-    1, 3, 1, 4
-)
-SCORES = torch.tensor([[0.9, 0.2], [0.8, 0.75], [0.1, 0.6]]).view(
-    1, 3, 2
-)  # [box, class]
+BOXES = torch.tensor([[0.0, 0, 10, 10], [1.0, 1, 11, 11], [20.0, 20, 30, 30]]).view(1, 3, 1, 4)
+SCORES = torch.tensor([[0.9, 0.2], [0.8, 0.75], [0.1, 0.6]]).view(1, 3, 2)  # [box, class]
 
 
 def _nms(boxes=BOXES, scores=SCORES, **attrs):
@@ -381,10 +350,7 @@ def _nms(boxes=BOXES, scores=SCORES, **attrs):
 
 
 def _rows(dets: torch.Tensor, labels: torch.Tensor) -> list[tuple]:
-    return [
-        (round(float(r[4]), 4), int(lab), [float(v) for v in r[:4]])
-        for r, lab in zip(dets[0], labels[0])
-    ]
+    return [(round(float(r[4]), 4), int(lab), [float(v) for v in r[:4]]) for r, lab in zip(dets[0], labels[0])]
 
 
 A, B, C = [0.0, 0, 10, 10], [1.0, 1, 11, 11], [20.0, 20, 30, 30]
@@ -413,9 +379,7 @@ def test_batched_nms_hand_cases(attrs: dict, expected: list) -> None:
 
 
 def test_batched_nms_ties_and_touching_boxes() -> None:
-    boxes = torch.tensor([[0.0, 0, 1, 1], [1.0, 0, 2, 1], [0.0, 0, 1, 1]]).view(
-        1, 3, 1, 4
-    )  # 0 and 1 touch
+    boxes = torch.tensor([[0.0, 0, 1, 1], [1.0, 0, 2, 1], [0.0, 0, 1, 1]]).view(1, 3, 1, 4)  # 0 and 1 touch
     scores = torch.tensor([[0.5, 0.5], [0.5, 0.0], [0.5, 0.0]]).view(1, 3, 2)
     dets, labels = _nms(boxes, scores, score_threshold=0.1, keep_topk=4)
     # class 0: box 0 (lower index first), box 1 (touching: IoU 0), box 2 suppressed (IoU 1); class 1: box 0
@@ -428,35 +392,25 @@ def test_batched_nms_ties_and_touching_boxes() -> None:
 
 
 def test_batched_nms_per_class_boxes_and_clip() -> None:
-    boxes = torch.tensor([[[-0.1, 0.2, 1.3, 0.9], [0.1, 0.1, 0.5, 0.5]]]).view(
-        1, 1, 2, 4
-    )
+    boxes = torch.tensor([[[-0.1, 0.2, 1.3, 0.9], [0.1, 0.1, 0.5, 0.5]]]).view(1, 1, 2, 4)
     scores = torch.tensor([[[0.3, 0.8]]])
     dets, labels = _nms(boxes, scores, keep_topk=2, clip_boxes=True)
     assert labels.tolist() == [[1, 0]]
-    torch.testing.assert_close(
-        dets[0, :, :4], torch.tensor([[0.1, 0.1, 0.5, 0.5], [0.0, 0.2, 1.0, 0.9]])
-    )
+    torch.testing.assert_close(dets[0, :, :4], torch.tensor([[0.1, 0.1, 0.5, 0.5], [0.0, 0.2, 1.0, 0.9]]))
 
 
 def test_batched_nms_errors_are_named() -> None:
     with pytest.raises(ValueError, match=r"num_classes=3 but scores \(1, 3, 2\)"):
         _nms(num_classes=3)
-    with pytest.raises(
-        ValueError, match=r"return_index=1 \(a third output\) is not supported"
-    ):
+    with pytest.raises(ValueError, match=r"return_index=1 \(a third output\) is not supported"):
         _nms(return_index=True)
 
 
 # --------------------------------------------------------------------------- DynamicResize (seed op)
 
 
-@pytest.mark.parametrize(
-    ("size", "factor"), [((8, 12), 2), ((2, 3), 0.5)], ids=["up-x2", "down-x0.5"]
-)
-def test_dynamic_resize_reference_covers_up_and_down(
-    size: tuple, factor: float
-) -> None:
+@pytest.mark.parametrize(("size", "factor"), [((8, 12), 2), ((2, 3), 0.5)], ids=["up-x2", "down-x0.5"])
+def test_dynamic_resize_reference_covers_up_and_down(size: tuple, factor: float) -> None:
     from opbridge.ops import DynamicResize
 
     x = torch.arange(24.0).view(1, 1, 4, 6)
@@ -464,6 +418,4 @@ def test_dynamic_resize_reference_covers_up_and_down(
     assert out.shape == (1, 1, *size)
     # a linear ramp survives bicubic resampling away from the borders: centre value = centre of the input
     torch.testing.assert_close(out.mean(), x.mean(), rtol=0, atol=0.2)
-    torch.testing.assert_close(
-        out, F.interpolate(x, scale_factor=factor, mode="bicubic"), rtol=0, atol=1e-6
-    )
+    torch.testing.assert_close(out, F.interpolate(x, scale_factor=factor, mode="bicubic"), rtol=0, atol=1e-6)

@@ -221,9 +221,7 @@ def test_multi_output() -> None:
 @pytest.mark.parametrize("given", [False, True], ids=["omitted", "given"])
 def test_optional_input(given: bool) -> None:
     inputs = [("x", F, [3]), ("y", F, [3])] if given else [("x", F, [3])]
-    model = make_model(
-        "MaybeAdd", inputs, [("z", F, [3])], node_inputs=["x", "y"] if given else ["x", ""], scale=2.0
-    )
+    model = make_model("MaybeAdd", inputs, [("z", F, [3])], node_inputs=["x", "y"] if given else ["x", ""], scale=2.0)
     x = np.array([1.0, 2.0, 3.0], np.float32)
     feed = {"x": x, "y": np.full(3, 10.0, np.float32)} if given else {"x": x}
     sess = InferenceSession(model)
@@ -310,8 +308,11 @@ def test_kernel_exception_carries_python_message_and_process_survives() -> None:
 
 def test_wrong_dtype_is_reported() -> None:
     model = make_model("WrongDtype", [("x", F, [2])], [("y", F, [2])])
-    with pytest.raises(_fail_type(), match=r"WrongDtype node .*output 0 has dtype float64, but the node's output "
-                       r"type is float32"):
+    with pytest.raises(
+        _fail_type(),
+        match=r"WrongDtype node .*output 0 has dtype float64, but the node's output "
+        r"type is float32",
+    ):
         InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
 
 
@@ -329,8 +330,11 @@ def test_non_array_result_is_reported() -> None:
 
 def test_wrong_shape_against_shape_rule_is_reported() -> None:
     model = make_model("ShapeChecked", [("x", F, ["n", 2])], [("y", F, ["n", 2])])
-    with pytest.raises(_fail_type(), match=r"ShapeChecked node .*output 0 \('output'\) has shape \(1, 2\), but the "
-                       r"op's shape rule gives \(3, 2\)"):
+    with pytest.raises(
+        _fail_type(),
+        match=r"ShapeChecked node .*output 0 \('output'\) has shape \(1, 2\), but the "
+        r"op's shape rule gives \(3, 2\)",
+    ):
         InferenceSession(model).run(None, {"x": np.ones((3, 2), np.float32)})
 
 
@@ -359,7 +363,7 @@ def test_concurrent_python_threads_and_intra_op_threads() -> None:
                 x = rng.standard_normal((2, 64, 33)).astype(np.float32)
                 (y,) = sess.run(None, {"x": x})
                 np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
@@ -495,8 +499,11 @@ def test_out_kernel_with_two_outputs(mode: str) -> None:
 
 def test_out_kernel_wrong_shape_is_reported() -> None:
     model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
-    with pytest.raises(_fail_type(), match=r"PairOut node .*output 0 has shape \(1,\), but the op's shape rule "
-                       r"gives \(4,\)"):
+    with pytest.raises(
+        _fail_type(),
+        match=r"PairOut node .*output 0 has shape \(1,\), but the op's shape rule "
+        r"gives \(4,\)",
+    ):
         InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})
 
 

@@ -151,8 +151,12 @@ def test_large_results_copy_exactly(copy_mode: str, op: str, dtype: type) -> Non
     # The route taken: auto streams only fresh results; forced modes take theirs
     # (parallel falls back to one thread only when the runtime lacks the pool API).
     parallel = "parallel" if native.abi_report()["parallel_copy"] else "serial"
-    expected = {"auto": "stream" if op == "Fresh" else parallel, "serial": "serial", "parallel": parallel,
-                "stream": "stream"}[copy_mode]
+    expected = {
+        "auto": "stream" if op == "Fresh" else parallel,
+        "serial": "serial",
+        "parallel": parallel,
+        "stream": "stream",
+    }[copy_mode]
     assert after[expected] == before[expected] + 1, (before, after)
 
 
@@ -243,8 +247,11 @@ def test_concurrent_runs_with_large_outputs(copy_mode: str, execution_mode: str)
 def test_kernel_exception_with_large_data_leaves_session_usable(copy_mode: str) -> None:
     sess = InferenceSession(make_model("Explode", 1, [F]))
     x = _random((MIB,), np.float32, seed=7)
-    with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail, match=r"RuntimeError: exploded after making "
-                       r"4194304 bytes \(in explode, .*test_ort_copy.py:\d+\)"):
+    with pytest.raises(
+        ort.capi.onnxruntime_pybind11_state.Fail,
+        match=r"RuntimeError: exploded after making "
+        r"4194304 bytes \(in explode, .*test_ort_copy.py:\d+\)",
+    ):
         sess.run(None, {"x0": x})
     # The same process runs a large copy correctly right after.
     (y,) = InferenceSession(make_model("Fresh", 1, [F])).run(None, {"x0": x})
@@ -253,8 +260,11 @@ def test_kernel_exception_with_large_data_leaves_session_usable(copy_mode: str) 
 
 def test_large_result_with_wrong_dtype_is_reported(copy_mode: str) -> None:
     sess = InferenceSession(make_model("Fresh", 1, [TensorProto.DOUBLE]))
-    with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail, match=r"output 0 has dtype float32, but the "
-                       r"node's output type is float64"):
+    with pytest.raises(
+        ort.capi.onnxruntime_pybind11_state.Fail,
+        match=r"output 0 has dtype float32, but the "
+        r"node's output type is float64",
+    ):
         sess.run(None, {"x0": np.zeros(MIB, np.float32)})
 
 
@@ -262,8 +272,11 @@ def test_large_result_with_wrong_dtype_is_reported(copy_mode: str) -> None:
 
 
 def test_copy_mode_switch_rejects_unknown_modes() -> None:
-    with pytest.raises(ValueError, match=r"copy mode must be 'auto' \(the default\), 'serial', 'parallel' or "
-                       r"'stream'"):
+    with pytest.raises(
+        ValueError,
+        match=r"copy mode must be 'auto' \(the default\), 'serial', 'parallel' or "
+        r"'stream'",
+    ):
         native._set_copy_mode("fast")
     assert native._set_copy_mode("auto") == "auto"  # unchanged by the bad call, and the default
 
@@ -308,8 +321,11 @@ print(status is None, report["api_version"], report["parallel_copy"], report["se
     ("newest", "expected"),
     [
         (16, "True 16 False 1 None"),
-        (15, "True 0 False 0 this onnxruntime (1.16.0 (simulated)) does not offer C API version 16; opbridge needs "
-         "onnxruntime >= 1.16"),
+        (
+            15,
+            "True 0 False 0 this onnxruntime (1.16.0 (simulated)) does not offer C API version 16; opbridge needs "
+            "onnxruntime >= 1.16",
+        ),
     ],
     ids=["runtime-1.16", "runtime-1.15"],
 )
@@ -323,7 +339,8 @@ def test_older_runtime_falls_back(tmp_path: Path, newest: int, expected: str) ->
         pytest.skip("this onnxruntime wheel ships no libonnxruntime.so to simulate an older runtime with")
     script = tmp_path / "fallback.py"
     script.write_text(FALLBACK_SCRIPT)
-    out = subprocess.run([sys.executable, str(script), str(newest)], capture_output=True, text=True, timeout=120,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, str(script), str(newest)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == expected

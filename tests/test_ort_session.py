@@ -145,7 +145,13 @@ def legacy_strange(x, weight, bias, *, float_attr=(), int_attr=()):
 
 def _export_legacy(module: nn.Module, x: torch.Tensor, path: Path, opset: int) -> Path:
     torch.onnx.export(
-        module, (x,), str(path), input_names=["x"], output_names=["y"], opset_version=opset, dynamo=False,
+        module,
+        (x,),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        opset_version=opset,
+        dynamo=False,
         dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
     )
     return path
@@ -234,7 +240,9 @@ def test_truncated_file_raises_model_load_error(seed_export, tmp_path: Path) -> 
         opbridge.InferenceSession(broken)
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\x01garbage\xff" * 10, b"not onnx at all"], ids=["empty", "binary", "text"])
+@pytest.mark.parametrize(
+    "content", [b"", b"\x00\x01garbage\xff" * 10, b"not onnx at all"], ids=["empty", "binary", "text"]
+)
 def test_corrupt_file_raises_model_load_error(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "corrupt.onnx"
     path.write_bytes(content)
@@ -250,7 +258,11 @@ def test_missing_file_raises_model_load_error(tmp_path: Path) -> None:
 def test_function_bodies_run_natively(tmp_path: Path) -> None:
     """A custom op whose body is a model-local function takes the function path (no bridge)."""
     body = helper.make_function(
-        "acme.fn", "Double", ["x"], ["y"], [helper.make_node("Add", ["x", "x"], ["y"])],
+        "acme.fn",
+        "Double",
+        ["x"],
+        ["y"],
+        [helper.make_node("Add", ["x", "x"], ["y"])],
         [helper.make_opsetid("", 17)],
     )
     graph = helper.make_graph(

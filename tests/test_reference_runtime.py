@@ -116,7 +116,9 @@ def affine(
 def _affine_model(**attrs: object) -> onnx.ModelProto:
     node = helper.make_node("Affine", ["x"], ["a", "b"], domain="tests.reference", **attrs)
     return one_node_model(
-        [node], [("x", TensorProto.FLOAT, [3])], [("a", TensorProto.FLOAT, [3]), ("b", TensorProto.FLOAT, [3])],
+        [node],
+        [("x", TensorProto.FLOAT, [3])],
+        [("a", TensorProto.FLOAT, [3]), ("b", TensorProto.FLOAT, [3])],
         {"tests.reference": 1},
     )
 
@@ -141,14 +143,16 @@ def cube(x: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
 
 def _cube_model() -> onnx.ModelProto:
     node = helper.make_node("Cube", ["x"], ["y"], domain="tests.reference", offset=1.5)
-    return one_node_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], {"tests.reference": 1})
+    return one_node_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], {"tests.reference": 1}
+    )
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_spec_kernel_runs_instead_of_the_reference(kind: str) -> None:
     seen: list[type] = []
 
-    def kernel(x, offset):  # noqa: ANN001, ANN202
+    def kernel(x, offset):
         seen.append(type(x))
         return x * x * x + offset
 
@@ -168,7 +172,7 @@ def test_torch_inputs_share_memory_with_numpy() -> None:
     seen: list[int] = []
     feed = np.array([1.0, 2.0], np.float32)
 
-    def kernel(x, offset):  # noqa: ANN001, ANN202
+    def kernel(x, offset):
         seen.append(x.data_ptr())
         return x + offset
 
@@ -181,13 +185,13 @@ def test_torch_inputs_share_memory_with_numpy() -> None:
 
 
 @opbridge.kernel("tests.reference.nospec::Clamp01", kind="numpy")
-def clamp01(x, *, low=0.0, names=()):  # noqa: ANN001, ANN201
+def clamp01(x, *, low=0.0, names=()):
     assert names == ["a", "ü"]
     return np.clip(x, low, 1.0)
 
 
 @opbridge.kernel("tests.reference.nospec::Twice", kind="torch", outputs=2)
-def twice_torch(x):  # noqa: ANN001, ANN201
+def twice_torch(x):
     return x * 2, x + x
 
 
@@ -197,7 +201,9 @@ def test_registered_kernels_run_ops_without_spec() -> None:
         helper.make_node("Twice", ["c"], ["d", "e"], domain="tests.reference.nospec"),
     ]
     model = one_node_model(
-        nodes, [("x", TensorProto.FLOAT, [4])], [("d", TensorProto.FLOAT, [4]), ("e", TensorProto.FLOAT, [4])],
+        nodes,
+        [("x", TensorProto.FLOAT, [4])],
+        [("d", TensorProto.FLOAT, [4]), ("e", TensorProto.FLOAT, [4])],
         {"tests.reference.nospec": 1},
     )
     session = ReferenceSession(model)
@@ -212,13 +218,21 @@ def test_custom_node_inside_a_function_gets_referenced_attributes() -> None:
     inner = helper.make_node("Cube", ["u"], ["v"], domain="tests.reference")
     inner.attribute.append(ref_attr("offset", "bias", onnx.AttributeProto.FLOAT))
     body = helper.make_function(
-        "tests.reference.fn", "CubePlus", ["u"], ["v"], [inner],
-        [helper.make_opsetid("", 18), helper.make_opsetid("tests.reference", 1)], attributes=["bias"],
+        "tests.reference.fn",
+        "CubePlus",
+        ["u"],
+        ["v"],
+        [inner],
+        [helper.make_opsetid("", 18), helper.make_opsetid("tests.reference", 1)],
+        attributes=["bias"],
     )
     node = helper.make_node("CubePlus", ["x"], ["y"], domain="tests.reference.fn", bias=-2.0)
     model = one_node_model(
-        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
-        {"tests.reference": 1, "tests.reference.fn": 1}, [body],
+        [node],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        {"tests.reference": 1, "tests.reference.fn": 1},
+        [body],
     )
     session = ReferenceSession(model)
     assert session.implementations == {
@@ -242,7 +256,7 @@ def test_kernel_with_wrong_output_count_is_reported() -> None:
 
 
 @opbridge.kernel("LegacySwishForTests", domain="")
-def legacy_swish(x, p, *, alpha=1.0):  # noqa: ANN001, ANN201
+def legacy_swish(x, p, *, alpha=1.0):
     return x / (1.0 + np.exp(-alpha * x))
 
 
@@ -282,7 +296,9 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
 def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\x08\x07\xff\xff\xff this is not protobuf" * 8)
-    with pytest.raises(opbridge.ModelLoadError, match=r"cannot read ONNX model .*garbage.onnx.*corrupt or not an ONNX model"):
+    with pytest.raises(
+        opbridge.ModelLoadError, match=r"cannot read ONNX model .*garbage.onnx.*corrupt or not an ONNX model"
+    ):
         ReferenceSession(garbage)
     truncated = tmp_path / "truncated.onnx"
     data = seed_export("myselu", "dynamo").path.read_bytes()

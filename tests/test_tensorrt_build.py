@@ -101,8 +101,14 @@ def user_model(user_ops_file: Path) -> Path:
     model, args = module.user_net()
     out = user_ops_file.with_name("user_net.onnx")
     opbridge.export(
-        model, args, out, exporter="torchscript", input_names=["x"], output_names=["y"],
-        dynamic_axes={"x": {0: "batch", 2: "width"}, "y": {0: "batch", 2: "owidth"}}, functions=False,
+        model,
+        args,
+        out,
+        exporter="torchscript",
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "batch", 2: "width"}, "y": {0: "batch", 2: "owidth"}},
+        functions=False,
     )
     return out
 
@@ -110,7 +116,9 @@ def user_model(user_ops_file: Path) -> Path:
 def _single_node_model(path: Path, op_type: str, domain: str, elem: int = TensorProto.FLOAT) -> Path:
     node = helper.make_node(op_type, ["x"], ["y"], domain=domain, name=f"{op_type}_node")
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", elem, ["batch", 3, 5])],
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", elem, ["batch", 3, 5])],
         [helper.make_tensor_value_info("y", elem, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
@@ -123,7 +131,9 @@ SMALL = {"x": ((1, 3, 5), (2, 3, 5), (3, 3, 5))}
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("seed", SEED_MODELS, ids=lambda s: s.name)
-def test_seed_model_builds_with_dynamic_profile(seed: SeedModel, exporter: str, seed_export: Any, tmp_path: Path) -> None:
+def test_seed_model_builds_with_dynamic_profile(
+    seed: SeedModel, exporter: str, seed_export: Any, tmp_path: Path
+) -> None:
     result = seed_export(seed.name, exporter, functions=False)
     assert result.custom_nodes, "the model must hold the custom nodes TensorRT has to import as plugins"
     _, args = seed.factory()
@@ -170,7 +180,12 @@ def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
         module.Blend.shape_rule = None
     assert report.ok, report.errors
     assert seen[-1] == {
-        "alpha": 0.25, "steps": 3, "flip": False, "tag": "größe", "weights": (0.5, 0.25), "dims": (4, -5),
+        "alpha": 0.25,
+        "steps": 3,
+        "flip": False,
+        "tag": "größe",
+        "weights": (0.5, 0.25),
+        "dims": (4, -5),
         "names": ("a", "", "日本"),
     }
 
@@ -180,7 +195,8 @@ def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
     [
         ("BadShape", TensorProto.FLOAT, "opbridge: get_output_shapes: this rule fails on purpose"),
         (
-            "HalfOnly", TensorProto.FLOAT,
+            "HalfOnly",
+            TensorProto.FLOAT,
             (
                 "input 'x' is float32, but the op's GPU kernel supports only float16; cast the tensor in the model, "
                 "or register a kernel for float32"
@@ -214,11 +230,15 @@ def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path
 def test_int_attribute_beyond_int32_is_refused(tmp_path: Path) -> None:
     node = helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge", int_attr1=2**40)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "abc"],
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "abc"],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
     path = tmp_path / "wide.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)]), path)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)]), path
+    )
     report = parse_with_tensorrt(path)
     assert not report.ok
     assert "attribute 'int_attr1' holds 1099511627776, outside int32" in report.errors[0][2]
@@ -242,18 +262,34 @@ def test_cli_trt_build_exit_codes(seed_export: Any, user_ops_file: Path, tmp_pat
     assert "built" in capsys.readouterr().out
 
     bad = _single_node_model(tmp_path / "bad.onnx", "BadShape", "faults")
-    code = cli_main(["trt-build", str(bad), "-o", str(tmp_path / "bad.engine"), "--profile", "x:1x3x5,2x3x5,3x3x5",
-                     "--ops", str(user_ops_file)])
+    code = cli_main(
+        [
+            "trt-build",
+            str(bad),
+            "-o",
+            str(tmp_path / "bad.engine"),
+            "--profile",
+            "x:1x3x5,2x3x5,3x3x5",
+            "--ops",
+            str(user_ops_file),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "this rule fails on purpose" in out and not (tmp_path / "bad.engine").exists()
 
     usage = [
         (["trt-build", str(model), "-o", str(engine)], "input 'image' has dynamic dims"),
         (["trt-build", str(model), "-o", str(engine), "--profile", "image:1x1x4x4"], "write INPUT:MIN,OPT,MAX"),
-        (["trt-build", str(model), "-o", str(engine), "--profile", "image:1x2x4x4,1x2x4x4,1x2x4x4"], "the model fixes it at 1"),
+        (
+            ["trt-build", str(model), "-o", str(engine), "--profile", "image:1x2x4x4,1x2x4x4,1x2x4x4"],
+            "the model fixes it at 1",
+        ),
         (["trt-build", str(model), "-o", str(engine), "--profile", "nope:1,1,1"], "the model has no input 'nope'"),
         (["trt-build", str(tmp_path / "missing.onnx"), "-o", str(engine)], "no such file"),
-        (["trt-build", str(model), "-o", str(model), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"], "that is the input model"),
+        (
+            ["trt-build", str(model), "-o", str(model), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"],
+            "that is the input model",
+        ),
     ]
     for argv, message in usage:
         assert cli_main(argv) == 2, argv
@@ -278,7 +314,12 @@ def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None
     if backend_name() == "tensorrt":
         pytest.skip("NVIDIA tensorrt is installed here, so forcing it does not make TensorRT unavailable")
     proc = subprocess.run(
-        [sys.executable, "-m", "opbridge.cli", "plugins"], capture_output=True, text=True, env=env, timeout=300, check=False
+        [sys.executable, "-m", "opbridge.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 2, proc.stderr
     assert "TensorRT is not installed" in proc.stderr and "tensorrt-rtx-cu13" in proc.stderr

@@ -140,8 +140,13 @@ def test_parser_fields_then_serialize_round_trip(opdef: opbridge.OpDef) -> None:
     plugin = creator.create_plugin("node0", collection, trt.TensorRTPhase.BUILD)
     # What the parser delivers is float32: the plugin holds float32-rounded floats, nothing else changes.
     expected = {
-        k: (float(np.float32(v)) if isinstance(v, float) else tuple(float(np.float32(x)) for x in v)
-            if isinstance(v, tuple) and v and isinstance(v[0], float) else v)
+        k: (
+            float(np.float32(v))
+            if isinstance(v, float)
+            else tuple(float(np.float32(x)) for x in v)
+            if isinstance(v, tuple) and v and isinstance(v[0], float)
+            else v
+        )
         for k, v in defaults.items()
     }
     assert _same(plugin.attrs, expected)
@@ -193,12 +198,17 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
     from opbridge.tensorrt import KernelLauncher, TensorRef
 
     launcher = KernelLauncher(opbridge.ops.MySELU, opbridge.ops.MySELU.spec.bind_attributes({}))
-    with pytest.raises(opbridge.OpDefinitionError, match=r"input 'x' is float64, but the op's GPU kernel supports only float32, float16"):
+    with pytest.raises(
+        opbridge.OpDefinitionError,
+        match=r"input 'x' is float64, but the op's GPU kernel supports only float32, float16",
+    ):
         launcher.on_shape_change([((2,), "float64")] * 3, [((2,), "float64")])
     launcher.on_shape_change([((2, 3), "float16")] * 3, [((2, 3), "float16")])
     assert launcher.shapes == ([((2, 3), "float16")] * 3, [((2, 3), "float16")])
     no_kernel = KernelLauncher(all_attrs, all_attrs.spec.bind_attributes({}))
-    with pytest.raises(opbridge.OpDefinitionError, match=r"has no GPU kernel; attach one with AllAttrs.register_gpu_kernel"):
+    with pytest.raises(
+        opbridge.OpDefinitionError, match=r"has no GPU kernel; attach one with AllAttrs.register_gpu_kernel"
+    ):
         no_kernel.launch([TensorRef(0, (0,), "float32")], [TensorRef(0, (0,), "float32")], 0)
 
 
@@ -216,12 +226,17 @@ def test_runtime_callbacks_translate_tensorrt_descriptions() -> None:
     half = _desc(trt, (2, 3, 4), trt.DataType.HALF)
     vec = _desc(trt, (3,), trt.DataType.HALF)
     plugin.on_shape_change([half, vec, vec], [half])
-    assert plugin.launcher.shapes == ([((2, 3, 4), "float16"), ((3,), "float16"), ((3,), "float16")], [((2, 3, 4), "float16")])
+    assert plugin.launcher.shapes == (
+        [((2, 3, 4), "float16"), ((3,), "float16"), ((3,), "float16")],
+        [((2, 3, 4), "float16")],
+    )
     ints = _desc(trt, (2, 3, 4), trt.DataType.INT32)
     with pytest.raises(opbridge.OpDefinitionError, match=r"input 'x' is int32, but the op's GPU kernel supports only"):
         plugin.on_shape_change([ints, vec, vec], [half])
-    no_kernel = trt.get_plugin_registry().get_creator("AllAttrs", "1", "").create_plugin(
-        "m", trt.PluginFieldCollection([]), trt.TensorRTPhase.RUNTIME
+    no_kernel = (
+        trt.get_plugin_registry()
+        .get_creator("AllAttrs", "1", "")
+        .create_plugin("m", trt.PluginFieldCollection([]), trt.TensorRTPhase.RUNTIME)
     )
     f32 = _desc(trt, (2, 3), trt.DataType.FLOAT)
     with pytest.raises(opbridge.OpDefinitionError, match="has no GPU kernel"):

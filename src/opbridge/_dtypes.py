@@ -27,7 +27,7 @@ _ONNX_TO_NUMPY: dict[int, Any] = {
     onnx.TensorProto.BOOL: np.bool_,
 }
 
-_TORCH_NAMES = {
+_TORCH_NAMES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16",

@@ -107,7 +107,7 @@ def _translation(opdef: OpDef) -> Any:
     def translate(*args: Any, **kwargs: Any) -> Any:
         inputs = list(args[:n])
         raw = list(args[n:])
-        for a in spec.attributes[len(raw):]:
+        for a in spec.attributes[len(raw) :]:
             raw.append(kwargs[a.name])
         attrs = {a.name: a.to_onnx_value(_decode_attr(a, v)) for a, v in zip(spec.attributes, raw)}
         while inputs and inputs[-1] is None:
@@ -482,7 +482,9 @@ def export(
         attach_functions(proto, used)
     final = finalize_model(proto, ops, check=check)
     path = save_model_atomic(final, f)
-    result = ExportResult(path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured)
+    result = ExportResult(
+        path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured
+    )
     _lint_result(result)
     logger.info("%s", result.summary())
     return result
@@ -494,7 +496,7 @@ def _lint_result(result: ExportResult) -> None:
 
     try:
         result.findings = lint_model(result.model, warnings=result.warnings, builtin_ops=False)
-    except Exception as exc:  # noqa: BLE001 - lint is advice: a lint failure must not lose a valid export
+    except Exception as exc:
         logger.warning("lint of %s failed: %s: %s", result.path, type(exc).__name__, exc)
         return
     for finding in result.findings:

@@ -37,10 +37,16 @@ def cases() -> list[tuple[str, Any, dict[str, Any], list[tuple[int, ...]], str]]
     for shape in ((2, 3, 4, 4), (5, 16, 33, 17)):
         out.append(("MyStrangeOp", ops.MyStrangeOp, {}, [shape, (1, *shape[1:]), (1, *shape[1:])], "randn"))
         out.append(("MyStrangeOp2", ops.MyStrangeOp2, {}, [shape, shape, (1, *shape[1:])], "randn"))
-    for (inp, size) in (((2, 3, 16, 16), (2, 1, 32, 32)), ((1, 3, 12, 20), (1, 1, 17, 13))):
+    for inp, size in (((2, 3, 16, 16), (2, 1, 32, 32)), ((1, 3, 12, 20), (1, 1, 17, 13))):
         for align in (False, True):
             out.append(
-                (f"DynamicResize(align_corners={align})", ops.DynamicResize, {"align_corners": align}, [inp, size], "rand")
+                (
+                    f"DynamicResize(align_corners={align})",
+                    ops.DynamicResize,
+                    {"align_corners": align},
+                    [inp, size],
+                    "rand",
+                )
             )
     return out
 
@@ -49,7 +55,9 @@ def ref_of(t: torch.Tensor, dtype: torch.dtype) -> TensorRef:
     return TensorRef(t.data_ptr(), tuple(t.shape), str(dtype).removeprefix("torch."))
 
 
-def run_case(opdef: Any, attrs: dict[str, Any], shapes: list[tuple[int, ...]], kind: str, dtype: torch.dtype, seed: int):
+def run_case(
+    opdef: Any, attrs: dict[str, Any], shapes: list[tuple[int, ...]], kind: str, dtype: torch.dtype, seed: int
+):
     g = torch.Generator(device="cuda").manual_seed(seed)
     make = torch.randn if kind == "randn" else torch.rand
     inputs = [(make(s, generator=g, device="cuda") * (3.0 if kind == "randn" else 1.0)).to(dtype) for s in shapes]
@@ -163,7 +171,7 @@ def main() -> int:
         KernelLauncher(ops.MySELU, {}).on_shape_change([((2,), "float64")] * 3, [((2,), "float64")])
         lines.append("\nfloat64 refusal: NOT refused (failure)")
         failures += 1
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         lines.append(f"\nfloat64 refusal: {type(exc).__name__}: {exc}")
     if args.bench:
         lines += [

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
+)
 
-import check_trt_kernels as checks
+import check_trt_kernels as checks  # noqa: E402 - after the skip marker, as the module needs CUDA
 
 CASES = [(i, c) for i, c in enumerate(checks.cases())]
 

@@ -53,7 +53,9 @@ def run_engine(engine_bytes: bytes, inputs: list[torch.Tensor]) -> dict[str, tor
     for name in names:
         if name in in_names:
             continue
-        out = torch.empty(tuple(context.get_tensor_shape(name)), dtype=to_torch[engine.get_tensor_dtype(name)], device="cuda")
+        out = torch.empty(
+            tuple(context.get_tensor_shape(name)), dtype=to_torch[engine.get_tensor_dtype(name)], device="cuda"
+        )
         outputs[name] = out
         context.set_tensor_address(name, out.data_ptr())
     stream = torch.cuda.current_stream()
@@ -95,8 +97,10 @@ def main() -> int:
             ok = g_out.shape == e_out.shape and bool(torch.all(diff <= args.atol + args.rtol * e_out.abs()))
             failures += not ok
             shapes = " ".join("x".join(map(str, t.shape)) for t in inputs)
-            print(f"inputs {shapes} output {i} {tuple(g_out.shape)}: max abs err {float(diff.max()):.3g} "
-                  f"{'ok' if ok else 'MISMATCH'} (rtol {args.rtol:g}, atol {args.atol:g})")
+            print(
+                f"inputs {shapes} output {i} {tuple(g_out.shape)}: max abs err {float(diff.max()):.3g} "
+                f"{'ok' if ok else 'MISMATCH'} (rtol {args.rtol:g}, atol {args.atol:g})"
+            )
     return 1 if failures else 0
 
 

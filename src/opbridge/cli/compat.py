@@ -13,7 +13,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compat", help="per-node backend compatibility (tensorrt, onnxruntime, openvino)")
     p.add_argument("model", help="path of the .onnx file")
     p.add_argument("--target", required=True, choices=("tensorrt", "onnxruntime", "openvino"))
-    p.add_argument("--trt-version", default=None, help="TensorRT version for the static rules, e.g. 8.6 (default: newest)")
+    p.add_argument(
+        "--trt-version", default=None, help="TensorRT version for the static rules, e.g. 8.6 (default: newest)"
+    )
     p.add_argument("--no-real", action="store_true", help="static verdicts only; do not run the real backend")
     p.add_argument("--all", action="store_true", help="list natively supported nodes too")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

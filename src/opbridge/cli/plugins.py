@@ -27,10 +27,25 @@ def run(args: argparse.Namespace) -> int:
     register_plugins()
     infos = list_plugins(include_all=args.all)
     if args.json:
-        print(json.dumps({"backend": backend, "plugins": [
-            {"name": i.name, "version": i.version, "namespace": i.namespace, "op": i.op,
-             "fields": [{"name": n, "type": t} for n, t in i.fields]} for i in infos
-        ]}, ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "plugins": [
+                        {
+                            "name": i.name,
+                            "version": i.version,
+                            "namespace": i.namespace,
+                            "op": i.op,
+                            "fields": [{"name": n, "type": t} for n, t in i.fields],
+                        }
+                        for i in infos
+                    ],
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
     else:
         print(f"TensorRT backend: {backend}; {len(infos)} creator(s)")
         for info in infos:

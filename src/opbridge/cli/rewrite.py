@@ -17,12 +17,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="path of the .onnx file (never modified without --in-place)")
     p.add_argument("-o", "--output", default=None, help="output .onnx path")
     p.add_argument("--in-place", action="store_true", help="replace the input file (atomically)")
-    p.add_argument("--rule", action="append", default=[], choices=sorted(RULES), required=True,
-                   help="rule to apply, in order (repeatable): " + "; ".join(f"{n}: {r.summary}" for n, r in RULES.items()))
-    p.add_argument("--map", action="append", default=[], metavar="OLD=DOMAIN::NEW", help="replace-op: op to swap (repeatable)")
-    p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", help="replace-op: attribute rename (repeatable)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="rule option, e.g. scale_input=factor (resize-cubic-to-dynamic-resize), domain=acme (legacy-domain)")
+    p.add_argument(
+        "--rule",
+        action="append",
+        default=[],
+        choices=sorted(RULES),
+        required=True,
+        help="rule to apply, in order (repeatable): " + "; ".join(f"{n}: {r.summary}" for n, r in RULES.items()),
+    )
+    p.add_argument(
+        "--map", action="append", default=[], metavar="OLD=DOMAIN::NEW", help="replace-op: op to swap (repeatable)"
+    )
+    p.add_argument(
+        "--rename", action="append", default=[], metavar="OLD=NEW", help="replace-op: attribute rename (repeatable)"
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="rule option, e.g. scale_input=factor (resize-cubic-to-dynamic-resize), domain=acme (legacy-domain)",
+    )
     add_ops_argument(p)
     p.set_defaults(run=run)
 

@@ -47,9 +47,8 @@ class MySELUModel(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(1, 1, 3, padding=1)
         self.param = nn.Parameter(torch.arange(3).float())
-        with torch.no_grad():
-            self.conv.weight.fill_(1.0)
-            self.conv.bias.fill_(0.0)
+        nn.init.ones_(self.conv.weight)
+        nn.init.zeros_(self.conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias here
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.conv(image)
@@ -174,7 +173,7 @@ class SeedModel:
 
     def dynamic_shapes(self) -> tuple[Any, ...]:
         dims: dict[str, Any] = {}
-        out = []
+        out: list[dict[int, Any] | None] = []
         for name in self.input_names:
             axes = self.dynamic.get(name)
             if not axes:

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
+
 def load_model(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
     """Load ``model`` (a path or an already loaded ModelProto) with its external data.
 
@@ -206,14 +207,17 @@ def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
     graph = onnx.helper.make_graph(
         [proto],
         "eval",
-        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in zip(names, inputs) if x is not None],
+        [
+            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+            for n, x in zip(names, inputs)
+            if x is not None
+        ],
         [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outs],
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", int(version))])
     try:
         feeds = {n: x for n, x in zip(names, inputs) if x is not None}
         return list(ReferenceEvaluator(model).run(None, feeds))
-    except Exception as exc:  # noqa: BLE001 - an op the reference cannot run is simply not foldable
+    except Exception as exc:
         logger.debug("cannot evaluate %s: %s", node.op_type, exc)
         return None

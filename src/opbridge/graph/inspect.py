@@ -237,6 +237,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         op_counts=dict(counts),
         functions=[f"{f.domain}::{f.name}" for f in proto.functions],
         initializers=[
-            InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t)) for t in proto.graph.initializer
+            InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t))
+            for t in proto.graph.initializer
         ],
     )

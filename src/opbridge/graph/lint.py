@@ -67,7 +67,9 @@ LINT_CODES: dict[str, str] = {
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_TRACER_VALUE = re.compile(r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE)
+_TRACER_VALUE = re.compile(
+    r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                     "custom-op-default-domain",
                     label,
                     f"{node.op_type} is not an ONNX op but sits in the default domain; the checker and every "
-                    "runtime reject it (\"No Op registered for ...\").",
+                    'runtime reject it ("No Op registered for ...").',
                     "opbridge rewrite MODEL -o OUT --rule legacy-domain, or define the op as @opbridge.op('domain::Name')",
                 )
             )
@@ -187,12 +189,14 @@ def _resize_const_input(node_ir: Any) -> tuple[int, Any] | None:
 def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> list[Finding]:
     import onnx_ir as ir
 
-    tracer = [w for w in (warnings or ()) if "TracerWarning" in str(getattr(w, "category", "")) or "TracerWarning" in str(w)]
+    tracer = [
+        w for w in (warnings or ()) if "TracerWarning" in str(getattr(w, "category", "")) or "TracerWarning" in str(w)
+    ]
     value_warnings = [w for w in tracer if _TRACER_VALUE.search(str(getattr(w, "message", w)))]
     findings: list[Finding] = []
     try:
         graph = ir.from_proto(model).graph
-    except Exception as exc:  # noqa: BLE001 - a model onnx-ir cannot read: skip this check, say so in the log
+    except Exception as exc:
         logger.debug("resize check skipped: %s", exc)
         return findings
     explained = False

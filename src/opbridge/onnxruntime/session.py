@@ -111,9 +111,7 @@ def load_model(model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto) 
                 "or corrupt. Export it again."
             ) from None
     else:
-        raise ModelLoadError(
-            f"expected a path, bytes or onnx.ModelProto, got {type(model_or_path).__name__}"
-        )
+        raise ModelLoadError(f"expected a path, bytes or onnx.ModelProto, got {type(model_or_path).__name__}")
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise ModelLoadError(
             f"{where}: not a usable ONNX model (ir_version {model.ir_version}, "
@@ -129,9 +127,7 @@ def _is_custom(node: onnx.NodeProto) -> bool:
 
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
     local = {(f.domain, f.name) for f in model.functions}
-    return any(
-        _is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node
-    )
+    return any(_is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node)
 
 
 def _unknown_message(unknown: list[tuple[str, str, int, str]]) -> str:
@@ -141,9 +137,9 @@ def _unknown_message(unknown: list[tuple[str, str, int, str]]) -> str:
     domain, op_type = unknown[0][0], unknown[0][1]
     dom = domain or "mydomain"
     lines.append(
-        "Provide one of: an op definition @opbridge.op(\"" + dom + "::" + op_type + "\") (its PyTorch reference "
+        'Provide one of: an op definition @opbridge.op("' + dom + "::" + op_type + '") (its PyTorch reference '
         "runs by default; import the module that defines it first), a kernel "
-        f"@opbridge.kernel(\"{op_type}\", domain=\"{domain}\"), or an ONNX function body for the op in the "
+        f'@opbridge.kernel("{op_type}", domain="{domain}"), or an ONNX function body for the op in the '
         "model (opbridge.export(..., functions=True) with opdef.register_function)."
     )
     return "\n".join(lines)
@@ -170,7 +166,7 @@ _COPIED_CONFIG = (
 def _config_entry(options: Any, key: str) -> str | None:
     try:
         value = options.get_session_config_entry(key)
-    except Exception:  # noqa: BLE001 - onnxruntime raises a bare Fail for an unset key
+    except Exception:
         return None
     return value if isinstance(value, str) else None
 
@@ -310,9 +306,7 @@ class InferenceSession:
                     node.attribute.remove(attr)
             node.attribute.append(onnx.helper.make_attribute(NODE_ATTRIBUTE, index))
             bound[index] = found
-            self.kernels[node.name] = NodeKernel(
-                node.name, node.domain, node.op_type, version, found.path, found.kind
-            )
+            self.kernels[node.name] = NodeKernel(node.name, node.domain, node.op_type, version, found.path, found.kind)
         if unknown:
             raise UnknownOpError(_unknown_message(unknown))
         for domain in {model.graph.node[i].domain for i in bound}:

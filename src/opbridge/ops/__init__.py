@@ -19,8 +19,8 @@ opbridge's own and torch.library's).
 
 from __future__ import annotations
 
+from opbridge.ops import _seed_gpu  # noqa: F401 - attaches the GPU kernels (lazy imports)
 from opbridge.ops._seed import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
-from opbridge.ops import _seed_gpu  # noqa: F401, E402 - attaches the GPU kernels (lazy imports)
 from opbridge.ops.detection import detection_ops
 
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2", "builtin_ops", "detection_ops"]

@@ -109,9 +109,7 @@ def deform_conv2d(
                 np.zeros((1, cin), np.float32),
             ]
         )
-        cols = np.empty(
-            (k, p, cin), np.float32
-        )  # gathered samples, (tap, pixel, channel)
+        cols = np.empty((k, p, cin), np.float32)  # gathered samples, (tap, pixel, channel)
         for g in range(deform_groups):
             y = base_y[None, :] + tap_y + off[b, g, :, 0]  # k, p
             xx = base_x[None, :] + tap_x + off[b, g, :, 1]
@@ -133,16 +131,11 @@ def deform_conv2d(
                 acc += src[idx] * (wgt * m[b, g]).reshape(-1, 1)
             cols[:, :, g * cdg : (g + 1) * cdg] = acc.reshape(k, p, cdg)
         for g in range(groups):
-            lhs = (
-                cols[:, :, g * cin_g : (g + 1) * cin_g]
-                .transpose(1, 0, 2)
-                .reshape(p, k * cin_g)
-            )
+            lhs = cols[:, :, g * cin_g : (g + 1) * cin_g].transpose(1, 0, 2).reshape(p, k * cin_g)
             out[b, g * co_g : (g + 1) * co_g] = (lhs @ wmat[g]).T
     if bias is not None:
         out += bias.astype(np.float32).reshape(1, cout, 1)
-    out = out.reshape(n, cout, hout, wout)
-    return out.astype(dtype, copy=False)
+    return out.reshape(n, cout, hout, wout).astype(dtype, copy=False)
 
 
 # --------------------------------------------------------------------------- RoIAlign
@@ -166,8 +159,7 @@ def _axis_samples(
     pos = (
         start[:, None, None]
         + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
-        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5)
-        * (bin_size / g)[:, None, None]
+        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5) * (bin_size / g)[:, None, None]
     ).astype(np.float32)
     inside = (pos >= -1.0) & (pos <= limit)
     pos = np.maximum(pos, 0)
@@ -231,9 +223,9 @@ def _roi_align_chunk(
     ylo, yhi, wyl, wyh, yin = _axis_samples(y1, rh, oh, gh, ghm, h)
     xlo, xhi, wxl, wxh, xin = _axis_samples(x1, rw, ow, gw, gwm, w)
     # [R, oh, ghm, ow, gwm]
-    valid = (
-        np.arange(ghm)[None, None, :, None, None] < gh[:, None, None, None, None]
-    ) & (np.arange(gwm)[None, None, None, None, :] < gw[:, None, None, None, None])
+    valid = (np.arange(ghm)[None, None, :, None, None] < gh[:, None, None, None, None]) & (
+        np.arange(gwm)[None, None, None, None, :] < gw[:, None, None, None, None]
+    )
     inside = yin[:, :, :, None, None] & xin[:, None, None, :, :]
     base = bidx[:, None, None, None, None] * (h * w)
     val = np.zeros((r, oh, ghm, ow, gwm, c), np.float32)
@@ -248,10 +240,7 @@ def _roi_align_chunk(
         out = val.max(axis=(2, 4))
     else:
         val = np.where(valid[..., None], val, np.float32(0))
-        out = (
-            val.sum(axis=(2, 4))
-            / np.maximum(gh * gw, 1).astype(np.float32)[:, None, None, None]
-        )
+        out = val.sum(axis=(2, 4)) / np.maximum(gh * gw, 1).astype(np.float32)[:, None, None, None]
     return out.transpose(0, 3, 1, 2)  # R, C, oh, ow
 
 
@@ -269,31 +258,21 @@ def roi_align(
     """MMCV roi_align, vectorized over RoIs (in chunks of similar sampling-grid size)."""
     op = "mmdeploy::MMCVRoiAlign"
     if rois.ndim != 2 or rois.shape[1] != 5:
-        raise ValueError(
-            f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}."
-        )
+        raise ValueError(f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}.")
     if mode not in ("avg", "max"):
-        raise ValueError(
-            f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}."
-        )
+        raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
     bad = (r32[:, 0] < 0) | (r32[:, 0] >= n)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(
-            f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}."
-        )
+        raise ValueError(f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}.")
     out = np.empty((rois.shape[0], c, output_height, output_width), np.float32)
     if rois.shape[0] == 0:
         return out.astype(feat.dtype)
-    nhwc = np.ascontiguousarray(
-        feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)
-    ).reshape(n * h * w, c)
+    nhwc = np.ascontiguousarray(feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)).reshape(n * h * w, c)
     # RoIs with the same sampling grid (gh, gw) go together, in chunks that bound the memory used
-    gh, gw = _grid_sizes(
-        r32, output_height, output_width, spatial_scale, sampling_ratio, aligned
-    )
+    gh, gw = _grid_sizes(r32, output_height, output_width, spatial_scale, sampling_ratio, aligned)
     for key in np.unique(gh * 65536 + gw):
         members = np.nonzero(gh * 65536 + gw == key)[0]
         g = max(int(key // 65536), 1) * max(int(key % 65536), 1)
@@ -342,9 +321,7 @@ def multi_level_roi_align(
         )
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
-        raise ValueError(
-            f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}."
-        )
+        raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
     r32 = rois.astype(np.float32)
     scale = np.sqrt((r32[:, 3] - r32[:, 1]) * (r32[:, 4] - r32[:, 2]))
     lvl = np.clip(
@@ -357,12 +334,8 @@ def multi_level_roi_align(
         f = np.float32(roi_scale_factor)
         cx, cy = (r32[:, 1] + r32[:, 3]) * 0.5, (r32[:, 2] + r32[:, 4]) * 0.5
         hw, hh = (r32[:, 3] - r32[:, 1]) * f * 0.5, (r32[:, 4] - r32[:, 2]) * f * 0.5
-        r32 = np.stack([r32[:, 0], cx - hw, cy - hh, cx + hw, cy + hh], axis=1).astype(
-            np.float32
-        )
-    out = np.zeros(
-        (rois.shape[0], feats[0].shape[1], output_height, output_width), np.float32
-    )
+        r32 = np.stack([r32[:, 0], cx - hw, cy - hh, cx + hw, cy + hh], axis=1).astype(np.float32)
+    out = np.zeros((rois.shape[0], feats[0].shape[1], output_height, output_width), np.float32)
     for level, (feat, stride) in enumerate(zip(feats, featmap_strides)):
         idx = np.nonzero(lvl == level)[0]
         if len(idx):
@@ -385,12 +358,8 @@ def multi_level_roi_align(
 def _iou_matrix(b: np.ndarray) -> np.ndarray:
     """Pairwise IoU [..., K, K] of boxes [..., K, 4] with MMDeploy's TRTBatchedNMS rule."""
     x1, y1, x2, y2 = (b[..., i] for i in range(4))
-    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(
-        x1[..., :, None], x1[..., None, :]
-    )
-    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(
-        y1[..., :, None], y1[..., None, :]
-    )
+    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(x1[..., :, None], x1[..., None, :])
+    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(y1[..., :, None], y1[..., None, :])
     inter = np.where((iw > 0) & (ih > 0), iw * ih, np.float32(0))
     w, h = x2 - x1, y2 - y1
     area = np.where((w < 0) | (h < 0), np.float32(0), w * h)
@@ -416,9 +385,7 @@ def batched_nms(
     """MMDeploy TRTBatchedNMS (see the reference in :mod:`opbridge.ops._detection_ref`)."""
     from opbridge.ops._detection_ref import check_nms_inputs
 
-    check_nms_inputs(
-        "mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index
-    )
+    check_nms_inputs("mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index)
     bsz, n, c = scores.shape
     k = topk if 0 < topk <= n else n
     dets = np.zeros((bsz, keep_topk, 5), np.float32)

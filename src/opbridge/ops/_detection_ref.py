@@ -8,6 +8,7 @@ This module imports torch only: GPU scripts can import it without onnx.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +35,7 @@ def check_choice(op: str, name: str, value: int, names: tuple[str, ...]) -> str:
     """The name coded by the int attribute ``value``, or a ValueError naming the choices."""
     if not 0 <= value < len(names):
         choices = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
-        raise ValueError(
-            f"{op}: attribute {name!r} must be one of {choices}; got {value}."
-        )
+        raise ValueError(f"{op}: attribute {name!r} must be one of {choices}; got {value}.")
     return names[value]
 
 
@@ -51,15 +50,9 @@ def grid_sample(
     align_corners: bool,
 ) -> torch.Tensor:
     """``F.grid_sample`` with MMDeploy's integer-coded mode attributes."""
-    mode = check_choice(
-        "mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES
-    )
-    pad = check_choice(
-        "mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS
-    )
-    return F.grid_sample(
-        x, grid.to(x.dtype), mode=mode, padding_mode=pad, align_corners=align_corners
-    )
+    mode = check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES)
+    pad = check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS)
+    return F.grid_sample(x, grid.to(x.dtype), mode=mode, padding_mode=pad, align_corners=align_corners)
 
 
 # --------------------------------------------------------------------------- deformable convolution
@@ -96,18 +89,14 @@ def deform_conv_geometry(
     n, cin, h, w = x_shape
     cout, cin_g, kh, kw = w_shape
     if groups < 1 or deform_groups < 1:
-        raise ValueError(
-            f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}."
-        )
+        raise ValueError(f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}.")
     if cin != cin_g * groups or cout % groups:
         raise ValueError(
             f"{op}: input has {cin} channels and weight {tuple(w_shape)} with groups={groups}; "
             f"need input channels = weight.shape[1] * groups and weight.shape[0] divisible by groups."
         )
     if cin % deform_groups:
-        raise ValueError(
-            f"{op}: input channels {cin} are not divisible by deform_groups={deform_groups}."
-        )
+        raise ValueError(f"{op}: input channels {cin} are not divisible by deform_groups={deform_groups}.")
     hout = (h + 2 * p[0] - (d[0] * (kh - 1) + 1)) // s[0] + 1
     wout = (w + 2 * p[1] - (d[1] * (kw - 1) + 1)) // s[1] + 1
     k = kh * kw
@@ -121,9 +110,7 @@ def deform_conv_geometry(
     return s, p, d, hout, wout
 
 
-def _bilinear_zero_pad(
-    img: torch.Tensor, y: torch.Tensor, x: torch.Tensor
-) -> torch.Tensor:
+def _bilinear_zero_pad(img: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Sample ``img`` [N, C, H, W] at (y, x) [N, P]: bilinear, zero outside (torchvision's deform_conv rule)."""
     n, c, h, w = img.shape
     inside = (y > -1) & (y < h) & (x > -1) & (x < w)
@@ -141,9 +128,7 @@ def _bilinear_zero_pad(
     ):
         yy, xx = y0i + dy, x0i + dx
         ok = inside & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-        idx = (
-            (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).unsqueeze(1).expand(n, c, -1)
-        )
+        idx = (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).unsqueeze(1).expand(n, c, -1)
         out += torch.gather(flat, 2, idx) * (wgt * ok).unsqueeze(1)
     return out
 
@@ -185,9 +170,7 @@ def deform_conv2d(
     dev = x.device
     base_y = (torch.arange(hout, device=dev) * sh - ph).view(1, hout, 1).float()
     base_x = (torch.arange(wout, device=dev) * sw - pw).view(1, 1, wout).float()
-    tap_y = (
-        (torch.arange(kh, device=dev).repeat_interleave(kw) * dh).view(k, 1, 1).float()
-    )
+    tap_y = (torch.arange(kh, device=dev).repeat_interleave(kw) * dh).view(k, 1, 1).float()
     tap_x = (torch.arange(kw, device=dev).repeat(kh) * dw).view(k, 1, 1).float()
     cdg = cin // deform_groups
     cols = []
@@ -195,12 +178,8 @@ def deform_conv2d(
         o = off[:, 2 * k * g : 2 * k * (g + 1)].reshape(n, k, 2, hout, wout)
         y = (base_y + tap_y).unsqueeze(0) + o[:, :, 0]
         xx = (base_x + tap_x).unsqueeze(0) + o[:, :, 1]
-        vals = _bilinear_zero_pad(
-            xf[:, g * cdg : (g + 1) * cdg], y.reshape(n, k * p), xx.reshape(n, k * p)
-        )
-        vals = vals.reshape(n, cdg, k, p) * m[:, g * k : (g + 1) * k].reshape(
-            n, 1, k, p
-        )
+        vals = _bilinear_zero_pad(xf[:, g * cdg : (g + 1) * cdg], y.reshape(n, k * p), xx.reshape(n, k * p))
+        vals = vals.reshape(n, cdg, k, p) * m[:, g * k : (g + 1) * k].reshape(n, 1, k, p)
         cols.append(vals)
     col = torch.cat(cols, 1).reshape(n, groups, cin_g * k, p)
     wg = wf.reshape(groups, cout // groups, cin_g * k)
@@ -220,9 +199,7 @@ def _check_rois(op: str, rois: torch.Tensor) -> None:
         )
 
 
-def _mmcv_bilinear(
-    flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch.Tensor
-) -> torch.Tensor:
+def _mmcv_bilinear(flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """MMCV/torchvision RoIAlign bilinear rule. flat [C, H*W]; y, x broadcastable -> [C, *shape]."""
     y, x = torch.broadcast_tensors(y, x)
     outside = (y < -1.0) | (y > h) | (x < -1.0) | (x > w)
@@ -245,12 +222,7 @@ def _mmcv_bilinear(
     def at(yy: torch.Tensor, xx: torch.Tensor) -> torch.Tensor:
         return flat[:, (yy * w + xx).reshape(-1)].reshape(flat.shape[0], *shape)
 
-    val = (
-        hy * hx * at(y0, x0)
-        + hy * lx * at(y0, x1)
-        + ly * hx * at(y1, x0)
-        + ly * lx * at(y1, x1)
-    )
+    val = hy * hx * at(y0, x0) + hy * lx * at(y0, x1) + ly * hx * at(y1, x0) + ly * lx * at(y1, x1)
     return torch.where(outside, torch.zeros_like(val), val)
 
 
@@ -268,8 +240,11 @@ def _roi_align_one(
 ) -> torch.Tensor:
     """RoIAlign of one RoI over one image's features flat [C, H*W] -> [C, out_h, out_w] (MMCV rule)."""
     off = 0.5 if aligned else 0.0
+
     # float32 arithmetic, as the CUDA/CPU kernels do
-    f = lambda v: torch.tensor(v, dtype=torch.float32)
+    def f(v: Any) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.float32)
+
     x1 = f(box[0]) * spatial_scale - off
     y1 = f(box[1]) * spatial_scale - off
     rw = f(box[2]) * spatial_scale - off - x1
@@ -283,18 +258,14 @@ def _roi_align_one(
     dev = flat.device
     if gh <= 0 or gw <= 0:
         fill = -_FLT_MAX if pool_max else 0.0
-        return torch.full(
-            (flat.shape[0], out_h, out_w), fill, dtype=torch.float32, device=dev
-        )
+        return torch.full((flat.shape[0], out_h, out_w), fill, dtype=torch.float32, device=dev)
     iy = torch.arange(gh, device=dev, dtype=torch.float32)
     ix = torch.arange(gw, device=dev, dtype=torch.float32)
     py = torch.arange(out_h, device=dev, dtype=torch.float32)
     px = torch.arange(out_w, device=dev, dtype=torch.float32)
     ys = y1 + py.view(-1, 1) * bh + (iy.view(1, -1) + 0.5) * bh / gh  # [out_h, gh]
     xs = x1 + px.view(-1, 1) * bw + (ix.view(1, -1) + 0.5) * bw / gw  # [out_w, gw]
-    vals = _mmcv_bilinear(
-        flat, h, w, ys.view(out_h, gh, 1, 1), xs.view(1, 1, out_w, gw)
-    )  # [C, oh, gh, ow, gw]
+    vals = _mmcv_bilinear(flat, h, w, ys.view(out_h, gh, 1, 1), xs.view(1, 1, out_w, gw))  # [C, oh, gh, ow, gw]
     if pool_max:
         return vals.amax(dim=(2, 4))
     return vals.sum(dim=(2, 4)) / max(gh * gw, 1)
@@ -314,13 +285,9 @@ def roi_align(
     op = "mmdeploy::MMCVRoiAlign"
     _check_rois(op, rois)
     if mode not in ("avg", "max"):
-        raise ValueError(
-            f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}."
-        )
+        raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     if output_height < 1 or output_width < 1:
-        raise ValueError(
-            f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}."
-        )
+        raise ValueError(f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}.")
     n, c, h, w = feat.shape
     flat = feat.float().reshape(n, c, h * w)
     out = torch.empty(
@@ -334,9 +301,7 @@ def roi_align(
     for r, row in enumerate(rois.float().tolist()):
         b = int(row[0])
         if not 0 <= b < n:
-            raise ValueError(
-                f"{op}: RoI {r} has batch index {b}, outside the feature batch of {n}."
-            )
+            raise ValueError(f"{op}: RoI {r} has batch index {b}, outside the feature batch of {n}.")
         out[r] = _roi_align_one(
             flat[b],
             h,
@@ -358,14 +323,10 @@ def rescale_rois(rois: torch.Tensor, factor: float) -> torch.Tensor:
     cy = (rois[:, 2] + rois[:, 4]) * 0.5
     w = (rois[:, 3] - rois[:, 1]) * factor
     h = (rois[:, 4] - rois[:, 2]) * factor
-    return torch.stack(
-        [rois[:, 0], cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5], dim=1
-    )
+    return torch.stack([rois[:, 0], cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5], dim=1)
 
 
-def map_roi_levels(
-    rois: torch.Tensor, num_levels: int, finest_scale: int
-) -> torch.Tensor:
+def map_roi_levels(rois: torch.Tensor, num_levels: int, finest_scale: int) -> torch.Tensor:
     """FPN level of each RoI: floor(log2(sqrt(area) / finest_scale + 1e-6)) clamped to [0, L-1] (MMDet)."""
     scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
     lvl = torch.floor(torch.log2(scale / finest_scale + 1e-6))
@@ -394,9 +355,7 @@ def multi_level_roi_align(
         )
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
-        raise ValueError(
-            f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}."
-        )
+        raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
     r32 = rois.float()
     levels = map_roi_levels(r32, len(feats), finest_scale)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
@@ -458,19 +417,13 @@ def check_nms_inputs(
 ) -> None:
     """Shape/attribute checks shared by every TRTBatchedNMS implementation."""
     if return_index:
-        raise ValueError(
-            f"{op}: return_index=1 (a third output) is not supported; export with return_index=0."
-        )
+        raise ValueError(f"{op}: return_index=1 (a third output) is not supported; export with return_index=0.")
     if len(boxes_shape) != 4 or boxes_shape[-1] != 4 or len(scores_shape) != 3:
         raise ValueError(
             f"{op}: boxes must be (B, N, 1 or num_classes, 4) and scores (B, N, num_classes); "
             f"got boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)}."
         )
-    if (
-        scores_shape[2] != num_classes
-        or boxes_shape[2] not in (1, num_classes)
-        or boxes_shape[:2] != scores_shape[:2]
-    ):
+    if scores_shape[2] != num_classes or boxes_shape[2] not in (1, num_classes) or boxes_shape[:2] != scores_shape[:2]:
         raise ValueError(
             f"{op}: num_classes={num_classes} but scores {tuple(scores_shape)} and boxes {tuple(boxes_shape)}; "
             "scores' last dim must equal num_classes and boxes' third dim must be 1 or num_classes."
@@ -519,11 +472,7 @@ def batched_nms(
                     later = torch.arange(order.numel(), device=boxes.device) > j
                     keep &= ~(later & (nms_iou(cand[j], cand) > iou_threshold))
             kept_scores.append(s[order[keep]])
-            kept_labels.append(
-                torch.full(
-                    (int(keep.sum()),), cls, dtype=torch.int32, device=boxes.device
-                )
-            )
+            kept_labels.append(torch.full((int(keep.sum()),), cls, dtype=torch.int32, device=boxes.device))
             kept_boxes.append(cand[keep])
         if not kept_scores:
             continue

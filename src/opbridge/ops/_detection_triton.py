@@ -141,19 +141,13 @@ def _grid_sample_kernel(
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
         # round half to even, as nearbyint
         rx = tl.floor(ix + 0.5)
-        rx = tl.where(
-            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
-        )
+        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
         ry = tl.floor(iy + 0.5)
-        ry = tl.where(
-            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
-        )
+        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-        acc = tl.load(
-            x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0
-        ).to(tl.float32)
+        acc = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
     else:
         x0f = tl.floor(ix)
         y0f = tl.floor(iy)
@@ -253,10 +247,7 @@ def _grid_sample_loop_kernel(
                 acc = tl.load(src, mask=m_nw & cm, other=0.0).to(tl.float32) * w_nw
                 acc += tl.load(src + 1, mask=m_ne & cm, other=0.0).to(tl.float32) * w_ne
                 acc += tl.load(src + W, mask=m_sw & cm, other=0.0).to(tl.float32) * w_sw
-                acc += (
-                    tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32)
-                    * w_se
-                )
+                acc += tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32) * w_se
                 tl.store(
                     out_ptr + out0 + c * HWo,
                     acc.to(out_ptr.dtype.element_ty),
@@ -266,13 +257,9 @@ def _grid_sample_loop_kernel(
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
         rx = tl.floor(ix + 0.5)
-        rx = tl.where(
-            ((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx
-        )
+        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
         ry = tl.floor(iy + 0.5)
-        ry = tl.where(
-            ((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry
-        )
+        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
         xx = rx.to(tl.int32)
         yy = ry.to(tl.int32)
         ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
@@ -475,9 +462,7 @@ def _dcn_im2col_kernel(
     off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
     dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
     dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(
-        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
-    ).to(tl.float32)
+    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
     y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
     x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
     inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
@@ -557,9 +542,7 @@ def _dcn_im2col_loop_kernel(
     off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
     dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
     dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(
-        mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0
-    ).to(tl.float32)
+    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
     y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
     x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
     inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
@@ -649,9 +632,7 @@ def _dcn_fused_kernel(
         ob = (n * 2 * K + 2 * tap) * P
         dy = tl.load(off_ptr + ob + p, mask=pm, other=0.0).to(tl.float32)
         dx = tl.load(off_ptr + ob + P + p, mask=pm, other=0.0).to(tl.float32)
-        mv = tl.load(mask_ptr + (n * K + tap) * P + p, mask=pm, other=0.0).to(
-            tl.float32
-        )
+        mv = tl.load(mask_ptr + (n * K + tap) * P + p, mask=pm, other=0.0).to(tl.float32)
         y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
         x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
         inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
@@ -674,18 +655,10 @@ def _dcn_fused_kernel(
             c = c0 + tl.arange(0, BLOCK_K)
             cm = c < Cin
             src = xb + (c * hw)[None, :] + o00[:, None]
-            a = w00[:, None] * tl.load(
-                src, mask=m00[:, None] & cm[None, :], other=0.0
-            ).to(tl.float32)
-            a += w01[:, None] * tl.load(
-                src + 1, mask=m01[:, None] & cm[None, :], other=0.0
-            ).to(tl.float32)
-            a += w10[:, None] * tl.load(
-                src + W, mask=m10[:, None] & cm[None, :], other=0.0
-            ).to(tl.float32)
-            a += w11[:, None] * tl.load(
-                src + W + 1, mask=m11[:, None] & cm[None, :], other=0.0
-            ).to(tl.float32)
+            a = w00[:, None] * tl.load(src, mask=m00[:, None] & cm[None, :], other=0.0).to(tl.float32)
+            a += w01[:, None] * tl.load(src + 1, mask=m01[:, None] & cm[None, :], other=0.0).to(tl.float32)
+            a += w10[:, None] * tl.load(src + W, mask=m10[:, None] & cm[None, :], other=0.0).to(tl.float32)
+            a += w11[:, None] * tl.load(src + W + 1, mask=m11[:, None] & cm[None, :], other=0.0).to(tl.float32)
             bt = tl.load(
                 w_ptr + (tap * Cin + c)[:, None] * Cout + co[None, :],
                 mask=cm[:, None] & com[None, :],
@@ -742,12 +715,7 @@ def deform_conv2d(
     cdg = cin // deform_groups
     chosen = variant or DCN_VARIANT
     tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    if (
-        chosen == "fused"
-        and groups == 1
-        and deform_groups == 1
-        and (x.dtype != torch.float32 or tf32)
-    ):
+    if chosen == "fused" and groups == 1 and deform_groups == 1 and (x.dtype != torch.float32 or tf32):
         # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
         wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
         bm, bn, bk = (
@@ -786,9 +754,7 @@ def deform_conv2d(
         )
         return
     if chosen == "fused":
-        chosen = (
-            "loop"  # groups, deform groups or strict float32: the column-buffer path
-        )
+        chosen = "loop"  # groups, deform groups or strict float32: the column-buffer path
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
     if chosen == "loop":
         block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
@@ -945,18 +911,10 @@ def _roi_align_kernel(
             lx = x - x0.to(tl.float32)
             hx = 1.0 - lx
             lm = em & ~outs
-            v00 = tl.load(feat_ptr + base + y0 * W + x0, mask=lm, other=0.0).to(
-                tl.float32
-            )
-            v01 = tl.load(feat_ptr + base + y0 * W + x1i, mask=lm, other=0.0).to(
-                tl.float32
-            )
-            v10 = tl.load(feat_ptr + base + y1i * W + x0, mask=lm, other=0.0).to(
-                tl.float32
-            )
-            v11 = tl.load(feat_ptr + base + y1i * W + x1i, mask=lm, other=0.0).to(
-                tl.float32
-            )
+            v00 = tl.load(feat_ptr + base + y0 * W + x0, mask=lm, other=0.0).to(tl.float32)
+            v01 = tl.load(feat_ptr + base + y0 * W + x1i, mask=lm, other=0.0).to(tl.float32)
+            v10 = tl.load(feat_ptr + base + y1i * W + x0, mask=lm, other=0.0).to(tl.float32)
+            v11 = tl.load(feat_ptr + base + y1i * W + x1i, mask=lm, other=0.0).to(tl.float32)
             val = hy * hx * v00 + hy * lx * v01 + ly * hx * v10 + ly * lx * v11
             val = tl.where(outs, 0.0, val)
             if POOL_MAX:
@@ -1103,9 +1061,7 @@ def _nms_kernel(boxes_ptr, valid_ptr, keep_ptr, K, thr, BLOCK: tl.constexpr):
             ih = tl.minimum(y2, by2) - tl.maximum(y1, by1)
             inter = tl.where((iw > 0) & (ih > 0), iw * ih, 0.0)
             union = area + barea - inter
-            iou = tl.where(
-                inter > 0, tl.div_rn(inter, tl.where(inter > 0, union, 1.0)), 0.0
-            )
+            iou = tl.where(inter > 0, tl.div_rn(inter, tl.where(inter > 0, union, 1.0)), 0.0)
             keep = keep & ~((iou > thr) & (j > i))
     tl.store(keep_ptr + seg * K + j, keep.to(tl.int8), mask=jm)
 
@@ -1153,9 +1109,7 @@ def batched_nms(
             order.unsqueeze(-1).expand(b, c, k, 4),
         )
     else:
-        cand = torch.gather(
-            bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4)
-        )
+        cand = torch.gather(bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4))
     cand = cand.contiguous()
     valid = torch.isfinite(sorted_scores).to(torch.int8).contiguous()
     keep = torch.empty_like(valid)
@@ -1169,16 +1123,12 @@ def batched_nms(
             BLOCK=triton.next_power_of_2(k),
             num_warps=8 if k > 1024 else 4,
         )
-    flat = torch.where(
-        keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)
-    ).view(b, c * k)
+    flat = torch.where(keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)).view(b, c * k)
     top_scores, top = torch.sort(flat, dim=1, descending=True, stable=True)
     m = min(keep_topk, c * k)
     top_scores, top = top_scores[:, :m], top[:, :m]
     found = torch.isfinite(top_scores)
-    sel_boxes = torch.gather(
-        cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4)
-    )
+    sel_boxes = torch.gather(cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4))
     if clip_boxes:
         sel_boxes = sel_boxes.clamp(0.0, 1.0)
     dets.zero_()

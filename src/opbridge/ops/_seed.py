@@ -12,7 +12,7 @@ from opbridge.shape import TensorInfo
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2"]
 
 
-def _same_as_first(x, *_, **__):  # noqa: ANN001, ANN002, ANN003, ANN202
+def _same_as_first(x, *_, **__):
     return TensorInfo(x.shape, x.dtype)
 
 
@@ -42,7 +42,7 @@ def MyStrangeOp(
 
 
 @MyStrangeOp.register_shape
-def _strange_shape(x, weight, bias, **_):  # noqa: ANN001, ANN003, ANN202
+def _strange_shape(x, weight, bias, **_):
     first = _broadcast(x.shape, weight.shape)
     return TensorInfo(first, x.dtype), TensorInfo(_broadcast(first, bias.shape), x.dtype)
 
@@ -69,7 +69,7 @@ def MyStrangeOp2(
 
 
 @MyStrangeOp2.register_shape
-def _strange2_shape(a, b, bias, **_):  # noqa: ANN001, ANN003, ANN202
+def _strange2_shape(a, b, bias, **_):
     return TensorInfo(_broadcast(_broadcast(a.shape, b.shape), bias.shape), a.dtype)
 
 
@@ -81,7 +81,7 @@ def DynamicResize(input: torch.Tensor, size_tensor: torch.Tensor, align_corners:
 
 
 @DynamicResize.register_shape
-def _resize_shape(x, size_tensor, **_):  # noqa: ANN001, ANN003, ANN202
+def _resize_shape(x, size_tensor, **_):
     return TensorInfo((x.shape[0], x.shape[1], size_tensor.shape[-2], size_tensor.shape[-1]), x.dtype)
 
 

@@ -57,8 +57,17 @@ def _triton_kernels() -> dict[str, Any] | None:
 
     @triton.jit
     def bicubic_kernel(
-        in_ptr, out_ptr, NC, H, W, HO, WO, scale_h, scale_w,
-        ALIGN: tl.constexpr, BLOCK: tl.constexpr,
+        in_ptr,
+        out_ptr,
+        NC,
+        H,
+        W,
+        HO,
+        WO,
+        scale_h,
+        scale_w,
+        ALIGN: tl.constexpr,
+        BLOCK: tl.constexpr,
     ):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         total = NC * HO * WO

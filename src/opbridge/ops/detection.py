@@ -85,9 +85,7 @@ def _grid_shape(
         interpolation_mode,
         ref.GRID_MODES,
     )
-    ref.check_choice(
-        "mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS
-    )
+    ref.check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS)
     return TensorInfo((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
 
 
@@ -131,9 +129,7 @@ def grid_sampler_function(opset: int) -> Any:
         helper.make_node("Add", ["mp", "a"], ["code"]),
     ]
     if opset < 16:
-        raise ValueError(
-            f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}."
-        )
+        raise ValueError(f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}.")
     modes = ref.GRID_MODES if opset < 20 else ("linear", "nearest", "cubic")
     combos = [(m, p, a) for m in range(3) for p in range(3) for a in range(2)]
 
@@ -148,18 +144,14 @@ def grid_sampler_function(opset: int) -> Any:
             align_corners=a,
         )
         if i == len(combos) - 1:
-            return helper.make_graph(
-                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
-            )
+            return helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
         k = helper.make_node("Constant", [], [f"k{i}"], value_int=i)
         eq = helper.make_node("Equal", ["code", f"k{i}"], [f"is{i}"])
         node = helper.make_node(
             "If",
             [f"is{i}"],
             [out],
-            then_branch=helper.make_graph(
-                [sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]
-            ),
+            then_branch=helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]),
             else_branch=branch(i + 1, f"r{i + 1}"),
         )
         return helper.make_graph(
@@ -214,27 +206,21 @@ def ModulatedDeformConv2d(
         mask,
         weight,
         bias,
-        stride,
-        padding,
-        dilation,
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
         groups,
         deform_groups,
     )
 
 
 @ModulatedDeformConv2d.register_shape
-def _dcn_shape(
-    x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any
-) -> TensorInfo:
-    return TensorInfo(
-        (x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype
-    )
+def _dcn_shape(x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any) -> TensorInfo:
+    return TensorInfo((x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype)
 
 
 ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="numpy")
-ModulatedDeformConv2d.register_gpu_kernel(
-    gpu.deform_conv2d, dtypes=("float32", "float16")
-)
+ModulatedDeformConv2d.register_gpu_kernel(gpu.deform_conv2d, dtypes=("float32", "float16"))
 
 
 # --------------------------------------------------------------------------- RoIAlign
@@ -265,9 +251,7 @@ def RoIAlign(
 
 
 @RoIAlign.register_shape
-def _roi_shape(
-    x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any
-) -> TensorInfo:
+def _roi_shape(x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any) -> TensorInfo:
     return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
 
 
@@ -299,7 +283,7 @@ def MultiLevelRoiAlign(
         feats,
         output_height,
         output_width,
-        featmap_strides,
+        tuple(featmap_strides),
         sampling_ratio,
         pool_mode,
         roi_scale_factor,
@@ -309,18 +293,12 @@ def MultiLevelRoiAlign(
 
 
 @MultiLevelRoiAlign.register_shape
-def _mlroi_shape(
-    rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any
-) -> TensorInfo:
-    return TensorInfo(
-        (rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype
-    )
+def _mlroi_shape(rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any) -> TensorInfo:
+    return TensorInfo((rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype)
 
 
 MultiLevelRoiAlign.register_kernel(cpu.multi_level_roi_align, kind="numpy")
-MultiLevelRoiAlign.register_gpu_kernel(
-    gpu.multi_level_roi_align, dtypes=("float32", "float16")
-)
+MultiLevelRoiAlign.register_gpu_kernel(gpu.multi_level_roi_align, dtypes=("float32", "float16"))
 
 
 # --------------------------------------------------------------------------- batched NMS
@@ -362,16 +340,10 @@ def BatchedNMS(
 
 
 @BatchedNMS.register_shape
-def _nms_shape(
-    boxes: Any, scores: Any, *, keep_topk: int, **_: Any
-) -> tuple[TensorInfo, TensorInfo]:
+def _nms_shape(boxes: Any, scores: Any, *, keep_topk: int, **_: Any) -> tuple[TensorInfo, TensorInfo]:
     if keep_topk < 1:
-        raise ValueError(
-            f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}."
-        )
-    return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo(
-        (boxes.shape[0], keep_topk), torch.int32
-    )
+        raise ValueError(f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}.")
+    return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo((boxes.shape[0], keep_topk), torch.int32)
 
 
 BatchedNMS.register_kernel(cpu.batched_nms, kind="numpy")

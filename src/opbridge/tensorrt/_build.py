@@ -166,8 +166,14 @@ def _run_in_process(
 
     pre = _precheck(model_path)
     if pre:
-        return {"backend": backend, "ok": False, "engine_bytes": 0, "engine_path": None,
-                "errors": [list(e) for e in pre], "log": []}
+        return {
+            "backend": backend,
+            "ok": False,
+            "engine_bytes": 0,
+            "engine_path": None,
+            "errors": [list(e) for e in pre],
+            "log": [],
+        }
     tlog = _Collect()
     builder = trt.Builder(tlog)
     flags = 0
@@ -189,9 +195,11 @@ def _run_in_process(
             )
         errors.append((str(err.node_name()), str(err.node_operator()), desc))
     report: dict[str, Any] = {"backend": backend, "ok": parsed, "engine_bytes": 0, "engine_path": None}
-    report["output_shapes"] = {
-        network.get_output(i).name: [int(d) for d in network.get_output(i).shape] for i in range(network.num_outputs)
-    } if parsed else {}
+    report["output_shapes"] = (
+        {network.get_output(i).name: [int(d) for d in network.get_output(i).shape] for i in range(network.num_outputs)}
+        if parsed
+        else {}
+    )
     if parsed and build:
         config = builder.create_builder_config()
         dynamic = [
@@ -201,7 +209,9 @@ def _run_in_process(
             profile = builder.create_optimization_profile()
             for tensor in dynamic:
                 if tensor.name not in profiles:
-                    errors.append(("", "", f"opbridge: input {tensor.name!r} {tuple(tensor.shape)} is dynamic; give a profile"))
+                    errors.append(
+                        ("", "", f"opbridge: input {tensor.name!r} {tuple(tensor.shape)} is dynamic; give a profile")
+                    )
             for name, (lo, mid, hi) in profiles.items():
                 profile.set_shape(name, tuple(lo), tuple(mid), tuple(hi))
             config.add_optimization_profile(profile)
@@ -292,7 +302,8 @@ def _op_modules(model_path: str) -> list[str]:
         if name == "__main__":
             logger.warning(
                 "%s is defined in __main__, which a TensorRT child process cannot import; "
-                "move it to a module or pass isolate=False.", opdef.spec.qualname,
+                "move it to a module or pass isolate=False.",
+                opdef.spec.qualname,
             )
             continue
         file = getattr(module, "__file__", None)
@@ -312,10 +323,18 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "opbridge.tensorrt._worker", str(req_path), str(res_path)],
-                capture_output=True, text=True, timeout=timeout, env=env, check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                check=False,
             )
         except subprocess.TimeoutExpired:
-            return {"ok": False, "backend": "?", "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]]}
+            return {
+                "ok": False,
+                "backend": "?",
+                "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]],
+            }
         if res_path.exists():
             return json.loads(res_path.read_text())
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
@@ -355,7 +374,9 @@ def parse_with_tensorrt(
     request = dict(_request(path, ops), build=False, engine=None, profiles={})
     result = _run_isolated(request, timeout) if isolate else _work(request)
     return ParseReport(
-        bool(result["ok"]), str(result["backend"]), [tuple(e) for e in result["errors"]],
+        bool(result["ok"]),
+        str(result["backend"]),
+        [tuple(e) for e in result["errors"]],
         dict(result.get("output_shapes", {})),
     )
 
@@ -419,7 +440,7 @@ def _work(request: dict[str, Any]) -> dict[str, Any]:
     for target in request.get("auto_ops", []):
         try:
             load_module(target)
-        except Exception as exc:  # noqa: BLE001 - best effort: the caller's process defined these
+        except Exception as exc:
             logger.warning("could not import %s, which defines ops of the calling process: %s", target, exc)
     report = _run_in_process(request["model"], request.get("engine"), request.get("profiles", {}), request["build"])
     report["errors"] = errors + report["errors"]

@@ -33,7 +33,9 @@ _ERRORS: list[tuple[str, str, str]] = []
 
 # node name -> (op type, [(min, max) per input], [(min, max) per output]) as TensorRT configured it:
 # the output ranges are TensorRT's evaluation of the shape rule's expressions over the profile.
-_RANGES: dict[str, tuple[str, list[tuple[tuple[int, ...], tuple[int, ...]]], list[tuple[tuple[int, ...], tuple[int, ...]]]]] = {}
+_RANGES: dict[
+    str, tuple[str, list[tuple[tuple[int, ...], tuple[int, ...]]], list[tuple[tuple[int, ...], tuple[int, ...]]]]
+] = {}
 
 
 def configured_ranges() -> dict[str, Any]:
@@ -137,7 +139,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
             except OpDefinitionError:
                 raise
-            except Exception:  # noqa: BLE001 - get_output_shapes runs the rule for real and reports its error
+            except Exception:
                 return [dtypes[0]] * self.num_outputs
             return [_dtype_name(r.dtype) for r in results]
 
@@ -308,9 +310,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
 
         def create_plugin(self, name: str, fields: Any, phase: Any) -> Any:
             try:
-                decoded = decode_fields(
-                    self.opdef.spec, [(f.name, f.type.name, np.asarray(f.data)) for f in fields]
-                )
+                decoded = decode_fields(self.opdef.spec, [(f.name, f.type.name, np.asarray(f.data)) for f in fields])
             except Exception as exc:
                 _record(name, self.name, f"opbridge: create_plugin: {exc}")
                 raise

@@ -74,8 +74,13 @@ def register_plugins(ops: Iterable[OpDef] | None = None) -> list[PluginInfo]:
                         logger.warning(
                             "TensorRT: %s and %s share the name %s v%s; only %s is registered under namespace ''; "
                             "%s is found through its domain %r (TensorRT >= 10.10) or a plugin_namespace attribute.",
-                            held[0].spec.qualname, spec.qualname, spec.name, spec.version,
-                            held[0].spec.qualname, spec.qualname, spec.domain,
+                            held[0].spec.qualname,
+                            spec.qualname,
+                            spec.name,
+                            spec.version,
+                            held[0].spec.qualname,
+                            spec.qualname,
+                            spec.domain,
                         )
                         continue
                     registry.deregister_creator(held[1])
@@ -86,11 +91,17 @@ def register_plugins(ops: Iterable[OpDef] | None = None) -> list[PluginInfo]:
                     if not registry.register_creator(creator, namespace):
                         logger.warning(
                             "TensorRT already has a plugin creator %s v%s in namespace %r not made by opbridge; "
-                            "%s is not registered there.", spec.name, spec.version, namespace, spec.qualname,
+                            "%s is not registered there.",
+                            spec.name,
+                            spec.version,
+                            namespace,
+                            spec.qualname,
                         )
                         continue
                     _REGISTERED[key] = (opdef, creator)
-                infos.append(PluginInfo(spec.name, str(spec.version), namespace, tuple(field_names(spec)), spec.qualname))
+                infos.append(
+                    PluginInfo(spec.name, str(spec.version), namespace, tuple(field_names(spec)), spec.qualname)
+                )
     return infos
 
 
@@ -107,7 +118,10 @@ def list_plugins(include_all: bool = False) -> list[PluginInfo]:
         fields = tuple(field_names(op.spec)) if op is not None else ()
         out.append(
             PluginInfo(
-                str(creator.name), str(creator.plugin_version), str(creator.plugin_namespace), fields,
+                str(creator.name),
+                str(creator.plugin_version),
+                str(creator.plugin_namespace),
+                fields,
                 op.spec.qualname if op is not None else None,
             )
         )

@@ -85,7 +85,11 @@ class CompatReport:
         if self.real_ok is not None:
             head += " -> " + ("ok" if self.real_ok else "FAILED")
         lines = [head]
-        rows = [n for n in self.nodes if show_native or n.verdict != "native" or n.rules or (n.real or "").startswith("fail")]
+        rows = [
+            n
+            for n in self.nodes
+            if show_native or n.verdict != "native" or n.rules or (n.real or "").startswith("fail")
+        ]
         if rows:
             width = max(len(n.node) for n in rows)
             for n in rows:
@@ -98,5 +102,7 @@ class CompatReport:
             lines.append("  natively: " + ", ".join(f"{k} x{v}" for k, v in sorted(native.items())))
         lines += [f"  note: {note}" for note in self.notes]
         counts = Counter(n.verdict for n in self.nodes)
-        lines.append("summary: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("native", "function", "opbridge", "fail")))
+        lines.append(
+            "summary: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("native", "function", "opbridge", "fail"))
+        )
         return "\n".join(lines)

@@ -44,20 +44,32 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
     if versions and not (ctx.custom and domain == ""):
         usable = [v for v in versions if ctx.version is None or v <= ctx.version]
         if usable:
-            return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}")
+            return NodeVerdict(
+                ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}"
+            )
         return NodeVerdict(
-            ctx.label, ctx.domain, ctx.op_type, "fail",
+            ctx.label,
+            ctx.domain,
+            ctx.op_type,
+            "fail",
             f"onnxruntime defines {ctx.op_type} only from opset {versions[0]}, the model imports {ctx.version}",
         )
     if ctx.has_function:
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
     if ctx.opbridge_op() is not None:
-        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "opbridge op: runs through opbridge's ORT bridge")
+        return NodeVerdict(
+            ctx.label, ctx.domain, ctx.op_type, "opbridge", "opbridge op: runs through opbridge's ORT bridge"
+        )
     if ctx.opbridge_kernel() is not None:
-        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "@opbridge.kernel: runs through opbridge's ORT bridge")
+        return NodeVerdict(
+            ctx.label, ctx.domain, ctx.op_type, "opbridge", "@opbridge.kernel: runs through opbridge's ORT bridge"
+        )
     where = ctx.domain or "the default domain"
     return NodeVerdict(
-        ctx.label, ctx.domain, ctx.op_type, "fail",
+        ctx.label,
+        ctx.domain,
+        ctx.op_type,
+        "fail",
         f"{where}:{ctx.op_type} is not a registered function/op: no schema, function body or opbridge kernel",
     )
 
@@ -69,7 +81,7 @@ def _session_error(model: onnx.ModelProto) -> str | None:
     options.log_severity_level = 3
     try:
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - any session error is the verdict we report
+    except Exception as exc:
         return str(exc).strip()
     return None
 

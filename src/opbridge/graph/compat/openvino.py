@@ -44,14 +44,16 @@ def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str |
         input_model = fe.load(str(path))
         try:
             converted = fe.convert_partially(input_model)
-        except Exception as exc:  # noqa: BLE001 - a conversion error is the verdict we report
+        except Exception as exc:
             return set(), str(exc).strip()
         missing = set()
         for op in converted.get_ordered_ops():
             if op.get_type_name() == "ONNXFrameworkNode":
                 attrs = op.get_attributes()
                 domain = attrs.get("ONNX_META_domain", "")
-                missing.add(("" if domain == "ai.onnx" else domain, attrs.get("ONNX_META_type", op.get_friendly_name())))
+                missing.add(
+                    ("" if domain == "ai.onnx" else domain, attrs.get("ONNX_META_type", op.get_friendly_name()))
+                )
         del converted, input_model
         return missing, None
     finally:
@@ -74,22 +76,49 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport
         key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
         if ctx.has_function:
             body = bodies[(ctx.domain, ctx.op_type)]
-            bad = sorted({n.op_type for n in body.node if ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in missing})
+            bad = sorted(
+                {n.op_type for n in body.node if ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in missing}
+            )
             if bad:
-                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", f"body ops without conversion rule: {bad}"))
-            else:
-                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function, inlined before conversion"))
-        elif key in missing:
-            if ctx.custom and ctx.opbridge_op() is not None:
-                nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "opbridge", "OpenVINO Python op from opbridge's OpenVINO backend"))
+                nodes.append(
+                    NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", f"body ops without conversion rule: {bad}")
+                )
             else:
                 nodes.append(
-                    NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail",
-                                f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}")
+                    NodeVerdict(
+                        ctx.label,
+                        ctx.domain,
+                        ctx.op_type,
+                        "function",
+                        "model-local function, inlined before conversion",
+                    )
+                )
+        elif key in missing:
+            if ctx.custom and ctx.opbridge_op() is not None:
+                nodes.append(
+                    NodeVerdict(
+                        ctx.label,
+                        ctx.domain,
+                        ctx.op_type,
+                        "opbridge",
+                        "OpenVINO Python op from opbridge's OpenVINO backend",
+                    )
+                )
+            else:
+                nodes.append(
+                    NodeVerdict(
+                        ctx.label,
+                        ctx.domain,
+                        ctx.op_type,
+                        "fail",
+                        f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}",
+                    )
                 )
         else:
             nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", "converted by the ONNX frontend"))
-    report = CompatReport("openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None)
+    report = CompatReport(
+        "openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None
+    )
     if error is not None:
         report.real_ok = False
         report.notes.append(f"conversion raised: {error.splitlines()[0][:300]}")

@@ -151,7 +151,7 @@ def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
     from opbridge.graph._model import evaluate_constant
 
     inputs = ctx.node.inputs
-    for idx, what in ((3, "sizes"), (2, "scales")):
+    for idx, _what in ((3, "sizes"), (2, "scales")):
         value = inputs[idx] if len(inputs) > idx else None
         if value is None or not value.name:
             continue
@@ -199,7 +199,9 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
         if arr is not None
         else f"computed at run time ({why}): use sizes, or --rule resize-cubic-to-dynamic-resize"
     )
-    return Hit("fail", f'scales {scales.name!r} are not an initializer: "Resize scales must be an initializer!"; {hint}')
+    return Hit(
+        "fail", f'scales {scales.name!r} are not an initializer: "Resize scales must be an initializer!"; {hint}'
+    )
 
 
 def _standard_no_importer(ctx: NodeContext, version: Version) -> bool:
@@ -272,7 +274,9 @@ def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
     if not ctx.custom:
         return None
     for a in ctx.proto.attribute:
-        values = [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+        values = (
+            [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+        )
         bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
         if bad:
             return Hit("fail", f"attribute {a.name!r} = {bad[0]} does not fit the int32 plugin field it becomes")
@@ -313,8 +317,20 @@ _DOCS = "onnx-tensorrt docs/operators.md"
 _IMPORTER = "onnx-tensorrt builtin_op_importers.cpp importResize"
 TRT_RULES: tuple[TrtRule, ...] = (
     TrtRule("trt-op-type-shadows-importer", (7, 0), None, "onnx-tensorrt ModelImporter.cpp", _rule_op_type_shadows),
-    TrtRule("trt-resize-cubic-unsupported", (7, 0), (8, 5), f"{_IMPORTER}; {_DOCS} (8.4, 8.5); seed 001", _rule_cubic_unsupported),
-    TrtRule("trt-resize-cubic-outer-dims", (8, 5), None, f"{_IMPORTER}; IResizeLayer cubic mode (TensorRT 8.5 API)", _rule_cubic_outer_dims),
+    TrtRule(
+        "trt-resize-cubic-unsupported",
+        (7, 0),
+        (8, 5),
+        f"{_IMPORTER}; {_DOCS} (8.4, 8.5); seed 001",
+        _rule_cubic_unsupported,
+    ),
+    TrtRule(
+        "trt-resize-cubic-outer-dims",
+        (8, 5),
+        None,
+        f"{_IMPORTER}; IResizeLayer cubic mode (TensorRT 8.5 API)",
+        _rule_cubic_outer_dims,
+    ),
     TrtRule(
         "trt-resize-scales-not-initializer",
         (7, 0),
@@ -322,10 +338,34 @@ TRT_RULES: tuple[TrtRule, ...] = (
         f"{_IMPORTER}; onnx-tensorrt#398, #483; NVIDIA/TensorRT#2803; seed 001",
         _rule_scales_not_initializer,
     ),
-    TrtRule("trt-plugin-path", (7, 0), None, "onnx-tensorrt ModelImporter.cpp FallbackPluginImporter; " + _DOCS, _rule_plugin_path),
-    TrtRule("trt-plugin-namespace", (7, 0), (10, 10), "onnx-tensorrt FallbackPluginImporter (namespace fallback since 10.10)", _rule_plugin_namespace),
-    TrtRule("trt-plugin-int-narrowing", (7, 0), None, "onnx-tensorrt FallbackPluginImporter attribute conversion", _rule_int_narrowing),
-    TrtRule("trt-plugin-tensor-attr-dtype", (7, 0), None, "onnx-tensorrt FallbackPluginImporter attribute conversion", _rule_tensor_attr),
+    TrtRule(
+        "trt-plugin-path",
+        (7, 0),
+        None,
+        "onnx-tensorrt ModelImporter.cpp FallbackPluginImporter; " + _DOCS,
+        _rule_plugin_path,
+    ),
+    TrtRule(
+        "trt-plugin-namespace",
+        (7, 0),
+        (10, 10),
+        "onnx-tensorrt FallbackPluginImporter (namespace fallback since 10.10)",
+        _rule_plugin_namespace,
+    ),
+    TrtRule(
+        "trt-plugin-int-narrowing",
+        (7, 0),
+        None,
+        "onnx-tensorrt FallbackPluginImporter attribute conversion",
+        _rule_int_narrowing,
+    ),
+    TrtRule(
+        "trt-plugin-tensor-attr-dtype",
+        (7, 0),
+        None,
+        "onnx-tensorrt FallbackPluginImporter attribute conversion",
+        _rule_tensor_attr,
+    ),
 )
 
 _SEVERITY = {"fail": 3, "opbridge": 2, "function": 1, "native": 0}
@@ -395,7 +435,12 @@ def check_tensorrt(
     if ok is not None:
         nodes = [
             NodeVerdict(
-                n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules,
+                n.node,
+                n.domain,
+                n.op_type,
+                n.verdict,
+                n.reason,
+                n.rules,
                 f"fail: {per_node[n.node]}" if n.node in per_node else ("ok" if ok else "no error reported"),
             )
             for n in nodes

@@ -107,7 +107,9 @@ class ResizeCubicToDynamicResize(IRRule):
             return Check.fail("the Resize has neither scales nor sizes")
         frozen, _ = evaluate_constant(source)
         if frozen is None:
-            return Check.success(f"{what} {source.name!r} computed at run time", {"align": align, "kind": what, "src": source})
+            return Check.success(
+                f"{what} {source.name!r} computed at run time", {"align": align, "kind": what, "src": source}
+            )
         scale_input = options.get("scale_input")
         if not scale_input:
             return Check.fail(
@@ -145,17 +147,35 @@ class ResizeCubicToDynamicResize(IRRule):
 
         def hw_from_scale(scale: ir.Value) -> ir.Value:
             shape = op("Shape", [x])
-            hw_in = op("Slice", [shape, _const(graph, np.array([2], np.int64), f"{prefix}_start"),
-                                 _const(graph, np.array([4], np.int64), f"{prefix}_end")])
+            hw_in = op(
+                "Slice",
+                [
+                    shape,
+                    _const(graph, np.array([2], np.int64), f"{prefix}_start"),
+                    _const(graph, np.array([4], np.int64), f"{prefix}_end"),
+                ],
+            )
             scaled = op("Mul", [op("Cast", [hw_in], to=ir.DataType.FLOAT), scale])
             return op("Cast", [op("Floor", [scaled])], to=ir.DataType.INT64)
 
         if data["kind"] == "sizes":
-            hw = op("Slice", [data["src"], _const(graph, np.array([-2], np.int64), f"{prefix}_start"),
-                              _const(graph, np.array([2**62], np.int64), f"{prefix}_end")])
+            hw = op(
+                "Slice",
+                [
+                    data["src"],
+                    _const(graph, np.array([-2], np.int64), f"{prefix}_start"),
+                    _const(graph, np.array([2**62], np.int64), f"{prefix}_end"),
+                ],
+            )
         elif data["kind"] == "scales":
-            scales_hw = op("Slice", [data["src"], _const(graph, np.array([2], np.int64), f"{prefix}_sstart"),
-                                     _const(graph, np.array([4], np.int64), f"{prefix}_send")])
+            scales_hw = op(
+                "Slice",
+                [
+                    data["src"],
+                    _const(graph, np.array([2], np.int64), f"{prefix}_sstart"),
+                    _const(graph, np.array([4], np.int64), f"{prefix}_send"),
+                ],
+            )
             hw = hw_from_scale(scales_hw)
         else:
             scale = next((v for v in graph.inputs if v.name == data["name"]), None)
@@ -170,8 +190,11 @@ class ResizeCubicToDynamicResize(IRRule):
         size_tensor = op("ConstantOfShape", [shape4], value=fill)
         spec = DynamicResize.spec
         resize = ir.node(
-            spec.name, [x, size_tensor], attributes={"align_corners": int(data["align"])},
-            domain=spec.domain, name=node.name or f"{prefix}/DynamicResize",
+            spec.name,
+            [x, size_tensor],
+            attributes={"align_corners": int(data["align"])},
+            domain=spec.domain,
+            name=node.name or f"{prefix}/DynamicResize",
         )
         new_nodes.append(resize)
         ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
@@ -285,7 +308,9 @@ class ReplaceOp(IRRule):
         attrs = [renames.get(a, a) for a in node.attributes]
         opdef = opbridge.find_op(domain, name)
         if opdef is None:
-            return Check.success(f"{domain}::{name} is not an opbridge op; attributes kept as they are", (domain, name, None))
+            return Check.success(
+                f"{domain}::{name} is not an opbridge op; attributes kept as they are", (domain, name, None)
+            )
         spec = opdef.spec
         declared = {a.name for a in spec.attributes}
         unknown = sorted(set(attrs) - declared)
