@@ -425,7 +425,10 @@ def _export_cases() -> list[tuple[str, opbridge.OpDef, tuple, dict]]:
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 @pytest.mark.parametrize("case", _export_cases(), ids=lambda c: c[0])
 def test_ort_session_runs_the_ops(case: tuple, exporter: str, tmp_path: Path) -> None:
-    """Each op runs in ONNX Runtime: grid_sampler through its ONNX body, the others through their kernels."""
+    """Each op runs in ONNX Runtime: through its ONNX body where the model's opset has one, else its kernel.
+
+    grid_sampler has a body from opset 16 and DCNv2 from 19 (dynamo exports at 20, TorchScript at 17).
+    """
     from opbridge.onnxruntime import InferenceSession
 
     name, opdef, args, attrs = case
@@ -436,7 +439,8 @@ def test_ort_session_runs_the_ops(case: tuple, exporter: str, tmp_path: Path) ->
 
     result = opbridge.export(Call(), args, tmp_path / f"{name}.onnx", exporter=exporter)
     has_body = any(f.name == opdef.spec.name for f in result.model.functions)
-    assert has_body == (opdef is d.GridSample)
+    opset = next(o.version for o in result.model.opset_import if o.domain == "")
+    assert has_body == (opdef is d.GridSample or (opdef is d.ModulatedDeformConv2d and opset >= 19))
     sess = InferenceSession(str(result.path))
     assert {k.path for k in sess.kernels.values()} == {"function" if has_body else "kernel"}
     feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
@@ -445,3 +449,61 @@ def test_ort_session_runs_the_ops(case: tuple, exporter: str, tmp_path: Path) ->
     want = want if isinstance(want, tuple) else (want,)
     for g_out, w_out in zip(got, want):
         _close(g_out, w_out, atol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize(
+    "geometry",
+    [{}, {"stride": 2, "pad": 2, "dil": 2}, {"groups": 1, "deform_groups": 1, "pad": 0}],
+    ids=["groups2", "stride2-pad2-dil2", "plain"],
+)
+def test_dcn_body_matches_reference(geometry: dict, bias: bool, tmp_path: Path) -> None:
+    """The DeformConv body (Pad + unpadded DeformConv) equals the reference in plain ONNX Runtime."""
+    tensors, attrs = dcn_inputs(30, **geometry)
+    args = tuple(tensors if bias else tensors[:4])
+
+    class Call(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return d.ModulatedDeformConv2d(*xs, **attrs)
+
+    result = opbridge.export(Call(), args, tmp_path / "dcn.onnx", exporter="torchscript", opset_version=19)
+    body = next(f for f in result.model.functions if f.name == "MMCVModulatedDeformConv2d")
+    assert [n.op_type for n in body.node] == ["Constant", "Constant", "Concat", "Pad", "DeformConv"]
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})[0]
+    _close(got, d.ModulatedDeformConv2d.run_reference(*args, **attrs), atol=1e-5)
+
+
+@pytest.mark.parametrize("case", _export_cases(), ids=lambda c: c[0])
+def test_openvino_runs_the_ops(case: tuple, tmp_path: Path) -> None:
+    """OpenVINO runs each op: inlined bodies where its ONNX frontend converts them (GridSample),
+    the op's Python kernel where it does not (DeformConv has no conversion rule) or there is no body."""
+    pytest.importorskip("openvino", reason="openvino (the 'openvino' extra) is not installed")
+    from opbridge.backends.openvino_backend import OpenVINORunner
+
+    name, opdef, args, attrs = case
+
+    class Call(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> Any:
+            return opdef(*xs, **attrs)
+
+    result = opbridge.export(Call(), args, tmp_path / f"{name}.onnx", exporter="dynamo")
+    with OpenVINORunner(str(result.path)) as runner:
+        outputs = runner.infer({i.name: a.numpy() for i, a in zip(result.model.graph.input, args)})
+        via_kernel = [k.name for k in runner.kernels]
+    assert (opdef.spec.name in via_kernel) == (opdef is not d.GridSample)
+    want = opdef.run_reference(*args, **attrs)
+    want = want if isinstance(want, tuple) else (want,)
+    for got, w in zip(outputs.values(), want):
+        _close(got, w, atol=1e-4)
+
+
+def test_openvino_unconverted_op_message_is_parsed() -> None:
+    from opbridge.backends.openvino_backend import _unconverted_ops
+
+    message = (
+        "FrontEnd API failed with OpConversionFailure: | Model wasn't fully converted. | Summary: "
+        "| -- No conversion rule found for operations: DeformConv-20, mmdeploy.Foo-1\n more"
+    )
+    assert _unconverted_ops(message) == {"DeformConv", "Foo"}
+    assert _unconverted_ops("some other failure") == set()

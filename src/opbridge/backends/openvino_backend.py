@@ -7,6 +7,8 @@ Loading a model:
    since OpenVINO's ONNX frontend needs a domain to map them.
 2. Model-local functions are inlined (``onnx.inliner.inline_local_functions``):
    OpenVINO does not expand them, and a custom node with a body becomes standard ops.
+   A body using an op OpenVINO's ONNX frontend cannot convert (e.g. DeformConv) is
+   dropped instead, and its custom nodes run through their Python kernels.
 3. Every remaining custom node is resolved to Python code (its ``@opbridge.op``
    kernel, else its PyTorch reference, else an ``@opbridge.kernel``) and tagged
    with a node index; one ``openvino.Op`` subclass is generated per op type and
@@ -62,11 +64,15 @@ class _NodeInfo:
     onnx_outputs: list[tuple[np.dtype | None, int | None]]
 
 
-def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeInfo], list[str]]:
+def prepare_model(
+    model: onnx.ModelProto, drop_functions: frozenset[tuple[str, str]] = frozenset()
+) -> tuple[onnx.ModelProto, list[_NodeInfo], list[str]]:
     """Repair, inline and tag a model for OpenVINO.
 
-    Returns the prepared copy, one :class:`_NodeInfo` per tagged custom node (the
-    tag is the index), and the default-domain op types that were moved.
+    Functions named in ``drop_functions`` (``(domain, name)``) are removed rather
+    than inlined, so their nodes run through their kernels. Returns the prepared
+    copy, one :class:`_NodeInfo` per tagged custom node (the tag is the index), and
+    the default-domain op types that were moved.
     Raises :class:`~opbridge.errors.UnknownOpError` for a custom op with no kernel.
     """
     import onnx
@@ -77,6 +83,10 @@ def prepare_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_NodeIn
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
+    if drop_functions:
+        kept = [f for f in fixed.functions if (f.domain, f.name) not in drop_functions]
+        del fixed.functions[:]
+        fixed.functions.extend(kept)
     if fixed.functions:
         fixed = onnx.inliner.inline_local_functions(fixed)
     try:
@@ -298,6 +308,7 @@ class OpenVINORunner(OnnxRunner):
         self.precision = precision
         self._compiled: Any = None
         self._request: Any = None
+        self._core: Any = None
         self._out_index: dict[str, int] = {}
         #: The custom ops' Python code, one entry per custom node (after inlining).
         self.kernels: list[CustomKernel] = []
@@ -312,32 +323,24 @@ class OpenVINORunner(OnnxRunner):
             raise BackendUnavailableError(
                 f"openvino backend is not installed ({exc}); install it with pip install 'opbridge[openvino]'."
             ) from None
-        import onnx
-
-        prepared, nodes, moved = prepare_model(self.model)
+        drop: frozenset[tuple[str, str]] = frozenset()
+        while True:
+            prepared, nodes, moved = prepare_model(self.model, drop)
+            try:
+                self.ov_model = ov_model = self._read(ov, ConversionExtension, prepared, nodes)
+                break
+            except RuntimeError as exc:
+                more = _bodies_using(self.model, _unconverted_ops(str(exc))) - drop
+                if not more:
+                    raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
+                logger.info("openvino: running %s through their kernels (their bodies do not convert)", sorted(more))
+                drop |= more
         if moved:
             logger.info("openvino: moved default-domain custom ops %s into a domain of their own", moved)
         self.kernels = [n.kernel for n in nodes]
-        core = ov.Core()
-        seen: dict[tuple[str, str], type] = {}
-        for node in prepared.graph.node:
-            if not any(a.name == _NODE_ATTR for a in node.attribute):
-                continue
-            key = (node.domain, node.op_type)
-            if key in seen:
-                continue
-            cls = seen[key] = _op_class(node.op_type, nodes)
-            core.add_extension(ConversionExtension(node.op_type, node.domain, _converter(cls)))
-        with tempfile.TemporaryDirectory(prefix="opbridge_ov_") as tmp:
-            path = Path(tmp) / "model.onnx"
-            onnx.save(prepared, str(path))
-            try:
-                self.ov_model = ov_model = core.read_model(str(path))
-            except RuntimeError as exc:
-                raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
         try:
             config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
-            self._compiled = core.compile_model(ov_model, self.device, config)
+            self._compiled = self._core.compile_model(ov_model, self.device, config)
         except RuntimeError as exc:
             raise ModelLoadError(f"openvino could not compile the model: {_first_line(exc)}") from None
         self._request = self._compiled.create_infer_request()
@@ -347,6 +350,25 @@ class OpenVINORunner(OnnxRunner):
                 self._out_index.setdefault(name, i)
         for i, name in enumerate(self._outputs()):
             self._out_index.setdefault(name, i)
+
+    def _read(self, ov: Any, extension: Any, prepared: onnx.ModelProto, nodes: list[_NodeInfo]) -> Any:
+        """Convert ``prepared`` with one generated op class per custom op type."""
+        import onnx
+
+        self._core = core = ov.Core()
+        seen: dict[tuple[str, str], type] = {}
+        for node in prepared.graph.node:
+            if not any(a.name == _NODE_ATTR for a in node.attribute):
+                continue
+            key = (node.domain, node.op_type)
+            if key in seen:
+                continue
+            cls = seen[key] = _op_class(node.op_type, nodes)
+            core.add_extension(extension(node.op_type, node.domain, _converter(cls)))
+        with tempfile.TemporaryDirectory(prefix="opbridge_ov_") as tmp:
+            path = Path(tmp) / "model.onnx"
+            onnx.save(prepared, str(path))
+            return core.read_model(str(path))
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -360,7 +382,26 @@ class OpenVINORunner(OnnxRunner):
     def _close(self) -> None:
         self._request = None
         self._compiled = None
+        self._core = None
         self.ov_model = None
+
+
+def _unconverted_ops(message: str) -> set[str]:
+    """Op types named in OpenVINO's "No conversion rule found for operations: A-1, B-20" message."""
+    marker = "No conversion rule found for operations:"
+    if marker not in message:
+        return set()
+    listed = message.split(marker, 1)[1].split("|", 1)[0].split("\n", 1)[0]
+    return {item.strip().rsplit("-", 1)[0].rsplit(".", 1)[-1] for item in listed.split(",") if item.strip()}
+
+
+def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple[str, str]]:
+    """The model-local functions whose nodes (or nested subgraphs) use one of ``op_types``."""
+    from opbridge.functions import _walk_nodes
+
+    return frozenset(
+        (f.domain, f.name) for f in model.functions if any(n.op_type in op_types for n in _walk_nodes(f.node))
+    )
 
 
 def _converter(cls: type) -> Any:

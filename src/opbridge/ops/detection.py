@@ -10,7 +10,8 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   opset >= 16, see :func:`grid_sampler_function`); CPU kernel: PyTorch's own CPU
   grid_sample.
 * :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
-  DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. CPU kernel (numpy).
+  DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. Function body: ONNX
+  ``DeformConv`` (models at opset >= 19); CPU kernel (numpy).
 * :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
   ``roi_align`` for mode "avg", plus mode "max"). CPU kernel (numpy).
 * :data:`MultiLevelRoiAlign` (``mmdeploy::MMCVMultiLevelRoiAlign``): MMDet's
@@ -217,6 +218,41 @@ def ModulatedDeformConv2d(
 @ModulatedDeformConv2d.register_shape
 def _dcn_shape(x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any) -> TensorInfo:
     return TensorInfo((x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype)
+
+
+@ModulatedDeformConv2d.register_function
+def _dcn_body(spec: Any, opset: int) -> Any:
+    """ONNX ``DeformConv`` (opset >= 19; below, no body and the numpy kernel runs).
+
+    DeformConv's ``pads`` cannot be derived from the ``padding`` attribute inside a
+    function, so the input is zero-padded first with ``Pad`` and DeformConv runs
+    unpadded: samples that fall in the padding read zeros either way.
+    """
+    if opset < 19:
+        return None
+    from onnx import AttributeProto, helper
+
+    from opbridge.functions import make_body, ref_attr
+
+    def with_refs(node: Any, *refs: tuple[str, str, int]) -> Any:
+        node.attribute.extend(ref_attr(name, ref, kind) for name, ref, kind in refs)
+        return node
+
+    ints, one = AttributeProto.INTS, AttributeProto.INT
+    nodes = [
+        with_refs(helper.make_node("Constant", [], ["hw_pads"]), ("value_ints", "padding", ints)),
+        helper.make_node("Constant", [], ["nc_pads"], value_ints=[0, 0]),
+        helper.make_node("Concat", ["nc_pads", "hw_pads", "nc_pads", "hw_pads"], ["pads"], axis=0),
+        helper.make_node("Pad", ["input", "pads"], ["padded"], mode="constant"),
+        with_refs(
+            helper.make_node("DeformConv", ["padded", "weight", "offset", "bias", "mask"], ["output"]),
+            ("strides", "stride", ints),
+            ("dilations", "dilation", ints),
+            ("group", "groups", one),
+            ("offset_group", "deform_groups", one),
+        ),
+    ]
+    return make_body(spec, nodes, opset)
 
 
 ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="numpy")
