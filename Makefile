@@ -25,5 +25,9 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy --ignore-missing-imports --follow-imports=silent src/opbridge
 
+bench: setup
+	$(PY) benchmarks/ort_bridge.py
+	$(PY) benchmarks/cpu_ops.py
+
 clean:
 	rm -rf $(VENV) build src/*.egg-info
