@@ -87,7 +87,7 @@ def test_inspect_exported_seed(seed_export) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "no such file"), (b"not an onnx model", "not a readable ONNX model")],
+    [(None, "no such file"), (b"not an onnx model", "not a valid ONNX model")],
     ids=["missing", "garbage"],
 )
 def test_inspect_bad_file(tmp_path, capsys: pytest.CaptureFixture[str], content: bytes | None, message: str) -> None:

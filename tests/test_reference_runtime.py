@@ -297,19 +297,19 @@ def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\x08\x07\xff\xff\xff this is not protobuf" * 8)
     with pytest.raises(
-        opbridge.ModelLoadError, match=r"cannot read ONNX model .*garbage.onnx.*corrupt or not an ONNX model"
+        opbridge.ModelLoadError, match=r"garbage.onnx: not a valid ONNX model .*truncated or corrupt"
     ):
         ReferenceSession(garbage)
     truncated = tmp_path / "truncated.onnx"
     data = seed_export("myselu", "dynamo").path.read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(opbridge.ModelLoadError, match="truncated.onnx"):
+    with pytest.raises(opbridge.ModelLoadError, match=r"truncated.onnx: not a (valid|usable) ONNX model"):
         ReferenceSession(truncated)
-    with pytest.raises(opbridge.ModelLoadError, match="does not exist"):
+    with pytest.raises(opbridge.ModelLoadError, match=r"missing.onnx: no such file; give the path of an .onnx model"):
         ReferenceSession(tmp_path / "missing.onnx")
-    with pytest.raises(opbridge.ModelLoadError, match="cannot parse the given bytes"):
+    with pytest.raises(opbridge.ModelLoadError, match="the given bytes are not a valid ONNX model"):
         ReferenceSession(b"\xff\xff\xff\xff")
-    with pytest.raises(opbridge.ModelLoadError, match="takes a path, bytes or onnx.ModelProto, got int"):
+    with pytest.raises(opbridge.ModelLoadError, match="ReferenceSession takes a path, bytes or onnx.ModelProto, got int"):
         ReferenceSession(42)
 
 

@@ -243,7 +243,7 @@ def test_cli_model_that_does_not_load_exit_2(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")
     assert main(["verify", str(bad), "--reference", MYSELU, "-q"]) == 2
-    assert f"{bad}: not a readable ONNX model" in capsys.readouterr().err
+    assert f"{bad}: not a valid ONNX model" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "none.onnx"), "--reference", MYSELU, "-q"]) == 2
     assert "none.onnx: no such file" in capsys.readouterr().err
 

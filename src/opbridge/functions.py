@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import OpDefinitionError
+from opbridge.model_io import walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -137,21 +138,6 @@ def _wants_opset(builder: Any) -> bool:
         return False
 
 
-def _walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
-    """Nodes and, recursively, the nodes of their subgraphs (If/Loop/Scan bodies)."""
-    import onnx
-
-    for node in nodes:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk_nodes(attr.g.node)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _walk_nodes(g.node)
-
-
-# (op, since_version, since_version): same signature, different meaning.
 _MEANING_CHANGED = frozenset({("GroupNormalization", 18, 21)})
 
 
@@ -192,7 +178,7 @@ def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
     written = entry.version
     if written == opset:
         return
-    for node in _walk_nodes(fn.node):
+    for node in walk_nodes(fn.node):
         if node.domain not in _DEFAULT_DOMAINS:
             continue
         try:
@@ -215,7 +201,7 @@ def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
 
 
 def _check_ref_attrs(fn: onnx.FunctionProto, qualname: str, declared: set[str]) -> None:
-    for node in _walk_nodes(fn.node):
+    for node in walk_nodes(fn.node):
         for attr in node.attribute:
             if attr.ref_attr_name and attr.ref_attr_name not in declared:
                 raise OpDefinitionError(

@@ -46,13 +46,13 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError
+from opbridge.model_io import load_model, walk_nodes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -113,54 +113,6 @@ def _onnx_type_name(dtype: Any) -> str | None:
     except (KeyError, TypeError, ValueError):
         return None
     return f"tensor({onnx.TensorProto.DataType.Name(code).lower()})"
-
-
-def _load(model: Any) -> onnx.ModelProto:
-    """A private copy of ``model`` (path, bytes or ModelProto), or ModelLoadError."""
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        return copy
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        where = "the given bytes"
-        try:
-            loaded = onnx.load_model_from_string(bytes(model))
-        except Exception as exc:  # protobuf raises DecodeError and others
-            raise ModelLoadError(
-                f"cannot parse {where} as an ONNX model: {exc}. Pass a serialized ModelProto."
-            ) from exc
-    elif isinstance(model, (str, os.PathLike)):
-        where = os.fspath(model)
-        if not os.path.isfile(where):
-            raise ModelLoadError(f"ONNX model file {where!r} does not exist; check the path.")
-        try:
-            loaded = onnx.load(where)
-        except Exception as exc:
-            raise ModelLoadError(
-                f"cannot read ONNX model {where!r}: {exc}. The file is corrupt or not an ONNX model; re-export it."
-            ) from exc
-    else:
-        raise ModelLoadError(f"ReferenceSession takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
-    if not loaded.graph.output:
-        raise ModelLoadError(
-            f"{where} holds no ONNX graph (no graph outputs); the file is corrupt or not an ONNX model."
-        )
-    return loaded
-
-
-def _walk(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
-    import onnx
-
-    for node in nodes:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attr.g.node)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _walk(g.node)
 
 
 def _plain(value: Any) -> Any:
@@ -332,7 +284,7 @@ class ReferenceSession:
 
         if prefer not in ("spec", "function"):
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
-        proto = _load(model)
+        proto = load_model(model, copy=True, caller="ReferenceSession")
         proto, moved = move_default_domain_ops(proto, DEFAULT_LEGACY_DOMAIN, copy=False)
         if moved:
             logger.warning(
@@ -362,9 +314,9 @@ class ReferenceSession:
 
         opsets = {o.domain: o.version for o in proto.opset_import}
         functions = {(f.domain, f.name) for f in proto.functions}
-        nodes = list(_walk(proto.graph.node))
+        nodes = list(walk_nodes(proto.graph.node))
         for fn in proto.functions:
-            nodes.extend(_walk(fn.node))
+            nodes.extend(walk_nodes(fn.node))
         seen: dict[tuple[str, str], int] = {}
         names: dict[tuple[str, str], list[str]] = {}
         for node in nodes:

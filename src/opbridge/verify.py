@@ -42,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from opbridge.backends.base import TensorMeta, format_shape, load_onnx, onnx_io_meta
+from opbridge.backends.base import TensorMeta, format_shape, onnx_io_meta
 from opbridge.compare import OutputComparison, compare_arrays
 from opbridge.errors import BackendUnavailableError, OpbridgeError
+from opbridge.model_io import load_model
 from opbridge.spec import Tolerance
 
 __all__ = [
@@ -472,7 +473,7 @@ def verify(
 
     say = progress or (lambda _msg: None)
     load_ops(list(ops) if ops else None)
-    proto = load_onnx(model)
+    proto = load_model(model)
     meta, out_meta = onnx_io_meta(proto)
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
     tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)

@@ -20,13 +20,13 @@ import abc
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from opbridge.errors import ModelLoadError, OpbridgeError
+from opbridge.errors import OpbridgeError
+from opbridge.model_io import load_model
 
 if TYPE_CHECKING:
     import onnx
@@ -40,7 +40,6 @@ __all__ = [
     "TensorMeta",
     "check_feed",
     "format_shape",
-    "load_onnx",
     "onnx_io_meta",
 ]
 
@@ -119,28 +118,6 @@ def check_feed(meta: Sequence[TensorMeta], feed: Mapping[str, Any], backend: str
                     f"{backend}: input {m.name!r} has shape {format_shape(value.shape)}, but dim {axis} is "
                     f"static {want} in the model ({format_shape(m.shape)}); only dynamic dims may change."
                 )
-
-
-def load_onnx(model: Any) -> onnx.ModelProto:
-    """Read ``model`` (a path, serialized bytes or a ModelProto) into a ModelProto.
-
-    Raises :class:`~opbridge.errors.ModelLoadError` naming the file on failure.
-    """
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        if isinstance(model, (bytes, bytearray)):
-            return onnx.load_from_string(bytes(model))
-        path = Path(model)
-        if not path.is_file():
-            raise ModelLoadError(f"{path}: no such file; give the path of an .onnx model.")
-        return onnx.load(str(path))
-    except ModelLoadError:
-        raise
-    except Exception as exc:  # onnx raises DecodeError and friends
-        raise ModelLoadError(f"{model}: not a readable ONNX model ({type(exc).__name__}: {exc}).") from exc
 
 
 class Runner(abc.ABC):
@@ -275,7 +252,7 @@ class OnnxRunner(Runner):
     def __init__(self, model: Any) -> None:
         super().__init__()
         self._source = model
-        self.model: onnx.ModelProto = load_onnx(model)
+        self.model: onnx.ModelProto = load_model(model)
         self._graph_inputs, self._graph_outputs = onnx_io_meta(self.model)
 
     def _inputs(self) -> Sequence[TensorMeta]:

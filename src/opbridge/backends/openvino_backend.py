@@ -397,10 +397,10 @@ def _unconverted_ops(message: str) -> set[str]:
 
 def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple[str, str]]:
     """The model-local functions whose nodes (or nested subgraphs) use one of ``op_types``."""
-    from opbridge.functions import _walk_nodes
+    from opbridge.model_io import walk_nodes
 
     return frozenset(
-        (f.domain, f.name) for f in model.functions if any(n.op_type in op_types for n in _walk_nodes(f.node))
+        (f.domain, f.name) for f in model.functions if any(n.op_type in op_types for n in walk_nodes(f.node))
     )
 
 

@@ -8,12 +8,10 @@ an initializer, a Constant or computable from constants alone (and its value).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import ModelLoadError
+from opbridge.model_io import load_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,30 +34,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
-
-
-def load_model(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
-    """Load ``model`` (a path or an already loaded ModelProto) with its external data.
-
-    Raises:
-        ModelLoadError: the file is missing or is not an ONNX model, with the path and the reason.
-
-    Example:
-        >>> import onnx
-        >>> load_model(onnx.ModelProto()).graph.name
-        ''
-    """
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    path = Path(model)
-    if not path.is_file():
-        raise ModelLoadError(f"{path}: no such file; give the path of an .onnx model.")
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:
-        raise ModelLoadError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc}).") from exc
 
 
 def ensure_builtin_ops() -> None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, UnknownOpError
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+from opbridge.model_io import load_model
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -78,47 +79,6 @@ _COPIED_OPTIONS = (
     "profile_file_prefix",
     "use_deterministic_compute",
 )
-
-
-def load_model(model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """Load a model from a path, serialized bytes or a ModelProto (copied).
-
-    Raises:
-        ModelLoadError: the file is missing, unreadable, truncated or not an ONNX model.
-    """
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    if isinstance(model_or_path, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(model_or_path)
-        where = "the given ModelProto"
-    elif isinstance(model_or_path, (bytes, bytearray, memoryview)):
-        where = "the given bytes"
-        try:
-            model = onnx.load_from_string(bytes(model_or_path))
-        except (DecodeError, ValueError, RuntimeError) as exc:
-            raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}") from None
-    elif isinstance(model_or_path, (str, os.PathLike)):
-        where = os.fspath(model_or_path)
-        if not os.path.isfile(where):
-            raise ModelLoadError(f"{where}: no such file; pass the path of an .onnx model.")
-        try:
-            model = onnx.load(where)
-        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
-            raise ModelLoadError(
-                f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
-                "or corrupt. Export it again."
-            ) from None
-    else:
-        raise ModelLoadError(f"expected a path, bytes or onnx.ModelProto, got {type(model_or_path).__name__}")
-    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
-        raise ModelLoadError(
-            f"{where}: not a usable ONNX model (ir_version {model.ir_version}, "
-            f"{len(model.graph.node)} node(s), {len(model.graph.output)} output(s)); the file may be "
-            "truncated or corrupt. Export it again."
-        )
-    return model
 
 
 def _is_custom(node: onnx.NodeProto) -> bool:
@@ -231,7 +191,7 @@ class InferenceSession:
     ) -> None:
         import onnxruntime as ort
 
-        model = load_model(model_or_path)
+        model = load_model(model_or_path, copy=True, caller="InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
         if self.moved_ops:
             logger.warning(

@@ -1,0 +1,85 @@
+"""Reading ONNX models given as a path, serialized bytes or a ModelProto, with clear errors.
+
+Every part of opbridge that accepts a model (sessions, backends, graph tools,
+verify) loads it through :func:`load_model`, so a missing, truncated or foreign
+file gets the same :class:`~opbridge.errors.ModelLoadError` everywhere.
+
+Example:
+    >>> import onnx
+    >>> load_model(onnx.ModelProto()).graph.name
+    ''
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from opbridge.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["load_model", "walk_nodes"]
+
+
+def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> onnx.ModelProto:
+    """Load ``model``: a path to an .onnx file, serialized bytes, or a ModelProto.
+
+    Args:
+        model: what to load.
+        copy: return a copy of a given ModelProto (files and bytes are always fresh).
+        caller: names the API in the wrong-type error, e.g. ``"ReferenceSession"``.
+
+    Raises:
+        ModelLoadError: the file is missing, unreadable, truncated or not an ONNX
+            model, or ``model`` is of another type; the message names the file.
+    """
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        if not copy:
+            return model
+        copied = onnx.ModelProto()
+        copied.CopyFrom(model)
+        return copied
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        where = "the given bytes"
+        try:
+            loaded = onnx.load_from_string(bytes(model))
+        except Exception as exc:  # protobuf's DecodeError, ValueError, RuntimeError...
+            raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}. Pass a serialized ModelProto.") from None
+    elif isinstance(model, (str, os.PathLike)):
+        where = os.fspath(model)
+        if not os.path.isfile(where):
+            raise ModelLoadError(f"{where}: no such file; give the path of an .onnx model.")
+        try:
+            loaded = onnx.load(where)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
+                "or corrupt. Export it again."
+            ) from None
+    else:
+        raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
+    if loaded.ir_version <= 0 or not loaded.HasField("graph") or not loaded.graph.output:
+        raise ModelLoadError(
+            f"{where}: not a usable ONNX model (ir_version {loaded.ir_version}, {len(loaded.graph.node)} node(s), "
+            f"{len(loaded.graph.output)} output(s)); the file may be truncated or corrupt. Export it again."
+        )
+    return loaded
+
+
+def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    """Nodes and, recursively, the nodes of their subgraphs (If/Loop/Scan bodies)."""
+    import onnx
+
+    for node in nodes:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(attr.g.node)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from walk_nodes(g.node)
