@@ -296,9 +296,7 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
 def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\x08\x07\xff\xff\xff this is not protobuf" * 8)
-    with pytest.raises(
-        opbridge.ModelLoadError, match=r"garbage.onnx: not a valid ONNX model .*truncated or corrupt"
-    ):
+    with pytest.raises(opbridge.ModelLoadError, match=r"garbage.onnx: not a valid ONNX model .*truncated or corrupt"):
         ReferenceSession(garbage)
     truncated = tmp_path / "truncated.onnx"
     data = seed_export("myselu", "dynamo").path.read_bytes()
@@ -309,7 +307,9 @@ def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
         ReferenceSession(tmp_path / "missing.onnx")
     with pytest.raises(opbridge.ModelLoadError, match="the given bytes are not a valid ONNX model"):
         ReferenceSession(b"\xff\xff\xff\xff")
-    with pytest.raises(opbridge.ModelLoadError, match="ReferenceSession takes a path, bytes or onnx.ModelProto, got int"):
+    with pytest.raises(
+        opbridge.ModelLoadError, match="ReferenceSession takes a path, bytes or onnx.ModelProto, got int"
+    ):
         ReferenceSession(42)
 
 

@@ -234,7 +234,7 @@ def _dcn_body(spec: Any, opset: int) -> Any:
 
     from opbridge.functions import make_body, ref_attr
 
-    def with_refs(node: Any, *refs: tuple[str, str, int]) -> Any:
+    def with_refs(node: Any, *refs: tuple[str, str, Any]) -> Any:
         node.attribute.extend(ref_attr(name, ref, kind) for name, ref, kind in refs)
         return node
 
