@@ -39,7 +39,8 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -174,6 +175,28 @@ def _forward_names(model: Any, count: int) -> list[str]:
     return params[:count]
 
 
+class _DropTorchvisionNotice(logging.Filter):
+    """Drops torch's "torchvision is not installed. Skipping torchvision::..." notices.
+
+    The dynamo exporter logs one per torchvision op at every export; they say
+    nothing about the user's model.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "torchvision is not installed" not in record.getMessage()
+
+
+@contextmanager
+def _quiet_torchvision_notice() -> Iterator[None]:
+    target = logging.getLogger("torch.onnx._internal.exporter._registration")
+    notice = _DropTorchvisionNotice()
+    target.addFilter(notice)
+    try:
+        yield
+    finally:
+        target.removeFilter(notice)
+
+
 def _export_dynamo(
     model: Any,
     args: tuple[Any, ...],
@@ -190,19 +213,20 @@ def _export_dynamo(
     options: dict[str, Any] = {}
     if opset_version is not None:
         options["opset_version"] = opset_version
-    program = torch.onnx.export(
-        model,
-        args,
-        kwargs=kwargs,
-        dynamo=True,
-        custom_translation_table=table,
-        dynamic_shapes=dynamic_shapes,
-        input_names=list(input_names) if input_names else None,
-        output_names=list(output_names) if output_names else None,
-        optimize=True,
-        verbose=False,
-        **options,
-    )
+    with _quiet_torchvision_notice():
+        program = torch.onnx.export(
+            model,
+            args,
+            kwargs=kwargs,
+            dynamo=True,
+            custom_translation_table=table,
+            dynamic_shapes=dynamic_shapes,
+            input_names=list(input_names) if input_names else None,
+            output_names=list(output_names) if output_names else None,
+            optimize=True,
+            verbose=False,
+            **options,
+        )
     if program is None:
         raise ExportError("torch.onnx.export returned no program")
     return program.model_proto
