@@ -53,6 +53,20 @@ def test_spec_is_frozen() -> None:
         everything.spec.name = "Other"  # type: ignore[misc]
 
 
+def test_spec_carries_the_shape_rule() -> None:
+    assert everything.spec.shape_rule is None, "no rule declared: derived from the reference"
+    assert DynamicResize.spec.shape_rule is DynamicResize.shape_rule is not None
+
+    @opbridge.op("tests.def::Ruled")
+    def ruled(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    before = ruled.spec
+    rule = ruled.register_shape(lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+    assert ruled.spec.shape_rule is rule and before.shape_rule is None, "a new frozen spec, the old one unchanged"
+    assert ruled.spec == before
+
+
 def test_eager_call_equals_reference() -> None:
     torch.manual_seed(0)
     x, m = torch.randn(2, 3), torch.randn(2, 3)

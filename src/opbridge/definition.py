@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import inspect
 import json
 import logging
@@ -232,9 +233,8 @@ class OpDef:
         *,
         shape: ShapeRule | None = None,
     ) -> None:
-        self.spec = spec
+        self.spec = spec if shape is None else dataclasses.replace(spec, shape_rule=shape)
         self.reference = reference
-        self.shape_rule: ShapeRule | None = shape
         self.kernel: Callable[..., Any] | None = None
         self.kernel_kind: str | None = None
         self.function_builder: Callable[..., Any] | None = None
@@ -249,6 +249,16 @@ class OpDef:
         return f"<opbridge op {self.spec.qualname} v{self.spec.version}>"
 
     # ------------------------------------------------------------------ facets
+
+    @property
+    def shape_rule(self) -> ShapeRule | None:
+        """The declared output shape/dtype rule (``spec.shape_rule``), or None when derived."""
+        return self.spec.shape_rule
+
+    @shape_rule.setter
+    def shape_rule(self, rule: ShapeRule | None) -> None:
+        # The spec is frozen: a new rule makes a new spec (schemas keyed on it re-register).
+        self.spec = dataclasses.replace(self.spec, shape_rule=rule)
 
     def register_shape(self, rule: ShapeRule) -> ShapeRule:
         """Declare the output shape/dtype rule (see :mod:`opbridge.shape`). Usable as a decorator."""

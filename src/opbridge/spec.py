@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,6 +215,8 @@ class OpSpec:
         tolerances: comparison tolerance per dtype name (``"float32"``, ``"float16"``,
             ...); dtypes not listed use :class:`Tolerance`'s defaults.
         doc: a one-line description (the reference function's docstring).
+        shape_rule: the output shape/dtype rule (see :mod:`opbridge.shape`), or None
+            when it is derived from the reference.
     """
 
     domain: str
@@ -225,6 +227,7 @@ class OpSpec:
     attributes: tuple[AttrSpec, ...] = ()
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict, hash=False, compare=False)
     doc: str = ""
+    shape_rule: Callable[..., Any] | None = field(default=None, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
