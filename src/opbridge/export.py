@@ -274,9 +274,51 @@ def _symbolic(opdef: OpDef) -> Any:
             kwargs[f"{attr.name}_{suffix}"] = attr.to_onnx_value(attr.normalize(_decode_attr(attr, const)))
         while inputs and helper._is_none(inputs[-1]):
             inputs.pop()
-        return g.op(f"{spec.domain}::{spec.name}", *inputs, outputs=len(spec.outputs), **kwargs)
+        outputs = g.op(f"{spec.domain}::{spec.name}", *inputs, outputs=len(spec.outputs), **kwargs)
+        values = _attribute_values_from_kwargs(spec, kwargs)
+        _set_output_types(opdef, inputs, outputs if len(spec.outputs) > 1 else (outputs,), values)
+        return outputs
 
     return symbolic
+
+
+def _attribute_values_from_kwargs(spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The typed attribute values back from a symbolic's ``name_suffix=value`` keywords."""
+    by_name = {key.rsplit("_", 1)[0]: value for key, value in kwargs.items()}
+    return {a.name: a.normalize(a.from_onnx_value(by_name[a.name])) for a in spec.attributes}
+
+
+def _set_output_types(opdef: OpDef, inputs: list[Any], outputs: Sequence[Any], attrs: dict[str, Any]) -> None:
+    """Type the TorchScript graph's custom outputs from the op's shape rule.
+
+    The TorchScript exporter cannot infer a custom node's outputs (and says so on
+    stderr); the ONNX shape inference after export is what the file relies on.
+    """
+    from opbridge.shape import SymDim, TensorInfo, output_infos
+
+    template = next((v.type() for v in inputs if v is not None and hasattr(v.type(), "varyingSizes")), None)
+    if template is None:
+        return
+    infos: list[TensorInfo | None] = []
+    for value in inputs:
+        kind = value.type() if value is not None else None
+        if kind is None or not hasattr(kind, "varyingSizes"):
+            infos.append(None)
+            continue
+        sizes, dtype = kind.varyingSizes(), kind.dtype()
+        if sizes is None or dtype is None:
+            infos.append(None)
+            continue
+        infos.append(TensorInfo(tuple(SymDim(None) if d is None else int(d) for d in sizes), dtype))
+    infos += [None] * (len(opdef.spec.inputs) - len(infos))
+    try:
+        results = output_infos(opdef.spec, opdef.shape_rule, opdef.reference, infos, attrs)
+    except Exception as exc:  # typing the trace is best effort; ONNX shape inference decides
+        logger.debug("%s: no TorchScript output types (%s)", opdef.spec.qualname, exc)
+        return
+    for value, info in zip(outputs, results):
+        sizes = [d if isinstance(d, int) else None for d in info.shape]
+        value.setType(template.with_dtype(info.dtype).with_sizes(sizes))
 
 
 def _register_torchscript(ops: list[OpDef], opset: int) -> None:

@@ -227,6 +227,22 @@ def _derive_with_meta(
     return out
 
 
+def output_infos(
+    spec: OpSpec,
+    rule: ShapeRule | None,
+    reference: Callable[..., Any],
+    infos: list[TensorInfo | None],
+    attrs: dict[str, Any],
+) -> list[TensorInfo]:
+    """Output shapes/dtypes from input TensorInfos (dims: ints or :class:`SymDim`).
+
+    Uses the declared ``rule``, else derives the outputs from ``reference`` on meta tensors.
+    """
+    if rule is not None:
+        return _as_infos(rule(*infos, **attrs), spec, "the shape rule")
+    return _derive_with_meta(spec, reference, infos, attrs)
+
+
 def infer_onnx(
     spec: OpSpec,
     rule: ShapeRule | None,
@@ -249,17 +265,14 @@ def infer_onnx(
     required_missing = any(info is None for info, p in zip(infos, spec.inputs) if not p.optional) or any(
         i is not None and _dims_from_type(t) is None for i, t in zip(infos, input_types) if t is not None
     )
-    if rule is not None:
-        try:
-            results = _as_infos(rule(*infos, **attrs), spec, "the shape rule")
-        except (TypeError, AttributeError, IndexError):
-            if required_missing:
-                return [None] * len(spec.outputs)
-            raise
-    elif required_missing:
+    if required_missing and rule is None:
         return [None] * len(spec.outputs)
-    else:
-        results = _derive_with_meta(spec, reference, infos, attrs)
+    try:
+        results = output_infos(spec, rule, reference, infos, attrs)
+    except (TypeError, AttributeError, IndexError):
+        if required_missing:
+            return [None] * len(spec.outputs)
+        raise
     out: list[onnx.TypeProto | None] = []
     for info in results:
         tp = onnx.TypeProto()
