@@ -21,8 +21,8 @@ test: setup
 	$(PY) -m pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(VENV)/bin/mypy --ignore-missing-imports --follow-imports=silent src/opbridge
 
 bench: setup
