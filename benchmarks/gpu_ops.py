@@ -276,6 +276,8 @@ def tv_nms(
 
 
 def section_resize(copy_gbs: float, quick: bool) -> None:
+    from opbridge.ops import _seed_gpu as sg
+
     print("resize (bicubic)", flush=True)
     for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2)]:
         for dtype in (torch.float32, torch.float16):
@@ -291,7 +293,7 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 want = DynamicResize.run_reference(x.float(), size.float())
                 compare("DynamicResize", shape, dtype, "reference", out, want, *tol(dtype))
                 ours = bench(kernel_fn(DynamicResize, [x, size], {"align_corners": False}))
-                note = ""
+                note = f"registered {sg._resize_config(n * c, h * s, w * s)}"
             record(
                 "DynamicResize",
                 shape,
@@ -303,6 +305,17 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 copy_gbs,
                 note,
             )
+            if ours is not None:
+                # the same kernel with the row prefetch flipped (one warp per program without it)
+                rows, bw, _, prefetch = sg._resize_config(n * c, h * s, w * s)
+                alt = (rows, bw, 1 if prefetch else 2, not prefetch)
+                out = torch.full((n, c, h * s, w * s), float("nan"), device=DEV, dtype=dtype)
+                sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=alt)
+                compare(f"DynamicResize {alt}", shape, dtype, "reference", out, want, *tol(dtype))
+                alt_ms = bench(lambda: sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=alt))
+                record(
+                    "DynamicResize", shape, dtype, alt_ms, native, "F.interpolate", nbytes, copy_gbs, f"config {alt}"
+                )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -166,3 +166,75 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize(
+    "config",
+    [(8, 32, 16, 4, 4), (2, 8, 3, 2, 1), (4, 4, 64, 4, 2), (1, 16, 1, 1, 1)],
+    ids=["default-like", "partial-channel-group", "one-group", "row-tile"],
+)
+def test_grid_sampler_gpu_loop_tilings(dtype: torch.dtype, mode: int, config: tuple) -> None:
+    """Tiles that overhang the output's edges and channel groups that do not divide C."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(3, 7, 13, 17, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(3, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for pad in (0, 2):
+        for ac in (False, True):
+            out = torch.full((3, 7, 11, 19), float("nan"), device="cuda", dtype=dtype)
+            tk.grid_sample(x, grid, out, mode, pad, ac, variant="loop", config=config)
+            want = d.GridSample.run_reference(
+                x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
+            )
+            torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])
+@pytest.mark.parametrize(
+    ("in_hw", "out_hw"),
+    [
+        ((16, 16), (32, 32)),
+        ((12, 20), (17, 13)),
+        ((40, 37), (9, 5)),
+        ((100, 8), (7, 300)),
+        ((1, 1), (5, 6)),
+        ((33, 70), (70, 33)),
+    ],
+    ids=["up2", "odd", "down", "down9-up37", "single-pixel", "transpose-like"],
+)
+def test_dynamic_resize_gpu(dtype: torch.dtype, align: bool, in_hw: tuple, out_hw: tuple) -> None:
+    """The sliding-window bicubic kernel: upscaling, downscaling (window restarts), tile edges."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import DynamicResize
+
+    g = _gen()
+    x = torch.randn(2, 3, *in_hw, device="cuda", generator=g).to(dtype)
+    size = torch.empty(1, 1, *out_hw, device="cuda", dtype=dtype)
+    (out,) = _run(DynamicResize, [x, size], {"align_corners": align})
+    want = F.interpolate(x.float(), size=out_hw, mode="bicubic", align_corners=align)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-3, "atol": 4e-3}
+    torch.testing.assert_close(out.float(), want, **tol)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [(32, 256, 2, True), (32, 256, 1, False), (3, 32, 1, True), (5, 32, 1, False), (8, 1024, 4, True)],
+    ids=["prefetch", "no-prefetch", "small-prefetch", "small", "wide"],
+)
+def test_dynamic_resize_gpu_tilings(config: tuple) -> None:
+    import torch.nn.functional as F
+
+    from opbridge.ops import _seed_gpu as sg
+
+    g = _gen()
+    x = torch.randn(2, 3, 45, 61, device="cuda", generator=g)
+    for out_hw in ((97, 130), (20, 29), (8, 7)):
+        out = torch.full((2, 3, *out_hw), float("nan"), device="cuda")
+        sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=config)
+        want = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)

@@ -25,8 +25,11 @@ _FLT_MAX = 3.4028234663852886e38
 # Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
 # tiles). Both are tested; benchmarks/gpu_ops.py times both. The defaults are the faster one per
 # mode on the H200 (benchmarks/OPLIB.md): grid_sample by interpolation mode, DCN im2col.
-GRID_VARIANT = {0: "loop", 1: "tile", 2: "loop"}
+GRID_VARIANT = {0: "loop", 1: "loop", 2: "loop"}
 DCN_VARIANT = "loop"
+# "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
+# channel unroll, num_warps).
+GRID_LOOP_CONFIG = {0: (32, 32, 8, 4, 8), 1: (8, 32, 16, 4, 4), 2: (4, 32, 16, 2, 4)}
 
 
 # --------------------------------------------------------------------------- grid_sample
@@ -197,28 +200,48 @@ def _grid_sample_loop_kernel(
     C,
     H,
     W,
-    HWo,
-    total,
+    HO,
+    WO,
+    n_tx,
+    n_ty,
+    CPG,
     MODE: tl.constexpr,
     PAD: tl.constexpr,
     ALIGN: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    TH: tl.constexpr,
+    TW: tl.constexpr,
     CU: tl.constexpr,
 ):
-    """One lane per output pixel, channels in an unrolled loop (PyTorch's formulas and accumulation order)."""
-    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    pm = p < total
-    n = p // HWo
-    q = p - n * HWo
-    gx = tl.load(g_ptr + 2 * p.to(tl.int64), mask=pm, other=0.0).to(tl.float32)
-    gy = tl.load(g_ptr + 2 * p.to(tl.int64) + 1, mask=pm, other=0.0).to(tl.float32)
+    """One lane per output pixel of a TH x TW tile of one image, CPG channels in an unrolled loop.
+
+    The sample coordinates, corner offsets and weights are computed once per pixel and reused for
+    every channel; a 2-D tile keeps the input rows it reads in L1 across its pixels. PyTorch's
+    formulas and accumulation order.
+    """
+    pid = tl.program_id(0)
+    tx = pid % n_tx
+    t = pid // n_tx
+    ty = t % n_ty
+    n = (t // n_ty).to(tl.int64)
+    r = tl.arange(0, TH * TW)
+    oy = ty * TH + r // TW
+    ox = tx * TW + r % TW
+    pm = (oy < HO) & (ox < WO)
+    q = oy * WO + ox
+    HWo = HO * WO
+    gp = g_ptr + (n * HWo + q) * 2
+    gx = tl.load(gp, mask=pm, other=0.0).to(tl.float32)
+    gy = tl.load(gp + 1, mask=pm, other=0.0).to(tl.float32)
     Wf = W * 1.0
     Hf = H * 1.0
     ix = _unnormalize(gx, Wf, ALIGN)
     iy = _unnormalize(gy, Hf, ALIGN)
-    hw = H * W
-    in0 = n.to(tl.int64) * C * hw
-    out0 = n.to(tl.int64) * C * HWo + q
+    hw = (H * W).to(tl.int64)
+    HWo64 = HWo.to(tl.int64)
+    c_first = tl.program_id(1) * CPG
+    in0 = x_ptr + (n * C + c_first) * hw
+    out0 = out_ptr + (n * C + c_first) * HWo64 + q
+    c_count = tl.minimum(CPG, C - c_first)
     if MODE == 0:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
@@ -239,17 +262,17 @@ def _grid_sample_loop_kernel(
         m_sw = pm & okx0 & oky1
         m_se = pm & okx1 & oky1
         o_nw = y0 * W + x0
-        for c0 in range(0, C, CU):
+        for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
                 c = c0 + cu
-                cm = c < C
-                src = x_ptr + in0 + c * hw + o_nw
+                cm = c < c_count
+                src = in0 + c * hw + o_nw
                 acc = tl.load(src, mask=m_nw & cm, other=0.0).to(tl.float32) * w_nw
                 acc += tl.load(src + 1, mask=m_ne & cm, other=0.0).to(tl.float32) * w_ne
                 acc += tl.load(src + W, mask=m_sw & cm, other=0.0).to(tl.float32) * w_sw
                 acc += tl.load(src + W + 1, mask=m_se & cm, other=0.0).to(tl.float32) * w_se
                 tl.store(
-                    out_ptr + out0 + c * HWo,
+                    out0 + c * HWo64,
                     acc.to(out_ptr.dtype.element_ty),
                     mask=pm & cm,
                 )
@@ -264,13 +287,13 @@ def _grid_sample_loop_kernel(
         yy = ry.to(tl.int32)
         ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
         o = yy * W + xx
-        for c0 in range(0, C, CU):
+        for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
                 c = c0 + cu
-                cm = c < C
-                v = tl.load(x_ptr + in0 + c * hw + o, mask=ok & cm, other=0.0)
+                cm = c < c_count
+                v = tl.load(in0 + c * hw + o, mask=ok & cm, other=0.0)
                 tl.store(
-                    out_ptr + out0 + c * HWo,
+                    out0 + c * HWo64,
                     v.to(out_ptr.dtype.element_ty),
                     mask=pm & cm,
                 )
@@ -295,12 +318,12 @@ def _grid_sample_loop_kernel(
         ys1 = _pad_coord(y0f, Hf, PAD, ALIGN)
         ys2 = _pad_coord(y0f + 1.0, Hf, PAD, ALIGN)
         ys3 = _pad_coord(y0f + 2.0, Hf, PAD, ALIGN)
-        for c0 in range(0, C, CU):
+        for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
                 c = c0 + cu
-                cm = c < C
-                plane = x_ptr + in0 + c * hw
-                acc = tl.zeros([BLOCK_P], tl.float32)
+                cm = c < c_count
+                plane = in0 + c * hw
+                acc = tl.zeros([TH * TW], tl.float32)
                 for j in tl.static_range(4):
                     if j == 0:
                         yj = ys0
@@ -353,7 +376,7 @@ def _grid_sample_loop_kernel(
                     else:
                         acc += row * wy
                 tl.store(
-                    out_ptr + out0 + c * HWo,
+                    out0 + c * HWo64,
                     acc.to(out_ptr.dtype.element_ty),
                     mask=pm & cm,
                 )
@@ -367,8 +390,13 @@ def grid_sample(
     padding_mode: int,
     align_corners: bool,
     variant: str | None = None,
+    config: tuple[int, int, int, int, int] | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode])."""
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode]).
+
+    ``config`` (TH, TW, channels per program, channel unroll, num_warps) overrides the "loop"
+    kernel's ``GRID_LOOP_CONFIG[mode]``; benchmarks use it to compare tilings.
+    """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
             f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
@@ -380,22 +408,30 @@ def grid_sample(
     ho, wo = grid.shape[1], grid.shape[2]
     total = n * ho * wo
     if (variant or GRID_VARIANT[interpolation_mode]) == "loop":
-        block_p = 128
-        _grid_sample_loop_kernel[(triton.cdiv(total, block_p),)](
+        th, tw, cpg, cu, warps = config or GRID_LOOP_CONFIG[interpolation_mode]
+        tw = min(tw, triton.next_power_of_2(wo))
+        th = min(th, triton.next_power_of_2(ho))
+        cpg = min(cpg, c)
+        n_tx, n_ty = triton.cdiv(wo, tw), triton.cdiv(ho, th)
+        _grid_sample_loop_kernel[(n * n_ty * n_tx, triton.cdiv(c, cpg))](
             x,
             grid,
             out,
             c,
             h,
             w,
-            ho * wo,
-            total,
+            ho,
+            wo,
+            n_tx,
+            n_ty,
+            cpg,
             MODE=interpolation_mode,
             PAD=padding_mode,
             ALIGN=bool(align_corners),
-            BLOCK_P=block_p,
-            CU=4,
-            num_warps=4,
+            TH=th,
+            TW=tw,
+            CU=cu,
+            num_warps=warps,
         )
         return
     block_c = min(16, triton.next_power_of_2(c))

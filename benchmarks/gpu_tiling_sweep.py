@@ -1,0 +1,175 @@
+"""Tile-shape sweep of the bicubic resize and grid_sample Triton kernels, timed side by side in one run.
+
+Needs a CUDA GPU, torch and triton. For each tiling it checks the result against
+PyTorch's own CUDA op (max abs error, fp32 result) and times it with
+``triton.testing.do_bench`` (median, L2 flushed before each run), next to PyTorch and
+a device-to-device copy measured in the same run. The registered defaults
+(``_resize_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` in
+``opbridge.ops._detection_triton``) were picked from this table.
+
+Usage:
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--json out.json]
+"""
+
+# ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+from opbridge.ops import _detection_triton as tk
+from opbridge.ops import _seed_gpu as sg
+
+DEV = "cuda"
+ROWS: list[dict[str, Any]] = []
+
+
+def bench(fn: Any) -> float:
+    return float(triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median"))
+
+
+def copy_gbs() -> float:
+    src = torch.empty(1 << 28, dtype=torch.float32, device=DEV)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / (bench(lambda: dst.copy_(src)) * 1e-3) / 1e9
+
+
+def row(
+    kind: str,
+    shape: str,
+    dtype: torch.dtype,
+    cfg: Any,
+    ms: float,
+    native_ms: float,
+    nbytes: int,
+    copy: float,
+    err: float,
+) -> None:
+    r = {
+        "kind": kind,
+        "shape": shape,
+        "dtype": str(dtype).replace("torch.", ""),
+        "config": str(cfg),
+        "ms": ms,
+        "native_ms": native_ms,
+        "speedup": native_ms / ms,
+        "pct_copy": nbytes / (ms * 1e-3) / 1e9 / copy,
+        "max_abs_err": err,
+    }
+    ROWS.append(r)
+    print(
+        f"{kind:18s} {shape:22s} {r['dtype']:8s} {r['config']:24s} {ms:8.4f} ms  native {native_ms:8.4f}  "
+        f"x{r['speedup']:5.2f}  {100 * r['pct_copy']:5.1f}% copy  err {err:.2e}",
+        flush=True,
+    )
+
+
+RESIZE_CONFIGS = [
+    None,
+    (32, 256, 1, False),
+    (8, 256, 2, False),
+    (32, 256, 2, True),
+    (32, 256, 1, True),
+    (16, 256, 2, True),
+    (8, 256, 2, True),
+    (32, 128, 1, True),
+    (64, 256, 2, True),
+]
+GRID_CONFIGS = {
+    0: [
+        (8, 16, 16, 4, 4),
+        (32, 32, 8, 4, 8),
+        (8, 32, 8, 2, 4),
+        (4, 64, 16, 4, 4),
+        (16, 16, 8, 4, 4),
+        (8, 16, 8, 4, 4),
+        (4, 32, 8, 4, 4),
+        (8, 16, 16, 8, 4),
+        (16, 32, 4, 4, 8),
+    ],
+    1: [(8, 32, 16, 4, 4), (8, 16, 16, 4, 4), (4, 64, 16, 4, 4)],
+    2: [(4, 32, 16, 2, 4), (4, 16, 16, 2, 4), (2, 32, 16, 2, 4), (4, 32, 8, 1, 4)],
+}
+
+
+def sweep_resize(copy: float) -> None:
+    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2)]:
+        for dtype in (torch.float32, torch.float16):
+            x = torch.randn(n, c, h, w, device=DEV).to(dtype)
+            ho, wo = h * s, w * s
+            out = torch.empty(n, c, ho, wo, device=DEV, dtype=dtype)
+            want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
+            native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
+            nbytes = (x.numel() + out.numel()) * x.element_size()
+            for cfg in RESIZE_CONFIGS:
+                out.fill_(float("nan"))
+                sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=cfg)
+                err = float((out.float() - want).abs().max())
+                ms = bench(lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=cfg))
+                row(
+                    "resize",
+                    f"{n}x{c}x{h}x{w} x{s}",
+                    dtype,
+                    cfg or sg._resize_config(n * c, ho, wo),
+                    ms,
+                    native,
+                    nbytes,
+                    copy,
+                    err,
+                )
+
+
+def sweep_grid(copy: float) -> None:
+    names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+    g = torch.Generator(device=DEV).manual_seed(0)
+    for dtype in (torch.float32, torch.float16):
+        n, c, h, w = 8, 64, 128, 128
+        x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
+        ys, xs = torch.meshgrid(
+            torch.linspace(-1.1, 1.1, h, device=DEV), torch.linspace(-1.1, 1.1, w, device=DEV), indexing="ij"
+        )
+        grid = (
+            (torch.stack([xs, ys], -1).expand(n, h, w, 2) + 0.05 * torch.randn(n, h, w, 2, device=DEV, generator=g))
+            .to(dtype)
+            .contiguous()
+        )
+        out = torch.empty_like(x)
+        nbytes = (2 * x.numel() + grid.numel()) * x.element_size()
+        for mode, name in names.items():
+            want = F.grid_sample(x.float(), grid.float(), mode=name, align_corners=False)
+            native = bench(lambda: F.grid_sample(x, grid, mode=name, align_corners=False))
+            variants: list[tuple[str, Any]] = [("loop", cfg) for cfg in GRID_CONFIGS[mode]]
+            for variant, cfg in variants:
+                out.fill_(float("nan"))
+                tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg)
+                err = float((out.float() - want).abs().max())
+                ms = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg))
+                row(f"grid {name} {variant}", "8x64x128x128", dtype, cfg, ms, native, nbytes, copy, err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--only", default="resize,grid")
+    args = parser.parse_args(argv)
+    copy = copy_gbs()
+    print(f"device {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s", flush=True)
+    if "resize" in args.only:
+        sweep_resize(copy)
+    if "grid" in args.only:
+        sweep_grid(copy)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"copy_gbs": copy, "rows": ROWS}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
