@@ -509,10 +509,20 @@ def test_out_kernel_wrong_shape_is_reported() -> None:
 
 def test_session_config_entries_are_copied() -> None:
     options = ort.SessionOptions()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
     sess = InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]), sess_options=options)
     copied = sess.session.get_session_options()
-    assert copied.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert copied.get_session_config_entry("session.intra_op.allow_spinning") == "1", "the caller's choice wins"
+    assert copied.get_session_config_entry("session.set_denormal_as_zero") == "1"
+
+
+def test_bridged_sessions_do_not_spin_by_default() -> None:
+    """Idle ORT workers spinning beside a Python kernel's threads slowed it 2-4x: off unless asked for."""
+    sess = InferenceSession(make_model("Identity2", [("x", F, [1])], [("y", F, [1])]))
+    options = sess.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
 
 
 def test_benchmark_quick_smoke_run() -> None:

@@ -10,6 +10,7 @@ and writes the outputs in place. float32 and float16 inputs; arithmetic in float
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -29,12 +30,18 @@ def _kernels() -> Any:
     return _detection_triton
 
 
+# Wrappers of the raw streams seen so far: making one per launch costs more than a small kernel.
+_STREAMS: dict[int, Any] = {}
+
+
 def _on(stream: int) -> Any:
-    return (
-        torch.cuda.stream(torch.cuda.ExternalStream(stream))
-        if stream
-        else torch.cuda.stream(torch.cuda.current_stream())
-    )
+    """Run on ``stream`` (a cudaStream_t as int; 0 or the current stream: no switch)."""
+    if not stream or torch.cuda.current_stream().cuda_stream == stream:
+        return contextlib.nullcontext()
+    wrapper = _STREAMS.get(stream)
+    if wrapper is None:
+        wrapper = _STREAMS[stream] = torch.cuda.ExternalStream(stream)
+    return torch.cuda.stream(wrapper)
 
 
 def grid_sampler(
