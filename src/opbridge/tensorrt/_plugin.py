@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from opbridge.errors import OpDefinitionError
-from opbridge.shape import SymDim, TensorInfo, _as_infos, _derive_with_meta
+from opbridge.shape import SymDim, TensorInfo, output_infos
 from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
 from opbridge.tensorrt._runtime import (
     TRT_DTYPE_NAMES,
@@ -136,7 +136,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             infos: list[Any] = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
             infos += [None] * (len(spec.inputs) - len(infos))
             try:
-                results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
+                results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
             except OpDefinitionError:
                 raise
             except Exception:
@@ -171,7 +171,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             else:
                 infos: list[Any] = [TensorInfo(s, _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
                 infos += [None] * (len(spec.inputs) - len(infos))
-                results = _as_infos(rule(*infos, **self.attrs), spec, "the shape rule")
+                results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
             out = []
             declared = self._rule_dtypes(dtypes) if self.input_dtypes else None
             for i, info in enumerate(results):
@@ -215,7 +215,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
                         dims.append(groups[-1][1])
                 infos.append(TensorInfo(tuple(dims), _torch_dtype(dtype)))
             infos += [None] * (len(spec.inputs) - len(infos))
-            derived = _derive_with_meta(spec, self.opdef.reference, infos, dict(self.attrs))
+            derived = output_infos(spec, None, self.opdef.reference, infos, dict(self.attrs))
             first = infos[0]
             assert first is not None
             for i, info in enumerate(derived):
