@@ -107,15 +107,19 @@ def test_op_inside_module() -> None:
 
 
 def test_wrong_attribute_type_at_call() -> None:
-    with pytest.raises(TypeError, match=r"tests.def::Everything: attribute 'alpha' expects float, got str \('x'\)"):
+    with pytest.raises(
+        opbridge.OpCallError, match=r"tests.def::Everything: attribute 'alpha' expects float, got str \('x'\)"
+    ):
         everything(torch.ones(1), None, alpha="x")
-    with pytest.raises(TypeError, match=r"attribute 'dims' expects list\[int\], got list \(\[1\.5\]\).*dims=\[1, 2\]"):
+    with pytest.raises(
+        opbridge.OpCallError, match=r"attribute 'dims' expects list\[int\], got list \(\[1\.5\]\).*dims=\[1, 2\]"
+    ):
         everything(torch.ones(1), None, dims=[1.5])
-    with pytest.raises(TypeError, match=r"attribute 'flag' expects bool, got int"):
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'flag' expects bool, got int"):
         everything(torch.ones(1), None, flag=1)
-    with pytest.raises(TypeError, match=r"unknown attribute\(s\) \['nope'\]"):
+    with pytest.raises(opbridge.OpCallError, match=r"unknown attribute\(s\) \['nope'\]"):
         everything(torch.ones(1), None, nope=1)
-    with pytest.raises(TypeError, match=r"input 'x' expects a torch.Tensor, got list"):
+    with pytest.raises(opbridge.OpCallError, match=r"input 'x' expects a torch.Tensor, got list"):
         everything([1.0], None)
 
 

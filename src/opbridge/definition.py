@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
 
@@ -300,19 +300,19 @@ class OpDef:
 
         names = [p.name for p in self.spec.inputs] + [a.name for a in self.spec.attributes]
         if len(args) > len(names):
-            raise TypeError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
+            raise OpCallError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
         given = dict(zip(names, args))
         for key, value in kwargs.items():
             if key in given:
-                raise TypeError(f"{self.spec.qualname}: got multiple values for {key!r}.")
+                raise OpCallError(f"{self.spec.qualname}: got multiple values for {key!r}.")
             given[key] = value
         tensors: list[Any] = []
         for p in self.spec.inputs:
             value = given.pop(p.name, None)
             if value is None and not p.optional:
-                raise TypeError(f"{self.spec.qualname}: missing tensor input {p.name!r}.")
+                raise OpCallError(f"{self.spec.qualname}: missing tensor input {p.name!r}.")
             if value is not None and not isinstance(value, torch.Tensor):
-                raise TypeError(
+                raise OpCallError(
                     f"{self.spec.qualname}: input {p.name!r} expects a torch.Tensor, got "
                     f"{type(value).__name__}; wrap it with torch.as_tensor(...)."
                 )

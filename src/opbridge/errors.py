@@ -6,6 +6,7 @@ __all__ = [
     "BackendUnavailableError",
     "ExportError",
     "ModelLoadError",
+    "OpCallError",
     "OpbridgeError",
     "OpDefinitionError",
     "UnknownOpError",
@@ -18,6 +19,10 @@ class OpbridgeError(Exception):
 
 class OpDefinitionError(OpbridgeError, TypeError):
     """An op definition is invalid (bad name, unsupported annotation, bad shape rule...)."""
+
+
+class OpCallError(OpbridgeError, TypeError):
+    """An op was called with a wrong argument (attribute type, unknown or missing argument...)."""
 
 
 class ExportError(OpbridgeError, RuntimeError):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import OpCallError, OpDefinitionError
 
 __all__ = [
     "AttrSpec",
@@ -105,8 +105,9 @@ class AttrSpec:
     def normalize(self, value: Any, op: str = "") -> Any:
         """Check ``value`` against this attribute's type and return it normalised.
 
-        Lists come back as tuples (hashable, immutable). Raises :class:`TypeError`
-        with a message that names the op, the attribute and the expected type.
+        Lists come back as tuples (hashable, immutable). Raises
+        :class:`~opbridge.errors.OpCallError` (a TypeError) with a message that names
+        the op, the attribute and the expected type.
         """
         try:
             if self.type.is_list:
@@ -116,7 +117,7 @@ class AttrSpec:
             return _check_scalar(self.type, value)
         except TypeError:
             where = f"{op}: " if op else ""
-            raise TypeError(
+            raise OpCallError(
                 f"{where}attribute {self.name!r} expects {self.type.value}, got "
                 f"{type(value).__name__} ({value!r}). Pass a {self.type.value}, e.g. "
                 f"{self.name}={_example(self.type)}."
@@ -262,12 +263,12 @@ class OpSpec:
     def bind_attributes(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Check and complete attribute values: defaults filled in, types checked.
 
-        Raises :class:`TypeError` naming the op and attribute on a wrong type, an
-        unknown attribute or a missing required one.
+        Raises :class:`~opbridge.errors.OpCallError` naming the op and attribute on a
+        wrong type, an unknown attribute or a missing required one.
         """
         unknown = set(given) - {a.name for a in self.attributes}
         if unknown:
-            raise TypeError(
+            raise OpCallError(
                 f"{self.qualname}: unknown attribute(s) {sorted(unknown)}; "
                 f"the op takes {[a.name for a in self.attributes]}."
             )
@@ -276,7 +277,7 @@ class OpSpec:
             if attr.name in given:
                 out[attr.name] = attr.normalize(given[attr.name], self.qualname)
             elif attr.required:
-                raise TypeError(f"{self.qualname}: missing required attribute {attr.name!r}.")
+                raise OpCallError(f"{self.qualname}: missing required attribute {attr.name!r}.")
             else:
                 out[attr.name] = attr.normalize(attr.default, self.qualname)
         return out
