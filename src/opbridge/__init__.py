@@ -18,8 +18,8 @@ from opbridge.errors import (
     BackendUnavailableError,
     ExportError,
     ModelLoadError,
-    OpCallError,
     OpbridgeError,
+    OpCallError,
     OpDefinitionError,
     UnknownOpError,
 )
