@@ -269,7 +269,20 @@ class OpDef:
         """Attach a CPU kernel for runtimes: ``fn(*arrays, **attrs) -> array | tuple``.
 
         ``kind`` is ``"numpy"`` (numpy arrays in and out) or ``"torch"`` (CPU tensors).
-        Without a kernel, runtimes run the PyTorch reference.
+        Without a kernel, runtimes run the PyTorch reference. A numpy kernel with a
+        parameter named ``out``, on an op with a shape rule, gets ONNX Runtime's
+        preallocated output(s) there and writes them directly (no copy of the result).
+
+        Example:
+            >>> import numpy as np, torch, opbridge
+            >>> @opbridge.op("doc.kernel::Silu", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+            ... def silu(x: torch.Tensor) -> torch.Tensor:
+            ...     return x * torch.sigmoid(x)
+            >>> @silu.register_kernel
+            ... def _(x, out=None):
+            ...     return np.divide(x, 1.0 + np.exp(-x), out=out)
+            >>> silu.kernel_kind
+            'numpy'
         """
         if kind not in ("numpy", "torch"):
             raise OpDefinitionError(f"{self.spec.qualname}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
