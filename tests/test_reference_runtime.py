@@ -334,3 +334,45 @@ def test_importing_opbridge_does_not_load_the_evaluator() -> None:
 def test_prefer_is_checked(seed_export) -> None:
     with pytest.raises(ValueError, match="prefer must be 'spec' or 'function', got 'body'"):
         ReferenceSession(seed_export("myselu", "dynamo").path, prefer="body")
+
+
+def test_ops_sharing_a_name_across_domains(tmp_path) -> None:
+    """onnx.reference refuses registered schemas that share a name across domains on its first import;
+    opbridge's schemas step aside for that import (fresh process: the import happens once)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "same_name.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np, onnx, torch, opbridge
+            from onnx import TensorProto, helper
+
+            @opbridge.op("a1::Swish")
+            def s1(x: torch.Tensor) -> torch.Tensor:
+                return x * torch.sigmoid(x)
+
+            @opbridge.op("a2::Swish")
+            def s2(x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+
+            @opbridge.op("a3::Resize")
+            def s3(x: torch.Tensor) -> torch.Tensor:
+                return x + 1
+
+            opbridge.register_onnx_schemas([s1, s2, s3])
+            node = helper.make_node("Swish", ["x"], ["y"], domain="a2")
+            graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("a2", 1)])
+            (y,) = opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+            assert y.tolist() == [2.0, 2.0], y
+            assert onnx.defs.has("Swish", "a1") and onnx.defs.has("Resize", "a3"), "schemas are back"
+            print("ok")
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

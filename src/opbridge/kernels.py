@@ -5,13 +5,13 @@ its domain and type, e.g. the ``MYSELU`` node that seed 000's unchanged script
 writes in the default domain. Runtimes look kernels up with :func:`find_kernel`;
 ops defined with ``@opbridge.op`` carry their own kernel (or run their reference).
 
-Example:
+Example (seed 000's script writes ``MYSELU`` in the default domain; the doc uses its own name):
     >>> import numpy as np, opbridge
-    >>> @opbridge.kernel("MYSELU", domain="")
-    ... def myselu(x, p, c, *, attr1="", attr2=(), attr3=0.0):
+    >>> @opbridge.kernel("DocSELU", domain="")
+    ... def doc_selu(x, p, c, *, attr1="", attr2=(), attr3=0.0):
     ...     return x / (1.0 + np.exp(-x))
-    >>> opbridge.find_kernel("", "MYSELU", 11).name
-    'MYSELU'
+    >>> opbridge.find_kernel("", "DocSELU", 11).name
+    'DocSELU'
 """
 
 from __future__ import annotations

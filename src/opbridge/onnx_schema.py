@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from opbridge.spec import AttrType, OpSpec
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
 
     from opbridge.definition import OpDef
 
-__all__ = ["attribute_values", "make_schema", "register_onnx_schemas"]
+__all__ = ["attribute_values", "import_onnx_reference", "make_schema", "register_onnx_schemas"]
 
 logger = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 # (domain, name, version) -> the spec whose schema is registered in onnx.defs.
 _REGISTERED: dict[tuple[str, str, int], OpSpec] = {}
+# The schema objects registered, to put them back after import_onnx_reference().
+_SCHEMAS: dict[tuple[str, str, int], Any] = {}
 
 _ALL_TENSOR_TYPES = [
     "tensor(float)",
@@ -153,7 +156,34 @@ def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
                         defs.deregister_schema(spec.name, spec.version, spec.domain)
                     except Exception:
                         logger.debug("no schema to deregister for %s", spec.qualname)
-                defs.register_schema(make_schema(opdef))
-                _REGISTERED[spec.key] = spec
+                schema = make_schema(opdef)
+                defs.register_schema(schema)
+                _REGISTERED[spec.key], _SCHEMAS[spec.key] = spec, schema
             done.append(spec.qualname)
     return done
+
+
+def import_onnx_reference() -> ModuleType:
+    """Import ``onnx.reference`` with opbridge's schemas out of ONNX's registry meanwhile.
+
+    On its first import, ``onnx.reference`` indexes every registered schema by op
+    name and refuses two ops of one name in different domains (``acme::Swish``
+    beside ``other::Swish``, or a custom op named like a standard one). opbridge's
+    schemas are only for export-time checking, so they step aside for that import.
+    """
+    import importlib
+    import sys
+
+    from onnx import defs
+
+    if "onnx.reference.op_run" in sys.modules:
+        return importlib.import_module("onnx.reference")
+    with _LOCK:
+        hidden = list(_SCHEMAS.items())
+        for (domain, name, version), _ in hidden:
+            defs.deregister_schema(name, version, domain)
+        try:
+            return importlib.import_module("onnx.reference")
+        finally:
+            for _, schema in hidden:
+                defs.register_schema(schema)

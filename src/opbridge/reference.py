@@ -281,7 +281,9 @@ class ReferenceSession:
             DEFAULT_LEGACY_DOMAIN,
             move_default_domain_ops,
         )
+        from opbridge.onnx_schema import import_onnx_reference
 
+        import_onnx_reference()
         if prefer not in ("spec", "function"):
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
         proto = load_model(model, copy=True, caller="ReferenceSession")

@@ -170,8 +170,10 @@ def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
     """Run one standard node with onnx.reference on numpy inputs."""
     import onnx
     import onnx_ir as ir
-    from onnx.reference import ReferenceEvaluator
 
+    from opbridge.onnx_schema import import_onnx_reference
+
+    ReferenceEvaluator = import_onnx_reference().ReferenceEvaluator
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     outs = [f"o{k}" for k in range(len(node.outputs))]
     attrs = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
