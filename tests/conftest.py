@@ -6,12 +6,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 import opbridge
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 
 EXPORTERS = ("dynamo", "torchscript")
 SEED_IDS = [m.name for m in SEED_MODELS]
+
+
+SHAPE_IDS = ["export_shape", "shape1", "shape2"]
+# (rtol, atol) per seed model: elementwise ops agree with eager to float rounding; the resize seed
+# goes through a 64-channel 9x9 convolution and keeps the project's default tolerance.
+SEED_TOLERANCE = {"myselu": (1e-5, 1e-6), "strange_net": (1e-4, 1e-5), "strange_net2": (1e-4, 1e-5)}
+
+
+def seed_case(name: str, which: int, seed: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """A seed's eager model and inputs: the export example (``which`` 0) or ``SeedModel.shapes[which - 1]``
+    filled with normal noise from ``seed + which``."""
+    seed_model = seed_by_name(name)
+    model, args = seed_model.factory()
+    if which == 0:
+        return model, list(args)
+    shapes = seed_model.shapes[which - 1]
+    g = torch.Generator().manual_seed(seed + which)
+    return model, [torch.randn(shapes[n], generator=g) for n in seed_model.input_names]
 
 
 def seed_by_name(name: str) -> SeedModel:

@@ -11,26 +11,19 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import EXPORTERS, SEED_IDS, seed_by_name
+from conftest import EXPORTERS, SEED_IDS, SEED_TOLERANCE, SHAPE_IDS, seed_by_name
+from conftest import seed_case as shared_seed_case
 from onnx import TensorProto, helper
 
 import opbridge
 from opbridge.functions import ref_attr
 from opbridge.reference import ReferenceSession
 
-SHAPE_IDS = ["export_shape", "shape1", "shape2"]
-TOLERANCE = {"myselu": (1e-5, 1e-6), "strange_net": (1e-4, 1e-5), "strange_net2": (1e-4, 1e-5)}
+TOLERANCE = SEED_TOLERANCE
 
 
 def seed_case(name: str, which: int) -> tuple[torch.nn.Module, list[torch.Tensor]]:
-    """The seed's eager model and its inputs: the export example (0) or ``SeedModel.shapes[which - 1]``."""
-    seed = seed_by_name(name)
-    model, args = seed.factory()
-    if which == 0:
-        return model, list(args)
-    shapes = seed.shapes[which - 1]
-    g = torch.Generator().manual_seed(200 + which)
-    return model, [torch.randn(shapes[n], generator=g) for n in seed.input_names]
+    return shared_seed_case(name, which, seed=200)
 
 
 def one_node_model(
