@@ -536,3 +536,21 @@ def test_reference_session_runs_the_ops(case: tuple, exporter: str, tmp_path: Pa
             continue
         for g_out, w_out in zip(sess.run(None, feeds), want):
             _close(g_out, w_out, atol=1e-4)
+
+
+def test_openvino_compat_reports_the_kernel_fallback(tmp_path: Path) -> None:
+    """compat --target openvino agrees with the backend: a body OpenVINO cannot convert runs as a Python op."""
+    pytest.importorskip("openvino", reason="openvino (the 'openvino' extra) is not installed")
+    from opbridge.graph import check_compat
+
+    tensors, attrs = dcn_inputs(31)
+
+    class Call(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return d.ModulatedDeformConv2d(*xs, **attrs)
+
+    result = opbridge.export(Call(), tuple(tensors), tmp_path / "dcn.onnx", exporter="dynamo")
+    assert any(f.name == "MMCVModulatedDeformConv2d" for f in result.model.functions)
+    (verdict,) = [n for n in check_compat(result.path, "openvino").nodes if n.op_type == "MMCVModulatedDeformConv2d"]
+    assert verdict.verdict == "opbridge"
+    assert "DeformConv" in verdict.reason and "without conversion rule" in verdict.reason
