@@ -225,8 +225,8 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
         opbridge.InferenceSession(_unknown_model())
     text = str(err.value)
     assert "2 custom node(s)" in text
-    assert "acme.unknown::Mystery (opset 3), node 'm0'" in text
-    assert "acme.other::Enigma (opset 1), node 'm1'" in text
+    assert "acme.unknown::Mystery (opset 3), node(s) 'm0'" in text
+    assert "acme.other::Enigma (opset 1), node(s) 'm1'" in text
     assert '@opbridge.op("acme.unknown::Mystery")' in text
     assert '@opbridge.kernel("Mystery", domain="acme.unknown")' in text
     assert "function body" in text

@@ -281,9 +281,11 @@ def test_unknown_ops_are_listed_with_the_fix() -> None:
     with pytest.raises(opbridge.UnknownOpError) as info:
         ReferenceSession(model)
     text = str(info.value)
-    assert "acme.unknown::Mystery (opset version 3; node(s) first_mystery)" in text
-    assert "other.unknown::Enigma (opset version 1; node(s) <unnamed>)" in text
-    assert "@opbridge.op('domain::Name')" in text and "@opbridge.kernel(" in text and "functions=True" in text
+    assert "2 custom node(s)" in text
+    assert "acme.unknown::Mystery (opset 3), node(s) 'first_mystery'" in text
+    assert "other.unknown::Enigma (opset 1), node(s) '<unnamed>'" in text
+    assert '@opbridge.op("acme.unknown::Mystery")' in text
+    assert '@opbridge.kernel("Mystery", domain="acme.unknown")' in text and "functions=True" in text
 
 
 def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:

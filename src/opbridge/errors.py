@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "BackendUnavailableError",
     "ExportError",
@@ -10,6 +12,7 @@ __all__ = [
     "OpbridgeError",
     "OpDefinitionError",
     "UnknownOpError",
+    "unknown_ops_message",
 ]
 
 
@@ -39,3 +42,29 @@ class UnknownOpError(OpbridgeError, LookupError):
 
 class BackendUnavailableError(OpbridgeError, ImportError):
     """An optional backend (OpenVINO, TensorRT...) is not installed."""
+
+
+def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: int = 5) -> str:
+    """The message of an :class:`UnknownOpError` for ``(domain, op_type, opset, node name)`` entries.
+
+    Lists each op once with its opset version and (up to ``limit``) node names, and
+    the three ways to provide it, spelled out for the first op.
+    """
+    by_op: dict[tuple[str, str, int], list[str]] = {}
+    count = 0
+    for domain, op_type, version, name in nodes:
+        by_op.setdefault((domain, op_type, version), []).append(name or "<unnamed>")
+        count += 1
+    lines = [f"the model has {count} custom node(s) that opbridge has no kernel for:"]
+    for (domain, op_type, version), names in by_op.items():
+        shown = ", ".join(repr(n) for n in names[:limit])
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node(s) {shown}{more}")
+    domain, op_type, _ = next(iter(by_op))
+    lines.append(
+        f'Provide one of: an op definition @opbridge.op("{domain or "mydomain"}::{op_type}") (its PyTorch '
+        "reference runs by default; import the module that defines it first, or pass it with --ops), a kernel "
+        f'@opbridge.kernel("{op_type}", domain="{domain}"), or an ONNX function body for the op in the model '
+        "(opbridge.export(..., functions=True) with opdef.register_function)."
+    )
+    return "\n".join(lines)

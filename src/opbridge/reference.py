@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError
+from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.model_io import load_model, walk_nodes
 
 if TYPE_CHECKING:
@@ -152,11 +152,6 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
         if attr.ref_attr_name and linked.get(attr.name) is not None:
             values[attr.name] = spec.attribute(attr.name).from_onnx_value(_plain(linked[attr.name]))
     return values
-
-
-def _shorten(items: list[str], limit: int = 5) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def _to_torch(arrays: Sequence[Any]) -> list[Any]:
@@ -324,7 +319,7 @@ class ReferenceSession:
         for node in nodes:
             if node.domain not in _STANDARD_DOMAINS:
                 seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
-                names.setdefault((node.domain, node.op_type), []).append(node.name or "<unnamed>")
+                names.setdefault((node.domain, node.op_type), []).append(node.name)
         classes: list[type] = []
         unknown: list[tuple[str, str, int]] = []
         for (domain, op_type), version in sorted(seen.items()):
@@ -354,13 +349,7 @@ class ReferenceSession:
                 continue
             unknown.append((domain, op_type, version))
         if unknown:
-            listing = "; ".join(f"{d}::{n} (opset version {v}; node(s) {_shorten(names[d, n])})" for d, n, v in unknown)
-            raise UnknownOpError(
-                f"the model uses custom op(s) that nothing here implements: {listing}. Provide each one: define it "
-                "with @opbridge.op('domain::Name') and import the module that defines it (--ops in the CLI), "
-                "register a kernel with @opbridge.kernel('Name', domain='domain'), or export the model with "
-                "functions=True from an op that has a function body."
-            )
+            raise UnknownOpError(unknown_ops_message((d, n, v, name) for d, n, v in unknown for name in names[d, n]))
         return classes
 
     # ------------------------------------------------------------------ ORT-like API

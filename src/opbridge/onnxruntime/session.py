@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import ModelLoadError, UnknownOpError
+from opbridge.errors import ModelLoadError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
 from opbridge.model_io import load_model
 from opbridge.onnxruntime.bridge import (
@@ -88,21 +88,6 @@ def _is_custom(node: onnx.NodeProto) -> bool:
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
     local = {(f.domain, f.name) for f in model.functions}
     return any(_is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node)
-
-
-def _unknown_message(unknown: list[tuple[str, str, int, str]]) -> str:
-    lines = [f"the model has {len(unknown)} custom node(s) that opbridge has no kernel for:"]
-    for domain, op_type, version, name in unknown:
-        lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node {name!r}")
-    domain, op_type = unknown[0][0], unknown[0][1]
-    dom = domain or "mydomain"
-    lines.append(
-        'Provide one of: an op definition @opbridge.op("' + dom + "::" + op_type + '") (its PyTorch reference '
-        "runs by default; import the module that defines it first), a kernel "
-        f'@opbridge.kernel("{op_type}", domain="{domain}"), or an ONNX function body for the op in the '
-        "model (opbridge.export(..., functions=True) with opdef.register_function)."
-    )
-    return "\n".join(lines)
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -278,7 +263,7 @@ class InferenceSession:
             bound[index] = found
             self.kernels[node.name] = NodeKernel(node.name, node.domain, node.op_type, version, found.path, found.kind)
         if unknown:
-            raise UnknownOpError(_unknown_message(unknown))
+            raise UnknownOpError(unknown_ops_message(unknown))
         for domain in {model.graph.node[i].domain for i in bound}:
             if domain not in opset:
                 model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
