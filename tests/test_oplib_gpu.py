@@ -169,6 +169,50 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        ((1, 1), (1, 1), (1, 1), 1, 1),
+        ((2, 1), (0, 2), (1, 2), 1, 2),
+        ((1, 1), (1, 1), (1, 1), 2, 1),
+    ],
+    ids=["s1-p1", "strided-dilated-dg2", "groups2"],
+)
+@pytest.mark.parametrize("config", [None, (16, 8, 1), (64, 32, 8)], ids=["default", "small-blocks", "large-blocks"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_dcn_gpu_nhwc_variant(dtype: torch.dtype, geometry: tuple, config: tuple | None, bias: bool) -> None:
+    """The channels-last im2col: channel blocks that overhang a deform group, pixels past P, groups
+    (which take the NCHW path)."""
+    from opbridge.ops import _detection_triton as tk
+
+    stride, padding, dilation, groups, dg = geometry
+    g = _gen()
+    n, cin, h, w, cout = 2, 40, 11, 9, 20
+    ho = (h + 2 * padding[0] - dilation[0] * 2 - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * 2 - 1) // stride[1] + 1
+    x = torch.randn(n, cin, h, w, device="cuda", generator=g).to(dtype)
+    off = (torch.randn(n, 2 * dg * 9, ho, wo, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(n, dg * 9, ho, wo, device="cuda", generator=g).to(dtype)
+    wt = (torch.randn(cout, cin // groups, 3, 3, device="cuda", generator=g) / 20).to(dtype)
+    b = torch.randn(cout, device="cuda", generator=g).to(dtype) if bias else None
+    want = d.ModulatedDeformConv2d.run_reference(
+        x.float(),
+        off.float(),
+        mask.float(),
+        wt.float(),
+        b.float() if b is not None else None,
+        stride=list(stride),
+        padding=list(padding),
+        dilation=list(dilation),
+        groups=groups,
+        deform_groups=dg,
+    )
+    out = torch.empty(n, cout, ho, wo, device="cuda", dtype=dtype)
+    tk.deform_conv2d(x, off, mask, wt, b, out, stride, padding, dilation, groups, dg, variant="nhwc", config=config)
+    torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize(
     "config",
@@ -190,6 +234,33 @@ def test_grid_sampler_gpu_loop_tilings(dtype: torch.dtype, mode: int, config: tu
                 x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
             )
             torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("config", [None, (16, 8, 1), (64, 32, 8)], ids=["default", "small-blocks", "large-blocks"])
+def test_grid_sampler_gpu_nhwc_variant(dtype: torch.dtype, mode: int, config: tuple | None) -> None:
+    """The channels-last kernel: channel blocks that overhang C, pixel blocks past the output, every padding."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(3, 37, 13, 17, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(3, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for pad in (0, 1, 2):
+        for ac in (False, True):
+            out = torch.full((3, 37, 11, 19), float("nan"), device="cuda", dtype=dtype)
+            tk.grid_sample(x, grid, out, mode, pad, ac, variant="nhwc", config=config)
+            want = d.GridSample.run_reference(
+                x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
+            )
+            torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
+def test_to_channels_last_gpu() -> None:
+    from opbridge.ops import _detection_triton as tk
+
+    x = torch.randn(2, 70, 9, 131, device="cuda", generator=_gen()).half()
+    assert torch.equal(tk.to_channels_last(x), x.permute(0, 2, 3, 1))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -234,7 +305,10 @@ def test_dynamic_resize_gpu_tilings(config: tuple) -> None:
     g = _gen()
     x = torch.randn(2, 3, 45, 61, device="cuda", generator=g)
     for out_hw in ((97, 130), (20, 29), (8, 7)):
-        out = torch.full((2, 3, *out_hw), float("nan"), device="cuda")
-        sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=config)
-        want = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False)
-        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+        for align in (False, True):
+            out = torch.full((2, 3, *out_hw), float("nan"), device="cuda")
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config)
+            want = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
+            # align_corners=True: one element of 75660 at 97x130 differs from PyTorch's CUDA op by 1.1e-5
+            # (a near-cancelling value, 0.089), hence atol 2e-5
+            torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-5 if align else 1e-5)

@@ -22,14 +22,41 @@ __all__ = [
 ]
 
 _FLT_MAX = 3.4028234663852886e38
-# Kernel variants ("loop": one lane per pixel, channels in an unrolled loop; "tile": pixel x channel
-# tiles). Both are tested; benchmarks/gpu_ops.py times both. The defaults are the faster one per
-# mode on the H200 (benchmarks/OPLIB.md): grid_sample by interpolation mode, DCN im2col.
-GRID_VARIANT = {0: "loop", 1: "loop", 2: "loop"}
-DCN_VARIANT = "loop"
+# Kernel variants ("loop": one lane per pixel of an NCHW plane, channels in an unrolled loop; "tile":
+# pixel x channel tiles; "nhwc": a channels-last copy of the input first, then pixel x channel tiles
+# whose corner reads are contiguous runs of channels). All are tested; benchmarks/gpu_ops.py times
+# the registered one against another. The defaults are the fastest on the H200 (benchmarks/OPLIB.md):
+# grid_sample by (interpolation mode, element size), DCN im2col (groups = 1; "loop" otherwise).
+GRID_VARIANT = {(0, 4): "loop", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "loop", (2, 4): "nhwc", (2, 2): "nhwc"}
+DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
 # channel unroll, num_warps).
 GRID_LOOP_CONFIG = {0: (32, 32, 8, 4, 8), 1: (8, 32, 16, 4, 4), 2: (4, 32, 16, 2, 4)}
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@triton.jit
+def _to_channels_last_kernel(x_ptr, y_ptr, C, HW, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
+    # (N, C, HW) -> (N, HW, C), one BLOCK_C x BLOCK_S tile per program
+    n = tl.program_id(2).to(tl.int64)
+    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m = (c[:, None] < C) & (s[None, :] < HW)
+    v = tl.load(x_ptr + n * C * HW + c.to(tl.int64)[:, None] * HW + s[None, :], mask=m)
+    tl.store(y_ptr + n * HW * C + s.to(tl.int64)[None, :] * C + c[:, None], v, mask=m)
+
+
+def to_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous (N, H, W, C) copy of a contiguous (N, C, H, W) tensor, tile by tile."""
+    n, c, h, w = x.shape
+    y = torch.empty((n, h, w, c), dtype=x.dtype, device=x.device)
+    if y.numel():
+        _to_channels_last_kernel[(triton.cdiv(h * w, 64), triton.cdiv(c, 64), n)](
+            x, y, c, h * w, BLOCK_C=64, BLOCK_S=64, num_warps=4
+        )
+    return y
 
 
 # --------------------------------------------------------------------------- grid_sample
@@ -382,6 +409,122 @@ def _grid_sample_loop_kernel(
                 )
 
 
+@triton.jit
+def _grid_sample_nhwc_kernel(
+    x_ptr,
+    g_ptr,
+    out_ptr,
+    C,
+    H,
+    W,
+    HWo,
+    MODE: tl.constexpr,
+    PAD: tl.constexpr,
+    ALIGN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """grid_sample from a channels-last input (N, H, W, C) into the NCHW output.
+
+    One program: BLOCK_P output pixels of one image x BLOCK_C channels. Every corner read is a
+    contiguous run of channels (one cache line per pixel for up to 128 bytes of channels) instead
+    of one gather per channel plane. PyTorch's formulas and accumulation order.
+    """
+    n = tl.program_id(1).to(tl.int64)
+    q = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = q < HWo
+    gp = g_ptr + (n * HWo + q) * 2
+    gx = tl.load(gp, mask=pm, other=0.0).to(tl.float32)
+    gy = tl.load(gp + 1, mask=pm, other=0.0).to(tl.float32)
+    Wf = W * 1.0
+    Hf = H * 1.0
+    ix = _unnormalize(gx, Wf, ALIGN)
+    iy = _unnormalize(gy, Hf, ALIGN)
+    c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    cm2 = cm[None, :]
+    base = x_ptr + n * H * W * C + c[None, :]
+    if MODE == 0:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        x0 = x0f.to(tl.int32)
+        y0 = y0f.to(tl.int32)
+        w_nw = (((x0f + 1.0) - ix) * ((y0f + 1.0) - iy))[:, None]
+        w_ne = ((ix - x0f) * ((y0f + 1.0) - iy))[:, None]
+        w_sw = (((x0f + 1.0) - ix) * (iy - y0f))[:, None]
+        w_se = ((ix - x0f) * (iy - y0f))[:, None]
+        okx0 = (x0 >= 0) & (x0 < W)
+        okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
+        oky0 = (y0 >= 0) & (y0 < H)
+        oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
+        src = base + (y0 * W + x0).to(tl.int64)[:, None] * C
+        acc = tl.load(src, mask=(pm & okx0 & oky0)[:, None] & cm2, other=0.0).to(tl.float32) * w_nw
+        acc += tl.load(src + C, mask=(pm & okx1 & oky0)[:, None] & cm2, other=0.0).to(tl.float32) * w_ne
+        acc += tl.load(src + W * C, mask=(pm & okx0 & oky1)[:, None] & cm2, other=0.0).to(tl.float32) * w_sw
+        acc += tl.load(src + (W + 1) * C, mask=(pm & okx1 & oky1)[:, None] & cm2, other=0.0).to(tl.float32) * w_se
+    elif MODE == 1:
+        ix = _pad_coord(ix, Wf, PAD, ALIGN)
+        iy = _pad_coord(iy, Hf, PAD, ALIGN)
+        rx = tl.floor(ix + 0.5)
+        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
+        ry = tl.floor(iy + 0.5)
+        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
+        xx = rx.to(tl.int32)
+        yy = ry.to(tl.int32)
+        ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        acc = tl.load(base + (yy * W + xx).to(tl.int64)[:, None] * C, mask=ok[:, None] & cm2, other=0.0)
+    else:
+        x0f = tl.floor(ix)
+        y0f = tl.floor(iy)
+        tx = ix - x0f
+        ty = iy - y0f
+        wx0 = _cubic2(tx + 1.0)[:, None]
+        wx1 = _cubic1(tx)[:, None]
+        wx2 = _cubic1(1.0 - tx)[:, None]
+        wx3 = _cubic2((1.0 - tx) + 1.0)[:, None]
+        xs0 = _pad_coord(x0f - 1.0, Wf, PAD, ALIGN)
+        xs1 = _pad_coord(x0f, Wf, PAD, ALIGN)
+        xs2 = _pad_coord(x0f + 1.0, Wf, PAD, ALIGN)
+        xs3 = _pad_coord(x0f + 2.0, Wf, PAD, ALIGN)
+        okx0 = (xs0 >= 0.0) & (xs0 <= Wf - 1.0)
+        okx1 = (xs1 >= 0.0) & (xs1 <= Wf - 1.0)
+        okx2 = (xs2 >= 0.0) & (xs2 <= Wf - 1.0)
+        okx3 = (xs3 >= 0.0) & (xs3 <= Wf - 1.0)
+        xi0 = xs0.to(tl.int32)
+        xi1 = xs1.to(tl.int32)
+        xi2 = xs2.to(tl.int32)
+        xi3 = xs3.to(tl.int32)
+        acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+        for j in tl.static_range(4):
+            yj = _pad_coord(y0f - 1.0 + j, Hf, PAD, ALIGN)
+            if j == 0:
+                wy = _cubic2(ty + 1.0)
+            elif j == 1:
+                wy = _cubic1(ty)
+            elif j == 2:
+                wy = _cubic1(1.0 - ty)
+            else:
+                wy = _cubic2((1.0 - ty) + 1.0)
+            oky = pm & (yj >= 0.0) & (yj <= Hf - 1.0)
+            rowi = yj.to(tl.int32) * W
+            row = tl.load(base + (rowi + xi0).to(tl.int64)[:, None] * C, mask=(oky & okx0)[:, None] & cm2, other=0.0)
+            row = row.to(tl.float32) * wx0
+            v = tl.load(base + (rowi + xi1).to(tl.int64)[:, None] * C, mask=(oky & okx1)[:, None] & cm2, other=0.0)
+            row += v.to(tl.float32) * wx1
+            v = tl.load(base + (rowi + xi2).to(tl.int64)[:, None] * C, mask=(oky & okx2)[:, None] & cm2, other=0.0)
+            row += v.to(tl.float32) * wx2
+            v = tl.load(base + (rowi + xi3).to(tl.int64)[:, None] * C, mask=(oky & okx3)[:, None] & cm2, other=0.0)
+            row += v.to(tl.float32) * wx3
+            if j == 0:
+                acc = row * wy[:, None]
+            else:
+                acc += row * wy[:, None]
+    dst = out_ptr + (n * C + c)[None, :] * HWo + q[:, None]
+    tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=pm[:, None] & cm2)
+
+
 def grid_sample(
     x: torch.Tensor,
     grid: torch.Tensor,
@@ -392,10 +535,12 @@ def grid_sample(
     variant: str | None = None,
     config: tuple[int, int, int, int, int] | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "tile" (default: GRID_VARIANT[mode]).
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop", "nhwc" or "tile"
+    (default: ``GRID_VARIANT[mode, element size]``).
 
-    ``config`` (TH, TW, channels per program, channel unroll, num_warps) overrides the "loop"
-    kernel's ``GRID_LOOP_CONFIG[mode]``; benchmarks use it to compare tilings.
+    ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
+    "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
+    "nhwc" (default 32 pixels x 128 bytes of channels, 4 warps); benchmarks use it to compare tilings.
     """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
@@ -407,7 +552,27 @@ def grid_sample(
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     total = n * ho * wo
-    if (variant or GRID_VARIANT[interpolation_mode]) == "loop":
+    chosen = variant or GRID_VARIANT[interpolation_mode, 2 if x.element_size() == 2 else 4]
+    if chosen == "nhwc":
+        bp, bc, warps = config[:3] if config else (32, min(128 // x.element_size(), triton.next_power_of_2(c)), 4)
+        xt = to_channels_last(x)
+        _grid_sample_nhwc_kernel[(triton.cdiv(ho * wo, bp), n, triton.cdiv(c, bc))](
+            xt,
+            grid,
+            out,
+            c,
+            h,
+            w,
+            ho * wo,
+            MODE=interpolation_mode,
+            PAD=padding_mode,
+            ALIGN=bool(align_corners),
+            BLOCK_P=bp,
+            BLOCK_C=bc,
+            num_warps=warps,
+        )
+        return
+    if chosen == "loop":
         th, tw, cpg, cu, warps = config or GRID_LOOP_CONFIG[interpolation_mode]
         tw = min(tw, triton.next_power_of_2(wo))
         th = min(th, triton.next_power_of_2(ho))
@@ -619,6 +784,92 @@ def _dcn_im2col_loop_kernel(
 
 
 @triton.jit
+def _dcn_im2col_nhwc_kernel(
+    x_ptr,
+    off_ptr,
+    mask_ptr,
+    col_ptr,
+    Cin,
+    H,
+    W,
+    Wo,
+    P,
+    K,
+    KW,
+    DG,
+    CDG,
+    SH,
+    SW,
+    PH,
+    PW,
+    DH,
+    DW,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Bilinear im2col from a channels-last input (N, H, W, Cin) into cols (N, P, K * Cin).
+
+    Column k * Cin + c holds tap k of channel c.
+
+    One program: BLOCK_P output pixels of one (image, deform group, tap), the group's channels in
+    blocks of BLOCK_C. A sample position is shared by all channels of its deform group, and channels
+    are the contiguous axis of both the input and the column buffer, so each corner read and each
+    store is a contiguous run of channels per pixel (NCHW gathers touch one cache line per lane).
+    torchvision's formulas and order: the four weighted corners, then the mask.
+    """
+    pid_p = tl.program_id(0)
+    pid_t = tl.program_id(1)  # (n, dg, k)
+    k = pid_t % K
+    ndg = pid_t // K
+    dg = ndg % DG
+    n = (ndg // DG).to(tl.int64)
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pm = p < P
+    oh = p // Wo
+    ow = p - oh * Wo
+    ky = k // KW
+    kx = k - ky * KW
+    off_base = (n * DG * 2 * K + dg * 2 * K + 2 * k) * P
+    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
+    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(mask_ptr + (n * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
+    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    y0f = tl.floor(y)
+    x0f = tl.floor(x)
+    ly = y - y0f
+    lx = x - x0f
+    hy = 1.0 - ly
+    hx = 1.0 - lx
+    y0 = y0f.to(tl.int32)
+    x0 = x0f.to(tl.int32)
+    m00 = (inside & (y0 >= 0) & (x0 >= 0))[:, None]
+    m01 = (inside & (y0 >= 0) & (x0 + 1 < W))[:, None]
+    m10 = (inside & (y0 + 1 < H) & (x0 >= 0))[:, None]
+    m11 = (inside & (y0 + 1 < H) & (x0 + 1 < W))[:, None]
+    w00 = (hy * hx)[:, None]
+    w01 = (hy * lx)[:, None]
+    w10 = (ly * hx)[:, None]
+    w11 = (ly * lx)[:, None]
+    c_first = dg * CDG
+    src0 = x_ptr + ((n * H + y0) * W + x0).to(tl.int64)[:, None] * Cin + c_first
+    row_step = W * Cin
+    dst0 = col_ptr + (n * P + p).to(tl.int64)[:, None] * (K * Cin) + k * Cin + c_first
+    m = mval[:, None]
+    sm = pm[:, None]
+    for c0 in range(0, CDG, BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)[None, :]
+        cm = c < CDG
+        src = src0 + c
+        v = w00 * tl.load(src, mask=m00 & cm, other=0.0).to(tl.float32)
+        v += w01 * tl.load(src + Cin, mask=m01 & cm, other=0.0).to(tl.float32)
+        v += w10 * tl.load(src + row_step, mask=m10 & cm, other=0.0).to(tl.float32)
+        v += w11 * tl.load(src + row_step + Cin, mask=m11 & cm, other=0.0).to(tl.float32)
+        tl.store(dst0 + c, (v * m).to(col_ptr.dtype.element_ty), mask=sm & cm)
+
+
+@triton.jit
 def _dcn_fused_kernel(
     x_ptr,
     off_ptr,
@@ -710,6 +961,22 @@ def _dcn_fused_kernel(
     tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=pm[:, None] & com[None, :])
 
 
+@triton.jit
+def _channel_bias_kernel(out_ptr, b_ptr, C, P, BLOCK: tl.constexpr):
+    # out (N, C, P) += bias[c]
+    row = tl.program_id(1)
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < P
+    b = tl.load(b_ptr + row % C).to(tl.float32)
+    ptr = out_ptr + row.to(tl.int64) * P + p
+    tl.store(ptr, (tl.load(ptr, mask=m).to(tl.float32) + b).to(out_ptr.dtype.element_ty), mask=m)
+
+
+def _dcn_nhwc_config(cdg: int) -> tuple[int, int, int]:
+    """(BLOCK_P, BLOCK_C, num_warps) of the channels-last im2col (the fastest measured on the H200)."""
+    return 16, min(64, triton.next_power_of_2(cdg)), 4
+
+
 def deform_conv2d(
     x: torch.Tensor,
     offset: torch.Tensor,
@@ -723,13 +990,18 @@ def deform_conv2d(
     groups: int,
     deform_groups: int,
     variant: str | None = None,
+    config: tuple[int, int, int] | None = None,
 ) -> None:
     """DCNv2 into ``out``.
 
-    Variants: "loop"/"tile": Triton bilinear im2col (mask applied) into a column buffer, then one
-    batched cuBLAS matmul; "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1,
-    deform_groups = 1, float16, or float32 when TF32 is allowed; otherwise it falls back to "loop").
-    float32 follows ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
+    Variants: "nhwc" (groups = 1; the default): a channels-last copy of the input, a Triton bilinear
+    im2col (mask applied) whose reads and writes are contiguous runs of channels into a
+    (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop"/"tile": the
+    same from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
+    "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1, deform_groups = 1,
+    float16, or float32 when TF32 is allowed). A variant that does not apply falls back to "loop".
+    ``config`` (BLOCK_P, BLOCK_C, num_warps) overrides the "nhwc" im2col tiling. float32 follows
+    ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
     """
     from opbridge.ops._detection_ref import deform_conv_geometry
 
@@ -789,8 +1061,45 @@ def deform_conv2d(
             num_warps=4,
         )
         return
-    if chosen == "fused":
-        chosen = "loop"  # groups, deform groups or strict float32: the column-buffer path
+    if chosen == "nhwc" and groups == 1:
+        bp, bc, warps = config or _dcn_nhwc_config(cdg)
+        xt = to_channels_last(x)
+        kc = k * cin
+        cols = torch.empty((n, p, kc), dtype=x.dtype, device=x.device)
+        _dcn_im2col_nhwc_kernel[(triton.cdiv(p, bp), n * deform_groups * k)](
+            xt,
+            offset,
+            mask,
+            cols,
+            cin,
+            h,
+            w,
+            wo,
+            p,
+            k,
+            kw,
+            deform_groups,
+            cdg,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            BLOCK_P=bp,
+            BLOCK_C=bc,
+            num_warps=warps,
+        )
+        # out[n] (Cout, P) = W (Cout, K * Cin) @ cols[n]^T, the weight's columns ordered (tap, channel)
+        wt = weight.to(x.dtype).permute(0, 2, 3, 1).reshape(cout, kc)
+        torch.matmul(wt, cols.transpose(1, 2), out=out.view(n, cout, p))
+        if bias is not None:
+            _channel_bias_kernel[(triton.cdiv(p, 1024), n * cout)](
+                out, bias.contiguous(), cout, p, BLOCK=1024, num_warps=4
+            )
+        return
+    if chosen in ("fused", "nhwc"):
+        chosen = "loop"  # a variant that does not apply (groups, deform groups, strict float32)
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
     if chosen == "loop":
         block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
