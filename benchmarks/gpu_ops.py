@@ -10,7 +10,8 @@ Usage:
 Prints one markdown table for parity and one for speed. Times are medians of
 ``triton.testing.do_bench`` (CUDA events; slow baselines: median of a few CUDA-event
 timed runs). Memory-bound ops also report achieved bytes/s (bytes read + written once)
-as a fraction of a device-to-device copy measured in the same run.
+as a fraction of a 1 GiB device-to-device copy measured in the same run; resize also
+against a copy of its own size (a small op cannot reach the large copy's rate either).
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -135,6 +136,7 @@ def record(
     nbytes: int | None = None,
     copy_gbs: float | None = None,
     note: str = "",
+    same_copy_ms: float | None = None,
 ) -> None:
     row: dict[str, Any] = {
         "op": op,
@@ -151,6 +153,8 @@ def record(
             row["ours_bw"] = nbytes / (ours * 1e-3) / 1e9 / copy_gbs
         if native:
             row["native_bw"] = nbytes / (native * 1e-3) / 1e9 / copy_gbs
+    if same_copy_ms and ours:
+        row["ours_same_copy"] = same_copy_ms / ours
     SPEED.append(row)
     print(
         f"  {op:22s} {shape:34s} {row['dtype']:8s} ours {fmt(ours)} ms  {native_name} {fmt(native)} ms  "
@@ -161,6 +165,13 @@ def record(
 
 def fmt(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+def same_size_copy_ms(nbytes: int) -> float:
+    """Milliseconds of a device-to-device copy that reads and writes ``nbytes`` in all."""
+    src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=DEV)
+    dst = torch.empty_like(src)
+    return bench(lambda: dst.copy_(src))
 
 
 def copy_bandwidth() -> float:
@@ -286,6 +297,7 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
             shape = f"{n}x{c}x{h}x{w} x{s}"
             native = bench(lambda: F.interpolate(x, scale_factor=s, mode="bicubic", align_corners=False))
             nbytes = (x.numel() + x.numel() * s * s) * x.element_size()
+            same = same_size_copy_ms(nbytes)
             ours = None
             note = "no GPU kernel registered for Test::DynamicTRTResize in this build"
             if DynamicResize.gpu_kernel is not None and dtype_name(dtype) in DynamicResize.gpu_kernel_dtypes:
@@ -304,6 +316,7 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 nbytes,
                 copy_gbs,
                 note,
+                same_copy_ms=same,
             )
             if ours is not None:
                 # the same kernel with the row prefetch flipped (one warp per program without it)
@@ -314,7 +327,16 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 compare(f"DynamicResize {alt}", shape, dtype, "reference", out, want, *tol(dtype))
                 alt_ms = bench(lambda: sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=alt))
                 record(
-                    "DynamicResize", shape, dtype, alt_ms, native, "F.interpolate", nbytes, copy_gbs, f"config {alt}"
+                    "DynamicResize",
+                    shape,
+                    dtype,
+                    alt_ms,
+                    native,
+                    "F.interpolate",
+                    nbytes,
+                    copy_gbs,
+                    f"config {alt}",
+                    same_copy_ms=same,
                 )
 
 
@@ -383,9 +405,9 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                 "F.grid_sample",
                 nbytes,
                 copy_gbs,
-                f"registered ({tk.GRID_VARIANT[mode]})",
+                f"registered ({tk.GRID_VARIANT[mode, x.element_size()]})",
             )
-            other = "tile" if tk.GRID_VARIANT[mode] == "loop" else "loop"
+            other = "nhwc" if tk.GRID_VARIANT[mode, x.element_size()] == "loop" else "loop"
             out = torch.empty_like(x)
             for pad in (0, 2):
                 tk.grid_sample(x, grid, out, mode, pad, True, variant=other)
@@ -409,6 +431,35 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                 nbytes,
                 copy_gbs,
                 f"variant {other}",
+            )
+        # a grid of uniformly random points: every lane gathers from a different cache line
+        g = torch.Generator(device=DEV).manual_seed(1)
+        grid_u = (torch.rand(8, 128, 128, 2, device=DEV, generator=g) * 2 - 1).to(dtype)
+        for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
+            attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+            (out,) = run_kernel(d.GridSample, [x, grid_u], attrs)
+            want = ref.grid_sample(x.float(), grid_u.float(), mode, 0, False)
+            compare(
+                f"grid_sampler m{mode}p0a0 uniform grid",
+                "8x64x128x128",
+                dtype,
+                "F.grid_sample fp32",
+                out,
+                want,
+                *tol(dtype),
+            )
+            native = bench(lambda: F.grid_sample(x, grid_u, mode=name, padding_mode="zeros", align_corners=False))
+            ours = bench(kernel_fn(d.GridSample, [x, grid_u], attrs))
+            record(
+                f"grid_sampler {name}, uniform random grid",
+                "8x64x128x128",
+                dtype,
+                ours,
+                native,
+                "F.grid_sample",
+                nbytes,
+                copy_gbs,
+                f"registered ({tk.GRID_VARIANT[mode, x.element_size()]})",
             )
 
 
@@ -480,7 +531,13 @@ def section_dcn(quick: bool) -> None:
             "deform_groups": 1,
         }
         shape = "8x256x64x64 3x3->256"
-        conv = bench(lambda: F.conv2d(x, wt, b, padding=1))
+        conv = bench(lambda: F.conv2d(x, wt, b, padding=1))  # cuDNN's default: TF32 allowed in float32
+        conv_strict = conv
+        if dtype == torch.float32:
+            prev_cudnn = torch.backends.cudnn.allow_tf32
+            torch.backends.cudnn.allow_tf32 = False
+            conv_strict = bench(lambda: F.conv2d(x, wt, b, padding=1))
+            torch.backends.cudnn.allow_tf32 = prev_cudnn
         tv = bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask)) if torchvision is not None else None
         prev = torch.backends.cuda.matmul.allow_tf32
         modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
@@ -602,15 +659,26 @@ def section_dcn(quick: bool) -> None:
                 "torchvision deform_conv2d",
                 note=label,
             )
+            strict = dtype == torch.float32 and not tf32
             record(
                 "MMCVModulatedDeformConv2d",
                 shape,
                 dtype,
                 ours,
-                conv,
-                "F.conv2d (plain conv)",
-                note=(label + "; goal: ours <= 2x conv").strip("; "),
+                conv_strict if strict else conv,
+                "F.conv2d (plain conv" + (", cuDNN without TF32)" if strict else ")"),
+                note=(label + "; goal: ours <= 2x conv at the same precision").strip("; "),
             )
+            if strict:
+                record(
+                    "MMCVModulatedDeformConv2d",
+                    shape,
+                    dtype,
+                    ours,
+                    conv,
+                    "F.conv2d (plain conv, cuDNN default: TF32)",
+                    note="strict fp32 DCN against a TF32 conv",
+                )
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
@@ -916,14 +984,16 @@ def section_nms(quick: bool) -> None:
 
 def markdown() -> str:
     lines = [
-        "| op | shape | dtype | ours ms | baseline | baseline ms | speed-up | ours % copy bw | baseline % copy bw | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| op | shape | dtype | ours ms | baseline | baseline ms | speed-up | ours % copy bw | baseline % copy bw "
+        "| ours % same-size copy | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in SPEED:
         pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"
         lines.append(
             f"| {r['op']} | {r['shape']} | {r['dtype']} | {fmt(r['ours_ms'])} | {r['native']} | {fmt(r['native_ms'])} | "
-            f"{fmt(r['speedup'], 2)} | {pct(r.get('ours_bw'))} | {pct(r.get('native_bw'))} | {r['note']} |"
+            f"{fmt(r['speedup'], 2)} | {pct(r.get('ours_bw'))} | {pct(r.get('native_bw'))} | "
+            f"{pct(r.get('ours_same_copy'))} | {r['note']} |"
         )
     lines += [
         "",

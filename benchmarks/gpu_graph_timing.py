@@ -1,0 +1,280 @@
+"""GPU time with and without host launch gaps: event-timed and CUDA-graph-replayed medians, side by side.
+
+``triton.testing.do_bench`` (the "event" columns, as in gpu_ops.py) times each call between
+two CUDA events after an L2 flush. When a call's Python side (argument checks, allocations,
+several kernel launches) takes longer than the flush keeps the GPU busy, the GPU waits for
+the host inside the timed interval, so multi-launch paths and short kernels read slow. The
+"graph" columns capture 20 x (flush, call) in a CUDA graph, replay it, and subtract a graph
+of 20 flushes alone: GPU time only, no host launch cost. The flush's write-back overlaps the
+call there, which slows memory-bound calls too (the 1 GiB copy reads about 2.8 instead of
+4.2 TB/s), so "% copy" compares each method with a copy measured the same way.
+
+Needs a CUDA GPU, torch, triton and torchvision. Every op of ours is called through its
+registered ``gpu_kernel`` entry point, as the TensorRT plugin calls it.
+
+Usage:
+    PYTHONPATH=src python3 benchmarks/gpu_graph_timing.py [--split]
+
+``--split`` instead times the channels-last grid_sample path in parts (the layout copy,
+the kernel alone on a channels-last input, both through ``grid_sample``, the NCHW "loop"
+kernel, the registered entry point), three rounds each, event-timed.
+"""
+
+# ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.testing
+from torchvision.ops import deform_conv2d as tv_deform_conv2d
+
+from opbridge.ops import DynamicResize
+from opbridge.ops import _detection_triton as tk
+from opbridge.ops import detection as d
+
+DEV = "cuda"
+FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=DEV)
+
+
+def event_ms(fn: Callable[[], Any]) -> float:
+    """Median ms of ``do_bench`` (CUDA events around each call, L2 flushed before it)."""
+    return float(triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median"))
+
+
+def graph_ms(fn: Callable[[], Any], reps: int = 20, rounds: int = 5) -> float:
+    """Median over rounds of (graph of reps x (flush, fn) - graph of reps x flush) / reps."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+        with_fn, flush_only = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(with_fn, stream=s):
+            for _ in range(reps):
+                FLUSH.zero_()
+                fn()
+        with torch.cuda.graph(flush_only, stream=s):
+            for _ in range(reps):
+                FLUSH.zero_()
+    torch.cuda.synchronize()
+
+    def replay(g: torch.cuda.CUDAGraph) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        g.replay()
+        torch.cuda.synchronize()
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    return statistics.median((replay(with_fn) - replay(flush_only)) / reps for _ in range(rounds))
+
+
+def registered(op: Any, inputs: list[torch.Tensor], attrs: dict[str, Any]) -> Callable[[], None]:
+    """The op's gpu_kernel on the current stream, outputs allocated once."""
+    bound = op.spec.bind_attributes(attrs)
+    infos = op.shape_rule(*inputs, **bound)
+    infos = infos if isinstance(infos, tuple) else (infos,)
+    outs = [torch.empty(tuple(int(v) for v in i.shape), dtype=i.dtype, device=DEV) for i in infos]
+    return lambda: op.gpu_kernel(inputs, outs, bound, torch.cuda.current_stream().cuda_stream)
+
+
+class Table:
+    def __init__(self) -> None:
+        src = torch.empty(1 << 28, device=DEV)
+        dst = torch.empty_like(src)
+        nbytes = 2 * src.numel() * 4
+        self.copy_event = nbytes / (event_ms(lambda: dst.copy_(src)) * 1e-3) / 1e9
+        self.copy_graph = nbytes / (graph_ms(lambda: dst.copy_(src), reps=5) * 1e-3) / 1e9
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} {torch.cuda.get_device_name()} "
+            f"torch {torch.__version__} triton {triton.__version__}"
+        )
+        print(f"copy 1 GiB: event {self.copy_event:.0f} GB/s, graph {self.copy_graph:.0f} GB/s", flush=True)
+        print(
+            "| op | shape | dtype | ours event ms | ours graph ms | baseline | baseline event ms | baseline graph ms "
+            "| speed-up event / graph | ours % copy event / graph | same-size copy graph ms |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def row(
+        self,
+        op: str,
+        shape: str,
+        dtype: torch.dtype,
+        ours: Callable[[], Any],
+        base: Callable[[], Any],
+        base_name: str,
+        nbytes: int | None = None,
+    ) -> None:
+        oe, og = event_ms(ours), graph_ms(ours)
+        be, bg = event_ms(base), graph_ms(base)
+        pct = same = "-"
+        if nbytes:
+            a = torch.empty(nbytes // 2, dtype=torch.uint8, device=DEV)
+            b = torch.empty_like(a)
+            same = f"{graph_ms(lambda: b.copy_(a)):.4f}"
+            pct = (
+                f"{nbytes / (oe * 1e-3) / 1e9 / self.copy_event * 100:.0f}% / "
+                f"{nbytes / (og * 1e-3) / 1e9 / self.copy_graph * 100:.0f}%"
+            )
+        print(
+            f"| {op} | {shape} | {str(dtype)[6:]} | {oe:.4f} | {og:.4f} | {base_name} | {be:.4f} | {bg:.4f} | "
+            f"{be / oe:.2f}x / {bg / og:.2f}x | {pct} | {same} |",
+            flush=True,
+        )
+
+
+def grid_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """gpu_ops.py's input and grid (identity + noise), and a grid of uniformly random points."""
+    g = torch.Generator(device=DEV).manual_seed(0)
+    n, c, h, w = 8, 64, 128, 128
+    x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
+    ys, xs = torch.meshgrid(
+        torch.linspace(-1.1, 1.1, h, device=DEV), torch.linspace(-1.1, 1.1, w, device=DEV), indexing="ij"
+    )
+    noisy = torch.stack([xs, ys], -1).expand(n, h, w, 2) + 0.05 * torch.randn(n, h, w, 2, device=DEV, generator=g)
+    uniform = torch.rand(n, h, w, 2, device=DEV, generator=g) * 2 - 1
+    return x, {"": noisy.to(dtype).contiguous(), ", uniform random grid": uniform.to(dtype).contiguous()}
+
+
+def table() -> None:
+    t = Table()
+    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2)]:
+        for dtype in (torch.float32, torch.float16):
+            x = torch.randn(n, c, h, w, device=DEV).to(dtype)
+            size = torch.empty(1, 1, h * s, w * s, device=DEV, dtype=dtype)
+            t.row(
+                "DynamicResize",
+                f"{n}x{c}x{h}x{w} x{s}",
+                dtype,
+                registered(DynamicResize, [x, size], {"align_corners": False}),
+                lambda: F.interpolate(x, scale_factor=s, mode="bicubic", align_corners=False),
+                "F.interpolate",
+                (x.numel() * (1 + s * s)) * x.element_size(),
+            )
+    for dtype in (torch.float32, torch.float16):
+        x, grids = grid_inputs(dtype)
+        n, c, h, w = x.shape
+        nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
+        for kind, grid in grids.items():
+            for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
+                variant = tk.GRID_VARIANT[mode, x.element_size()]
+                attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+                t.row(
+                    f"grid_sampler {name}{kind} ({variant})",
+                    "8x64x128x128",
+                    dtype,
+                    registered(d.GridSample, [x, grid], attrs),
+                    lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
+                    "F.grid_sample",
+                    nbytes,
+                )
+                other = "nhwc" if variant == "loop" else "loop"
+                out = torch.empty_like(x)
+                t.row(
+                    f"grid_sampler {name}{kind} ({other})",
+                    "8x64x128x128",
+                    dtype,
+                    lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other),
+                    lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
+                    "F.grid_sample",
+                    nbytes,
+                )
+    g = torch.Generator(device=DEV).manual_seed(0)
+    x32 = torch.randn(8, 256, 64, 64, device=DEV, generator=g)
+    off32 = torch.randn(8, 18, 64, 64, device=DEV, generator=g) * 2
+    m32 = torch.rand(8, 9, 64, 64, device=DEV, generator=g)
+    wt32 = torch.randn(256, 256, 3, 3, device=DEV, generator=g) / 48
+    b32 = torch.randn(256, device=DEV, generator=g)
+    attrs = {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1, "deform_groups": 1}
+    shape = "8x256x64x64 3x3->256"
+    for dtype, tf32 in ((torch.float32, False), (torch.float32, True), (torch.float16, False)):
+        x, off, m, wt, b = (v.to(dtype) for v in (x32, off32, m32, wt32, b32))
+        # the same precision for both: strict fp32 (no TF32 in cuBLAS or cuDNN), TF32 for both, fp16
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32 or dtype == torch.float16
+        label = "strict fp32" if dtype == torch.float32 and not tf32 else ("TF32" if tf32 else "")
+        ours = registered(d.ModulatedDeformConv2d, [x, off, m, wt, b], attrs)
+        conv = lambda: F.conv2d(x, wt, b, padding=1)
+        t.row(f"DCNv2 {label}", shape, dtype, ours, conv, "F.conv2d, same precision")
+        t.row(
+            f"DCNv2 {label}",
+            shape,
+            dtype,
+            ours,
+            lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=m),
+            "torchvision deform_conv2d",
+        )
+        out = torch.empty(8, 256, 64, 64, device=DEV, dtype=dtype)
+        t.row(
+            f"DCNv2 {label} (loop)",
+            shape,
+            dtype,
+            lambda: tk.deform_conv2d(x, off, m, wt, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="loop"),
+            conv,
+            "F.conv2d, same precision",
+        )
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def split() -> None:
+    for dtype in (torch.float32, torch.float16):
+        x, grids = grid_inputs(dtype)
+        n, c, h, w = x.shape
+        out = torch.empty_like(x)
+        xt = tk.to_channels_last(x)
+        bc = 128 // x.element_size()
+        for kind, grid in grids.items():
+            for mode in (0, 1, 2):
+                attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+                fns = {
+                    "transpose": lambda: tk.to_channels_last(x),
+                    "nhwc-main": lambda: tk._grid_sample_nhwc_kernel[(triton.cdiv(h * w, 32), n, triton.cdiv(c, bc))](
+                        xt,
+                        grid,
+                        out,
+                        c,
+                        h,
+                        w,
+                        h * w,
+                        MODE=mode,
+                        PAD=0,
+                        ALIGN=False,
+                        BLOCK_P=32,
+                        BLOCK_C=bc,
+                        num_warps=4,
+                    ),
+                    "nhwc": lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="nhwc"),
+                    "loop": lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="loop"),
+                    "registered": registered(d.GridSample, [x, grid], attrs),
+                }
+                res: dict[str, list[float]] = {k: [] for k in fns}
+                for _ in range(3):
+                    for k, f in fns.items():
+                        res[k].append(event_ms(f))
+                cells = " | ".join(f"{k} {' '.join(f'{v:.4f}' for v in vals)}" for k, vals in res.items())
+                print(f"grid{kind or ' noisy'} m{mode} {dtype}: {cells}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", action="store_true", help="time the channels-last grid_sample path in parts")
+    args = parser.parse_args(argv)
+    split() if args.split else table()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
