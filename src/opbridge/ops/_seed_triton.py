@@ -1,0 +1,143 @@
+"""Triton kernels of the seed ops' GPU entry points (opbridge.ops._seed_gpu).
+
+Imported on the first GPU call only (needs triton). Every kernel computes in float32
+whatever the storage dtype and stores in the output's dtype.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["bicubic_kernel", "silu_kernel"]
+
+
+@triton.jit
+def silu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    y = x / (1.0 + tl.exp(-x))
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# Cubic convolution weights with A = -0.75 (PyTorch's), for |x| <= 1 and 1 < |x| < 2.
+@triton.jit
+def _cc1(x):
+    return ((-0.75 + 2.0) * x - (-0.75 + 3.0)) * x * x + 1.0
+
+
+@triton.jit
+def _cc2(x):
+    return ((-0.75 * x - 5.0 * -0.75) * x + 8.0 * -0.75) * x - 4.0 * -0.75
+
+
+@triton.jit
+def _load_row(base, y, H, W, x0, x1, x2, x3):
+    # the four taps of one input row (clamped) at every output column of the tile; the column
+    # indices are clamped too, so every address is in bounds and no mask is needed
+    row = base + tl.minimum(tl.maximum(y, 0), H - 1) * W
+    return tl.load(row + x0), tl.load(row + x1), tl.load(row + x2), tl.load(row + x3)
+
+
+@triton.jit
+def _combine(v0, v1, v2, v3, w0, w1, w2, w3):
+    # one input row interpolated along x
+    return v0.to(tl.float32) * w0 + v1.to(tl.float32) * w1 + v2.to(tl.float32) * w2 + v3.to(tl.float32) * w3
+
+
+@triton.jit
+def _hrow(base, y, H, W, x0, x1, x2, x3, w0, w1, w2, w3):
+    v0, v1, v2, v3 = _load_row(base, y, H, W, x0, x1, x2, x3)
+    return _combine(v0, v1, v2, v3, w0, w1, w2, w3)
+
+
+@triton.jit
+def _source(o, scale, align):
+    # source coordinate of output index o (align is a compile-time constant)
+    if align:
+        return scale * o
+    else:
+        return scale * (o + 0.5) - 0.5
+
+
+@triton.jit
+def bicubic_kernel(
+    in_ptr,
+    out_ptr,
+    H,
+    W,
+    HO,
+    WO,
+    n_tx,
+    n_ty,
+    scale_h,
+    scale_w,
+    ALIGN: tl.constexpr,
+    ROWS: tl.constexpr,
+    BW: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    # One program: one plane, BW output columns, ROWS output rows. The column indices and
+    # weights are computed once; the four input rows' x-interpolations live in registers
+    # (h0..h3) and slide down as the output row advances, so each input row is interpolated
+    # along x once per program instead of once per output row. PREFETCH loads the taps of the
+    # row that slides in next (p0..p3) one step ahead, so their latency overlaps the current
+    # row's arithmetic and store. Same formulas and order of operations as PyTorch's
+    # upsample_bicubic2d (x first, then y).
+    pid = tl.program_id(0)
+    tx = pid % n_tx
+    t = pid // n_tx
+    ty = t % n_ty
+    plane = (t // n_ty).to(tl.int64)
+    ox = tx * BW + tl.arange(0, BW)
+    xm = ox < WO
+    sx = _source(ox.to(tl.float32), scale_w, ALIGN)
+    fx = tl.floor(sx)
+    tx_f = sx - fx
+    ix = fx.to(tl.int32)
+    x0 = tl.minimum(tl.maximum(ix - 1, 0), W - 1)
+    x1 = tl.minimum(tl.maximum(ix, 0), W - 1)
+    x2 = tl.minimum(tl.maximum(ix + 1, 0), W - 1)
+    x3 = tl.minimum(tl.maximum(ix + 2, 0), W - 1)
+    wx0 = _cc2(tx_f + 1.0)
+    wx1 = _cc1(tx_f)
+    wx2 = _cc1(1.0 - tx_f)
+    wx3 = _cc2(2.0 - tx_f)
+    base = in_ptr + plane * H * W
+    obase = out_ptr + plane * HO * WO
+    oy0 = ty * ROWS
+    cur = tl.floor(_source(oy0.to(tl.float32), scale_h, ALIGN)).to(tl.int32)
+    h0 = _hrow(base, cur - 1, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+    h1 = _hrow(base, cur, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+    h2 = _hrow(base, cur + 1, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+    h3 = _hrow(base, cur + 2, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+    if PREFETCH:
+        p0, p1, p2, p3 = _load_row(base, cur + 3, H, W, x0, x1, x2, x3)
+    for r in range(ROWS):  # rows past HO: computed, not stored
+        oy = oy0 + r
+        sy = _source(oy.to(tl.float32), scale_h, ALIGN)
+        fy = tl.floor(sy)
+        ty_f = sy - fy
+        iy = fy.to(tl.int32)
+        if iy - cur > 3:  # downscaling by more than 4: start the window afresh
+            h0 = _hrow(base, iy - 1, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+            h1 = _hrow(base, iy, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+            h2 = _hrow(base, iy + 1, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+            h3 = _hrow(base, iy + 2, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+            cur = iy
+            if PREFETCH:
+                p0, p1, p2, p3 = _load_row(base, cur + 3, H, W, x0, x1, x2, x3)
+        else:
+            while cur < iy:
+                h0 = h1
+                h1 = h2
+                h2 = h3
+                if PREFETCH:
+                    h3 = _combine(p0, p1, p2, p3, wx0, wx1, wx2, wx3)
+                    p0, p1, p2, p3 = _load_row(base, cur + 4, H, W, x0, x1, x2, x3)
+                else:
+                    h3 = _hrow(base, cur + 3, H, W, x0, x1, x2, x3, wx0, wx1, wx2, wx3)
+                cur += 1
+        y = h0 * _cc2(ty_f + 1.0) + h1 * _cc1(ty_f) + h2 * _cc1(1.0 - ty_f) + h3 * _cc2(2.0 - ty_f)
+        tl.store(obase + oy * WO + ox, y.to(out_ptr.dtype.element_ty), mask=xm & (oy < HO))
