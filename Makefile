@@ -1,5 +1,5 @@
 # `make demo`: set up .venv (when missing) and run the main job on built-in defaults.
-# `make test`: set up .venv (when missing) and run the test suite.
+# `make test`: set up .venv (when missing; with Triton for its kernel tests) and run the test suite.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,12 +12,17 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]' onnxruntime-extensions
 	touch $@
 
+# the test suite also runs the Triton GPU kernels in Triton's CPU interpreter
+$(VENV)/.kernel-tests: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernel-tests]'
+	touch $@
+
 setup: $(VENV)/.installed
 
 demo: setup
 	$(VENV)/bin/opbridge demo
 
-test: setup
+test: setup $(VENV)/.kernel-tests
 	$(PY) -m pytest -q
 
 lint: setup

@@ -1,0 +1,53 @@
+"""The Triton GPU kernels, run by Triton's interpreter on the CPU, against the PyTorch references.
+
+No GPU is needed: the interpreter executes every program with numpy on CPU tensors, which checks
+the kernels' indexing, masks and arithmetic on every run of the suite (their compiled code and
+speed are checked on a GPU by tests/test_oplib_gpu.py). Triton reads TRITON_INTERPRET when the
+kernels are defined, so they run in a child process: tests/_interpreted_kernels.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="triton is not installed (make test installs the kernel-tests extra)")
+
+CASES = [
+    "resize-half-pixel",
+    "resize-align-corners",
+    "silu",
+    *(f"grid-{v}-{m}" for v in ("loop", "nhwc", "tile") for m in ("bilinear", "nearest", "bicubic")),
+    "dcn-nhwc",
+    "dcn-loop",
+    "dcn-tile",
+    "roi-align-avg",
+    "roi-align-max",
+    "multi-level-roi-align",
+    "batched-nms",
+]
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, list[float]]:
+    """Case -> [max abs error, allowed], from one child process running every case."""
+    script = Path(__file__).with_name("_interpreted_kernels.py")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, f"the interpreted kernels failed:\n{proc.stderr[-6000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_case_ran(interpreted: dict[str, list[float]]) -> None:
+    assert sorted(interpreted) == sorted(CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kernel_matches_reference(interpreted: dict[str, list[float]], case: str) -> None:
+    err, allowed = interpreted[case]
+    assert err <= allowed, f"{case}: max abs error {err:.3g} against the reference, allowed {allowed:.3g}"
