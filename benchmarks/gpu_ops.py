@@ -543,7 +543,7 @@ def section_dcn(quick: bool) -> None:
         modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
         from opbridge.ops import _detection_triton as tk
 
-        other = "tile" if tk.DCN_VARIANT == "loop" else "loop"
+        other = "nhwc" if tk.DCN_VARIANT == "loop" else "loop"
         bn, bc, bh, bw = x.shape
         bo = wt.shape[0]
         out = torch.empty(bn, bo, bh, bw, device=DEV, dtype=dtype)

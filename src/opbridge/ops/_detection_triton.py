@@ -22,11 +22,11 @@ __all__ = [
 ]
 
 _FLT_MAX = 3.4028234663852886e38
-# Kernel variants ("loop": one lane per pixel of an NCHW plane, channels in an unrolled loop; "tile":
-# pixel x channel tiles; "nhwc": a channels-last copy of the input first, then pixel x channel tiles
-# whose corner reads are contiguous runs of channels). All are tested; benchmarks/gpu_ops.py times
-# the registered one against another. The defaults are the fastest on the H200 (benchmarks/OPLIB.md):
-# grid_sample by (interpolation mode, element size), DCN im2col (groups = 1; "loop" otherwise).
+# Kernel variants ("loop": one lane per pixel of an NCHW plane, channels in an unrolled loop;
+# "nhwc": a channels-last copy of the input first, then pixel x channel tiles whose corner reads are
+# contiguous runs of channels). Both are tested; benchmarks/gpu_ops.py times the registered one
+# against the other. The defaults are the fastest on the H200 (benchmarks/OPLIB.md): grid_sample by
+# (interpolation mode, element size), DCN im2col (groups = 1; "loop" otherwise).
 GRID_VARIANT = {(0, 4): "loop", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "loop", (2, 4): "nhwc", (2, 2): "nhwc"}
 DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
@@ -108,115 +108,6 @@ def _cubic1(t):
 def _cubic2(t):
     a = -0.75
     return ((a * t - 5.0 * a) * t + 8.0 * a) * t - 4.0 * a
-
-
-@triton.jit
-def _grid_sample_kernel(
-    x_ptr,
-    g_ptr,
-    out_ptr,
-    C,
-    H,
-    W,
-    HWo,
-    total,
-    MODE: tl.constexpr,
-    PAD: tl.constexpr,
-    ALIGN: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cb = tl.program_id(1)
-    p = pid * BLOCK_P + tl.arange(0, BLOCK_P)
-    pm = p < total
-    n = p // HWo
-    q = p - n * HWo
-    gx = tl.load(g_ptr + 2 * p.to(tl.int64), mask=pm, other=0.0).to(tl.float32)
-    gy = tl.load(g_ptr + 2 * p.to(tl.int64) + 1, mask=pm, other=0.0).to(tl.float32)
-    Wf = W * 1.0
-    Hf = H * 1.0
-    ix = _unnormalize(gx, Wf, ALIGN)
-    iy = _unnormalize(gy, Hf, ALIGN)
-    c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-    cm = c < C
-    plane = (n.to(tl.int64) * C)[:, None] + c[None, :]
-    base = plane * (H * W)
-    m2 = pm[:, None] & cm[None, :]
-    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    if MODE == 0:
-        ix = _pad_coord(ix, Wf, PAD, ALIGN)
-        iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        x0f = tl.floor(ix)
-        y0f = tl.floor(iy)
-        tx = ix - x0f
-        ty = iy - y0f
-        x0 = x0f.to(tl.int32)
-        y0 = y0f.to(tl.int32)
-        for dy in tl.static_range(2):
-            for dx in tl.static_range(2):
-                xx = x0 + dx
-                yy = y0 + dy
-                wx = tx if dx == 1 else 1.0 - tx
-                wy = ty if dy == 1 else 1.0 - ty
-                ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-                v = tl.load(
-                    x_ptr + base + (yy * W + xx)[:, None],
-                    mask=m2 & ok[:, None],
-                    other=0.0,
-                ).to(tl.float32)
-                acc += v * (wx * wy)[:, None]
-    elif MODE == 1:
-        ix = _pad_coord(ix, Wf, PAD, ALIGN)
-        iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        # round half to even, as nearbyint
-        rx = tl.floor(ix + 0.5)
-        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
-        ry = tl.floor(iy + 0.5)
-        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
-        xx = rx.to(tl.int32)
-        yy = ry.to(tl.int32)
-        ok = (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
-        acc = tl.load(x_ptr + base + (yy * W + xx)[:, None], mask=m2 & ok[:, None], other=0.0).to(tl.float32)
-    else:
-        x0f = tl.floor(ix)
-        y0f = tl.floor(iy)
-        tx = ix - x0f
-        ty = iy - y0f
-        for j in tl.static_range(4):
-            yj = _pad_coord(y0f - 1.0 + j, Hf, PAD, ALIGN)
-            if j == 0:
-                wy = _cubic2(ty + 1.0)
-            elif j == 1:
-                wy = _cubic1(ty)
-            elif j == 2:
-                wy = _cubic1(1.0 - ty)
-            else:
-                wy = _cubic2((1.0 - ty) + 1.0)
-            yi = yj.to(tl.int32)
-            oky = (yj >= 0.0) & (yj <= Hf - 1.0)
-            row = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-            for i in tl.static_range(4):
-                xi_f = _pad_coord(x0f - 1.0 + i, Wf, PAD, ALIGN)
-                if i == 0:
-                    wx = _cubic2(tx + 1.0)
-                elif i == 1:
-                    wx = _cubic1(tx)
-                elif i == 2:
-                    wx = _cubic1(1.0 - tx)
-                else:
-                    wx = _cubic2((1.0 - tx) + 1.0)
-                xi = xi_f.to(tl.int32)
-                ok = oky & (xi_f >= 0.0) & (xi_f <= Wf - 1.0)
-                v = tl.load(
-                    x_ptr + base + (yi * W + xi)[:, None],
-                    mask=m2 & ok[:, None],
-                    other=0.0,
-                ).to(tl.float32)
-                row += v * wx[:, None]
-            acc += row * wy[:, None]
-    out_off = plane * HWo + q[:, None]
-    tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=m2)
 
 
 @triton.jit
@@ -535,7 +426,7 @@ def grid_sample(
     variant: str | None = None,
     config: tuple[int, int, int, int, int] | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop", "nhwc" or "tile"
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "nhwc"
     (default: ``GRID_VARIANT[mode, element size]``).
 
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
@@ -551,7 +442,6 @@ def grid_sample(
     grid = grid.contiguous()
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
-    total = n * ho * wo
     chosen = variant or GRID_VARIANT[interpolation_mode, 2 if x.element_size() == 2 else 4]
     if chosen == "nhwc":
         bp, bc, warps = config[:3] if config else (32, min(128 // x.element_size(), triton.next_power_of_2(c)), 4)
@@ -599,106 +489,10 @@ def grid_sample(
             num_warps=warps,
         )
         return
-    block_c = min(16, triton.next_power_of_2(c))
-    block_p = 128
-    launch = (triton.cdiv(total, block_p), triton.cdiv(c, block_c))
-    _grid_sample_kernel[launch](
-        x,
-        grid,
-        out,
-        c,
-        h,
-        w,
-        ho * wo,
-        total,
-        MODE=interpolation_mode,
-        PAD=padding_mode,
-        ALIGN=bool(align_corners),
-        BLOCK_P=block_p,
-        BLOCK_C=block_c,
-        num_warps=4,
-    )
+    raise ValueError(f"grid_sample: unknown variant {chosen!r}; use 'loop' or 'nhwc'.")
 
 
 # --------------------------------------------------------------------------- DCNv2
-
-
-@triton.jit
-def _dcn_im2col_kernel(
-    x_ptr,
-    off_ptr,
-    mask_ptr,
-    col_ptr,
-    Cin,
-    H,
-    W,
-    Wo,
-    P,
-    K,
-    KW,
-    DG,
-    CDG,
-    SH,
-    SW,
-    PH,
-    PW,
-    DH,
-    DW,
-    BLOCK_P: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-):
-    pid_p = tl.program_id(0)
-    pid_t = tl.program_id(1)  # (n, dg, k)
-    pid_c = tl.program_id(2)
-    k = pid_t % K
-    ndg = pid_t // K
-    dg = ndg % DG
-    n = ndg // DG
-    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    pm = p < P
-    oh = p // Wo
-    ow = p - oh * Wo
-    ky = k // KW
-    kx = k - ky * KW
-    off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
-    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
-    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
-    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
-    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
-    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
-    y0f = tl.floor(y)
-    x0f = tl.floor(x)
-    ly = y - y0f
-    lx = x - x0f
-    y0 = y0f.to(tl.int32)
-    x0 = x0f.to(tl.int32)
-    c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cm = c < CDG
-    ch = dg * CDG + c
-    base = (n.to(tl.int64) * Cin + ch) * (H * W)
-    m2 = pm[:, None] & cm[None, :]
-    acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    for cy in tl.static_range(2):
-        for cx in tl.static_range(2):
-            yy = y0 + cy
-            xx = x0 + cx
-            wgt = (ly if cy == 1 else 1.0 - ly) * (lx if cx == 1 else 1.0 - lx)
-            ok = inside & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            v = tl.load(
-                x_ptr + base[None, :] + (yy * W + xx)[:, None],
-                mask=m2 & ok[:, None],
-                other=0.0,
-            ).to(tl.float32)
-            acc += v * wgt[:, None]
-    acc = acc * mval[:, None]
-    # cols[n, ch * K + k, p]
-    row = (n.to(tl.int64) * Cin + ch) * K + k
-    tl.store(
-        col_ptr + row[None, :] * P + p[:, None],
-        acc.to(col_ptr.dtype.element_ty),
-        mask=m2,
-    )
 
 
 @triton.jit
@@ -996,8 +790,8 @@ def deform_conv2d(
 
     Variants: "nhwc" (groups = 1; the default): a channels-last copy of the input, a Triton bilinear
     im2col (mask applied) whose reads and writes are contiguous runs of channels into a
-    (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop"/"tile": the
-    same from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
+    (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop": the same
+    from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
     "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1, deform_groups = 1,
     float16, or float32 when TF32 is allowed). A variant that does not apply falls back to "loop".
     ``config`` (BLOCK_P, BLOCK_C, num_warps) overrides the "nhwc" im2col tiling. float32 follows
@@ -1100,66 +894,36 @@ def deform_conv2d(
         return
     if chosen in ("fused", "nhwc"):
         chosen = "loop"  # a variant that does not apply (groups, deform groups, strict float32)
+    if chosen != "loop":
+        raise ValueError(f"deform_conv2d: unknown variant {chosen!r}; use 'nhwc', 'loop' or 'fused'.")
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
-    if chosen == "loop":
-        block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
-        launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
-        _dcn_im2col_loop_kernel[launch](
-            x,
-            offset,
-            mask,
-            cols,
-            cin,
-            h,
-            w,
-            wo,
-            p,
-            k,
-            kw,
-            deform_groups,
-            cdg,
-            sh,
-            sw,
-            ph,
-            pw,
-            dh,
-            dw,
-            BLOCK_P=block_p,
-            CB=cb,
-            CU=4,
-            num_warps=4,
-        )
-    else:
-        block_p, block_c = 64, min(32, triton.next_power_of_2(cdg))
-        launch = (
-            triton.cdiv(p, block_p),
-            n * deform_groups * k,
-            triton.cdiv(cdg, block_c),
-        )
-        _dcn_im2col_kernel[launch](
-            x,
-            offset,
-            mask,
-            cols,
-            cin,
-            h,
-            w,
-            wo,
-            p,
-            k,
-            kw,
-            deform_groups,
-            cdg,
-            sh,
-            sw,
-            ph,
-            pw,
-            dh,
-            dw,
-            BLOCK_P=block_p,
-            BLOCK_C=block_c,
-            num_warps=4,
-        )
+    block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
+    launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
+    _dcn_im2col_loop_kernel[launch](
+        x,
+        offset,
+        mask,
+        cols,
+        cin,
+        h,
+        w,
+        wo,
+        p,
+        k,
+        kw,
+        deform_groups,
+        cdg,
+        sh,
+        sw,
+        ph,
+        pw,
+        dh,
+        dw,
+        BLOCK_P=block_p,
+        CB=cb,
+        CU=4,
+        num_warps=4,
+    )
     wg = weight.to(x.dtype).reshape(groups, cout // groups, cin_g * k)
     res = out.view(n, groups, cout // groups, p)
     torch.matmul(wg, cols.view(n, groups, cin_g * k, p), out=res)
