@@ -424,7 +424,7 @@ def grid_sample(
     padding_mode: int,
     align_corners: bool,
     variant: str | None = None,
-    config: tuple[int, int, int, int, int] | None = None,
+    config: tuple[int, ...] | None = None,
 ) -> None:
     """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "nhwc"
     (default: ``GRID_VARIANT[mode, element size]``).
