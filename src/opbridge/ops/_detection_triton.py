@@ -111,6 +111,40 @@ def _cubic2(t):
 
 
 @triton.jit
+def _bilinear_setup(ix, iy, W, H, pm):
+    # PyTorch's bilinear corners: top-left index, the four weights and in-bounds masks (nw, ne, sw, se)
+    x0f = tl.floor(ix)
+    y0f = tl.floor(iy)
+    x0 = x0f.to(tl.int32)
+    y0 = y0f.to(tl.int32)
+    w_nw = ((x0f + 1.0) - ix) * ((y0f + 1.0) - iy)
+    w_ne = (ix - x0f) * ((y0f + 1.0) - iy)
+    w_sw = ((x0f + 1.0) - ix) * (iy - y0f)
+    w_se = (ix - x0f) * (iy - y0f)
+    okx0 = (x0 >= 0) & (x0 < W)
+    okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
+    oky0 = (y0 >= 0) & (y0 < H)
+    oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
+    m_nw = pm & okx0 & oky0
+    m_ne = pm & okx1 & oky0
+    m_sw = pm & okx0 & oky1
+    m_se = pm & okx1 & oky1
+    return x0, y0, w_nw, w_ne, w_sw, w_se, m_nw, m_ne, m_sw, m_se
+
+
+@triton.jit
+def _nearest_setup(ix, iy, W, H, pm):
+    # nearbyint (round half to even) of both coordinates, and whether the pixel is in bounds
+    rx = tl.floor(ix + 0.5)
+    rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
+    ry = tl.floor(iy + 0.5)
+    ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
+    xx = rx.to(tl.int32)
+    yy = ry.to(tl.int32)
+    return xx, yy, pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+
+
+@triton.jit
 def _grid_sample_loop_kernel(
     x_ptr,
     g_ptr,
@@ -163,22 +197,7 @@ def _grid_sample_loop_kernel(
     if MODE == 0:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        x0f = tl.floor(ix)
-        y0f = tl.floor(iy)
-        x0 = x0f.to(tl.int32)
-        y0 = y0f.to(tl.int32)
-        w_nw = ((x0f + 1.0) - ix) * ((y0f + 1.0) - iy)
-        w_ne = (ix - x0f) * ((y0f + 1.0) - iy)
-        w_sw = ((x0f + 1.0) - ix) * (iy - y0f)
-        w_se = (ix - x0f) * (iy - y0f)
-        okx0 = (x0 >= 0) & (x0 < W)
-        okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
-        oky0 = (y0 >= 0) & (y0 < H)
-        oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
-        m_nw = pm & okx0 & oky0
-        m_ne = pm & okx1 & oky0
-        m_sw = pm & okx0 & oky1
-        m_se = pm & okx1 & oky1
+        x0, y0, w_nw, w_ne, w_sw, w_se, m_nw, m_ne, m_sw, m_se = _bilinear_setup(ix, iy, W, H, pm)
         o_nw = y0 * W + x0
         for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
@@ -197,13 +216,7 @@ def _grid_sample_loop_kernel(
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        rx = tl.floor(ix + 0.5)
-        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
-        ry = tl.floor(iy + 0.5)
-        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
-        xx = rx.to(tl.int32)
-        yy = ry.to(tl.int32)
-        ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        xx, yy, ok = _nearest_setup(ix, iy, W, H, pm)
         o = yy * W + xx
         for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
@@ -338,33 +351,16 @@ def _grid_sample_nhwc_kernel(
     if MODE == 0:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        x0f = tl.floor(ix)
-        y0f = tl.floor(iy)
-        x0 = x0f.to(tl.int32)
-        y0 = y0f.to(tl.int32)
-        w_nw = (((x0f + 1.0) - ix) * ((y0f + 1.0) - iy))[:, None]
-        w_ne = ((ix - x0f) * ((y0f + 1.0) - iy))[:, None]
-        w_sw = (((x0f + 1.0) - ix) * (iy - y0f))[:, None]
-        w_se = ((ix - x0f) * (iy - y0f))[:, None]
-        okx0 = (x0 >= 0) & (x0 < W)
-        okx1 = (x0 + 1 >= 0) & (x0 + 1 < W)
-        oky0 = (y0 >= 0) & (y0 < H)
-        oky1 = (y0 + 1 >= 0) & (y0 + 1 < H)
+        x0, y0, w_nw, w_ne, w_sw, w_se, m_nw, m_ne, m_sw, m_se = _bilinear_setup(ix, iy, W, H, pm)
         src = base + (y0 * W + x0).to(tl.int64)[:, None] * C
-        acc = tl.load(src, mask=(pm & okx0 & oky0)[:, None] & cm2, other=0.0).to(tl.float32) * w_nw
-        acc += tl.load(src + C, mask=(pm & okx1 & oky0)[:, None] & cm2, other=0.0).to(tl.float32) * w_ne
-        acc += tl.load(src + W * C, mask=(pm & okx0 & oky1)[:, None] & cm2, other=0.0).to(tl.float32) * w_sw
-        acc += tl.load(src + (W + 1) * C, mask=(pm & okx1 & oky1)[:, None] & cm2, other=0.0).to(tl.float32) * w_se
+        acc = tl.load(src, mask=m_nw[:, None] & cm2, other=0.0).to(tl.float32) * w_nw[:, None]
+        acc += tl.load(src + C, mask=m_ne[:, None] & cm2, other=0.0).to(tl.float32) * w_ne[:, None]
+        acc += tl.load(src + W * C, mask=m_sw[:, None] & cm2, other=0.0).to(tl.float32) * w_sw[:, None]
+        acc += tl.load(src + (W + 1) * C, mask=m_se[:, None] & cm2, other=0.0).to(tl.float32) * w_se[:, None]
     elif MODE == 1:
         ix = _pad_coord(ix, Wf, PAD, ALIGN)
         iy = _pad_coord(iy, Hf, PAD, ALIGN)
-        rx = tl.floor(ix + 0.5)
-        rx = tl.where(((rx - ix) == 0.5) & ((rx - 2.0 * tl.floor(rx * 0.5)) != 0), rx - 1.0, rx)
-        ry = tl.floor(iy + 0.5)
-        ry = tl.where(((ry - iy) == 0.5) & ((ry - 2.0 * tl.floor(ry * 0.5)) != 0), ry - 1.0, ry)
-        xx = rx.to(tl.int32)
-        yy = ry.to(tl.int32)
-        ok = pm & (xx >= 0) & (xx < W) & (yy >= 0) & (yy < H)
+        xx, yy, ok = _nearest_setup(ix, iy, W, H, pm)
         acc = tl.load(base + (yy * W + xx).to(tl.int64)[:, None] * C, mask=ok[:, None] & cm2, other=0.0)
     else:
         x0f = tl.floor(ix)
@@ -496,6 +492,36 @@ def grid_sample(
 
 
 @triton.jit
+def _dcn_samples(off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH, SW, PH, PW, DH, DW):
+    # tap k of deform group dg at output pixels p: the sample's top-left corner, the four corner
+    # weights and in-bounds masks (torchvision's bilinear rules), and the modulation mask's value
+    oh = p // Wo
+    ow = p - oh * Wo
+    ky = k // KW
+    kx = k - ky * KW
+    off_base = (n * DG * 2 * K + dg * 2 * K + 2 * k) * P
+    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
+    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
+    mval = tl.load(mask_ptr + (n * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
+    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
+    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
+    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    y0f = tl.floor(y)
+    x0f = tl.floor(x)
+    ly = y - y0f
+    lx = x - x0f
+    hy = 1.0 - ly
+    hx = 1.0 - lx
+    y0 = y0f.to(tl.int32)
+    x0 = x0f.to(tl.int32)
+    m00 = inside & (y0 >= 0) & (x0 >= 0)
+    m01 = inside & (y0 >= 0) & (x0 + 1 < W)
+    m10 = inside & (y0 + 1 < H) & (x0 >= 0)
+    m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
+    return y0, x0, hy * hx, hy * lx, ly * hx, ly * lx, m00, m01, m10, m11, mval
+
+
+@triton.jit
 def _dcn_im2col_loop_kernel(
     x_ptr,
     off_ptr,
@@ -527,36 +553,12 @@ def _dcn_im2col_loop_kernel(
     k = pid_t % K
     ndg = pid_t // K
     dg = ndg % DG
-    n = ndg // DG
+    n = (ndg // DG).to(tl.int64)
     p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     pm = p < P
-    oh = p // Wo
-    ow = p - oh * Wo
-    ky = k // KW
-    kx = k - ky * KW
-    off_base = (n.to(tl.int64) * DG * 2 * K + dg * 2 * K + 2 * k) * P
-    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
-    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(mask_ptr + (n.to(tl.int64) * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
-    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
-    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
-    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
-    y0f = tl.floor(y)
-    x0f = tl.floor(x)
-    ly = y - y0f
-    lx = x - x0f
-    hy = 1.0 - ly
-    hx = 1.0 - lx
-    y0 = y0f.to(tl.int32)
-    x0 = x0f.to(tl.int32)
-    m00 = inside & (y0 >= 0) & (x0 >= 0)
-    m01 = inside & (y0 >= 0) & (x0 + 1 < W)
-    m10 = inside & (y0 + 1 < H) & (x0 >= 0)
-    m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
-    w00 = hy * hx
-    w01 = hy * lx
-    w10 = ly * hx
-    w11 = ly * lx
+    y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mval = _dcn_samples(
+        off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH, SW, PH, PW, DH, DW
+    )
     o00 = y0 * W + x0
     hw = H * W
     for c0 in range(0, CB, CU):
@@ -619,33 +621,11 @@ def _dcn_im2col_nhwc_kernel(
     n = (ndg // DG).to(tl.int64)
     p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     pm = p < P
-    oh = p // Wo
-    ow = p - oh * Wo
-    ky = k // KW
-    kx = k - ky * KW
-    off_base = (n * DG * 2 * K + dg * 2 * K + 2 * k) * P
-    dy = tl.load(off_ptr + off_base + p, mask=pm, other=0.0).to(tl.float32)
-    dx = tl.load(off_ptr + off_base + P + p, mask=pm, other=0.0).to(tl.float32)
-    mval = tl.load(mask_ptr + (n * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
-    y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
-    x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
-    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
-    y0f = tl.floor(y)
-    x0f = tl.floor(x)
-    ly = y - y0f
-    lx = x - x0f
-    hy = 1.0 - ly
-    hx = 1.0 - lx
-    y0 = y0f.to(tl.int32)
-    x0 = x0f.to(tl.int32)
-    m00 = (inside & (y0 >= 0) & (x0 >= 0))[:, None]
-    m01 = (inside & (y0 >= 0) & (x0 + 1 < W))[:, None]
-    m10 = (inside & (y0 + 1 < H) & (x0 >= 0))[:, None]
-    m11 = (inside & (y0 + 1 < H) & (x0 + 1 < W))[:, None]
-    w00 = (hy * hx)[:, None]
-    w01 = (hy * lx)[:, None]
-    w10 = (ly * hx)[:, None]
-    w11 = (ly * lx)[:, None]
+    y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mval = _dcn_samples(
+        off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH, SW, PH, PW, DH, DW
+    )
+    w00, w01, w10, w11 = w00[:, None], w01[:, None], w10[:, None], w11[:, None]
+    m00, m01, m10, m11 = m00[:, None], m01[:, None], m10[:, None], m11[:, None]
     c_first = dg * CDG
     src0 = x_ptr + ((n * H + y0) * W + x0).to(tl.int64)[:, None] * Cin + c_first
     row_step = W * Cin
