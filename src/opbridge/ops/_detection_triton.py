@@ -111,6 +111,23 @@ def _cubic2(t):
 
 
 @triton.jit
+def _cubic_weights(t):
+    # the weights of taps -1, 0, 1, 2 at fraction t (PyTorch's get_cubic_upsample_coefficients)
+    return _cubic2(t + 1.0), _cubic1(t), _cubic1(1.0 - t), _cubic2((1.0 - t) + 1.0)
+
+
+@triton.jit
+def _cubic_taps(f, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
+    # the padded coordinates of taps -1, 0, 1, 2 around floor f; outside [0, size - 1]: no sample
+    return (
+        _pad_coord(f - 1.0, size, PAD, ALIGN),
+        _pad_coord(f, size, PAD, ALIGN),
+        _pad_coord(f + 1.0, size, PAD, ALIGN),
+        _pad_coord(f + 2.0, size, PAD, ALIGN),
+    )
+
+
+@triton.jit
 def _bilinear_setup(ix, iy, W, H, pm):
     # PyTorch's bilinear corners: top-left index, the four weights and in-bounds masks (nw, ne, sw, se)
     x0f = tl.floor(ix)
@@ -233,22 +250,10 @@ def _grid_sample_loop_kernel(
         y0f = tl.floor(iy)
         tx = ix - x0f
         ty = iy - y0f
-        wx0 = _cubic2(tx + 1.0)
-        wx1 = _cubic1(tx)
-        wx2 = _cubic1(1.0 - tx)
-        wx3 = _cubic2((1.0 - tx) + 1.0)
-        wy0 = _cubic2(ty + 1.0)
-        wy1 = _cubic1(ty)
-        wy2 = _cubic1(1.0 - ty)
-        wy3 = _cubic2((1.0 - ty) + 1.0)
-        xs0 = _pad_coord(x0f - 1.0, Wf, PAD, ALIGN)
-        xs1 = _pad_coord(x0f, Wf, PAD, ALIGN)
-        xs2 = _pad_coord(x0f + 1.0, Wf, PAD, ALIGN)
-        xs3 = _pad_coord(x0f + 2.0, Wf, PAD, ALIGN)
-        ys0 = _pad_coord(y0f - 1.0, Hf, PAD, ALIGN)
-        ys1 = _pad_coord(y0f, Hf, PAD, ALIGN)
-        ys2 = _pad_coord(y0f + 1.0, Hf, PAD, ALIGN)
-        ys3 = _pad_coord(y0f + 2.0, Hf, PAD, ALIGN)
+        wx0, wx1, wx2, wx3 = _cubic_weights(tx)
+        wy0, wy1, wy2, wy3 = _cubic_weights(ty)
+        xs0, xs1, xs2, xs3 = _cubic_taps(x0f, Wf, PAD, ALIGN)
+        ys0, ys1, ys2, ys3 = _cubic_taps(y0f, Hf, PAD, ALIGN)
         for c0 in range(0, CPG, CU):
             for cu in tl.static_range(CU):
                 c = c0 + cu
@@ -367,14 +372,11 @@ def _grid_sample_nhwc_kernel(
         y0f = tl.floor(iy)
         tx = ix - x0f
         ty = iy - y0f
-        wx0 = _cubic2(tx + 1.0)[:, None]
-        wx1 = _cubic1(tx)[:, None]
-        wx2 = _cubic1(1.0 - tx)[:, None]
-        wx3 = _cubic2((1.0 - tx) + 1.0)[:, None]
-        xs0 = _pad_coord(x0f - 1.0, Wf, PAD, ALIGN)
-        xs1 = _pad_coord(x0f, Wf, PAD, ALIGN)
-        xs2 = _pad_coord(x0f + 1.0, Wf, PAD, ALIGN)
-        xs3 = _pad_coord(x0f + 2.0, Wf, PAD, ALIGN)
+        wx0, wx1, wx2, wx3 = _cubic_weights(tx)
+        wx0, wx1, wx2, wx3 = wx0[:, None], wx1[:, None], wx2[:, None], wx3[:, None]
+        wy0, wy1, wy2, wy3 = _cubic_weights(ty)
+        xs0, xs1, xs2, xs3 = _cubic_taps(x0f, Wf, PAD, ALIGN)
+        ys0, ys1, ys2, ys3 = _cubic_taps(y0f, Hf, PAD, ALIGN)
         okx0 = (xs0 >= 0.0) & (xs0 <= Wf - 1.0)
         okx1 = (xs1 >= 0.0) & (xs1 <= Wf - 1.0)
         okx2 = (xs2 >= 0.0) & (xs2 <= Wf - 1.0)
@@ -385,15 +387,18 @@ def _grid_sample_nhwc_kernel(
         xi3 = xs3.to(tl.int32)
         acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
         for j in tl.static_range(4):
-            yj = _pad_coord(y0f - 1.0 + j, Hf, PAD, ALIGN)
             if j == 0:
-                wy = _cubic2(ty + 1.0)
+                yj = ys0
+                wy = wy0
             elif j == 1:
-                wy = _cubic1(ty)
+                yj = ys1
+                wy = wy1
             elif j == 2:
-                wy = _cubic1(1.0 - ty)
+                yj = ys2
+                wy = wy2
             else:
-                wy = _cubic2((1.0 - ty) + 1.0)
+                yj = ys3
+                wy = wy3
             oky = pm & (yj >= 0.0) & (yj <= Hf - 1.0)
             rowi = yj.to(tl.int32) * W
             row = tl.load(base + (rowi + xi0).to(tl.int64)[:, None] * C, mask=(oky & okx0)[:, None] & cm2, other=0.0)
