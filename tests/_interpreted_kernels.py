@@ -38,12 +38,27 @@ def _err(got: torch.Tensor, want: torch.Tensor) -> float:
 def resize(align: bool) -> float:
     x = torch.randn(1, 2, 21, 30, generator=_gen())
     worst = 0.0
-    # up, down (the window restarts), 4 px to 3 (every tap clamped), same size; default and small tiles
-    for out_hw in ((45, 64), (9, 13), (4, 3), (21, 30)):
+    # up, exactly x2, down (the window restarts), 4 px to 3 (every tap clamped), same size; default
+    # and small tiles
+    for out_hw in ((45, 64), (42, 60), (9, 13), (4, 3), (21, 30)):
         for config in (None, (3, 32, 1, False)):
             out = torch.full((1, 2, *out_hw), float("nan"))
-            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config)
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config, variant="window")
             want = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
+            worst = max(worst, _err(out, want))
+    return worst
+
+
+def resize_integer() -> float:
+    x = torch.randn(1, 2, 7, 37, generator=_gen())
+    worst = 0.0
+    # x2 and x4; the default tiling (one program: 128 columns, 4 rows) and 32-column programs of
+    # 3 rows, so that tiles end inside the image, with and without the row prefetch
+    for k in (2, 4):
+        for config in (None, (32, 3, 1, True), (32, 3, 1, False)):
+            out = torch.full((1, 2, 7 * k, 37 * k), float("nan"))
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=config, variant="integer")
+            want = F.interpolate(x, size=(7 * k, 37 * k), mode="bicubic", align_corners=False)
             worst = max(worst, _err(out, want))
     return worst
 
@@ -146,6 +161,7 @@ def batched_nms() -> float:
 CASES: dict[str, tuple[Callable[[], float], float]] = {
     "resize-half-pixel": (lambda: resize(False), ATOL),
     "resize-align-corners": (lambda: resize(True), ATOL),
+    "resize-integer-factor": (resize_integer, ATOL),
     "silu": (silu, 1e-6),
     **{
         f"grid-{variant}-{name}": ((lambda v=variant, m=mode: grid_sample(v, m)), ATOL)

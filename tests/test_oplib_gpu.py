@@ -292,6 +292,38 @@ def test_dynamic_resize_gpu(dtype: torch.dtype, align: bool, in_hw: tuple, out_h
     torch.testing.assert_close(out.float(), want, **tol)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("factor", [2, 4], ids=["x2", "x4"])
+@pytest.mark.parametrize(
+    "in_hw",
+    [(1, 1), (2, 3), (16, 16), (37, 129), (70, 33)],
+    ids=["single-pixel", "2x3", "16x16", "37x129", "70x33"],
+)
+@pytest.mark.parametrize(
+    "config",
+    [None, (32, 3, 1, True), (32, 5, 1, False), (256, 16, 8, True), (64, 1, 2, True)],
+    ids=["default", "small-prefetch", "small", "wide", "one-row"],
+)
+def test_dynamic_resize_gpu_integer_factor(dtype: torch.dtype, factor: int, in_hw: tuple, config: tuple | None) -> None:
+    """The integer-factor kernel (outputs 2x / 4x the input) against PyTorch's CUDA op, tile edges included."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import _seed_gpu as sg
+
+    g = _gen()
+    x = torch.randn(2, 3, *in_hw, device="cuda", generator=g).to(dtype)
+    out_hw = (in_hw[0] * factor, in_hw[1] * factor)
+    out = torch.full((2, 3, *out_hw), float("nan"), device="cuda", dtype=dtype)
+    sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=config, variant="integer")
+    want = F.interpolate(x.float(), size=out_hw, mode="bicubic", align_corners=False)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-3, "atol": 4e-3}
+    torch.testing.assert_close(out.float(), want, **tol)
+    if dtype == torch.float16:
+        # PyTorch's own fp16 CUDA op computes in float32 and rounds once, as ours does
+        native = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False)
+        torch.testing.assert_close(out, native, rtol=1e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize(
     "config",
     [(32, 256, 2, True), (32, 256, 1, False), (3, 32, 1, True), (5, 32, 1, False), (8, 1024, 4, True)],
@@ -304,10 +336,10 @@ def test_dynamic_resize_gpu_tilings(config: tuple) -> None:
 
     g = _gen()
     x = torch.randn(2, 3, 45, 61, device="cuda", generator=g)
-    for out_hw in ((97, 130), (20, 29), (8, 7)):
+    for out_hw in ((97, 130), (90, 122), (20, 29), (8, 7)):  # (90, 122): exactly x2, which "window" handles too
         for align in (False, True):
             out = torch.full((2, 3, *out_hw), float("nan"), device="cuda")
-            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config)
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config, variant="window")
             want = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
             # align_corners=True: one element of 75660 at 97x130 differs from PyTorch's CUDA op by 1.1e-5
             # (a near-cancelling value, 0.089), hence atol 2e-5

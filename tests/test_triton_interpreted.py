@@ -21,6 +21,7 @@ pytest.importorskip("triton", reason="triton is not installed (make test install
 CASES = [
     "resize-half-pixel",
     "resize-align-corners",
+    "resize-integer-factor",
     "silu",
     *(f"grid-{v}-{m}" for v in ("loop", "nhwc") for m in ("bilinear", "nearest", "bicubic")),
     "dcn-nhwc",
@@ -64,3 +65,17 @@ def test_unknown_variant_is_refused() -> None:
     off, mask = torch.zeros(1, 18, 4, 4), torch.zeros(1, 9, 4, 4)
     with pytest.raises(ValueError, match="unknown variant 'tile'; use 'nhwc', 'loop' or 'fused'"):
         tk.deform_conv2d(x, off, mask, w, None, torch.empty(1, 3, 4, 4), (1, 1), (1, 1), (1, 1), 1, 1, variant="tile")
+
+
+def test_resize_variant_errors() -> None:
+    import torch
+
+    from opbridge.ops import _seed_gpu as sg
+
+    x = torch.zeros(1, 2, 4, 4)
+    with pytest.raises(ValueError, match="unknown variant 'tile'; use 'window' or 'integer'"):
+        sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, variant="tile")
+    with pytest.raises(ValueError, match=r"exactly 2 or 4 times the input .* got 4x4 -> 8x12"):
+        sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 12)], {}, 0, variant="integer")
+    with pytest.raises(ValueError, match="align_corners=True"):
+        sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {"align_corners": True}, 0, variant="integer")

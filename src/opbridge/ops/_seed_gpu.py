@@ -84,17 +84,41 @@ def _resize_config(nc: int, ho: int, wo: int) -> tuple[int, int, int, bool]:
     return rows, bw, 2 if bw >= 64 else 1, True
 
 
+def _integer_factor(h: int, w: int, ho: int, wo: int, align: bool) -> int | None:
+    """K when the output is exactly K times the input in both dimensions (K = 2 or 4, half-pixel
+    centres): the case ``bicubic_int_kernel`` handles. ``None`` otherwise."""
+    if align:
+        return None
+    return next((k for k in (2, 4) if ho == k * h and wo == k * w), None)
+
+
+def _resize_int_config(nc: int, h: int, w: int) -> tuple[int, int, int, bool]:
+    """(BI, RI, num_warps, PREFETCH) of ``bicubic_int_kernel`` for nc planes of h x w inputs.
+
+    Input columns in blocks of up to 128 (one lane each); the most input rows per program
+    (16, 8 or 4) that still gives at least 2048 programs (benchmarks/gpu_tiling_sweep.py).
+    """
+    bi = 128 if w > 64 else max(32, 1 << max(0, w - 1).bit_length())
+    n_tx = -(-w // bi)
+    ri = next((r for r in (16, 8) if nc * n_tx * -(-h // r) >= 2048), 4)
+    return bi, ri, max(1, bi // 32), True
+
+
 def dynamic_resize_gpu(
     inputs: list[Any],
     outputs: list[Any],
     attrs: dict[str, Any],
     stream: int,
     config: tuple[int, int, int, bool] | None = None,
+    variant: str | None = None,
 ) -> None:
     """DynamicResize: bicubic (A = -0.75, borders clamped) of input (N, C, H, W) to the output's H, W.
 
-    ``config`` (ROWS, BW, num_warps, PREFETCH) overrides ``_resize_config``; benchmarks use it to
-    compare tilings.
+    ``variant``: "window" (``bicubic_kernel``, any sizes) or "integer" (``bicubic_int_kernel``,
+    outputs exactly 2 or 4 times the input with half-pixel centres); by default "integer" where it
+    applies. ``config`` overrides the variant's tiling: (ROWS, BW, num_warps, PREFETCH) for
+    "window" (default ``_resize_config``), (BI, RI, num_warps, PREFETCH) for "integer" (default
+    ``_resize_int_config``) and needs ``variant``; benchmarks use both to compare.
     """
     import torch.nn.functional as F
 
@@ -102,9 +126,29 @@ def dynamic_resize_gpu(
     align = bool(attrs.get("align_corners", False))
     n, c, h, w = x.shape
     ho, wo = out.shape[-2], out.shape[-1]
+    if variant not in (None, "window", "integer"):
+        raise ValueError(f"DynamicResize: unknown variant {variant!r}; use 'window' or 'integer'.")
+    if config is not None and variant is None:
+        raise ValueError(
+            "DynamicResize: a tiling config belongs to one kernel; name it with variant='window' or 'integer'."
+        )
+    factor = _integer_factor(h, w, ho, wo, align)
+    if variant == "integer" and factor is None:
+        raise ValueError(
+            f"DynamicResize: the 'integer' variant needs an output exactly 2 or 4 times the input with "
+            f"align_corners=False; got {h}x{w} -> {ho}x{wo}, align_corners={align}."
+        )
     kernels = _triton_kernels()
     if kernels is None or out.numel() == 0 or x.numel() == 0 or max(h * w, ho * wo) >= 2**31:
         out.copy_(F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=align))
+        return
+    if factor is not None and variant != "window":
+        bi, ri, warps, prefetch = config or _resize_int_config(n * c, h, w)
+        n_tx, n_ty = -(-w // bi), -(-h // ri)
+        with _on_device(x):
+            kernels.bicubic_int_kernel[(n * c * n_ty * n_tx,)](
+                x, out, h, w, n_tx, n_ty, K=factor, BI=bi, RI=ri, PREFETCH=prefetch, num_warps=warps
+            )
         return
     if align:
         sh = (h - 1) / (ho - 1) if ho > 1 else 0.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["bicubic_kernel", "silu_kernel"]
+__all__ = ["bicubic_int_kernel", "bicubic_kernel", "silu_kernel"]
 
 
 @triton.jit
@@ -141,3 +141,149 @@ def bicubic_kernel(
                 cur += 1
         y = h0 * _cc2(ty_f + 1.0) + h1 * _cc1(ty_f) + h2 * _cc1(1.0 - ty_f) + h3 * _cc2(2.0 - ty_f)
         tl.store(obase + oy * WO + ox, y.to(out_ptr.dtype.element_ty), mask=xm & (oy < HO))
+
+
+# ---------------------------------------------------------------- integer upscaling factors
+#
+# Upscaling by an integer factor K (2 or 4) with half-pixel centres: output column K*i + p samples
+# at i + (p + 0.5) / K - 0.5, so every output "phase" p has the same fractional offset and the
+# same four weights on every row and column, and its taps are input columns i-2..i+1 (p < K/2)
+# or i-1..i+2. A lane owns input column i and its K output columns; it reads the five columns
+# i-2..i+2 of each input row (coalesced across the warp) once for K x K outputs per row step.
+# The weights equal PyTorch's (scale 1/K is exact for K = 2 and 4, so are the offsets).
+
+
+@triton.jit
+def _phase(m2, m1, c0, p1, p2, P: tl.constexpr, K: tl.constexpr):
+    # phase P of K interpolated from the five neighbours -2..2: taps -2..1 (P < K/2) or -1..2;
+    # the offset and weights are compile-time constants, by PyTorch's formulas
+    s = (tl.full([], P, tl.float32) + 0.5) * (1.0 / K) - 0.5
+    t = s - tl.floor(s)
+    w0 = _cc2(t + 1.0)
+    w1 = _cc1(t)
+    w2 = _cc1(1.0 - t)
+    w3 = _cc2((1.0 - t) + 1.0)
+    if P < K // 2:
+        return m2 * w0 + m1 * w1 + c0 * w2 + p1 * w3
+    else:
+        return m1 * w0 + c0 * w1 + p1 * w2 + p2 * w3
+
+
+@triton.jit
+def _load5(base, r, H, W, xm2, xm1, x0, xp1, xp2):
+    # the five neighbouring columns of input row r (clamped, as every column index is)
+    row = base + tl.minimum(tl.maximum(r, 0), H - 1) * W
+    return tl.load(row + xm2), tl.load(row + xm1), tl.load(row + x0), tl.load(row + xp1), tl.load(row + xp2)
+
+
+@triton.jit
+def _hrow2(v0, v1, v2, v3, v4):
+    # one input row interpolated along x at the two output phases of K = 2
+    m2, m1, c0 = v0.to(tl.float32), v1.to(tl.float32), v2.to(tl.float32)
+    p1, p2 = v3.to(tl.float32), v4.to(tl.float32)
+    return _phase(m2, m1, c0, p1, p2, 0, 2), _phase(m2, m1, c0, p1, p2, 1, 2)
+
+
+@triton.jit
+def _hrow4(v0, v1, v2, v3, v4):
+    # one input row interpolated along x at the four output phases of K = 4
+    m2, m1, c0 = v0.to(tl.float32), v1.to(tl.float32), v2.to(tl.float32)
+    p1, p2 = v3.to(tl.float32), v4.to(tl.float32)
+    return (
+        _phase(m2, m1, c0, p1, p2, 0, 4),
+        _phase(m2, m1, c0, p1, p2, 1, 4),
+        _phase(m2, m1, c0, p1, p2, 2, 4),
+        _phase(m2, m1, c0, p1, p2, 3, 4),
+    )
+
+
+@triton.jit
+def bicubic_int_kernel(
+    in_ptr,
+    out_ptr,
+    H,
+    W,
+    n_tx,
+    n_ty,
+    K: tl.constexpr,
+    BI: tl.constexpr,
+    RI: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    # One program: one plane, BI input columns, RI input rows; output (K*H, K*W). Five input rows'
+    # x-interpolations (rows r-2..r+2, each at the K phases) slide down as r advances; each row
+    # step writes K output rows of K*BI contiguous values. Same order of operations as PyTorch
+    # (x first, then y). PREFETCH loads the next row's neighbours one step ahead.
+    pid = tl.program_id(0)
+    tx = pid % n_tx
+    t = pid // n_tx
+    ty = t % n_ty
+    plane = (t // n_ty).to(tl.int64)
+    i = tx * BI + tl.arange(0, BI)
+    xm2 = tl.minimum(tl.maximum(i - 2, 0), W - 1)
+    xm1 = tl.minimum(tl.maximum(i - 1, 0), W - 1)
+    x0 = tl.minimum(i, W - 1)
+    xp1 = tl.minimum(i + 1, W - 1)
+    xp2 = tl.minimum(i + 2, W - 1)
+    WO = W * K
+    cols = (i * K)[:, None] + tl.arange(0, K)[None, :]
+    cmask = cols < WO
+    base = in_ptr + plane * H * W
+    obase = out_ptr + plane * H * W * (K * K) + cols
+    r0 = ty * RI
+    r1 = tl.minimum(r0 + RI, H)
+    if K == 2:
+        v0, v1, v2, v3, v4 = _load5(base, r0 - 2, H, W, xm2, xm1, x0, xp1, xp2)
+        a0, a1 = _hrow2(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 - 1, H, W, xm2, xm1, x0, xp1, xp2)
+        b0, b1 = _hrow2(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0, H, W, xm2, xm1, x0, xp1, xp2)
+        c0, c1 = _hrow2(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 + 1, H, W, xm2, xm1, x0, xp1, xp2)
+        d0, d1 = _hrow2(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 + 2, H, W, xm2, xm1, x0, xp1, xp2)
+        for r in range(r0, r1):
+            if PREFETCH:
+                e0, e1 = _hrow2(v0, v1, v2, v3, v4)
+                v0, v1, v2, v3, v4 = _load5(base, r + 3, H, W, xm2, xm1, x0, xp1, xp2)
+            else:
+                v0, v1, v2, v3, v4 = _load5(base, r + 2, H, W, xm2, xm1, x0, xp1, xp2)
+                e0, e1 = _hrow2(v0, v1, v2, v3, v4)
+            orow = obase + (r * K) * WO
+            y0 = tl.join(_phase(a0, b0, c0, d0, e0, 0, 2), _phase(a1, b1, c1, d1, e1, 0, 2))
+            tl.store(orow, y0.to(out_ptr.dtype.element_ty), mask=cmask)
+            y1 = tl.join(_phase(a0, b0, c0, d0, e0, 1, 2), _phase(a1, b1, c1, d1, e1, 1, 2))
+            tl.store(orow + WO, y1.to(out_ptr.dtype.element_ty), mask=cmask)
+            a0, a1 = b0, b1
+            b0, b1 = c0, c1
+            c0, c1 = d0, d1
+            d0, d1 = e0, e1
+    else:
+        v0, v1, v2, v3, v4 = _load5(base, r0 - 2, H, W, xm2, xm1, x0, xp1, xp2)
+        a0, a1, a2, a3 = _hrow4(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 - 1, H, W, xm2, xm1, x0, xp1, xp2)
+        b0, b1, b2, b3 = _hrow4(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0, H, W, xm2, xm1, x0, xp1, xp2)
+        c0, c1, c2, c3 = _hrow4(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 + 1, H, W, xm2, xm1, x0, xp1, xp2)
+        d0, d1, d2, d3 = _hrow4(v0, v1, v2, v3, v4)
+        v0, v1, v2, v3, v4 = _load5(base, r0 + 2, H, W, xm2, xm1, x0, xp1, xp2)
+        for r in range(r0, r1):
+            if PREFETCH:
+                e0, e1, e2, e3 = _hrow4(v0, v1, v2, v3, v4)
+                v0, v1, v2, v3, v4 = _load5(base, r + 3, H, W, xm2, xm1, x0, xp1, xp2)
+            else:
+                v0, v1, v2, v3, v4 = _load5(base, r + 2, H, W, xm2, xm1, x0, xp1, xp2)
+                e0, e1, e2, e3 = _hrow4(v0, v1, v2, v3, v4)
+            orow = obase + (r * K) * WO
+            for q in tl.static_range(4):
+                # output row K*r + q; its four phases joined so that each lane stores K contiguous values
+                y = tl.join(
+                    tl.join(_phase(a0, b0, c0, d0, e0, q, 4), _phase(a2, b2, c2, d2, e2, q, 4)),
+                    tl.join(_phase(a1, b1, c1, d1, e1, q, 4), _phase(a3, b3, c3, d3, e3, q, 4)),
+                )
+                tl.store(orow + q * WO, tl.reshape(y, (BI, 4)).to(out_ptr.dtype.element_ty), mask=cmask)
+            a0, a1, a2, a3 = b0, b1, b2, b3
+            b0, b1, b2, b3 = c0, c1, c2, c3
+            c0, c1, c2, c3 = d0, d1, d2, d3
+            d0, d1, d2, d3 = e0, e1, e2, e3
