@@ -4,11 +4,11 @@ Needs a CUDA GPU, torch and triton. For each tiling it checks the result against
 PyTorch's own CUDA op (max abs error, fp32 result) and times it with
 ``triton.testing.do_bench`` (median, L2 flushed before each run), next to PyTorch and
 a device-to-device copy measured in the same run. The registered defaults
-(``_resize_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` in
+(``_resize_config`` and ``_resize_int_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` in
 ``opbridge.ops._detection_triton``) were picked from this table.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid] [--json out.json]
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton.testing
+from gpu_ops import grid_inputs, uniform_grid  # this directory: the inputs gpu_ops.py times
 
 from opbridge.ops import _detection_triton as tk
 from opbridge.ops import _seed_gpu as sg
@@ -94,13 +95,27 @@ GRID_CONFIGS = {
         (8, 16, 16, 8, 4),
         (16, 32, 4, 4, 8),
     ],
-    1: [(8, 32, 16, 4, 4), (8, 16, 16, 4, 4), (4, 64, 16, 4, 4)],
+    1: [(32, 32, 8, 4, 8), (32, 16, 8, 4, 8), (8, 32, 16, 4, 4), (8, 16, 16, 4, 4), (4, 64, 16, 4, 4)],
     2: [(4, 32, 16, 2, 4), (4, 16, 16, 2, 4), (2, 32, 16, 2, 4), (4, 32, 8, 1, 4)],
 }
 
 
+RESIZE_INT_CONFIGS = [
+    None,
+    (128, 8, 4, True),
+    (128, 32, 4, True),
+    (128, 16, 4, False),
+    (256, 16, 4, True),
+    (256, 16, 8, True),
+    (512, 16, 8, True),
+    (64, 16, 2, True),
+    (64, 8, 1, True),
+    (128, 4, 4, True),
+]
+
+
 def sweep_resize(copy: float) -> None:
-    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2)]:
+    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2), (1, 3, 540, 960, 2)]:
         for dtype in (torch.float32, torch.float16):
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
             ho, wo = h * s, w * s
@@ -108,16 +123,21 @@ def sweep_resize(copy: float) -> None:
             want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
             native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
             nbytes = (x.numel() + out.numel()) * x.element_size()
-            for cfg in RESIZE_CONFIGS:
+            variants = [("window", cfg) for cfg in RESIZE_CONFIGS] + [("integer", cfg) for cfg in RESIZE_INT_CONFIGS]
+            for variant, cfg in variants:
                 out.fill_(float("nan"))
-                sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=cfg)
+                kw = {"config": cfg, "variant": variant}
+                sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
                 err = float((out.float() - want).abs().max())
-                ms = bench(lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, config=cfg))
+                ms = bench(lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw))
+                default = (
+                    sg._resize_config(n * c, ho, wo) if variant == "window" else sg._resize_int_config(n * c, h, w)
+                )
                 row(
-                    "resize",
+                    f"resize {variant}",
                     f"{n}x{c}x{h}x{w} x{s}",
                     dtype,
-                    cfg or sg._resize_config(n * c, ho, wo),
+                    cfg or default,
                     ms,
                     native,
                     nbytes,
@@ -128,30 +148,21 @@ def sweep_resize(copy: float) -> None:
 
 def sweep_grid(copy: float) -> None:
     names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
-    g = torch.Generator(device=DEV).manual_seed(0)
     for dtype in (torch.float32, torch.float16):
         n, c, h, w = 8, 64, 128, 128
-        x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
-        ys, xs = torch.meshgrid(
-            torch.linspace(-1.1, 1.1, h, device=DEV), torch.linspace(-1.1, 1.1, w, device=DEV), indexing="ij"
-        )
-        grid = (
-            (torch.stack([xs, ys], -1).expand(n, h, w, 2) + 0.05 * torch.randn(n, h, w, 2, device=DEV, generator=g))
-            .to(dtype)
-            .contiguous()
-        )
+        x, warped = grid_inputs(n, c, h, w, h, w, dtype)
         out = torch.empty_like(x)
-        nbytes = (2 * x.numel() + grid.numel()) * x.element_size()
-        for mode, name in names.items():
-            want = F.grid_sample(x.float(), grid.float(), mode=name, align_corners=False)
-            native = bench(lambda: F.grid_sample(x, grid, mode=name, align_corners=False))
-            variants: list[tuple[str, Any]] = [("loop", cfg) for cfg in GRID_CONFIGS[mode]]
-            for variant, cfg in variants:
-                out.fill_(float("nan"))
-                tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg)
-                err = float((out.float() - want).abs().max())
-                ms = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg))
-                row(f"grid {name} {variant}", "8x64x128x128", dtype, cfg, ms, native, nbytes, copy, err)
+        nbytes = (2 * x.numel() + warped.numel()) * x.element_size()
+        for grid_name, grid in (("warped", warped), ("uniform", uniform_grid(n, h, w, dtype))):
+            for mode, name in names.items():
+                want = F.grid_sample(x.float(), grid.float(), mode=name, align_corners=False)
+                native = bench(lambda: F.grid_sample(x, grid, mode=name, align_corners=False))
+                for cfg in GRID_CONFIGS[mode]:
+                    out.fill_(float("nan"))
+                    tk.grid_sample(x, grid, out, mode, 0, False, variant="loop", config=cfg)
+                    err = float((out.float() - want).abs().max())
+                    ms = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="loop", config=cfg))
+                    row(f"grid {name} loop", f"8x64x128x128 {grid_name}", dtype, cfg, ms, native, nbytes, copy, err)
 
 
 def main(argv: list[str] | None = None) -> int:

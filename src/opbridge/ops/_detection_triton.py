@@ -31,7 +31,7 @@ GRID_VARIANT = {(0, 4): "loop", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "loop", 
 DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
 # channel unroll, num_warps).
-GRID_LOOP_CONFIG = {0: (32, 32, 8, 4, 8), 1: (8, 32, 16, 4, 4), 2: (4, 32, 16, 2, 4)}
+GRID_LOOP_CONFIG = {0: (32, 32, 8, 4, 8), 1: (32, 32, 8, 4, 8), 2: (4, 32, 16, 2, 4)}
 
 
 # --------------------------------------------------------------------------- layout
