@@ -5,13 +5,14 @@ torchvision. Imports no onnx. Every kernel is called through the op's registered
 ``gpu_kernel(inputs, outputs, attrs, stream)``, as the TensorRT plugin calls it.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_ops.py [--quick] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py [--quick] [--only resize,grid,dcn,roi,nms] [--json out.json]
 
 Prints one markdown table for parity and one for speed. Times are medians of
 ``triton.testing.do_bench`` (CUDA events; slow baselines: median of a few CUDA-event
 timed runs). Memory-bound ops also report achieved bytes/s (bytes read + written once)
-as a fraction of a 1 GiB device-to-device copy measured in the same run; resize also
-against a copy of its own size (a small op cannot reach the large copy's rate either).
+as a fraction of a 1 GiB device-to-device copy measured in the same run, and against a
+copy of their own size (a small op cannot reach the large copy's rate either). Each op
+runs at three or more sizes (RESIZE_SIZES, GRID_SIZES, DCN_SIZES, ROI_SIZES, NMS_SIZES).
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -187,14 +188,21 @@ def copy_bandwidth() -> float:
 def grid_inputs(n: int, c: int, h: int, w: int, ho: int, wo: int, dtype: torch.dtype, seed: int = 0) -> tuple:
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
-    # a mildly warped identity grid, with some points outside [-1, 1]
+    # a mildly warped identity grid (Gaussian jitter of 3.2 input pixels), some points outside [-1, 1]
     ys, xs = torch.meshgrid(
         torch.linspace(-1.1, 1.1, ho, device=DEV),
         torch.linspace(-1.1, 1.1, wo, device=DEV),
         indexing="ij",
     )
-    grid = torch.stack([xs, ys], -1).expand(n, ho, wo, 2) + 0.05 * torch.randn(n, ho, wo, 2, device=DEV, generator=g)
+    jitter = torch.randn(n, ho, wo, 2, device=DEV, generator=g) * torch.tensor([6.4 / w, 6.4 / h], device=DEV)
+    grid = torch.stack([xs, ys], -1).expand(n, ho, wo, 2) + jitter
     return x, grid.to(dtype).contiguous()
+
+
+def uniform_grid(n: int, ho: int, wo: int, dtype: torch.dtype) -> torch.Tensor:
+    """Uniformly random points in [-1, 1]: every lane of a warp gathers from its own cache line."""
+    g = torch.Generator(device=DEV).manual_seed(1)
+    return (torch.rand(n, ho, wo, 2, device=DEV, generator=g) * 2 - 1).to(dtype)
 
 
 def dcn_inputs(
@@ -286,46 +294,66 @@ def tv_nms(
 # --------------------------------------------------------------------------- sections
 
 
+# (n, c, h, w) -> (ho, wo): x4 super-resolution of a small image, the issue's x2 feature map,
+# 540p -> 1080p video, and a non-integer factor (the sliding-window kernel)
+RESIZE_SIZES = [
+    ((1, 3, 256, 256), (1024, 1024)),
+    ((8, 64, 128, 128), (256, 256)),
+    ((1, 3, 540, 960), (1080, 1920)),
+    ((8, 64, 128, 128), (200, 200)),
+]
+
+
 def section_resize(copy_gbs: float, quick: bool) -> None:
     from opbridge.ops import _seed_gpu as sg
 
     print("resize (bicubic)", flush=True)
-    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2)]:
+    for (n, c, h, w), (ho, wo) in RESIZE_SIZES:
         for dtype in (torch.float32, torch.float16):
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
-            size = torch.empty(1, 1, h * s, w * s, device=DEV, dtype=dtype)
-            shape = f"{n}x{c}x{h}x{w} x{s}"
-            native = bench(lambda: F.interpolate(x, scale_factor=s, mode="bicubic", align_corners=False))
-            nbytes = (x.numel() + x.numel() * s * s) * x.element_size()
+            size = torch.empty(1, 1, ho, wo, device=DEV, dtype=dtype)
+            factor = sg._integer_factor(h, w, ho, wo, False)
+            shape = f"{n}x{c}x{h}x{w} -> {ho}x{wo}" + (f" (x{factor})" if factor else "")
+            native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
+            nbytes = (x.numel() + n * c * ho * wo) * x.element_size()
             same = same_size_copy_ms(nbytes)
-            ours = None
-            note = "no GPU kernel registered for Test::DynamicTRTResize in this build"
-            if DynamicResize.gpu_kernel is not None and dtype_name(dtype) in DynamicResize.gpu_kernel_dtypes:
-                (out,) = run_kernel(DynamicResize, [x, size], {"align_corners": False})
-                want = DynamicResize.run_reference(x.float(), size.float())
-                compare("DynamicResize", shape, dtype, "reference", out, want, *tol(dtype))
-                ours = bench(kernel_fn(DynamicResize, [x, size], {"align_corners": False}))
-                note = f"registered {sg._resize_config(n * c, h * s, w * s)}"
-            record(
-                "DynamicResize",
-                shape,
-                dtype,
-                ours,
-                native,
-                "F.interpolate",
-                nbytes,
-                copy_gbs,
-                note,
-                same_copy_ms=same,
+            if DynamicResize.gpu_kernel is None or dtype_name(dtype) not in DynamicResize.gpu_kernel_dtypes:
+                note = "no GPU kernel registered for Test::DynamicTRTResize in this build"
+                record("DynamicResize", shape, dtype, None, native, "F.interpolate", nbytes, copy_gbs, note)
+                continue
+            (out,) = run_kernel(DynamicResize, [x, size], {"align_corners": False})
+            want = DynamicResize.run_reference(x.float(), size.float())
+            compare("DynamicResize", shape, dtype, "reference", out, want, *tol(dtype))
+            native_out = F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False)
+            compare(
+                "DynamicResize", shape, dtype, f"F.interpolate CUDA {dtype_name(dtype)}", out, native_out, *tol(dtype)
             )
-            if ours is not None:
-                # the same kernel with the row prefetch flipped (one warp per program without it)
-                rows, bw, _, prefetch = sg._resize_config(n * c, h * s, w * s)
-                alt = (rows, bw, 1 if prefetch else 2, not prefetch)
-                out = torch.full((n, c, h * s, w * s), float("nan"), device=DEV, dtype=dtype)
-                sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=alt)
-                compare(f"DynamicResize {alt}", shape, dtype, "reference", out, want, *tol(dtype))
-                alt_ms = bench(lambda: sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=alt))
+            ours = bench(kernel_fn(DynamicResize, [x, size], {"align_corners": False}))
+            if factor:
+                note = f"registered: integer {sg._resize_int_config(n * c, h, w)}"
+            else:
+                note = f"registered: window {sg._resize_config(n * c, ho, wo)}"
+            record(
+                "DynamicResize", shape, dtype, ours, native, "F.interpolate", nbytes, copy_gbs, note, same_copy_ms=same
+            )
+            # the other kernel / tiling on the same inputs
+            alts: list[tuple[str, tuple]] = []
+            if factor:
+                alts.append(("window", sg._resize_config(n * c, ho, wo)))
+                bi, ri, warps, prefetch = sg._resize_int_config(n * c, h, w)
+                alts.append(("integer", (bi, ri, warps, not prefetch)))
+            else:
+                rows, bw, _, prefetch = sg._resize_config(n * c, ho, wo)
+                alts.append(("window", (rows, bw, 1 if prefetch else 2, not prefetch)))
+            for variant, cfg in alts:
+                out = torch.full((n, c, ho, wo), float("nan"), device=DEV, dtype=dtype)
+                sg.dynamic_resize_gpu([x, size], [out], {"align_corners": False}, 0, config=cfg, variant=variant)
+                compare(f"DynamicResize {variant} {cfg}", shape, dtype, "reference", out, want, *tol(dtype))
+                alt_ms = bench(
+                    lambda: sg.dynamic_resize_gpu(
+                        [x, size], [out], {"align_corners": False}, 0, config=cfg, variant=variant
+                    )
+                )
                 record(
                     "DynamicResize",
                     shape,
@@ -335,13 +363,18 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                     "F.interpolate",
                     nbytes,
                     copy_gbs,
-                    f"config {alt}",
+                    f"{variant} {cfg}",
                     same_copy_ms=same,
                 )
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+# the issue's feature map, one large many-channel feature map (optical-flow style warping of
+# features), and a deep low-resolution one
+GRID_SIZES = [(8, 64, 128, 128), (1, 32, 512, 512), (4, 256, 64, 64)]
 
 
 def section_grid(copy_gbs: float, quick: bool) -> None:
@@ -384,83 +417,45 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                     cpu_ref,
                     *tol(dtype),
                 )
-        x, grid = grid_inputs(8, 64, 128, 128, 128, 128, dtype)
-        nbytes = (2 * x.numel() + grid.numel()) * x.element_size()
         from opbridge.ops import _detection_triton as tk
 
-        for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
-            attrs = {
-                "interpolation_mode": mode,
-                "padding_mode": 0,
-                "align_corners": False,
-            }
-            native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
-            ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
-            record(
-                f"grid_sampler {name}",
-                "8x64x128x128",
-                dtype,
-                ours,
-                native,
-                "F.grid_sample",
-                nbytes,
-                copy_gbs,
-                f"registered ({tk.GRID_VARIANT[mode, x.element_size()]})",
-            )
-            other = "nhwc" if tk.GRID_VARIANT[mode, x.element_size()] == "loop" else "loop"
+        for n, c, h, w in GRID_SIZES:
+            shape = f"{n}x{c}x{h}x{w}"
+            x, warped = grid_inputs(n, c, h, w, h, w, dtype)
+            nbytes = (2 * x.numel() + warped.numel()) * x.element_size()
+            same = same_size_copy_ms(nbytes)
             out = torch.empty_like(x)
-            for pad in (0, 2):
-                tk.grid_sample(x, grid, out, mode, pad, True, variant=other)
-                compare(
-                    f"grid_sampler {other} m{mode}p{pad}a1",
-                    "8x64x128x128",
-                    dtype,
-                    "F.grid_sample fp32",
-                    out,
-                    ref.grid_sample(x.float(), grid.float(), mode, pad, True),
-                    *tol(dtype),
-                )
-            alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
-            record(
-                f"grid_sampler {name}",
-                "8x64x128x128",
-                dtype,
-                alt,
-                native,
-                "F.grid_sample",
-                nbytes,
-                copy_gbs,
-                f"variant {other}",
-            )
-        # a grid of uniformly random points: every lane gathers from a different cache line
-        g = torch.Generator(device=DEV).manual_seed(1)
-        grid_u = (torch.rand(8, 128, 128, 2, device=DEV, generator=g) * 2 - 1).to(dtype)
-        for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
-            attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
-            (out,) = run_kernel(d.GridSample, [x, grid_u], attrs)
-            want = ref.grid_sample(x.float(), grid_u.float(), mode, 0, False)
-            compare(
-                f"grid_sampler m{mode}p0a0 uniform grid",
-                "8x64x128x128",
-                dtype,
-                "F.grid_sample fp32",
-                out,
-                want,
-                *tol(dtype),
-            )
-            native = bench(lambda: F.grid_sample(x, grid_u, mode=name, padding_mode="zeros", align_corners=False))
-            ours = bench(kernel_fn(d.GridSample, [x, grid_u], attrs))
-            record(
-                f"grid_sampler {name}, uniform random grid",
-                "8x64x128x128",
-                dtype,
-                ours,
-                native,
-                "F.grid_sample",
-                nbytes,
-                copy_gbs,
-                f"registered ({tk.GRID_VARIANT[mode, x.element_size()]})",
-            )
+            for grid_name, grid in (("warped grid", warped), ("uniform random grid", uniform_grid(n, h, w, dtype))):
+                for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
+                    attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+                    (got,) = run_kernel(d.GridSample, [x, grid], attrs)
+                    want = ref.grid_sample(x.float(), grid.float(), mode, 0, False)
+                    compare(
+                        f"grid_sampler m{mode}p0a0 {grid_name}",
+                        shape,
+                        dtype,
+                        "F.grid_sample fp32",
+                        got,
+                        want,
+                        *tol(dtype),
+                    )
+                    native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
+                    ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
+                    registered = tk.GRID_VARIANT[mode, x.element_size()]
+                    label = f"grid_sampler {name}, {grid_name}"
+                    common = ("F.grid_sample", nbytes, copy_gbs)
+                    record(label, shape, dtype, ours, native, *common, f"registered ({registered})", same_copy_ms=same)
+                    other = "nhwc" if registered == "loop" else "loop"
+                    tk.grid_sample(x, grid, out, mode, 0, False, variant=other)
+                    label_other = f"grid_sampler {other} m{mode}p0a0 {grid_name}"
+                    compare(label_other, shape, dtype, "F.grid_sample fp32", out, want, *tol(dtype))
+                    alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
+                    record(label, shape, dtype, alt, native, *common, f"variant {other}", same_copy_ms=same)
+
+
+# DCNv2 in ResNet-50's stages 2, 3 and 4 (MMDet's dcn configs put it in stages 3-5; stage 3 is the
+# issue's shape), batch 8 (stage 2: batch 2)
+DCN_SIZES = [(2, 128, 128, 128, 128), (8, 256, 64, 64, 256), (8, 512, 32, 32, 512)]
 
 
 def section_dcn(quick: bool) -> None:
@@ -522,25 +517,35 @@ def section_dcn(quick: bool) -> None:
                     rt,
                     at if dtype == torch.float16 else 1e-4,
                 )
-        x, off, mask, wt, b = dcn_inputs(8, 256, 64, 64, 256, dtype)
-        attrs = {
-            "stride": [1, 1],
-            "padding": [1, 1],
-            "dilation": [1, 1],
-            "groups": 1,
-            "deform_groups": 1,
-        }
-        shape = "8x256x64x64 3x3->256"
-        conv = bench(lambda: F.conv2d(x, wt, b, padding=1))  # cuDNN's default: TF32 allowed in float32
-        conv_strict = conv
-        if dtype == torch.float32:
-            prev_cudnn = torch.backends.cudnn.allow_tf32
-            torch.backends.cudnn.allow_tf32 = False
-            conv_strict = bench(lambda: F.conv2d(x, wt, b, padding=1))
-            torch.backends.cudnn.allow_tf32 = prev_cudnn
-        tv = bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask)) if torchvision is not None else None
-        prev = torch.backends.cuda.matmul.allow_tf32
-        modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
+        for n, cin, h, w, cout in DCN_SIZES:
+            dcn_timed(dtype, n, cin, h, w, cout, variants=(n, cin, h, w, cout) == (8, 256, 64, 64, 256))
+
+
+def dcn_timed(dtype: torch.dtype, n: int, cin: int, h: int, w: int, cout: int, variants: bool) -> None:
+    """Time DCNv2 (groups 1, 3x3, stride 1, pad 1) against torchvision and a plain conv of the same shape.
+
+    ``variants``: also time the non-default im2col and the fused implicit-GEMM variant.
+    """
+    x, off, mask, wt, b = dcn_inputs(n, cin, h, w, cout, dtype)
+    attrs = {
+        "stride": [1, 1],
+        "padding": [1, 1],
+        "dilation": [1, 1],
+        "groups": 1,
+        "deform_groups": 1,
+    }
+    shape = f"{n}x{cin}x{h}x{w} 3x3->{cout}"
+    conv = bench(lambda: F.conv2d(x, wt, b, padding=1))  # cuDNN's default: TF32 allowed in float32
+    conv_strict = conv
+    if dtype == torch.float32:
+        prev_cudnn = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        conv_strict = bench(lambda: F.conv2d(x, wt, b, padding=1))
+        torch.backends.cudnn.allow_tf32 = prev_cudnn
+    tv = bench(lambda: tv_deform_conv2d(x, off, wt, b, padding=1, mask=mask)) if torchvision is not None else None
+    prev = torch.backends.cuda.matmul.allow_tf32
+    modes = [(False, "")] + ([(True, "TF32 matmul (as cudnn conv)")] if dtype == torch.float32 else [])
+    if variants:
         from opbridge.ops import _detection_triton as tk
 
         other = "nhwc" if tk.DCN_VARIANT == "loop" else "loop"
@@ -634,52 +639,57 @@ def section_dcn(quick: bool) -> None:
                     note=label,
                 )
             torch.backends.cuda.matmul.allow_tf32 = prev_tf32
-        for tf32, label in modes:
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            ours = bench(kernel_fn(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs))
-            if tf32:
-                (out,) = run_kernel(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs)
-                want = ref.deform_conv2d(x, off, mask, wt, b, (1, 1), (1, 1), (1, 1), 1, 1)
-                compare(
-                    "MMCVModulatedDeformConv2d TF32",
-                    shape,
-                    dtype,
-                    "reference",
-                    out,
-                    want,
-                    1e-2,
-                    1e-2,
-                )
+    for tf32, label in modes:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        ours = bench(kernel_fn(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs))
+        if tf32:
+            (out,) = run_kernel(d.ModulatedDeformConv2d, [x, off, mask, wt, b], attrs)
+            want = ref.deform_conv2d(x, off, mask, wt, b, (1, 1), (1, 1), (1, 1), 1, 1)
+            compare(
+                "MMCVModulatedDeformConv2d TF32",
+                shape,
+                dtype,
+                "reference",
+                out,
+                want,
+                1e-2,
+                1e-2,
+            )
+        record(
+            "MMCVModulatedDeformConv2d",
+            shape,
+            dtype,
+            ours,
+            tv,
+            "torchvision deform_conv2d",
+            note=label,
+        )
+        strict = dtype == torch.float32 and not tf32
+        record(
+            "MMCVModulatedDeformConv2d",
+            shape,
+            dtype,
+            ours,
+            conv_strict if strict else conv,
+            "F.conv2d (plain conv" + (", cuDNN without TF32)" if strict else ")"),
+            note=(label + "; goal: ours <= 2x conv at the same precision").strip("; "),
+        )
+        if strict:
             record(
                 "MMCVModulatedDeformConv2d",
                 shape,
                 dtype,
                 ours,
-                tv,
-                "torchvision deform_conv2d",
-                note=label,
+                conv,
+                "F.conv2d (plain conv, cuDNN default: TF32)",
+                note="strict fp32 DCN against a TF32 conv",
             )
-            strict = dtype == torch.float32 and not tf32
-            record(
-                "MMCVModulatedDeformConv2d",
-                shape,
-                dtype,
-                ours,
-                conv_strict if strict else conv,
-                "F.conv2d (plain conv" + (", cuDNN without TF32)" if strict else ")"),
-                note=(label + "; goal: ours <= 2x conv at the same precision").strip("; "),
-            )
-            if strict:
-                record(
-                    "MMCVModulatedDeformConv2d",
-                    shape,
-                    dtype,
-                    ours,
-                    conv,
-                    "F.conv2d (plain conv, cuDNN default: TF32)",
-                    note="strict fp32 DCN against a TF32 conv",
-                )
-        torch.backends.cuda.matmul.allow_tf32 = prev
+    torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+# RoIs per batch of 800x1344 images (FPN levels 4-32): test-time proposals of one image, the
+# issue's 1000, and two images' training-time 1000 each
+ROI_SIZES = [(300, 1), (1000, 1), (2000, 2)]
 
 
 def section_roi(quick: bool) -> None:
@@ -810,45 +820,50 @@ def section_roi(quick: bool) -> None:
                         rt,
                         at,
                     )
-        rois, feats = fpn_inputs(1000, 256, (800, 1344), dtype)
-        attrs = {
-            "output_height": 7,
-            "output_width": 7,
-            "spatial_scale": 0.25,
-            "sampling_ratio": 0,
-            "mode": "avg",
-            "aligned": True,
-        }
-        ours = bench(kernel_fn(d.RoIAlign, [feats[0], rois], attrs))
-        tv = bench(lambda: tv_roi_align(feats[0], rois, (7, 7), 0.25, 0, True)) if torchvision is not None else None
-        record(
-            "MMCVRoiAlign",
-            "1000 RoIs on 1x256x200x336",
-            dtype,
-            ours,
-            tv,
-            "torchvision roi_align",
-        )
-        attrs = {
-            "output_height": 7,
-            "output_width": 7,
-            "featmap_strides": list(strides),
-            "sampling_ratio": 0,
-            "pool_mode": 1,
-            "roi_scale_factor": 1.0,
-            "finest_scale": 56,
-            "aligned": True,
-        }
-        ours = bench(kernel_fn(d.MultiLevelRoiAlign, [rois, *feats], attrs))
-        tv = bench(lambda: tv_multilevel(rois, feats, strides)) if torchvision is not None else None
-        record(
-            "MMCVMultiLevelRoiAlign",
-            "1000 RoIs, 4 levels, 256ch",
-            dtype,
-            ours,
-            tv,
-            "torchvision roi_align x4 levels",
-        )
+        for n_rois, batch in ROI_SIZES:
+            rois, feats = fpn_inputs(n_rois, 256, (800, 1344), dtype, batch=batch)
+            attrs = {
+                "output_height": 7,
+                "output_width": 7,
+                "spatial_scale": 0.25,
+                "sampling_ratio": 0,
+                "mode": "avg",
+                "aligned": True,
+            }
+            ours = bench(kernel_fn(d.RoIAlign, [feats[0], rois], attrs))
+            tv = bench(lambda: tv_roi_align(feats[0], rois, (7, 7), 0.25, 0, True)) if torchvision is not None else None
+            record(
+                "MMCVRoiAlign",
+                f"{n_rois} RoIs on {batch}x256x200x336",
+                dtype,
+                ours,
+                tv,
+                "torchvision roi_align",
+            )
+            attrs = {
+                "output_height": 7,
+                "output_width": 7,
+                "featmap_strides": list(strides),
+                "sampling_ratio": 0,
+                "pool_mode": 1,
+                "roi_scale_factor": 1.0,
+                "finest_scale": 56,
+                "aligned": True,
+            }
+            ours = bench(kernel_fn(d.MultiLevelRoiAlign, [rois, *feats], attrs))
+            tv = bench(lambda: tv_multilevel(rois, feats, strides)) if torchvision is not None else None
+            record(
+                "MMCVMultiLevelRoiAlign",
+                f"{n_rois} RoIs, {batch}x4 levels, 256ch",
+                dtype,
+                ours,
+                tv,
+                "torchvision roi_align x4 levels",
+            )
+
+
+# (images, boxes, classes): one image's RetinaNet-style candidates, a batch of 16, and the issue's 8x4000
+NMS_SIZES = [(1, 1000, 80), (16, 1000, 80), (8, 4000, 80)]
 
 
 def section_nms(quick: bool) -> None:
@@ -895,91 +910,91 @@ def section_nms(quick: bool) -> None:
                 0,
                 0,
             )
-        b, n, c = (2, 4000, 80) if quick else (8, 4000, 80)
-        boxes, scores = nms_inputs(b, n, c, dtype)
-        b, n, c = scores.shape
-        shape = f"{b}x{n} boxes, {c} classes"
-        attrs = {
-            "num_classes": c,
-            "iou_threshold": 0.5,
-            "score_threshold": 0.05,
-            "topk": -1,
-            "keep_topk": 100,
-        }
-        dets, labels = run_kernel(d.BatchedNMS, [boxes, scores], attrs)
-        if dtype == torch.float16:
-            # float16 scores tie often; the CPU kernel (tested against the reference) keeps the same tie order
-            from opbridge.ops import _detection_cpu as cpu
+        for b, n, c in NMS_SIZES[:2] if quick else NMS_SIZES:
+            boxes, scores = nms_inputs(b, n, c, dtype)
+            b, n, c = scores.shape
+            shape = f"{b}x{n} boxes, {c} classes"
+            attrs = {
+                "num_classes": c,
+                "iou_threshold": 0.5,
+                "score_threshold": 0.05,
+                "topk": -1,
+                "keep_topk": 100,
+            }
+            dets, labels = run_kernel(d.BatchedNMS, [boxes, scores], attrs)
+            if dtype == torch.float16:
+                # float16 scores tie often; the CPU kernel (tested against the reference) keeps the same tie order
+                from opbridge.ops import _detection_cpu as cpu
 
-            cd, cl = cpu.batched_nms(
-                boxes[:1].cpu().numpy(),
-                scores[:1].cpu().numpy(),
-                **d.BatchedNMS.spec.bind_attributes(attrs),
-            )
-            compare(
-                "TRTBatchedNMS dets (all candidates)",
-                "image 0 of " + shape,
+                cd, cl = cpu.batched_nms(
+                    boxes[:1].cpu().numpy(),
+                    scores[:1].cpu().numpy(),
+                    **d.BatchedNMS.spec.bind_attributes(attrs),
+                )
+                compare(
+                    "TRTBatchedNMS dets (all candidates)",
+                    "image 0 of " + shape,
+                    dtype,
+                    "numpy CPU kernel",
+                    dets[:1],
+                    torch.from_numpy(cd).to(DEV),
+                    0,
+                    0,
+                )
+                compare(
+                    "TRTBatchedNMS labels (all candidates)",
+                    "image 0 of " + shape,
+                    dtype,
+                    "numpy CPU kernel",
+                    labels[:1],
+                    torch.from_numpy(cl).to(DEV),
+                    0,
+                    0,
+                )
+            elif torchvision is not None:
+                tv_d, tv_l = tv_nms(boxes, scores, 0.5, 0.05, 100)
+                compare(
+                    "TRTBatchedNMS dets (all candidates)",
+                    shape,
+                    dtype,
+                    "torchvision batched_nms",
+                    dets,
+                    tv_d,
+                    0,
+                    0,
+                )
+                compare(
+                    "TRTBatchedNMS labels (all candidates)",
+                    shape,
+                    dtype,
+                    "torchvision batched_nms",
+                    labels,
+                    tv_l,
+                    0,
+                    0,
+                )
+            ours = bench(kernel_fn(d.BatchedNMS, [boxes, scores], attrs))
+            tv = bench(lambda: tv_nms(boxes, scores, 0.5, 0.05, 100), slow=True) if torchvision is not None else None
+            record(
+                "TRTBatchedNMS",
+                shape + ", no pre-top-k",
                 dtype,
-                "numpy CPU kernel",
-                dets[:1],
-                torch.from_numpy(cd).to(DEV),
-                0,
-                0,
+                ours,
+                tv,
+                "torchvision batched_nms (per image)",
+                note="goal >= 10x",
             )
-            compare(
-                "TRTBatchedNMS labels (all candidates)",
-                "image 0 of " + shape,
+            attrs["topk"] = 1000
+            ours = bench(kernel_fn(d.BatchedNMS, [boxes, scores], attrs))
+            record(
+                "TRTBatchedNMS",
+                shape + ", pre-top-k 1000/class",
                 dtype,
-                "numpy CPU kernel",
-                labels[:1],
-                torch.from_numpy(cl).to(DEV),
-                0,
-                0,
+                ours,
+                tv,
+                "torchvision batched_nms (all)",
+                note="ours does less work (top 1000 per class)",
             )
-        elif torchvision is not None:
-            tv_d, tv_l = tv_nms(boxes, scores, 0.5, 0.05, 100)
-            compare(
-                "TRTBatchedNMS dets (all candidates)",
-                shape,
-                dtype,
-                "torchvision batched_nms",
-                dets,
-                tv_d,
-                0,
-                0,
-            )
-            compare(
-                "TRTBatchedNMS labels (all candidates)",
-                shape,
-                dtype,
-                "torchvision batched_nms",
-                labels,
-                tv_l,
-                0,
-                0,
-            )
-        ours = bench(kernel_fn(d.BatchedNMS, [boxes, scores], attrs))
-        tv = bench(lambda: tv_nms(boxes, scores, 0.5, 0.05, 100), slow=True) if torchvision is not None else None
-        record(
-            "TRTBatchedNMS",
-            shape + ", no pre-top-k",
-            dtype,
-            ours,
-            tv,
-            "torchvision batched_nms (per image)",
-            note="goal >= 10x",
-        )
-        attrs["topk"] = 1000
-        ours = bench(kernel_fn(d.BatchedNMS, [boxes, scores], attrs))
-        record(
-            "TRTBatchedNMS",
-            shape + ", pre-top-k 1000/class",
-            dtype,
-            ours,
-            tv,
-            "torchvision batched_nms (all)",
-            note="ours does less work (top 1000 per class)",
-        )
 
 
 def markdown() -> str:
@@ -1010,7 +1025,7 @@ def markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller NMS batch")
+    parser.add_argument("--quick", action="store_true", help="skip the largest NMS batch")
     parser.add_argument("--json", help="write the results as JSON here")
     parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections")
     args = parser.parse_args(argv)
