@@ -25,3 +25,35 @@ def test_kernel_through_launcher_matches_reference(index: int, case: Any, dtype:
     _, opdef, attrs, shapes, kind = case
     ok, worst, _, _ = checks.run_case(opdef, attrs, shapes, kind, dtype, seed=100 + index)
     assert ok, f"max abs error {worst} beyond rtol/atol {checks.TOL[dtype]}"
+
+
+def test_launcher_reuses_wrapped_buffers_without_stale_results() -> None:
+    """Buffers wrapped once are reused per pointer; new pointers, new contents and a full cache stay correct."""
+    from opbridge import ops
+    from opbridge.tensorrt._runtime import KernelLauncher
+
+    checked = ops.DynamicResize.spec.bind_attributes({"align_corners": False})
+    launcher = KernelLauncher(ops.DynamicResize, checked)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    size = torch.empty(2, 1, 24, 34, device="cuda")
+    a, b = (torch.rand(2, 3, 12, 17, device="cuda", generator=g) for _ in range(2))
+    out_a, out_b = torch.full((2, 2, 3, 24, 34), float("nan"), device="cuda").unbind(0)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run(x: torch.Tensor, out: torch.Tensor) -> None:
+        launcher.launch(
+            [checks.ref_of(x, x.dtype), checks.ref_of(size, x.dtype)], [checks.ref_of(out, x.dtype)], stream
+        )
+        want = ops.DynamicResize.run_reference(x, size, **checked)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+
+    run(a, out_a)
+    run(b, out_b)  # other pointers, same shapes
+    a.mul_(-2.0)  # same pointer, new contents
+    run(a, out_a)
+    assert len(launcher._views) == 5  # a, b, size, out_a, out_b
+    kept = [torch.rand(2, 3, 12, 17, device="cuda", generator=g) + i for i in range(launcher.VIEW_CACHE_SIZE)]
+    for x in kept:  # more distinct buffers than the cache keeps
+        run(x, out_b)
+    assert len(launcher._views) == launcher.VIEW_CACHE_SIZE
+    run(a, out_a)  # evicted long ago: wrapped again

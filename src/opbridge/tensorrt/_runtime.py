@@ -11,6 +11,7 @@ a GPU machine that has no TensorRT.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,10 +102,16 @@ class KernelLauncher:
         >>> launcher.launch(input_refs, output_refs, stream=torch.cuda.current_stream().cuda_stream)  # doctest: +SKIP
     """
 
+    # Wrapped buffers kept per launcher: TensorRT hands an execution context the same buffers on every
+    # enqueue, and wrapping one (``__cuda_array_interface__``) costs more host time than a small kernel.
+    VIEW_CACHE_SIZE = 64
+
     def __init__(self, opdef: OpDef, attrs: Mapping[str, Any]) -> None:
         self.opdef = opdef
         self.attrs = dict(attrs)
         self.shapes: tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]] | None = None
+        self._views: OrderedDict[tuple[int, int, tuple[int, ...], str], torch.Tensor] = OrderedDict()
+        self._streams: dict[tuple[int, int], Any] = {}
 
     def check_dtypes(self, dtypes: Sequence[str], what: str = "input") -> None:
         """Raise :class:`OpDefinitionError` unless every dtype is one the kernel declares."""
@@ -141,8 +148,28 @@ class KernelLauncher:
             )
         self.check_dtypes([r.dtype for r in inputs], "input")
         self.check_dtypes([r.dtype for r in outputs], "output")
-        ins = [as_torch(r) for r in inputs]
-        outs = [as_torch(r) for r in outputs]
-        ext = torch.cuda.ExternalStream(int(stream), device=outs[0].device if outs else None)
+        device = torch.cuda.current_device()
+        ins = [self._view(r, device) for r in inputs]
+        outs = [self._view(r, device) for r in outputs]
+        ext = self._streams.get((int(stream), device))
+        if ext is None:
+            ext = self._streams[int(stream), device] = torch.cuda.ExternalStream(int(stream), device=device)
         with torch.cuda.stream(ext):
             fn(ins, outs, dict(self.attrs), int(stream))
+
+    def _view(self, ref: TensorRef, device: int) -> torch.Tensor:
+        """``as_torch(ref)``, wrapped once per (device, pointer, shape, dtype) and reused.
+
+        A view holds no memory of its own, so reusing one is the same as wrapping the pointer again.
+        Each call gets a fresh tensor object (``detach``), so a kernel that changes its argument's
+        metadata cannot change the cached view.
+        """
+        key = (device, int(ref.ptr), tuple(int(d) for d in ref.shape), ref.dtype)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = as_torch(ref, device=f"cuda:{device}")
+            if len(self._views) > self.VIEW_CACHE_SIZE:
+                self._views.popitem(last=False)
+        else:
+            self._views.move_to_end(key)
+        return view.detach()
