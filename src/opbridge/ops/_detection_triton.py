@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from opbridge.ops._seed_triton import _cubic_weights
+
 __all__ = [
     "batched_nms",
     "deform_conv2d",
@@ -99,24 +101,6 @@ def _pad_coord(x, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _cubic1(t):
-    a = -0.75
-    return ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
-
-
-@triton.jit
-def _cubic2(t):
-    a = -0.75
-    return ((a * t - 5.0 * a) * t + 8.0 * a) * t - 4.0 * a
-
-
-@triton.jit
-def _cubic_weights(t):
-    # the weights of taps -1, 0, 1, 2 at fraction t (PyTorch's get_cubic_upsample_coefficients)
-    return _cubic2(t + 1.0), _cubic1(t), _cubic1(1.0 - t), _cubic2((1.0 - t) + 1.0)
-
-
-@triton.jit
 def _cubic_taps(f, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
     # the padded coordinates of taps -1, 0, 1, 2 around floor f; outside [0, size - 1]: no sample
     return (
@@ -125,6 +109,17 @@ def _cubic_taps(f, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
         _pad_coord(f + 1.0, size, PAD, ALIGN),
         _pad_coord(f + 2.0, size, PAD, ALIGN),
     )
+
+
+@triton.jit
+def _cubic_row(rowp, oky, xs0, xs1, xs2, xs3, wx0, wx1, wx2, wx3, Wf):
+    # one input row of a bicubic sample from an NCHW plane: its four taps along x, in order; a tap
+    # outside the row (or a row outside the image, oky false) reads zero
+    row = tl.load(rowp + xs0.to(tl.int32), mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0), other=0.0).to(tl.float32) * wx0
+    row += tl.load(rowp + xs1.to(tl.int32), mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0), other=0.0).to(tl.float32) * wx1
+    row += tl.load(rowp + xs2.to(tl.int32), mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0), other=0.0).to(tl.float32) * wx2
+    row += tl.load(rowp + xs3.to(tl.int32), mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0), other=0.0).to(tl.float32) * wx3
+    return row
 
 
 @triton.jit
@@ -275,38 +270,7 @@ def _grid_sample_loop_kernel(
                         wy = wy3
                     oky = pm & cm & (yj >= 0.0) & (yj <= Hf - 1.0)
                     rowp = plane + yj.to(tl.int32) * W
-                    row = (
-                        tl.load(
-                            rowp + xs0.to(tl.int32),
-                            mask=oky & (xs0 >= 0.0) & (xs0 <= Wf - 1.0),
-                            other=0.0,
-                        ).to(tl.float32)
-                        * wx0
-                    )
-                    row += (
-                        tl.load(
-                            rowp + xs1.to(tl.int32),
-                            mask=oky & (xs1 >= 0.0) & (xs1 <= Wf - 1.0),
-                            other=0.0,
-                        ).to(tl.float32)
-                        * wx1
-                    )
-                    row += (
-                        tl.load(
-                            rowp + xs2.to(tl.int32),
-                            mask=oky & (xs2 >= 0.0) & (xs2 <= Wf - 1.0),
-                            other=0.0,
-                        ).to(tl.float32)
-                        * wx2
-                    )
-                    row += (
-                        tl.load(
-                            rowp + xs3.to(tl.int32),
-                            mask=oky & (xs3 >= 0.0) & (xs3 <= Wf - 1.0),
-                            other=0.0,
-                        ).to(tl.float32)
-                        * wx3
-                    )
+                    row = _cubic_row(rowp, oky, xs0, xs1, xs2, xs3, wx0, wx1, wx2, wx3, Wf)
                     if j == 0:
                         acc = row * wy
                     else:

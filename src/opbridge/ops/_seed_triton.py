@@ -33,6 +33,12 @@ def _cc2(x):
 
 
 @triton.jit
+def _cubic_weights(t):
+    # the weights of taps -1, 0, 1, 2 at fraction t (PyTorch's get_cubic_upsample_coefficients)
+    return _cc2(t + 1.0), _cc1(t), _cc1(1.0 - t), _cc2((1.0 - t) + 1.0)
+
+
+@triton.jit
 def _load_row(base, y, H, W, x0, x1, x2, x3):
     # the four taps of one input row (clamped) at every output column of the tile; the column
     # indices are clamped too, so every address is in bounds and no mask is needed
@@ -158,11 +164,7 @@ def _phase(m2, m1, c0, p1, p2, P: tl.constexpr, K: tl.constexpr):
     # phase P of K interpolated from the five neighbours -2..2: taps -2..1 (P < K/2) or -1..2;
     # the offset and weights are compile-time constants, by PyTorch's formulas
     s = (tl.full([], P, tl.float32) + 0.5) * (1.0 / K) - 0.5
-    t = s - tl.floor(s)
-    w0 = _cc2(t + 1.0)
-    w1 = _cc1(t)
-    w2 = _cc1(1.0 - t)
-    w3 = _cc2((1.0 - t) + 1.0)
+    w0, w1, w2, w3 = _cubic_weights(s - tl.floor(s))
     if P < K // 2:
         return m2 * w0 + m1 * w1 + c0 * w2 + p1 * w3
     else:
