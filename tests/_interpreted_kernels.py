@@ -70,10 +70,12 @@ def silu() -> float:
     return _err(out, F.silu(x))
 
 
-def grid_sample(variant: str, mode: int) -> float:
+def grid_sample(variant: str, mode: int, channels_last: bool = False) -> float:
     g = _gen()
     # 21 channels: a partial last channel group (16 per program in the loop kernel) and channel block
     x = torch.randn(2, 21, 9, 11, generator=g)
+    if channels_last:  # read in place by "nhwc", made NCHW-contiguous by "loop"
+        x = x.to(memory_format=torch.channels_last)
     grid = torch.rand(2, 7, 6, 2, generator=g) * 2.6 - 1.3
     worst = 0.0
     for pad in (0, 1, 2):
@@ -84,7 +86,7 @@ def grid_sample(variant: str, mode: int) -> float:
     return worst
 
 
-def deform_conv(variant: str) -> float:
+def deform_conv(variant: str, channels_last: bool = False) -> float:
     g = _gen()
     worst = 0.0
     # (stride, padding, dilation, groups, deform groups), with and without bias
@@ -97,6 +99,8 @@ def deform_conv(variant: str) -> float:
         ho = (h + 2 * padding[0] - dilation[0] * 2 - 1) // stride[0] + 1
         wo = (w + 2 * padding[1] - dilation[1] * 2 - 1) // stride[1] + 1
         x = torch.randn(n, cin, h, w, generator=g)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
         off = torch.randn(n, 2 * dg * 9, ho, wo, generator=g) * 2
         mask = torch.rand(n, dg * 9, ho, wo, generator=g)
         wt = torch.randn(cout, cin // groups, 3, 3, generator=g) / 15
@@ -169,6 +173,8 @@ CASES: dict[str, tuple[Callable[[], float], float]] = {
         for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic"))
     },
     **{f"dcn-{variant}": ((lambda v=variant: deform_conv(v)), ATOL) for variant in ("nhwc", "loop")},
+    **{f"grid-{v}-channels-last-input": ((lambda v=v: grid_sample(v, 0, True)), ATOL) for v in ("loop", "nhwc")},
+    "dcn-nhwc-channels-last-input": (lambda: deform_conv("nhwc", True), ATOL),
     "roi-align-avg": (lambda: roi_align("avg"), ATOL),
     "roi-align-max": (lambda: roi_align("max"), ATOL),
     "multi-level-roi-align": (multi_level_roi_align, ATOL),

@@ -256,6 +256,35 @@ def test_grid_sampler_gpu_nhwc_variant(dtype: torch.dtype, mode: int, config: tu
             torch.testing.assert_close(out.float(), want, **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_channels_last_input_gpu(dtype: torch.dtype) -> None:
+    """An input whose memory is channels-last: read in place by the "nhwc" variants, made
+    NCHW-contiguous by the others; the same results as from an NCHW input."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 24, 13, 17, device="cuda", generator=g).to(dtype)
+    xl = x.to(memory_format=torch.channels_last)
+    grid = (torch.rand(2, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for variant in ("nhwc", "loop"):
+        for mode in (0, 1, 2):
+            want = torch.empty(2, 24, 11, 19, device="cuda", dtype=dtype)
+            got = torch.full_like(want, float("nan"))
+            tk.grid_sample(x, grid, want, mode, 0, False, variant=variant)
+            tk.grid_sample(xl, grid, got, mode, 0, False, variant=variant)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    off = (torch.randn(2, 18, 13, 17, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(2, 9, 13, 17, device="cuda", generator=g).to(dtype)
+    wt = (torch.randn(8, 24, 3, 3, device="cuda", generator=g) / 15).to(dtype)
+    b = torch.randn(8, device="cuda", generator=g).to(dtype)
+    for variant in ("nhwc", "loop"):
+        want = torch.empty(2, 8, 13, 17, device="cuda", dtype=dtype)
+        got = torch.full_like(want, float("nan"))
+        tk.deform_conv2d(x, off, mask, wt, b, want, (1, 1), (1, 1), (1, 1), 1, 1, variant=variant)
+        tk.deform_conv2d(xl, off, mask, wt, b, got, (1, 1), (1, 1), (1, 1), 1, 1, variant=variant)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_to_channels_last_gpu() -> None:
     from opbridge.ops import _detection_triton as tk
 

@@ -26,6 +26,9 @@ CASES = [
     *(f"grid-{v}-{m}" for v in ("loop", "nhwc") for m in ("bilinear", "nearest", "bicubic")),
     "dcn-nhwc",
     "dcn-loop",
+    "grid-loop-channels-last-input",
+    "grid-nhwc-channels-last-input",
+    "dcn-nhwc-channels-last-input",
     "roi-align-avg",
     "roi-align-max",
     "multi-level-roi-align",
@@ -79,3 +82,14 @@ def test_resize_variant_errors() -> None:
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 12)], {}, 0, variant="integer")
     with pytest.raises(ValueError, match="align_corners=True"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {"align_corners": True}, 0, variant="integer")
+
+
+def test_channels_last_input_is_read_in_place() -> None:
+    import torch
+
+    from opbridge.ops import _detection_triton as tk
+
+    x = torch.randn(2, 5, 4, 3).to(memory_format=torch.channels_last)
+    view = tk.as_channels_last(x)
+    assert view.data_ptr() == x.data_ptr() and view.is_contiguous()
+    assert torch.equal(view, x.permute(0, 2, 3, 1))

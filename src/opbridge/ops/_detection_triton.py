@@ -16,6 +16,7 @@ import triton.language as tl
 from opbridge.ops._seed_triton import _cubic_weights
 
 __all__ = [
+    "as_channels_last",
     "batched_nms",
     "deform_conv2d",
     "grid_sample",
@@ -48,6 +49,14 @@ def _to_channels_last_kernel(x_ptr, y_ptr, C, HW, BLOCK_C: tl.constexpr, BLOCK_S
     m = (c[:, None] < C) & (s[None, :] < HW)
     v = tl.load(x_ptr + n * C * HW + c.to(tl.int64)[:, None] * HW + s[None, :], mask=m)
     tl.store(y_ptr + n * HW * C + s.to(tl.int64)[None, :] * C + c[:, None], v, mask=m)
+
+
+def as_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, C, H, W) as a contiguous (N, H, W, C) tensor: a view when its memory already is
+    channels-last (``torch.channels_last``), else a copy by :func:`to_channels_last`."""
+    if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        return x.permute(0, 2, 3, 1)
+    return to_channels_last(x.contiguous())
 
 
 def to_channels_last(x: torch.Tensor) -> torch.Tensor:
@@ -392,7 +401,8 @@ def grid_sample(
     config: tuple[int, ...] | None = None,
 ) -> None:
     """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "nhwc"
-    (default: ``GRID_VARIANT[mode, element size]``).
+    (default: ``GRID_VARIANT[mode, element size]``). "nhwc" reads an input whose memory is already
+    channels-last (``torch.channels_last``) in place, without the layout copy.
 
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
@@ -403,14 +413,13 @@ def grid_sample(
             f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
             "must be 0, 1 or 2."
         )
-    x = x.contiguous()
     grid = grid.contiguous()
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     chosen = variant or GRID_VARIANT[interpolation_mode, 2 if x.element_size() == 2 else 4]
     if chosen == "nhwc":
         bp, bc, warps = config[:3] if config else (32, min(128 // x.element_size(), triton.next_power_of_2(c)), 4)
-        xt = to_channels_last(x)
+        xt = as_channels_last(x)
         _grid_sample_nhwc_kernel[(triton.cdiv(ho * wo, bp), n, triton.cdiv(c, bc))](
             xt,
             grid,
@@ -428,6 +437,7 @@ def grid_sample(
         )
         return
     if chosen == "loop":
+        x = x.contiguous()
         th, tw, cpg, cu, warps = config or GRID_LOOP_CONFIG[interpolation_mode]
         tw = min(tw, triton.next_power_of_2(wo))
         th = min(th, triton.next_power_of_2(ho))
@@ -743,6 +753,7 @@ def deform_conv2d(
     from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
     "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1, deform_groups = 1,
     float16, or float32 when TF32 is allowed). A variant that does not apply falls back to "loop".
+    "nhwc" reads an input whose memory is already channels-last in place, without the layout copy.
     ``config`` (BLOCK_P, BLOCK_C, num_warps) overrides the "nhwc" im2col tiling. float32 follows
     ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
     """
@@ -759,14 +770,20 @@ def deform_conv2d(
         groups,
         deform_groups,
     )
-    x, offset, mask = x.contiguous(), offset.contiguous(), mask.contiguous()
+    offset, mask = offset.contiguous(), mask.contiguous()
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
     k, p = kh * kw, ho * wo
     cdg = cin // deform_groups
     chosen = variant or DCN_VARIANT
     tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    if chosen == "fused" and groups == 1 and deform_groups == 1 and (x.dtype != torch.float32 or tf32):
+    if (chosen == "nhwc" and groups != 1) or (chosen == "fused" and (groups, deform_groups) != (1, 1)):
+        chosen = "loop"  # a variant that does not apply (groups, deform groups)
+    if chosen == "fused" and x.dtype == torch.float32 and not tf32:
+        chosen = "loop"  # the fused variant's tl.dot needs TF32 (or float16) inputs
+    if chosen != "nhwc":
+        x = x.contiguous()
+    if chosen == "fused":
         # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
         wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
         bm, bn, bk = (
@@ -804,9 +821,9 @@ def deform_conv2d(
             num_warps=4,
         )
         return
-    if chosen == "nhwc" and groups == 1:
+    if chosen == "nhwc":
         bp, bc, warps = config or _dcn_nhwc_config(cdg)
-        xt = to_channels_last(x)
+        xt = as_channels_last(x)
         kc = k * cin
         cols = torch.empty((n, p, kc), dtype=x.dtype, device=x.device)
         _dcn_im2col_nhwc_kernel[(triton.cdiv(p, bp), n * deform_groups * k)](
@@ -841,8 +858,6 @@ def deform_conv2d(
                 out, bias.contiguous(), cout, p, BLOCK=1024, num_warps=4
             )
         return
-    if chosen in ("fused", "nhwc"):
-        chosen = "loop"  # a variant that does not apply (groups, deform groups, strict float32)
     if chosen != "loop":
         raise ValueError(f"deform_conv2d: unknown variant {chosen!r}; use 'nhwc', 'loop' or 'fused'.")
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
