@@ -15,7 +15,7 @@ Needs a CUDA GPU, torch, triton and torchvision. Every op of ours is called thro
 registered ``gpu_kernel`` entry point, as the TensorRT plugin calls it.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_graph_timing.py [--split]
+    PYTHONPATH=src python3 benchmarks/gpu_graph_timing.py [--split] [--only resize,grid,dcn]
 
 ``--split`` instead times the channels-last grid_sample path in parts (the layout copy,
 the kernel alone on a channels-last input, both through ``grid_sample``, the NCHW "loop"
@@ -37,7 +37,12 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.testing
-from gpu_ops import DCN_SIZES, RESIZE_SIZES  # this directory: the same sizes as gpu_ops.py
+from gpu_ops import (  # this directory: the sizes and inputs of gpu_ops.py
+    DCN_SIZES,
+    GRID_SIZES,
+    RESIZE_SIZES,
+    grid_kinds,
+)
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from opbridge.ops import DynamicResize
@@ -153,22 +158,9 @@ class Table:
         )
 
 
-def grid_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """gpu_ops.py's input and grid (identity + noise), and a grid of uniformly random points."""
-    g = torch.Generator(device=DEV).manual_seed(0)
-    n, c, h, w = 8, 64, 128, 128
-    x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
-    ys, xs = torch.meshgrid(
-        torch.linspace(-1.1, 1.1, h, device=DEV), torch.linspace(-1.1, 1.1, w, device=DEV), indexing="ij"
-    )
-    noisy = torch.stack([xs, ys], -1).expand(n, h, w, 2) + 0.05 * torch.randn(n, h, w, 2, device=DEV, generator=g)
-    uniform = torch.rand(n, h, w, 2, device=DEV, generator=g) * 2 - 1
-    return x, {"": noisy.to(dtype).contiguous(), ", uniform random grid": uniform.to(dtype).contiguous()}
-
-
-def table() -> None:
+def table(only: set[str]) -> None:
     t = Table()
-    for (n, c, h, w), (ho, wo) in RESIZE_SIZES:
+    for (n, c, h, w), (ho, wo) in RESIZE_SIZES if "resize" in only else []:
         for dtype in (torch.float32, torch.float16):
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
             size = torch.empty(1, 1, ho, wo, device=DEV, dtype=dtype)
@@ -181,35 +173,36 @@ def table() -> None:
                 "F.interpolate",
                 (x.numel() + n * c * ho * wo) * x.element_size(),
             )
-    for dtype in (torch.float32, torch.float16):
-        x, grids = grid_inputs(dtype)
-        n, c, h, w = x.shape
-        nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
-        for kind, grid in grids.items():
-            for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
-                variant = tk.GRID_VARIANT[mode, x.element_size()]
-                attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
-                t.row(
-                    f"grid_sampler {name}{kind} ({variant})",
-                    "8x64x128x128",
-                    dtype,
-                    registered(d.GridSample, [x, grid], attrs),
-                    lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
-                    "F.grid_sample",
-                    nbytes,
-                )
-                other = "nhwc" if variant == "loop" else "loop"
-                out = torch.empty_like(x)
-                t.row(
-                    f"grid_sampler {name}{kind} ({other})",
-                    "8x64x128x128",
-                    dtype,
-                    lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other),
-                    lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
-                    "F.grid_sample",
-                    nbytes,
-                )
-    for n, cin, h, w, cout in DCN_SIZES:
+    for dtype in (torch.float32, torch.float16) if "grid" in only else ():
+        for n, c, h, w in GRID_SIZES:
+            x, grids = grid_kinds(n, c, h, w, dtype)
+            shape = f"{n}x{c}x{h}x{w}"
+            nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
+            out = torch.empty_like(x)
+            for kind, grid in grids.items():
+                for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
+                    variant = tk.GRID_VARIANT[mode, x.element_size()]
+                    attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+                    t.row(
+                        f"grid_sampler {name}, {kind} ({variant})",
+                        shape,
+                        dtype,
+                        registered(d.GridSample, [x, grid], attrs),
+                        lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
+                        "F.grid_sample",
+                        nbytes,
+                    )
+                    other = "nhwc" if variant == "loop" else "loop"
+                    t.row(
+                        f"grid_sampler {name}, {kind} ({other})",
+                        shape,
+                        dtype,
+                        lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other),
+                        lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
+                        "F.grid_sample",
+                        nbytes,
+                    )
+    for n, cin, h, w, cout in DCN_SIZES if "dcn" in only else []:
         g = torch.Generator(device=DEV).manual_seed(0)
         x32 = torch.randn(n, cin, h, w, device=DEV, generator=g)
         off32 = torch.randn(n, 18, h, w, device=DEV, generator=g) * 2
@@ -241,17 +234,18 @@ def table() -> None:
 
 def split() -> None:
     for dtype in (torch.float32, torch.float16):
-        x, grids = grid_inputs(dtype)
+        x, grids = grid_kinds(8, 64, 128, 128, dtype)
         n, c, h, w = x.shape
         out = torch.empty_like(x)
         xt = tk.to_channels_last(x)
-        bc = 128 // x.element_size()
         for kind, grid in grids.items():
             for mode in (0, 1, 2):
                 attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
+                bp, bc, warps = tk.GRID_NHWC_CONFIG[mode, x.element_size()]
+                bc = min(bc, c)
                 fns = {
                     "transpose": lambda: tk.to_channels_last(x),
-                    "nhwc-main": lambda: tk._grid_sample_nhwc_kernel[(triton.cdiv(h * w, 32), n, triton.cdiv(c, bc))](
+                    "nhwc-main": lambda: tk._grid_sample_nhwc_kernel[(triton.cdiv(h * w, bp), n, triton.cdiv(c, bc))](
                         xt,
                         grid,
                         out,
@@ -262,9 +256,9 @@ def split() -> None:
                         MODE=mode,
                         PAD=0,
                         ALIGN=False,
-                        BLOCK_P=32,
+                        BLOCK_P=bp,
                         BLOCK_C=bc,
-                        num_warps=4,
+                        num_warps=warps,
                     ),
                     "nhwc": lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="nhwc"),
                     "loop": lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="loop"),
@@ -275,14 +269,15 @@ def split() -> None:
                     for k, f in fns.items():
                         res[k].append(event_ms(f))
                 cells = " | ".join(f"{k} {' '.join(f'{v:.4f}' for v in vals)}" for k, vals in res.items())
-                print(f"grid{kind or ' noisy'} m{mode} {dtype}: {cells}", flush=True)
+                print(f"grid {kind} m{mode} {dtype}: {cells}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", action="store_true", help="time the channels-last grid_sample path in parts")
+    parser.add_argument("--only", default="resize,grid,dcn", help="comma-separated sections of the table")
     args = parser.parse_args(argv)
-    split() if args.split else table()
+    split() if args.split else table(set(args.only.split(",")))
     return 0
 
 

@@ -188,7 +188,7 @@ def copy_bandwidth() -> float:
 def grid_inputs(n: int, c: int, h: int, w: int, ho: int, wo: int, dtype: torch.dtype, seed: int = 0) -> tuple:
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = torch.randn(n, c, h, w, device=DEV, generator=g).to(dtype)
-    # a mildly warped identity grid (Gaussian jitter of 3.2 input pixels), some points outside [-1, 1]
+    # the identity grid, each point jittered on its own (Gaussian, 3.2 input pixels), some outside [-1, 1]
     ys, xs = torch.meshgrid(
         torch.linspace(-1.1, 1.1, ho, device=DEV),
         torch.linspace(-1.1, 1.1, wo, device=DEV),
@@ -203,6 +203,27 @@ def uniform_grid(n: int, ho: int, wo: int, dtype: torch.dtype) -> torch.Tensor:
     """Uniformly random points in [-1, 1]: every lane of a warp gathers from its own cache line."""
     g = torch.Generator(device=DEV).manual_seed(1)
     return (torch.rand(n, ho, wo, 2, device=DEV, generator=g) * 2 - 1).to(dtype)
+
+
+def affine_grid(n: int, ho: int, wo: int, dtype: torch.dtype) -> torch.Tensor:
+    """A spatial transformer's grid: per image a rotation by 10-31 degrees, scale 0.9, a small shift."""
+    theta = []
+    for i in range(n):
+        a, s = math.radians(10 + 3 * i), 0.9
+        theta.append([[s * math.cos(a), -s * math.sin(a), 0.05], [s * math.sin(a), s * math.cos(a), -0.03]])
+    t = torch.tensor(theta, device=DEV)
+    return F.affine_grid(t, [n, 1, ho, wo], align_corners=False).to(dtype).contiguous()
+
+
+def grid_kinds(n: int, c: int, h: int, w: int, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The input and the three grids every grid_sample size is timed on, by name."""
+    x, jittered = grid_inputs(n, c, h, w, h, w, dtype)
+    grids = {
+        "jittered grid": jittered,
+        "affine grid": affine_grid(n, h, w, dtype),
+        "uniform random grid": uniform_grid(n, h, w, dtype),
+    }
+    return x, grids
 
 
 def dcn_inputs(
@@ -421,11 +442,11 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
 
         for n, c, h, w in GRID_SIZES:
             shape = f"{n}x{c}x{h}x{w}"
-            x, warped = grid_inputs(n, c, h, w, h, w, dtype)
-            nbytes = (2 * x.numel() + warped.numel()) * x.element_size()
+            x, grids = grid_kinds(n, c, h, w, dtype)
+            nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
             same = same_size_copy_ms(nbytes)
             out = torch.empty_like(x)
-            for grid_name, grid in (("warped grid", warped), ("uniform random grid", uniform_grid(n, h, w, dtype))):
+            for grid_name, grid in grids.items():
                 for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
                     attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
                     (got,) = run_kernel(d.GridSample, [x, grid], attrs)

@@ -4,8 +4,8 @@ Needs a CUDA GPU, torch and triton. For each tiling it checks the result against
 PyTorch's own CUDA op (max abs error, fp32 result) and times it with
 ``triton.testing.do_bench`` (median, L2 flushed before each run), next to PyTorch and
 a device-to-device copy measured in the same run. The registered defaults
-(``_resize_config`` and ``_resize_int_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` in
-``opbridge.ops._detection_triton``) were picked from this table.
+(``_resize_config`` and ``_resize_int_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` and
+``GRID_NHWC_CONFIG`` in ``opbridge.ops._detection_triton``) were picked from this table.
 
 Usage:
     PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid] [--json out.json]
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton.testing
-from gpu_ops import grid_inputs, uniform_grid  # this directory: the inputs gpu_ops.py times
+from gpu_ops import grid_kinds  # this directory: the inputs gpu_ops.py times
 
 from opbridge.ops import _detection_triton as tk
 from opbridge.ops import _seed_gpu as sg
@@ -83,6 +83,8 @@ RESIZE_CONFIGS = [
     (32, 128, 1, True),
     (64, 256, 2, True),
 ]
+# "nhwc" tilings: (output pixels, channels, num_warps) per program
+GRID_NHWC_CONFIGS = [(32, 32, 4), (16, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (16, 32, 4)]
 GRID_CONFIGS = {
     0: [
         (8, 16, 16, 4, 4),
@@ -150,19 +152,25 @@ def sweep_grid(copy: float) -> None:
     names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     for dtype in (torch.float32, torch.float16):
         n, c, h, w = 8, 64, 128, 128
-        x, warped = grid_inputs(n, c, h, w, h, w, dtype)
+        x, grids = grid_kinds(n, c, h, w, dtype)
+        xl = x.to(memory_format=torch.channels_last)
         out = torch.empty_like(x)
-        nbytes = (2 * x.numel() + warped.numel()) * x.element_size()
-        for grid_name, grid in (("warped", warped), ("uniform", uniform_grid(n, h, w, dtype))):
+        nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
+        for grid_name, grid in grids.items():
             for mode, name in names.items():
                 want = F.grid_sample(x.float(), grid.float(), mode=name, align_corners=False)
                 native = bench(lambda: F.grid_sample(x, grid, mode=name, align_corners=False))
-                for cfg in GRID_CONFIGS[mode]:
-                    out.fill_(float("nan"))
-                    tk.grid_sample(x, grid, out, mode, 0, False, variant="loop", config=cfg)
-                    err = float((out.float() - want).abs().max())
-                    ms = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant="loop", config=cfg))
-                    row(f"grid {name} loop", f"8x64x128x128 {grid_name}", dtype, cfg, ms, native, nbytes, copy, err)
+                # "nhwc" tilings on a channels-last input, read in place: the kernel alone, one launch
+                # (its layout copy is the same for every tiling)
+                for variant, src, configs in (("loop", x, GRID_CONFIGS[mode]), ("nhwc", xl, GRID_NHWC_CONFIGS)):
+                    for cfg in configs:
+                        out.fill_(float("nan"))
+                        tk.grid_sample(src, grid, out, mode, 0, False, variant=variant, config=cfg)
+                        err = float((out.float() - want).abs().max())
+                        ms = bench(lambda: tk.grid_sample(src, grid, out, mode, 0, False, variant=variant, config=cfg))
+                        label = f"8x64x128x128 {grid_name.split()[0]}"
+                        kind = "loop" if variant == "loop" else "nhwc kernel"
+                        row(f"grid {name} {kind}", label, dtype, cfg, ms, native, nbytes, copy, err)
 
 
 def main(argv: list[str] | None = None) -> int:
