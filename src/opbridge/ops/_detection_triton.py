@@ -28,13 +28,28 @@ _FLT_MAX = 3.4028234663852886e38
 # Kernel variants ("loop": one lane per pixel of an NCHW plane, channels in an unrolled loop;
 # "nhwc": a channels-last copy of the input first, then pixel x channel tiles whose corner reads are
 # contiguous runs of channels). Both are tested; benchmarks/gpu_ops.py times the registered one
-# against the other. The defaults are the fastest on the H200 (benchmarks/OPLIB.md): grid_sample by
-# (interpolation mode, element size), DCN im2col (groups = 1; "loop" otherwise).
-GRID_VARIANT = {(0, 4): "loop", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "loop", (2, 4): "nhwc", (2, 2): "nhwc"}
+# against the other. grid_sample's default per (interpolation mode, element size) is the variant
+# with the lower total GPU time in benchmarks/gpu_graph_timing.py's nine cases (three sizes, each on
+# a jittered, an affine and a uniformly random grid; within 5%, the single launch) on the H200
+# (benchmarks/OPLIB.md). The "loop" kernel is fastest on smooth grids, but on random ones every
+# lane's gather fetches its own cache sectors and it becomes L2-bound; "nhwc" costs a layout copy
+# and one more launch whatever the grid. DCN im2col: "nhwc" for groups = 1 ("loop" otherwise).
+GRID_VARIANT = {(0, 4): "nhwc", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "nhwc", (2, 4): "nhwc", (2, 2): "nhwc"}
 DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
 # channel unroll, num_warps).
 GRID_LOOP_CONFIG = {0: (32, 32, 8, 4, 8), 1: (32, 32, 8, 4, 8), 2: (4, 32, 16, 2, 4)}
+# "nhwc" kernel tiling by (interpolation mode, element size): (output pixels, channels at most,
+# num_warps) per program; within 2% of the lowest total time of the kernel alone on the three grids
+# of benchmarks/gpu_tiling_sweep.py (benchmarks/OPLIB.md).
+GRID_NHWC_CONFIG = {
+    (0, 4): (16, 64, 4),
+    (1, 4): (32, 64, 4),
+    (2, 4): (16, 32, 4),
+    (0, 2): (32, 64, 4),
+    (1, 2): (32, 64, 4),
+    (2, 2): (32, 64, 4),
+}
 
 
 # --------------------------------------------------------------------------- layout
@@ -406,7 +421,7 @@ def grid_sample(
 
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
-    "nhwc" (default 32 pixels x 128 bytes of channels, 4 warps); benchmarks use it to compare tilings.
+    "nhwc" (default ``GRID_NHWC_CONFIG[mode, element size]``); benchmarks use it to compare tilings.
     """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
@@ -416,9 +431,14 @@ def grid_sample(
     grid = grid.contiguous()
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
-    chosen = variant or GRID_VARIANT[interpolation_mode, 2 if x.element_size() == 2 else 4]
+    size = 2 if x.element_size() == 2 else 4
+    chosen = variant or GRID_VARIANT[interpolation_mode, size]
     if chosen == "nhwc":
-        bp, bc, warps = config[:3] if config else (32, min(128 // x.element_size(), triton.next_power_of_2(c)), 4)
+        if config:
+            bp, bc, warps = config[:3]
+        else:
+            bp, bc_max, warps = GRID_NHWC_CONFIG[interpolation_mode, size]
+            bc = min(bc_max, triton.next_power_of_2(c))
         xt = as_channels_last(x)
         _grid_sample_nhwc_kernel[(triton.cdiv(ho * wo, bp), n, triton.cdiv(c, bc))](
             xt,
