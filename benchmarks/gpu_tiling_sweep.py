@@ -1,14 +1,16 @@
-"""Tile-shape sweep of the bicubic resize and grid_sample Triton kernels, timed side by side in one run.
+"""Tile-shape sweep of the resize, grid_sample and DCNv2 im2col Triton kernels, timed side by side in one run.
 
 Needs a CUDA GPU, torch and triton. For each tiling it checks the result against
 PyTorch's own CUDA op (max abs error, fp32 result) and times it with
 ``triton.testing.do_bench`` (median, L2 flushed before each run), next to PyTorch and
 a device-to-device copy measured in the same run. The registered defaults
 (``_resize_config`` and ``_resize_int_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` and
-``GRID_NHWC_CONFIG`` in ``opbridge.ops._detection_triton``) were picked from this table.
+``GRID_NHWC_CONFIG`` in ``opbridge.ops._detection_triton``) were picked from this table. ``--only dcn``
+times DCNv2's channels-last path per im2col tiling in GPU time (CUDA-graph replay, as
+gpu_graph_timing.py; needs torchvision for that script's import), against the reference.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,dcn] [--json out.json]
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -173,6 +175,53 @@ def sweep_grid(copy: float) -> None:
                         row(f"grid {name} {kind}", label, dtype, cfg, ms, native, nbytes, copy, err)
 
 
+# DCNv2 channels-last im2col tilings: (output pixels, channels, num_warps) per program
+DCN_NHWC_CONFIGS = [
+    (16, 64, 4),
+    (32, 64, 4),
+    (64, 64, 8),
+    (32, 32, 4),
+    (16, 128, 4),
+    (8, 64, 2),
+    (64, 32, 4),
+    (32, 128, 8),
+]
+
+
+def sweep_dcn() -> None:
+    from gpu_graph_timing import graph_ms  # this directory
+    from gpu_ops import DCN_SIZES, dcn_inputs
+
+    from opbridge.ops import _detection_ref as ref
+
+    for n, cin, h, w, cout in DCN_SIZES:
+        for dtype, tf32 in ((torch.float32, False), (torch.float32, True), (torch.float16, False)):
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            x, off, mask, wt, b = dcn_inputs(n, cin, h, w, cout, dtype)
+            out = torch.empty(n, cout, h, w, device=DEV, dtype=dtype)
+            geo = ((1, 1), (1, 1), (1, 1), 1, 1)
+            want = ref.deform_conv2d(x.double(), off.double(), mask.double(), wt.double(), b.double(), *geo)
+            for cfg in DCN_NHWC_CONFIGS:
+                out.fill_(float("nan"))
+                tk.deform_conv2d(x, off, mask, wt, b, out, *geo, variant="nhwc", config=cfg)
+                err = float(((out.double() - want).abs() / (want.abs() + 1)).max())
+                ms = graph_ms(lambda: tk.deform_conv2d(x, off, mask, wt, b, out, *geo, variant="nhwc", config=cfg))
+                r = {
+                    "kind": "dcn nhwc" + (" tf32" if tf32 else ""),
+                    "shape": f"{n}x{cin}x{h}x{w} 3x3->{cout}",
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "config": str(cfg),
+                    "gpu_ms": ms,
+                    "max_rel_err": err,
+                }
+                ROWS.append(r)
+                print(
+                    f"{r['kind']:14s} {r['shape']:24s} {r['dtype']:8s} {r['config']:16s} GPU {ms:8.4f} ms  err {err:.2e}"
+                )
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows as JSON here")
@@ -184,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep_resize(copy)
     if "grid" in args.only:
         sweep_grid(copy)
+    if "dcn" in args.only:
+        sweep_dcn()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"copy_gbs": copy, "rows": ROWS}, fh, indent=1)
