@@ -84,6 +84,10 @@ RESIZE_CONFIGS = [
     (8, 256, 2, True),
     (32, 128, 1, True),
     (64, 256, 2, True),
+    (32, 64, 1, True),
+    (32, 32, 1, True),
+    (16, 128, 2, True),
+    (64, 128, 4, True),
 ]
 # "nhwc" tilings: (output pixels, channels, num_warps) per program
 GRID_NHWC_CONFIGS = [(32, 32, 4), (16, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (16, 32, 4)]
@@ -119,15 +123,21 @@ RESIZE_INT_CONFIGS = [
 
 
 def sweep_resize(copy: float) -> None:
-    for n, c, h, w, s in [(1, 3, 256, 256, 4), (8, 64, 128, 128, 2), (1, 3, 540, 960, 2)]:
+    for n, c, h, w, ho, wo in [
+        (1, 3, 256, 256, 1024, 1024),
+        (8, 64, 128, 128, 256, 256),
+        (1, 3, 540, 960, 1080, 1920),
+        (8, 64, 128, 128, 200, 200),
+    ]:
         for dtype in (torch.float32, torch.float16):
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
-            ho, wo = h * s, w * s
             out = torch.empty(n, c, ho, wo, device=DEV, dtype=dtype)
             want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
             native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
             nbytes = (x.numel() + out.numel()) * x.element_size()
-            variants = [("window", cfg) for cfg in RESIZE_CONFIGS] + [("integer", cfg) for cfg in RESIZE_INT_CONFIGS]
+            variants = [("window", cfg) for cfg in RESIZE_CONFIGS]
+            if sg._integer_factor(h, w, ho, wo, False):
+                variants += [("integer", cfg) for cfg in RESIZE_INT_CONFIGS]
             for variant, cfg in variants:
                 out.fill_(float("nan"))
                 kw = {"config": cfg, "variant": variant}
@@ -139,7 +149,7 @@ def sweep_resize(copy: float) -> None:
                 )
                 row(
                     f"resize {variant}",
-                    f"{n}x{c}x{h}x{w} x{s}",
+                    f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
                     dtype,
                     cfg or default,
                     ms,
