@@ -112,6 +112,17 @@ def deform_conv(variant: str, channels_last: bool = False) -> float:
     return worst
 
 
+def deform_conv_fused() -> float:
+    """The implicit-GEMM variant, which float32 takes only where TF32 is allowed (the interpreter's
+    dot computes in float32 whatever the precision asked); groups and deform groups fall back."""
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return deform_conv("fused")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def roi_align(mode: str) -> float:
     g = _gen()
     feat = torch.randn(2, 4, 20, 24, generator=g)
@@ -175,6 +186,7 @@ CASES: dict[str, tuple[Callable[[], float], float]] = {
     **{f"dcn-{variant}": ((lambda v=variant: deform_conv(v)), ATOL) for variant in ("nhwc", "loop")},
     **{f"grid-{v}-channels-last-input": ((lambda v=v: grid_sample(v, 0, True)), ATOL) for v in ("loop", "nhwc")},
     "dcn-nhwc-channels-last-input": (lambda: deform_conv("nhwc", True), ATOL),
+    "dcn-fused": (deform_conv_fused, ATOL),
     "roi-align-avg": (lambda: roi_align("avg"), ATOL),
     "roi-align-max": (lambda: roi_align("max"), ATOL),
     "multi-level-roi-align": (multi_level_roi_align, ATOL),

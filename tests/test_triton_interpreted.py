@@ -29,6 +29,7 @@ CASES = [
     "grid-loop-channels-last-input",
     "grid-nhwc-channels-last-input",
     "dcn-nhwc-channels-last-input",
+    "dcn-fused",
     "roi-align-avg",
     "roi-align-max",
     "multi-level-roi-align",

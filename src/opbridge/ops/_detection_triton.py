@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opbridge.ops._seed_triton import _cubic_weights
+from opbridge.ops._seed_triton import _cubic_weights, _tile_of
 
 __all__ = [
     "as_channels_last",
@@ -206,11 +206,7 @@ def _grid_sample_loop_kernel(
     every channel; a 2-D tile keeps the input rows it reads in L1 across its pixels. PyTorch's
     formulas and accumulation order.
     """
-    pid = tl.program_id(0)
-    tx = pid % n_tx
-    t = pid // n_tx
-    ty = t % n_ty
-    n = (t // n_ty).to(tl.int64)
+    tx, ty, n = _tile_of(tl.program_id(0), n_tx, n_ty)
     r = tl.arange(0, TH * TW)
     oy = ty * TH + r // TW
     ox = tx * TW + r % TW
@@ -521,6 +517,16 @@ def _dcn_samples(off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH,
 
 
 @triton.jit
+def _dcn_block(pid_p, pid_t, K, DG, P, BLOCK_P: tl.constexpr):
+    # axis-1 program index pid_t as (image, deform group, tap), and the output pixels of block pid_p
+    k = pid_t % K
+    ndg = pid_t // K
+    n = (ndg // DG).to(tl.int64)
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    return n, ndg % DG, k, p, p < P
+
+
+@triton.jit
 def _dcn_im2col_loop_kernel(
     x_ptr,
     off_ptr,
@@ -546,15 +552,8 @@ def _dcn_im2col_loop_kernel(
     CU: tl.constexpr,
 ):
     """One lane per output pixel of one (image, deform group, tap); CB channels in an unrolled loop."""
-    pid_p = tl.program_id(0)
-    pid_t = tl.program_id(1)
     c_start = tl.program_id(2) * CB
-    k = pid_t % K
-    ndg = pid_t // K
-    dg = ndg % DG
-    n = (ndg // DG).to(tl.int64)
-    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    pm = p < P
+    n, dg, k, p, pm = _dcn_block(tl.program_id(0), tl.program_id(1), K, DG, P, BLOCK_P)
     y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mval = _dcn_samples(
         off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH, SW, PH, PW, DH, DW
     )
@@ -612,14 +611,7 @@ def _dcn_im2col_nhwc_kernel(
     store is a contiguous run of channels per pixel (NCHW gathers touch one cache line per lane).
     torchvision's formulas and order: the four weighted corners, then the mask.
     """
-    pid_p = tl.program_id(0)
-    pid_t = tl.program_id(1)  # (n, dg, k)
-    k = pid_t % K
-    ndg = pid_t // K
-    dg = ndg % DG
-    n = (ndg // DG).to(tl.int64)
-    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    pm = p < P
+    n, dg, k, p, pm = _dcn_block(tl.program_id(0), tl.program_id(1), K, DG, P, BLOCK_P)
     y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mval = _dcn_samples(
         off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH, SW, PH, PW, DH, DW
     )
@@ -679,37 +671,19 @@ def _dcn_fused_kernel(
     n = tl.program_id(2).to(tl.int64)
     p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     pm = p < P
-    oh = p // Wo
-    ow = p - oh * Wo
     co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     com = co < Cout
     hw = H * W
     xb = x_ptr + n * Cin * hw
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for tap in range(K):
-        ky = tap // KW
-        kx = tap - ky * KW
-        ob = (n * 2 * K + 2 * tap) * P
-        dy = tl.load(off_ptr + ob + p, mask=pm, other=0.0).to(tl.float32)
-        dx = tl.load(off_ptr + ob + P + p, mask=pm, other=0.0).to(tl.float32)
-        mv = tl.load(mask_ptr + (n * K + tap) * P + p, mask=pm, other=0.0).to(tl.float32)
-        y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
-        x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
-        inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
-        y0f = tl.floor(y)
-        x0f = tl.floor(x)
-        ly = y - y0f
-        lx = x - x0f
-        y0 = y0f.to(tl.int32)
-        x0 = x0f.to(tl.int32)
-        m00 = inside & (y0 >= 0) & (x0 >= 0)
-        m01 = inside & (y0 >= 0) & (x0 + 1 < W)
-        m10 = inside & (y0 + 1 < H) & (x0 >= 0)
-        m11 = inside & (y0 + 1 < H) & (x0 + 1 < W)
-        w00 = (1.0 - ly) * (1.0 - lx) * mv
-        w01 = (1.0 - ly) * lx * mv
-        w10 = ly * (1.0 - lx) * mv
-        w11 = ly * lx * mv
+        y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mv = _dcn_samples(
+            off_ptr, mask_ptr, n, 0, tap, p, pm, Wo, P, K, KW, 1, H, W, SH, SW, PH, PW, DH, DW
+        )
+        w00 = w00 * mv
+        w01 = w01 * mv
+        w10 = w10 * mv
+        w11 = w11 * mv
         o00 = y0 * W + x0
         for c0 in range(0, Cin, BLOCK_K):
             c = c0 + tl.arange(0, BLOCK_K)

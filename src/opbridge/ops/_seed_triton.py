@@ -59,6 +59,14 @@ def _hrow(base, y, H, W, x0, x1, x2, x3, w0, w1, w2, w3):
 
 
 @triton.jit
+def _tile_of(pid, n_tx, n_ty):
+    # program pid's tile column, tile row and plane (int64), planes of n_ty x n_tx tiles in a row
+    tx = pid % n_tx
+    t = pid // n_tx
+    return tx, t % n_ty, (t // n_ty).to(tl.int64)
+
+
+@triton.jit
 def _source(o, scale, align):
     # source coordinate of output index o (align is a compile-time constant)
     if align:
@@ -91,11 +99,7 @@ def bicubic_kernel(
     # row that slides in next (p0..p3) one step ahead, so their latency overlaps the current
     # row's arithmetic and store. Same formulas and order of operations as PyTorch's
     # upsample_bicubic2d (x first, then y).
-    pid = tl.program_id(0)
-    tx = pid % n_tx
-    t = pid // n_tx
-    ty = t % n_ty
-    plane = (t // n_ty).to(tl.int64)
+    tx, ty, plane = _tile_of(tl.program_id(0), n_tx, n_ty)
     ox = tx * BW + tl.arange(0, BW)
     xm = ox < WO
     sx = _source(ox.to(tl.float32), scale_w, ALIGN)
@@ -216,11 +220,7 @@ def bicubic_int_kernel(
     # x-interpolations (rows r-2..r+2, each at the K phases) slide down as r advances; each row
     # step writes K output rows of K*BI contiguous values. Same order of operations as PyTorch
     # (x first, then y). PREFETCH loads the next row's neighbours one step ahead.
-    pid = tl.program_id(0)
-    tx = pid % n_tx
-    t = pid // n_tx
-    ty = t % n_ty
-    plane = (t // n_ty).to(tl.int64)
+    tx, ty, plane = _tile_of(tl.program_id(0), n_tx, n_ty)
     i = tx * BI + tl.arange(0, BI)
     xm2 = tl.minimum(tl.maximum(i - 2, 0), W - 1)
     xm1 = tl.minimum(tl.maximum(i - 1, 0), W - 1)
