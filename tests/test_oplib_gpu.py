@@ -212,6 +212,26 @@ def test_dcn_gpu_nhwc_variant(dtype: torch.dtype, geometry: tuple, config: tuple
     torch.testing.assert_close(out.float(), want, **_tol(dtype))
 
 
+def _check_grid_variant(
+    variant: str, config: tuple | None, dtype: torch.dtype, mode: int, channels: int, pads: tuple[int, ...]
+) -> None:
+    """grid_sample's ``variant`` with tiling ``config`` against the reference: a 3 x channels x 13 x 17
+    input, an 11 x 19 grid reaching past the borders, each padding mode in ``pads``, both align_corners."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(3, channels, 13, 17, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(3, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for pad in pads:
+        for ac in (False, True):
+            out = torch.full((3, channels, 11, 19), float("nan"), device="cuda", dtype=dtype)
+            tk.grid_sample(x, grid, out, mode, pad, ac, variant=variant, config=config)
+            want = d.GridSample.run_reference(
+                x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
+            )
+            torch.testing.assert_close(out.float(), want, **_tol(dtype))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize(
@@ -221,19 +241,7 @@ def test_dcn_gpu_nhwc_variant(dtype: torch.dtype, geometry: tuple, config: tuple
 )
 def test_grid_sampler_gpu_loop_tilings(dtype: torch.dtype, mode: int, config: tuple) -> None:
     """Tiles that overhang the output's edges and channel groups that do not divide C."""
-    from opbridge.ops import _detection_triton as tk
-
-    g = _gen()
-    x = torch.randn(3, 7, 13, 17, device="cuda", generator=g).to(dtype)
-    grid = (torch.rand(3, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
-    for pad in (0, 2):
-        for ac in (False, True):
-            out = torch.full((3, 7, 11, 19), float("nan"), device="cuda", dtype=dtype)
-            tk.grid_sample(x, grid, out, mode, pad, ac, variant="loop", config=config)
-            want = d.GridSample.run_reference(
-                x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
-            )
-            torch.testing.assert_close(out.float(), want, **_tol(dtype))
+    _check_grid_variant("loop", config, dtype, mode, channels=7, pads=(0, 2))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -241,19 +249,7 @@ def test_grid_sampler_gpu_loop_tilings(dtype: torch.dtype, mode: int, config: tu
 @pytest.mark.parametrize("config", [None, (16, 8, 1), (64, 32, 8)], ids=["default", "small-blocks", "large-blocks"])
 def test_grid_sampler_gpu_nhwc_variant(dtype: torch.dtype, mode: int, config: tuple | None) -> None:
     """The channels-last kernel: channel blocks that overhang C, pixel blocks past the output, every padding."""
-    from opbridge.ops import _detection_triton as tk
-
-    g = _gen()
-    x = torch.randn(3, 37, 13, 17, device="cuda", generator=g).to(dtype)
-    grid = (torch.rand(3, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
-    for pad in (0, 1, 2):
-        for ac in (False, True):
-            out = torch.full((3, 37, 11, 19), float("nan"), device="cuda", dtype=dtype)
-            tk.grid_sample(x, grid, out, mode, pad, ac, variant="nhwc", config=config)
-            want = d.GridSample.run_reference(
-                x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
-            )
-            torch.testing.assert_close(out.float(), want, **_tol(dtype))
+    _check_grid_variant("nhwc", config, dtype, mode, channels=37, pads=(0, 1, 2))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
