@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opbridge.ops._detection_ref import check_nms_inputs, deform_conv_geometry, map_roi_levels, rescale_rois
 from opbridge.ops._seed_triton import _cubic_weights, _tile_of
 
 __all__ = [
@@ -752,8 +753,6 @@ def deform_conv2d(
     ``config`` (BLOCK_P, BLOCK_C, num_warps) overrides the "nhwc" im2col tiling. float32 follows
     ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
     """
-    from opbridge.ops._detection_ref import deform_conv_geometry
-
     (sh, sw), (ph, pw), (dh, dw), ho, wo = deform_conv_geometry(
         tuple(x.shape),
         tuple(offset.shape),
@@ -1070,8 +1069,6 @@ def multi_level_roi_align(
     aligned: bool,
 ) -> None:
     """MMDet SingleRoIExtractor into ``out``: levels and rescale on the GPU, one RoIAlign launch per level."""
-    from opbridge.ops._detection_ref import map_roi_levels, rescale_rois
-
     if len(featmap_strides) != len(feats):
         raise ValueError(
             f"mmdeploy::MMCVMultiLevelRoiAlign: {len(feats)} feature map(s) given but featmap_strides has "
@@ -1151,8 +1148,6 @@ def batched_nms(
     Per-class threshold + stable sort (torch), greedy NMS per (image, class) in one
     Triton program each, then a stable sort over the survivors of all classes.
     """
-    from opbridge.ops._detection_ref import check_nms_inputs
-
     check_nms_inputs(
         "mmdeploy::TRTBatchedNMS",
         tuple(boxes.shape),
