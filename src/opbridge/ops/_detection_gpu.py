@@ -35,8 +35,10 @@ _STREAMS: dict[int, Any] = {}
 
 
 def _on(stream: int) -> Any:
-    """Run on ``stream`` (a cudaStream_t as int; 0 or the current stream: no switch)."""
-    if not stream or torch.cuda.current_stream().cuda_stream == stream:
+    """Run on ``stream`` (a cudaStream_t as int; 0 or the current stream: no switch). The current
+    stream's handle is read as Triton's launcher reads it: ``torch.cuda.current_stream()`` builds a
+    Stream object and costs about as much CPU time as a launch."""
+    if not stream or torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()) == stream:
         return contextlib.nullcontext()
     wrapper = _STREAMS.get(stream)
     if wrapper is None:

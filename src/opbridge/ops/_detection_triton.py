@@ -15,6 +15,7 @@ import triton.language as tl
 
 from opbridge.ops._detection_ref import check_nms_inputs, deform_conv_geometry, map_roi_levels, rescale_rois
 from opbridge.ops._seed_triton import _cubic_weights, _tile_of
+from opbridge.ops._triton_launch import cdiv, launch, next_power_of_2
 
 __all__ = [
     "as_channels_last",
@@ -80,8 +81,16 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
     n, c, h, w = x.shape
     y = torch.empty((n, h, w, c), dtype=x.dtype, device=x.device)
     if y.numel():
-        _to_channels_last_kernel[(triton.cdiv(h * w, 64), triton.cdiv(c, 64), n)](
-            x, y, c, h * w, BLOCK_C=64, BLOCK_S=64, num_warps=4
+        launch(
+            _to_channels_last_kernel,
+            (cdiv(h * w, 64), cdiv(c, 64), n),
+            x,
+            y,
+            c,
+            h * w,
+            BLOCK_C=64,
+            BLOCK_S=64,
+            num_warps=4,
         )
     return y
 
@@ -435,9 +444,11 @@ def grid_sample(
             bp, bc, warps = config[:3]
         else:
             bp, bc_max, warps = GRID_NHWC_CONFIG[interpolation_mode, size]
-            bc = min(bc_max, triton.next_power_of_2(c))
+            bc = min(bc_max, next_power_of_2(c))
         xt = as_channels_last(x)
-        _grid_sample_nhwc_kernel[(triton.cdiv(ho * wo, bp), n, triton.cdiv(c, bc))](
+        launch(
+            _grid_sample_nhwc_kernel,
+            (cdiv(ho * wo, bp), n, cdiv(c, bc)),
             xt,
             grid,
             out,
@@ -456,11 +467,13 @@ def grid_sample(
     if chosen == "loop":
         x = x.contiguous()
         th, tw, cpg, cu, warps = config or GRID_LOOP_CONFIG[interpolation_mode]
-        tw = min(tw, triton.next_power_of_2(wo))
-        th = min(th, triton.next_power_of_2(ho))
+        tw = min(tw, next_power_of_2(wo))
+        th = min(th, next_power_of_2(ho))
         cpg = min(cpg, c)
-        n_tx, n_ty = triton.cdiv(wo, tw), triton.cdiv(ho, th)
-        _grid_sample_loop_kernel[(n * n_ty * n_tx, triton.cdiv(c, cpg))](
+        n_tx, n_ty = cdiv(wo, tw), cdiv(ho, th)
+        launch(
+            _grid_sample_loop_kernel,
+            (n * n_ty * n_tx, cdiv(c, cpg)),
             x,
             grid,
             out,
@@ -723,7 +736,7 @@ def _channel_bias_kernel(out_ptr, b_ptr, C, P, BLOCK: tl.constexpr):
 def _dcn_nhwc_config(cdg: int, element_size: int) -> tuple[int, int, int]:
     """(BLOCK_P, BLOCK_C, num_warps) of the channels-last im2col: within 2% of the fastest tiling of
     benchmarks/gpu_tiling_sweep.py's DCNv2 sweep at ResNet-50 stages 2-4 on the H200."""
-    return 32 if element_size == 2 else 16, min(64, triton.next_power_of_2(cdg)), 4
+    return 32 if element_size == 2 else 16, min(64, next_power_of_2(cdg)), 4
 
 
 def deform_conv2d(
@@ -782,11 +795,13 @@ def deform_conv2d(
         wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
         bm, bn, bk = (
             64,
-            min(128, max(16, triton.next_power_of_2(cout))),
-            min(32, max(16, triton.next_power_of_2(cin))),
+            min(128, max(16, next_power_of_2(cout))),
+            min(32, max(16, next_power_of_2(cin))),
         )
-        launch = (triton.cdiv(p, bm), triton.cdiv(cout, bn), n)
-        _dcn_fused_kernel[launch](
+        programs = (cdiv(p, bm), cdiv(cout, bn), n)
+        launch(
+            _dcn_fused_kernel,
+            programs,
             x,
             offset,
             mask,
@@ -820,7 +835,9 @@ def deform_conv2d(
         xt = as_channels_last(x)
         kc = k * cin
         cols = torch.empty((n, p, kc), dtype=x.dtype, device=x.device)
-        _dcn_im2col_nhwc_kernel[(triton.cdiv(p, bp), n * deform_groups * k)](
+        launch(
+            _dcn_im2col_nhwc_kernel,
+            (cdiv(p, bp), n * deform_groups * k),
             xt,
             offset,
             mask,
@@ -848,16 +865,25 @@ def deform_conv2d(
         wt = weight.to(x.dtype).permute(0, 2, 3, 1).reshape(cout, kc)
         torch.matmul(wt, cols.transpose(1, 2), out=out.view(n, cout, p))
         if bias is not None:
-            _channel_bias_kernel[(triton.cdiv(p, 1024), n * cout)](
-                out, bias.contiguous(), cout, p, BLOCK=1024, num_warps=4
+            launch(
+                _channel_bias_kernel,
+                (cdiv(p, 1024), n * cout),
+                out,
+                bias.contiguous(),
+                cout,
+                p,
+                BLOCK=1024,
+                num_warps=4,
             )
         return
     if chosen != "loop":
         raise ValueError(f"deform_conv2d: unknown variant {chosen!r}; use 'nhwc', 'loop' or 'fused'.")
     cols = torch.empty((n, cin * k, p), dtype=x.dtype, device=x.device)
-    block_p, cb = 128, min(32, triton.next_power_of_2(cdg))
-    launch = (triton.cdiv(p, block_p), n * deform_groups * k, triton.cdiv(cdg, cb))
-    _dcn_im2col_loop_kernel[launch](
+    block_p, cb = 128, min(32, next_power_of_2(cdg))
+    programs = (cdiv(p, block_p), n * deform_groups * k, cdiv(cdg, cb))
+    launch(
+        _dcn_im2col_loop_kernel,
+        programs,
         x,
         offset,
         mask,
@@ -1012,9 +1038,11 @@ def _launch_roi(
     r, _, ph, pw = out.shape
     if r == 0:
         return
-    block = min(128, triton.next_power_of_2(c * ph * pw))
-    launch = (r, triton.cdiv(c * ph * pw, block))
-    _roi_align_kernel[launch](
+    block = min(128, next_power_of_2(c * ph * pw))
+    programs = (r, cdiv(c * ph * pw, block))
+    launch(
+        _roi_align_kernel,
+        programs,
         feat,
         rois,
         levels if levels is not None else rois,
@@ -1177,13 +1205,15 @@ def batched_nms(
     valid = torch.isfinite(sorted_scores).to(torch.int8).contiguous()
     keep = torch.empty_like(valid)
     if k:
-        _nms_kernel[(b * c,)](
+        launch(
+            _nms_kernel,
+            (b * c,),
             cand,
             valid,
             keep,
             k,
             float(iou_threshold),
-            BLOCK=triton.next_power_of_2(k),
+            BLOCK=next_power_of_2(k),
             num_warps=8 if k > 1024 else 4,
         )
     flat = torch.where(keep.bool(), sorted_scores, torch.full_like(sorted_scores, -math.inf)).view(b, c * k)

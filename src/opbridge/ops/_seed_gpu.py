@@ -32,10 +32,13 @@ def _triton_kernels() -> Any | None:
 
 
 def _on_device(x: Any) -> Any:
-    """The CUDA device context of ``x`` (none for CPU tensors, which Triton's interpreter runs)."""
+    """The CUDA device context of ``x`` (none for CPU tensors, which Triton's interpreter runs, and
+    none when ``x`` is on the current device already: entering one costs more than a launch)."""
     import torch
 
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+    if not x.is_cuda or x.device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(x.device)
 
 
 def _grid(n: int) -> tuple[int]:
@@ -51,8 +54,10 @@ def myselu_gpu(inputs: list[Any], outputs: list[Any], attrs: dict[str, Any], str
     if kernels is None or x.numel() == 0:
         torch.mul(x, torch.sigmoid(x), out=out)
         return
+    from opbridge.ops._triton_launch import launch
+
     with _on_device(x):
-        kernels.silu_kernel[_grid(x.numel())](x, out, x.numel(), BLOCK=_BLOCK)
+        launch(kernels.silu_kernel, _grid(x.numel()), x, out, x.numel(), BLOCK=_BLOCK)
 
 
 def strange_op_gpu(inputs: list[Any], outputs: list[Any], attrs: dict[str, Any], stream: int) -> None:
@@ -142,12 +147,26 @@ def dynamic_resize_gpu(
     if kernels is None or out.numel() == 0 or x.numel() == 0 or max(h * w, ho * wo) >= 2**31:
         out.copy_(F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=align))
         return
+    from opbridge.ops._triton_launch import launch
+
     if factor is not None and variant != "window":
         bi, ri, warps, prefetch = config or _resize_int_config(n * c, h, w)
         n_tx, n_ty = -(-w // bi), -(-h // ri)
         with _on_device(x):
-            kernels.bicubic_int_kernel[(n * c * n_ty * n_tx,)](
-                x, out, h, w, n_tx, n_ty, K=factor, BI=bi, RI=ri, PREFETCH=prefetch, num_warps=warps
+            launch(
+                kernels.bicubic_int_kernel,
+                (n * c * n_ty * n_tx,),
+                x,
+                out,
+                h,
+                w,
+                n_tx,
+                n_ty,
+                K=factor,
+                BI=bi,
+                RI=ri,
+                PREFETCH=prefetch,
+                num_warps=warps,
             )
         return
     if align:
@@ -158,8 +177,24 @@ def dynamic_resize_gpu(
     rows, bw, warps, prefetch = config or _resize_config(n * c, ho, wo)
     n_tx, n_ty = -(-wo // bw), -(-ho // rows)
     with _on_device(x):
-        kernels.bicubic_kernel[(n * c * n_ty * n_tx,)](
-            x, out, h, w, ho, wo, n_tx, n_ty, sh, sw, ALIGN=align, ROWS=rows, BW=bw, PREFETCH=prefetch, num_warps=warps
+        launch(
+            kernels.bicubic_kernel,
+            (n * c * n_ty * n_tx,),
+            x,
+            out,
+            h,
+            w,
+            ho,
+            wo,
+            n_tx,
+            n_ty,
+            sh,
+            sw,
+            ALIGN=align,
+            ROWS=rows,
+            BW=bw,
+            PREFETCH=prefetch,
+            num_warps=warps,
         )
 
 
