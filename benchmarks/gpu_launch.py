@@ -6,10 +6,11 @@ launcher directly. ``OPBRIDGE_TRITON_JIT_LAUNCH=1`` sends every launch through `
 instead; this script flips it between measurements, so both paths run on the same inputs in the
 same process, alternating, five rounds each.
 
-Per row: the CPU time one registered ``gpu_kernel`` call takes to enqueue its work (host us;
-minimum over rounds of 30 back-to-back calls), the event-timed median (``do_bench``, L2 flushed
-before each call, as in gpu_ops.py) and the GPU time alone (CUDA-graph replay minus the flushes,
-as in gpu_graph_timing.py). Where host time exceeds what the flush keeps the GPU busy, the event
+First the parts of one launch on their own (a small kernel through the JIT and directly, the
+host helpers the ops used before). Then per row: the CPU time one registered ``gpu_kernel`` call
+takes to enqueue its work (host us; minimum over rounds of 30 back-to-back calls), the
+event-timed median (``do_bench``, L2 flushed before each call, as in gpu_ops.py) and the GPU time
+alone (CUDA-graph replay minus the flushes, as in gpu_graph_timing.py). Where host time exceeds what the flush keeps the GPU busy, the event
 time reads the host; the ratio columns show how much of that the direct launch removes.
 
 Needs a CUDA GPU, torch and triton. Usage:
@@ -102,6 +103,46 @@ def cases(only: set[str]) -> Iterator[tuple[str, str, torch.dtype, Callable[[], 
             yield "BatchedNMS", "1x1000 boxes, 80 classes", dtype, registered(d.BatchedNMS, [boxes, scores], attrs)
 
 
+def per_call_us(fn: Callable[[], Any], calls: int = 300, rounds: int = 7) -> float:
+    """Minimum over rounds of the mean CPU microseconds per call of ``calls`` back-to-back calls."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) * 1e6 / calls)
+        torch.cuda.synchronize()
+    return best
+
+
+def launch_parts() -> None:
+    """The parts of a launch on their own: one small kernel (the layout kernel, 4 runtime arguments
+    and 2 constexprs) through the JIT and directly, and the host helpers the ops used before."""
+    from opbridge.ops import _detection_triton as tk
+
+    x = torch.randn(1, 64, 32, 32, device=DEV)
+    y = torch.empty(1, 32, 32, 64, device=DEV)
+    grid = (16, 1, 1)
+    kernel = tk._to_channels_last_kernel
+    device = torch.cuda.current_device()
+    parts = {}
+    for jit in (True, False):
+        jit_launches(jit)
+        parts["JIT" if jit else "direct"] = per_call_us(
+            lambda: tlaunch.launch(kernel, grid, x, y, 64, 1024, BLOCK_C=64, BLOCK_S=64, num_warps=4)
+        )
+    parts["torch.cuda.current_stream().cuda_stream"] = per_call_us(lambda: torch.cuda.current_stream().cuda_stream)
+    parts["torch._C._cuda_getCurrentRawStream"] = per_call_us(lambda: torch._C._cuda_getCurrentRawStream(device))
+    parts["triton.cdiv"] = per_call_us(lambda: triton.cdiv(16384, 16))
+    parts["_triton_launch.cdiv"] = per_call_us(lambda: tlaunch.cdiv(16384, 16))
+    print("| one launch or helper call | CPU us |\n|---|---|")
+    for name, us in parts.items():
+        print(f"| {name} | {us:.2f} |")
+    print(flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated op groups")
@@ -118,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} {torch.cuda.get_device_name()} "
         f"torch {torch.__version__} triton {triton.__version__}"
     )
+    launch_parts()
     print(
         "| op | shape | dtype | host us JIT | host us direct | host JIT / direct | event ms JIT "
         "| event ms direct | event JIT / direct | GPU ms (graph) | event direct / GPU |"
