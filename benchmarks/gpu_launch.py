@@ -10,8 +10,9 @@ First the parts of one launch on their own (a small kernel through the JIT and d
 host helpers the ops used before). Then per row: the CPU time one registered ``gpu_kernel`` call
 takes to enqueue its work (host us; minimum over rounds of 30 back-to-back calls), the
 event-timed median (``do_bench``, L2 flushed before each call, as in gpu_ops.py) and the GPU time
-alone (CUDA-graph replay minus the flushes, as in gpu_graph_timing.py). Where host time exceeds what the flush keeps the GPU busy, the event
-time reads the host; the ratio columns show how much of that the direct launch removes.
+alone (CUDA-graph replay minus the flushes, as in gpu_graph_timing.py). Where host time exceeds
+what the flush keeps the GPU busy, the event time reads the host; the ratio columns show how much
+of that the direct launch removes.
 
 Needs a CUDA GPU, torch and triton. Usage:
     PYTHONPATH=src python3 benchmarks/gpu_launch.py [--only resize,grid,dcn,roi,nms]
