@@ -146,11 +146,19 @@ def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(
+    "config", [None, (64, 16, 16, 4, 2), (32, 32, 16, 2, 3)], ids=["default", "split-channels", "small-blocks"]
+)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw-input", "channels-last-input"])
+def test_dcn_gpu_fused_variant(dtype: torch.dtype, config: tuple | None, channels_last: bool) -> None:
+    """Implicit GEMM from the channels-last input: channel blocks past Cin (40 in blocks of 16 or
+    32), output channels in one or two blocks (20), pixels past P (90)."""
     from opbridge.ops import _detection_triton as tk
 
     g = _gen()
     x = torch.randn(2, 40, 10, 9, device="cuda", generator=g).to(dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
     off = (torch.randn(2, 18, 10, 9, device="cuda", generator=g) * 2).to(dtype)
     mask = torch.rand(2, 9, 10, 9, device="cuda", generator=g).to(dtype)
     w = (torch.randn(20, 40, 3, 3, device="cuda", generator=g) / 20).to(dtype)
@@ -162,7 +170,7 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype) -> None:
     prev = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = dtype == torch.float32  # the fused path needs TF32 in float32
-        tk.deform_conv2d(x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused")
+        tk.deform_conv2d(x, off, mask, w, b, out, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused", fused_config=config)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)

@@ -676,9 +676,11 @@ def _dcn_fused_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """Implicit GEMM: out[n, co, p] = sum over (tap, c) of W[tap, c, co] * mask * bilinear(x[n, c], p, tap).
+    """Implicit GEMM from a channels-last input (N, H, W, Cin): out[n, co, p] = sum over (tap, c) of
+    W[tap, c, co] * bilinear(x[n, :, :, c], p, tap) * mask.
 
-    The A tile (pixels x channels of one tap) is sampled straight into registers; no column buffer.
+    The A tile (pixels x channels of one tap) is sampled straight into registers, each corner read
+    a contiguous run of channels per pixel; no column buffer.
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -687,26 +689,26 @@ def _dcn_fused_kernel(
     pm = p < P
     co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     com = co < Cout
-    hw = H * W
-    xb = x_ptr + n * Cin * hw
+    row_step = W * Cin
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for tap in range(K):
         y0, x0, w00, w01, w10, w11, m00, m01, m10, m11, mv = _dcn_samples(
             off_ptr, mask_ptr, n, 0, tap, p, pm, Wo, P, K, KW, 1, H, W, SH, SW, PH, PW, DH, DW
         )
-        w00 = w00 * mv
-        w01 = w01 * mv
-        w10 = w10 * mv
-        w11 = w11 * mv
-        o00 = y0 * W + x0
+        w00, w01, w10, w11 = w00[:, None], w01[:, None], w10[:, None], w11[:, None]
+        m00, m01, m10, m11 = m00[:, None], m01[:, None], m10[:, None], m11[:, None]
+        mv = mv[:, None]
+        src0 = x_ptr + ((n * H + y0) * W + x0).to(tl.int64)[:, None] * Cin
         for c0 in range(0, Cin, BLOCK_K):
             c = c0 + tl.arange(0, BLOCK_K)
             cm = c < Cin
-            src = xb + (c * hw)[None, :] + o00[:, None]
-            a = w00[:, None] * tl.load(src, mask=m00[:, None] & cm[None, :], other=0.0).to(tl.float32)
-            a += w01[:, None] * tl.load(src + 1, mask=m01[:, None] & cm[None, :], other=0.0).to(tl.float32)
-            a += w10[:, None] * tl.load(src + W, mask=m10[:, None] & cm[None, :], other=0.0).to(tl.float32)
-            a += w11[:, None] * tl.load(src + W + 1, mask=m11[:, None] & cm[None, :], other=0.0).to(tl.float32)
+            src = src0 + c[None, :]
+            cm2 = cm[None, :]
+            a = w00 * tl.load(src, mask=m00 & cm2, other=0.0).to(tl.float32)
+            a += w01 * tl.load(src + Cin, mask=m01 & cm2, other=0.0).to(tl.float32)
+            a += w10 * tl.load(src + row_step, mask=m10 & cm2, other=0.0).to(tl.float32)
+            a += w11 * tl.load(src + row_step + Cin, mask=m11 & cm2, other=0.0).to(tl.float32)
+            a = a * mv
             bt = tl.load(
                 w_ptr + (tap * Cin + c)[:, None] * Cout + co[None, :],
                 mask=cm[:, None] & com[None, :],
@@ -753,6 +755,7 @@ def deform_conv2d(
     deform_groups: int,
     variant: str | None = None,
     config: tuple[int, int, int] | None = None,
+    fused_config: tuple[int, int, int, int, int] | None = None,
 ) -> None:
     """DCNv2 into ``out``.
 
@@ -760,10 +763,12 @@ def deform_conv2d(
     im2col (mask applied) whose reads and writes are contiguous runs of channels into a
     (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop": the same
     from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
-    "fused": implicit GEMM with ``tl.dot``, no column buffer (groups = 1, deform_groups = 1,
-    float16, or float32 when TF32 is allowed). A variant that does not apply falls back to "loop".
-    "nhwc" reads an input whose memory is already channels-last in place, without the layout copy.
-    ``config`` (BLOCK_P, BLOCK_C, num_warps) overrides the "nhwc" im2col tiling. float32 follows
+    "fused": implicit GEMM with ``tl.dot`` from the channels-last input, no column buffer
+    (groups = 1, deform_groups = 1, float16, or float32 when TF32 is allowed). A variant that does
+    not apply falls back to "loop". "nhwc" and "fused" read an input whose memory is already
+    channels-last in place, without the layout copy. ``config`` (BLOCK_P, BLOCK_C, num_warps)
+    overrides the "nhwc" im2col tiling, ``fused_config`` (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
+    num_stages) the "fused" one. float32 follows
     ``torch.backends.cuda.matmul.allow_tf32`` like every PyTorch matmul.
     """
     (sh, sw), (ph, pw), (dh, dw), ho, wo = deform_conv_geometry(
@@ -788,21 +793,25 @@ def deform_conv2d(
         chosen = "loop"  # a variant that does not apply (groups, deform groups)
     if chosen == "fused" and x.dtype == torch.float32 and not tf32:
         chosen = "loop"  # the fused variant's tl.dot needs TF32 (or float16) inputs
-    if chosen != "nhwc":
+    if chosen == "loop":
         x = x.contiguous()
     if chosen == "fused":
         # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
         wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
-        bm, bn, bk = (
-            64,
+        # 128 pixels x 128 output channels x 32 input channels per step: the fastest of seven tilings
+        # at ResNet-50 stages 2-4 (benchmarks/OPLIB.md), 4 warps and 3 stages in float16, 8 and 2 in TF32
+        bm, bn, bk, warps, stages = fused_config or (
+            128,
             min(128, max(16, next_power_of_2(cout))),
             min(32, max(16, next_power_of_2(cin))),
+            4 if x.dtype == torch.float16 else 8,
+            3 if x.dtype == torch.float16 else 2,
         )
         programs = (cdiv(p, bm), cdiv(cout, bn), n)
         launch(
             _dcn_fused_kernel,
             programs,
-            x,
+            as_channels_last(x),
             offset,
             mask,
             wt,
@@ -827,7 +836,8 @@ def deform_conv2d(
             BLOCK_M=bm,
             BLOCK_N=bn,
             BLOCK_K=bk,
-            num_warps=4,
+            num_warps=warps,
+            num_stages=stages,
         )
         return
     if chosen == "nhwc":
