@@ -145,8 +145,12 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
         return
     device = torch.cuda.current_device()
     key = (id(kernel), device, keys, tuple(kwargs.items()))
-    entry = _CACHE.get(key)
-    if entry is None and key not in _CACHE or entry is not None and entry[0] is not kernel:
+    try:
+        entry = _CACHE.get(key)
+    except TypeError:  # an unhashable keyword value
+        kernel[grid](*args, **kwargs)
+        return
+    if (entry is None and key not in _CACHE) or (entry is not None and entry[0] is not kernel):
         compiled = kernel[grid](*args, **kwargs)
         _fill(kernel, key, compiled, len(args), kwargs)
         return
