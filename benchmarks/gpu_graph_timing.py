@@ -104,7 +104,8 @@ def host_ms(fn: Callable[[], Any], calls: int = 30) -> float:
 
 
 def registered(op: Any, inputs: list[torch.Tensor], attrs: dict[str, Any]) -> Callable[[], None]:
-    """The op's gpu_kernel on the current stream, outputs allocated once."""
+    """The op's gpu_kernel on the current stream (read at each call: graph capture runs on its own
+    stream), outputs allocated once."""
     bound = op.spec.bind_attributes(attrs)
     infos = op.shape_rule(*inputs, **bound)
     infos = infos if isinstance(infos, tuple) else (infos,)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 import triton
-from gpu_graph_timing import event_ms, graph_ms, host_ms  # this directory
+from gpu_graph_timing import event_ms, graph_ms, host_ms, registered  # this directory
 from gpu_ops import DCN_SIZES, GRID_SIZES, RESIZE_SIZES, dcn_inputs, fpn_inputs, grid_kinds, nms_inputs
 
 from opbridge.ops import DynamicResize
@@ -44,17 +44,6 @@ def jit_launches(on: bool) -> None:
     """Send every Triton launch through the JIT (``on``) or let cached kernels launch directly."""
     os.environ["OPBRIDGE_TRITON_JIT_LAUNCH"] = "1" if on else "0"
     tlaunch.direct_launch_supported.cache_clear()
-
-
-def registered(op: Any, inputs: list[Any], attrs: dict[str, Any]) -> Callable[[], None]:
-    """The op's gpu_kernel on the current stream (read when called: graph capture runs on its own
-    stream), outputs allocated once."""
-    bound = op.spec.bind_attributes(attrs)
-    infos = op.shape_rule(*inputs, **bound)
-    infos = infos if isinstance(infos, tuple) else (infos,)
-    outs = [torch.empty(tuple(int(v) for v in i.shape), dtype=i.dtype, device=DEV) for i in infos]
-    device = torch.cuda.current_device()
-    return lambda: op.gpu_kernel(inputs, outs, bound, torch._C._cuda_getCurrentRawStream(device))
 
 
 def cases(only: set[str]) -> Iterator[tuple[str, str, torch.dtype, Callable[[], None]]]:
