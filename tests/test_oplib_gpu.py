@@ -176,6 +176,51 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype, config: tuple | None, channel
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
 
 
+def test_dcn_gpu_rejects_strided_out() -> None:
+    """The kernels write (N, Cout, Ho, Wo) contiguously: a channels-last ``out`` is refused, not
+    filled in the wrong order."""
+    from opbridge.ops import _detection_triton as tk
+
+    x = torch.randn(1, 4, 6, 6, device="cuda")
+    off, mask = torch.zeros(1, 18, 6, 6, device="cuda"), torch.ones(1, 9, 6, 6, device="cuda")
+    w = torch.randn(8, 4, 3, 3, device="cuda")
+    out = torch.full((1, 8, 6, 6), 7.0, device="cuda").to(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match="contiguous"):
+        tk.deform_conv2d(x, off, mask, w, None, out, (1, 1), (1, 1), (1, 1), 1, 1)
+    assert bool((out == 7.0).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["tf32", "float16"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_dcn_gpu_default_takes_fused(dtype: torch.dtype, bias: bool) -> None:
+    """In float16, or float32 with TF32 allowed, with 32 output channels and 2 x 128 x 128 output
+    pixels, the registered kernel takes the implicit GEMM: the same result as naming it, and the
+    reference's within the precision of the inputs tl.dot takes."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 24, 128, 128, device="cuda", generator=g)
+    off = torch.randn(2, 18, 128, 128, device="cuda", generator=g) * 2
+    mask = torch.rand(2, 9, 128, 128, device="cuda", generator=g)
+    w = torch.randn(32, 24, 3, 3, device="cuda", generator=g) / 15
+    b = torch.randn(32, device="cuda", generator=g) if bias else None
+    inputs = [t.to(dtype) if t is not None else None for t in (x, off, mask, w, b)]
+    attrs = {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1, "deform_groups": 1}
+    want = d.ModulatedDeformConv2d.run_reference(*[t.float() if t is not None else None for t in inputs], **attrs)
+    named = torch.empty(want.shape, device="cuda", dtype=dtype)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert tk._dcn_default_variant(True, 2, 128 * 128, 32, 1, 1) == "fused"
+        (out,) = _run(d.ModulatedDeformConv2d, inputs, attrs)
+        tk.deform_conv2d(*inputs, named, (1, 1), (1, 1), (1, 1), 1, 1, variant="fused")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    torch.testing.assert_close(out, named, rtol=0, atol=0)
+    tol = 2e-3 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     "geometry",

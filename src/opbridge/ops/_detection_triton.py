@@ -35,7 +35,9 @@ _FLT_MAX = 3.4028234663852886e38
 # a jittered, an affine and a uniformly random grid; within 5%, the single launch) on the H200
 # (benchmarks/OPLIB.md). The "loop" kernel is fastest on smooth grids, but on random ones every
 # lane's gather fetches its own cache sectors and it becomes L2-bound; "nhwc" costs a layout copy
-# and one more launch whatever the grid. DCN im2col: "nhwc" for groups = 1 ("loop" otherwise).
+# and one more launch whatever the grid. DCN im2col: "nhwc" for groups = 1 ("loop" otherwise), except
+# that large float16 or TF32 convolutions with at most 128 output channels take "fused"
+# (_dcn_default_variant).
 GRID_VARIANT = {(0, 4): "nhwc", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "nhwc", (2, 4): "nhwc", (2, 2): "nhwc"}
 DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
@@ -662,6 +664,8 @@ def _dcn_fused_kernel(
     Wo,
     P,
     Cout,
+    W_SK,
+    W_SN,
     KW,
     SH,
     SW,
@@ -677,10 +681,12 @@ def _dcn_fused_kernel(
     BLOCK_K: tl.constexpr,
 ):
     """Implicit GEMM from a channels-last input (N, H, W, Cin): out[n, co, p] = sum over (tap, c) of
-    W[tap, c, co] * bilinear(x[n, :, :, c], p, tap) * mask.
+    W[tap * Cin + c, co] * bilinear(x[n, :, :, c], p, tap) * mask.
 
     The A tile (pixels x channels of one tap) is sampled straight into registers, each corner read
-    a contiguous run of channels per pixel; no column buffer.
+    a contiguous run of channels per pixel; no column buffer. The weight's strides along the GEMM's
+    K (tap, channel) and N (output channel) axes are W_SK and W_SN: one of them is 1, which Triton
+    specializes on, so the B tile's layout is known when compiling (TF32's wgmma wants it K-major).
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -710,7 +716,7 @@ def _dcn_fused_kernel(
             a += w11 * tl.load(src + row_step + Cin, mask=m11 & cm2, other=0.0).to(tl.float32)
             a = a * mv
             bt = tl.load(
-                w_ptr + (tap * Cin + c)[:, None] * Cout + co[None, :],
+                w_ptr + (tap * Cin + c)[:, None] * W_SK + co[None, :] * W_SN,
                 mask=cm[:, None] & com[None, :],
                 other=0.0,
             )
@@ -741,6 +747,22 @@ def _dcn_nhwc_config(cdg: int, element_size: int) -> tuple[int, int, int]:
     return 32 if element_size == 2 else 16, min(64, next_power_of_2(cdg)), 4
 
 
+def _dcn_default_variant(dot: bool, n: int, p: int, cout: int, groups: int, deform_groups: int) -> str:
+    """The variant used when none is named: "fused" where ``tl.dot`` takes the inputs (``dot``:
+    float16, or float32 with TF32 allowed), for at most 128 output channels and enough pixels to
+    fill the GPU (at least 256 programs of 128 output pixels); else :data:`DCN_VARIANT`.
+
+    There the implicit GEMM skips the column buffer (151 MB in float32 at ResNet-50 stage 2, more
+    than the GEMM costs): on the H200, 0.68-0.86x the GPU time of "nhwc" in TF32 and 0.95-1.02x in
+    float16, with half the launches (0.5-0.6x its host time). With more output channels the A tile
+    is sampled once per 128 of them and cuBLAS's GEMM wins; with fewer programs the fused kernel
+    leaves SMs idle (benchmarks/OPLIB.md).
+    """
+    if dot and (groups, deform_groups) == (1, 1) and cout <= 128 and n * p >= 256 * 128:
+        return "fused"
+    return DCN_VARIANT
+
+
 def deform_conv2d(
     x: torch.Tensor,
     offset: torch.Tensor,
@@ -759,9 +781,9 @@ def deform_conv2d(
 ) -> None:
     """DCNv2 into ``out``.
 
-    Variants: "nhwc" (groups = 1; the default): a channels-last copy of the input, a Triton bilinear
-    im2col (mask applied) whose reads and writes are contiguous runs of channels into a
-    (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop": the same
+    Variants (the default: :func:`_dcn_default_variant`): "nhwc" (groups = 1): a channels-last copy
+    of the input, a Triton bilinear im2col (mask applied) whose reads and writes are contiguous runs
+    of channels into a (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop": the same
     from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
     "fused": implicit GEMM with ``tl.dot`` from the channels-last input, no column buffer
     (groups = 1, deform_groups = 1, float16, or float32 when TF32 is allowed). A variant that does
@@ -782,13 +804,19 @@ def deform_conv2d(
         groups,
         deform_groups,
     )
+    if not out.is_contiguous():
+        raise ValueError(
+            f"deform_conv2d: out must be a contiguous (N, Cout, Ho, Wo) tensor; got strides {tuple(out.stride())}. "
+            "Pass torch.empty(shape) and copy the result where it belongs."
+        )
     offset, mask = offset.contiguous(), mask.contiguous()
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
     k, p = kh * kw, ho * wo
     cdg = cin // deform_groups
-    chosen = variant or DCN_VARIANT
     tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    dot = tf32 or x.dtype == torch.float16
+    chosen = variant or _dcn_default_variant(dot, n, p, cout, groups, deform_groups)
     if (chosen == "nhwc" and groups != 1) or (chosen == "fused" and (groups, deform_groups) != (1, 1)):
         chosen = "loop"  # a variant that does not apply (groups, deform groups)
     if chosen == "fused" and x.dtype == torch.float32 and not tf32:
@@ -796,16 +824,22 @@ def deform_conv2d(
     if chosen == "loop":
         x = x.contiguous()
     if chosen == "fused":
-        # weights as (tap, Cin, Cout): the GEMM's B operand, contiguous along Cout
-        wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k, cin, cout).contiguous()
-        # 128 pixels x 128 output channels x 32 input channels per step: the fastest of seven tilings
-        # at ResNet-50 stages 2-4 (benchmarks/OPLIB.md), 4 warps and 3 stages in float16, 8 and 2 in TF32
+        if tf32:
+            # weights as (Cout, tap, Cin): the GEMM's B operand K-major, as TF32's wgmma reads it
+            wt = weight.to(x.dtype).permute(0, 2, 3, 1).reshape(cout, k * cin).contiguous()
+            w_sk, w_sn = 1, k * cin
+        else:
+            # weights as (tap, Cin, Cout): contiguous along Cout (float16's wgmma reads either layout)
+            wt = weight.to(x.dtype).permute(2, 3, 1, 0).reshape(k * cin, cout).contiguous()
+            w_sk, w_sn = cout, 1
+        # 128 pixels x 128 output channels per program, 4 warps, 3 stages; 32 input channels per step
+        # in float16, 16 in TF32: the fastest of the tilings in benchmarks/OPLIB.md on the H200
         bm, bn, bk, warps, stages = fused_config or (
             128,
             min(128, max(16, next_power_of_2(cout))),
-            min(32, max(16, next_power_of_2(cin))),
-            4 if x.dtype == torch.float16 else 8,
-            3 if x.dtype == torch.float16 else 2,
+            min(16 if tf32 else 32, max(16, next_power_of_2(cin))),
+            4,
+            3,
         )
         programs = (cdiv(p, bm), cdiv(cout, bn), n)
         launch(
@@ -823,6 +857,8 @@ def deform_conv2d(
             wo,
             p,
             cout,
+            w_sk,
+            w_sn,
             kw,
             sh,
             sw,
