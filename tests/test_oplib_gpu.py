@@ -176,6 +176,53 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype, config: tuple | None, channel
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["tf32", "float16"])
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        ((2, 1), (0, 2), (1, 2), (3, 3), True),
+        ((1, 2), (2, 1), (2, 1), (3, 3), False),
+        ((1, 1), (1, 2), (1, 1), (3, 5), True),
+    ],
+    ids=["strided-dilated", "dilated-no-bias", "kernel-3x5"],
+)
+def test_dcn_gpu_fused_geometry(dtype: torch.dtype, geometry: tuple) -> None:
+    """The implicit GEMM with strides, dilations, asymmetric padding and a 3 x 5 kernel (K = 15
+    taps), 36 input channels (a partial channel block) and 24 output channels."""
+    from opbridge.ops import _detection_triton as tk
+
+    stride, padding, dilation, (kh, kw), bias = geometry
+    g = _gen()
+    n, cin, h, w, cout = 2, 36, 13, 17, 24
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    x = torch.randn(n, cin, h, w, device="cuda", generator=g).to(dtype)
+    off = (torch.randn(n, 2 * kh * kw, ho, wo, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(n, kh * kw, ho, wo, device="cuda", generator=g).to(dtype)
+    wt = (torch.randn(cout, cin, kh, kw, device="cuda", generator=g) / 20).to(dtype)
+    b = torch.randn(cout, device="cuda", generator=g).to(dtype) if bias else None
+    want = d.ModulatedDeformConv2d.run_reference(
+        x.float(),
+        off.float(),
+        mask.float(),
+        wt.float(),
+        b.float() if b is not None else None,
+        stride=list(stride),
+        padding=list(padding),
+        dilation=list(dilation),
+        groups=1,
+        deform_groups=1,
+    )
+    out = torch.empty(n, cout, ho, wo, device="cuda", dtype=dtype)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tk.deform_conv2d(x, off, mask, wt, b, out, stride, padding, dilation, 1, 1, variant="fused")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
+
+
 def test_dcn_gpu_rejects_strided_out() -> None:
     """The kernels write (N, Cout, Ho, Wo) contiguously: a channels-last ``out`` is refused, not
     filled in the wrong order."""
