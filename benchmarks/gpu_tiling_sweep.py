@@ -8,9 +8,11 @@ a device-to-device copy measured in the same run. The registered defaults
 ``GRID_NHWC_CONFIG`` in ``opbridge.ops._detection_triton``) were picked from this table. ``--only dcn``
 times DCNv2's channels-last path per im2col tiling in GPU time (CUDA-graph replay, as
 gpu_graph_timing.py; needs torchvision for that script's import), against the reference.
+``--only dcn-fused`` times the implicit-GEMM variant per tiling against that path, in TF32 and
+float16, on the shapes that set ``_dcn_default_variant``'s rule.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,dcn] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,dcn,dcn-fused] [--json out.json]
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import triton
 import triton.testing
 from gpu_ops import grid_kinds  # this directory: the inputs gpu_ops.py times
 
@@ -88,6 +91,10 @@ RESIZE_CONFIGS = [
     (32, 32, 1, True),
     (16, 128, 2, True),
     (64, 128, 4, True),
+    (16, 256, 4, True),
+    (32, 256, 8, True),
+    (16, 256, 8, True),
+    (8, 256, 8, True),
 ]
 # "nhwc" tilings: (output pixels, channels, num_warps) per program
 GRID_NHWC_CONFIGS = [(32, 32, 4), (16, 64, 4), (32, 64, 4), (64, 32, 4), (64, 64, 8), (16, 32, 4)]
@@ -232,6 +239,98 @@ def sweep_dcn() -> None:
             torch.backends.cuda.matmul.allow_tf32 = prev
 
 
+# shapes (N, Cin, H, W, Cout) on which _dcn_default_variant's "fused" rule was measured, and the
+# implicit GEMM's tilings (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) timed on each
+DCN_FUSED_SHAPES = [
+    (2, 128, 128, 128, 128),
+    (4, 64, 128, 128, 64),
+    (2, 128, 128, 128, 96),
+    (8, 128, 64, 64, 128),
+    (8, 64, 128, 128, 128),
+    (1, 128, 128, 128, 128),
+    (2, 128, 64, 64, 128),
+    (4, 128, 64, 64, 128),
+    (8, 256, 64, 64, 256),
+]
+DCN_FUSED_CONFIGS = [(128, 128, 32, 4, 3), (128, 128, 16, 4, 3), (64, 128, 16, 4, 3), (128, 128, 32, 8, 2)]
+
+
+def _fused_n_major(
+    x: torch.Tensor, off: torch.Tensor, mask: torch.Tensor, wt: torch.Tensor, b: torch.Tensor, out: torch.Tensor
+) -> None:
+    """The TF32 implicit GEMM with its weights (tap, Cin, Cout), contiguous along N: the layout it
+    had before TF32 took K-major weights (default tiling of that time: 128, 128, 32, 8 warps, 2 stages)."""
+    n, cin, h, w = x.shape
+    cout = wt.shape[0]
+    w2 = wt.permute(2, 3, 1, 0).reshape(9 * cin, cout).contiguous()
+    grid = (triton.cdiv(h * w, 128), triton.cdiv(cout, 128), n)
+    tk._dcn_fused_kernel[grid](
+        tk.as_channels_last(x), off, mask, w2, b, out, cin, h, w, w, h * w, cout, cout, 1, 3, 1, 1, 1, 1, 1, 1,
+        K=9, HAS_BIAS=True, TF32=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2,
+    )  # fmt: skip
+
+
+def sweep_dcn_fused() -> None:
+    """DCNv2's implicit GEMM ("fused") against the column-buffer path ("nhwc") in GPU time, per
+    tiling, in TF32 and float16; event-timed, the registered kernel against both and the conv."""
+    from gpu_graph_timing import event_ms, graph_ms  # this directory
+    from gpu_ops import dcn_inputs
+
+    geo = ((1, 1), (1, 1), (1, 1), 1, 1)
+    print("| shape | precision | variant | tiling | GPU ms | / nhwc | / conv | max rel diff vs nhwc |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dtype, label in ((torch.float32, "TF32"), (torch.float16, "float16")):
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for n, cin, h, w, cout in DCN_FUSED_SHAPES:
+            x, off, mask, wt, b = dcn_inputs(n, cin, h, w, cout, dtype)
+            ref_out = torch.empty(n, cout, h, w, device=DEV, dtype=dtype)
+            out = torch.empty_like(ref_out)
+            nhwc = lambda: tk.deform_conv2d(x, off, mask, wt, b, ref_out, *geo, variant="nhwc")
+            nhwc()
+            scale = float(ref_out.float().abs().max())
+            g_ref, conv = graph_ms(nhwc), graph_ms(lambda: F.conv2d(x, wt, b, padding=1))
+            shape = f"{n}x{cin}x{h}x{w} 3x3->{cout}"
+            chosen = tk._dcn_default_variant(True, n, h * w, cout, 1, 1)
+            print(f"| {shape} | {label} | nhwc | - | {g_ref:.4f} | 1.00 | {g_ref / conv:.2f}x | registered: {chosen} |")
+            runs: list[tuple[str, Any, Any]] = []
+            for cfg in [None, *DCN_FUSED_CONFIGS]:
+                if cfg is None or cfg[1] <= max(16, triton.next_power_of_2(cout)):
+                    fn = lambda cfg=cfg: tk.deform_conv2d(
+                        x, off, mask, wt, b, out, *geo, variant="fused", fused_config=cfg
+                    )
+                    runs.append(("fused", cfg or "default", fn))
+            if dtype == torch.float32:
+                before = lambda: _fused_n_major(x, off, mask, wt, b, out)
+                runs.append(("fused, N-major weights", "(128, 128, 32, 8, 2)", before))
+            for name, cfg, fn in runs:
+                fn()
+                diff = float((out.float() - ref_out.float()).abs().max()) / scale
+                ms = graph_ms(fn)
+                ROWS.append(
+                    {
+                        "kind": f"dcn {name}",
+                        "shape": shape,
+                        "dtype": label,
+                        "config": str(cfg),
+                        "gpu_ms": ms,
+                        "nhwc_gpu_ms": g_ref,
+                        "conv_gpu_ms": conv,
+                        "max_rel_diff": diff,
+                    }
+                )
+                ratios = f"{ms / g_ref:.2f} | {ms / conv:.2f}x"
+                print(f"| {shape} | {label} | {name} | {cfg} | {ms:.4f} | {ratios} | {diff:.1e} |")
+            reg = lambda: tk.deform_conv2d(x, off, mask, wt, b, out, *geo)
+            ev, ev_nhwc, ev_conv = event_ms(reg), event_ms(nhwc), event_ms(lambda: F.conv2d(x, wt, b, padding=1))
+            print(
+                f"| {shape} | {label} | event-timed: registered ({chosen}) {ev:.4f} ms, nhwc {ev_nhwc:.4f}, "
+                f"conv {ev_conv:.4f} | | | registered {ev / ev_conv:.2f}x conv | |",
+                flush=True,
+            )
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows as JSON here")
@@ -243,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         sweep_resize(copy)
     if "grid" in args.only:
         sweep_grid(copy)
-    if "dcn" in args.only:
+    if "dcn" in args.only.split(","):
         sweep_dcn()
+    if "dcn-fused" in args.only:
+        sweep_dcn_fused()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"copy_gbs": copy, "rows": ROWS}, fh, indent=1)
