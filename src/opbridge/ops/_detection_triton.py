@@ -753,10 +753,10 @@ def _dcn_default_variant(dot: bool, n: int, p: int, cout: int, groups: int, defo
     fill the GPU (at least 256 programs of 128 output pixels); else :data:`DCN_VARIANT`.
 
     There the implicit GEMM skips the column buffer (151 MB in float32 at ResNet-50 stage 2, more
-    than the GEMM costs): on the H200, 0.68-0.86x the GPU time of "nhwc" in TF32 and 0.95-1.02x in
-    float16, with half the launches (0.5-0.6x its host time). With more output channels the A tile
-    is sampled once per 128 of them and cuBLAS's GEMM wins; with fewer programs the fused kernel
-    leaves SMs idle (benchmarks/OPLIB.md).
+    than the GEMM costs): on the H200, 0.71-0.89x the GPU time of "nhwc" in TF32 and 0.95-1.02x in
+    float16, with two launches fewer. With more output channels the A tile is sampled once per 128
+    of them and cuBLAS's GEMM wins; with fewer programs the fused kernel leaves SMs idle
+    (benchmarks/OPLIB.md, ``gpu_tiling_sweep.py --only dcn-fused``).
     """
     if dot and (groups, deform_groups) == (1, 1) and cout <= 128 and n * p >= 256 * 128:
         return "fused"
@@ -783,8 +783,8 @@ def deform_conv2d(
 
     Variants (the default: :func:`_dcn_default_variant`): "nhwc" (groups = 1): a channels-last copy
     of the input, a Triton bilinear im2col (mask applied) whose reads and writes are contiguous runs
-    of channels into a (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias; "loop": the same
-    from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
+    of channels into a (N, P, K * Cin) column buffer, one batched cuBLAS matmul, then the bias;
+    "loop": the same from the NCHW input into a (N, Cin * K, P) buffer (per-channel gathers; any groups);
     "fused": implicit GEMM with ``tl.dot`` from the channels-last input, no column buffer
     (groups = 1, deform_groups = 1, float16, or float32 when TF32 is allowed). A variant that does
     not apply falls back to "loop". "nhwc" and "fused" read an input whose memory is already
