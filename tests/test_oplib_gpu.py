@@ -176,6 +176,44 @@ def test_dcn_gpu_fused_variant(dtype: torch.dtype, config: tuple | None, channel
     torch.testing.assert_close(out.float(), want, rtol=1e-2, atol=1e-2)
 
 
+def _dcn_case(
+    dtype: torch.dtype,
+    size: tuple[int, int, int, int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    dg: int,
+    bias: bool,
+) -> tuple:
+    """DCNv2 inputs (x, offset, mask, weight, bias or None) in ``dtype`` for an (N, Cin, H, W, Cout)
+    ``size`` and a kh x kw ``kernel``, and the float32 reference's output."""
+    n, cin, h, w, cout = size
+    kh, kw = kernel
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    g = _gen()
+    x = torch.randn(n, cin, h, w, device="cuda", generator=g).to(dtype)
+    off = (torch.randn(n, 2 * dg * kh * kw, ho, wo, device="cuda", generator=g) * 2).to(dtype)
+    mask = torch.rand(n, dg * kh * kw, ho, wo, device="cuda", generator=g).to(dtype)
+    wt = (torch.randn(cout, cin // groups, kh, kw, device="cuda", generator=g) / 20).to(dtype)
+    b = torch.randn(cout, device="cuda", generator=g).to(dtype) if bias else None
+    want = d.ModulatedDeformConv2d.run_reference(
+        x.float(),
+        off.float(),
+        mask.float(),
+        wt.float(),
+        b.float() if b is not None else None,
+        stride=list(stride),
+        padding=list(padding),
+        dilation=list(dilation),
+        groups=groups,
+        deform_groups=dg,
+    )
+    return x, off, mask, wt, b, want
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["tf32", "float16"])
 @pytest.mark.parametrize(
     "geometry",
@@ -191,29 +229,9 @@ def test_dcn_gpu_fused_geometry(dtype: torch.dtype, geometry: tuple) -> None:
     taps), 36 input channels (a partial channel block) and 24 output channels."""
     from opbridge.ops import _detection_triton as tk
 
-    stride, padding, dilation, (kh, kw), bias = geometry
-    g = _gen()
-    n, cin, h, w, cout = 2, 36, 13, 17, 24
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    x = torch.randn(n, cin, h, w, device="cuda", generator=g).to(dtype)
-    off = (torch.randn(n, 2 * kh * kw, ho, wo, device="cuda", generator=g) * 2).to(dtype)
-    mask = torch.rand(n, kh * kw, ho, wo, device="cuda", generator=g).to(dtype)
-    wt = (torch.randn(cout, cin, kh, kw, device="cuda", generator=g) / 20).to(dtype)
-    b = torch.randn(cout, device="cuda", generator=g).to(dtype) if bias else None
-    want = d.ModulatedDeformConv2d.run_reference(
-        x.float(),
-        off.float(),
-        mask.float(),
-        wt.float(),
-        b.float() if b is not None else None,
-        stride=list(stride),
-        padding=list(padding),
-        dilation=list(dilation),
-        groups=1,
-        deform_groups=1,
-    )
-    out = torch.empty(n, cout, ho, wo, device="cuda", dtype=dtype)
+    stride, padding, dilation, kernel, bias = geometry
+    x, off, mask, wt, b, want = _dcn_case(dtype, (2, 36, 13, 17, 24), kernel, stride, padding, dilation, 1, 1, bias)
+    out = torch.empty(want.shape, device="cuda", dtype=dtype)
     prev = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -286,28 +304,10 @@ def test_dcn_gpu_nhwc_variant(dtype: torch.dtype, geometry: tuple, config: tuple
     from opbridge.ops import _detection_triton as tk
 
     stride, padding, dilation, groups, dg = geometry
-    g = _gen()
-    n, cin, h, w, cout = 2, 40, 11, 9, 20
-    ho = (h + 2 * padding[0] - dilation[0] * 2 - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * 2 - 1) // stride[1] + 1
-    x = torch.randn(n, cin, h, w, device="cuda", generator=g).to(dtype)
-    off = (torch.randn(n, 2 * dg * 9, ho, wo, device="cuda", generator=g) * 2).to(dtype)
-    mask = torch.rand(n, dg * 9, ho, wo, device="cuda", generator=g).to(dtype)
-    wt = (torch.randn(cout, cin // groups, 3, 3, device="cuda", generator=g) / 20).to(dtype)
-    b = torch.randn(cout, device="cuda", generator=g).to(dtype) if bias else None
-    want = d.ModulatedDeformConv2d.run_reference(
-        x.float(),
-        off.float(),
-        mask.float(),
-        wt.float(),
-        b.float() if b is not None else None,
-        stride=list(stride),
-        padding=list(padding),
-        dilation=list(dilation),
-        groups=groups,
-        deform_groups=dg,
+    x, off, mask, wt, b, want = _dcn_case(
+        dtype, (2, 40, 11, 9, 20), (3, 3), stride, padding, dilation, groups, dg, bias
     )
-    out = torch.empty(n, cout, ho, wo, device="cuda", dtype=dtype)
+    out = torch.empty(want.shape, device="cuda", dtype=dtype)
     tk.deform_conv2d(x, off, mask, wt, b, out, stride, padding, dilation, groups, dg, variant="nhwc", config=config)
     torch.testing.assert_close(out.float(), want, **_tol(dtype))
 
