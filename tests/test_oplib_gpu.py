@@ -352,6 +352,101 @@ def test_grid_sampler_gpu_nhwc_variant(dtype: torch.dtype, mode: int, config: tu
     _check_grid_variant("nhwc", config, dtype, mode, channels=37, pads=(0, 1, 2))
 
 
+def _plane_available() -> bool:
+    from opbridge.ops import _gridsample_cuda
+
+    return _gridsample_cuda.available()
+
+
+needs_plane = pytest.mark.skipif(
+    not hasattr(torch.cuda, "_compile_kernel"),
+    reason="grid_sample's 'plane' kernel is compiled by torch.cuda._compile_kernel (NVRTC), absent in this torch",
+)
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize(
+    "config",
+    [None, (1, 128, 64, 0, 0), (2, 256, 100, 2, 0), (4, 1024, 16384, 4, 1)],
+    ids=["default", "one-channel-many-parts", "two-channels", "four-channels-one-block"],
+)
+def test_grid_sampler_gpu_plane_variant(dtype: torch.dtype, mode: int, config: tuple | None) -> None:
+    """The shared-memory kernel: channel groups that overhang C (37 channels), outputs split over
+    blocks, every padding, both align_corners; an odd plane (13 x 17) takes the scalar staging path."""
+    assert _plane_available()
+    _check_grid_variant("plane", config, dtype, mode, channels=37, pads=(0, 1, 2))
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ck", [1, 2, 4])
+def test_grid_sampler_gpu_plane_vector_staging(dtype: torch.dtype, ck: int) -> None:
+    """Planes whose size is a multiple of 16 bytes are staged with 16-byte loads: against the
+    reference and bit-equal to the scalar staging of the same planes read from an offset view."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 6, 16, 24, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(2, 9, 8, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for mode in (0, 1, 2):
+        out = torch.full((2, 6, 9, 8), float("nan"), device="cuda", dtype=dtype)
+        tk.grid_sample(x, grid, out, mode, 1, False, variant="plane", config=(ck, 256, 4096))
+        want = d.GridSample.run_reference(
+            x.float(), grid.float(), interpolation_mode=mode, padding_mode=1, align_corners=False
+        )
+        torch.testing.assert_close(out.float(), want, **_tol(dtype))
+        shifted = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)[1:].view(x.shape)  # not 16-byte aligned
+        shifted.copy_(x)
+        scalar = torch.full_like(out, float("nan"))
+        tk.grid_sample(shifted, grid, scalar, mode, 1, False, variant="plane", config=(ck, 256, 4096))
+        torch.testing.assert_close(scalar, out, rtol=0, atol=0)
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_grid_sampler_gpu_plane_is_default(dtype: torch.dtype) -> None:
+    """Bilinear and nearest on NCHW planes of at most 64 KiB take "plane" by default (bit-equal to
+    naming it); bicubic, channels-last inputs and larger planes keep the Triton kernels."""
+    from opbridge.ops import _detection_triton as tk
+    from opbridge.ops import _gridsample_cuda as gc
+
+    g = _gen()
+    x = torch.randn(2, 8, 128, 128, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(2, 64, 96, 2, device="cuda", generator=g) * 2 - 1).to(dtype)
+    for mode in (0, 1):
+        assert gc.is_default(x, mode)
+        default, named = (torch.full((2, 8, 64, 96), float("nan"), device="cuda", dtype=dtype) for _ in range(2))
+        tk.grid_sample(x, grid, default, mode, 0, False)
+        tk.grid_sample(x, grid, named, mode, 0, False, variant="plane")
+        torch.testing.assert_close(default, named, rtol=0, atol=0)
+        want = d.GridSample.run_reference(
+            x.float(), grid.float(), interpolation_mode=mode, padding_mode=0, align_corners=False
+        )
+        torch.testing.assert_close(default.float(), want, **_tol(dtype))
+    assert not gc.is_default(x, 2)
+    assert not gc.is_default(x.to(memory_format=torch.channels_last), 0)
+    assert not gc.is_default(torch.empty(1, 1, 256, 256, device="cuda", dtype=torch.float32), 0)
+
+
+@needs_plane
+def test_grid_sampler_gpu_plane_rejects() -> None:
+    """Planes larger than a block's shared memory and a non-contiguous ``out``: clear errors, ``out`` untouched."""
+    from opbridge.ops import _detection_triton as tk
+
+    x = torch.zeros(1, 1, 300, 300, device="cuda")
+    grid = torch.zeros(1, 4, 4, 2, device="cuda")
+    out = torch.full((1, 1, 4, 4), 7.0, device="cuda")
+    with pytest.raises(ValueError, match="shared memory"):
+        tk.grid_sample(x, grid, out, 0, 0, False, variant="plane")
+    x = torch.zeros(1, 3, 8, 8, device="cuda")
+    out = torch.full((1, 4, 4, 3), 7.0, device="cuda").permute(0, 3, 1, 2)
+    with pytest.raises(ValueError, match="contiguous"):
+        tk.grid_sample(x, grid, out, 0, 0, False, variant="plane")
+    assert bool((out == 7.0).all())
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_channels_last_input_gpu(dtype: torch.dtype) -> None:
     """An input whose memory is channels-last: read in place by the "nhwc" variants, made
@@ -362,7 +457,7 @@ def test_channels_last_input_gpu(dtype: torch.dtype) -> None:
     x = torch.randn(2, 24, 13, 17, device="cuda", generator=g).to(dtype)
     xl = x.to(memory_format=torch.channels_last)
     grid = (torch.rand(2, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
-    for variant in ("nhwc", "loop"):
+    for variant in ("nhwc", "loop", "plane"):
         for mode in (0, 1, 2):
             want = torch.empty(2, 24, 11, 19, device="cuda", dtype=dtype)
             got = torch.full_like(want, float("nan"))

@@ -63,8 +63,10 @@ def test_unknown_variant_is_refused() -> None:
     from opbridge.ops import _detection_triton as tk
 
     x, grid = torch.zeros(1, 2, 4, 4), torch.zeros(1, 3, 3, 2)
-    with pytest.raises(ValueError, match="unknown variant 'tile'; use 'loop' or 'nhwc'"):
+    with pytest.raises(ValueError, match="unknown variant 'tile'; use 'loop', 'nhwc' or 'plane'"):
         tk.grid_sample(x, grid, torch.empty(1, 2, 3, 3), 0, 0, False, variant="tile")
+    with pytest.raises(ValueError, match="'plane' runs on CUDA tensors"):
+        tk.grid_sample(x, grid, torch.empty(1, 2, 3, 3), 0, 0, False, variant="plane")
     w = torch.zeros(3, 2, 3, 3)
     off, mask = torch.zeros(1, 18, 4, 4), torch.zeros(1, 9, 4, 4)
     with pytest.raises(ValueError, match="unknown variant 'tile'; use 'nhwc', 'loop' or 'fused'"):

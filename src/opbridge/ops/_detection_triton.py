@@ -35,9 +35,11 @@ _FLT_MAX = 3.4028234663852886e38
 # a jittered, an affine and a uniformly random grid; within 5%, the single launch) on the H200
 # (benchmarks/OPLIB.md). The "loop" kernel is fastest on smooth grids, but on random ones every
 # lane's gather fetches its own cache sectors and it becomes L2-bound; "nhwc" costs a layout copy
-# and one more launch whatever the grid. DCN im2col: "nhwc" for groups = 1 ("loop" otherwise), except
-# that large float16 or TF32 convolutions with at most 128 output channels take "fused"
-# (_dcn_default_variant).
+# and one more launch whatever the grid. Bilinear and nearest on NCHW planes of at most 64 KiB take
+# the CUDA "plane" kernel instead (opbridge.ops._gridsample_cuda: planes staged in shared memory,
+# so a scattered grid costs shared-memory bank conflicts instead of L2 sectors). DCN im2col: "nhwc"
+# for groups = 1 ("loop" otherwise), except that large float16 or TF32 convolutions with at most
+# 128 output channels take "fused" (_dcn_default_variant).
 GRID_VARIANT = {(0, 4): "nhwc", (0, 2): "nhwc", (1, 4): "loop", (1, 2): "nhwc", (2, 4): "nhwc", (2, 2): "nhwc"}
 DCN_VARIANT = "nhwc"
 # "loop" kernel tiling by interpolation mode: (tile rows, tile columns, channels per program,
@@ -423,13 +425,16 @@ def grid_sample(
     variant: str | None = None,
     config: tuple[int, ...] | None = None,
 ) -> None:
-    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop" or "nhwc"
-    (default: ``GRID_VARIANT[mode, element size]``). "nhwc" reads an input whose memory is already
-    channels-last (``torch.channels_last``) in place, without the layout copy.
+    """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop", "nhwc" or "plane" (the
+    CUDA kernel of :mod:`opbridge.ops._gridsample_cuda`, input planes staged in shared memory).
+    Default: "plane" where ``_gridsample_cuda.is_default`` (bilinear or nearest, NCHW planes of at
+    most 64 KiB), else ``GRID_VARIANT[mode, element size]``. "nhwc" reads an input whose memory is
+    already channels-last (``torch.channels_last``) in place, without the layout copy.
 
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
-    "nhwc" (default ``GRID_NHWC_CONFIG[mode, element size]``); benchmarks use it to compare tilings.
+    "nhwc" (default ``GRID_NHWC_CONFIG[mode, element size]``), (channels, threads, pixels per block
+    [, unroll[, blocks per SM]]) for "plane"; benchmarks use it to compare tilings.
     """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
@@ -440,7 +445,13 @@ def grid_sample(
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     size = 2 if x.element_size() == 2 else 4
-    chosen = variant or GRID_VARIANT[interpolation_mode, size]
+    chosen = variant
+    if chosen is None:
+        from opbridge.ops import _gridsample_cuda
+
+        chosen = (
+            "plane" if _gridsample_cuda.is_default(x, interpolation_mode) else GRID_VARIANT[interpolation_mode, size]
+        )
     if chosen == "nhwc":
         if config:
             bp, bc, warps = config[:3]
@@ -465,6 +476,11 @@ def grid_sample(
             BLOCK_C=bc,
             num_warps=warps,
         )
+        return
+    if chosen == "plane":
+        from opbridge.ops._gridsample_cuda import grid_sample_plane
+
+        grid_sample_plane(x, grid, out, interpolation_mode, padding_mode, align_corners, config)  # type: ignore[arg-type]
         return
     if chosen == "loop":
         x = x.contiguous()
@@ -496,7 +512,7 @@ def grid_sample(
             num_warps=warps,
         )
         return
-    raise ValueError(f"grid_sample: unknown variant {chosen!r}; use 'loop' or 'nhwc'.")
+    raise ValueError(f"grid_sample: unknown variant {chosen!r}; use 'loop', 'nhwc' or 'plane'.")
 
 
 # --------------------------------------------------------------------------- DCNv2

@@ -19,7 +19,8 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
 * :data:`BatchedNMS` (``mmdeploy::TRTBatchedNMS``): MMDeploy's TensorRT batched
   NMS with fixed-size padded outputs. CPU kernel (numpy).
 
-Each op also has a GPU kernel (Triton, imported on first call) registered with
+Each op also has a GPU kernel (Triton, imported on first call; grid_sample's bilinear and
+nearest modes on small planes a CUDA kernel, :mod:`opbridge.ops._gridsample_cuda`) registered with
 ``register_gpu_kernel``; see :mod:`opbridge.ops._detection_gpu`.
 
 Example:
