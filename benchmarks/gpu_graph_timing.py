@@ -41,7 +41,9 @@ from gpu_ops import (  # this directory: the sizes and inputs of gpu_ops.py
     DCN_SIZES,
     GRID_SIZES,
     RESIZE_SIZES,
+    grid_default_variant,
     grid_kinds,
+    grid_other_variants,
 )
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
@@ -184,7 +186,7 @@ def table(only: set[str], registered_only: bool = False) -> None:
             out = torch.empty_like(x)
             for kind, grid in grids.items():
                 for mode, name in ((0, "bilinear"), (1, "nearest"), (2, "bicubic")):
-                    variant = tk.GRID_VARIANT[mode, x.element_size()]
+                    variant = grid_default_variant(x, mode)
                     attrs = {"interpolation_mode": mode, "padding_mode": 0, "align_corners": False}
                     t.row(
                         f"grid_sampler {name}, {kind} ({variant})",
@@ -197,16 +199,16 @@ def table(only: set[str], registered_only: bool = False) -> None:
                     )
                     if registered_only:
                         continue
-                    other = "nhwc" if variant == "loop" else "loop"
-                    t.row(
-                        f"grid_sampler {name}, {kind} ({other})",
-                        shape,
-                        dtype,
-                        lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other),
-                        lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
-                        "F.grid_sample",
-                        nbytes,
-                    )
+                    for other in grid_other_variants(x, variant):
+                        t.row(
+                            f"grid_sampler {name}, {kind} ({other})",
+                            shape,
+                            dtype,
+                            lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other),
+                            lambda: F.grid_sample(x, grid, mode=name, align_corners=False),
+                            "F.grid_sample",
+                            nbytes,
+                        )
     for n, cin, h, w, cout in DCN_SIZES if "dcn" in only else []:
         g = torch.Generator(device=DEV).manual_seed(0)
         x32 = torch.randn(n, cin, h, w, device=DEV, generator=g)

@@ -398,6 +398,23 @@ def dtype_name(dtype: torch.dtype) -> str:
 GRID_SIZES = [(8, 64, 128, 128), (1, 32, 512, 512), (4, 256, 64, 64)]
 
 
+def grid_default_variant(x: torch.Tensor, mode: int) -> str:
+    """The variant grid_sample's registered kernel runs for input ``x`` in this mode."""
+    from opbridge.ops import _detection_triton as tk
+    from opbridge.ops import _gridsample_cuda as gc
+
+    return "plane" if gc.is_default(x, mode) else tk.GRID_VARIANT[mode, x.element_size()]
+
+
+def grid_other_variants(x: torch.Tensor, registered: str) -> list[str]:
+    """The other variants that can run on ``x``, timed beside the registered one ("plane" where
+    one channel plane fits in shared memory and the kernel builds here)."""
+    from opbridge.ops import _gridsample_cuda as gc
+
+    fits = gc.available() and gc.plane_fits(x, 1)
+    return [v for v in ("loop", "nhwc", "plane") if v != registered and (v != "plane" or fits)]
+
+
 def section_grid(copy_gbs: float, quick: bool) -> None:
     print("grid_sampler", flush=True)
     for dtype in (torch.float32, torch.float16):
@@ -462,16 +479,16 @@ def section_grid(copy_gbs: float, quick: bool) -> None:
                     )
                     native = bench(lambda: F.grid_sample(x, grid, mode=name, padding_mode="zeros", align_corners=False))
                     ours = bench(kernel_fn(d.GridSample, [x, grid], attrs))
-                    registered = tk.GRID_VARIANT[mode, x.element_size()]
+                    registered = grid_default_variant(x, mode)
                     label = f"grid_sampler {name}, {grid_name}"
                     common = ("F.grid_sample", nbytes, copy_gbs)
                     record(label, shape, dtype, ours, native, *common, f"registered ({registered})", same_copy_ms=same)
-                    other = "nhwc" if registered == "loop" else "loop"
-                    tk.grid_sample(x, grid, out, mode, 0, False, variant=other)
-                    label_other = f"grid_sampler {other} m{mode}p0a0 {grid_name}"
-                    compare(label_other, shape, dtype, "F.grid_sample fp32", out, want, *tol(dtype))
-                    alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
-                    record(label, shape, dtype, alt, native, *common, f"variant {other}", same_copy_ms=same)
+                    for other in grid_other_variants(x, registered):
+                        tk.grid_sample(x, grid, out, mode, 0, False, variant=other)
+                        label_other = f"grid_sampler {other} m{mode}p0a0 {grid_name}"
+                        compare(label_other, shape, dtype, "F.grid_sample fp32", out, want, *tol(dtype))
+                        alt = bench(lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=other))
+                        record(label, shape, dtype, alt, native, *common, f"variant {other}", same_copy_ms=same)
 
 
 # DCNv2 in ResNet-50's stages 2, 3 and 4 (MMDet's dcn configs put it in stages 3-5; stage 3 is the

@@ -9,10 +9,14 @@ a device-to-device copy measured in the same run. The registered defaults
 times DCNv2's channels-last path per im2col tiling in GPU time (CUDA-graph replay, as
 gpu_graph_timing.py; needs torchvision for that script's import), against the reference.
 ``--only dcn-fused`` times the implicit-GEMM variant per tiling against that path, in TF32 and
-float16, on the shapes that set ``_dcn_default_variant``'s rule.
+float16, on the shapes that set ``_dcn_default_variant``'s rule. ``--only grid-plane`` times
+grid_sample's CUDA "plane" kernel per tiling (``default_config`` in
+``opbridge.ops._gridsample_cuda`` was picked from it) against the Triton variant the table
+``GRID_VARIANT`` names, event-timed and in GPU time, at the two gpu_ops.py sizes whose planes fit
+in shared memory, on its three grids.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,dcn,dcn-fused] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,grid-plane,dcn,dcn-fused] [--json out.json]
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -192,6 +196,54 @@ def sweep_grid(copy: float) -> None:
                         row(f"grid {name} {kind}", label, dtype, cfg, ms, native, nbytes, copy, err)
 
 
+# grid_sample "plane" tilings: (channels per block, threads, output pixels per block at most, unroll)
+GRID_PLANE_CONFIGS = [
+    (ck, threads, chunk, unroll)
+    for ck, threads, chunk in (
+        (1, 1024, 16384),
+        (1, 512, 16384),
+        (2, 1024, 16384),
+        (2, 512, 8192),
+        (4, 1024, 16384),
+        (4, 512, 8192),
+    )
+    for unroll in (0, 4)
+]
+
+
+def sweep_grid_plane(copy: float) -> None:
+    from gpu_graph_timing import graph_ms  # this directory
+
+    from opbridge.ops import _gridsample_cuda as gc
+
+    names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+    for n, c, h, w in ((8, 64, 128, 128), (4, 256, 64, 64)):
+        for dtype in (torch.float32, torch.float16):
+            x, grids = grid_kinds(n, c, h, w, dtype)
+            out = torch.empty_like(x)
+            nbytes = (2 * x.numel() + n * h * w * 2) * x.element_size()
+            shape = f"{n}x{c}x{h}x{w}"
+            for grid_name, grid in grids.items():
+                for mode, name in names.items():
+                    want = F.grid_sample(x.float(), grid.float(), mode=name, align_corners=False)
+                    native = bench(lambda: F.grid_sample(x, grid, mode=name, align_corners=False))
+                    triton_variant = tk.GRID_VARIANT[mode, x.element_size()]
+                    runs: list[tuple[str, Any]] = [(triton_variant, None), ("plane", None)]
+                    runs += [("plane", cfg) for cfg in GRID_PLANE_CONFIGS if gc.plane_fits(x, cfg[0])]
+                    for variant, cfg in runs:
+                        out.fill_(float("nan"))
+                        tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg)
+                        err = float((out.float() - want).abs().max())
+                        fn = lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg)
+                        ms = bench(fn)
+                        gpu = graph_ms(fn)
+                        label = cfg or ("default " + str(gc.default_config(x)) if variant == "plane" else "default")
+                        kind = f"grid {name} {variant}"
+                        row(kind, f"{shape} {grid_name.split()[0]}", dtype, label, ms, native, nbytes, copy, err)
+                        ROWS[-1]["gpu_ms"] = gpu
+                        print(f"{'':18s} GPU time {gpu:.4f} ms", flush=True)
+
+
 # DCNv2 channels-last im2col tilings: (output pixels, channels, num_warps) per program
 DCN_NHWC_CONFIGS = [
     (16, 64, 4),
@@ -340,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s", flush=True)
     if "resize" in args.only:
         sweep_resize(copy)
-    if "grid" in args.only:
+    if "grid" in args.only.split(","):
         sweep_grid(copy)
+    if "grid-plane" in args.only:
+        sweep_grid_plane(copy)
     if "dcn" in args.only.split(","):
         sweep_dcn()
     if "dcn-fused" in args.only:
