@@ -480,7 +480,7 @@ def grid_sample(
     if chosen == "plane":
         from opbridge.ops._gridsample_cuda import grid_sample_plane
 
-        grid_sample_plane(x, grid, out, interpolation_mode, padding_mode, align_corners, config)  # type: ignore[arg-type]
+        grid_sample_plane(x, grid, out, interpolation_mode, padding_mode, align_corners, config)
         return
     if chosen == "loop":
         x = x.contiguous()

@@ -312,6 +312,7 @@ def _sm_count(device: int) -> int:
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
+@functools.cache
 def _resident_blocks(device: int, threads: int, smem: int) -> int:
     """How many blocks of ``threads`` threads and ``smem`` bytes of shared memory one SM can hold
     by threads and shared memory alone (the kernel's registers are then budgeted for that many)."""
@@ -460,6 +461,11 @@ def grid_sample_plane(
     if n * groups * parts < blocks_wanted:  # few planes: more blocks per plane, at least a block's threads each
         parts = max(parts, min(-(-blocks_wanted // (n * groups)), -(-hwo // threads)))
     chunk = -(-hwo // parts)
+    if hwo >= 2**31 or n * groups * parts >= 2**31:
+        raise ValueError(
+            f"grid_sample 'plane': {n}x{c} planes of {hwo} outputs take more than 2**31 blocks or outputs "
+            "per plane; use the 'nhwc' or 'loop' variant."
+        )
     vec_ok = int((h * w) % (16 // x.element_size()) == 0 and x.data_ptr() % 16 == 0)
     half, grid_half = x.dtype == torch.float16, grid.dtype == torch.float16
     min_blocks = min_blocks_cfg or _resident_blocks(device, threads, smem)
