@@ -457,7 +457,8 @@ def test_channels_last_input_gpu(dtype: torch.dtype) -> None:
     x = torch.randn(2, 24, 13, 17, device="cuda", generator=g).to(dtype)
     xl = x.to(memory_format=torch.channels_last)
     grid = (torch.rand(2, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
-    for variant in ("nhwc", "loop", "plane"):
+    plane = ("plane",) if hasattr(torch.cuda, "_compile_kernel") else ()  # the CUDA kernel needs NVRTC through torch
+    for variant in ("nhwc", "loop", *plane):
         for mode in (0, 1, 2):
             want = torch.empty(2, 24, 11, 19, device="cuda", dtype=dtype)
             got = torch.full_like(want, float("nan"))
