@@ -279,6 +279,87 @@ def test_function_bodies_run_natively(tmp_path: Path) -> None:
     np.testing.assert_array_equal(sess.run(None, {"x": np.array([1.0, 2.5], np.float32)})[0], [2.0, 5.0])
 
 
+@pytest.fixture(scope="module")
+def two_grid_samplers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[torch.Tensor, torch.Tensor]]:
+    """A model with a bilinear and a bicubic mmdeploy::grid_sampler node, both with the op's body."""
+    from opbridge.ops import detection as d
+
+    class Two(nn.Module):
+        def forward(self, x: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return d.GridSample(x, grid, interpolation_mode=0), d.GridSample(x, grid, interpolation_mode=2)
+
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(1, 3, 9, 11, generator=g), torch.rand(1, 7, 6, 2, generator=g) * 2.4 - 1.2)
+    path = tmp_path_factory.mktemp("bodies") / "two.onnx"
+    result = opbridge.export(Two(), args, path, exporter="torchscript")
+    assert [f.name for f in result.model.functions] == ["grid_sampler"]
+    return path, args
+
+
+@pytest.mark.parametrize(
+    ("bodies", "paths"),
+    [("auto", ["function", "kernel"]), ("always", ["function", "function"]), ("never", ["kernel", "kernel"])],
+    ids=["auto", "always", "never"],
+)
+def test_bodies_choose_per_node(two_grid_samplers, bodies: str, paths: list[str]) -> None:
+    """grid_sampler prefers its kernel for bicubic nodes only (ONNX Runtime's cubic GridSample is
+    slower than PyTorch's): "auto" runs the bilinear node's body and the bicubic node's kernel, in one
+    model whose body stays for the other node; both outputs match the reference either way."""
+    from opbridge.ops import detection as d
+
+    path, (x, grid) = two_grid_samplers
+    sess = opbridge.InferenceSession(path, bodies=bodies)
+    by_mode = {}
+    for node in sess.model.graph.node:
+        mode = next(a.i for a in node.attribute if a.name == "interpolation_mode")
+        by_mode[mode] = sess.kernels[node.name]
+    assert [by_mode[0].path, by_mode[2].path] == paths
+    # a node that runs the kernel sits in a domain of its own in ONNX Runtime's copy; the body stays
+    for k in by_mode.values():
+        assert k.domain == ("opbridge.kernel.mmdeploy" if k.path == "kernel" else "mmdeploy")
+    assert [f.name for f in sess.model.functions] == ["grid_sampler"]
+    feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), (x, grid))}
+    for got, mode in zip(sess.run(None, feeds), (0, 2)):
+        want = d.GridSample.run_reference(x, grid, interpolation_mode=mode)
+        np.testing.assert_allclose(got, want.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_bodies_value_is_checked(two_grid_samplers) -> None:
+    with pytest.raises(ValueError, match="bodies must be 'auto', 'always' or 'never', got 'some'"):
+        opbridge.InferenceSession(two_grid_samplers[0], bodies="some")
+
+
+@pytest.mark.parametrize(("bodies", "bicubic_path"), [(None, "function"), ("auto", "kernel")], ids=["default", "auto"])
+def test_verify_runner_checks_the_bodies(two_grid_samplers, bodies: str | None, bicubic_path: str) -> None:
+    """The ONNX Runtime backend of ``opbridge verify`` runs every body the file carries unless told otherwise."""
+    from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
+
+    path, (x, grid) = two_grid_samplers
+    runner = OnnxRuntimeRunner(path) if bodies is None else OnnxRuntimeRunner(path, bodies=bodies)
+    names = [i.name for i in onnx.load(path).graph.input]
+    with runner:
+        outputs = runner.infer(dict(zip(names, (x.numpy(), grid.numpy()))))
+        paths = sorted(k.path for k in runner._session.kernels.values())
+    assert len(outputs) == 2
+    assert paths == sorted(["function", bicubic_path])
+    with pytest.raises(ValueError, match="bodies must be"):
+        OnnxRuntimeRunner(path, bodies="sometimes")
+
+
+def test_bicubic_resize_runs_pytorch_not_the_body(seed_export) -> None:
+    """DynamicResize's body is ONNX Runtime's cubic Resize, slower than F.interpolate on CPU: the
+    session runs the PyTorch op by default and the body with bodies="always", with the same result."""
+    seed = _seed("super_resolution")
+    result = seed_export("super_resolution", "torchscript")
+    assert any(f.name == "DynamicTRTResize" for f in result.model.functions)
+    auto = opbridge.InferenceSession(result.path)
+    always = opbridge.InferenceSession(result.path, bodies="always")
+    assert {k.path for k in auto.kernels.values()} == {"reference"}
+    assert {k.path for k in always.kernels.values()} == {"function"}
+    feed = {n: a.numpy() for n, a in zip(seed.input_names, _inputs(seed, None))}
+    np.testing.assert_allclose(auto.run(None, feed)[0], always.run(None, feed)[0], rtol=RTOL, atol=ATOL)
+
+
 def test_importing_opbridge_does_not_import_onnxruntime() -> None:
     code = (
         "import sys, opbridge; print('onnxruntime' in sys.modules); "

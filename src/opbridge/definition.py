@@ -238,6 +238,7 @@ class OpDef:
         self.kernel: Callable[..., Any] | None = None
         self.kernel_kind: str | None = None
         self.function_builder: Callable[..., Any] | None = None
+        self.function_prefers_kernel: bool | Callable[[Mapping[str, Any]], bool] = False
         self.gpu_kernel: Callable[..., Any] | None = None
         self.gpu_kernel_dtypes: tuple[str, ...] = ()
         self.__doc__ = reference.__doc__
@@ -289,10 +290,44 @@ class OpDef:
         self.kernel, self.kernel_kind = fn, kind
         return fn
 
-    def register_function(self, builder: Callable[..., Any]) -> Callable[..., Any]:
-        """Attach an ONNX decomposition, attached to exported models as a model-local function."""
-        self.function_builder = builder
-        return builder
+    def register_function(
+        self,
+        builder: Callable[..., Any] | None = None,
+        *,
+        prefer_kernel: bool | Callable[[Mapping[str, Any]], bool] = False,
+    ) -> Any:
+        """Attach an ONNX decomposition, attached to exported models as a model-local function.
+
+        ``prefer_kernel``: where ONNX Runtime runs the body slower than the op's CPU kernel (or its
+        PyTorch reference), ``True`` or a predicate over a node's attribute values.
+        :class:`opbridge.InferenceSession` then runs those nodes through the bridge; the body stays in
+        the exported model for every other runtime. Usable as ``@op.register_function`` or
+        ``@op.register_function(prefer_kernel=...)``.
+
+        Example:
+            >>> import torch, opbridge
+            >>> @opbridge.op("doc.prefer::Halve", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+            ... def halve(x: torch.Tensor) -> torch.Tensor:
+            ...     return x / 2
+            >>> @halve.register_function(prefer_kernel=True)
+            ... def _(spec, opset):
+            ...     return None  # a body builder: an onnx.FunctionProto, or None for no body at this opset
+            >>> halve.prefers_kernel({})
+            True
+        """
+
+        def attach(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.function_builder = f
+            self.function_prefers_kernel = prefer_kernel
+            return f
+
+        return attach(builder) if builder is not None else attach
+
+    def prefers_kernel(self, attrs: Mapping[str, Any]) -> bool:
+        """Whether ONNX Runtime should run this op's kernel instead of its body for a node with
+        attribute values ``attrs`` (see :meth:`register_function`)."""
+        rule = self.function_prefers_kernel
+        return bool(rule(attrs)) if callable(rule) else bool(rule)
 
     def register_gpu_kernel(
         self, fn: Callable[..., Any] | None = None, *, dtypes: tuple[str, ...] = ("float32", "float16")

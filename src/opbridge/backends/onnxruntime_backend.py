@@ -1,7 +1,10 @@
 """ONNX Runtime backend (CPU), through :class:`opbridge.onnxruntime.InferenceSession`.
 
 ``opbridge.onnxruntime.InferenceSession(model, providers=None)`` runs each
-custom node through its model-local function body or its opbridge kernel.
+custom node through its model-local function body or its opbridge kernel. The
+runner runs every body the model carries (``bodies="always"``), as any ONNX
+Runtime does with the file, so that verification checks the bodies too; pass
+``bodies="auto"`` to check what ``opbridge.InferenceSession`` runs by default.
 
 Example:
     >>> from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
@@ -51,14 +54,19 @@ class OnnxRuntimeRunner(OnnxRunner):
     Args:
         model: path, serialized bytes or ``onnx.ModelProto``.
         providers: execution providers (default: CPU).
+        bodies: which function bodies run natively, as for ``opbridge.InferenceSession``
+            (default ``"always"``: every body in the model).
     """
 
     name = "onnxruntime"
     requires = ("onnxruntime",)
 
-    def __init__(self, model: Any, providers: Sequence[str] | None = None) -> None:
+    def __init__(self, model: Any, providers: Sequence[str] | None = None, bodies: str = "always") -> None:
+        if bodies not in ("auto", "always", "never"):
+            raise ValueError(f"OnnxRuntimeRunner: bodies must be 'auto', 'always' or 'never', got {bodies!r}.")
         super().__init__(model)
         self.providers = list(providers) if providers else None
+        self.bodies = bodies
         self._session: Any = None
 
     def _load(self) -> None:
@@ -69,7 +77,7 @@ class OnnxRuntimeRunner(OnnxRunner):
                 f"onnxruntime backend is not installed ({exc}); pip install onnxruntime."
             ) from None
         try:
-            self._session = InferenceSession(self.model, providers=self.providers)
+            self._session = InferenceSession(self.model, providers=self.providers, bodies=self.bodies)
         except OpbridgeError:
             raise
         except Exception as exc:

@@ -64,6 +64,7 @@ __all__ = [
     "library_path",
     "node_attributes",
     "register_ops",
+    "spec_attributes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
     return out
 
 
-def _spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
+def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
+    """``node``'s attribute values as ``opdef`` declares them (defaults filled in, types checked)."""
     from opbridge.onnx_schema import attribute_values
 
     spec = opdef.spec
@@ -337,7 +339,7 @@ def kernel_for_node(
     registered: KernelDef | None = find_kernel(domain, node.op_type, version)
     label = f"{domain or '<default>'}::{node.op_type} node {node.name!r}"
     if opdef is not None and (opdef.kernel is not None or registered is None):
-        attrs = _spec_attributes(opdef, node)
+        attrs = spec_attributes(opdef, node)
         checks = (_required_check(opdef, label), _shape_check(opdef, attrs, label))
         n_inputs = len(opdef.spec.inputs)
         if opdef.kernel is not None:

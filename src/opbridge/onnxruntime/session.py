@@ -4,7 +4,9 @@ It mirrors ``onnxruntime.InferenceSession`` (``run``, ``get_inputs``,
 ``get_outputs``) and, before creating the session, finds every custom node of
 the model and gives it a kernel (see :mod:`opbridge.onnxruntime.bridge`):
 
-- ops whose function body is in the model run natively in ONNX Runtime;
+- ops whose function body is in the model run natively in ONNX Runtime, except
+  nodes of ops that declare their kernel faster than ONNX Runtime's body
+  (``register_function(prefer_kernel=...)``; ``bodies="always"`` runs every body);
 - other ops run a Python kernel inside ONNX Runtime through the native bridge:
   the op's own kernel, a kernel registered with ``@opbridge.kernel``, or the
   op's PyTorch reference.
@@ -39,7 +41,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import ModelLoadError, UnknownOpError, unknown_ops_message
+from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
 from opbridge.model_io import load_model
 from opbridge.onnxruntime.bridge import (
@@ -57,6 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["InferenceSession", "load_model"]
 
 logger = logging.getLogger(__name__)
+
+# In-memory domain of nodes that run opbridge's kernel although their op's body is in the model.
+_KERNEL_DOMAIN_PREFIX = "opbridge.kernel."
 
 # Domains whose ops ONNX Runtime implements itself.
 _NATIVE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft"})
@@ -154,6 +159,11 @@ class InferenceSession:
         model_or_path: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
         providers: execution providers, as for onnxruntime (default: CPU). Bridged
             kernels always run on CPU.
+        bodies: which model-local function bodies of opbridge ops run natively: ``"auto"`` (default)
+            all but the nodes whose op prefers its kernel for their attributes (an op whose body
+            ONNX Runtime runs slower than its CPU kernel, e.g. bicubic resize), ``"always"`` every
+            body (what any ONNX Runtime does with the file), ``"never"`` none where opbridge knows
+            the op (its kernel or PyTorch reference runs instead). Unknown ops' bodies always run.
         sess_options: an ``onnxruntime.SessionOptions``. When the model needs
             bridged kernels, its settable properties (threads, optimization level,
             execution mode, logging, profiling, and the spinning/denormal/prepacking
@@ -183,8 +193,13 @@ class InferenceSession:
         model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto,
         providers: Sequence[Any] | None = None,
         sess_options: Any = None,
+        bodies: str = "auto",
     ) -> None:
         import onnxruntime as ort
+
+        if bodies not in ("auto", "always", "never"):
+            raise ValueError(f"InferenceSession: bodies must be 'auto', 'always' or 'never', got {bodies!r}.")
+        self.bodies = bodies
 
         model = load_model(model_or_path, copy=True, caller="InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
@@ -250,8 +265,18 @@ class InferenceSession:
             lookup = "" if legacy else node.domain
             version = opset.get("" if legacy else node.domain, 1)
             if (node.domain, node.op_type) in local:
-                self.kernels[node.name] = NodeKernel(node.name, node.domain, node.op_type, version, "function", None)
-                continue
+                if not self._kernel_instead_of_body(node, version):
+                    self.kernels[node.name] = NodeKernel(
+                        node.name, node.domain, node.op_type, version, "function", None
+                    )
+                    continue
+                # the body stays for the op's other nodes: this one moves to a domain of its own, where
+                # only the bridge defines the op
+                lookup = node.domain
+                node.domain = _KERNEL_DOMAIN_PREFIX + node.domain
+                opset.setdefault(node.domain, version)
+                if all(o.domain != node.domain for o in model.opset_import):
+                    model.opset_import.append(onnx.helper.make_opsetid(node.domain, version))
             found = kernel_for_node(node, version, lookup_domain=lookup)
             if found is None:
                 unknown.append((lookup, node.op_type, version, node.name))
@@ -268,6 +293,24 @@ class InferenceSession:
             if domain not in opset:
                 model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
         return bound
+
+    def _kernel_instead_of_body(self, node: onnx.NodeProto, version: int) -> bool:
+        """Whether ``node``, whose op has a body in the model, runs opbridge's kernel instead."""
+        if self.bodies == "always":
+            return False
+        from opbridge.definition import find_op
+        from opbridge.onnxruntime.bridge import spec_attributes
+
+        opdef = find_op(node.domain, node.op_type, version)
+        if opdef is None:
+            return False
+        if self.bodies == "never":
+            return True
+        try:
+            attrs = spec_attributes(opdef, node)
+        except OpbridgeError:  # attributes the op does not declare: the body, which ONNX Runtime checks
+            return False
+        return opdef.prefers_kernel(attrs)
 
     @staticmethod
     def _op_table(model: onnx.ModelProto, bound: Mapping[int, BoundKernel]) -> list[tuple[str, str, int, list[int]]]:

@@ -176,7 +176,9 @@ def grid_sampler_function(opset: int) -> Any:
     )
 
 
-@GridSample.register_function
+# ONNX Runtime's cubic GridSample runs 3-10x slower than PyTorch's CPU op (benchmarks/cpu_ops.py):
+# opbridge's session runs bicubic nodes through the kernel; bilinear and nearest run the body.
+@GridSample.register_function(prefer_kernel=lambda attrs: attrs["interpolation_mode"] == 2)
 def _grid_sampler_body(spec: Any, opset: int) -> Any:
     return grid_sampler_function(opset) if opset >= 16 else None
 
