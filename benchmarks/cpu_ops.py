@@ -7,7 +7,7 @@ Runtime bridge is importable, the exported model is also timed through
 ``opbridge.onnxruntime.InferenceSession``.
 
 Usage:
-    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick]
+    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,grid,dcn,roi,nms]
 
 Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
 "ratio" is reference time / path time (> 1: the path is faster). Every path runs on
@@ -84,7 +84,9 @@ def bridged(opdef: Any, args: tuple, attrs: dict) -> list[tuple[str, Callable[[]
     """The op exported by each exporter and run through opbridge's ONNX Runtime session.
 
     Returns one ``(label, run)`` per distinct path the session took: the op's ONNX
-    function body where the export's opset has one, else its kernel.
+    function body where the export's opset has one, else its kernel; where the op
+    prefers its kernel to the body (the session's default ``bodies="auto"``), the
+    body too, with ``bodies="always"``.
     """
     import opbridge
     from opbridge.onnxruntime import InferenceSession
@@ -98,12 +100,16 @@ def bridged(opdef: Any, args: tuple, attrs: dict) -> list[tuple[str, Callable[[]
         path = Path(tempfile.mkdtemp()) / "m.onnx"
         result = opbridge.export(Call(), args, path, exporter=exporter)
         opset = next(o.version for o in result.model.opset_import if o.domain == "")
-        sess = InferenceSession(str(path))
-        paths = sorted({k.path for k in sess.kernels.values()})
-        feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
-        label = f"opbridge ORT session ({'/'.join(paths)}, opset {opset})"
-        if not any(key.startswith(f"opbridge ORT session ({'/'.join(paths)},") for key in runs):
-            runs[label] = lambda sess=sess, feeds=feeds: sess.run(None, feeds)
+        for bodies in ("auto", "always"):
+            sess = InferenceSession(str(path), bodies=bodies)
+            paths = sorted({k.path for k in sess.kernels.values()})
+            if bodies == "always" and "function" not in paths:
+                continue
+            feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+            suffix = "" if bodies == "auto" else ", bodies=always"
+            label = f"opbridge ORT session ({'/'.join(paths)}, opset {opset}{suffix})"
+            if not any(key.startswith(f"opbridge ORT session ({'/'.join(paths)},") for key in runs):
+                runs[label] = lambda sess=sess, feeds=feeds: sess.run(None, feeds)
     return list(runs.items())
 
 
@@ -135,6 +141,8 @@ def bench_resize(quick: bool, reps: int) -> None:
             "F.interpolate",
             ref,
         )
+        for label, fn in bridged(DynamicResize, (x, size_t), {}):
+            row("DynamicResize (bicubic)", f"{n}x{c}x{h}x{w} x{s}", label, timeit(fn, reps), "F.interpolate", ref)
 
 
 def bench_grid(quick: bool, reps: int) -> None:
@@ -361,6 +369,7 @@ def bench_nms(quick: bool, reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections")
     parser.add_argument(
         "--threads",
         type=int,
@@ -375,8 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    for fn in (bench_resize, bench_grid, bench_dcn, bench_roi, bench_nms):
-        fn(args.quick, reps)
+    sections = {"resize": bench_resize, "grid": bench_grid, "dcn": bench_dcn, "roi": bench_roi, "nms": bench_nms}
+    for name, fn in sections.items():
+        if name in args.only.split(","):
+            fn(args.quick, reps)
     print("\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|")
     for op, shape, path, ms, base, base_ms in ROWS:
         print(f"| {op} | {shape} | {path} | {ms:.2f} | {base} | {base_ms:.2f} | {base_ms / ms:.2f} |")
