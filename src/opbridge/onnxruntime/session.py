@@ -50,6 +50,7 @@ from opbridge.onnxruntime.bridge import (
     NodeKernel,
     kernel_for_node,
     register_ops,
+    spec_attributes,
 )
 
 if TYPE_CHECKING:
@@ -272,11 +273,9 @@ class InferenceSession:
                     continue
                 # the body stays for the op's other nodes: this one moves to a domain of its own, where
                 # only the bridge defines the op
+                # (its opset import is added with the other bridged domains' below)
                 lookup = node.domain
                 node.domain = _KERNEL_DOMAIN_PREFIX + node.domain
-                opset.setdefault(node.domain, version)
-                if all(o.domain != node.domain for o in model.opset_import):
-                    model.opset_import.append(onnx.helper.make_opsetid(node.domain, version))
             found = kernel_for_node(node, version, lookup_domain=lookup)
             if found is None:
                 unknown.append((lookup, node.op_type, version, node.name))
@@ -299,7 +298,6 @@ class InferenceSession:
         if self.bodies == "always":
             return False
         from opbridge.definition import find_op
-        from opbridge.onnxruntime.bridge import spec_attributes
 
         opdef = find_op(node.domain, node.op_type, version)
         if opdef is None:
