@@ -326,6 +326,7 @@ RESIZE_SIZES = [
 
 
 def section_resize(copy_gbs: float, quick: bool) -> None:
+    from opbridge.ops import _resize_cuda
     from opbridge.ops import _seed_gpu as sg
 
     print("resize (bicubic)", flush=True)
@@ -350,8 +351,11 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 "DynamicResize", shape, dtype, f"F.interpolate CUDA {dtype_name(dtype)}", out, native_out, *tol(dtype)
             )
             ours = bench(kernel_fn(DynamicResize, [x, size], {"align_corners": False}))
+            plane = not factor and _resize_cuda.is_default(x, ho, wo, False)
             if factor:
                 note = f"registered: integer {sg._resize_int_config(n * c, h, w)}"
+            elif plane:
+                note = f"registered: plane {_resize_cuda.default_config(x, ho, wo, False)}"
             else:
                 note = f"registered: window {sg._resize_config(n * c, ho, wo)}"
             record(
@@ -365,6 +369,8 @@ def section_resize(copy_gbs: float, quick: bool) -> None:
                 alts.append(("integer", (bi, ri, warps, not prefetch)))
             else:
                 rows, bw, _, prefetch = sg._resize_config(n * c, ho, wo)
+                if plane:
+                    alts.append(("window", sg._resize_config(n * c, ho, wo)))
                 alts.append(("window", (rows, bw, 1 if prefetch else 2, not prefetch)))
             for variant, cfg in alts:
                 out = torch.full((n, c, ho, wo), float("nan"), device=DEV, dtype=dtype)

@@ -9,14 +9,17 @@ a device-to-device copy measured in the same run. The registered defaults
 times DCNv2's channels-last path per im2col tiling in GPU time (CUDA-graph replay, as
 gpu_graph_timing.py; needs torchvision for that script's import), against the reference.
 ``--only dcn-fused`` times the implicit-GEMM variant per tiling against that path, in TF32 and
-float16, on the shapes that set ``_dcn_default_variant``'s rule. ``--only grid-plane`` times
-grid_sample's CUDA "plane" kernel per tiling (``default_config`` in
+float16, on the shapes that set ``_dcn_default_variant``'s rule. ``--only resize-plane`` times
+DynamicResize's CUDA "plane" kernel per band tiling (``default_config`` in
+``opbridge.ops._resize_cuda``) beside the registered kernel and the Triton ones, event-timed and in
+GPU time. ``--only grid-plane`` times grid_sample's CUDA "plane" kernel per tiling (``default_config`` in
 ``opbridge.ops._gridsample_cuda`` was picked from it) against the Triton variant the table
 ``GRID_VARIANT`` names, event-timed and in GPU time, at the two gpu_ops.py sizes whose planes fit
 in shared memory, on its three grids.
 
 Usage:
-    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,grid,grid-plane,dcn,dcn-fused] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/gpu_tiling_sweep.py [--only resize,resize-plane,grid,grid-plane,dcn,dcn-fused]
+        [--modes bilinear,nearest,bicubic] [--json out.json]
 """
 
 # ruff: noqa: B023 - the lambdas built in loops are timed at once, inside the same iteration
@@ -171,6 +174,63 @@ def sweep_resize(copy: float) -> None:
                 )
 
 
+# DynamicResize "plane" tilings: (output rows per band, warps per block)
+RESIZE_PLANE_CONFIGS = [(rows, warps) for rows in (8, 16, 32, 64) for warps in (4, 8, 16)]
+
+
+def sweep_resize_plane(copy: float) -> None:
+    from gpu_graph_timing import graph_ms  # this directory
+
+    from opbridge.ops import _resize_cuda as rc
+    from opbridge.ops._nvrtc import smem_limit
+
+    for n, c, h, w, ho, wo in [
+        (1, 3, 256, 256, 1024, 1024),
+        (8, 64, 128, 128, 256, 256),
+        (1, 3, 540, 960, 1080, 1920),
+        (8, 64, 128, 128, 200, 200),
+        (8, 64, 128, 128, 96, 96),
+        (1, 3, 540, 960, 720, 1280),
+    ]:
+        for dtype in (torch.float32, torch.float16):
+            x = torch.randn(n, c, h, w, device=DEV).to(dtype)
+            out = torch.empty(n, c, ho, wo, device=DEV, dtype=dtype)
+            want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
+            native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
+            nbytes = (x.numel() + out.numel()) * x.element_size()
+            variants: list[tuple[str | None, Any]] = [(None, None), ("window", None)]
+            if sg._integer_factor(h, w, ho, wo, False):
+                variants.append(("integer", None))
+            variants.append(("plane", None))
+            variants += [
+                ("plane", cfg)
+                for cfg in RESIZE_PLANE_CONFIGS
+                if rc.smem_bytes(x, ho, wo, False, cfg[0]) <= smem_limit(x.device.index or 0)
+            ]
+            for variant, cfg in variants:
+                out.fill_(float("nan"))
+                kw = {"config": cfg, "variant": variant}
+                fn = lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
+                fn()
+                err = float((out.float() - want).abs().max())
+                ms, gpu = bench(fn), graph_ms(fn)
+                if variant == "plane" and cfg is None:
+                    cfg = f"default {rc.default_config(x, ho, wo, False)}"
+                row(
+                    f"resize {variant or 'registered'}",
+                    f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
+                    dtype,
+                    cfg or "default",
+                    ms,
+                    native,
+                    nbytes,
+                    copy,
+                    err,
+                )
+                ROWS[-1]["gpu_ms"] = gpu
+                print(f"{'':18s} GPU time {gpu:.4f} ms", flush=True)
+
+
 def sweep_grid(copy: float) -> None:
     names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     for dtype in (torch.float32, torch.float16):
@@ -196,27 +256,30 @@ def sweep_grid(copy: float) -> None:
                         row(f"grid {name} {kind}", label, dtype, cfg, ms, native, nbytes, copy, err)
 
 
-# grid_sample "plane" tilings: (channels per block, threads, output pixels per block at most, unroll)
+# grid_sample "plane" tilings: (channels per block, threads, output pixels per block at most, unroll
+# [, blocks per SM (0: as many as fit), persistent]); one work item per block, then persistent blocks
 GRID_PLANE_CONFIGS = [
-    (ck, threads, chunk, unroll)
-    for ck, threads, chunk in (
-        (1, 1024, 16384),
-        (1, 512, 16384),
-        (2, 1024, 16384),
-        (2, 512, 8192),
-        (4, 1024, 16384),
-        (4, 512, 8192),
-    )
-    for unroll in (0, 4)
+    (1, 1024, 16384, 4),
+    (1, 512, 16384, 4),
+    (2, 1024, 16384, 4),
+    (2, 512, 8192, 4),
+    (4, 512, 8192, 4),
+    (1, 1024, 16384, 4, 0, 1),
+    (1, 1024, 8192, 4, 0, 1),
+    (1, 512, 16384, 4, 0, 1),
+    (2, 1024, 16384, 4, 0, 1),
+    (2, 512, 8192, 4, 0, 1),
+    (4, 1024, 16384, 4, 0, 1),
+    (4, 512, 8192, 4, 0, 1),
 ]
 
 
-def sweep_grid_plane(copy: float) -> None:
+def sweep_grid_plane(copy: float, modes: list[str]) -> None:
     from gpu_graph_timing import graph_ms  # this directory
 
     from opbridge.ops import _gridsample_cuda as gc
 
-    names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+    names = {m: name for m, name in {0: "bilinear", 1: "nearest", 2: "bicubic"}.items() if name in modes}
     for n, c, h, w in ((8, 64, 128, 128), (4, 256, 64, 64)):
         for dtype in (torch.float32, torch.float16):
             x, grids = grid_kinds(n, c, h, w, dtype)
@@ -387,15 +450,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows as JSON here")
     parser.add_argument("--only", default="resize,grid")
+    parser.add_argument("--modes", default="bilinear,nearest,bicubic", help="grid_sample modes of --only grid-plane")
     args = parser.parse_args(argv)
     copy = copy_gbs()
     print(f"device {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s", flush=True)
-    if "resize" in args.only:
+    if "resize" in args.only.split(","):
         sweep_resize(copy)
+    if "resize-plane" in args.only:
+        sweep_resize_plane(copy)
     if "grid" in args.only.split(","):
         sweep_grid(copy)
     if "grid-plane" in args.only:
-        sweep_grid_plane(copy)
+        sweep_grid_plane(copy, args.modes.split(","))
     if "dcn" in args.only.split(","):
         sweep_dcn()
     if "dcn-fused" in args.only:

@@ -369,8 +369,8 @@ needs_plane = pytest.mark.skipif(
 @pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize(
     "config",
-    [None, (1, 128, 64, 0, 0), (2, 256, 100, 2, 0), (4, 1024, 16384, 4, 1)],
-    ids=["default", "one-channel-many-parts", "two-channels", "four-channels-one-block"],
+    [None, (1, 128, 64, 0, 0), (2, 256, 100, 2, 0), (4, 1024, 16384, 4, 1), (2, 256, 100, 2, 0, 1)],
+    ids=["default", "one-channel-many-parts", "two-channels", "four-channels-one-block", "persistent-scalar-planes"],
 )
 def test_grid_sampler_gpu_plane_variant(dtype: torch.dtype, mode: int, config: tuple | None) -> None:
     """The shared-memory kernel: channel groups that overhang C (37 channels), outputs split over
@@ -402,6 +402,31 @@ def test_grid_sampler_gpu_plane_vector_staging(dtype: torch.dtype, ck: int) -> N
         scalar = torch.full_like(out, float("nan"))
         tk.grid_sample(shifted, grid, scalar, mode, 1, False, variant="plane", config=(ck, 256, 4096))
         torch.testing.assert_close(scalar, out, rtol=0, atol=0)
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ck", [1, 2, 4])
+def test_grid_sampler_gpu_plane_persistent(dtype: torch.dtype, ck: int) -> None:
+    """Persistent blocks (each loads its next work item's planes while it computes the current one):
+    one block per SM, so each takes several items of different images, channel groups (overhanging
+    C) and output parts; 2-3 loads per thread and channel, the last one partial. Bit-equal to one item
+    per block and against the reference in every mode (the paddings share the code of one item per
+    block, tested above)."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(4, 62, 32, 40, device="cuda", generator=g).to(dtype)
+    grid = (torch.rand(4, 20, 30, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+    for mode, pad, ac in ((0, 0, False), (0, 2, True), (1, 1, False), (2, 1, True)):
+        per_item, persistent = (torch.full((4, 62, 20, 30), float("nan"), device="cuda", dtype=dtype) for _ in range(2))
+        tk.grid_sample(x, grid, per_item, mode, pad, ac, variant="plane", config=(ck, 128, 256, 2, 1))
+        tk.grid_sample(x, grid, persistent, mode, pad, ac, variant="plane", config=(ck, 128, 256, 2, 1, 1))
+        torch.testing.assert_close(persistent, per_item, rtol=0, atol=0)
+        want = d.GridSample.run_reference(
+            x.float(), grid.float(), interpolation_mode=mode, padding_mode=pad, align_corners=ac
+        )
+        torch.testing.assert_close(persistent.float(), want, **_tol(dtype))
 
 
 @needs_plane
@@ -499,7 +524,7 @@ def test_to_channels_last_gpu() -> None:
     ids=["up2", "odd", "down", "down9-up37", "single-pixel", "transpose-like"],
 )
 def test_dynamic_resize_gpu(dtype: torch.dtype, align: bool, in_hw: tuple, out_hw: tuple) -> None:
-    """The sliding-window bicubic kernel: upscaling, downscaling (window restarts), tile edges."""
+    """The registered kernel ("plane", "integer" or "window" by size): upscaling, downscaling, tile edges."""
     import torch.nn.functional as F
 
     from opbridge.ops import DynamicResize
@@ -543,6 +568,62 @@ def test_dynamic_resize_gpu_integer_factor(dtype: torch.dtype, factor: int, in_h
         # PyTorch's own fp16 CUDA op computes in float32 and rounds once, as ours does
         native = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False)
         torch.testing.assert_close(out, native, rtol=1e-3, atol=2e-3)
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", [None, (1, 1), (8, 4), (64, 32)], ids=["default", "row-bands", "small", "wide"])
+def test_dynamic_resize_gpu_plane_variant(dtype: torch.dtype, config: tuple | None) -> None:
+    """The shared-memory CUDA kernel against PyTorch's CUDA op: up- and downscaling, both align_corners,
+    bands that overhang the output, column groups wider than a block (1500 columns), rows whose
+    size is not a multiple of 16 bytes (scalar staging), a single pixel."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import _seed_gpu as sg
+
+    g = _gen()
+    cases = [((45, 61), (97, 130)), ((45, 61), (20, 29)), ((128, 128), (200, 200)), ((12, 20), (17, 13))]
+    cases += [((40, 37), (9, 5)), ((1, 1), (5, 6)), ((7, 1100), (9, 1500)), ((33, 70), (70, 33))]
+    for in_hw, out_hw in cases:
+        x = torch.randn(2, 3, *in_hw, device="cuda", generator=g).to(dtype)
+        for align in (False, True):
+            out = torch.full((2, 3, *out_hw), float("nan"), device="cuda", dtype=dtype)
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config, variant="plane")
+            want = F.interpolate(x.float(), size=out_hw, mode="bicubic", align_corners=align)
+            if dtype == torch.float32:
+                # as the window kernel's test: near-cancelling values differ from PyTorch's by up to 1.1e-5
+                torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-5)
+            else:
+                torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=4e-3)
+                native = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
+                torch.testing.assert_close(out, native, rtol=1e-3, atol=2e-3)
+
+
+@needs_plane
+def test_dynamic_resize_gpu_plane_default_and_rejects() -> None:
+    """Non-integer factors take "plane" by default (bit-equal to naming it); exact x2 keeps "integer";
+    bands too large for shared memory and a strided ``out`` are refused with ``out`` untouched."""
+    from opbridge.ops import _resize_cuda as rc
+    from opbridge.ops import _seed_gpu as sg
+
+    g = _gen()
+    x = torch.randn(2, 4, 64, 64, device="cuda", generator=g)
+    assert rc.is_default(x, 100, 100, False)
+    default, named = (torch.full((2, 4, 100, 100), float("nan"), device="cuda") for _ in range(2))
+    sg.dynamic_resize_gpu([x, None], [default], {}, 0)
+    sg.dynamic_resize_gpu([x, None], [named], {}, 0, variant="plane")
+    torch.testing.assert_close(default, named, rtol=0, atol=0)
+    assert not rc.is_default(x, 16, 16, False)  # downscaling by 4: rows no output reads
+    wide = torch.zeros(1, 1, 64, 60000, device="cuda")
+    assert not rc.is_default(wide, 100, 60000, False)
+    out = torch.full((1, 1, 100, 60000), 7.0, device="cuda")
+    with pytest.raises(ValueError, match="shared memory"):
+        sg.dynamic_resize_gpu([wide, None], [out], {}, 0, config=(64, 16), variant="plane")
+    assert bool((out == 7.0).all())
+    strided = torch.full((2, 4, 100, 100), 7.0, device="cuda").transpose(2, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        sg.dynamic_resize_gpu([x, None], [strided], {}, 0, variant="plane")
+    assert bool((strided == 7.0).all())
 
 
 @pytest.mark.parametrize(

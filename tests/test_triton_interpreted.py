@@ -79,12 +79,14 @@ def test_resize_variant_errors() -> None:
     from opbridge.ops import _seed_gpu as sg
 
     x = torch.zeros(1, 2, 4, 4)
-    with pytest.raises(ValueError, match="unknown variant 'tile'; use 'window' or 'integer'"):
+    with pytest.raises(ValueError, match="unknown variant 'tile'; use 'window', 'integer' or 'plane'"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, variant="tile")
     with pytest.raises(ValueError, match=r"exactly 2 or 4 times the input .* got 4x4 -> 8x12"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 12)], {}, 0, variant="integer")
     with pytest.raises(ValueError, match="align_corners=True"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {"align_corners": True}, 0, variant="integer")
+    with pytest.raises(ValueError, match="'plane' runs on CUDA tensors"):
+        sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, variant="plane")
 
 
 def test_channels_last_input_is_read_in_place() -> None:

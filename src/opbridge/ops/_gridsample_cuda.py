@@ -23,11 +23,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-from typing import Any
 
 import torch
 
+from opbridge.ops._nvrtc import Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
+
 __all__ = [
+    "PERSISTENT_BUDGET",
     "PLANE_BUDGET",
     "available",
     "default_config",
@@ -41,9 +43,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # The default tiling, from benchmarks/gpu_tiling_sweep.py --only grid-plane on the H200 (OPLIB.md):
-# two channels per block where their planes take at most PLANE_BUDGET bytes of shared memory, with
-# 512 threads and up to 8192 output pixels per block; else one channel, 1024 threads and up to
-# 16384 pixels; the output loop unrolled 4 times.
+# persistent blocks of 512 threads with four or two channels where their planes take at most
+# PERSISTENT_BUDGET bytes; else two channels per block where their planes take at most PLANE_BUDGET
+# bytes, with 512 threads and up to 8192 output pixels per block; else one channel, 1024 threads and
+# up to 16384 pixels; the output loop unrolled 4 times.
+PERSISTENT_BUDGET = 32 * 1024
 PLANE_BUDGET = 64 * 1024
 # Interpolation modes "plane" is the default for (bilinear, nearest), and the largest plane, in
 # bytes, it is the default up to: the measured sizes. Bicubic, with 16 shared-memory loads per
@@ -135,26 +139,21 @@ struct Args {
     const scalar_t* x;
     const grid_t* g;
     scalar_t* out;
-    int C, H, W, HWo, groups, parts, chunk, vec_ok;
+    int C, H, W, HWo, groups, parts, chunk, vec_ok, items;
 };
 
-extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
-{
-    const scalar_t* __restrict__ x = a.x;
-    const grid_t* __restrict__ g = a.g;
-    scalar_t* __restrict__ out = a.out;
-    const int C = a.C, H = a.H, W = a.W, HWo = a.HWo, groups = a.groups, parts = a.parts, chunk = a.chunk;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    vec_t* s = reinterpret_cast<vec_t*>(smem_raw);
-    const int item = blockIdx.x;
-    const int part = item % parts;
-    const int grp = item / parts;           // n * groups + channel group
-    const int n = grp / groups;
-    const int c0 = (grp - n * groups) * CK;
-    const int HW = H * W;
-    const scalar_t* xp = x + ((long long)n * C + c0) * HW;
+// work item `item` (a channel group of one image and a part of its outputs): n, first channel, part
+__device__ __forceinline__ void item_of(const Args& a, int item, int& n, int& c0, int& part) {
+    part = item % a.parts;
+    const int grp = item / a.parts;  // n * groups + channel group
+    n = grp / a.groups;
+    c0 = (grp - n * a.groups) * CK;
+}
 
-    // stage CK planes, interleaved; channels past C read as zeros
+// stage the CK planes of image n from channel c0 into s, interleaved; channels past C read as zeros
+__device__ __forceinline__ void stage(const Args& a, vec_t* s, int n, int c0) {
+    const int HW = a.H * a.W, C = a.C;
+    const scalar_t* __restrict__ xp = a.x + ((long long)n * C + c0) * HW;
     if (a.vec_ok) {
         const int nv = HW / VEC;
 #pragma unroll 4
@@ -180,16 +179,19 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
             s[i] = v;
         }
     }
-    __syncthreads();
+}
 
-    const grid2_t* gp = reinterpret_cast<const grid2_t*>(g) + (long long)n * HWo;  // 2-element aligned
-    scalar_t* op = out + ((long long)n * C + c0) * HWo;
-    const int q_end = min(HWo, (part + 1) * chunk);
+// the outputs of part `part` of the CK channels from c0 of image n, read from the planes in s
+__device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int c0, int part) {
+    const int C = a.C, H = a.H, W = a.W, HWo = a.HWo;
+    const grid2_t* __restrict__ gp = reinterpret_cast<const grid2_t*>(a.g) + (long long)n * HWo;  // 2-element aligned
+    scalar_t* __restrict__ op = a.out + ((long long)n * C + c0) * HWo;
+    const int q_end = min(HWo, (part + 1) * a.chunk);
     const float Wf = (float)W, Hf = (float)H;
 #if UNR
 #pragma unroll UNR
 #endif
-    for (int q = part * chunk + threadIdx.x; q < q_end; q += NT) {
+    for (int q = part * a.chunk + threadIdx.x; q < q_end; q += NT) {
         const grid2_t gq = gp[q];
         float ix = unnormalize(to_f(gq.x), Wf);
         float iy = unnormalize(to_f(gq.y), Hf);
@@ -247,6 +249,71 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
             if (c0 + k < C) op[(long long)k * HWo + q] = from_f(acc[k]);
     }
 }
+
+#if PF
+// Persistent blocks (PF > 0: vec_ok planes of at most PF * NT * VEC elements): block b takes work
+// items b, b + gridDim.x, ...; while it computes one item's outputs from shared memory, the next
+// item's planes are in flight into registers (PF 16-byte loads per thread and channel), so the
+// block's memory reads overlap its shared-memory work instead of alternating with it.
+__device__ __forceinline__ void prefetch(const Args& a, uint4 (&raw)[CK][PF], int item) {
+    int n, c0, part;
+    item_of(a, item, n, c0, part);
+    const int HW = a.H * a.W, nv = HW / VEC;
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x + ((long long)n * a.C + c0) * HW);
+#pragma unroll
+    for (int k = 0; k < CK; ++k)
+#pragma unroll
+        for (int p = 0; p < PF; ++p) {
+            const int j = threadIdx.x + p * NT;
+            raw[k][p] = (c0 + k < a.C && j < nv) ? xp[(long long)k * (HW / VEC) + j] : make_uint4(0, 0, 0, 0);
+        }
+}
+
+__device__ __forceinline__ void unpack(const Args& a, const uint4 (&raw)[CK][PF], vec_t* s) {
+    const int nv = a.H * a.W / VEC;
+#pragma unroll
+    for (int p = 0; p < PF; ++p) {
+        const int j = threadIdx.x + p * NT;
+        if (j < nv) {
+#pragma unroll
+            for (int t = 0; t < VEC; ++t) {
+                vec_t v;
+#pragma unroll
+                for (int k = 0; k < CK; ++k) v.v[k] = reinterpret_cast<const scalar_t*>(&raw[k][p])[t];
+                s[j * VEC + t] = v;
+            }
+        }
+    }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    vec_t* s = reinterpret_cast<vec_t*>(smem_raw);
+    int n, c0, part;
+#if PF
+    int item = blockIdx.x;  // the host launches at most a.items blocks
+    uint4 raw[CK][PF];
+    prefetch(a, raw, item);
+    for (;;) {
+        __syncthreads();  // the previous item's outputs no longer read s
+        unpack(a, raw, s);
+        __syncthreads();
+        const int next = item + gridDim.x;
+        if (next < a.items) prefetch(a, raw, next);
+        item_of(a, item, n, c0, part);
+        sample(a, s, n, c0, part);
+        if (next >= a.items) break;
+        item = next;
+    }
+#else
+    item_of(a, blockIdx.x, n, c0, part);
+    stage(a, s, n, c0);
+    __syncthreads();
+    sample(a, s, n, c0, part);
+#endif
+}
 """
 
 
@@ -254,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
 def available() -> bool:
     """Whether this process can build and launch the variant: a CUDA device, PyTorch's NVRTC
     wrapper (``torch.cuda._compile_kernel``) and a kernel that compiles with it (tried once)."""
-    if not (torch.cuda.is_available() and hasattr(torch.cuda, "_compile_kernel")):
+    if not nvrtc_available():
         return False
     try:
         _kernel(torch.cuda.current_device(), False, False, 0, 0, False, 1, 128, 0, 1)
@@ -264,15 +331,24 @@ def available() -> bool:
     return True
 
 
-def default_config(x: torch.Tensor) -> tuple[int, int, int, int]:
-    """The default (channels per block, threads, output pixels per block at most, unroll) for ``x``.
+def default_config(x: torch.Tensor) -> tuple[int, ...]:
+    """The default (channels per block, threads, output pixels per block at most, unroll[, blocks
+    per SM, persistent]) for ``x``: see :func:`grid_sample_plane`.
 
     >>> default_config(torch.empty(8, 64, 128, 128))
     (1, 1024, 16384, 4)
     >>> default_config(torch.empty(8, 64, 128, 128, dtype=torch.float16))
     (2, 512, 8192, 4)
+    >>> default_config(torch.empty(4, 256, 64, 64))
+    (2, 512, 8192, 4, 0, 1)
+    >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16))
+    (4, 512, 8192, 4, 0, 1)
     """
-    if 2 * x.shape[2] * x.shape[3] * x.element_size() <= PLANE_BUDGET:
+    plane = x.shape[2] * x.shape[3] * x.element_size()
+    for ck in (4, 2):
+        if ck * plane <= PERSISTENT_BUDGET:
+            return ck, 512, 8192, 4, 0, 1
+    if 2 * plane <= PLANE_BUDGET:
         return 2, 512, 8192, 4
     return 1, 1024, 16384, 4
 
@@ -290,13 +366,6 @@ def is_default(x: torch.Tensor, interpolation_mode: int) -> bool:
     )
 
 
-@functools.cache
-def smem_limit(device: int) -> int:
-    """The most dynamic shared memory one block of ``device`` may take, in bytes."""
-    props = torch.cuda.get_device_properties(device)
-    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
-
-
 def smem_bytes(x: torch.Tensor, channels: int) -> int:
     """The shared memory a block takes for ``channels`` planes of ``x`` (N, C, H, W)."""
     return x.shape[2] * x.shape[3] * x.element_size() * channels
@@ -308,18 +377,18 @@ def plane_fits(x: torch.Tensor, channels: int) -> bool:
 
 
 @functools.cache
-def _sm_count(device: int) -> int:
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
-
-
-@functools.cache
-def _resident_blocks(device: int, threads: int, smem: int) -> int:
+def _resident_blocks(device: int, threads: int, smem: int, extra_registers: int = 0) -> int:
     """How many blocks of ``threads`` threads and ``smem`` bytes of shared memory one SM can hold
-    by threads and shared memory alone (the kernel's registers are then budgeted for that many)."""
+    by threads and shared memory, and by registers where each thread holds ``extra_registers``
+    besides the 32 the kernel needs (the kernel's registers are then budgeted for that many)."""
     props = torch.cuda.get_device_properties(device)
     per_sm = int(getattr(props, "shared_memory_per_multiprocessor", smem_limit(device)))
     by_threads = int(getattr(props, "max_threads_per_multi_processor", 2048)) // threads
-    return max(1, min(by_threads, per_sm // (smem + 1024)))
+    blocks = min(by_threads, per_sm // (smem + 1024))
+    if extra_registers:
+        registers = int(getattr(props, "regs_per_multiprocessor", 65536))
+        blocks = min(blocks, registers // (threads * (32 + extra_registers)))
+    return max(1, blocks)
 
 
 class _Args(ctypes.Structure):
@@ -336,39 +405,8 @@ class _Args(ctypes.Structure):
         ("parts", ctypes.c_int32),
         ("chunk", ctypes.c_int32),
         ("vec_ok", ctypes.c_int32),
+        ("items", ctypes.c_int32),
     ]
-
-
-# CUresult cuLaunchKernel(CUfunction, grid x, y, z, block x, y, z, shared bytes, CUstream, params, extra)
-_LAUNCH_PROTOTYPE = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
-)
-
-
-class _Kernel:
-    """A compiled specialization and its launch: one ``cuLaunchKernel`` through ctypes with the
-    arguments in one struct (PyTorch's ``_CudaKernel.__call__`` converts each argument on every call
-    and takes several times the CPU time)."""
-
-    def __init__(self, compiled: Any) -> None:
-        self.compiled = compiled  # keeps the module loaded
-        self.func = compiled.func
-        self.smem = 0
-        lib = torch.cuda._utils._get_gpu_runtime_library()
-        # a prototype of our own over the same entry point: PyTorch's function object keeps its settings
-        address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
-        if not address:
-            raise RuntimeError("grid_sample 'plane': the CUDA driver has no cuLaunchKernel.")
-        self.launch_fn = _LAUNCH_PROTOTYPE(address)
-
-    def __call__(self, blocks: int, threads: int, smem: int, stream: int, args: _Args) -> None:
-        if smem > self.smem:
-            self.compiled.set_shared_memory_config(smem)
-            self.smem = smem
-        params = (ctypes.c_void_p * 1)(ctypes.addressof(args))
-        rc = self.launch_fn(self.func, blocks, 1, 1, threads, 1, 1, smem, stream, params, None)
-        if rc:
-            raise RuntimeError(f"grid_sample 'plane': cuLaunchKernel failed with CUDA error {rc}.")
 
 
 @functools.cache
@@ -383,12 +421,15 @@ def _kernel(
     threads: int,
     unroll: int,
     min_blocks: int,
-) -> _Kernel:
+    prefetch: int = 0,
+) -> Kernel:
     """The compiled specialization, loaded on ``device`` (compiled once per process and device).
-    ``min_blocks``: the blocks per SM its registers are budgeted for (``__launch_bounds__``)."""
+    ``min_blocks``: the blocks per SM its registers are budgeted for (``__launch_bounds__``);
+    ``prefetch``: 0 for one work item per block, else persistent blocks that load the next item's
+    planes with this many 16-byte loads per thread and channel while they compute the current one."""
     name = (
         f"grid_sample_plane_{'h' if half else 'f'}{'h' if grid_half else 'f'}_m{mode}p{pad}a{int(align)}"
-        f"_c{ck}_t{threads}_u{unroll}_b{min_blocks}"
+        f"_c{ck}_t{threads}_u{unroll}_b{min_blocks}_pf{prefetch}"
     )
     defines = {
         "SCALAR_HALF": int(half),
@@ -400,12 +441,10 @@ def _kernel(
         "NT": threads,
         "UNR": unroll,
         "MINB": min_blocks,
+        "PF": prefetch,
         "KNAME": name,
     }
-    header = "".join(f"#define {k} {v}\n" for k, v in defines.items())
-    logger.debug("compiling %s", name)
-    with torch.cuda.device(device):
-        return _Kernel(torch.cuda._compile_kernel(header + _SOURCE, name))
+    return compile_kernel(device, _SOURCE, name, defines, "grid_sample 'plane'")
 
 
 def grid_sample_plane(
@@ -421,9 +460,12 @@ def grid_sample_plane(
 
     ``config``: (channels per block, threads per block, output pixels per block at most[, unroll of
     the output loop (0: the compiler's choice)[, blocks per SM to budget registers for (0: as many
-    as threads and shared memory allow)]]); default :func:`default_config`. Where that leaves fewer
-    blocks than twice the SM count, each plane's outputs are split over more blocks (each stages
-    the plane). Raises ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
+    as threads, shared memory and the prefetch registers allow)[, persistent (1: that many blocks
+    per SM at most, as many as the SMs hold at once, each loading its next work item's planes while
+    it computes the current one; planes that take 16-byte loads only, else 0)]]]); default :func:`default_config`. A work
+    item is a channel group of one image and a part of its outputs; where there are fewer than twice
+    the SM count, each plane's outputs are split over more parts (each stages the plane). Raises
+    ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
     """
     if not (x.is_cuda and grid.is_cuda and out.is_cuda):
         raise ValueError("grid_sample 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
@@ -433,6 +475,7 @@ def grid_sample_plane(
     ck, threads, chunk_max = cfg[:3]
     unroll = cfg[3] if len(cfg) > 3 else 0
     min_blocks_cfg = cfg[4] if len(cfg) > 4 else 0
+    persistent = bool(cfg[5]) if len(cfg) > 5 else False
     if ck not in (1, 2, 4) or threads not in (128, 256, 512, 1024) or chunk_max < 1:
         raise ValueError(
             f"grid_sample 'plane': config ({ck}, {threads}, {chunk_max}) needs 1, 2 or 4 channels per block, "
@@ -457,7 +500,7 @@ def grid_sample_plane(
     hwo = grid.shape[1] * grid.shape[2]
     groups = -(-c // ck)
     parts = -(-hwo // chunk_max)
-    blocks_wanted = 2 * _sm_count(device)
+    blocks_wanted = 2 * sm_count(device)
     if n * groups * parts < blocks_wanted:  # few planes: more blocks per plane, at least a block's threads each
         parts = max(parts, min(-(-blocks_wanted // (n * groups)), -(-hwo // threads)))
     chunk = -(-hwo // parts)
@@ -466,11 +509,25 @@ def grid_sample_plane(
             f"grid_sample 'plane': {n}x{c} planes of {hwo} outputs take more than 2**31 blocks or outputs "
             "per plane; use the 'nhwc' or 'loop' variant."
         )
-    vec_ok = int((h * w) % (16 // x.element_size()) == 0 and x.data_ptr() % 16 == 0)
+    per_vector = 16 // x.element_size()
+    vec_ok = int((h * w) % per_vector == 0 and x.data_ptr() % 16 == 0)
+    items = n * groups * parts
+    prefetch = -(-(h * w // per_vector) // threads) if persistent and vec_ok else 0
+    min_blocks = min_blocks_cfg or _resident_blocks(device, threads, smem, 4 * ck * prefetch)
     half, grid_half = x.dtype == torch.float16, grid.dtype == torch.float16
-    min_blocks = min_blocks_cfg or _resident_blocks(device, threads, smem)
     kernel = _kernel(
-        device, half, grid_half, interpolation_mode, padding_mode, bool(align_corners), ck, threads, unroll, min_blocks
+        device,
+        half,
+        grid_half,
+        interpolation_mode,
+        padding_mode,
+        bool(align_corners),
+        ck,
+        threads,
+        unroll,
+        min_blocks,
+        prefetch,
     )
-    args = _Args(x.data_ptr(), grid.data_ptr(), out.data_ptr(), c, h, w, hwo, groups, parts, chunk, vec_ok)
-    kernel(n * groups * parts, threads, smem, torch._C._cuda_getCurrentRawStream(device), args)
+    blocks = min(items, sm_count(device) * min(min_blocks, kernel.occupancy(threads, smem))) if prefetch else items
+    args = _Args(x.data_ptr(), grid.data_ptr(), out.data_ptr(), c, h, w, hwo, groups, parts, chunk, vec_ok, items)
+    kernel(blocks, threads, smem, torch._C._cuda_getCurrentRawStream(device), args)

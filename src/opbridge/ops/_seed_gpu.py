@@ -101,12 +101,13 @@ def _resize_int_config(nc: int, h: int, w: int) -> tuple[int, int, int, bool]:
     """(BI, RI, num_warps, PREFETCH) of ``bicubic_int_kernel`` for nc planes of h x w inputs.
 
     Input columns in blocks of up to 128 (one lane each); the most input rows per program
-    (16, 8 or 4) that still gives at least 2048 programs (benchmarks/gpu_tiling_sweep.py).
+    (16, 8 or 4) that still gives at least 2048 programs (benchmarks/gpu_tiling_sweep.py); no
+    prefetch (as fast or faster at every gpu_ops.py size, benchmarks/OPLIB.md).
     """
     bi = 128 if w > 64 else max(32, 1 << max(0, w - 1).bit_length())
     n_tx = -(-w // bi)
     ri = next((r for r in (16, 8) if nc * n_tx * -(-h // r) >= 2048), 4)
-    return bi, ri, max(1, bi // 32), True
+    return bi, ri, max(1, bi // 32), False
 
 
 def dynamic_resize_gpu(
@@ -114,16 +115,19 @@ def dynamic_resize_gpu(
     outputs: list[Any],
     attrs: dict[str, Any],
     stream: int,
-    config: tuple[int, int, int, bool] | None = None,
+    config: tuple[Any, ...] | None = None,
     variant: str | None = None,
 ) -> None:
     """DynamicResize: bicubic (A = -0.75, borders clamped) of input (N, C, H, W) to the output's H, W.
 
-    ``variant``: "window" (``bicubic_kernel``, any sizes) or "integer" (``bicubic_int_kernel``,
-    outputs exactly 2 or 4 times the input with half-pixel centres); by default "integer" where it
-    applies. ``config`` overrides the variant's tiling: (ROWS, BW, num_warps, PREFETCH) for
-    "window" (default ``_resize_config``), (BI, RI, num_warps, PREFETCH) for "integer" (default
-    ``_resize_int_config``) and needs ``variant``; benchmarks use both to compare.
+    ``variant``: "window" (``bicubic_kernel``, any sizes), "integer" (``bicubic_int_kernel``,
+    outputs exactly 2 or 4 times the input with half-pixel centres) or "plane" (the CUDA kernel of
+    :mod:`opbridge.ops._resize_cuda`: bands of rows in shared memory); by default "integer" where it
+    applies, else "plane" where ``_resize_cuda.is_default``, else "window". ``config`` overrides the
+    variant's tiling: (ROWS, BW, num_warps, PREFETCH) for "window" (default ``_resize_config``), (BI,
+    RI, num_warps, PREFETCH) for "integer" (default ``_resize_int_config``), (rows per band, warps)
+    for "plane" (default ``_resize_cuda.default_config``), and needs ``variant``; benchmarks use them
+    to compare.
     """
     import torch.nn.functional as F
 
@@ -131,8 +135,8 @@ def dynamic_resize_gpu(
     align = bool(attrs.get("align_corners", False))
     n, c, h, w = x.shape
     ho, wo = out.shape[-2], out.shape[-1]
-    if variant not in (None, "window", "integer"):
-        raise ValueError(f"DynamicResize: unknown variant {variant!r}; use 'window' or 'integer'.")
+    if variant not in (None, "window", "integer", "plane"):
+        raise ValueError(f"DynamicResize: unknown variant {variant!r}; use 'window', 'integer' or 'plane'.")
     if config is not None and variant is None:
         raise ValueError(
             "DynamicResize: a tiling config belongs to one kernel; name it with variant='window' or 'integer'."
@@ -143,6 +147,12 @@ def dynamic_resize_gpu(
             f"DynamicResize: the 'integer' variant needs an output exactly 2 or 4 times the input with "
             f"align_corners=False; got {h}x{w} -> {ho}x{wo}, align_corners={align}."
         )
+    if variant == "plane":
+        from opbridge.ops._resize_cuda import resize_plane
+
+        with _on_device(x):
+            resize_plane(x, out, align, config)
+        return
     kernels = _triton_kernels()
     if kernels is None or out.numel() == 0 or x.numel() == 0 or max(h * w, ho * wo) >= 2**31:
         out.copy_(F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=align))
@@ -169,6 +179,13 @@ def dynamic_resize_gpu(
                 num_warps=warps,
             )
         return
+    if variant is None and x.is_cuda:
+        from opbridge.ops import _resize_cuda
+
+        if _resize_cuda.is_default(x, ho, wo, align):
+            with _on_device(x):
+                _resize_cuda.resize_plane(x, out, align)
+            return
     if align:
         sh = (h - 1) / (ho - 1) if ho > 1 else 0.0
         sw = (w - 1) / (wo - 1) if wo > 1 else 0.0

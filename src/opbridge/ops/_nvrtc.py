@@ -1,0 +1,104 @@
+"""CUDA C kernels compiled at run time: NVRTC through ``torch.cuda._compile_kernel``, launched with
+one ``cuLaunchKernel`` through ctypes and the arguments in one struct.
+
+PyTorch's ``_CudaKernel.__call__`` converts each argument on every call and takes several times the
+CPU time of a launch; here a kernel takes one ``ctypes.Structure`` whose layout matches the kernel's
+single struct parameter. Used by grid_sample's and DynamicResize's CUDA variants.
+
+Example:
+    >>> from opbridge.ops._nvrtc import compile_kernel  # doctest: +SKIP
+    >>> kernel = compile_kernel(0, source, "my_kernel", {"NT": 256})  # doctest: +SKIP
+    >>> kernel(blocks, 256, 0, stream, args)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["Kernel", "compile_kernel", "nvrtc_available", "sm_count", "smem_limit"]
+
+logger = logging.getLogger(__name__)
+
+# CUresult cuLaunchKernel(CUfunction, grid x, y, z, block x, y, z, shared bytes, CUstream, params, extra)
+_LAUNCH_PROTOTYPE = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
+
+
+def nvrtc_available() -> bool:
+    """Whether this process has a CUDA device and PyTorch's NVRTC wrapper (``torch.cuda._compile_kernel``)."""
+    return torch.cuda.is_available() and hasattr(torch.cuda, "_compile_kernel")
+
+
+@functools.cache
+def sm_count(device: int) -> int:
+    """The number of SMs of ``device``."""
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+@functools.cache
+def smem_limit(device: int) -> int:
+    """The most dynamic shared memory one block of ``device`` may take, in bytes."""
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+
+
+class Kernel:
+    """A compiled kernel and its launch: ``kernel(blocks, threads, smem, stream, args)`` with
+    ``args`` a ``ctypes.Structure`` laid out as the kernel's one struct parameter. ``name`` labels errors."""
+
+    def __init__(self, compiled: Any, name: str) -> None:
+        self.compiled = compiled  # keeps the module loaded
+        self.func = compiled.func
+        self.name = name
+        self.smem = 0
+        lib = torch.cuda._utils._get_gpu_runtime_library()
+        # a prototype of our own over the same entry point: PyTorch's function object keeps its settings
+        address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+        if not address:
+            raise RuntimeError(f"{name}: the CUDA driver has no cuLaunchKernel.")
+        self.launch_fn = _LAUNCH_PROTOTYPE(address)
+        self.lib = lib
+        self.occupancy_cache: dict[tuple[int, int], int] = {}
+
+    def _configure(self, smem: int) -> None:
+        if smem > self.smem:
+            self.compiled.set_shared_memory_config(smem)
+            self.smem = smem
+
+    def occupancy(self, threads: int, smem: int) -> int:
+        """Blocks of ``threads`` threads and ``smem`` bytes one SM holds at once (the driver's count,
+        registers included)."""
+        key = (threads, smem)
+        if key not in self.occupancy_cache:
+            self._configure(smem)
+            blocks = ctypes.c_int(0)
+            rc = self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(blocks), self.func, ctypes.c_int(threads), ctypes.c_size_t(smem)
+            )
+            if rc:
+                raise RuntimeError(f"{self.name}: cuOccupancyMaxActiveBlocksPerMultiprocessor failed ({rc}).")
+            self.occupancy_cache[key] = max(1, blocks.value)
+        return self.occupancy_cache[key]
+
+    def __call__(self, blocks: int, threads: int, smem: int, stream: int, args: ctypes.Structure) -> None:
+        self._configure(smem)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+        rc = self.launch_fn(self.func, blocks, 1, 1, threads, 1, 1, smem, stream, params, None)
+        if rc:
+            raise RuntimeError(f"{self.name}: cuLaunchKernel failed with CUDA error {rc}.")
+
+
+def compile_kernel(device: int, source: str, name: str, defines: Mapping[str, object], label: str) -> Kernel:
+    """``source`` compiled with ``defines`` (``#define`` lines before it) and kernel ``name``, loaded
+    on ``device``; ``label`` names the kernel in errors."""
+    header = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    logger.debug("compiling %s", name)
+    with torch.cuda.device(device):
+        return Kernel(torch.cuda._compile_kernel(header + source, name), label)

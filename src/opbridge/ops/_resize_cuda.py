@@ -1,0 +1,349 @@
+"""DynamicResize's "plane" variant: bicubic resize by a CUDA kernel that works on bands of rows in shared memory.
+
+One thread block takes a band of up to RB output rows of one plane. It copies the input rows the
+band reads (contiguous in memory: one 16-byte-vector copy) into shared memory, interpolates each of
+them along x at every output column into a float32 table in shared memory, then interpolates that
+table along y into the band's outputs, with the band's y weights and rows from a small table the
+block fills first. Every input byte is read from memory once per band (plus three rows of halo), and
+the per-row work (y weights, the choice of rows) is done once per block instead of once per lane.
+The formulas and accumulation order are PyTorch's upsample_bicubic2d (A = -0.75, taps clamped to the
+border, x first, then y, in float32 whatever the storage dtype).
+
+Compiled by NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per dtype and
+align_corners) and launched on the current stream (:mod:`opbridge.ops._nvrtc`).
+
+Example:
+    >>> from opbridge.ops import _resize_cuda as rc  # doctest: +SKIP
+    >>> rc.resize_plane(x, out, align_corners=False)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import math
+
+import torch
+
+from opbridge.ops._nvrtc import Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
+
+__all__ = ["available", "default_config", "is_default", "resize_plane", "smem_bytes"]
+
+logger = logging.getLogger(__name__)
+
+# The default band: the most output rows (of ROWS_CHOICES) whose block takes at most SMEM_BUDGET
+# bytes of shared memory and that still gives MIN_BLOCKS_PER_SM blocks per SM (else the fewest
+# rows); WARPS warps per block (benchmarks/gpu_tiling_sweep.py --only resize-plane, OPLIB.md).
+ROWS_CHOICES = (64, 32, 16, 8)
+SMEM_BUDGET = 36 * 1024
+MIN_BLOCKS_PER_SM = 4
+WARPS = 8
+# "plane" is the default where bands of the fewest rows fit SMEM_BUDGET (wider rows leave too few
+# blocks: 1x3x540x960 to 720x1280 runs 1.9x faster on the "window" kernel) and for at most
+# MAX_DEFAULT_ROW_STEP input rows per output row (downscaling further interpolates rows along x
+# that no output reads).
+MAX_DEFAULT_ROW_STEP = 2.0
+
+_SOURCE = r"""
+typedef unsigned short h16;
+__device__ __forceinline__ float h2f(h16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ h16 f2h(float f) { h16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(h16 v) { return h2f(v); }
+
+#if SCALAR_HALF
+typedef h16 scalar_t;
+__device__ __forceinline__ scalar_t from_f(float v) { return f2h(v); }
+#define VEC 8
+#else
+typedef float scalar_t;
+__device__ __forceinline__ scalar_t from_f(float v) { return v; }
+#define VEC 4
+#endif
+
+// PyTorch's cubic convolution weights, A = -0.75
+__device__ __forceinline__ float cc1(float x) { return ((-0.75f + 2.0f) * x - (-0.75f + 3.0f)) * x * x + 1.0f; }
+__device__ __forceinline__ float cc2(float x) {
+    return ((-0.75f * x - 5.0f * -0.75f) * x + 8.0f * -0.75f) * x - 4.0f * -0.75f;
+}
+
+// PyTorch's area_pixel_compute_source_index for cubic (not clamped at 0)
+__device__ __forceinline__ float source(float scale, int o) {
+#if ALIGN
+    return scale * (float)o;
+#else
+    return scale * ((float)o + 0.5f) - 0.5f;
+#endif
+}
+
+struct Args {
+    const scalar_t* x;
+    scalar_t* out;
+    int H, W, Ho, Wo, bands, rb, rows_max, wo_pad, col_warps, vec_ok;
+    float sh, sw;
+};
+
+extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
+{
+    const int H = a.H, W = a.W, Ho = a.Ho, Wo = a.Wo, WP = a.wo_pad;
+    const int plane = blockIdx.x / a.bands;
+    const int oy0 = (blockIdx.x - plane * a.bands) * a.rb;
+    const int nrows = min(Ho, oy0 + a.rb) - oy0;
+    // the input rows the band reads, clamped to the image: r_lo .. r_lo + R - 1 (R <= rows_max)
+    const int r_lo = max(0, (int)floorf(source(a.sh, oy0)) - 1);
+    const int r_hi = min(H - 1, (int)floorf(source(a.sh, oy0 + nrows - 1)) + 2);
+    const int R = r_hi - r_lo + 1;
+
+    // shared memory: y weights (rb float4), the four rows' offsets into tmp (rb int4),
+    // tmp (rows_max x WP float32: the input rows interpolated along x), the staged rows (rows_max x W)
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float4* wy = reinterpret_cast<float4*>(smem_raw);
+    int4* ry = reinterpret_cast<int4*>(wy + a.rb);
+    float* tmp = reinterpret_cast<float*>(ry + a.rb);
+    scalar_t* rows = reinterpret_cast<scalar_t*>(tmp + a.rows_max * WP);
+
+    const int tid = threadIdx.x, nt = blockDim.x;
+    for (int i = tid; i < nrows; i += nt) {
+        const float sy = source(a.sh, oy0 + i);
+        const float fy = floorf(sy);
+        const float t = sy - fy;
+        const int iy = (int)fy;
+        wy[i] = make_float4(cc2(t + 1.0f), cc1(t), cc1(1.0f - t), cc2((1.0f - t) + 1.0f));
+        ry[i] = make_int4((min(max(iy - 1, 0), H - 1) - r_lo) * WP, (min(max(iy, 0), H - 1) - r_lo) * WP,
+                          (min(max(iy + 1, 0), H - 1) - r_lo) * WP, (min(max(iy + 2, 0), H - 1) - r_lo) * WP);
+    }
+    const scalar_t* __restrict__ xp = a.x + ((long long)plane * H + r_lo) * W;
+    const int count = R * W;
+    if (a.vec_ok) {  // W a multiple of VEC and x 16-byte aligned: every row starts 16-byte aligned
+        const uint4* src = reinterpret_cast<const uint4*>(xp);
+        uint4* dst = reinterpret_cast<uint4*>(rows);
+#pragma unroll 4
+        for (int v = tid; v < count / VEC; v += nt) dst[v] = src[v];
+    } else {
+#pragma unroll 4
+        for (int e = tid; e < count; e += nt) rows[e] = xp[e];
+    }
+    __syncthreads();
+
+    // warps: col_warps columns of 32 output columns side by side, the rest of the block over rows
+    const int warp = tid >> 5, lane = tid & 31;
+    const int cw = warp % a.col_warps, rw = warp / a.col_warps, nrw = (nt >> 5) / a.col_warps;
+    for (int ox = cw * 32 + lane; ox - lane < Wo; ox += a.col_warps * 32) {
+        if (ox < Wo) {
+            const float sx = source(a.sw, ox);
+            const float fx = floorf(sx);
+            const float t = sx - fx;
+            const int ix = (int)fx;
+            const float w0 = cc2(t + 1.0f), w1 = cc1(t), w2 = cc1(1.0f - t), w3 = cc2((1.0f - t) + 1.0f);
+            const int x0 = min(max(ix - 1, 0), W - 1), x1 = min(max(ix, 0), W - 1);
+            const int x2 = min(max(ix + 1, 0), W - 1), x3 = min(max(ix + 2, 0), W - 1);
+#pragma unroll 4
+            for (int r = rw; r < R; r += nrw) {
+                const scalar_t* row = rows + r * W;
+                tmp[r * WP + ox] = to_f(row[x0]) * w0 + to_f(row[x1]) * w1 + to_f(row[x2]) * w2 + to_f(row[x3]) * w3;
+            }
+        }
+    }
+    __syncthreads();
+
+    scalar_t* __restrict__ op = a.out + ((long long)plane * Ho + oy0) * Wo;
+    for (int ox = cw * 32 + lane; ox - lane < Wo; ox += a.col_warps * 32) {
+        if (ox < Wo) {
+#pragma unroll 4
+            for (int i = rw; i < nrows; i += nrw) {
+                const float4 w = wy[i];
+                const int4 r = ry[i];
+                op[(long long)i * Wo + ox] =
+                    from_f(tmp[r.x + ox] * w.x + tmp[r.y + ox] * w.y + tmp[r.z + ox] * w.z + tmp[r.w + ox] * w.w);
+            }
+        }
+    }
+}
+"""
+
+
+class _Args(ctypes.Structure):
+    # the kernel's struct Args
+    _fields_ = [
+        ("x", ctypes.c_uint64),
+        ("out", ctypes.c_uint64),
+        ("H", ctypes.c_int32),
+        ("W", ctypes.c_int32),
+        ("Ho", ctypes.c_int32),
+        ("Wo", ctypes.c_int32),
+        ("bands", ctypes.c_int32),
+        ("rb", ctypes.c_int32),
+        ("rows_max", ctypes.c_int32),
+        ("wo_pad", ctypes.c_int32),
+        ("col_warps", ctypes.c_int32),
+        ("vec_ok", ctypes.c_int32),
+        ("sh", ctypes.c_float),
+        ("sw", ctypes.c_float),
+    ]
+
+
+@functools.cache
+def _kernel(device: int, half: bool, align: bool) -> Kernel:
+    """The compiled specialization, loaded on ``device`` (once per process, device, dtype and align_corners)."""
+    name = f"resize_bicubic_plane_{'h' if half else 'f'}_a{int(align)}"
+    defines = {"SCALAR_HALF": int(half), "ALIGN": int(align), "KNAME": name}
+    return compile_kernel(device, _SOURCE, name, defines, "DynamicResize 'plane'")
+
+
+@functools.cache
+def available() -> bool:
+    """Whether this process can build and launch the variant (a CUDA device, PyTorch's NVRTC wrapper
+    and a kernel that compiles with it; tried once, a failure logged)."""
+    if not nvrtc_available():
+        return False
+    try:
+        _kernel(torch.cuda.current_device(), False, False)
+    except Exception as err:  # any failure to build: the Triton kernels run instead
+        logger.warning("DynamicResize 'plane' is unavailable (%s); the Triton kernels run instead.", err)
+        return False
+    return True
+
+
+def scales(h: int, w: int, ho: int, wo: int, align: bool) -> tuple[float, float]:
+    """PyTorch's source-index scales (y, x) of a resize from h x w to ho x wo.
+
+    >>> scales(128, 128, 200, 200, False)
+    (0.64, 0.64)
+    >>> scales(5, 9, 1, 3, True)
+    (0.0, 4.0)
+    """
+    if align:
+        return ((h - 1) / (ho - 1) if ho > 1 else 0.0), ((w - 1) / (wo - 1) if wo > 1 else 0.0)
+    return h / ho, w / wo
+
+
+def rows_max(h: int, ho: int, sh: float, rows: int) -> int:
+    """The most input rows a band of ``rows`` output rows reads (a bound on the kernel's R,
+    float rounding included), at most ``h``.
+
+    >>> rows_max(128, 200, 0.64, 32)
+    25
+    """
+    return min(h, math.ceil(sh * (rows - 1)) + 5)
+
+
+def _smem(h: int, w: int, ho: int, wo: int, itemsize: int, align: bool, rows: int) -> int:
+    sh, _ = scales(h, w, ho, wo, align)
+    r = rows_max(h, ho, sh, rows)
+    staged = -(-(r * w * itemsize) // 16) * 16
+    return rows * 32 + r * _wo_pad(wo) * 4 + staged
+
+
+def smem_bytes(x: torch.Tensor, ho: int, wo: int, align: bool, rows: int) -> int:
+    """The shared memory one block takes for bands of ``rows`` output rows of ``x`` (N, C, H, W) resized to ho x wo."""
+    return _smem(x.shape[-2], x.shape[-1], ho, wo, x.element_size(), align, rows)
+
+
+def _wo_pad(wo: int) -> int:
+    return -(-wo // 4) * 4  # each tmp row starts 16-byte aligned
+
+
+@functools.lru_cache(maxsize=256)
+def _default_rows(device: int, planes: int, h: int, w: int, ho: int, wo: int, itemsize: int, align: bool) -> int:
+    for rows in ROWS_CHOICES:
+        fits = _smem(h, w, ho, wo, itemsize, align, rows) <= SMEM_BUDGET
+        if fits and planes * -(-ho // rows) >= MIN_BLOCKS_PER_SM * sm_count(device):
+            return rows
+    return ROWS_CHOICES[-1]
+
+
+def default_config(x: torch.Tensor, ho: int, wo: int, align: bool) -> tuple[int, int]:
+    """The default (output rows per band, warps per block) for ``x`` (N, C, H, W) resized to ho x wo:
+    the most rows of ``ROWS_CHOICES`` that fit ``SMEM_BUDGET`` and give ``MIN_BLOCKS_PER_SM`` blocks
+    per SM (else the fewest rows), ``WARPS`` warps."""
+    n, c, h, w = x.shape
+    return _default_rows(x.device.index or 0, n * c, h, w, ho, wo, x.element_size(), align), WARPS
+
+
+@functools.lru_cache(maxsize=256)
+def _is_default(h: int, w: int, ho: int, wo: int, itemsize: int, align: bool) -> bool:
+    sh, _ = scales(h, w, ho, wo, align)
+    smem = _smem(h, w, ho, wo, itemsize, align, ROWS_CHOICES[-1])
+    return sh <= MAX_DEFAULT_ROW_STEP and smem <= SMEM_BUDGET and available()
+
+
+def is_default(x: torch.Tensor, ho: int, wo: int, align: bool) -> bool:
+    """Whether "plane" is DynamicResize's default for ``x`` resized to ho x wo: a CUDA input, at most
+    ``MAX_DEFAULT_ROW_STEP`` input rows per output row, bands of 8 rows within ``SMEM_BUDGET``, and
+    the variant :func:`available`."""
+    return x.is_cuda and _is_default(x.shape[-2], x.shape[-1], ho, wo, x.element_size(), align)
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_plan(
+    device: int, n: int, c: int, h: int, w: int, ho: int, wo: int, itemsize: int, align: bool, rows: int, warps: int
+) -> tuple[int, int, int, int, int, float, float]:
+    """(blocks, threads, shared bytes, bands, column warps, sh, sw), or ValueError."""
+    if rows < 1 or not 1 <= warps <= 32:
+        raise ValueError(f"DynamicResize 'plane': config ({rows}, {warps}) needs at least one row and 1-32 warps.")
+    smem = _smem(h, w, ho, wo, itemsize, align, rows)
+    if smem > smem_limit(device):
+        raise ValueError(
+            f"DynamicResize 'plane': bands of {rows} rows of a {h}x{w} -> {ho}x{wo} resize take {smem} bytes of "
+            f"shared memory, more than this device's {smem_limit(device)}; pass fewer rows or use the 'window' variant."
+        )
+    bands = -(-ho // rows)
+    if n * c * bands >= 2**31 or max(h * w, ho * wo) >= 2**31:
+        raise ValueError(
+            f"DynamicResize 'plane': {n}x{c} planes of {ho}x{wo} outputs need 32-bit indices; use the 'window' variant."
+        )
+    col_warps = min(warps, -(-wo // 32))
+    warps = max(col_warps, warps // col_warps * col_warps)  # whole groups of column warps
+    sh, sw = scales(h, w, ho, wo, align)
+    return n * c * bands, 32 * warps, smem, bands, col_warps, sh, sw
+
+
+def resize_plane(
+    x: torch.Tensor, out: torch.Tensor, align_corners: bool, config: tuple[int, int] | None = None
+) -> None:
+    """Bicubic resize of NCHW ``x`` into contiguous ``out`` (N, C, Ho, Wo) on the current stream.
+
+    ``config``: (output rows per band, warps per block); default :func:`default_config`. Raises
+    ValueError for CPU tensors, other dtypes than float32 and float16, a strided ``out`` and bands
+    whose rows do not fit in one block's shared memory.
+    """
+    if not (x.is_cuda and out.is_cuda):
+        raise ValueError("DynamicResize 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
+    if x.dtype not in (torch.float32, torch.float16) or out.dtype != x.dtype:
+        raise ValueError(
+            f"DynamicResize 'plane': float32 or float16 tensors of one dtype, got {x.dtype} and {out.dtype}."
+        )
+    if not out.is_contiguous():
+        raise ValueError("DynamicResize 'plane': `out` must be contiguous (N, C, Ho, Wo); pass a contiguous tensor.")
+    n, c, h, w = x.shape
+    ho, wo = out.shape[-2:]
+    if not out.numel() or not x.numel():
+        return
+    align = bool(align_corners)
+    device = x.device.index or 0
+    itemsize = x.element_size()
+    rows, warps = config or (_default_rows(device, n * c, h, w, ho, wo, itemsize, align), WARPS)
+    blocks, threads, smem, bands, col_warps, sh, sw = _launch_plan(
+        device, n, c, h, w, ho, wo, itemsize, align, rows, warps
+    )
+    x = x.contiguous()
+    vec_ok = int(w % (16 // itemsize) == 0 and x.data_ptr() % 16 == 0)
+    args = _Args(
+        x.data_ptr(),
+        out.data_ptr(),
+        h,
+        w,
+        ho,
+        wo,
+        bands,
+        rows,
+        rows_max(h, ho, sh, rows),
+        _wo_pad(wo),
+        col_warps,
+        vec_ok,
+        sh,
+        sw,
+    )
+    kernel = _kernel(device, itemsize == 2, align)
+    kernel(blocks, threads, smem, torch._C._cuda_getCurrentRawStream(device), args)
