@@ -193,6 +193,20 @@ def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
     )
 
 
+@pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])
+def test_dynamic_resize_kernel_writes_into_out(align: bool) -> None:
+    """DynamicResize's CPU kernel (PyTorch's bicubic op) into ``out``: bit-equal to the reference."""
+    from opbridge.ops import DynamicResize
+
+    x, size = torch.randn(2, 3, 9, 13, generator=_gen(10)), torch.empty(1, 1, 20, 7)
+    want = DynamicResize.run_reference(x, size, align_corners=align)
+    out = torch.full((2, 3, 20, 7), float("nan"))
+    assert DynamicResize.kernel_kind == "torch"
+    assert DynamicResize.kernel(x, size, align_corners=align, out=out) is out
+    _close(out, want, rtol=0, atol=0)
+    _close(DynamicResize.kernel(x, size, align_corners=align), want, rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------- standard ONNX ops in ONNX Runtime
 
 

@@ -497,6 +497,65 @@ def test_out_kernel_with_two_outputs(mode: str) -> None:
     np.testing.assert_array_equal(d, x - y)
 
 
+@opbridge.op(f"{DOMAIN}::SiluTorchOut", shape=_same)
+def silu_torch_out(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+def _silu_torch_out(x, out=None):
+    SEEN["SiluTorchOut"] = None if out is None else (type(out).__name__, tuple(out.shape), out.data_ptr())
+    if out is None:
+        return x * torch.sigmoid(x)
+    return torch.mul(x, torch.sigmoid(x), out=out)
+
+
+silu_torch_out.register_kernel(_silu_torch_out, kind="torch")
+
+
+@opbridge.op(f"{DOMAIN}::PairTorchOut", outputs=("s", "d"), shape=lambda x, y, **_: (_same(x), _same(x)))
+def pair_torch_out(x: torch.Tensor, y: torch.Tensor, mode: str = "in-place") -> tuple[torch.Tensor, torch.Tensor]:
+    return x + y, x - y
+
+
+def _pair_torch_out(x, y, out=None, mode="in-place"):
+    s, d = out
+    if mode == "in-place":
+        return torch.add(x, y, out=s), torch.sub(x, y, out=d)
+    if mode == "fresh":  # ignores out: the bridge copies
+        return x + y, x - y
+    return x[:1] + y[:1], x - y  # wrong shape
+
+
+pair_torch_out.register_kernel(_pair_torch_out, kind="torch")
+
+
+def test_torch_out_kernel_writes_into_onnxruntime_outputs() -> None:
+    """A torch kernel with ``out`` gets ONNX Runtime's output as a CPU tensor over its memory."""
+    model = make_model("SiluTorchOut", [("x", F, ["n"])], [("y", F, ["n"])])
+    sess = InferenceSession(model)
+    assert next(iter(sess.kernels.values())).writes_outputs
+    x = RNG.standard_normal(1000).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+    kind, shape, _ = SEEN["SiluTorchOut"]
+    assert (kind, shape) == ("Tensor", (1000,))
+
+
+@pytest.mark.parametrize("mode", ["in-place", "fresh"])
+def test_torch_out_kernel_with_two_outputs(mode: str) -> None:
+    model = make_model("PairTorchOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode=mode)
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    s, d = InferenceSession(model).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(s, x + y)
+    np.testing.assert_array_equal(d, x - y)
+
+
+def test_torch_out_kernel_wrong_shape_is_reported() -> None:
+    model = make_model("PairTorchOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
+    with pytest.raises(_fail_type(), match=r"PairTorchOut node .*output 0 has shape \(1,\), but the op's shape rule"):
+        InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})
+
+
 def test_out_kernel_wrong_shape_is_reported() -> None:
     model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
     with pytest.raises(

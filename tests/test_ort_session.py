@@ -348,13 +348,15 @@ def test_verify_runner_checks_the_bodies(two_grid_samplers, bodies: str | None, 
 
 def test_bicubic_resize_runs_pytorch_not_the_body(seed_export) -> None:
     """DynamicResize's body is ONNX Runtime's cubic Resize, slower than F.interpolate on CPU: the
-    session runs the PyTorch op by default and the body with bodies="always", with the same result."""
+    session runs its kernel (PyTorch's op, into ONNX Runtime's output) by default and the body with
+    bodies="always", with the same result."""
     seed = _seed("super_resolution")
     result = seed_export("super_resolution", "torchscript")
     assert any(f.name == "DynamicTRTResize" for f in result.model.functions)
     auto = opbridge.InferenceSession(result.path)
     always = opbridge.InferenceSession(result.path, bodies="always")
-    assert {k.path for k in auto.kernels.values()} == {"reference"}
+    assert {k.path for k in auto.kernels.values()} == {"kernel"}
+    assert all(k.writes_outputs for k in auto.kernels.values())
     assert {k.path for k in always.kernels.values()} == {"function"}
     feed = {n: a.numpy() for n, a in zip(seed.input_names, _inputs(seed, None))}
     np.testing.assert_allclose(auto.run(None, feed)[0], always.run(None, feed)[0], rtol=RTOL, atol=ATOL)

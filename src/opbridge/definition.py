@@ -270,9 +270,10 @@ class OpDef:
         """Attach a CPU kernel for runtimes: ``fn(*arrays, **attrs) -> array | tuple``.
 
         ``kind`` is ``"numpy"`` (numpy arrays in and out) or ``"torch"`` (CPU tensors).
-        Without a kernel, runtimes run the PyTorch reference. A numpy kernel with a
-        parameter named ``out``, on an op with a shape rule, gets ONNX Runtime's
-        preallocated output(s) there and writes them directly (no copy of the result).
+        Without a kernel, runtimes run the PyTorch reference. A kernel with a parameter
+        named ``out``, on an op with a shape rule, gets ONNX Runtime's preallocated
+        output(s) there (arrays, or CPU tensors over them for a torch kernel; a tuple for
+        several outputs) and writes them directly (no copy of the result).
 
         Example:
             >>> import numpy as np, torch, opbridge

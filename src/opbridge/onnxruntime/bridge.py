@@ -88,6 +88,8 @@ class NodeKernel:
         version: the domain's opset version in the model.
         path: ``"function"``, ``"kernel"``, ``"registered"`` or ``"reference"``.
         kind: ``"numpy"`` or ``"torch"`` for bridged paths, ``None`` for function bodies.
+        writes_outputs: whether the kernel writes ONNX Runtime's preallocated outputs (its ``out``
+            parameter) instead of returning results the bridge copies.
     """
 
     node: str
@@ -96,6 +98,7 @@ class NodeKernel:
     version: int
     path: str
     kind: str | None
+    writes_outputs: bool = False
 
     @property
     def qualname(self) -> str:
@@ -256,10 +259,11 @@ def _accepts_out(fn: KernelFn) -> bool:
     )
 
 
-def _out_adapter(
-    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
-) -> tuple[KernelFn, Callable[..., Any]]:
-    """A kernel taking ``out=`` plus the shape function that sizes ONNX Runtime's outputs."""
+def _output_shapes(
+    opdef: OpDef, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+) -> Callable[..., list[tuple[int, ...]] | None]:
+    """``shapes(*arrays)``: the op's output shapes from its shape rule, which sizes ONNX Runtime's
+    outputs before the kernel runs; ``None`` (results copied) where the rule does not run on arrays."""
     rule = opdef.shape_rule
     assert rule is not None
     state = {"usable": True}
@@ -279,13 +283,56 @@ def _out_adapter(
             state["usable"] = False
             return None
 
+    return shapes
+
+
+def _out_adapter(
+    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+) -> tuple[KernelFn, Callable[..., Any]]:
+    """A numpy kernel taking ``out=`` plus the shape function that sizes ONNX Runtime's outputs."""
+
     def call(*arrays: Any, out: Any = None) -> Any:
         arrays = _pad(arrays, n_inputs)
         if required is not None:
             required(arrays)
         return fn(*arrays, out=out, **attrs)
 
-    return call, shapes
+    return call, _output_shapes(opdef, attrs, n_inputs, required, label)
+
+
+def _torch_out_adapter(
+    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+) -> tuple[KernelFn, Callable[..., Any]]:
+    """A torch kernel taking ``out=``: ONNX Runtime's preallocated outputs go to it as CPU tensors
+    over the same memory, and come back as the arrays themselves (no copy) where it wrote them."""
+    import torch
+
+    from_numpy = torch.from_numpy
+
+    def call(*arrays: Any, out: Any = None) -> Any:
+        arrays = _pad(arrays, n_inputs)
+        if required is not None:
+            required(arrays)
+        tensors = [None if a is None else from_numpy(a) for a in arrays]
+        if out is None:
+            result = fn(*tensors, **attrs)
+            if isinstance(result, (tuple, list)):
+                return tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
+            return _to_numpy(result, label, 0)
+        outs = out if isinstance(out, tuple) else (out,)
+        wrapped = tuple(from_numpy(o) for o in outs)
+        result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        if len(results) != len(outs):
+            return result  # the bridge reports the count mismatch
+        # an output written in place comes back as ONNX Runtime's own array; any other is copied into it
+        given = [
+            o if isinstance(r, torch.Tensor) and r.data_ptr() == o.ctypes.data else _to_numpy(r, label, i)
+            for i, (r, o) in enumerate(zip(results, outs))
+        ]
+        return tuple(given) if isinstance(out, tuple) else given[0]
+
+    return call, _output_shapes(opdef, attrs, n_inputs, required, label)
 
 
 def _to_numpy(value: Any, label: str, index: int) -> Any:
@@ -344,8 +391,9 @@ def kernel_for_node(
         n_inputs = len(opdef.spec.inputs)
         if opdef.kernel is not None:
             kind = opdef.kernel_kind or "numpy"
-            if kind == "numpy" and opdef.shape_rule is not None and _accepts_out(opdef.kernel):
-                fn, shapes = _out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
+            if opdef.shape_rule is not None and _accepts_out(opdef.kernel):
+                adapter = _out_adapter if kind == "numpy" else _torch_out_adapter
+                fn, shapes = adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
                 return BoundKernel("kernel", kind, fn, label, attrs, shapes)
             fn = (
                 _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)

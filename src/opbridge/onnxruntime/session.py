@@ -285,7 +285,9 @@ class InferenceSession:
                     node.attribute.remove(attr)
             node.attribute.append(onnx.helper.make_attribute(NODE_ATTRIBUTE, index))
             bound[index] = found
-            self.kernels[node.name] = NodeKernel(node.name, node.domain, node.op_type, version, found.path, found.kind)
+            self.kernels[node.name] = NodeKernel(
+                node.name, node.domain, node.op_type, version, found.path, found.kind, found.shapes is not None
+            )
         if unknown:
             raise UnknownOpError(unknown_ops_message(unknown))
         for domain in {model.graph.node[i].domain for i in bound}:

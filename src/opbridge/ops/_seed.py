@@ -85,10 +85,25 @@ def _resize_shape(x, size_tensor, **_):
     return TensorInfo((x.shape[0], x.shape[1], size_tensor.shape[-2], size_tensor.shape[-1]), x.dtype)
 
 
+def _resize_kernel(
+    x: torch.Tensor, size_tensor: torch.Tensor, *, align_corners: bool = False, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """CPU kernel (torch kind): ATen's bicubic upsampling, the op F.interpolate calls, written into
+    ``out`` where given (ONNX Runtime's preallocated output through the bridge: no copy of the result)."""
+    size = [size_tensor.size(-2), size_tensor.size(-1)]
+    if out is None:
+        return F.interpolate(x, size=size, mode="bicubic", align_corners=align_corners)
+    return torch.ops.aten.upsample_bicubic2d.out(x, size, bool(align_corners), None, None, out=out)
+
+
+DynamicResize.register_kernel(_resize_kernel, kind="torch")
+
+
 # ONNX function bodies (model-local functions at export; see _seed_functions).
 MySELU.register_function(myselu_body)
 MyStrangeOp.register_function(strange_op_body)
 MyStrangeOp2.register_function(strange_op2_body)
 # ONNX Runtime's cubic Resize runs 7-9x slower than F.interpolate on CPU (benchmarks/cpu_ops.py):
-# opbridge's session runs the PyTorch op; the body stays for other runtimes.
+# opbridge's session runs the kernel (PyTorch's op into ONNX Runtime's output); the body stays for
+# other runtimes.
 DynamicResize.register_function(dynamic_resize_body, prefer_kernel=True)
