@@ -550,6 +550,29 @@ def test_torch_out_kernel_with_two_outputs(mode: str) -> None:
     np.testing.assert_array_equal(d, x - y)
 
 
+@opbridge.op(f"{DOMAIN}::TorchRuleOut", shape=lambda x, **_: opbridge.TensorInfo((x.size(0),), x.dtype))
+def torch_rule_out(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+def _torch_rule_out(x, out=None):
+    SEEN["TorchRuleOut"] = out is not None
+    return x * 3 if out is None else torch.mul(x, 3, out=out)
+
+
+torch_rule_out.register_kernel(_torch_rule_out, kind="torch")
+
+
+def test_torch_out_kernel_whose_rule_needs_tensors_returns_its_result() -> None:
+    """A shape rule that does not run on numpy arrays (``x.size(0)``): the kernel runs without
+    ``out`` and its result is copied."""
+    model = make_model("TorchRuleOut", [("x", F, [5])], [("y", F, [5])])
+    x = np.arange(5, dtype=np.float32)
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, 3 * x)
+    assert SEEN["TorchRuleOut"] is False
+
+
 def test_torch_out_kernel_wrong_shape_is_reported() -> None:
     model = make_model("PairTorchOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
     with pytest.raises(_fail_type(), match=r"PairTorchOut node .*output 0 has shape \(1,\), but the op's shape rule"):

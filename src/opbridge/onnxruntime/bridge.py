@@ -301,24 +301,24 @@ def _out_adapter(
 
 
 def _torch_out_adapter(
-    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, required: Any, label: str
+    opdef: OpDef, fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any], label: str
 ) -> tuple[KernelFn, Callable[..., Any]]:
     """A torch kernel taking ``out=``: ONNX Runtime's preallocated outputs go to it as CPU tensors
-    over the same memory, and come back as the arrays themselves (no copy) where it wrote them."""
+    over the same memory, and come back as the arrays themselves (no copy) where it wrote them.
+    Where the shape rule does not run on arrays (no ``out``), it runs as any torch kernel."""
     import torch
 
+    required = checks[0]
+    plain = _torch_adapter(fn, attrs, n_inputs, checks, label)
     from_numpy = torch.from_numpy
 
     def call(*arrays: Any, out: Any = None) -> Any:
+        if out is None:
+            return plain(*arrays)
         arrays = _pad(arrays, n_inputs)
         if required is not None:
             required(arrays)
         tensors = [None if a is None else from_numpy(a) for a in arrays]
-        if out is None:
-            result = fn(*tensors, **attrs)
-            if isinstance(result, (tuple, list)):
-                return tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
-            return _to_numpy(result, label, 0)
         outs = out if isinstance(out, tuple) else (out,)
         wrapped = tuple(from_numpy(o) for o in outs)
         result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
@@ -392,8 +392,10 @@ def kernel_for_node(
         if opdef.kernel is not None:
             kind = opdef.kernel_kind or "numpy"
             if opdef.shape_rule is not None and _accepts_out(opdef.kernel):
-                adapter = _out_adapter if kind == "numpy" else _torch_out_adapter
-                fn, shapes = adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
+                if kind == "numpy":
+                    fn, shapes = _out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
+                else:
+                    fn, shapes = _torch_out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks, label)
                 return BoundKernel("kernel", kind, fn, label, attrs, shapes)
             fn = (
                 _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)

@@ -8,7 +8,9 @@ then computes a range of output pixels of those CK channels from shared memory: 
 is read from global memory once per block, and one shared-memory load fetches a corner of CK channels.
 Triton cannot index shared memory with per-lane addresses, so this variant is CUDA C, compiled by
 NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per specialization) and
-launched on the current stream.
+launched on the current stream (:mod:`opbridge.ops._nvrtc`). With small planes, persistent blocks
+take several work items each and load the next item's planes into registers while they compute
+the current one.
 
 It applies when CK planes fit in a block's shared memory (:func:`plane_fits`). The formulas and
 accumulation order are those of the Triton kernels and of PyTorch's grid_sampler_2d.
@@ -460,12 +462,13 @@ def grid_sample_plane(
 
     ``config``: (channels per block, threads per block, output pixels per block at most[, unroll of
     the output loop (0: the compiler's choice)[, blocks per SM to budget registers for (0: as many
-    as threads, shared memory and the prefetch registers allow)[, persistent (1: that many blocks
-    per SM at most, as many as the SMs hold at once, each loading its next work item's planes while
-    it computes the current one; planes that take 16-byte loads only, else 0)]]]); default :func:`default_config`. A work
-    item is a channel group of one image and a part of its outputs; where there are fewer than twice
-    the SM count, each plane's outputs are split over more parts (each stages the plane). Raises
-    ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
+    as threads, shared memory and the prefetch registers allow)[, persistent]]]); default
+    :func:`default_config`. Persistent (1): that many blocks per SM at most, as many as the SMs hold
+    at once, each loading its next work item's planes while it computes the current one (planes
+    that take 16-byte loads only; others run one item per block). A work item is a channel group of
+    one image and a part of its outputs; where there are fewer than twice the SM count, each plane's
+    outputs are split over more parts (each stages the plane). Raises ValueError when the planes do
+    not fit in shared memory (:func:`plane_fits`).
     """
     if not (x.is_cuda and grid.is_cuda and out.is_cuda):
         raise ValueError("grid_sample 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
