@@ -28,7 +28,7 @@ import logging
 
 import torch
 
-from opbridge.ops._nvrtc import Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
+from opbridge.ops._nvrtc import PRELUDE, Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
 
 __all__ = [
     "PERSISTENT_BUDGET",
@@ -57,22 +57,9 @@ PLANE_BUDGET = 64 * 1024
 PLANE_MODES = (0, 1)
 PLANE_DEFAULT_MAX = 64 * 1024
 
-_SOURCE = r"""
-typedef unsigned short h16;
-__device__ __forceinline__ float h2f(h16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ h16 f2h(float f) { h16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(h16 v) { return h2f(v); }
-
-#if SCALAR_HALF
-typedef h16 scalar_t;
-__device__ __forceinline__ scalar_t from_f(float v) { return f2h(v); }
-#define VEC 8
-#else
-typedef float scalar_t;
-__device__ __forceinline__ scalar_t from_f(float v) { return v; }
-#define VEC 4
-#endif
+_SOURCE = (
+    PRELUDE
+    + r"""
 #if GRID_HALF
 typedef h16 grid_t;
 struct __align__(4) grid2_t { h16 x, y; };
@@ -118,10 +105,6 @@ __device__ __forceinline__ float pad_coord(float x, float size) {
     return x;
 }
 
-__device__ __forceinline__ float cc1(float x) { return ((-0.75f + 2.0f) * x - (-0.75f + 3.0f)) * x * x + 1.0f; }
-__device__ __forceinline__ float cc2(float x) {
-    return ((-0.75f * x - 5.0f * -0.75f) * x + 8.0f * -0.75f) * x - 4.0f * -0.75f;
-}
 
 // acc (+)= w * the CK channels of smem element o, or of zeros where ok is false
 __device__ __forceinline__ void tap(float* acc, const vec_t* s, int o, bool ok, float w, bool first) {
@@ -317,6 +300,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
 #endif
 }
 """
+)
 
 
 @functools.cache

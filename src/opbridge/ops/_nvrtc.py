@@ -21,9 +21,37 @@ from typing import Any
 
 import torch
 
-__all__ = ["Kernel", "compile_kernel", "nvrtc_available", "sm_count", "smem_limit"]
+__all__ = ["PRELUDE", "Kernel", "compile_kernel", "nvrtc_available", "sm_count", "smem_limit"]
 
 logger = logging.getLogger(__name__)
+
+# The CUDA C every built-in kernel source starts with (``SCALAR_HALF`` defined 0 or 1): float16
+# storage as raw 16-bit values converted with PTX (no cuda_fp16.h, which NVRTC may not find),
+# ``scalar_t`` and ``VEC`` (elements per 16-byte load) for the storage dtype, and PyTorch's cubic
+# convolution weights (A = -0.75).
+PRELUDE = r"""
+typedef unsigned short h16;
+__device__ __forceinline__ float h2f(h16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ h16 f2h(float f) { h16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(h16 v) { return h2f(v); }
+
+#if SCALAR_HALF
+typedef h16 scalar_t;
+__device__ __forceinline__ scalar_t from_f(float v) { return f2h(v); }
+#define VEC 8
+#else
+typedef float scalar_t;
+__device__ __forceinline__ scalar_t from_f(float v) { return v; }
+#define VEC 4
+#endif
+
+// PyTorch's cubic convolution weights, A = -0.75
+__device__ __forceinline__ float cc1(float x) { return ((-0.75f + 2.0f) * x - (-0.75f + 3.0f)) * x * x + 1.0f; }
+__device__ __forceinline__ float cc2(float x) {
+    return ((-0.75f * x - 5.0f * -0.75f) * x + 8.0f * -0.75f) * x - 4.0f * -0.75f;
+}
+"""
 
 # CUresult cuLaunchKernel(CUfunction, grid x, y, z, block x, y, z, shared bytes, CUstream, params, extra)
 _LAUNCH_PROTOTYPE = ctypes.CFUNCTYPE(

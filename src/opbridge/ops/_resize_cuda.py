@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from opbridge.ops._nvrtc import Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
+from opbridge.ops._nvrtc import PRELUDE, Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
 
 __all__ = ["available", "default_config", "is_default", "resize_plane", "smem_bytes"]
 
@@ -45,29 +45,9 @@ WARPS = 8
 # that no output reads).
 MAX_DEFAULT_ROW_STEP = 2.0
 
-_SOURCE = r"""
-typedef unsigned short h16;
-__device__ __forceinline__ float h2f(h16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ h16 f2h(float f) { h16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(h16 v) { return h2f(v); }
-
-#if SCALAR_HALF
-typedef h16 scalar_t;
-__device__ __forceinline__ scalar_t from_f(float v) { return f2h(v); }
-#define VEC 8
-#else
-typedef float scalar_t;
-__device__ __forceinline__ scalar_t from_f(float v) { return v; }
-#define VEC 4
-#endif
-
-// PyTorch's cubic convolution weights, A = -0.75
-__device__ __forceinline__ float cc1(float x) { return ((-0.75f + 2.0f) * x - (-0.75f + 3.0f)) * x * x + 1.0f; }
-__device__ __forceinline__ float cc2(float x) {
-    return ((-0.75f * x - 5.0f * -0.75f) * x + 8.0f * -0.75f) * x - 4.0f * -0.75f;
-}
-
+_SOURCE = (
+    PRELUDE
+    + r"""
 // PyTorch's area_pixel_compute_source_index for cubic (not clamped at 0)
 __device__ __forceinline__ float source(float scale, int o) {
 #if ALIGN
@@ -161,6 +141,7 @@ extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
     }
 }
 """
+)
 
 
 class _Args(ctypes.Structure):
