@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -136,42 +137,50 @@ RESIZE_INT_CONFIGS = [
 ]
 
 
-def sweep_resize(copy: float) -> None:
-    for n, c, h, w, ho, wo in [
-        (1, 3, 256, 256, 1024, 1024),
-        (8, 64, 128, 128, 256, 256),
-        (1, 3, 540, 960, 1080, 1920),
-        (8, 64, 128, 128, 200, 200),
-    ]:
+# (n, c, h, w, ho, wo): gpu_ops.py's four resize sizes
+RESIZE_SWEEP_SIZES = [
+    (1, 3, 256, 256, 1024, 1024),
+    (8, 64, 128, 128, 256, 256),
+    (1, 3, 540, 960, 1080, 1920),
+    (8, 64, 128, 128, 200, 200),
+]
+
+
+def resize_cases(sizes: list[tuple[int, ...]]) -> Iterator[tuple[Any, ...]]:
+    """Per size and dtype: (n, c, h, w, ho, wo, dtype, x, out, reference result in float32,
+    F.interpolate's time, bytes moved)."""
+    for n, c, h, w, ho, wo in sizes:
         for dtype in (torch.float32, torch.float16):
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
             out = torch.empty(n, c, ho, wo, device=DEV, dtype=dtype)
             want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
             native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
-            nbytes = (x.numel() + out.numel()) * x.element_size()
-            variants = [("window", cfg) for cfg in RESIZE_CONFIGS]
-            if sg._integer_factor(h, w, ho, wo, False):
-                variants += [("integer", cfg) for cfg in RESIZE_INT_CONFIGS]
-            for variant, cfg in variants:
-                out.fill_(float("nan"))
-                kw = {"config": cfg, "variant": variant}
-                sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
-                err = float((out.float() - want).abs().max())
-                ms = bench(lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw))
-                default = (
-                    sg._resize_config(n * c, ho, wo) if variant == "window" else sg._resize_int_config(n * c, h, w)
-                )
-                row(
-                    f"resize {variant}",
-                    f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
-                    dtype,
-                    cfg or default,
-                    ms,
-                    native,
-                    nbytes,
-                    copy,
-                    err,
-                )
+            yield n, c, h, w, ho, wo, dtype, x, out, want, native, (x.numel() + out.numel()) * x.element_size()
+
+
+def sweep_resize(copy: float) -> None:
+    for n, c, h, w, ho, wo, dtype, x, out, want, native, nbytes in resize_cases(RESIZE_SWEEP_SIZES):
+        variants = [("window", cfg) for cfg in RESIZE_CONFIGS]
+        if sg._integer_factor(h, w, ho, wo, False):
+            variants += [("integer", cfg) for cfg in RESIZE_INT_CONFIGS]
+        for variant, cfg in variants:
+            out.fill_(float("nan"))
+            kw = {"config": cfg, "variant": variant}
+            sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
+            err = float((out.float() - want).abs().max())
+            ms = bench(lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw))
+            default = sg._resize_config(n * c, ho, wo) if variant == "window" else sg._resize_int_config(n * c, h, w)
+            row(
+                f"resize {variant}",
+                f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
+                dtype,
+                cfg or default,
+                ms,
+                native,
+                nbytes,
+                copy,
+                err,
+            )
 
 
 # DynamicResize "plane" tilings: (output rows per band, warps per block)
@@ -184,51 +193,39 @@ def sweep_resize_plane(copy: float) -> None:
     from opbridge.ops import _resize_cuda as rc
     from opbridge.ops._nvrtc import smem_limit
 
-    for n, c, h, w, ho, wo in [
-        (1, 3, 256, 256, 1024, 1024),
-        (8, 64, 128, 128, 256, 256),
-        (1, 3, 540, 960, 1080, 1920),
-        (8, 64, 128, 128, 200, 200),
-        (8, 64, 128, 128, 96, 96),
-        (1, 3, 540, 960, 720, 1280),
-    ]:
-        for dtype in (torch.float32, torch.float16):
-            x = torch.randn(n, c, h, w, device=DEV).to(dtype)
-            out = torch.empty(n, c, ho, wo, device=DEV, dtype=dtype)
-            want = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=False)
-            native = bench(lambda: F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=False))
-            nbytes = (x.numel() + out.numel()) * x.element_size()
-            variants: list[tuple[str | None, Any]] = [(None, None), ("window", None)]
-            if sg._integer_factor(h, w, ho, wo, False):
-                variants.append(("integer", None))
-            variants.append(("plane", None))
-            variants += [
-                ("plane", cfg)
-                for cfg in RESIZE_PLANE_CONFIGS
-                if rc.smem_bytes(x, ho, wo, False, cfg[0]) <= smem_limit(x.device.index or 0)
-            ]
-            for variant, cfg in variants:
-                out.fill_(float("nan"))
-                kw = {"config": cfg, "variant": variant}
-                fn = lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
-                fn()
-                err = float((out.float() - want).abs().max())
-                ms, gpu = bench(fn), graph_ms(fn)
-                if variant == "plane" and cfg is None:
-                    cfg = f"default {rc.default_config(x, ho, wo, False)}"
-                row(
-                    f"resize {variant or 'registered'}",
-                    f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
-                    dtype,
-                    cfg or "default",
-                    ms,
-                    native,
-                    nbytes,
-                    copy,
-                    err,
-                )
-                ROWS[-1]["gpu_ms"] = gpu
-                print(f"{'':18s} GPU time {gpu:.4f} ms", flush=True)
+    sizes = RESIZE_SWEEP_SIZES + [(8, 64, 128, 128, 96, 96), (1, 3, 540, 960, 720, 1280)]
+    for n, c, h, w, ho, wo, dtype, x, out, want, native, nbytes in resize_cases(sizes):
+        variants: list[tuple[str | None, Any]] = [(None, None), ("window", None)]
+        if sg._integer_factor(h, w, ho, wo, False):
+            variants.append(("integer", None))
+        variants.append(("plane", None))
+        variants += [
+            ("plane", cfg)
+            for cfg in RESIZE_PLANE_CONFIGS
+            if rc.smem_bytes(x, ho, wo, False, cfg[0]) <= smem_limit(x.device.index or 0)
+        ]
+        for variant, cfg in variants:
+            out.fill_(float("nan"))
+            kw = {"config": cfg, "variant": variant}
+            fn = lambda: sg.dynamic_resize_gpu([x, None], [out], {"align_corners": False}, 0, **kw)
+            fn()
+            err = float((out.float() - want).abs().max())
+            ms, gpu = bench(fn), graph_ms(fn)
+            if variant == "plane" and cfg is None:
+                cfg = f"default {rc.default_config(x, ho, wo, False)}"
+            row(
+                f"resize {variant or 'registered'}",
+                f"{n}x{c}x{h}x{w} -> {ho}x{wo}",
+                dtype,
+                cfg or "default",
+                ms,
+                native,
+                nbytes,
+                copy,
+                err,
+            )
+            ROWS[-1]["gpu_ms"] = gpu
+            print(f"{'':18s} GPU time {gpu:.4f} ms", flush=True)
 
 
 def sweep_grid(copy: float) -> None:
