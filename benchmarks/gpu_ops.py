@@ -316,7 +316,7 @@ def tv_nms(
 
 
 # (n, c, h, w) -> (ho, wo): x4 super-resolution of a small image, the x2 feature map,
-# 540p -> 1080p video, and a non-integer factor (the sliding-window kernel)
+# 540p -> 1080p video, and a non-integer factor (the shared-memory band kernel)
 RESIZE_SIZES = [
     ((1, 3, 256, 256), (1024, 1024)),
     ((8, 64, 128, 128), (256, 256)),

@@ -139,7 +139,7 @@ def dynamic_resize_gpu(
         raise ValueError(f"DynamicResize: unknown variant {variant!r}; use 'window', 'integer' or 'plane'.")
     if config is not None and variant is None:
         raise ValueError(
-            "DynamicResize: a tiling config belongs to one kernel; name it with variant='window' or 'integer'."
+            "DynamicResize: a tiling config belongs to one kernel; name it with variant='window', 'integer' or 'plane'."
         )
     factor = _integer_factor(h, w, ho, wo, align)
     if variant == "integer" and factor is None:
