@@ -87,6 +87,8 @@ def test_resize_variant_errors() -> None:
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {"align_corners": True}, 0, variant="integer")
     with pytest.raises(ValueError, match="'plane' runs on CUDA tensors"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, variant="plane")
+    with pytest.raises(ValueError, match="belongs to one kernel; name it with variant='window', 'integer' or 'plane'"):
+        sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, config=(8, 4))
 
 
 def test_channels_last_input_is_read_in_place() -> None:
