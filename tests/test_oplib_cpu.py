@@ -103,18 +103,37 @@ def nms_inputs(
     ids=["3x3-g2-dg2", "stride2-nopad", "dilation2-dg4", "1x1"],
 )
 def test_dcn_kernel_matches_reference(geometry: dict) -> None:
+    """The torch kernel (grid_sample im2col, one matmul) against the reference, returned and into ``out``."""
     tensors, attrs = dcn_inputs(1, **geometry)
     want = d.ModulatedDeformConv2d.run_reference(*tensors, **attrs)
-    got = d.ModulatedDeformConv2d.kernel(*[t.numpy() for t in tensors], **attrs)
-    _close(got, want, atol=1e-4)
+    assert d.ModulatedDeformConv2d.kernel_kind == "torch"
+    _close(d.ModulatedDeformConv2d.kernel(*tensors, **attrs), want, atol=1e-4)
+    out = torch.full(want.shape, float("nan"))
+    assert d.ModulatedDeformConv2d.kernel(*tensors, out=out, **attrs) is out
+    _close(out, want, atol=1e-4)
 
 
 def test_dcn_kernel_without_bias_and_in_float16() -> None:
     tensors, attrs = dcn_inputs(2, dtype=torch.float16)
     want = d.ModulatedDeformConv2d.run_reference(*tensors[:4], None, **attrs)
-    got = d.ModulatedDeformConv2d.kernel(*[t.numpy() for t in tensors[:4]], None, **attrs)
-    assert got.dtype == np.float16
+    got = d.ModulatedDeformConv2d.kernel(*tensors[:4], None, **attrs)
+    assert got.dtype == torch.float16
     _close(got, want, rtol=1e-2, atol=1e-2)
+    out = torch.full(want.shape, float("nan"), dtype=torch.float16)
+    assert d.ModulatedDeformConv2d.kernel(*tensors[:4], None, out=out, **attrs) is out
+    _close(out, want, rtol=1e-2, atol=1e-2)
+
+
+def test_dcn_kernel_on_one_pixel_wide_inputs() -> None:
+    """A 1-pixel-wide (and 1-pixel-high) input with offsets that leave it: zeros outside, as the reference."""
+    g = _gen(11)
+    for shape in ((1, 4, 5, 1), (1, 4, 1, 6), (1, 4, 1, 1)):
+        x = torch.randn(*shape, generator=g)
+        off = torch.randn(1, 18, shape[2], shape[3], generator=g) * 1.5
+        mask, wt = torch.rand(1, 9, shape[2], shape[3], generator=g), torch.randn(3, 4, 3, 3, generator=g)
+        attrs = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1, "deform_groups": 1}
+        want = d.ModulatedDeformConv2d.run_reference(x, off, mask, wt, None, **attrs)
+        _close(d.ModulatedDeformConv2d.kernel(x, off, mask, wt, None, **attrs), want, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])

@@ -1,11 +1,10 @@
 """Vectorized CPU kernels of the detection ops (see :mod:`opbridge.ops.detection`).
 
-Signature of each: ``fn(*arrays, **attrs)`` with numpy arrays in and out (grid_sample:
-CPU torch tensors), the
-attributes as the op declares them. Arithmetic runs in float32 and results come
-back in the input's dtype. No per-element Python loops: loops run over deform
-groups, RoI chunks, pyramid levels and the NMS sweep (one step per rank, all
-classes at once).
+Signature of each: ``fn(*arrays, **attrs)`` with numpy arrays in and out (grid_sample and
+deform_conv2d: CPU torch tensors), the attributes as the op declares them. Arithmetic runs
+in float32 and results come back in the input's dtype. No per-element Python loops: loops
+run over deform groups, RoI chunks, pyramid levels and the NMS sweep (one step per rank,
+all classes at once).
 """
 
 from __future__ import annotations
@@ -51,91 +50,86 @@ def grid_sample(
 
 
 def deform_conv2d(
-    x: np.ndarray,
-    offset: np.ndarray,
-    mask: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None = None,
+    x: Any,
+    offset: Any,
+    mask: Any,
+    weight: Any,
+    bias: Any = None,
     *,
     stride: tuple[int, ...] = (1, 1),
     padding: tuple[int, ...] = (0, 0),
     dilation: tuple[int, ...] = (1, 1),
     groups: int = 1,
     deform_groups: int = 1,
-) -> np.ndarray:
-    """DCNv2 as torchvision's deform_conv2d with mask: bilinear im2col (zeros outside), then a matmul.
+    out: Any = None,
+) -> Any:
+    """Torch-kind kernel (CPU tensors): DCNv2 as torchvision's deform_conv2d with mask, written into
+    ``out`` where given (ONNX Runtime's output through the bridge).
 
-    Samples are gathered as whole channel rows from a channels-last copy of each
-    image (row gathers, not element gathers), then one matmul per group.
+    The bilinear im2col is one ``F.grid_sample`` per deform group over every kernel tap at once
+    (ATen's vectorized CPU sampler; zeros outside, torchvision's corner rule), the columns scaled by
+    the mask, then one batched matmul for all groups. In float32 whatever the storage dtype.
+
+    >>> import torch
+    >>> x = torch.arange(9.0).reshape(1, 1, 3, 3)
+    >>> zero = torch.zeros(1, 2, 3, 3)
+    >>> deform_conv2d(x, zero, torch.ones(1, 1, 3, 3), torch.ones(1, 1, 1, 1))[0, 0, 0]
+    tensor([0., 1., 2.])
     """
+    import torch
+    import torch.nn.functional as F
+
     from opbridge.ops._detection_ref import deform_conv_geometry
 
     (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
-        x.shape,
-        offset.shape,
-        mask.shape,
-        weight.shape,
+        tuple(x.shape),
+        tuple(offset.shape),
+        tuple(mask.shape),
+        tuple(weight.shape),
         stride,
         padding,
         dilation,
         groups,
         deform_groups,
     )
-    dtype = x.dtype
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
-    k, p, cdg = kh * kw, hout * wout, cin // deform_groups
-    co_g = cout // groups
-    off = offset.astype(np.float32, copy=False).reshape(n, deform_groups, k, 2, p)
-    m = mask.astype(np.float32, copy=False).reshape(n, deform_groups, k, p)
-    ky, kx = np.divmod(np.arange(k), kw)
-    base_y = np.repeat(np.arange(hout) * sh - ph, wout).astype(np.float32)
-    base_x = np.tile(np.arange(wout) * sw - pw, hout).astype(np.float32)
-    tap_y = (ky * dh).astype(np.float32)[:, None]
-    tap_x = (kx * dw).astype(np.float32)[:, None]
-    # (K*Cg, Cout/G) weight matrix per group, rows ordered (tap, channel) to match the gathered columns
-    wmat = (
-        weight.astype(np.float32, copy=False)
-        .reshape(groups, co_g, cin_g, k)
-        .transpose(0, 3, 2, 1)
-        .reshape(groups, k * cin_g, co_g)
-    )
-    out = np.empty((n, cout, p), np.float32)
-    for b in range(n):
-        # channels-last image with one zero row at index H*W: invalid corners read it
-        img = np.concatenate(
-            [
-                x[b].astype(np.float32, copy=False).reshape(cin, h * w).T,
-                np.zeros((1, cin), np.float32),
-            ]
+    k, cdg = kh * kw, cin // deform_groups
+    xf = x.float()
+    off = offset.float().view(n, deform_groups, k, 2, hout, wout)
+    m = mask.float().view(n, deform_groups, k, hout, wout)
+    # sampling positions in input pixels, then grid_sample's coordinates (align_corners=False: any
+    # size, a 1-pixel-wide input included)
+    tap_y = (torch.arange(kh, dtype=torch.float32) * dh).repeat_interleave(kw).view(k, 1, 1)
+    tap_x = (torch.arange(kw, dtype=torch.float32) * dw).repeat(kh).view(k, 1, 1)
+    base_y = (torch.arange(hout, dtype=torch.float32) * sh - ph).view(1, hout, 1)
+    base_x = (torch.arange(wout, dtype=torch.float32) * sw - pw).view(1, 1, wout)
+    gy = (off[:, :, :, 0] + (base_y + tap_y)) * (2.0 / h) + (1.0 / h - 1.0)
+    gx = (off[:, :, :, 1] + (base_x + tap_x)) * (2.0 / w) + (1.0 / w - 1.0)
+    grid = torch.stack((gx, gy), dim=-1)  # n, deform groups, k, hout, wout, 2
+    cols = torch.empty(n, cin, k, hout, wout)
+    for g in range(deform_groups):
+        sampled = F.grid_sample(
+            xf[:, g * cdg : (g + 1) * cdg],
+            grid[:, g].reshape(n, k * hout, wout, 2),
+            mode="bilinear",
+            padding_mode="zeros",
+            align_corners=False,
         )
-        cols = np.empty((k, p, cin), np.float32)  # gathered samples, (tap, pixel, channel)
-        for g in range(deform_groups):
-            y = base_y[None, :] + tap_y + off[b, g, :, 0]  # k, p
-            xx = base_x[None, :] + tap_x + off[b, g, :, 1]
-            inside = (y > -1) & (y < h) & (xx > -1) & (xx < w)
-            y0, x0 = np.floor(y), np.floor(xx)
-            ly, lx = y - y0, xx - x0
-            y0i, x0i = y0.astype(np.int64), x0.astype(np.int64)
-            acc = np.zeros((k * p, cdg), np.float32)
-            src = img[:, g * cdg : (g + 1) * cdg]
-            for dy, dx, wgt in (
-                (0, 0, (1 - ly) * (1 - lx)),
-                (0, 1, (1 - ly) * lx),
-                (1, 0, ly * (1 - lx)),
-                (1, 1, ly * lx),
-            ):
-                yy, xc = y0i + dy, x0i + dx
-                ok = inside & (yy >= 0) & (yy < h) & (xc >= 0) & (xc < w)
-                idx = np.where(ok, yy * w + xc, h * w).reshape(-1)
-                acc += src[idx] * (wgt * m[b, g]).reshape(-1, 1)
-            cols[:, :, g * cdg : (g + 1) * cdg] = acc.reshape(k, p, cdg)
-        for g in range(groups):
-            lhs = cols[:, :, g * cin_g : (g + 1) * cin_g].transpose(1, 0, 2).reshape(p, k * cin_g)
-            out[b, g * co_g : (g + 1) * co_g] = (lhs @ wmat[g]).T
+        torch.mul(sampled.view(n, cdg, k, hout, wout), m[:, g : g + 1], out=cols[:, g * cdg : (g + 1) * cdg])
+    wmat = weight.float().reshape(groups, cout // groups, cin_g * k)
+    lhs = cols.view(n, groups, cin_g * k, hout * wout)
+    direct = out is not None and out.dtype == torch.float32 and out.is_contiguous()
+    res = out.view(n, groups, cout // groups, hout * wout) if direct else None
+    res = torch.matmul(wmat, lhs, out=res)
+    res = res.view(n, cout, hout, wout)
     if bias is not None:
-        out += bias.astype(np.float32).reshape(1, cout, 1)
-    return out.reshape(n, cout, hout, wout).astype(dtype, copy=False)
+        res += bias.float().view(1, cout, 1, 1)
+    if direct:
+        return out
+    if out is not None:
+        return out.copy_(res)
+    return res.to(x.dtype)
 
 
 # --------------------------------------------------------------------------- RoIAlign

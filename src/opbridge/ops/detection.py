@@ -258,7 +258,7 @@ def _dcn_body(spec: Any, opset: int) -> Any:
     return make_body(spec, nodes, opset)
 
 
-ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="numpy")
+ModulatedDeformConv2d.register_kernel(cpu.deform_conv2d, kind="torch")
 ModulatedDeformConv2d.register_gpu_kernel(gpu.deform_conv2d, dtypes=("float32", "float16"))
 
 
