@@ -456,6 +456,11 @@ def grid_sample_plane(
     """
     if not (x.is_cuda and grid.is_cuda and out.is_cuda):
         raise ValueError("grid_sample 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
+    if not x.device == grid.device == out.device:
+        raise ValueError(
+            f"grid_sample 'plane': input, grid and output on {x.device}, {grid.device} and {out.device}; "
+            "pass all three on one device."
+        )
     if x.dtype not in (torch.float32, torch.float16) or grid.dtype not in (torch.float32, torch.float16):
         raise ValueError(f"grid_sample 'plane': float32 or float16 tensors, got {x.dtype} and {grid.dtype}.")
     cfg = tuple(config or default_config(x))

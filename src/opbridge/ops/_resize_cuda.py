@@ -291,6 +291,10 @@ def resize_plane(
     """
     if not (x.is_cuda and out.is_cuda):
         raise ValueError("DynamicResize 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
+    if out.device != x.device:
+        raise ValueError(
+            f"DynamicResize 'plane': input on {x.device}, output on {out.device}; pass both on one device."
+        )
     if x.dtype not in (torch.float32, torch.float16) or out.dtype != x.dtype:
         raise ValueError(
             f"DynamicResize 'plane': float32 or float16 tensors of one dtype, got {x.dtype} and {out.dtype}."
