@@ -89,6 +89,48 @@ def test_resize_variant_errors() -> None:
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, variant="plane")
     with pytest.raises(ValueError, match="belongs to one kernel; name it with variant='window', 'integer' or 'plane'"):
         sg.dynamic_resize_gpu([x, None], [torch.empty(1, 2, 8, 8)], {}, 0, config=(8, 4))
+    for out in (torch.empty(1, 3, 8, 8), torch.empty(2, 2, 8, 8), torch.empty(2, 8, 8)):
+        with pytest.raises(ValueError, match=r"output \(N, C, Ho, Wo\) expected"):
+            sg.dynamic_resize_gpu([x, None], [out], {}, 0)
+
+
+def test_cuda_kernels_check_shapes_and_dtypes_first() -> None:
+    """The CUDA kernels' entry points refuse mismatched shapes and dtypes before anything else."""
+    import torch
+
+    from opbridge.ops import _gridsample_cuda as gc
+    from opbridge.ops import _resize_cuda as rc
+
+    x, grid = torch.zeros(2, 3, 4, 4), torch.zeros(2, 5, 6, 2)
+    with pytest.raises(ValueError, match="output \\(N, C, Ho, Wo\\) expected"):
+        gc.grid_sample_plane(x, grid, torch.empty(2, 3, 6, 5), 0, 0, False)
+    with pytest.raises(ValueError, match="output's dtype must be the input's"):
+        gc.grid_sample_plane(x, grid, torch.empty(2, 3, 5, 6, dtype=torch.float16), 0, 0, False)
+    with pytest.raises(ValueError, match="output \\(N, C, Ho, Wo\\) expected"):
+        rc.resize_plane(x, torch.empty(2, 4, 8, 8), False)
+    with pytest.raises(ValueError, match="of one dtype"):
+        rc.resize_plane(x, torch.empty(2, 3, 8, 8, dtype=torch.float16), False)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        rc.resize_plane(x, torch.empty(2, 3, 8, 8), False)
+
+
+@pytest.mark.parametrize("variant", [None, "loop", "nhwc", "plane"])
+def test_grid_sample_shapes_are_checked(variant: str | None) -> None:
+    """Every variant refuses an output or grid that does not match the input before it launches."""
+    import torch
+
+    from opbridge.ops import _detection_triton as tk
+
+    x, grid = torch.zeros(2, 3, 4, 4), torch.zeros(2, 5, 6, 2)
+    cases = [
+        (grid, torch.empty(2, 3, 6, 5), "output must be"),
+        (grid, torch.empty(2, 4, 5, 6), "output must be"),
+        (torch.zeros(1, 5, 6, 2), torch.empty(2, 3, 5, 6), "grid \\(N, Ho, Wo, 2\\) expected"),
+        (torch.zeros(2, 5, 6, 3), torch.empty(2, 3, 5, 6), "grid \\(N, Ho, Wo, 2\\) expected"),
+    ]
+    for g, out, message in cases:
+        with pytest.raises(ValueError, match=message):
+            tk.grid_sample(x, g, out, 0, 0, False, variant=variant)
 
 
 def test_channels_last_input_is_read_in_place() -> None:

@@ -434,13 +434,22 @@ def grid_sample(
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
     "nhwc" (default ``GRID_NHWC_CONFIG[mode, element size]``), (channels, threads, pixels per block
-    [, unroll[, blocks per SM]]) for "plane"; benchmarks use it to compare tilings.
+    [, unroll[, blocks per SM[, persistent]]]) for "plane"; benchmarks use it to compare tilings.
+    Inputs and ``out`` of other shapes than (N, C, H, W), (N, Ho, Wo, 2) and (N, C, Ho, Wo) are refused.
     """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise ValueError(
             f"mmdeploy::grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
             "must be 0, 1 or 2."
         )
+    if x.dim() != 4 or grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"mmdeploy::grid_sampler: input (N, C, H, W) and grid (N, Ho, Wo, 2) expected, got {tuple(x.shape)} "
+            f"and {tuple(grid.shape)}."
+        )
+    want = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2])
+    if tuple(out.shape) != want:
+        raise ValueError(f"mmdeploy::grid_sampler: output must be {want} for these inputs, got {tuple(out.shape)}.")
     grid = grid.contiguous()
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]

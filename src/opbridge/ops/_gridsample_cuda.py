@@ -454,6 +454,16 @@ def grid_sample_plane(
     outputs are split over more parts (each stages the plane). Raises ValueError when the planes do
     not fit in shared memory (:func:`plane_fits`).
     """
+    want = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]) if x.dim() == 4 and grid.dim() == 4 else None
+    if want is None or grid.shape[0] != x.shape[0] or grid.shape[-1] != 2 or tuple(out.shape) != want:
+        raise ValueError(
+            f"grid_sample 'plane': input (N, C, H, W), grid (N, Ho, Wo, 2) and output (N, C, Ho, Wo) expected, "
+            f"got {tuple(x.shape)}, {tuple(grid.shape)} and {tuple(out.shape)}."
+        )
+    if x.dtype not in (torch.float32, torch.float16) or grid.dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"grid_sample 'plane': float32 or float16 tensors, got {x.dtype} and {grid.dtype}.")
+    if out.dtype != x.dtype:
+        raise ValueError(f"grid_sample 'plane': the output's dtype must be the input's, {x.dtype}; got {out.dtype}.")
     if not (x.is_cuda and grid.is_cuda and out.is_cuda):
         raise ValueError("grid_sample 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
     if not x.device == grid.device == out.device:
@@ -461,8 +471,6 @@ def grid_sample_plane(
             f"grid_sample 'plane': input, grid and output on {x.device}, {grid.device} and {out.device}; "
             "pass all three on one device."
         )
-    if x.dtype not in (torch.float32, torch.float16) or grid.dtype not in (torch.float32, torch.float16):
-        raise ValueError(f"grid_sample 'plane': float32 or float16 tensors, got {x.dtype} and {grid.dtype}.")
     cfg = tuple(config or default_config(x))
     ck, threads, chunk_max = cfg[:3]
     unroll = cfg[3] if len(cfg) > 3 else 0

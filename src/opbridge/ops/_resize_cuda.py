@@ -289,15 +289,20 @@ def resize_plane(
     ValueError for CPU tensors, other dtypes than float32 and float16, a strided ``out`` and bands
     whose rows do not fit in one block's shared memory.
     """
+    if x.dim() != 4 or out.dim() != 4 or tuple(out.shape[:2]) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"DynamicResize 'plane': input (N, C, H, W) and output (N, C, Ho, Wo) expected, got {tuple(x.shape)} "
+            f"and {tuple(out.shape)}."
+        )
+    if x.dtype not in (torch.float32, torch.float16) or out.dtype != x.dtype:
+        raise ValueError(
+            f"DynamicResize 'plane': float32 or float16 tensors of one dtype, got {x.dtype} and {out.dtype}."
+        )
     if not (x.is_cuda and out.is_cuda):
         raise ValueError("DynamicResize 'plane' runs on CUDA tensors; on the CPU use the registered CPU kernel.")
     if out.device != x.device:
         raise ValueError(
             f"DynamicResize 'plane': input on {x.device}, output on {out.device}; pass both on one device."
-        )
-    if x.dtype not in (torch.float32, torch.float16) or out.dtype != x.dtype:
-        raise ValueError(
-            f"DynamicResize 'plane': float32 or float16 tensors of one dtype, got {x.dtype} and {out.dtype}."
         )
     if not out.is_contiguous():
         raise ValueError("DynamicResize 'plane': `out` must be contiguous (N, C, Ho, Wo); pass a contiguous tensor.")

@@ -133,6 +133,11 @@ def dynamic_resize_gpu(
 
     x, out = inputs[0].contiguous(), outputs[0]
     align = bool(attrs.get("align_corners", False))
+    if x.dim() != 4 or out.dim() != 4 or tuple(out.shape[:2]) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"DynamicResize: input (N, C, H, W) and output (N, C, Ho, Wo) expected, got {tuple(x.shape)} and "
+            f"{tuple(out.shape)}."
+        )
     n, c, h, w = x.shape
     ho, wo = out.shape[-2], out.shape[-1]
     if variant not in (None, "window", "integer", "plane"):
