@@ -259,8 +259,9 @@ def is_default(x: torch.Tensor, ho: int, wo: int, align: bool) -> bool:
 @functools.lru_cache(maxsize=256)
 def _launch_plan(
     device: int, n: int, c: int, h: int, w: int, ho: int, wo: int, itemsize: int, align: bool, rows: int, warps: int
-) -> tuple[int, int, int, int, int, float, float]:
-    """(blocks, threads, shared bytes, bands, column warps, sh, sw), or ValueError."""
+) -> tuple[int, int, int, int, int, int, int, float, float]:
+    """(blocks, threads, shared bytes, bands, input rows per band at most, tmp row pitch, column
+    warps, sh, sw), or ValueError."""
     if rows < 1 or not 1 <= warps <= 32:
         raise ValueError(f"DynamicResize 'plane': config ({rows}, {warps}) needs at least one row and 1-32 warps.")
     smem = _smem(h, w, ho, wo, itemsize, align, rows)
@@ -277,7 +278,7 @@ def _launch_plan(
     col_warps = min(warps, -(-wo // 32))
     warps = max(col_warps, warps // col_warps * col_warps)  # whole groups of column warps
     sh, sw = scales(h, w, ho, wo, align)
-    return n * c * bands, 32 * warps, smem, bands, col_warps, sh, sw
+    return n * c * bands, 32 * warps, smem, bands, rows_max(h, ho, sh, rows), _wo_pad(wo), col_warps, sh, sw
 
 
 def resize_plane(
@@ -314,7 +315,7 @@ def resize_plane(
     device = x.device.index or 0
     itemsize = x.element_size()
     rows, warps = config or (_default_rows(device, n * c, h, w, ho, wo, itemsize, align), WARPS)
-    blocks, threads, smem, bands, col_warps, sh, sw = _launch_plan(
+    blocks, threads, smem, bands, band_rows, wo_pad, col_warps, sh, sw = _launch_plan(
         device, n, c, h, w, ho, wo, itemsize, align, rows, warps
     )
     x = x.contiguous()
@@ -328,8 +329,8 @@ def resize_plane(
         wo,
         bands,
         rows,
-        rows_max(h, ho, sh, rows),
-        _wo_pad(wo),
+        band_rows,
+        wo_pad,
         col_warps,
         vec_ok,
         sh,
