@@ -254,7 +254,8 @@ def sweep_grid(copy: float) -> None:
 
 
 # grid_sample "plane" tilings: (channels per block, threads, output pixels per block at most, unroll
-# [, blocks per SM (0: as many as fit), persistent]); one work item per block, then persistent blocks
+# [, blocks per SM (0: as many as fit), persistent[, zero border]]); one work item per block, then
+# persistent blocks, then the default tilings without the zero border that bilinear takes by default
 GRID_PLANE_CONFIGS = [
     (1, 1024, 16384, 4),
     (1, 512, 16384, 4),
@@ -268,6 +269,10 @@ GRID_PLANE_CONFIGS = [
     (2, 512, 8192, 4, 0, 1),
     (4, 1024, 16384, 4, 0, 1),
     (4, 512, 8192, 4, 0, 1),
+    (1, 1024, 16384, 4, 0, 0, 0),
+    (2, 512, 8192, 4, 0, 0, 0),
+    (2, 512, 8192, 4, 0, 1, 0),
+    (4, 512, 8192, 4, 0, 1, 0),
 ]
 
 
@@ -297,7 +302,9 @@ def sweep_grid_plane(copy: float, modes: list[str]) -> None:
                         fn = lambda: tk.grid_sample(x, grid, out, mode, 0, False, variant=variant, config=cfg)
                         ms = bench(fn)
                         gpu = graph_ms(fn)
-                        label = cfg or ("default " + str(gc.default_config(x)) if variant == "plane" else "default")
+                        label = cfg or (
+                            "default " + str(gc.default_config(x, mode)) if variant == "plane" else "default"
+                        )
                         kind = f"grid {name} {variant}"
                         row(kind, f"{shape} {grid_name.split()[0]}", dtype, label, ms, native, nbytes, copy, err)
                         ROWS[-1]["gpu_ms"] = gpu

@@ -10,7 +10,9 @@ Triton cannot index shared memory with per-lane addresses, so this variant is CU
 NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per specialization) and
 launched on the current stream (:mod:`opbridge.ops._nvrtc`). With small planes, persistent blocks
 take several work items each and load the next item's planes into registers while they compute
-the current one.
+the current one. Bilinear with zeros padding stages the planes inside a border of zeros, so that
+the four taps of a point read shared memory without bounds checks (a quarter fewer instructions
+per output).
 
 It applies when CK planes fit in a block's shared memory (:func:`plane_fits`). The formulas and
 accumulation order are those of the Triton kernels and of PyTorch's grid_sampler_2d.
@@ -31,6 +33,7 @@ import torch
 from opbridge.ops._nvrtc import PRELUDE, Kernel, compile_kernel, nvrtc_available, sm_count, smem_limit
 
 __all__ = [
+    "BORDER_ITEM_BUDGET",
     "PERSISTENT_BUDGET",
     "PLANE_BUDGET",
     "available",
@@ -40,15 +43,19 @@ __all__ = [
     "plane_fits",
     "smem_bytes",
     "smem_limit",
+    "uses_border",
 ]
 
 logger = logging.getLogger(__name__)
 
 # The default tiling, from benchmarks/gpu_tiling_sweep.py --only grid-plane on the H200 (OPLIB.md):
-# persistent blocks of 512 threads with four or two channels where their planes take at most
-# PERSISTENT_BUDGET bytes; else two channels per block where their planes take at most PLANE_BUDGET
-# bytes, with 512 threads and up to 8192 output pixels per block; else one channel, 1024 threads and
-# up to 16384 pixels; the output loop unrolled 4 times.
+# for bilinear with zeros padding (planes inside a zero border), two channels per block where their
+# planes take at most BORDER_ITEM_BUDGET bytes; else persistent blocks of 512 threads with four or
+# two channels where their planes take at most PERSISTENT_BUDGET bytes (the plain layout: the border
+# made them slower); else two channels per block where their planes take at most PLANE_BUDGET bytes,
+# with 512 threads and up to 8192 output pixels per block; else one channel, 1024 threads and up to
+# 16384 pixels; the output loop unrolled 4 times.
+BORDER_ITEM_BUDGET = 16 * 1024
 PERSISTENT_BUDGET = 32 * 1024
 PLANE_BUDGET = 64 * 1024
 # Interpolation modes "plane" is the default for (bilinear, nearest), and the largest plane, in
@@ -115,8 +122,10 @@ __device__ __forceinline__ void tap(float* acc, const vec_t* s, int o, bool ok, 
 #pragma unroll
         for (int k = 0; k < CK; ++k) v.v[k] = (scalar_t)0;
     }
+    // PyTorch's order: the first product rounded, each next one fused into the sum (explicit, so
+    // that the compiler does not fuse a different product of the chain)
 #pragma unroll
-    for (int k = 0; k < CK; ++k) acc[k] = first ? to_f(v.v[k]) * w : acc[k] + to_f(v.v[k]) * w;
+    for (int k = 0; k < CK; ++k) acc[k] = first ? __fmul_rn(to_f(v.v[k]), w) : __fmaf_rn(to_f(v.v[k]), w, acc[k]);
 }
 
 // the kernel's arguments in one struct: one launch parameter (a ctypes.Structure of the same layout)
@@ -135,10 +144,37 @@ __device__ __forceinline__ void item_of(const Args& a, int item, int& n, int& c0
     c0 = (grp - n * a.groups) * CK;
 }
 
+#if BORDER
+// Bilinear with zeros outside: the planes are staged with a border of zeros, row y at (y + 1) *
+// (W + 1) + 1 after one zero row and a zero column (which also ends the previous row), then one
+// zero row and two zero elements. Every tap of a point whose top-left tap lies in [-1, W - 1] x
+// [-1, H - 1] reads the plane or a zero, and any other point reads four zeros at (H + 1) * (W + 1),
+// so the four loads need no bounds checks. Vector staging needs W a multiple of VEC (the host's rule).
+__device__ __forceinline__ int slot(int W, int i) {
+    const int y = i / W;
+    return (y + 1) * (W + 1) + (i - y * W) + 1;
+}
+
+__device__ __forceinline__ void zero_border(const Args& a, vec_t* s) {
+    const int P = a.W + 1, n = 2 * P + a.H + 2;
+    vec_t z;
+#pragma unroll
+    for (int k = 0; k < CK; ++k) z.v[k] = (scalar_t)0;
+    for (int k = threadIdx.x; k < n; k += NT)
+        s[k < P ? k : k < P + a.H ? (k - P + 1) * P : (a.H + 1) * P + (k - P - a.H)] = z;
+}
+#define SLOT(i) slot(a.W, (i))
+#else
+#define SLOT(i) (i)
+#endif
+
 // stage the CK planes of image n from channel c0 into s, interleaved; channels past C read as zeros
 __device__ __forceinline__ void stage(const Args& a, vec_t* s, int n, int c0) {
     const int HW = a.H * a.W, C = a.C;
     const scalar_t* __restrict__ xp = a.x + ((long long)n * C + c0) * HW;
+#if BORDER
+    zero_border(a, s);
+#endif
     if (a.vec_ok) {
         const int nv = HW / VEC;
 #pragma unroll 4
@@ -147,12 +183,13 @@ __device__ __forceinline__ void stage(const Args& a, vec_t* s, int n, int c0) {
 #pragma unroll
             for (int k = 0; k < CK; ++k)
                 raw[k] = (c0 + k < C) ? reinterpret_cast<const uint4*>(xp + (long long)k * HW)[j] : make_uint4(0, 0, 0, 0);
+            const int d = SLOT(j * VEC);  // the VEC elements lie in one row
 #pragma unroll
             for (int t = 0; t < VEC; ++t) {
                 vec_t v;
 #pragma unroll
                 for (int k = 0; k < CK; ++k) v.v[k] = reinterpret_cast<const scalar_t*>(&raw[k])[t];
-                s[j * VEC + t] = v;
+                s[d + t] = v;
             }
         }
     } else {
@@ -161,7 +198,7 @@ __device__ __forceinline__ void stage(const Args& a, vec_t* s, int n, int c0) {
             vec_t v;
 #pragma unroll
             for (int k = 0; k < CK; ++k) v.v[k] = (c0 + k < C) ? xp[(long long)k * HW + i] : (scalar_t)0;
-            s[i] = v;
+            s[SLOT(i)] = v;
         }
     }
 }
@@ -190,6 +227,16 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         float w_ne = (ix - x0f) * ((y0f + 1.0f) - iy);
         float w_sw = ((x0f + 1.0f) - ix) * (iy - y0f);
         float w_se = (ix - x0f) * (iy - y0f);
+#if BORDER
+        // taps outside the plane read the zero border (the same zeros the checks below give)
+        const int P = W + 1;
+        const bool in = x0 >= -1 && x0 < W && y0 >= -1 && y0 < H;
+        const int o = in ? (y0 + 1) * P + x0 + 1 : (H + 1) * P;
+        tap(acc, s, o, true, w_nw, true);
+        tap(acc, s, o + 1, true, w_ne, false);
+        tap(acc, s, o + P, true, w_sw, false);
+        tap(acc, s, o + P + 1, true, w_se, false);
+#else
         bool okx0 = x0 >= 0 && x0 < W, okx1 = x0 >= -1 && x0 < W - 1;
         bool oky0 = y0 >= 0 && y0 < H, oky1 = y0 >= -1 && y0 < H - 1;
         int o = (okx0 || okx1) && (oky0 || oky1) ? y0 * W + x0 : 0;
@@ -197,6 +244,7 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         tap(acc, s, o + 1, okx1 && oky0, w_ne, false);
         tap(acc, s, o + W, okx0 && oky1, w_sw, false);
         tap(acc, s, o + W + 1, okx1 && oky1, w_se, false);
+#endif
 #elif MODE == 1
         ix = pad_coord(ix, Wf);
         iy = pad_coord(iy, Hf);
@@ -260,12 +308,13 @@ __device__ __forceinline__ void unpack(const Args& a, const uint4 (&raw)[CK][PF]
     for (int p = 0; p < PF; ++p) {
         const int j = threadIdx.x + p * NT;
         if (j < nv) {
+            const int d = SLOT(j * VEC);
 #pragma unroll
             for (int t = 0; t < VEC; ++t) {
                 vec_t v;
 #pragma unroll
                 for (int k = 0; k < CK; ++k) v.v[k] = reinterpret_cast<const scalar_t*>(&raw[k][p])[t];
-                s[j * VEC + t] = v;
+                s[d + t] = v;
             }
         }
     }
@@ -281,6 +330,9 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) KNAME(const Args a)
     int item = blockIdx.x;  // the host launches at most a.items blocks
     uint4 raw[CK][PF];
     prefetch(a, raw, item);
+#if BORDER
+    zero_border(a, s);  // unpack writes only the planes' own elements
+#endif
     for (;;) {
         __syncthreads();  // the previous item's outputs no longer read s
         unpack(a, raw, s);
@@ -317,23 +369,28 @@ def available() -> bool:
     return True
 
 
-def default_config(x: torch.Tensor) -> tuple[int, ...]:
+def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: int = 0) -> tuple[int, ...]:
     """The default (channels per block, threads, output pixels per block at most, unroll[, blocks
-    per SM, persistent]) for ``x``: see :func:`grid_sample_plane`.
+    per SM, persistent[, border]]) for ``x`` in this mode and padding: see :func:`grid_sample_plane`.
 
     >>> default_config(torch.empty(8, 64, 128, 128))
     (1, 1024, 16384, 4)
     >>> default_config(torch.empty(8, 64, 128, 128, dtype=torch.float16))
     (2, 512, 8192, 4)
     >>> default_config(torch.empty(4, 256, 64, 64))
-    (2, 512, 8192, 4, 0, 1)
+    (2, 512, 8192, 4, 0, 1, 0)
     >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16))
-    (4, 512, 8192, 4, 0, 1)
+    (2, 512, 8192, 4)
+    >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16), interpolation_mode=1)
+    (4, 512, 8192, 4, 0, 1, 0)
     """
     plane = x.shape[2] * x.shape[3] * x.element_size()
+    bordered = interpolation_mode == 0 and padding_mode == 0 and x.shape[3] * x.element_size() % 16 == 0
+    if bordered and 2 * plane <= BORDER_ITEM_BUDGET:
+        return 2, 512, 8192, 4
     for ck in (4, 2):
         if ck * plane <= PERSISTENT_BUDGET:
-            return ck, 512, 8192, 4, 0, 1
+            return ck, 512, 8192, 4, 0, 1, 0
     if 2 * plane <= PLANE_BUDGET:
         return 2, 512, 8192, 4
     return 1, 1024, 16384, 4
@@ -352,9 +409,23 @@ def is_default(x: torch.Tensor, interpolation_mode: int) -> bool:
     )
 
 
-def smem_bytes(x: torch.Tensor, channels: int) -> int:
-    """The shared memory a block takes for ``channels`` planes of ``x`` (N, C, H, W)."""
-    return x.shape[2] * x.shape[3] * x.element_size() * channels
+def smem_bytes(x: torch.Tensor, channels: int, border: bool = False) -> int:
+    """The shared memory a block takes for ``channels`` planes of ``x`` (N, C, H, W), staged inside
+    a border of zeros where ``border`` (one column and two rows more, and two elements)."""
+    h, w = x.shape[2], x.shape[3]
+    elements = (h + 2) * (w + 1) + 2 if border else h * w
+    return elements * x.element_size() * channels
+
+
+def uses_border(x: torch.Tensor, channels: int, interpolation_mode: int, padding_mode: int) -> bool:
+    """Whether "plane" stages ``x``'s planes inside a border of zeros: bilinear with zeros padding,
+    rows a whole number of 16-byte vectors, and the bordered planes fit in shared memory."""
+    return (
+        interpolation_mode == 0
+        and padding_mode == 0
+        and x.shape[3] * x.element_size() % 16 == 0
+        and smem_bytes(x, channels, True) <= smem_limit(x.device.index or 0)
+    )
 
 
 def plane_fits(x: torch.Tensor, channels: int) -> bool:
@@ -408,14 +479,16 @@ def _kernel(
     unroll: int,
     min_blocks: int,
     prefetch: int = 0,
+    border: bool = False,
 ) -> Kernel:
     """The compiled specialization, loaded on ``device`` (compiled once per process and device).
     ``min_blocks``: the blocks per SM its registers are budgeted for (``__launch_bounds__``);
     ``prefetch``: 0 for one work item per block, else persistent blocks that load the next item's
-    planes with this many 16-byte loads per thread and channel while they compute the current one."""
+    planes with this many 16-byte loads per thread and channel while they compute the current one;
+    ``border``: bilinear with zeros padding, planes staged inside a border of zeros (no bounds checks)."""
     name = (
         f"grid_sample_plane_{'h' if half else 'f'}{'h' if grid_half else 'f'}_m{mode}p{pad}a{int(align)}"
-        f"_c{ck}_t{threads}_u{unroll}_b{min_blocks}_pf{prefetch}"
+        f"_c{ck}_t{threads}_u{unroll}_b{min_blocks}_pf{prefetch}{'_zb' if border else ''}"
     )
     defines = {
         "SCALAR_HALF": int(half),
@@ -428,6 +501,7 @@ def _kernel(
         "UNR": unroll,
         "MINB": min_blocks,
         "PF": prefetch,
+        "BORDER": int(border),
         "KNAME": name,
     }
     return compile_kernel(device, _SOURCE, name, defines, "grid_sample 'plane'")
@@ -446,13 +520,15 @@ def grid_sample_plane(
 
     ``config``: (channels per block, threads per block, output pixels per block at most[, unroll of
     the output loop (0: the compiler's choice)[, blocks per SM to budget registers for (0: as many
-    as threads, shared memory and the prefetch registers allow)[, persistent]]]); default
+    as threads, shared memory and the prefetch registers allow)[, persistent[, border]]]]); default
     :func:`default_config`. Persistent (1): that many blocks per SM at most, as many as the SMs hold
     at once, each loading its next work item's planes while it computes the current one (planes
-    that take 16-byte loads only; others run one item per block). A work item is a channel group of
-    one image and a part of its outputs; where there are fewer than twice the SM count, each plane's
-    outputs are split over more parts (each stages the plane). Raises ValueError when the planes do
-    not fit in shared memory (:func:`plane_fits`).
+    that take 16-byte loads only; others run one item per block). Border (default 1): stage the
+    planes inside a border of zeros where :func:`uses_border` (bilinear with zeros padding), so
+    the four taps need no bounds checks; 0 keeps the plain layout (the same results, bit for bit).
+    A work item is a channel group of one image and a part of its outputs; where there are fewer
+    than twice the SM count, each plane's outputs are split over more parts (each stages the
+    plane). Raises ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
     """
     want = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]) if x.dim() == 4 and grid.dim() == 4 else None
     if want is None or grid.shape[0] != x.shape[0] or grid.shape[-1] != 2 or tuple(out.shape) != want:
@@ -471,11 +547,12 @@ def grid_sample_plane(
             f"grid_sample 'plane': input, grid and output on {x.device}, {grid.device} and {out.device}; "
             "pass all three on one device."
         )
-    cfg = tuple(config or default_config(x))
+    cfg = tuple(config or default_config(x, interpolation_mode, padding_mode))
     ck, threads, chunk_max = cfg[:3]
     unroll = cfg[3] if len(cfg) > 3 else 0
     min_blocks_cfg = cfg[4] if len(cfg) > 4 else 0
     persistent = bool(cfg[5]) if len(cfg) > 5 else False
+    border_cfg = bool(cfg[6]) if len(cfg) > 6 else True
     if ck not in (1, 2, 4) or threads not in (128, 256, 512, 1024) or chunk_max < 1:
         raise ValueError(
             f"grid_sample 'plane': config ({ck}, {threads}, {chunk_max}) needs 1, 2 or 4 channels per block, "
@@ -483,7 +560,8 @@ def grid_sample_plane(
         )
     n, c, h, w = x.shape
     device = x.device.index or 0
-    smem = smem_bytes(x, ck)
+    border = border_cfg and uses_border(x, ck, interpolation_mode, padding_mode)
+    smem = smem_bytes(x, ck, border)
     if smem > smem_limit(device):
         raise ValueError(
             f"grid_sample 'plane': {ck} plane(s) of {h}x{w} {x.dtype} take {smem} bytes of shared "
@@ -527,6 +605,7 @@ def grid_sample_plane(
         unroll,
         min_blocks,
         prefetch,
+        border,
     )
     blocks = min(items, sm_count(device) * min(min_blocks, kernel.occupancy(threads, smem))) if prefetch else items
     args = _Args(x.data_ptr(), grid.data_ptr(), out.data_ptr(), c, h, w, hwo, groups, parts, chunk, vec_ok, items)
