@@ -53,8 +53,8 @@ logger = logging.getLogger(__name__)
 # planes take at most BORDER_ITEM_BUDGET bytes; else persistent blocks of 512 threads with four or
 # two channels where their planes take at most PERSISTENT_BUDGET bytes (the plain layout: the border
 # made them slower); else two channels per block where their planes take at most PLANE_BUDGET bytes,
-# with 512 threads and up to 8192 output pixels per block; else one channel, 1024 threads and up to
-# 16384 pixels; the output loop unrolled 4 times.
+# with 512 threads and up to 8192 output pixels per block (persistent for float16 nearest); else one
+# channel, 1024 threads and up to 16384 pixels; the output loop unrolled 4 times.
 BORDER_ITEM_BUDGET = 16 * 1024
 PERSISTENT_BUDGET = 32 * 1024
 PLANE_BUDGET = 64 * 1024
@@ -383,6 +383,8 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
     (2, 512, 8192, 4)
     >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16), interpolation_mode=1)
     (4, 512, 8192, 4, 0, 1, 0)
+    >>> default_config(torch.empty(8, 64, 128, 128, dtype=torch.float16), interpolation_mode=1)
+    (2, 512, 8192, 4, 0, 1, 0)
     """
     plane = x.shape[2] * x.shape[3] * x.element_size()
     bordered = interpolation_mode == 0 and padding_mode == 0 and x.shape[3] * x.element_size() % 16 == 0
@@ -392,6 +394,8 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
         if ck * plane <= PERSISTENT_BUDGET:
             return ck, 512, 8192, 4, 0, 1, 0
     if 2 * plane <= PLANE_BUDGET:
+        if interpolation_mode == 1 and x.element_size() == 2:  # the cheapest outputs: overlap the loads
+            return 2, 512, 8192, 4, 0, 1, 0
         return 2, 512, 8192, 4
     return 1, 1024, 16384, 4
 
