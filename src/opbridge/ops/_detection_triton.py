@@ -434,7 +434,8 @@ def grid_sample(
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
     "nhwc" (default ``GRID_NHWC_CONFIG[mode, element size]``), (channels, threads, pixels per block
-    [, unroll[, blocks per SM[, persistent]]]) for "plane"; benchmarks use it to compare tilings.
+    [, unroll[, blocks per SM[, persistent[, zero border]]]]) for "plane"; benchmarks use it to
+    compare tilings.
     Inputs and ``out`` of other shapes than (N, C, H, W), (N, Ho, Wo, 2) and (N, C, Ho, Wo) are refused.
     """
     if interpolation_mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):

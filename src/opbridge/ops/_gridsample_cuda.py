@@ -387,8 +387,7 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
     (2, 512, 8192, 4, 0, 1, 0)
     """
     plane = x.shape[2] * x.shape[3] * x.element_size()
-    bordered = interpolation_mode == 0 and padding_mode == 0 and x.shape[3] * x.element_size() % 16 == 0
-    if bordered and 2 * plane <= BORDER_ITEM_BUDGET:
+    if _border_layout(x, interpolation_mode, padding_mode) and 2 * plane <= BORDER_ITEM_BUDGET:
         return 2, 512, 8192, 4
     for ck in (4, 2):
         if ck * plane <= PERSISTENT_BUDGET:
@@ -421,14 +420,16 @@ def smem_bytes(x: torch.Tensor, channels: int, border: bool = False) -> int:
     return elements * x.element_size() * channels
 
 
+def _border_layout(x: torch.Tensor, interpolation_mode: int, padding_mode: int) -> bool:
+    # bilinear with zeros padding, rows a whole number of 16-byte vectors (the staging's rule)
+    return interpolation_mode == 0 and padding_mode == 0 and x.shape[3] * x.element_size() % 16 == 0
+
+
 def uses_border(x: torch.Tensor, channels: int, interpolation_mode: int, padding_mode: int) -> bool:
     """Whether "plane" stages ``x``'s planes inside a border of zeros: bilinear with zeros padding,
     rows a whole number of 16-byte vectors, and the bordered planes fit in shared memory."""
-    return (
-        interpolation_mode == 0
-        and padding_mode == 0
-        and x.shape[3] * x.element_size() % 16 == 0
-        and smem_bytes(x, channels, True) <= smem_limit(x.device.index or 0)
+    return _border_layout(x, interpolation_mode, padding_mode) and smem_bytes(x, channels, True) <= smem_limit(
+        x.device.index or 0
     )
 
 

@@ -314,7 +314,7 @@ def resize_plane(
     align = bool(align_corners)
     device = x.device.index or 0
     itemsize = x.element_size()
-    rows, warps = config or (_default_rows(device, n * c, h, w, ho, wo, itemsize, align), WARPS)
+    rows, warps = config or default_config(x, ho, wo, align)
     blocks, threads, smem, bands, band_rows, wo_pad, col_warps, sh, sw = _launch_plan(
         device, n, c, h, w, ho, wo, itemsize, align, rows, warps
     )
