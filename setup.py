@@ -31,7 +31,13 @@ setup(
             sources=["src/opbridge/onnxruntime/_bridge.c"],
             depends=["src/opbridge/onnxruntime/_ort_abi.h"],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall"],
-        )
+        ),
+        # no fused multiply-adds: the kernels round each product and sum as ATen's CPU kernels do
+        Extension(
+            "opbridge.ops._cpu_kernels",
+            sources=["src/opbridge/ops/_cpu_kernels.c"],
+            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden", "-Wall"],
+        ),
     ],
     cmdclass={"build_ext": _BuildExt},
 )

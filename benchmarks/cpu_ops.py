@@ -148,7 +148,9 @@ def bench_resize(quick: bool, reps: int) -> None:
 def bench_grid(quick: bool, reps: int) -> None:
     from onnx import helper
 
-    for n, c, h in [(1, 16, 64), (2, 64, 128)][: 1 if quick else 2]:
+    from opbridge.ops import _gridsample_cpu
+
+    for n, c, h in [(1, 16, 64), (2, 64, 128), (1, 3, 128)][: 1 if quick else 3]:
         x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
         for mode, name in ((0, "bilinear"), (2, "bicubic")):
             attrs = {
@@ -157,10 +159,11 @@ def bench_grid(quick: bool, reps: int) -> None:
                 "align_corners": False,
             }
             ref = timeit(lambda: d.GridSample.run_reference(x, grid, **attrs), reps)
+            native = mode == 2 and _gridsample_cpu.applies(x, grid)
             row(
                 "grid_sampler " + name,
                 f"{n}x{c}x{h}x{h}",
-                "kernel (torch CPU)",
+                "kernel (opbridge native)" if native else "kernel (ATen)",
                 timeit(lambda: d.GridSample.kernel(x, grid, **attrs), reps),
                 "reference",
                 ref,

@@ -212,6 +212,119 @@ def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
     )
 
 
+# --------------------------------------------------------------------------- bicubic grid_sample, native kernel
+
+# ATen's CPU build may fuse some of the products the native kernel rounds one by one: up to a few
+# float32 ulps apart on values of order 1 (measured: 7.2e-7 at most).
+NATIVE_RTOL, NATIVE_ATOL = 1e-6, 2e-6
+_PADDINGS = ("zeros", "border", "reflection")
+
+
+def _bicubic_case(
+    shape: tuple[int, int, int, int], out_hw: tuple[int, int], seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input and grid with points inside, across every edge and far outside, and non-finite ones."""
+    g = _gen(seed)
+    x = torch.randn(*shape, generator=g)
+    grid = torch.rand(shape[0], *out_hw, 2, generator=g) * 3.0 - 1.5
+    special = torch.tensor(
+        [[float("nan"), 0.1], [float("inf"), 0.0], [0.2, -float("inf")], [1e30, 0.3], [-1e30, -1e30]]
+    )
+    grid[0, 0, : len(special)] = special[: out_hw[1]]
+    return x, grid
+
+
+@pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])
+@pytest.mark.parametrize("pad", [0, 1, 2], ids=_PADDINGS)
+@pytest.mark.parametrize(
+    "shape,out_hw",
+    [((2, 5, 13, 17), (9, 11)), ((1, 4, 1, 1), (3, 5)), ((1, 9, 1, 7), (4, 6)), ((2, 20, 32, 24), (40, 30))],
+    ids=["5ch-13x17", "4ch-1x1", "9ch-1x7", "20ch-32x24"],
+)
+def test_native_bicubic_grid_sample_matches_torch(
+    shape: tuple[int, int, int, int], out_hw: tuple[int, int], pad: int, align: bool
+) -> None:
+    """The native kernel against F.grid_sample: every padding and corner rule, planes of one pixel,
+    channel counts that do and do not fill a vector, NaN, infinite and huge coordinates."""
+    from opbridge.ops import _gridsample_cpu
+
+    x, grid = _bicubic_case(shape, out_hw, seed=sum(shape) + pad)
+    x[0, 0, 0, 0] = float("inf")  # an infinite input value reaches exactly the outputs that read it
+    want = torch.nn.functional.grid_sample(x, grid, mode="bicubic", padding_mode=_PADDINGS[pad], align_corners=align)
+    assert _gridsample_cpu.applies(x, grid)
+    got = _gridsample_cpu.grid_sample_bicubic(x, grid, pad, align)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=NATIVE_RTOL, atol=NATIVE_ATOL)
+    assert finite.float().mean() > 0.5  # the comparison covers most outputs
+
+
+def test_native_bicubic_grid_sample_writes_out_and_splits_over_threads() -> None:
+    """Into ``out`` in place (the bridge passes ONNX Runtime's buffer); two threads give the
+    single thread's result bit for bit; a non-contiguous ``out`` is filled through a copy."""
+    from opbridge.ops import _gridsample_cpu
+
+    x, grid = _bicubic_case((2, 32, 64, 48), (96, 80), seed=31)
+    out = torch.full((2, 32, 96, 80), float("nan"))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False)
+        torch.set_num_threads(2)
+        assert d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=0, align_corners=False, out=out) is out
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(out.nan_to_num(7.0), one.nan_to_num(7.0))
+    strided = torch.empty(2, 32, 80, 96).transpose(2, 3)
+    assert _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False, out=strided) is strided
+    assert torch.equal(strided.nan_to_num(7.0), one.nan_to_num(7.0))
+
+
+def test_native_bicubic_grid_sample_path_choice() -> None:
+    """The native kernel takes float32 bicubic inputs of four or more channels; fewer channels
+    (ATen is faster there) and other dtypes and modes run F.grid_sample, bit for bit."""
+    from opbridge.ops import _gridsample_cpu
+
+    x3, grid = _bicubic_case((1, 3, 8, 8), (5, 5), seed=32)
+    assert not _gridsample_cpu.applies(x3, grid)
+    assert not _gridsample_cpu.applies(torch.randn(1, 4, 8, 8, dtype=torch.float64), grid)
+    assert _gridsample_cpu.applies(torch.randn(1, 4, 8, 8), grid)
+    for x in (x3, torch.randn(1, 6, 8, 8, dtype=torch.float64, generator=_gen(33))):
+        want = torch.nn.functional.grid_sample(x, grid.to(x.dtype), mode="bicubic", align_corners=False)
+        got = d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=0, align_corners=False)
+        assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
+
+
+def test_native_bicubic_grid_sample_rejects_bad_calls() -> None:
+    """Wrong shapes, dtypes and buffers raise errors naming the problem; the extension checks every
+    buffer's length before it reads or writes, so a direct call with a short buffer cannot crash."""
+    from opbridge.ops import _cpu_kernels, _gridsample_cpu
+
+    x, grid = torch.randn(1, 4, 6, 6), torch.zeros(1, 2, 2, 2)
+    with pytest.raises(ValueError, match=r"grid \(N, Ho, Wo, 2\)"):
+        _gridsample_cpu.grid_sample_bicubic(x, grid[..., :1], 0, False)
+    with pytest.raises(ValueError, match="float32 CPU input"):
+        _gridsample_cpu.grid_sample_bicubic(x.double(), grid, 0, False)
+    with pytest.raises(ValueError, match="padding_mode 3"):
+        _gridsample_cpu.grid_sample_bicubic(x, grid, 3, False)
+    with pytest.raises(ValueError, match=r"`out` must be a float32 CPU tensor of shape \(1, 4, 2, 2\)"):
+        _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False, out=torch.empty(1, 4, 2, 3))
+    with pytest.raises(ValueError, match="attribute 'padding_mode' must be one of"):
+        d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=5, align_corners=False)
+    xt, g, out = np.zeros((37, 4), np.float32), np.zeros((4, 2), np.float32), np.zeros((4, 4), np.float32)
+    _cpu_kernels.grid_sample_bicubic(xt, g, out, 4, 6, 6, 4, 0, False, 0, 4)  # the right sizes run
+    with pytest.raises(ValueError, match="xt holds 576 bytes, 148 float32 values"):
+        _cpu_kernels.grid_sample_bicubic(xt[:-1], g, out, 4, 6, 6, 4, 0, False, 0, 4)
+    with pytest.raises(ValueError, match=r"range \[0, 5\) outside \[0, 4\)"):
+        _cpu_kernels.grid_sample_bicubic(xt, g, out, 4, 6, 6, 4, 0, False, 0, 5)
+    with pytest.raises(ValueError, match="out holds 48 bytes"):
+        _cpu_kernels.grid_sample_bicubic(xt, g, out[:, :3].copy(), 4, 6, 6, 4, 0, False, 0, 4)
+    with pytest.raises(TypeError):
+        _cpu_kernels.grid_sample_bicubic(xt, g, out.copy().view(np.float32)[::-1], 4, 6, 6, 4, 0, False, 0, 4)
+    with pytest.raises(ValueError, match="x holds"):
+        _cpu_kernels.to_channels_last(np.zeros((4, 35), np.float32), xt, 4, 36, 0, 36)
+
+
 @pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])
 def test_dynamic_resize_kernel_writes_into_out(align: bool) -> None:
     """DynamicResize's CPU kernel (PyTorch's bicubic op) into ``out``: bit-equal to the reference."""
@@ -432,8 +545,8 @@ def _export_cases() -> list[tuple[str, opbridge.OpDef, tuple, dict]]:
         (
             "grid_sampler",
             d.GridSample,
-            (
-                torch.randn(1, 2, 5, 6, generator=g),
+            (  # five channels: the session runs the native bicubic kernel into its own output
+                torch.randn(1, 5, 5, 6, generator=g),
                 torch.rand(1, 3, 4, 2, generator=g) * 2 - 1,
             ),
             {"interpolation_mode": 2, "padding_mode": 1},

@@ -34,16 +34,32 @@ def grid_sample(
     interpolation_mode: int = 0,
     padding_mode: int = 0,
     align_corners: bool = False,
+    out: Any = None,
 ) -> Any:
-    """Torch-kind kernel (CPU tensors in and out): PyTorch's own vectorized CPU grid_sample.
+    """Torch-kind kernel (CPU tensors in and out), written into ``out`` where given (ONNX
+    Runtime's output through the bridge).
 
-    F.grid_sample is the op's definition and ATen's CPU implementation is
-    vectorized; the standard ONNX GridSample matches it too (see the tests), but
+    Bicubic on float32 inputs with at least four channels runs opbridge's native kernel
+    (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all channels, the
+    result written in place); everything else runs PyTorch's own vectorized CPU grid_sample, F.grid_sample
+    being the op's definition. The standard ONNX GridSample matches it too (see the tests), but
     cannot serve as an opset-independent function body.
+
+    >>> import torch
+    >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
+    >>> grid_sample(x, torch.zeros(1, 1, 1, 2), align_corners=True).flatten()
+    tensor([1.5000])
     """
+    from opbridge.ops import _gridsample_cpu
+    from opbridge.ops._detection_ref import GRID_MODES, GRID_PADDINGS, check_choice
     from opbridge.ops._detection_ref import grid_sample as reference
 
-    return reference(x, grid, interpolation_mode, padding_mode, align_corners)
+    check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES)
+    check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS)
+    if interpolation_mode == 2 and _gridsample_cpu.applies(x, grid):
+        return _gridsample_cpu.grid_sample_bicubic(x, grid, padding_mode, align_corners, out=out)
+    result = reference(x, grid, interpolation_mode, padding_mode, align_corners)
+    return result if out is None else out.copy_(result)
 
 
 # --------------------------------------------------------------------------- DCNv2

@@ -1,0 +1,295 @@
+/*
+ * opbridge's native CPU kernels: the CPython extension opbridge.ops._cpu_kernels.
+ *
+ * grid_sample_bicubic: F.grid_sample(mode="bicubic") of a float32 NCHW input into a float32
+ * output the caller owns (ONNX Runtime's output buffer, through the bridge). ATen's CPU kernel
+ * works on vectors of output points and, for every channel, recomputes each of the 16 taps'
+ * padded coordinate, bounds mask and offset before it gathers. Here those are computed once per
+ * output point, for a tile of points, and the taps of every channel are read from a channels-last
+ * copy of the image (one row of C values per tap; a row of zeros for the taps outside). The
+ * arithmetic follows ATen's vectorized CPU kernel operation by operation (unnormalize, padding of
+ * each tap, the cubic coefficients, the order of the sums). The file is compiled with
+ * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, done
+ * here in double) and -fno-trapping-math (floorf vectorizes): the results are within a few
+ * float32 ulps of F.grid_sample's, whose build may fuse some other products.
+ *
+ * Buffers come in through the buffer protocol (numpy arrays over torch tensors); their lengths
+ * are checked against the sizes before anything is read or written, so a wrong call raises
+ * ValueError instead of touching memory outside them. The GIL is released while the kernel runs:
+ * Python threads split the output points (start, end) between them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#define TILE 128 /* output points whose taps are computed together, then swept channel by channel */
+
+/* the sampling loops is built for AVX2 too where the compiler can (picked at load time) */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define OPB_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define OPB_CLONES
+#endif
+
+/* ------------------------------------------------------------------ one spatial axis */
+
+typedef struct {
+    float scale;      /* unnormalize: (g + 1) * scale - shift */
+    double shift;     /* 0.5 without align_corners, else 0 */
+    float max_val;    /* size - 1: the clip limit */
+    float low;        /* reflection: the span starts here (-0.5 without align_corners) */
+    float twice_span; /* reflection: twice the span (0 for one pixel with align_corners) */
+    int size;
+    int padding; /* 0 zeros, 1 border, 2 reflection */
+} axis_t;
+
+static void axis_init(axis_t *a, int size, int align, int padding) {
+    a->size = size;
+    a->padding = padding;
+    a->max_val = (float)(size - 1);
+    a->shift = align ? 0.0 : 0.5;
+    if (align) {
+        a->scale = (float)(size - 1) / 2;
+        a->low = 0.0f;
+        a->twice_span = (float)(size - 1) * 2;
+    } else {
+        a->scale = (float)size / 2;
+        a->low = -0.5f;
+        a->twice_span = (float)size * 2;
+    }
+}
+
+/* (g + 1) * scale [- 0.5] with one rounding (exact in double): ATen's vectorized kernels fuse it */
+static inline float unnormalize(const axis_t *a, float g) {
+    return (float)((double)(g + 1.0f) * (double)a->scale - a->shift);
+}
+
+/* clamp to [0, size - 1]; NaN becomes 0 (ATen orders its clamp so) */
+static inline float clip(const axis_t *a, float v) {
+    v = v > 0.0f ? v : 0.0f;
+    return v < a->max_val ? v : a->max_val;
+}
+
+/* an empty span (size 1 with align_corners) gives NaN here, which clip turns into 0, ATen's value */
+static inline float reflect(const axis_t *a, float v) {
+    const float ts = a->twice_span;
+    const float abs_in = fabsf(v - a->low);
+    const float flips = truncf(abs_in / ts);
+    const float extra = abs_in - flips * ts;
+    const float back = ts - extra;
+    return (extra < back ? extra : back) + a->low;
+}
+
+/* the padded tap coordinate as an index (truncated, as ATen converts), or -1 where the tap reads
+   zeros: with zeros padding, outside the plane or NaN (ATen's bounds mask); branch-free */
+static inline int32_t index_zeros(const axis_t *a, float v) {
+    return (int32_t)((v > -1.0f) & (v < (float)a->size) ? v : -1.0f);
+}
+static inline int32_t index_border(const axis_t *a, float v) { return (int32_t)clip(a, v); }
+static inline int32_t index_reflection(const axis_t *a, float v) { return (int32_t)clip(a, reflect(a, v)); }
+
+/* ------------------------------------------------------------------ the kernel */
+
+/* a tile of output points: cubic coefficients and tap indices per axis, then the 16 taps' rows */
+typedef struct {
+    float cx[4][TILE], cy[4][TILE];
+    int32_t xi[4][TILE], yi[4][TILE];
+    int32_t row[16][TILE]; /* row of the channels-last image, H * W for a tap that reads zeros */
+} tile_t;
+
+/* coefficients and tap indices along one axis for `count` points; g: their coordinates, stride 2 */
+#define AXIS_TAPS(INDEX)                                                                                  \
+    for (Py_ssize_t i = 0; i < count; ++i) {                                                              \
+        const float u = unnormalize(a, g[2 * i]);                                                         \
+        const float f = floorf(u), t = u - f;                                                             \
+        float x = t + 1.0f;                                                                               \
+        c[0][i] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;                                     \
+        x = t;                                                                                            \
+        c[1][i] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;                                           \
+        x = 1.0f - t;                                                                                     \
+        c[2][i] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;                                           \
+        x = 2.0f - t;                                                                                     \
+        c[3][i] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;                                     \
+        for (int k = 0; k < 4; ++k) idx[k][i] = INDEX(a, f + (float)(k - 1));                            \
+    }
+
+OPB_CLONES static void axis_taps(const axis_t *a, const float *restrict g, Py_ssize_t count, float (*restrict c)[TILE],
+                             int32_t (*restrict idx)[TILE]) {
+    const float A = -0.75f; /* ATen's cubic convolution constant and coefficient formulas */
+    if (a->padding == 0) {
+        AXIS_TAPS(index_zeros)
+    } else if (a->padding == 1) {
+        AXIS_TAPS(index_border)
+    } else {
+        AXIS_TAPS(index_reflection)
+    }
+}
+#undef AXIS_TAPS
+
+static inline void prepare_tile(const axis_t *ax, const axis_t *ay, const float *g, Py_ssize_t count, tile_t *tl) {
+    axis_taps(ax, g, count, tl->cx, tl->xi);
+    axis_taps(ay, g + 1, count, tl->cy, tl->yi);
+    const int32_t W = ax->size, HW = ax->size * ay->size;
+    for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 4; ++t) {
+            const int32_t *xi = tl->xi[t], *yi = tl->yi[j];
+            int32_t *row = tl->row[4 * j + t];
+            for (Py_ssize_t i = 0; i < count; ++i) row[i] = xi[i] >= 0 && yi[i] >= 0 ? yi[i] * W + xi[i] : HW;
+        }
+}
+
+/* channels-last: xt holds one image as (H * W + 1, C), its last row zeros (the masked taps' row) */
+static void nchw_to_nhwc(const float *x, float *xt, Py_ssize_t C, Py_ssize_t HW, Py_ssize_t r0, Py_ssize_t r1) {
+    enum { B = 64 };
+    for (Py_ssize_t i0 = r0; i0 < r1; i0 += B) {
+        const Py_ssize_t i1 = i0 + B < r1 ? i0 + B : r1;
+        for (Py_ssize_t c = 0; c < C; ++c) {
+            const float *src = x + c * HW;
+            for (Py_ssize_t i = i0; i < i1; ++i) xt[i * C + c] = src[i];
+        }
+    }
+    if (r1 == HW)
+        for (Py_ssize_t c = 0; c < C; ++c) xt[HW * C + c] = 0.0f;
+}
+
+/* point i of the tile: its C outputs into o, from the channels-last image xt. The sums run in
+   ATen's order: each row of four taps left to right, then the four rows. */
+static inline void sample_point(const float *xt, Py_ssize_t C, const tile_t *tl, Py_ssize_t i, float *restrict o) {
+    const float *restrict q[16];
+    for (int k = 0; k < 16; ++k) q[k] = xt + (Py_ssize_t)tl->row[k][i] * C;
+    const float a0 = tl->cx[0][i], a1 = tl->cx[1][i], a2 = tl->cx[2][i], a3 = tl->cx[3][i];
+    const float b0 = tl->cy[0][i], b1 = tl->cy[1][i], b2 = tl->cy[2][i], b3 = tl->cy[3][i];
+    for (Py_ssize_t c = 0; c < C; ++c) {
+        const float r0 = a0 * q[0][c] + a1 * q[1][c] + a2 * q[2][c] + a3 * q[3][c];
+        const float r1 = a0 * q[4][c] + a1 * q[5][c] + a2 * q[6][c] + a3 * q[7][c];
+        const float r2 = a0 * q[8][c] + a1 * q[9][c] + a2 * q[10][c] + a3 * q[11][c];
+        const float r3 = a0 * q[12][c] + a1 * q[13][c] + a2 * q[14][c] + a3 * q[15][c];
+        o[c] = b0 * r0 + b1 * r1 + b2 * r2 + b3 * r3;
+    }
+}
+
+/* points [p0, p1) of one image, sampled from xt (channels-last) into out (C, P), TILE points at a
+   time; `work` holds a tile_t and TILE * C floats of outputs */
+OPB_CLONES static void bicubic_nhwc(const float *xt, const float *grid, float *out, Py_ssize_t C, int H, int W,
+                                    Py_ssize_t P, int padding, int align, Py_ssize_t p0, Py_ssize_t p1, void *work) {
+    axis_t ax, ay;
+    axis_init(&ax, W, align, padding);
+    axis_init(&ay, H, align, padding);
+    tile_t *tl = (tile_t *)work;
+    float *restrict res = (float *)(tl + 1);
+    for (Py_ssize_t t0 = p0; t0 < p1; t0 += TILE) {
+        const Py_ssize_t count = t0 + TILE < p1 ? TILE : p1 - t0;
+        prepare_tile(&ax, &ay, grid + 2 * t0, count, tl);
+        for (Py_ssize_t i = 0; i < count; ++i) sample_point(xt, C, tl, i, res + i * C);
+        for (Py_ssize_t c = 0; c < C; ++c) {
+            float *o = out + c * P + t0;
+            for (Py_ssize_t i = 0; i < count; ++i) o[i] = res[i * C + c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Python entry point */
+
+static int check_len(const Py_buffer *b, const char *name, Py_ssize_t elements) {
+    if (b->len != elements * (Py_ssize_t)sizeof(float)) {
+        PyErr_Format(PyExc_ValueError,
+                     "grid_sample_bicubic: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
+                     "pass contiguous float32 buffers of the declared sizes",
+                     name, b->len, elements, elements * (Py_ssize_t)sizeof(float));
+        return 0;
+    }
+    return 1;
+}
+
+static int sizes_ok(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
+    if (C < 1 || H < 1 || W < 1 || P < 0 || H * (double)W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 ||
+        (double)C * P > 1e15) {
+        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected",
+                     C, H, W, P);
+        return 0;
+    }
+    return 1;
+}
+
+static int range_ok(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
+    if (r0 < 0 || r1 < r0 || r1 > n) {
+        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: range [%zd, %zd) outside [0, %zd)", r0, r1, n);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(to_channels_last_doc,
+             "to_channels_last(x, xt, C, HW, r0, r1)\n\n"
+             "Rows [r0, r1) of one image x (C, HW) into xt (HW + 1, C), both contiguous float32; the range that\n"
+             "ends at HW also zeros xt's last row. Releases the GIL while it runs.");
+
+static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer xb, tb;
+    Py_ssize_t C, HW, r0, r1;
+    if (!PyArg_ParseTuple(args, "y*w*nnnn", &xb, &tb, &C, &HW, &r0, &r1)) return NULL;
+    PyObject *result = NULL;
+    if (sizes_ok(C, 1, HW, 0) && range_ok(r0, r1, HW) && check_len(&xb, "x", C * HW) &&
+        check_len(&tb, "xt", (HW + 1) * C)) {
+        Py_BEGIN_ALLOW_THREADS;
+        nchw_to_nhwc((const float *)xb.buf, (float *)tb.buf, C, HW, r0, r1);
+        Py_END_ALLOW_THREADS;
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&tb);
+    return result;
+}
+
+PyDoc_STRVAR(grid_sample_bicubic_doc,
+             "grid_sample_bicubic(xt, grid, out, C, H, W, P, padding, align, p0, p1)\n\n"
+             "Bicubic F.grid_sample of one image, given channels-last as xt (H * W + 1, C) with a last row of\n"
+             "zeros (to_channels_last), at grid (P, 2) into out (C, P), all contiguous float32; only the output\n"
+             "points [p0, p1). padding: 0 zeros, 1 border, 2 reflection. Releases the GIL while it runs.");
+
+static PyObject *py_grid_sample_bicubic(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer tb, gb, ob;
+    Py_ssize_t C, H, W, P, p0, p1;
+    int padding, align;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnnnipnn", &tb, &gb, &ob, &C, &H, &W, &P, &padding, &align, &p0, &p1))
+        return NULL;
+    PyObject *result = NULL;
+    if (!sizes_ok(C, H, W, P) || !range_ok(p0, p1, P)) {
+        /* error set */
+    } else if (padding < 0 || padding > 2) {
+        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: padding %d; 0 (zeros), 1 (border) or 2 (reflection)",
+                     padding);
+    } else if (check_len(&tb, "xt", (H * W + 1) * C) && check_len(&gb, "grid", P * 2) && check_len(&ob, "out", C * P)) {
+        void *tile = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)C * sizeof(float));
+        if (tile == NULL) {
+            PyErr_NoMemory();
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            bicubic_nhwc((const float *)tb.buf, (const float *)gb.buf, (float *)ob.buf, C, (int)H, (int)W, P, padding,
+                         align, p0, p1, tile);
+            Py_END_ALLOW_THREADS;
+            PyMem_RawFree(tile);
+            result = Py_NewRef(Py_None);
+        }
+    }
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
+    {"grid_sample_bicubic", py_grid_sample_bicubic, METH_VARARGS, grid_sample_bicubic_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cpu_kernels", "opbridge's native CPU kernels (see _cpu_kernels.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__cpu_kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,18 @@
+# Type stub of the C extension built from _cpu_kernels.c.
+from typing import Any as Buffer
+
+def to_channels_last(x: Buffer, xt: Buffer, C: int, HW: int, r0: int, r1: int, /) -> None: ...
+def grid_sample_bicubic(
+    xt: Buffer,
+    grid: Buffer,
+    out: Buffer,
+    C: int,
+    H: int,
+    W: int,
+    P: int,
+    padding: int,
+    align: bool,
+    p0: int,
+    p1: int,
+    /,
+) -> None: ...
