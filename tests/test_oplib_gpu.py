@@ -432,18 +432,20 @@ def test_grid_sampler_gpu_plane_persistent(dtype: torch.dtype, ck: int) -> None:
 @needs_plane
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", [(1, 128, 256, 2, 1), (2, 256, 100, 2, 0), (4, 128, 256, 2, 1, 1)], ids=str)
-def test_grid_sampler_gpu_plane_zero_border(dtype: torch.dtype, config: tuple) -> None:
-    """Bilinear with zeros padding stages the planes inside a border of zeros: bit-equal to the
-    plain layout (border 0 in the config) for points inside, across and far outside every edge,
-    infinite and NaN coordinates included; one item per block and persistent blocks; the 16-byte
-    and the scalar staging (a misaligned view)."""
+@pytest.mark.parametrize("mode", [0, 2], ids=["bilinear", "bicubic"])
+def test_grid_sampler_gpu_plane_zero_border(mode: int, dtype: torch.dtype, config: tuple) -> None:
+    """Bilinear and bicubic with zeros padding stage the planes inside a border of zeros: bit-equal
+    to the plain layout (border 0 in the config) for points inside, across and far outside every
+    edge, infinite and NaN coordinates included; one item per block and persistent blocks; the
+    16-byte and the scalar staging (a misaligned view)."""
     from opbridge.ops import _detection_triton as tk
     from opbridge.ops import _gridsample_cuda as gc
 
     g = _gen()
     x = torch.randn(3, 7, 12, 16, device="cuda", generator=g).to(dtype)
-    assert gc.uses_border(x, config[0], 0, 0) and not gc.uses_border(x, config[0], 0, 1)
-    assert not gc.uses_border(x[..., :15], config[0], 0, 0)  # rows not a whole number of 16-byte vectors
+    assert gc.uses_border(x, config[0], mode, 0) and not gc.uses_border(x, config[0], mode, 1)
+    assert not gc.uses_border(x[..., :15], config[0], mode, 0)  # rows not a whole number of 16-byte vectors
+    assert not gc.uses_border(x, config[0], 1, 0)  # nearest has one tap: no border
     grid = torch.rand(3, 9, 10, 2, device="cuda", generator=g) * 2.6 - 1.3
     grid[0, 0, :, 0] = torch.tensor(
         [-1.0, 1.0, -1.05, 1.05, 40.0, -40.0, 1e30, float("inf"), float("-inf"), float("nan")]
@@ -454,13 +456,13 @@ def test_grid_sampler_gpu_plane_zero_border(dtype: torch.dtype, config: tuple) -
     shifted.copy_(x)
     for ac in (False, True):
         plain = torch.full((3, 7, 9, 10), 5.0, device="cuda", dtype=dtype)
-        tk.grid_sample(x, grid, plain, 0, 0, ac, variant="plane", config=(*config, *(0,) * (6 - len(config)), 0))
+        tk.grid_sample(x, grid, plain, mode, 0, ac, variant="plane", config=(*config, *(0,) * (6 - len(config)), 0))
         for src in (x, shifted):
             bordered = torch.full_like(plain, 7.0)
-            tk.grid_sample(src, grid, bordered, 0, 0, ac, variant="plane", config=config)
+            tk.grid_sample(src, grid, bordered, mode, 0, ac, variant="plane", config=config)
             torch.testing.assert_close(bordered, plain, rtol=0, atol=0, equal_nan=True)
         want = d.GridSample.run_reference(
-            x.float(), grid.float(), interpolation_mode=0, padding_mode=0, align_corners=ac
+            x.float(), grid.float(), interpolation_mode=mode, padding_mode=0, align_corners=ac
         )
         finite = torch.isfinite(grid.float()).all(-1, keepdim=True).permute(0, 3, 1, 2).expand_as(want)
         torch.testing.assert_close(plain.float()[finite], want[finite], **_tol(dtype))
@@ -469,15 +471,16 @@ def test_grid_sampler_gpu_plane_zero_border(dtype: torch.dtype, config: tuple) -
 @needs_plane
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_grid_sampler_gpu_plane_is_default(dtype: torch.dtype) -> None:
-    """Bilinear and nearest on NCHW planes of at most 64 KiB take "plane" by default (bit-equal to
-    naming it); bicubic, channels-last inputs and larger planes keep the Triton kernels."""
+    """Bilinear, nearest and (zeros padding, 16-byte rows) bicubic on NCHW planes of at most 64 KiB
+    take "plane" by default (bit-equal to naming it); bicubic with other paddings or rows, channels-last
+    inputs and larger planes keep the Triton kernels."""
     from opbridge.ops import _detection_triton as tk
     from opbridge.ops import _gridsample_cuda as gc
 
     g = _gen()
     x = torch.randn(2, 8, 128, 128, device="cuda", generator=g).to(dtype)
     grid = (torch.rand(2, 64, 96, 2, device="cuda", generator=g) * 2 - 1).to(dtype)
-    for mode in (0, 1):
+    for mode in (0, 1, 2):
         assert gc.is_default(x, mode)
         default, named = (torch.full((2, 8, 64, 96), float("nan"), device="cuda", dtype=dtype) for _ in range(2))
         tk.grid_sample(x, grid, default, mode, 0, False)
@@ -487,7 +490,9 @@ def test_grid_sampler_gpu_plane_is_default(dtype: torch.dtype) -> None:
             x.float(), grid.float(), interpolation_mode=mode, padding_mode=0, align_corners=False
         )
         torch.testing.assert_close(default.float(), want, **_tol(dtype))
-    assert not gc.is_default(x, 2)
+    assert gc.is_default(x, 1, 2) and not gc.is_default(x, 2, 1) and not gc.is_default(x, 2, 2)
+    odd_rows = torch.empty(1, 2, 64, 63, device="cuda", dtype=dtype)
+    assert gc.is_default(odd_rows, 0) and not gc.is_default(odd_rows, 2)
     assert not gc.is_default(x.to(memory_format=torch.channels_last), 0)
     assert not gc.is_default(torch.empty(1, 1, 256, 256, device="cuda", dtype=torch.float32), 0)
 

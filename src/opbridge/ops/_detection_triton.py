@@ -427,9 +427,10 @@ def grid_sample(
 ) -> None:
     """F.grid_sample into ``out`` (N, C, Ho, Wo). ``variant``: "loop", "nhwc" or "plane" (the
     CUDA kernel of :mod:`opbridge.ops._gridsample_cuda`, input planes staged in shared memory).
-    Default: "plane" where ``_gridsample_cuda.is_default`` (bilinear or nearest, NCHW planes of at
-    most 64 KiB), else ``GRID_VARIANT[mode, element size]``. "nhwc" reads an input whose memory is
-    already channels-last (``torch.channels_last``) in place, without the layout copy.
+    Default: "plane" where ``_gridsample_cuda.is_default`` (bilinear or nearest, and bicubic with
+    zeros padding, on NCHW planes of at most 64 KiB), else ``GRID_VARIANT[mode, element size]``.
+    "nhwc" reads an input whose memory is already channels-last (``torch.channels_last``) in place,
+    without the layout copy.
 
     ``config`` overrides the tiling: (TH, TW, channels per program, channel unroll, num_warps) for
     "loop" (default ``GRID_LOOP_CONFIG[mode]``), (pixels, channels, num_warps) per program for
@@ -459,9 +460,8 @@ def grid_sample(
     if chosen is None:
         from opbridge.ops import _gridsample_cuda
 
-        chosen = (
-            "plane" if _gridsample_cuda.is_default(x, interpolation_mode) else GRID_VARIANT[interpolation_mode, size]
-        )
+        plane = _gridsample_cuda.is_default(x, interpolation_mode, padding_mode)
+        chosen = "plane" if plane else GRID_VARIANT[interpolation_mode, size]
     if chosen == "nhwc":
         if config:
             bp, bc, warps = config[:3]
