@@ -159,7 +159,7 @@ def bench_grid(quick: bool, reps: int) -> None:
                 "align_corners": False,
             }
             ref = timeit(lambda: d.GridSample.run_reference(x, grid, **attrs), reps)
-            native = mode == 2 and _gridsample_cpu.applies(x, grid)
+            native = _gridsample_cpu.applies(x, grid, mode)
             row(
                 "grid_sampler " + name,
                 f"{n}x{c}x{h}x{h}",

@@ -212,15 +212,16 @@ def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
     )
 
 
-# --------------------------------------------------------------------------- bicubic grid_sample, native kernel
+# --------------------------------------------------------------------------- grid_sample, native kernel
 
 # ATen's CPU build may fuse some of the products the native kernel rounds one by one: up to a few
 # float32 ulps apart on values of order 1 (measured: 7.2e-7 at most).
 NATIVE_RTOL, NATIVE_ATOL = 1e-6, 2e-6
 _PADDINGS = ("zeros", "border", "reflection")
+_NATIVE_MODES = {0: "bilinear", 2: "bicubic"}
 
 
-def _bicubic_case(
+def _native_case(
     shape: tuple[int, int, int, int], out_hw: tuple[int, int], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Input and grid with points inside, across every edge and far outside, and non-finite ones."""
@@ -238,89 +239,106 @@ def _bicubic_case(
 @pytest.mark.parametrize("pad", [0, 1, 2], ids=_PADDINGS)
 @pytest.mark.parametrize(
     "shape,out_hw",
-    [((2, 5, 13, 17), (9, 11)), ((1, 4, 1, 1), (3, 5)), ((1, 9, 1, 7), (4, 6)), ((2, 20, 32, 24), (40, 30))],
-    ids=["5ch-13x17", "4ch-1x1", "9ch-1x7", "20ch-32x24"],
+    [((2, 9, 13, 17), (9, 11)), ((1, 8, 1, 1), (3, 5)), ((1, 9, 1, 7), (4, 6)), ((2, 20, 32, 24), (40, 30))],
+    ids=["9ch-13x17", "8ch-1x1", "9ch-1x7", "20ch-32x24"],
 )
-def test_native_bicubic_grid_sample_matches_torch(
-    shape: tuple[int, int, int, int], out_hw: tuple[int, int], pad: int, align: bool
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_matches_torch(
+    mode: int, shape: tuple[int, int, int, int], out_hw: tuple[int, int], pad: int, align: bool
 ) -> None:
-    """The native kernel against F.grid_sample: every padding and corner rule, planes of one pixel,
-    channel counts that do and do not fill a vector, NaN, infinite and huge coordinates."""
+    """The native kernel against F.grid_sample: both modes, every padding and corner rule, planes
+    of one pixel, channel counts that do and do not fill a vector, NaN, infinite and huge coordinates."""
     from opbridge.ops import _gridsample_cpu
 
-    x, grid = _bicubic_case(shape, out_hw, seed=sum(shape) + pad)
+    x, grid = _native_case(shape, out_hw, seed=sum(shape) + pad)
     x[0, 0, 0, 0] = float("inf")  # an infinite input value reaches exactly the outputs that read it
-    want = torch.nn.functional.grid_sample(x, grid, mode="bicubic", padding_mode=_PADDINGS[pad], align_corners=align)
-    assert _gridsample_cpu.applies(x, grid)
-    got = _gridsample_cpu.grid_sample_bicubic(x, grid, pad, align)
+    want = torch.nn.functional.grid_sample(
+        x, grid, mode=_NATIVE_MODES[mode], padding_mode=_PADDINGS[pad], align_corners=align
+    )
+    assert _gridsample_cpu.applies(x, grid, mode)
+    got = _gridsample_cpu.grid_sample(x, grid, mode, pad, align)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     finite = want.isfinite()
     torch.testing.assert_close(got[finite], want[finite], rtol=NATIVE_RTOL, atol=NATIVE_ATOL)
     assert finite.float().mean() > 0.5  # the comparison covers most outputs
 
 
-def test_native_bicubic_grid_sample_writes_out_and_splits_over_threads() -> None:
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_writes_out_and_splits_over_threads(mode: int) -> None:
     """Into ``out`` in place (the bridge passes ONNX Runtime's buffer); two threads give the
     single thread's result bit for bit; a non-contiguous ``out`` is filled through a copy."""
     from opbridge.ops import _gridsample_cpu
 
-    x, grid = _bicubic_case((2, 32, 64, 48), (96, 80), seed=31)
+    x, grid = _native_case((2, 32, 64, 48), (96, 80), seed=31)
     out = torch.full((2, 32, 96, 80), float("nan"))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False)
+        one = _gridsample_cpu.grid_sample(x, grid, mode, 0, False)
         torch.set_num_threads(2)
-        assert d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=0, align_corners=False, out=out) is out
+        assert (
+            d.GridSample.kernel(x, grid, interpolation_mode=mode, padding_mode=0, align_corners=False, out=out) is out
+        )
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(out.nan_to_num(7.0), one.nan_to_num(7.0))
     strided = torch.empty(2, 32, 80, 96).transpose(2, 3)
-    assert _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False, out=strided) is strided
+    assert _gridsample_cpu.grid_sample(x, grid, mode, 0, False, out=strided) is strided
     assert torch.equal(strided.nan_to_num(7.0), one.nan_to_num(7.0))
 
 
-def test_native_bicubic_grid_sample_path_choice() -> None:
-    """The native kernel takes float32 bicubic inputs of four or more channels; fewer channels
-    (ATen is faster there) and other dtypes and modes run F.grid_sample, bit for bit."""
+def test_native_grid_sample_path_choice() -> None:
+    """The native kernel takes float32 bicubic inputs of four or more channels and bilinear ones of
+    eight or more; fewer channels (ATen is faster there), nearest, and other dtypes run
+    F.grid_sample, bit for bit."""
     from opbridge.ops import _gridsample_cpu
 
-    x3, grid = _bicubic_case((1, 3, 8, 8), (5, 5), seed=32)
-    assert not _gridsample_cpu.applies(x3, grid)
-    assert not _gridsample_cpu.applies(torch.randn(1, 4, 8, 8, dtype=torch.float64), grid)
-    assert _gridsample_cpu.applies(torch.randn(1, 4, 8, 8), grid)
-    for x in (x3, torch.randn(1, 6, 8, 8, dtype=torch.float64, generator=_gen(33))):
-        want = torch.nn.functional.grid_sample(x, grid.to(x.dtype), mode="bicubic", align_corners=False)
-        got = d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=0, align_corners=False)
+    x3, grid = _native_case((1, 3, 8, 8), (5, 5), seed=32)
+    x4, x8 = torch.randn(1, 4, 8, 8), torch.randn(1, 8, 8, 8)
+    assert [_gridsample_cpu.applies(x, grid, 2) for x in (x3, x4)] == [False, True]
+    assert [_gridsample_cpu.applies(x, grid, 0) for x in (x4, x8)] == [False, True]
+    assert not _gridsample_cpu.applies(x8, grid, 1)
+    assert not _gridsample_cpu.applies(x8.double(), grid, 2)
+    x6 = torch.randn(1, 6, 8, 8, dtype=torch.float64, generator=_gen(33))
+    for x, mode in ((x3, 2), (x4, 0), (x8, 1), (x6, 2)):
+        want = torch.nn.functional.grid_sample(
+            x, grid.to(x.dtype), mode=("bilinear", "nearest", "bicubic")[mode], align_corners=False
+        )
+        got = d.GridSample.kernel(x, grid, interpolation_mode=mode, padding_mode=0, align_corners=False)
         assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
 
 
-def test_native_bicubic_grid_sample_rejects_bad_calls() -> None:
-    """Wrong shapes, dtypes and buffers raise errors naming the problem; the extension checks every
-    buffer's length before it reads or writes, so a direct call with a short buffer cannot crash."""
+def test_native_grid_sample_rejects_bad_calls() -> None:
+    """Wrong shapes, dtypes, modes and buffers raise errors naming the problem; the extension checks
+    every buffer's length before it reads or writes, so a direct call with a short buffer cannot crash."""
     from opbridge.ops import _cpu_kernels, _gridsample_cpu
 
     x, grid = torch.randn(1, 4, 6, 6), torch.zeros(1, 2, 2, 2)
     with pytest.raises(ValueError, match=r"grid \(N, Ho, Wo, 2\)"):
-        _gridsample_cpu.grid_sample_bicubic(x, grid[..., :1], 0, False)
+        _gridsample_cpu.grid_sample(x, grid[..., :1], 2)
     with pytest.raises(ValueError, match="float32 CPU input"):
-        _gridsample_cpu.grid_sample_bicubic(x.double(), grid, 0, False)
+        _gridsample_cpu.grid_sample(x.double(), grid, 2)
+    with pytest.raises(ValueError, match="interpolation_mode 1; 0 \\(bilinear\\) or 2 \\(bicubic\\)"):
+        _gridsample_cpu.grid_sample(x, grid, 1)
     with pytest.raises(ValueError, match="padding_mode 3"):
-        _gridsample_cpu.grid_sample_bicubic(x, grid, 3, False)
+        _gridsample_cpu.grid_sample(x, grid, 2, 3)
     with pytest.raises(ValueError, match=r"`out` must be a float32 CPU tensor of shape \(1, 4, 2, 2\)"):
-        _gridsample_cpu.grid_sample_bicubic(x, grid, 0, False, out=torch.empty(1, 4, 2, 3))
+        _gridsample_cpu.grid_sample(x, grid, 2, 0, False, out=torch.empty(1, 4, 2, 3))
     with pytest.raises(ValueError, match="attribute 'padding_mode' must be one of"):
         d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=5, align_corners=False)
     xt, g, out = np.zeros((37, 4), np.float32), np.zeros((4, 2), np.float32), np.zeros((4, 4), np.float32)
-    _cpu_kernels.grid_sample_bicubic(xt, g, out, 4, 6, 6, 4, 0, False, 0, 4)  # the right sizes run
+    for mode in (0, 2):
+        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, mode, 0, False, 0, 4)  # the right sizes run
+    with pytest.raises(ValueError, match="mode 1, padding 0; modes 0 \\(bilinear\\), 2 \\(bicubic\\)"):
+        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, 1, 0, False, 0, 4)
     with pytest.raises(ValueError, match="xt holds 576 bytes, 148 float32 values"):
-        _cpu_kernels.grid_sample_bicubic(xt[:-1], g, out, 4, 6, 6, 4, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt[:-1], g, out, 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match=r"range \[0, 5\) outside \[0, 4\)"):
-        _cpu_kernels.grid_sample_bicubic(xt, g, out, 4, 6, 6, 4, 0, False, 0, 5)
+        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, 2, 0, False, 0, 5)
     with pytest.raises(ValueError, match="out holds 48 bytes"):
-        _cpu_kernels.grid_sample_bicubic(xt, g, out[:, :3].copy(), 4, 6, 6, 4, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt, g, out[:, :3].copy(), 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(TypeError):
-        _cpu_kernels.grid_sample_bicubic(xt, g, out.copy().view(np.float32)[::-1], 4, 6, 6, 4, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt, g, out.copy().view(np.float32)[::-1], 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="x holds"):
         _cpu_kernels.to_channels_last(np.zeros((4, 35), np.float32), xt, 4, 36, 0, 36)
 

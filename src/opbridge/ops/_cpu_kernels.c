@@ -1,17 +1,17 @@
 /*
  * opbridge's native CPU kernels: the CPython extension opbridge.ops._cpu_kernels.
  *
- * grid_sample_bicubic: F.grid_sample(mode="bicubic") of a float32 NCHW input into a float32
+ * grid_sample: F.grid_sample (bilinear or bicubic) of a float32 NCHW input into a float32
  * output the caller owns (ONNX Runtime's output buffer, through the bridge). ATen's CPU kernel
- * works on vectors of output points and, for every channel, recomputes each of the 16 taps'
- * padded coordinate, bounds mask and offset before it gathers. Here those are computed once per
- * output point, for a tile of points, and the taps of every channel are read from a channels-last
- * copy of the image (one row of C values per tap; a row of zeros for the taps outside). The
- * arithmetic follows ATen's vectorized CPU kernel operation by operation (unnormalize, padding of
- * each tap, the cubic coefficients, the order of the sums). The file is compiled with
- * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, done
- * here in double) and -fno-trapping-math (floorf vectorizes): the results are within a few
- * float32 ulps of F.grid_sample's, whose build may fuse some other products.
+ * works on vectors of output points and, for every channel, gathers each tap again (bicubic also
+ * recomputes each of its 16 taps' padded coordinate, bounds mask and offset). Here the taps are
+ * computed once per output point, for a tile of points, and the taps of every channel are read
+ * from a channels-last copy of the image (one row of C values per tap; a row of zeros for the
+ * taps outside), C values at a time. The arithmetic follows ATen's vectorized CPU kernel
+ * operation by operation (unnormalize, padding, weights or cubic coefficients, the order of the
+ * sums). The file is compiled with -ffp-contract=off (each product rounded, except the unnormalize
+ * that ATen's build fuses, done here in double) and -fno-trapping-math (floorf vectorizes): the
+ * results are within a few float32 ulps of F.grid_sample's, whose build may fuse some other products.
  *
  * Buffers come in through the buffer protocol (numpy arrays over torch tensors); their lengths
  * are checked against the sizes before anything is read or written, so a wrong call raises
@@ -82,25 +82,33 @@ static inline float reflect(const axis_t *a, float v) {
     return (extra < back ? extra : back) + a->low;
 }
 
-/* the padded tap coordinate as an index (truncated, as ATen converts), or -1 where the tap reads
-   zeros: with zeros padding, outside the plane or NaN (ATen's bounds mask); branch-free */
-static inline int32_t index_zeros(const axis_t *a, float v) {
+/* a tap coordinate as an index (truncated, as ATen converts), or -1 where the tap reads zeros:
+   outside the plane or NaN (ATen's bounds mask); branch-free */
+static inline int32_t index_of(const axis_t *a, float v) {
     return (int32_t)((v > -1.0f) & (v < (float)a->size) ? v : -1.0f);
 }
-static inline int32_t index_border(const axis_t *a, float v) { return (int32_t)clip(a, v); }
-static inline int32_t index_reflection(const axis_t *a, float v) { return (int32_t)clip(a, reflect(a, v)); }
+/* bicubic pads each tap's coordinate, bilinear the unnormalized coordinate */
+static inline float pad_zeros(const axis_t *a, float v) {
+    (void)a;
+    return v;
+}
+static inline float pad_border(const axis_t *a, float v) { return clip(a, v); }
+static inline float pad_reflection(const axis_t *a, float v) { return clip(a, reflect(a, v)); }
 
 /* ------------------------------------------------------------------ the kernel */
 
-/* a tile of output points: cubic coefficients and tap indices per axis, then the 16 taps' rows */
+enum { BILINEAR = 0, BICUBIC = 2 }; /* F.grid_sample's codes; nearest stays with ATen (faster there) */
+
+/* a tile of output points: weights and tap indices per axis, then the taps' rows of the
+   channels-last image (row H * W, all zeros, for a tap outside) */
 typedef struct {
     float cx[4][TILE], cy[4][TILE];
     int32_t xi[4][TILE], yi[4][TILE];
-    int32_t row[16][TILE]; /* row of the channels-last image, H * W for a tap that reads zeros */
+    int32_t row[16][TILE];
 } tile_t;
 
-/* coefficients and tap indices along one axis for `count` points; g: their coordinates, stride 2 */
-#define AXIS_TAPS(INDEX)                                                                                  \
+/* weights and tap indices along one axis for `count` points; g: their coordinates, stride 2 */
+#define BICUBIC_TAPS(PAD)                                                                                 \
     for (Py_ssize_t i = 0; i < count; ++i) {                                                              \
         const float u = unnormalize(a, g[2 * i]);                                                         \
         const float f = floorf(u), t = u - f;                                                             \
@@ -112,30 +120,50 @@ typedef struct {
         c[2][i] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;                                           \
         x = 2.0f - t;                                                                                     \
         c[3][i] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;                                     \
-        for (int k = 0; k < 4; ++k) idx[k][i] = INDEX(a, f + (float)(k - 1));                            \
+        for (int k = 0; k < 4; ++k) idx[k][i] = index_of(a, PAD(a, f + (float)(k - 1)));                 \
+    }
+#define BILINEAR_TAPS(PAD)                                                                                \
+    for (Py_ssize_t i = 0; i < count; ++i) {                                                              \
+        const float u = PAD(a, unnormalize(a, g[2 * i]));                                                 \
+        const float f = floorf(u), t = u - f;                                                             \
+        c[0][i] = 1.0f - t;                                                                               \
+        c[1][i] = t;                                                                                      \
+        idx[0][i] = index_of(a, f);                                                                       \
+        idx[1][i] = index_of(a, f + 1.0f);                                                                \
     }
 
-OPB_CLONES static void axis_taps(const axis_t *a, const float *restrict g, Py_ssize_t count, float (*restrict c)[TILE],
-                             int32_t (*restrict idx)[TILE]) {
+#define BY_PADDING(TAPS)                                                                                  \
+    if (a->padding == 0) {                                                                                \
+        TAPS(pad_zeros)                                                                                   \
+    } else if (a->padding == 1) {                                                                         \
+        TAPS(pad_border)                                                                                  \
+    } else {                                                                                              \
+        TAPS(pad_reflection)                                                                              \
+    }
+
+OPB_CLONES static void axis_taps(const axis_t *a, int mode, const float *restrict g, Py_ssize_t count,
+                                 float (*restrict c)[TILE], int32_t (*restrict idx)[TILE]) {
     const float A = -0.75f; /* ATen's cubic convolution constant and coefficient formulas */
-    if (a->padding == 0) {
-        AXIS_TAPS(index_zeros)
-    } else if (a->padding == 1) {
-        AXIS_TAPS(index_border)
+    if (mode == BICUBIC) {
+        BY_PADDING(BICUBIC_TAPS)
     } else {
-        AXIS_TAPS(index_reflection)
+        BY_PADDING(BILINEAR_TAPS)
     }
 }
-#undef AXIS_TAPS
+#undef BICUBIC_TAPS
+#undef BILINEAR_TAPS
+#undef BY_PADDING
 
-static inline void prepare_tile(const axis_t *ax, const axis_t *ay, const float *g, Py_ssize_t count, tile_t *tl) {
-    axis_taps(ax, g, count, tl->cx, tl->xi);
-    axis_taps(ay, g + 1, count, tl->cy, tl->yi);
+static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, const float *g, Py_ssize_t count,
+                                tile_t *tl) {
+    axis_taps(ax, mode, g, count, tl->cx, tl->xi);
+    axis_taps(ay, mode, g + 1, count, tl->cy, tl->yi);
     const int32_t W = ax->size, HW = ax->size * ay->size;
-    for (int j = 0; j < 4; ++j)
-        for (int t = 0; t < 4; ++t) {
+    const int T = mode == BICUBIC ? 4 : 2; /* taps per axis */
+    for (int j = 0; j < T; ++j)
+        for (int t = 0; t < T; ++t) {
             const int32_t *xi = tl->xi[t], *yi = tl->yi[j];
-            int32_t *row = tl->row[4 * j + t];
+            int32_t *row = tl->row[T * j + t];
             for (Py_ssize_t i = 0; i < count; ++i) row[i] = xi[i] >= 0 && yi[i] >= 0 ? yi[i] * W + xi[i] : HW;
         }
 }
@@ -154,9 +182,9 @@ static void nchw_to_nhwc(const float *x, float *xt, Py_ssize_t C, Py_ssize_t HW,
         for (Py_ssize_t c = 0; c < C; ++c) xt[HW * C + c] = 0.0f;
 }
 
-/* point i of the tile: its C outputs into o, from the channels-last image xt. The sums run in
-   ATen's order: each row of four taps left to right, then the four rows. */
-static inline void sample_point(const float *xt, Py_ssize_t C, const tile_t *tl, Py_ssize_t i, float *restrict o) {
+/* point i of the tile: its C outputs into o, from the channels-last image xt, with ATen's weights
+   and order of sums. Bicubic: each row of four taps left to right, then the four rows. */
+static inline void bicubic_point(const float *xt, Py_ssize_t C, const tile_t *tl, Py_ssize_t i, float *restrict o) {
     const float *restrict q[16];
     for (int k = 0; k < 16; ++k) q[k] = xt + (Py_ssize_t)tl->row[k][i] * C;
     const float a0 = tl->cx[0][i], a1 = tl->cx[1][i], a2 = tl->cx[2][i], a3 = tl->cx[3][i];
@@ -170,10 +198,20 @@ static inline void sample_point(const float *xt, Py_ssize_t C, const tile_t *tl,
     }
 }
 
+/* bilinear: the corner weights as ATen forms them (nw = s * e, ...), summed nw, ne, sw, se */
+static inline void bilinear_point(const float *xt, Py_ssize_t C, const tile_t *tl, Py_ssize_t i, float *restrict o) {
+    const float *restrict nw = xt + (Py_ssize_t)tl->row[0][i] * C, *restrict ne = xt + (Py_ssize_t)tl->row[1][i] * C;
+    const float *restrict sw = xt + (Py_ssize_t)tl->row[2][i] * C, *restrict se = xt + (Py_ssize_t)tl->row[3][i] * C;
+    const float e = tl->cx[0][i], w = tl->cx[1][i], s = tl->cy[0][i], n = tl->cy[1][i];
+    const float wnw = s * e, wne = s * w, wsw = n * e, wse = n * w;
+    for (Py_ssize_t c = 0; c < C; ++c) o[c] = nw[c] * wnw + ne[c] * wne + sw[c] * wsw + se[c] * wse;
+}
+
 /* points [p0, p1) of one image, sampled from xt (channels-last) into out (C, P), TILE points at a
    time; `work` holds a tile_t and TILE * C floats of outputs */
-OPB_CLONES static void bicubic_nhwc(const float *xt, const float *grid, float *out, Py_ssize_t C, int H, int W,
-                                    Py_ssize_t P, int padding, int align, Py_ssize_t p0, Py_ssize_t p1, void *work) {
+OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *out, Py_ssize_t C, int H, int W,
+                                   Py_ssize_t P, int mode, int padding, int align, Py_ssize_t p0, Py_ssize_t p1,
+                                   void *work) {
     axis_t ax, ay;
     axis_init(&ax, W, align, padding);
     axis_init(&ay, H, align, padding);
@@ -181,8 +219,12 @@ OPB_CLONES static void bicubic_nhwc(const float *xt, const float *grid, float *o
     float *restrict res = (float *)(tl + 1);
     for (Py_ssize_t t0 = p0; t0 < p1; t0 += TILE) {
         const Py_ssize_t count = t0 + TILE < p1 ? TILE : p1 - t0;
-        prepare_tile(&ax, &ay, grid + 2 * t0, count, tl);
-        for (Py_ssize_t i = 0; i < count; ++i) sample_point(xt, C, tl, i, res + i * C);
+        prepare_tile(&ax, &ay, mode, grid + 2 * t0, count, tl);
+        if (mode == BICUBIC) {
+            for (Py_ssize_t i = 0; i < count; ++i) bicubic_point(xt, C, tl, i, res + i * C);
+        } else {
+            for (Py_ssize_t i = 0; i < count; ++i) bilinear_point(xt, C, tl, i, res + i * C);
+        }
         for (Py_ssize_t c = 0; c < C; ++c) {
             float *o = out + c * P + t0;
             for (Py_ssize_t i = 0; i < count; ++i) o[i] = res[i * C + c];
@@ -195,7 +237,7 @@ OPB_CLONES static void bicubic_nhwc(const float *xt, const float *grid, float *o
 static int check_len(const Py_buffer *b, const char *name, Py_ssize_t elements) {
     if (b->len != elements * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError,
-                     "grid_sample_bicubic: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
+                     "grid_sample: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
                      "pass contiguous float32 buffers of the declared sizes",
                      name, b->len, elements, elements * (Py_ssize_t)sizeof(float));
         return 0;
@@ -206,7 +248,7 @@ static int check_len(const Py_buffer *b, const char *name, Py_ssize_t elements) 
 static int sizes_ok(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
     if (C < 1 || H < 1 || W < 1 || P < 0 || H * (double)W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 ||
         (double)C * P > 1e15) {
-        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected",
+        PyErr_Format(PyExc_ValueError, "grid_sample: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected",
                      C, H, W, P);
         return 0;
     }
@@ -215,7 +257,7 @@ static int sizes_ok(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
 
 static int range_ok(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
     if (r0 < 0 || r1 < r0 || r1 > n) {
-        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: range [%zd, %zd) outside [0, %zd)", r0, r1, n);
+        PyErr_Format(PyExc_ValueError, "grid_sample: range [%zd, %zd) outside [0, %zd)", r0, r1, n);
         return 0;
     }
     return 1;
@@ -244,35 +286,38 @@ static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
     return result;
 }
 
-PyDoc_STRVAR(grid_sample_bicubic_doc,
-             "grid_sample_bicubic(xt, grid, out, C, H, W, P, padding, align, p0, p1)\n\n"
-             "Bicubic F.grid_sample of one image, given channels-last as xt (H * W + 1, C) with a last row of\n"
-             "zeros (to_channels_last), at grid (P, 2) into out (C, P), all contiguous float32; only the output\n"
-             "points [p0, p1). padding: 0 zeros, 1 border, 2 reflection. Releases the GIL while it runs.");
+PyDoc_STRVAR(grid_sample_doc,
+             "grid_sample(xt, grid, out, C, H, W, P, mode, padding, align, p0, p1)\n\n"
+             "F.grid_sample of one image, given channels-last as xt (H * W + 1, C) with a last row of zeros\n"
+             "(to_channels_last), at grid (P, 2) into out (C, P), all contiguous float32; only the output\n"
+             "points [p0, p1). mode: 0 bilinear, 2 bicubic; padding: 0 zeros, 1 border,\n"
+             "2 reflection. Releases the GIL while it runs.");
 
-static PyObject *py_grid_sample_bicubic(PyObject *self, PyObject *args) {
+static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer tb, gb, ob;
     Py_ssize_t C, H, W, P, p0, p1;
-    int padding, align;
-    if (!PyArg_ParseTuple(args, "y*y*w*nnnnipnn", &tb, &gb, &ob, &C, &H, &W, &P, &padding, &align, &p0, &p1))
+    int mode, padding, align;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnnniipnn", &tb, &gb, &ob, &C, &H, &W, &P, &mode, &padding, &align, &p0, &p1))
         return NULL;
     PyObject *result = NULL;
     if (!sizes_ok(C, H, W, P) || !range_ok(p0, p1, P)) {
         /* error set */
-    } else if (padding < 0 || padding > 2) {
-        PyErr_Format(PyExc_ValueError, "grid_sample_bicubic: padding %d; 0 (zeros), 1 (border) or 2 (reflection)",
-                     padding);
+    } else if ((mode != BILINEAR && mode != BICUBIC) || padding < 0 || padding > 2) {
+        PyErr_Format(PyExc_ValueError,
+                     "grid_sample: mode %d, padding %d; modes 0 (bilinear), 2 (bicubic) and paddings "
+                     "0 (zeros), 1 (border), 2 (reflection)",
+                     mode, padding);
     } else if (check_len(&tb, "xt", (H * W + 1) * C) && check_len(&gb, "grid", P * 2) && check_len(&ob, "out", C * P)) {
-        void *tile = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)C * sizeof(float));
-        if (tile == NULL) {
+        void *work = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)C * sizeof(float));
+        if (work == NULL) {
             PyErr_NoMemory();
         } else {
             Py_BEGIN_ALLOW_THREADS;
-            bicubic_nhwc((const float *)tb.buf, (const float *)gb.buf, (float *)ob.buf, C, (int)H, (int)W, P, padding,
-                         align, p0, p1, tile);
+            sample_nhwc((const float *)tb.buf, (const float *)gb.buf, (float *)ob.buf, C, (int)H, (int)W, P, mode,
+                        padding, align, p0, p1, work);
             Py_END_ALLOW_THREADS;
-            PyMem_RawFree(tile);
+            PyMem_RawFree(work);
             result = Py_NewRef(Py_None);
         }
     }
@@ -284,7 +329,7 @@ static PyObject *py_grid_sample_bicubic(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
-    {"grid_sample_bicubic", py_grid_sample_bicubic, METH_VARARGS, grid_sample_bicubic_doc},
+    {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
     {NULL, NULL, 0, NULL},
 };
 

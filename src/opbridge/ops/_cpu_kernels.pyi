@@ -2,7 +2,7 @@
 from typing import Any as Buffer
 
 def to_channels_last(x: Buffer, xt: Buffer, C: int, HW: int, r0: int, r1: int, /) -> None: ...
-def grid_sample_bicubic(
+def grid_sample(
     xt: Buffer,
     grid: Buffer,
     out: Buffer,
@@ -10,6 +10,7 @@ def grid_sample_bicubic(
     H: int,
     W: int,
     P: int,
+    mode: int,
     padding: int,
     align: bool,
     p0: int,

@@ -39,11 +39,11 @@ def grid_sample(
     """Torch-kind kernel (CPU tensors in and out), written into ``out`` where given (ONNX
     Runtime's output through the bridge).
 
-    Bicubic on float32 inputs with at least four channels runs opbridge's native kernel
-    (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all channels, the
-    result written in place); everything else runs PyTorch's own vectorized CPU grid_sample, F.grid_sample
-    being the op's definition. The standard ONNX GridSample matches it too (see the tests), but
-    cannot serve as an opset-independent function body.
+    Bicubic and bilinear on float32 inputs with enough channels (4 and 8) run opbridge's native
+    kernel (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all channels,
+    the result written in place); everything else runs PyTorch's own vectorized CPU grid_sample,
+    F.grid_sample being the op's definition. The standard ONNX GridSample matches it too (see the
+    tests), but cannot serve as an opset-independent function body.
 
     >>> import torch
     >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
@@ -56,8 +56,8 @@ def grid_sample(
 
     check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES)
     check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS)
-    if interpolation_mode == 2 and _gridsample_cpu.applies(x, grid):
-        return _gridsample_cpu.grid_sample_bicubic(x, grid, padding_mode, align_corners, out=out)
+    if _gridsample_cpu.applies(x, grid, interpolation_mode):
+        return _gridsample_cpu.grid_sample(x, grid, interpolation_mode, padding_mode, align_corners, out=out)
     result = reference(x, grid, interpolation_mode, padding_mode, align_corners)
     return result if out is None else out.copy_(result)
 

@@ -1,19 +1,20 @@
-"""Bicubic grid_sample on the CPU with opbridge's native kernel (``opbridge.ops._cpu_kernels``).
+"""Bilinear and bicubic grid_sample on the CPU with opbridge's native kernel (``opbridge.ops._cpu_kernels``).
 
-ATen's CPU kernel recomputes each of a point's 16 taps (padded coordinate, bounds mask, offset)
-for every channel. The native kernel computes them once per output point and reads the taps of
-all channels from a channels-last copy of the image, with the arithmetic of ATen's vectorized
-kernel (results within a few float32 ulps of F.grid_sample: ATen's build may fuse some products).
-It writes straight into a caller's output (ONNX Runtime's buffer through the bridge). With fewer
-than :data:`MIN_CHANNELS` channels the per-point work dominates and ATen's kernel, vectorized
-across points, is faster: :func:`applies` says no and the caller runs F.grid_sample
-(``benchmarks/cpu_ops.py --only grid``).
+ATen's CPU kernel gathers every tap again for every channel (bicubic also recomputes each of its
+16 taps' padded coordinate, bounds mask and offset). The native kernel computes the taps once
+per output point and reads them for all channels from a channels-last copy of the image, with the
+arithmetic of ATen's vectorized kernel (results within a few float32 ulps of F.grid_sample:
+ATen's build may fuse some products). It writes straight into a caller's output (ONNX Runtime's
+buffer through the bridge). With few channels the per-point work and the two layout passes
+dominate and ATen's kernel, vectorized across points, is faster: :func:`applies` takes the native
+kernel from :data:`MIN_CHANNELS` channels per mode (``benchmarks/cpu_ops.py --only grid``), and
+never for nearest, which ATen's kernel does faster at every size measured.
 
 Example:
     >>> import torch
     >>> x = torch.arange(16.0).reshape(1, 4, 2, 2)
     >>> grid = torch.zeros(1, 1, 1, 2)
-    >>> grid_sample_bicubic(x, grid, padding_mode=1, align_corners=True).flatten()
+    >>> grid_sample(x, grid, 2, padding_mode=1, align_corners=True).flatten()
     tensor([ 1.5000,  5.5000,  9.5000, 13.5000])
 """
 
@@ -27,13 +28,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample_bicubic"]
+__all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample"]
 
 logger = logging.getLogger(__name__)
 
-# The fewest channels the native kernel is faster for (benchmarks/cpu_ops.py; 1.3x ATen at 4
-# channels, 0.8x at 3, on the 2-core development machine).
-MIN_CHANNELS = 4
+# The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
+# on the 2-core development machine: bicubic 1.6x ATen at 4 channels, 0.96x at 3; bilinear 1.2x
+# at 8, 0.98x at 4).
+MIN_CHANNELS = {0: 8, 2: 4}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
 
@@ -43,7 +45,7 @@ def _native() -> ModuleType | None:
     try:
         from opbridge.ops import _cpu_kernels
     except ImportError as err:  # a build without the extension: ATen's kernel runs instead
-        logger.warning("opbridge's native CPU kernels are unavailable (%s); bicubic grid_sample runs ATen's.", err)
+        logger.warning("opbridge's native CPU kernels are unavailable (%s); grid_sample runs ATen's kernel.", err)
         return None
     return _cpu_kernels
 
@@ -53,14 +55,16 @@ def available() -> bool:
     return _native() is not None
 
 
-def applies(x: torch.Tensor, grid: torch.Tensor) -> bool:
-    """Whether :func:`grid_sample_bicubic` is the faster CPU path for ``x`` (N, C, H, W): float32
-    on the CPU with at least :data:`MIN_CHANNELS` channels, a float grid, and the extension built."""
+def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> bool:
+    """Whether :func:`grid_sample` is the faster CPU path for ``x`` (N, C, H, W) in this mode:
+    bilinear or bicubic, float32 on the CPU with at least ``MIN_CHANNELS[mode]`` channels, a float
+    grid, and the extension built."""
     return (
-        x.device.type == "cpu"
+        interpolation_mode in MIN_CHANNELS
+        and x.device.type == "cpu"
         and x.dtype == torch.float32
         and x.dim() == 4
-        and x.shape[1] >= MIN_CHANNELS
+        and x.shape[1] >= MIN_CHANNELS[interpolation_mode]
         and grid.is_floating_point()
         and available()
     )
@@ -84,49 +88,57 @@ def _run(calls: list[Any]) -> None:
         future.result()
 
 
-def grid_sample_bicubic(
+def grid_sample(
     x: torch.Tensor,
     grid: torch.Tensor,
+    interpolation_mode: int,
     padding_mode: int = 0,
     align_corners: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``F.grid_sample(x, grid, mode="bicubic")`` of float32 CPU ``x`` (N, C, H, W) at ``grid``
-    (N, Ho, Wo, 2), padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo) where
-    given, else a new tensor. Uses up to ``torch.get_num_threads()`` threads."""
+    """``F.grid_sample`` of float32 CPU ``x`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2): mode 0
+    bilinear or 2 bicubic, padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo)
+    where given, else a new tensor. Uses up to ``torch.get_num_threads()`` threads."""
     module = _native()
     if module is None:
         raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
+    if interpolation_mode not in MIN_CHANNELS:
+        raise ValueError(
+            f"grid_sample (native): interpolation_mode {interpolation_mode}; 0 (bilinear) or 2 (bicubic). "
+            "Nearest runs F.grid_sample."
+        )
     if x.dim() != 4 or grid.dim() != 4 or grid.shape[0] != x.shape[0] or grid.shape[3] != 2:
         raise ValueError(
-            f"grid_sample bicubic: input (N, C, H, W) and grid (N, Ho, Wo, 2) expected, "
+            f"grid_sample (native): input (N, C, H, W) and grid (N, Ho, Wo, 2) expected, "
             f"got {tuple(x.shape)} and {tuple(grid.shape)}."
         )
     if x.dtype != torch.float32 or x.device.type != "cpu":
-        raise ValueError(f"grid_sample bicubic: a float32 CPU input expected, got {x.dtype} on {x.device}.")
+        raise ValueError(f"grid_sample (native): a float32 CPU input expected, got {x.dtype} on {x.device}.")
     if padding_mode not in (0, 1, 2):
-        raise ValueError(f"grid_sample bicubic: padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
+        raise ValueError(f"grid_sample (native): padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
     want = (n, c, ho, wo)
     if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or out.device.type != "cpu"):
         raise ValueError(
-            f"grid_sample bicubic: `out` must be a float32 CPU tensor of shape {want}, "
+            f"grid_sample (native): `out` must be a float32 CPU tensor of shape {want}, "
             f"got {tuple(out.shape)} {out.dtype} on {out.device}."
         )
     if h * w == 0 and n * c * ho * wo:
-        raise ValueError(f"grid_sample bicubic: the input's planes are empty ({h}x{w}); pass H, W >= 1.")
+        raise ValueError(f"grid_sample (native): the input's planes are empty ({h}x{w}); pass H, W >= 1.")
     target = out if out is not None and out.is_contiguous() else torch.empty(want, dtype=torch.float32)
     if target.numel():
         xs, gs = x.detach().contiguous(), grid.detach().to(torch.float32).contiguous()
-        _sample(module, xs, gs, target, padding_mode, bool(align_corners))
+        _sample(module, xs, gs, target, interpolation_mode, padding_mode, bool(align_corners))
     if out is not None and target is not out:
         out.copy_(target)
         return out
     return target
 
 
-def _sample(module: ModuleType, x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, pad: int, align: bool) -> None:
+def _sample(
+    module: ModuleType, x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, mode: int, pad: int, align: bool
+) -> None:
     n, c, h, w = x.shape
     hw, p = h * w, grid.shape[1] * grid.shape[2]
     xs, gs, os_ = x.numpy(), grid.numpy().reshape(n, p, 2), out.numpy().reshape(n, c, p)
@@ -137,7 +149,7 @@ def _sample(module: ModuleType, x: torch.Tensor, grid: torch.Tensor, out: torch.
         _run([functools.partial(module.to_channels_last, xi, xt, c, hw, a, b) for a, b in _ranges(hw, threads)])
         _run(
             [
-                functools.partial(module.grid_sample_bicubic, xt, gi, oi, c, h, w, p, pad, align, a, b)
+                functools.partial(module.grid_sample, xt, gi, oi, c, h, w, p, mode, pad, align, a, b)
                 for a, b in _ranges(p, threads)
             ]
         )
