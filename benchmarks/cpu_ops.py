@@ -7,7 +7,11 @@ Runtime bridge is importable, the exported model is also timed through
 ``opbridge.onnxruntime.InferenceSession``.
 
 Usage:
-    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,grid,dcn,roi,nms]
+    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,grid,grid-channels,dcn,roi,nms]
+
+``grid-channels`` times grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
+against F.grid_sample per interpolation mode and channel count, the measurement behind its
+``MIN_CHANNELS`` thresholds.
 
 Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
 "ratio" is reference time / path time (> 1: the path is faster). Every path runs on
@@ -39,7 +43,12 @@ THREADS = 1
 
 
 def timeit(fn: Callable[[], Any], reps: int) -> float:
+    # warm up for at least 50 ms: the first calls in a process ran up to 2x slower (page faults,
+    # caches, clocks) and skewed the first rows
+    start = time.perf_counter()
     fn()
+    while time.perf_counter() - start < 0.05:
+        fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -194,6 +203,25 @@ def bench_grid(quick: bool, reps: int) -> None:
                     "reference",
                     ref,
                 )
+
+
+def bench_grid_channels(quick: bool, reps: int) -> None:
+    import torch.nn.functional as F
+
+    from opbridge.ops import _gridsample_cpu
+
+    shapes = [(1, 1, 128), (1, 3, 128), (1, 4, 128), (1, 8, 128), (1, 16, 64), (1, 16, 128), (2, 64, 128)]
+    for mode, name in ((0, "bilinear"), (2, "bicubic")):
+        for n, c, h in shapes[:4] if quick else shapes:
+            x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
+            row(
+                "grid_sampler " + name,
+                f"{n}x{c}x{h}x{h}",
+                "native kernel alone" + ("" if _gridsample_cpu.applies(x, grid, mode) else " (ATen runs)"),
+                timeit(lambda: _gridsample_cpu.grid_sample(x, grid, mode), 3 * reps),
+                "F.grid_sample",
+                timeit(lambda: F.grid_sample(x, grid, mode=name, align_corners=False), 3 * reps),
+            )
 
 
 def bench_dcn(quick: bool, reps: int) -> None:
@@ -372,7 +400,9 @@ def bench_nms(quick: bool, reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
-    parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections")
+    parser.add_argument(
+        "--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections (also grid-channels)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -387,7 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    sections = {"resize": bench_resize, "grid": bench_grid, "dcn": bench_dcn, "roi": bench_roi, "nms": bench_nms}
+    sections = {
+        "resize": bench_resize,
+        "grid": bench_grid,
+        "grid-channels": bench_grid_channels,
+        "dcn": bench_dcn,
+        "roi": bench_roi,
+        "nms": bench_nms,
+    }
     for name, fn in sections.items():
         if name in args.only.split(","):
             fn(args.quick, reps)
