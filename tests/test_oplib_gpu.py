@@ -431,6 +431,73 @@ def test_grid_sampler_gpu_plane_persistent(dtype: torch.dtype, ck: int) -> None:
 
 @needs_plane
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("variant", ["loop", "nhwc", "plane"])
+def test_grid_sampler_gpu_non_finite_coordinates_as_pytorch_cuda(variant: str, dtype: torch.dtype) -> None:
+    """NaN, infinite and huge coordinates give what F.grid_sample gives on CUDA, in every variant,
+    mode and padding: PyTorch's CUDA kernels move such coordinates outside the plane (zeros for
+    bilinear and nearest with zeros padding, where its CPU kernel gives NaN for bilinear), clip
+    them with border and reflection padding, and bicubic's weights make NaN. Reflection of finite
+    coordinates beyond 1e9 is left out: PyTorch's flip count overflows an int there."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 5, 12, 16, device="cuda", generator=g).to(dtype)
+    special = [float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 5e9, 0.2]
+    grid = torch.rand(2, 8, len(special), 2, device="cuda", generator=g) * 2.4 - 1.2
+    grid[0, 0, :, 0] = torch.tensor(special)
+    grid[0, 1, :, 1] = torch.tensor(special)
+    grid[0, 2, :, 0] = torch.tensor(special)
+    grid[0, 2, :, 1] = torch.tensor(special)
+    grid = grid.to(dtype)
+    huge = (grid.float().abs() > 1e9) & grid.float().isfinite()
+    for mode, name in enumerate(("bilinear", "nearest", "bicubic")):
+        for pad, pad_name in enumerate(("zeros", "border", "reflection")):
+            out = torch.full((2, 5, 8, len(special)), 7.0, device="cuda", dtype=dtype)
+            tk.grid_sample(x, grid, out, mode, pad, False, variant=variant)
+            want = torch.nn.functional.grid_sample(x, grid, mode=name, padding_mode=pad_name, align_corners=False)
+            keep = torch.ones_like(want, dtype=torch.bool)
+            if pad == 2:
+                keep = ~huge.any(-1)[:, None].expand_as(want)
+            label = f"{variant} {name} {pad_name}"
+            assert torch.equal(out.isnan() & keep, want.isnan() & keep), label
+            finite = want.isfinite() & keep
+            if mode == 1:
+                assert torch.equal(out[finite], want[finite]), label
+            else:
+                torch.testing.assert_close(out[finite].float(), want[finite].float(), **_tol(dtype), msg=label)
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", [(1, 128, 256, 2), (2, 512, 8192, 4, 0, 1, 0)], ids=str)
+def test_grid_sampler_gpu_plane_nearest_copies_bits(dtype: torch.dtype, config: tuple) -> None:
+    """Nearest copies the input's values bit for bit, NaN payloads and negative zeros included, as
+    F.grid_sample does; zeros outside (every padding on points far out and on NaN coordinates)."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    info = torch.iinfo(bits)
+    x = torch.randint(info.min, info.max, (2, 5, 12, 16), device="cuda", generator=g, dtype=bits).view(dtype)
+    # pixel positions within 0.3 of a pixel centre, inside and up to 3 pixels out (far from the
+    # rounding boundaries, so that PyTorch's half-precision coordinates pick the same pixels)
+    size = torch.tensor([16.0, 12.0], device="cuda")
+    centre = torch.randint(-3, 19, (2, 7, 9, 2), device="cuda", generator=g).float().clamp(max=size + 2)
+    pos = centre + torch.rand(2, 7, 9, 2, device="cuda", generator=g) * 0.6 - 0.3
+    grid = ((2 * pos + 1) / size - 1).to(dtype)
+    grid[0, 0, :3, 0] = torch.tensor([float("nan"), 1e4, -1e4])
+    assert x.isnan().any()
+    for pad in (0, 1, 2):
+        out = torch.full((2, 5, 7, 9), 3.0, device="cuda", dtype=dtype)
+        tk.grid_sample(x, grid, out, 1, pad, False, variant="plane", config=config)
+        want = torch.nn.functional.grid_sample(
+            x, grid, mode="nearest", padding_mode=("zeros", "border", "reflection")[pad], align_corners=False
+        )
+        assert torch.equal(out.view(bits), want.view(bits))
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", [(1, 128, 256, 2, 1), (2, 256, 100, 2, 0), (4, 128, 256, 2, 1, 1)], ids=str)
 @pytest.mark.parametrize("mode", [0, 2], ids=["bilinear", "bicubic"])
 def test_grid_sampler_gpu_plane_zero_border(mode: int, dtype: torch.dtype, config: tuple) -> None:

@@ -126,7 +126,9 @@ def _reflect(x, twice_low, twice_high):
 
 @triton.jit
 def _pad_coord(x, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
-    # PyTorch's compute_coordinates: 0 zeros (unchanged), 1 border, 2 reflection
+    # PyTorch's compute_coordinates (CUDA): 0 zeros (unchanged), 1 border, 2 reflection; then its
+    # safe_downgrade_to_int_range: NaN, infinite and out-of-int-range coordinates become -100,
+    # outside any plane (bilinear and nearest give 0 there, with finite weights)
     if PAD == 1:
         x = tl.minimum(tl.maximum(x, 0.0), size - 1.0)
     elif PAD == 2:
@@ -135,7 +137,7 @@ def _pad_coord(x, size, PAD: tl.constexpr, ALIGN: tl.constexpr):
         else:
             x = _reflect(x, -1.0, 2.0 * size - 1.0)
         x = tl.minimum(tl.maximum(x, 0.0), size - 1.0)
-    return x
+    return tl.where((x >= -2147483648.0) & (x <= 2147483648.0), x, -100.0)
 
 
 @triton.jit

@@ -98,7 +98,7 @@ __device__ __forceinline__ float reflect(float x, float twice_low, float twice_h
     return odd ? span - extra + lo : extra + lo;
 }
 
-// PyTorch's compute_coordinates: 0 zeros (unchanged), 1 border, 2 reflection
+// PyTorch's compute_coordinates (CUDA): 0 zeros (unchanged), 1 border, 2 reflection
 __device__ __forceinline__ float pad_coord(float x, float size) {
 #if PAD == 1
     x = fminf(fmaxf(x, 0.0f), size - 1.0f);
@@ -110,7 +110,9 @@ __device__ __forceinline__ float pad_coord(float x, float size) {
 #endif
     x = fminf(fmaxf(x, 0.0f), size - 1.0f);
 #endif
-    return x;
+    // PyTorch's safe_downgrade_to_int_range: NaN, infinite and out-of-int-range coordinates become
+    // -100, outside any plane (zeros, finite weights: bilinear and nearest give 0 there, as on CUDA)
+    return (x >= -2147483648.0f && x <= 2147483648.0f) ? x : -100.0f;
 }
 
 
@@ -268,7 +270,18 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         iy = pad_coord(iy, Hf);
         int xx = (int)rintf(ix), yy = (int)rintf(iy);
         bool ok = xx >= 0 && xx < W && yy >= 0 && yy < H;
-        tap(acc, s, ok ? yy * W + xx : 0, ok, 1.0f, true);
+        // the input's values themselves (no round trip through float), zeros outside
+        vec_t v;
+        if (ok) {
+            v = s[yy * W + xx];
+        } else {
+#pragma unroll
+            for (int k = 0; k < CK; ++k) v.v[k] = (scalar_t)0;
+        }
+#pragma unroll
+        for (int k = 0; k < CK; ++k)
+            if (c0 + k < C) op[(long long)k * HWo + q] = v.v[k];
+        continue;
 #else
         float x0f = floorf(ix), y0f = floorf(iy);
         float tx = ix - x0f, ty = iy - y0f;
