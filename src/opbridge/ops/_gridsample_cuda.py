@@ -110,9 +110,7 @@ __device__ __forceinline__ float pad_coord(float x, float size) {
 #endif
     x = fminf(fmaxf(x, 0.0f), size - 1.0f);
 #endif
-    // PyTorch's safe_downgrade_to_int_range: NaN, infinite and out-of-int-range coordinates become
-    // -100, outside any plane (zeros, finite weights: bilinear and nearest give 0 there, as on CUDA)
-    return (x >= -2147483648.0f && x <= 2147483648.0f) ? x : -100.0f;
+    return x;
 }
 
 
@@ -247,40 +245,42 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         float w_ne = (ix - x0f) * ((y0f + 1.0f) - iy);
         float w_sw = ((x0f + 1.0f) - ix) * (iy - y0f);
         float w_se = (ix - x0f) * (iy - y0f);
+        // Bounds are compared in float: NaN, infinite and huge coordinates fall outside, and such a
+        // point gives 0 whatever its weights (PyTorch's CUDA kernel moves these coordinates outside
+        // the plane: safe_downgrade_to_int_range)
 #if BORDER
         // taps outside the plane read the zero border (the same zeros the checks below give)
         const int P = W + 1;
-        const bool in = x0 >= -1 && x0 < W && y0 >= -1 && y0 < H;
+        const bool in = x0f >= -1.0f && x0f < Wf && y0f >= -1.0f && y0f < Hf;
         const int o = in ? (y0 + 1) * P + x0 + 1 : (H + 1) * P;
         tap(acc, s, o, true, w_nw, true);
         tap(acc, s, o + 1, true, w_ne, false);
         tap(acc, s, o + P, true, w_sw, false);
         tap(acc, s, o + P + 1, true, w_se, false);
 #else
-        bool okx0 = x0 >= 0 && x0 < W, okx1 = x0 >= -1 && x0 < W - 1;
-        bool oky0 = y0 >= 0 && y0 < H, oky1 = y0 >= -1 && y0 < H - 1;
-        int o = (okx0 || okx1) && (oky0 || oky1) ? y0 * W + x0 : 0;
+        bool okx0 = x0f >= 0.0f && x0f < Wf, okx1 = x0f >= -1.0f && x0f < Wf - 1.0f;
+        bool oky0 = y0f >= 0.0f && y0f < Hf, oky1 = y0f >= -1.0f && y0f < Hf - 1.0f;
+        const bool in = (okx0 || okx1) && (oky0 || oky1);
+        int o = in ? y0 * W + x0 : 0;
         tap(acc, s, o, okx0 && oky0, w_nw, true);
         tap(acc, s, o + 1, okx1 && oky0, w_ne, false);
         tap(acc, s, o + W, okx0 && oky1, w_sw, false);
         tap(acc, s, o + W + 1, okx1 && oky1, w_se, false);
 #endif
+#pragma unroll
+        for (int k = 0; k < CK; ++k) acc[k] = in ? acc[k] : 0.0f;
 #elif MODE == 1
         ix = pad_coord(ix, Wf);
         iy = pad_coord(iy, Hf);
-        int xx = (int)rintf(ix), yy = (int)rintf(iy);
-        bool ok = xx >= 0 && xx < W && yy >= 0 && yy < H;
+        // bounds compared in float: NaN, infinite and huge coordinates read zeros, as in PyTorch
+        const float rx = rintf(ix), ry = rintf(iy);
+        const bool ok = rx >= 0.0f && rx < Wf && ry >= 0.0f && ry < Hf;
+        const int xx = (int)rx, yy = (int)ry;
         // the input's values themselves (no round trip through float), zeros outside
-        vec_t v;
-        if (ok) {
-            v = s[yy * W + xx];
-        } else {
-#pragma unroll
-            for (int k = 0; k < CK; ++k) v.v[k] = (scalar_t)0;
-        }
+        const vec_t v = s[ok ? yy * W + xx : 0];
 #pragma unroll
         for (int k = 0; k < CK; ++k)
-            if (c0 + k < C) op[(long long)k * HWo + q] = v.v[k];
+            if (c0 + k < C) op[(long long)k * HWo + q] = ok ? v.v[k] : (scalar_t)0;
         continue;
 #else
         float x0f = floorf(ix), y0f = floorf(iy);
