@@ -7,11 +7,16 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
 * :data:`GridSample` (``mmdeploy::grid_sampler``): ``F.grid_sample``;
   ``interpolation_mode`` 0 bilinear, 1 nearest, 2 bicubic; ``padding_mode``
   0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` (models at
-  opset >= 16, see :func:`grid_sampler_function`); CPU kernel: PyTorch's own CPU
-  grid_sample.
+  opset >= 16, see :func:`grid_sampler_function`); CPU kernel: opbridge's native
+  kernel for float32 bilinear and bicubic with enough channels
+  (:mod:`opbridge.ops._gridsample_cpu`), else PyTorch's own CPU grid_sample. For
+  NaN, infinite and huge coordinates the GPU kernels give what PyTorch's CUDA
+  kernels give and the CPU kernels what its CPU kernel gives; the two differ for
+  bilinear with zeros padding (0 on CUDA, NaN on the CPU).
 * :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
   DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. Function body: ONNX
-  ``DeformConv`` (models at opset >= 19); CPU kernel (numpy).
+  ``DeformConv`` (models at opset >= 19); CPU kernel (torch: one grid_sample
+  per deform group and one matmul).
 * :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
   ``roi_align`` for mode "avg", plus mode "max"). CPU kernel (numpy).
 * :data:`MultiLevelRoiAlign` (``mmdeploy::MMCVMultiLevelRoiAlign``): MMDet's
@@ -19,9 +24,10 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
 * :data:`BatchedNMS` (``mmdeploy::TRTBatchedNMS``): MMDeploy's TensorRT batched
   NMS with fixed-size padded outputs. CPU kernel (numpy).
 
-Each op also has a GPU kernel (Triton, imported on first call; grid_sample's bilinear and
-nearest modes on small planes a CUDA kernel, :mod:`opbridge.ops._gridsample_cuda`) registered with
-``register_gpu_kernel``; see :mod:`opbridge.ops._detection_gpu`.
+Each op also has a GPU kernel (Triton, imported on first call; grid_sample on small planes in
+bilinear, nearest and, with zeros padding, bicubic mode a CUDA kernel,
+:mod:`opbridge.ops._gridsample_cuda`) registered with ``register_gpu_kernel``; see
+:mod:`opbridge.ops._detection_gpu`.
 
 Example:
     >>> import torch
