@@ -32,7 +32,8 @@ setup(
             depends=["src/opbridge/onnxruntime/_ort_abi.h"],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall"],
         ),
-        # no fused multiply-adds: the kernels round each product and sum as ATen's CPU kernels do
+        # each product and sum rounded as in ATen's CPU kernels (no contraction into fused multiply-adds);
+        # -fno-trapping-math lets floorf vectorize
         Extension(
             "opbridge.ops._cpu_kernels",
             sources=["src/opbridge/ops/_cpu_kernels.c"],

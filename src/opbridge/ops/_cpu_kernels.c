@@ -26,7 +26,7 @@
 
 #define TILE 128 /* output points whose taps are computed together, then swept channel by channel */
 
-/* the sampling loops is built for AVX2 too where the compiler can (picked at load time) */
+/* the sampling loops are also built for AVX2 (the clone is picked at load time) */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define OPB_CLONES __attribute__((target_clones("avx2", "default")))
 #else

@@ -7,7 +7,7 @@ arithmetic of ATen's vectorized kernel (results within a few float32 ulps of F.g
 ATen's build may fuse some products). It writes straight into a caller's output (ONNX Runtime's
 buffer through the bridge). With few channels the per-point work and the two layout passes
 dominate and ATen's kernel, vectorized across points, is faster: :func:`applies` takes the native
-kernel from :data:`MIN_CHANNELS` channels per mode (``benchmarks/cpu_ops.py --only grid``), and
+kernel from :data:`MIN_CHANNELS` channels per mode (``benchmarks/cpu_ops.py --only grid-channels``), and
 never for nearest, which ATen's kernel does faster at every size measured.
 
 Example:
@@ -34,14 +34,15 @@ __all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample"]
 logger = logging.getLogger(__name__)
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
-# on the 2-core development machine: bicubic 1.6x ATen at 4 channels, 0.96x at 3; bilinear 1.2x
-# at 8, 0.98x at 4).
+# --only grid-channels on the 2-core development machine: bicubic 1.54x ATen at 4 channels, 0.93x at
+# 3; bilinear 1.10x at 8, 0.87x at 4).
 MIN_CHANNELS = {0: 8, 2: 4}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
-# Channels-last copies of at most this many bytes are kept for the calling thread's next call: a
-# fresh allocation per call cost up to 0.7 ms of page faults at 1x16x128x128 (benchmarks/cpu_ops.py).
-_KEEP_BYTES = 64 << 20
+# Channels-last copies of at most this many bytes (an image of 64 x 256 x 256 floats) are kept for
+# the calling thread's next call: a fresh allocation per call cost up to 0.7 ms of page faults at
+# 1x16x128x128 (benchmarks/cpu_ops.py).
+_KEEP_BYTES = 16 << 20
 _workspace = threading.local()
 
 
