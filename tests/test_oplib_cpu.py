@@ -287,6 +287,31 @@ def test_native_grid_sample_writes_out_and_splits_over_threads(mode: int) -> Non
     assert torch.equal(strided.nan_to_num(7.0), one.nan_to_num(7.0))
 
 
+def test_native_grid_sample_concurrent_callers() -> None:
+    """Callers on several threads at once, with different sizes (each thread keeps its own
+    channels-last buffer, reused from call to call): every result is F.grid_sample's."""
+    import concurrent.futures
+
+    from opbridge.ops import _gridsample_cpu
+
+    cases = [_native_case((1, c, 9 + c, 11), (7, 6 + c), seed=40 + c) for c in (8, 12, 16, 20, 24, 9)]
+
+    def run(case: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        x, grid = case
+        ok = True
+        for mode in (2, 0, 2):
+            want = torch.nn.functional.grid_sample(x, grid, mode=_NATIVE_MODES[mode], align_corners=False)
+            got = _gridsample_cpu.grid_sample(x, grid, mode)
+            finite = want.isfinite()
+            ok &= torch.equal(got.isnan(), want.isnan()) and torch.allclose(
+                got[finite], want[finite], rtol=NATIVE_RTOL, atol=NATIVE_ATOL
+            )
+        return ok
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        assert all(pool.map(run, cases * 3))
+
+
 def test_native_grid_sample_path_choice() -> None:
     """The native kernel takes float32 bicubic inputs of four or more channels and bilinear ones of
     eight or more; fewer channels (ATen is faster there), nearest, and other dtypes run
