@@ -7,9 +7,11 @@ Runtime bridge is importable, the exported model is also timed through
 ``opbridge.onnxruntime.InferenceSession``.
 
 Usage:
-    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,grid,grid-channels,dcn,roi,nms]
+    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,resize-kernel,grid,grid-channels,dcn,roi,nms]
 
-``grid-channels`` times grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
+``resize-kernel`` times DynamicResize's native CPU kernel (``opbridge.ops._resize_cpu``) alone against
+ATen's ``upsample_bicubic2d.out`` into the same output, up and down. ``grid-channels`` times
+grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
 against F.grid_sample per interpolation mode and channel count, the measurement behind its
 ``MIN_CHANNELS`` thresholds.
 
@@ -203,6 +205,30 @@ def bench_grid(quick: bool, reps: int) -> None:
                     "reference",
                     ref,
                 )
+
+
+def bench_resize_kernel(quick: bool, reps: int) -> None:
+    from opbridge.ops import _resize_cpu
+
+    sizes = [
+        ((1, 3, 128, 128), (256, 256)),
+        ((1, 3, 256, 256), (1024, 1024)),
+        ((8, 64, 64, 64), (128, 128)),
+        ((1, 3, 540, 960), (720, 1280)),
+        ((8, 64, 128, 128), (200, 200)),
+        ((2, 16, 256, 256), (96, 96)),
+    ]
+    for shape, (ho, wo) in sizes[:2] if quick else sizes:
+        x = torch.randn(*shape)
+        out = torch.empty(shape[0], shape[1], ho, wo)
+        row(
+            "DynamicResize (bicubic)",
+            f"{'x'.join(map(str, shape))} -> {ho}x{wo}",
+            "native kernel alone",
+            timeit(lambda: _resize_cpu.resize_bicubic(x, ho, wo, out=out), reps),
+            "upsample_bicubic2d.out",
+            timeit(lambda: torch.ops.aten.upsample_bicubic2d.out(x, [ho, wo], False, None, None, out=out), reps),
+        )
 
 
 def bench_grid_channels(quick: bool, reps: int) -> None:
@@ -419,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sections = {
         "resize": bench_resize,
+        "resize-kernel": bench_resize_kernel,
         "grid": bench_grid,
         "grid-channels": bench_grid_channels,
         "dcn": bench_dcn,

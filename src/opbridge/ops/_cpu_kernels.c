@@ -232,32 +232,92 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
     }
 }
 
+/* ------------------------------------------------------------------ bicubic resize */
+
+/* One output axis of F.interpolate(mode="bicubic") as ATen computes it: the scale from the sizes,
+   the source index (not clamped for cubic), the guarded floor and fraction, the cubic coefficients
+   of the fraction and the four taps clamped into [0, in - 1]. */
+static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)[4], float (*w)[4]) {
+    const float A = -0.75f;
+    const float scale = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : (float)in / (float)out;
+    for (Py_ssize_t o = 0; o < out; ++o) {
+        const float real = align ? scale * (float)o : (float)((double)scale * (double)((float)o + 0.5f) - 0.5);
+        Py_ssize_t i0 = (Py_ssize_t)floorf(real);
+        if (i0 > in - 1) i0 = in - 1;
+        float t = real - (float)i0;
+        t = t > 0.0f ? t : 0.0f;
+        t = t < 1.0f ? t : 1.0f;
+        float x = t + 1.0f;
+        w[o][0] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;
+        w[o][1] = ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;
+        x = 1.0f - t;
+        w[o][2] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;
+        x = x + 1.0f;
+        w[o][3] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;
+        for (int k = 0; k < 4; ++k) {
+            Py_ssize_t j = i0 - 1 + k;
+            idx[o][k] = (int32_t)(j < 0 ? 0 : j > in - 1 ? in - 1 : j);
+        }
+    }
+}
+
+/* Output rows [oy0, oy1) of planes [p0, p1): separable, with ATen's sums in ATen's order. Each
+   output is sum_j (sum_i x[r_j][c_i] * wx_i) * wy_j; the inner sums of an input row do not depend
+   on the output row, so they are computed once per needed input row (the horizontal pass, into
+   `rows`, input rows [r0, r1], those the output rows read) and the outer sums run across whole
+   output rows (vectorized). */
+OPB_CLONES static void resize_bicubic(const float *x, float *out, Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho,
+                                      Py_ssize_t Wo, const int32_t (*yi)[4], const float (*wy)[4],
+                                      const int32_t (*xi)[4], const float (*wx)[4], Py_ssize_t p0, Py_ssize_t p1,
+                                      Py_ssize_t oy0, Py_ssize_t oy1, Py_ssize_t r0, Py_ssize_t r1,
+                                      float *restrict rows) {
+    for (Py_ssize_t p = p0; p < p1; ++p) {
+        const float *plane = x + p * H * W;
+        for (Py_ssize_t r = r0; r <= r1; ++r) {
+            const float *src = plane + r * W;
+            float *restrict dst = rows + (r - r0) * Wo;
+            for (Py_ssize_t ox = 0; ox < Wo; ++ox) {
+                const int32_t *c = xi[ox];
+                const float *k = wx[ox];
+                dst[ox] = src[c[0]] * k[0] + src[c[1]] * k[1] + src[c[2]] * k[2] + src[c[3]] * k[3];
+            }
+        }
+        for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
+            const float *restrict t0 = rows + (yi[oy][0] - r0) * Wo, *restrict t1 = rows + (yi[oy][1] - r0) * Wo;
+            const float *restrict t2 = rows + (yi[oy][2] - r0) * Wo, *restrict t3 = rows + (yi[oy][3] - r0) * Wo;
+            const float b0 = wy[oy][0], b1 = wy[oy][1], b2 = wy[oy][2], b3 = wy[oy][3];
+            float *restrict o = out + (p * Ho + oy) * Wo;
+            for (Py_ssize_t ox = 0; ox < Wo; ++ox) o[ox] = t0[ox] * b0 + t1[ox] * b1 + t2[ox] * b2 + t3[ox] * b3;
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ Python entry point */
 
-static int check_len(const Py_buffer *b, const char *name, Py_ssize_t elements) {
+static int check_len(const char *fn, const Py_buffer *b, const char *name, Py_ssize_t elements) {
     if (b->len != elements * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError,
-                     "grid_sample: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
+                     "%s: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
                      "pass contiguous float32 buffers of the declared sizes",
-                     name, b->len, elements, elements * (Py_ssize_t)sizeof(float));
+                     fn, name, b->len, elements, elements * (Py_ssize_t)sizeof(float));
         return 0;
     }
     return 1;
 }
 
-static int sizes_ok(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
-    if (C < 1 || H < 1 || W < 1 || P < 0 || H * (double)W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 ||
-        (double)C * P > 1e15) {
-        PyErr_Format(PyExc_ValueError, "grid_sample: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected",
-                     C, H, W, P);
+static int sizes_ok(const char *fn, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
+    if (C < 1 || H < 1 || W < 1 || P < 0 || H * (double)W >= (double)INT32_MAX ||
+        (double)C * (H * (double)W + 1) > 1e15 || (double)C * P > 1e15) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected", fn, C,
+                     H, W, P);
         return 0;
     }
     return 1;
 }
 
-static int range_ok(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
+static int range_ok(const char *fn, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
     if (r0 < 0 || r1 < r0 || r1 > n) {
-        PyErr_Format(PyExc_ValueError, "grid_sample: range [%zd, %zd) outside [0, %zd)", r0, r1, n);
+        PyErr_Format(PyExc_ValueError, "%s: range [%zd, %zd) outside [0, %zd)", fn, r0, r1, n);
         return 0;
     }
     return 1;
@@ -274,8 +334,8 @@ static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
     Py_ssize_t C, HW, r0, r1;
     if (!PyArg_ParseTuple(args, "y*w*nnnn", &xb, &tb, &C, &HW, &r0, &r1)) return NULL;
     PyObject *result = NULL;
-    if (sizes_ok(C, 1, HW, 0) && range_ok(r0, r1, HW) && check_len(&xb, "x", C * HW) &&
-        check_len(&tb, "xt", (HW + 1) * C)) {
+    if (sizes_ok("to_channels_last", C, 1, HW, 0) && range_ok("to_channels_last", r0, r1, HW) &&
+        check_len("to_channels_last", &xb, "x", C * HW) && check_len("to_channels_last", &tb, "xt", (HW + 1) * C)) {
         Py_BEGIN_ALLOW_THREADS;
         nchw_to_nhwc((const float *)xb.buf, (float *)tb.buf, C, HW, r0, r1);
         Py_END_ALLOW_THREADS;
@@ -301,14 +361,15 @@ static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*w*nnnniipnn", &tb, &gb, &ob, &C, &H, &W, &P, &mode, &padding, &align, &p0, &p1))
         return NULL;
     PyObject *result = NULL;
-    if (!sizes_ok(C, H, W, P) || !range_ok(p0, p1, P)) {
+    if (!sizes_ok("grid_sample", C, H, W, P) || !range_ok("grid_sample", p0, p1, P)) {
         /* error set */
     } else if ((mode != BILINEAR && mode != BICUBIC) || padding < 0 || padding > 2) {
         PyErr_Format(PyExc_ValueError,
                      "grid_sample: mode %d, padding %d; modes 0 (bilinear), 2 (bicubic) and paddings "
                      "0 (zeros), 1 (border), 2 (reflection)",
                      mode, padding);
-    } else if (check_len(&tb, "xt", (H * W + 1) * C) && check_len(&gb, "grid", P * 2) && check_len(&ob, "out", C * P)) {
+    } else if (check_len("grid_sample", &tb, "xt", (H * W + 1) * C) && check_len("grid_sample", &gb, "grid", P * 2) &&
+               check_len("grid_sample", &ob, "out", C * P)) {
         void *work = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)C * sizeof(float));
         if (work == NULL) {
             PyErr_NoMemory();
@@ -327,9 +388,71 @@ static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     return result;
 }
 
+PyDoc_STRVAR(resize_bicubic_doc,
+             "resize_bicubic(x, out, planes, H, W, Ho, Wo, align, p0, p1, oy0, oy1)\n\n"
+             "F.interpolate(mode=\"bicubic\") of x (planes, H, W) into out (planes, Ho, Wo), both contiguous\n"
+             "float32; only planes [p0, p1) and output rows [oy0, oy1). Releases the GIL while it runs.");
+
+static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer xb, ob;
+    Py_ssize_t planes, H, W, Ho, Wo, p0, p1, oy0, oy1;
+    int align;
+    if (!PyArg_ParseTuple(args, "y*w*nnnnnpnnnn", &xb, &ob, &planes, &H, &W, &Ho, &Wo, &align, &p0, &p1, &oy0, &oy1))
+        return NULL;
+    PyObject *result = NULL;
+    if (planes < 0 || H < 1 || W < 1 || Ho < 1 || Wo < 1 || H >= INT32_MAX || W >= INT32_MAX ||
+        (double)planes * H * W > 1e15 || (double)planes * Ho * Wo > 1e15) {
+        PyErr_Format(PyExc_ValueError,
+                     "resize_bicubic: sizes planes=%zd H=%zd W=%zd Ho=%zd Wo=%zd; planes >= 0, the others >= 1", planes,
+                     H, W, Ho, Wo);
+    } else if (range_ok("resize_bicubic", p0, p1, planes) && range_ok("resize_bicubic", oy0, oy1, Ho) &&
+               check_len("resize_bicubic", &xb, "x", planes * H * W) &&
+               check_len("resize_bicubic", &ob, "out", planes * Ho * Wo)) {
+        /* the axes' taps; then the input rows of one plane that the output rows read */
+        char *axes = PyMem_RawMalloc((size_t)(Ho + Wo) * (4 * sizeof(int32_t) + 4 * sizeof(float)));
+        float *rows = NULL;
+        Py_ssize_t r0 = H, r1 = -1;
+        if (axes != NULL) {
+            int32_t(*yi)[4] = (int32_t(*)[4])axes;
+            int32_t(*xi)[4] = yi + Ho;
+            float(*wy)[4] = (float(*)[4])(xi + Wo);
+            float(*wx)[4] = wy + Ho;
+            resize_axis(H, Ho, align, yi, wy);
+            resize_axis(W, Wo, align, xi, wx);
+            for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
+                if (yi[oy][0] < r0) r0 = yi[oy][0];
+                if (yi[oy][3] > r1) r1 = yi[oy][3];
+            }
+            rows = PyMem_RawMalloc((size_t)(r1 >= r0 ? r1 - r0 + 1 : 1) * (size_t)Wo * sizeof(float));
+        }
+        if (axes == NULL || rows == NULL) {
+            PyErr_NoMemory();
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            if (p1 > p0 && oy1 > oy0) {
+                const int32_t(*yi)[4] = (const int32_t(*)[4])axes;
+                const int32_t(*xi)[4] = yi + Ho;
+                const float(*wy)[4] = (const float(*)[4])(xi + Wo);
+                const float(*wx)[4] = wy + Ho;
+                resize_bicubic((const float *)xb.buf, (float *)ob.buf, H, W, Ho, Wo, yi, wy, xi, wx, p0, p1, oy0, oy1,
+                               r0, r1, rows);
+            }
+            Py_END_ALLOW_THREADS;
+            result = Py_NewRef(Py_None);
+        }
+        PyMem_RawFree(rows);
+        PyMem_RawFree(axes);
+    }
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
+    {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,3 +17,18 @@ def grid_sample(
     p1: int,
     /,
 ) -> None: ...
+def resize_bicubic(
+    x: Buffer,
+    out: Buffer,
+    planes: int,
+    H: int,
+    W: int,
+    Ho: int,
+    Wo: int,
+    align: bool,
+    p0: int,
+    p1: int,
+    oy0: int,
+    oy1: int,
+    /,
+) -> None: ...

@@ -20,18 +20,16 @@ Example:
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import logging
 import threading
 from types import ModuleType
 from typing import Any
 
 import torch
 
-__all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample"]
+from opbridge.ops import _cpu_native
 
-logger = logging.getLogger(__name__)
+__all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample"]
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
 # --only grid-channels on the 2-core development machine: bicubic 1.54x ATen at 4 channels, 0.93x at
@@ -46,19 +44,9 @@ _KEEP_BYTES = 16 << 20
 _workspace = threading.local()
 
 
-@functools.cache
-def _native() -> ModuleType | None:
-    try:
-        from opbridge.ops import _cpu_kernels
-    except ImportError as err:  # a build without the extension: ATen's kernel runs instead
-        logger.warning("opbridge's native CPU kernels are unavailable (%s); grid_sample runs ATen's kernel.", err)
-        return None
-    return _cpu_kernels
-
-
 def available() -> bool:
     """Whether the native extension is importable (it is built with the package)."""
-    return _native() is not None
+    return _cpu_native.available()
 
 
 def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> bool:
@@ -76,24 +64,6 @@ def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> boo
     )
 
 
-@functools.cache
-def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="opbridge-cpu")
-
-
-def _ranges(total: int, parts: int) -> list[tuple[int, int]]:
-    step = -(-total // parts)
-    return [(i, min(i + step, total)) for i in range(0, total, step)]
-
-
-def _run(calls: list[Any]) -> None:
-    if len(calls) == 1:
-        calls[0]()
-        return
-    for future in [_pool(len(calls)).submit(call) for call in calls]:
-        future.result()
-
-
 def grid_sample(
     x: torch.Tensor,
     grid: torch.Tensor,
@@ -105,7 +75,7 @@ def grid_sample(
     """``F.grid_sample`` of float32 CPU ``x`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2): mode 0
     bilinear or 2 bicubic, padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo)
     where given, else a new tensor. Uses up to ``torch.get_num_threads()`` threads."""
-    module = _native()
+    module = _cpu_native.module()
     if module is None:
         raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
     if interpolation_mode not in MIN_CHANNELS:
@@ -160,13 +130,18 @@ def _sample(
     hw, p = h * w, grid.shape[1] * grid.shape[2]
     xs, gs, os_ = x.numpy(), grid.numpy().reshape(n, p, 2), out.numpy().reshape(n, c, p)
     xt = _channels_last_buffer((hw + 1) * c).reshape(hw + 1, c)  # one image channels-last, then a row of zeros
-    threads = max(1, min(torch.get_num_threads(), (c * p) // _SPLIT_MIN))
+    threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
     for i in range(n):
         xi, gi, oi = xs[i], gs[i], os_[i]
-        _run([functools.partial(module.to_channels_last, xi, xt, c, hw, a, b) for a, b in _ranges(hw, threads)])
-        _run(
+        _cpu_native.run(
+            [
+                functools.partial(module.to_channels_last, xi, xt, c, hw, a, b)
+                for a, b in _cpu_native.ranges(hw, threads)
+            ]
+        )
+        _cpu_native.run(
             [
                 functools.partial(module.grid_sample, xt, gi, oi, c, h, w, p, mode, pad, align, a, b)
-                for a, b in _ranges(p, threads)
+                for a, b in _cpu_native.ranges(p, threads)
             ]
         )

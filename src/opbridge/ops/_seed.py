@@ -88,9 +88,14 @@ def _resize_shape(x, size_tensor, **_):
 def _resize_kernel(
     x: torch.Tensor, size_tensor: torch.Tensor, *, align_corners: bool = False, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """CPU kernel (torch kind): ATen's bicubic upsampling, the op F.interpolate calls, written into
-    ``out`` where given (ONNX Runtime's preallocated output through the bridge: no copy of the result)."""
+    """CPU kernel (torch kind), written into ``out`` where given (ONNX Runtime's preallocated output
+    through the bridge: no copy of the result): float32 runs opbridge's native separable kernel
+    (:mod:`opbridge.ops._resize_cpu`), other dtypes ATen's bicubic upsampling, the op F.interpolate calls."""
+    from opbridge.ops import _resize_cpu
+
     size = [size_tensor.size(-2), size_tensor.size(-1)]
+    if _resize_cpu.applies(x):
+        return _resize_cpu.resize_bicubic(x, size[0], size[1], bool(align_corners), out=out)
     if out is None:
         return F.interpolate(x, size=size, mode="bicubic", align_corners=align_corners)
     return torch.ops.aten.upsample_bicubic2d.out(x, size, bool(align_corners), None, None, out=out)

@@ -1,0 +1,67 @@
+"""opbridge's native CPU kernels (the C extension ``opbridge.ops._cpu_kernels``): loading, and
+splitting a call's work over threads.
+
+The extension's functions release the GIL, so Python threads run them in parallel; each takes a
+range of its work (output points, planes or rows). Up to ``torch.get_num_threads()`` threads work
+on one call, where it has enough work to share.
+
+Example:
+    >>> ranges(10, 3)
+    [(0, 4), (4, 8), (8, 10)]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import torch
+
+__all__ = ["available", "module", "ranges", "run", "threads_for"]
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def module() -> ModuleType | None:
+    """The extension, or None where it was not built (a warning says so once)."""
+    try:
+        from opbridge.ops import _cpu_kernels
+    except ImportError as err:  # a build without the extension: PyTorch's kernels run instead
+        logger.warning("opbridge's native CPU kernels are unavailable (%s); PyTorch's CPU kernels run instead.", err)
+        return None
+    return _cpu_kernels
+
+
+def available() -> bool:
+    """Whether the native extension is importable (it is built with the package)."""
+    return module() is not None
+
+
+def threads_for(work: int, per_thread: int) -> int:
+    """Threads for ``work`` units where each thread should get at least ``per_thread`` of them:
+    at most ``torch.get_num_threads()``, at least one."""
+    return max(1, min(torch.get_num_threads(), work // max(1, per_thread)))
+
+
+def ranges(total: int, parts: int) -> list[tuple[int, int]]:
+    """``[0, total)`` in at most ``parts`` consecutive ranges of nearly equal size."""
+    step = max(1, -(-total // max(1, parts)))
+    return [(i, min(i + step, total)) for i in range(0, total, step)]
+
+
+@functools.cache
+def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="opbridge-cpu")
+
+
+def run(calls: Sequence[Callable[[], object]]) -> None:
+    """Run the calls, on as many threads as there are calls; the first error is raised."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    for future in [_pool(len(calls)).submit(call) for call in calls]:
+        future.result()
