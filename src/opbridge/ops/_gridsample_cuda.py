@@ -12,7 +12,7 @@ launched on the current stream (:mod:`opbridge.ops._nvrtc`). With small planes, 
 take several work items each and load the next item's planes into registers while they compute
 the current one. Bilinear and bicubic with zeros padding stage the planes inside a border of
 zeros, so that the taps of a point read shared memory without bounds checks (a quarter fewer
-instructions per bilinear output; bicubic 1.2-1.5x faster than without the border).
+instructions per bilinear output; bicubic 1.1-1.6x faster than without the border).
 
 It applies when CK planes fit in a block's shared memory (:func:`plane_fits`). The formulas and
 accumulation order are those of the Triton kernels and of PyTorch's grid_sampler_2d.
