@@ -100,11 +100,13 @@ def nms_inputs(
         {"stride": 2, "pad": 0},
         {"dil": 2, "pad": 2, "groups": 1, "deform_groups": 4, "k": 3},
         {"k": 1, "pad": 0, "groups": 1},
+        {"cin": 16, "cout": 8, "groups": 1, "deform_groups": 2},
     ],
-    ids=["3x3-g2-dg2", "stride2-nopad", "dilation2-dg4", "1x1"],
+    ids=["3x3-g2-dg2", "stride2-nopad", "dilation2-dg4", "1x1", "native-sampler-8ch-per-dg"],
 )
 def test_dcn_kernel_matches_reference(geometry: dict) -> None:
-    """The torch kernel (grid_sample im2col, one matmul) against the reference, returned and into ``out``."""
+    """The torch kernel (grid_sample im2col, one matmul) against the reference, returned and into
+    ``out``; the last case samples through the native bilinear kernel (8 channels per deform group)."""
     tensors, attrs = dcn_inputs(1, **geometry)
     want = d.ModulatedDeformConv2d.run_reference(*tensors, **attrs)
     assert d.ModulatedDeformConv2d.kernel_kind == "torch"

@@ -82,8 +82,9 @@ def deform_conv2d(
     """Torch-kind kernel (CPU tensors): DCNv2 as torchvision's deform_conv2d with mask, written into
     ``out`` where given (ONNX Runtime's output through the bridge).
 
-    The bilinear im2col is one ``F.grid_sample`` per deform group over every kernel tap at once
-    (ATen's vectorized CPU sampler; zeros outside, torchvision's corner rule), the columns scaled by
+    The bilinear im2col is one grid_sample per deform group over every kernel tap at once (opbridge's
+    native sampler from 8 channels per deform group, else ATen's; zeros outside, torchvision's
+    corner rule), the columns scaled by
     the mask, then one batched matmul for all groups. In float32 whatever the storage dtype.
 
     >>> import torch
@@ -95,6 +96,7 @@ def deform_conv2d(
     import torch
     import torch.nn.functional as F
 
+    from opbridge.ops import _gridsample_cpu
     from opbridge.ops._detection_ref import deform_conv_geometry
 
     (sh, sw), (ph, pw), (dh, dw), hout, wout = deform_conv_geometry(
@@ -125,13 +127,11 @@ def deform_conv2d(
     grid = torch.stack((gx, gy), dim=-1)  # n, deform groups, k, hout, wout, 2
     cols = torch.empty(n, cin, k, hout, wout)
     for g in range(deform_groups):
-        sampled = F.grid_sample(
-            xf[:, g * cdg : (g + 1) * cdg],
-            grid[:, g].reshape(n, k * hout, wout, 2),
-            mode="bilinear",
-            padding_mode="zeros",
-            align_corners=False,
-        )
+        xg, gg = xf[:, g * cdg : (g + 1) * cdg], grid[:, g].reshape(n, k * hout, wout, 2)
+        if _gridsample_cpu.applies(xg, gg, 0):  # opbridge's native bilinear sampler, enough channels
+            sampled = _gridsample_cpu.grid_sample(xg, gg, 0)
+        else:
+            sampled = F.grid_sample(xg, gg, mode="bilinear", padding_mode="zeros", align_corners=False)
         torch.mul(sampled.view(n, cdg, k, hout, wout), m[:, g : g + 1], out=cols[:, g * cdg : (g + 1) * cdg])
     wmat = weight.float().reshape(groups, cout // groups, cin_g * k)
     lhs = cols.view(n, groups, cin_g * k, hout * wout)
