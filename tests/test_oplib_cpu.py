@@ -7,6 +7,7 @@ matches DCNv2 but needs opset 19; RoiAlign matches in "avg" mode only.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -837,3 +838,39 @@ def test_openvino_compat_reports_the_kernel_fallback(tmp_path: Path) -> None:
     (verdict,) = [n for n in check_compat(result.path, "openvino").nodes if n.op_type == "MMCVModulatedDeformConv2d"]
     assert verdict.verdict == "opbridge"
     assert "DeformConv" in verdict.reason and "without conversion rule" in verdict.reason
+
+
+def _resize_in_child(queue: Any) -> None:
+    from opbridge.ops import _resize_cpu
+
+    torch.set_num_threads(2)
+    x = torch.arange(2 * 3 * 40 * 40, dtype=torch.float32).reshape(2, 3, 40, 40)
+    # numpy's sum: PyTorch's own thread pool is not usable in a child forked after it ran
+    queue.put(float(_resize_cpu.resize_bicubic(x, 300, 300).numpy().astype(np.float64).sum()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_native_kernels_thread_pool_survives_fork() -> None:
+    """A process forked after the native kernels split work over threads gets a pool of its own
+    (the parent's worker threads do not exist in the child) instead of waiting forever."""
+    import multiprocessing
+
+    from opbridge.ops import _resize_cpu
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        x = torch.arange(2 * 3 * 40 * 40, dtype=torch.float32).reshape(2, 3, 40, 40)
+        want = float(_resize_cpu.resize_bicubic(x, 300, 300).numpy().astype(np.float64).sum())  # the parent's pool
+    finally:
+        torch.set_num_threads(threads)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_resize_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
+    assert queue.get(timeout=5) == want

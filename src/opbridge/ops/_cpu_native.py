@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -54,7 +55,8 @@ def ranges(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 @functools.cache
-def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+def _pool(workers: int, pid: int) -> concurrent.futures.ThreadPoolExecutor:
+    # one pool per process: a forked child does not inherit the parent's worker threads
     return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="opbridge-cpu")
 
 
@@ -63,5 +65,5 @@ def run(calls: Sequence[Callable[[], object]]) -> None:
     if len(calls) == 1:
         calls[0]()
         return
-    for future in [_pool(len(calls)).submit(call) for call in calls]:
+    for future in [_pool(len(calls), os.getpid()).submit(call) for call in calls]:
         future.result()
