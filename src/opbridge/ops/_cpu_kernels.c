@@ -235,8 +235,9 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
 /* ------------------------------------------------------------------ bicubic resize */
 
 /* One output axis of F.interpolate(mode="bicubic") as ATen computes it: the scale from the sizes,
-   the source index (not clamped for cubic), the guarded floor and fraction, the cubic coefficients
-   of the fraction and the four taps clamped into [0, in - 1]. */
+   the source index (not clamped for cubic; its multiply-add done in double and rounded once, as
+   ATen's build appears to fuse it), the guarded floor and fraction, the cubic coefficients of the
+   fraction and the four taps clamped into [0, in - 1]. */
 static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)[4], float (*w)[4]) {
     const float A = -0.75f;
     const float scale = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : (float)in / (float)out;
