@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["available", "module", "ranges", "run", "threads_for"]
+__all__ = ["available", "deliver", "module", "output_buffer", "ranges", "require", "run", "threads_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,32 @@ def module() -> ModuleType | None:
 def available() -> bool:
     """Whether the native extension is importable (it is built with the package)."""
     return module() is not None
+
+
+def require() -> ModuleType:
+    """The extension, or a RuntimeError naming the fix where it was not built."""
+    native = module()
+    if native is None:
+        raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
+    return native
+
+
+def output_buffer(op: str, out: torch.Tensor | None, want: tuple[int, ...]) -> torch.Tensor:
+    """The contiguous float32 CPU tensor of shape ``want`` a kernel writes: ``out`` itself where it is
+    one, else a new tensor (:func:`deliver` copies it into a non-contiguous ``out``). A ValueError
+    naming ``op`` where ``out`` has another shape, dtype or device."""
+    if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or out.device.type != "cpu"):
+        raise ValueError(
+            f"{op}: `out` must be a float32 CPU tensor of shape {want}, got {tuple(out.shape)} {out.dtype} on {out.device}."
+        )
+    return out if out is not None and out.is_contiguous() else torch.empty(want, dtype=torch.float32)
+
+
+def deliver(out: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
+    """The result of a kernel that wrote ``target`` (from :func:`output_buffer`): ``out`` where given."""
+    if out is not None and target is not out:
+        return out.copy_(target)
+    return target
 
 
 def threads_for(work: int, per_thread: int) -> int:

@@ -29,7 +29,7 @@ import torch
 
 from opbridge.ops import _cpu_native
 
-__all__ = ["MIN_CHANNELS", "applies", "available", "grid_sample"]
+__all__ = ["MIN_CHANNELS", "applies", "grid_sample"]
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
 # --only grid-channels on the 2-core development machine: bicubic 1.54x ATen at 4 channels, 0.93x at
@@ -44,11 +44,6 @@ _KEEP_BYTES = 16 << 20
 _workspace = threading.local()
 
 
-def available() -> bool:
-    """Whether the native extension is importable (it is built with the package)."""
-    return _cpu_native.available()
-
-
 def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> bool:
     """Whether :func:`grid_sample` is the faster CPU path for ``x`` (N, C, H, W) in this mode:
     bilinear or bicubic, float32 on the CPU with at least ``MIN_CHANNELS[mode]`` channels, a float
@@ -60,7 +55,7 @@ def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> boo
         and x.dim() == 4
         and x.shape[1] >= MIN_CHANNELS[interpolation_mode]
         and grid.is_floating_point()
-        and available()
+        and _cpu_native.available()
     )
 
 
@@ -75,9 +70,7 @@ def grid_sample(
     """``F.grid_sample`` of float32 CPU ``x`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2): mode 0
     bilinear or 2 bicubic, padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo)
     where given, else a new tensor. Uses up to ``torch.get_num_threads()`` threads."""
-    module = _cpu_native.module()
-    if module is None:
-        raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
+    module = _cpu_native.require()
     if interpolation_mode not in MIN_CHANNELS:
         raise ValueError(
             f"grid_sample (native): interpolation_mode {interpolation_mode}; 0 (bilinear) or 2 (bicubic). "
@@ -94,22 +87,13 @@ def grid_sample(
         raise ValueError(f"grid_sample (native): padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
     n, c, h, w = x.shape
     ho, wo = grid.shape[1], grid.shape[2]
-    want = (n, c, ho, wo)
-    if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or out.device.type != "cpu"):
-        raise ValueError(
-            f"grid_sample (native): `out` must be a float32 CPU tensor of shape {want}, "
-            f"got {tuple(out.shape)} {out.dtype} on {out.device}."
-        )
+    target = _cpu_native.output_buffer("grid_sample (native)", out, (n, c, ho, wo))
     if h * w == 0 and n * c * ho * wo:
         raise ValueError(f"grid_sample (native): the input's planes are empty ({h}x{w}); pass H, W >= 1.")
-    target = out if out is not None and out.is_contiguous() else torch.empty(want, dtype=torch.float32)
     if target.numel():
         xs, gs = x.detach().contiguous(), grid.detach().to(torch.float32).contiguous()
         _sample(module, xs, gs, target, interpolation_mode, padding_mode, bool(align_corners))
-    if out is not None and target is not out:
-        out.copy_(target)
-        return out
-    return target
+    return _cpu_native.deliver(out, target)
 
 
 def _channels_last_buffer(elements: int) -> Any:

@@ -44,9 +44,7 @@ def resize_bicubic(
 ) -> torch.Tensor:
     """``F.interpolate(x, size=(height, width), mode="bicubic", align_corners=...)`` of float32 CPU
     ``x`` (N, C, H, W), into ``out`` (N, C, height, width) where given, else a new tensor."""
-    module = _cpu_native.module()
-    if module is None:
-        raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
+    module = _cpu_native.require()
     if x.dim() != 4 or x.dtype != torch.float32 or x.device.type != "cpu":
         raise ValueError(
             f"resize_bicubic: a float32 CPU input (N, C, H, W) expected, got {tuple(x.shape)} {x.dtype} on {x.device}."
@@ -54,15 +52,9 @@ def resize_bicubic(
     n, c, h, w = x.shape
     if height < 1 or width < 1:
         raise ValueError(f"resize_bicubic: output size {height}x{width}; both must be at least 1.")
-    want = (n, c, height, width)
-    if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or out.device.type != "cpu"):
-        raise ValueError(
-            f"resize_bicubic: `out` must be a float32 CPU tensor of shape {want}, "
-            f"got {tuple(out.shape)} {out.dtype} on {out.device}."
-        )
+    target = _cpu_native.output_buffer("resize_bicubic", out, (n, c, height, width))
     if h * w == 0 and n * c:
         raise ValueError(f"resize_bicubic: the input's planes are empty ({h}x{w}); pass H, W >= 1.")
-    target = out if out is not None and out.is_contiguous() else torch.empty(want, dtype=torch.float32)
     planes = n * c
     if planes:
         xs, os_ = x.detach().contiguous().numpy(), target.numpy()
@@ -73,7 +65,4 @@ def resize_bicubic(
         else:  # few planes: bands of output rows (each band reads its own input rows)
             calls = [functools.partial(call, 0, planes, a, b) for a, b in _cpu_native.ranges(height, threads)]
         _cpu_native.run(calls)
-    if out is not None and target is not out:
-        out.copy_(target)
-        return out
-    return target
+    return _cpu_native.deliver(out, target)
