@@ -327,8 +327,8 @@ def _torch_out_adapter(
             return result  # the bridge reports the count mismatch
         # an output written in place comes back as ONNX Runtime's own array; any other is copied into it
         given = [
-            o if isinstance(r, torch.Tensor) and r.data_ptr() == o.ctypes.data else _to_numpy(r, label, i)
-            for i, (r, o) in enumerate(zip(results, outs))
+            o if isinstance(r, torch.Tensor) and r.data_ptr() == w.data_ptr() else _to_numpy(r, label, i)
+            for i, (r, o, w) in enumerate(zip(results, outs, wrapped))
         ]
         return tuple(given) if isinstance(out, tuple) else given[0]
 
