@@ -203,8 +203,10 @@ def test_nms_kernel_matches_reference(attrs: dict, per_class: bool) -> None:
 
 
 def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
+    """One channel: PyTorch's own CPU kernel runs (the native one starts at two channels for bicubic),
+    bit for bit the reference."""
     x, grid = (
-        torch.randn(2, 3, 6, 5, generator=_gen(8)),
+        torch.randn(2, 1, 6, 5, generator=_gen(8)),
         torch.rand(2, 4, 3, 2, generator=_gen(9)) * 2.4 - 1.2,
     )
     assert d.GridSample.kernel_kind == "torch"
@@ -219,10 +221,10 @@ def test_grid_sample_kernel_runs_on_torch_tensors() -> None:
 # --------------------------------------------------------------------------- grid_sample, native kernel
 
 # ATen's CPU build may fuse some of the products the native kernel rounds one by one: up to a few
-# float32 ulps apart on values of order 1 (measured: 7.2e-7 at most).
+# float32 ulps apart on values of order 1 (measured: 7.2e-7 at most). Nearest copies values: bit for bit.
 NATIVE_RTOL, NATIVE_ATOL = 1e-6, 2e-6
 _PADDINGS = ("zeros", "border", "reflection")
-_NATIVE_MODES = {0: "bilinear", 2: "bicubic"}
+_NATIVE_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 
 
 def _native_case(
@@ -243,15 +245,23 @@ def _native_case(
 @pytest.mark.parametrize("pad", [0, 1, 2], ids=_PADDINGS)
 @pytest.mark.parametrize(
     "shape,out_hw",
-    [((2, 9, 13, 17), (9, 11)), ((1, 8, 1, 1), (3, 5)), ((1, 9, 1, 7), (4, 6)), ((2, 20, 32, 24), (40, 30))],
-    ids=["9ch-13x17", "8ch-1x1", "9ch-1x7", "20ch-32x24"],
+    [
+        ((2, 1, 13, 17), (9, 11)),
+        ((2, 3, 13, 17), (9, 11)),
+        ((1, 6, 11, 9), (7, 8)),
+        ((1, 8, 1, 1), (3, 5)),
+        ((1, 9, 1, 7), (4, 6)),
+        ((2, 20, 32, 24), (40, 30)),
+    ],
+    ids=["1ch-13x17", "3ch-13x17", "6ch-11x9", "8ch-1x1", "9ch-1x7", "20ch-32x24"],
 )
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
 def test_native_grid_sample_matches_torch(
     mode: int, shape: tuple[int, int, int, int], out_hw: tuple[int, int], pad: int, align: bool
 ) -> None:
-    """The native kernel against F.grid_sample: both modes, every padding and corner rule, planes
-    of one pixel, channel counts that do and do not fill a vector, NaN, infinite and huge coordinates."""
+    """The native kernel against F.grid_sample: every mode, padding and corner rule, planes of one
+    pixel, channel counts padded to a vector of 4 or 8 and stored as they are, pixel and point counts
+    that do not fill the 4 x 4 transposes, NaN, infinite and huge coordinates; nearest bit for bit."""
     from opbridge.ops import _gridsample_cpu
 
     x, grid = _native_case(shape, out_hw, seed=sum(shape) + pad)
@@ -259,8 +269,11 @@ def test_native_grid_sample_matches_torch(
     want = torch.nn.functional.grid_sample(
         x, grid, mode=_NATIVE_MODES[mode], padding_mode=_PADDINGS[pad], align_corners=align
     )
-    assert _gridsample_cpu.applies(x, grid, mode)
+    assert _gridsample_cpu.applies(x, grid, mode) == (shape[1] >= _gridsample_cpu.MIN_CHANNELS[mode])
     got = _gridsample_cpu.grid_sample(x, grid, mode, pad, align)
+    if mode == 1:
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+        return
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     finite = want.isfinite()
     torch.testing.assert_close(got[finite], want[finite], rtol=NATIVE_RTOL, atol=NATIVE_ATOL)
@@ -268,13 +281,65 @@ def test_native_grid_sample_matches_torch(
 
 
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
-def test_native_grid_sample_writes_out_and_splits_over_threads(mode: int) -> None:
-    """Into ``out`` in place (the bridge passes ONNX Runtime's buffer); two threads give the
-    single thread's result bit for bit; a non-contiguous ``out`` is filled through a copy."""
+def test_native_grid_sample_vector_pixels_match_plain_ones(mode: int) -> None:
+    """Up to 8 channels are stored as vectors of 4 or 8 values per pixel (zeros after the channels);
+    every lane computes its channel as the plain layout does: the results are equal bit for bit."""
+    from opbridge.ops import _cpu_kernels
+
+    for c, stride in ((1, 4), (2, 4), (3, 4), (5, 8), (7, 8)):
+        x, grid = _native_case((1, c, 11, 13), (7, 9), seed=60 + c)
+        xs, gs = x[0].reshape(c, -1).numpy(), grid[0].reshape(-1, 2).numpy()
+        results = []
+        for s in (c, stride):
+            xt = np.full((11 * 13 + 1, s), np.nan, np.float32)  # the kernel writes every value it reads
+            out = np.full((c, 63), np.nan, np.float32)
+            _cpu_kernels.to_channels_last(xs, xt, c, s, 11 * 13, 0, 11 * 13)
+            _cpu_kernels.grid_sample(xt, gs, out, c, s, 11, 13, 63, mode, 0, False, 0, 63)
+            results.append(out.view(np.int32))
+        np.testing.assert_array_equal(results[1], results[0])
+
+
+def test_native_grid_sample_nearest_rounds_half_to_even_and_keeps_bits() -> None:
+    """Nearest at coordinates exactly half-way between pixels rounds as ATen does (half to even), and
+    copies NaN payloads and infinities as they are."""
     from opbridge.ops import _gridsample_cpu
 
-    x, grid = _native_case((2, 32, 64, 48), (96, 80), seed=31)
-    out = torch.full((2, 32, 96, 80), float("nan"))
+    x = torch.arange(4 * 4 * 8, dtype=torch.float32).view(1, 4, 4, 8)
+    bits = x.view(torch.int32)
+    bits[0, 1] = 0x7FC00000 + torch.arange(32, dtype=torch.int32).view(4, 8)  # NaNs with payloads
+    x[0, 2, 2, 2] = float("-inf")  # rounding half to even reads even rows and columns only
+    # align_corners=False: half-way between pixels j and j + 1 of a row of 8 at 2 (j + 1) / 8 - 1 (exact
+    # in float32, as is every step of the unnormalize), and likewise for the 4 rows
+    xs = torch.tensor([(j + 1) / 4 - 1 for j in range(-1, 8)])
+    ys = torch.tensor([(j + 1) / 2 - 1 for j in range(-1, 4)])
+    grid = torch.stack(torch.meshgrid(ys, xs, indexing="ij")[::-1], dim=-1)[None]
+    u = (grid[..., 0] + 1) * 4 - 0.5
+    assert torch.equal(u - u.floor(), torch.full_like(u, 0.5))  # every point half-way in x
+    for pad in (0, 1, 2):
+        want = torch.nn.functional.grid_sample(
+            x, grid, mode="nearest", padding_mode=_PADDINGS[pad], align_corners=False
+        )
+        got = _gridsample_cpu.grid_sample(x, grid, 1, pad, False)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert got[0, 1].isnan().all() and (got[0, 2] == float("-inf")).any()
+
+
+@pytest.mark.parametrize(
+    "shape,out_hw", [((2, 32, 64, 48), (96, 80)), ((1, 4, 37, 29), (192, 176))], ids=["32ch", "4ch-odd-pixels"]
+)
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_writes_out_and_splits_over_threads(
+    mode: int, shape: tuple[int, int, int, int], out_hw: tuple[int, int]
+) -> None:
+    """Into ``out`` in place (the bridge passes ONNX Runtime's buffer); two threads (each taking a
+    range of pixels of the layout copy, then of output points) give the single thread's result bit
+    for bit; a non-contiguous ``out`` is filled through a copy."""
+    from opbridge.ops import _gridsample_cpu
+
+    x, grid = _native_case(shape, out_hw, seed=31)
+    n, c = shape[:2]
+    assert c * out_hw[0] * out_hw[1] >= 2 * _gridsample_cpu._SPLIT_MIN  # enough work for two threads
+    out = torch.full((n, c, *out_hw), float("nan"))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -286,7 +351,7 @@ def test_native_grid_sample_writes_out_and_splits_over_threads(mode: int) -> Non
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(out.nan_to_num(7.0), one.nan_to_num(7.0))
-    strided = torch.empty(2, 32, 80, 96).transpose(2, 3)
+    strided = torch.empty(n, c, out_hw[1], out_hw[0]).transpose(2, 3)
     assert _gridsample_cpu.grid_sample(x, grid, mode, 0, False, out=strided) is strided
     assert torch.equal(strided.nan_to_num(7.0), one.nan_to_num(7.0))
 
@@ -303,7 +368,7 @@ def test_native_grid_sample_concurrent_callers() -> None:
     def run(case: tuple[torch.Tensor, torch.Tensor]) -> bool:
         x, grid = case
         ok = True
-        for mode in (2, 0, 2):
+        for mode in (2, 0, 1, 2):
             want = torch.nn.functional.grid_sample(x, grid, mode=_NATIVE_MODES[mode], align_corners=False)
             got = _gridsample_cpu.grid_sample(x, grid, mode)
             finite = want.isfinite()
@@ -317,19 +382,19 @@ def test_native_grid_sample_concurrent_callers() -> None:
 
 
 def test_native_grid_sample_path_choice() -> None:
-    """The native kernel takes float32 bicubic inputs of four or more channels and bilinear ones of
-    eight or more; fewer channels (ATen is faster there), nearest, and other dtypes run
-    F.grid_sample, bit for bit."""
+    """The native kernel takes float32 inputs from two channels (bicubic), three (bilinear) and four
+    (nearest); fewer channels (ATen is faster there) and other dtypes run F.grid_sample, bit for bit."""
     from opbridge.ops import _gridsample_cpu
 
-    x3, grid = _native_case((1, 3, 8, 8), (5, 5), seed=32)
-    x4, x8 = torch.randn(1, 4, 8, 8), torch.randn(1, 8, 8, 8)
-    assert [_gridsample_cpu.applies(x, grid, 2) for x in (x3, x4)] == [False, True]
-    assert [_gridsample_cpu.applies(x, grid, 0) for x in (x4, x8)] == [False, True]
-    assert not _gridsample_cpu.applies(x8, grid, 1)
-    assert not _gridsample_cpu.applies(x8.double(), grid, 2)
+    assert _gridsample_cpu.MIN_CHANNELS == {0: 3, 1: 4, 2: 2}
+    _, grid = _native_case((1, 1, 8, 8), (5, 5), seed=32)
+    xs = {c: torch.randn(1, c, 8, 8, generator=_gen(c)) for c in (1, 2, 3, 4)}
+    assert [_gridsample_cpu.applies(xs[c], grid, 2) for c in (1, 2)] == [False, True]
+    assert [_gridsample_cpu.applies(xs[c], grid, 0) for c in (2, 3)] == [False, True]
+    assert [_gridsample_cpu.applies(xs[c], grid, 1) for c in (3, 4)] == [False, True]
+    assert not _gridsample_cpu.applies(xs[4].double(), grid, 2)
     x6 = torch.randn(1, 6, 8, 8, dtype=torch.float64, generator=_gen(33))
-    for x, mode in ((x3, 2), (x4, 0), (x8, 1), (x6, 2)):
+    for x, mode in ((xs[1], 2), (xs[2], 0), (xs[3], 1), (x6, 2)):
         want = torch.nn.functional.grid_sample(
             x, grid.to(x.dtype), mode=("bilinear", "nearest", "bicubic")[mode], align_corners=False
         )
@@ -347,8 +412,8 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
         _gridsample_cpu.grid_sample(x, grid[..., :1], 2)
     with pytest.raises(ValueError, match="float32 CPU input"):
         _gridsample_cpu.grid_sample(x.double(), grid, 2)
-    with pytest.raises(ValueError, match="interpolation_mode 1; 0 \\(bilinear\\) or 2 \\(bicubic\\)"):
-        _gridsample_cpu.grid_sample(x, grid, 1)
+    with pytest.raises(ValueError, match="interpolation_mode 3; 0 \\(bilinear\\), 1 \\(nearest\\) or 2 \\(bicubic\\)"):
+        _gridsample_cpu.grid_sample(x, grid, 3)
     with pytest.raises(ValueError, match="padding_mode 3"):
         _gridsample_cpu.grid_sample(x, grid, 2, 3)
     with pytest.raises(ValueError, match=r"`out` must be a float32 CPU tensor of shape \(1, 4, 2, 2\)"):
@@ -356,20 +421,26 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
     with pytest.raises(ValueError, match="attribute 'padding_mode' must be one of"):
         d.GridSample.kernel(x, grid, interpolation_mode=2, padding_mode=5, align_corners=False)
     xt, g, out = np.zeros((37, 4), np.float32), np.zeros((4, 2), np.float32), np.zeros((4, 4), np.float32)
-    for mode in (0, 2):
-        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, mode, 0, False, 0, 4)  # the right sizes run
-    with pytest.raises(ValueError, match="mode 1, padding 0; modes 0 \\(bilinear\\), 2 \\(bicubic\\)"):
-        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, 1, 0, False, 0, 4)
+    for mode in (0, 1, 2):
+        _cpu_kernels.grid_sample(xt, g, out, 4, 4, 6, 6, 4, mode, 0, False, 0, 4)  # the right sizes run
+    with pytest.raises(ValueError, match="mode 3, padding 0; modes 0 \\(bilinear\\), 1 \\(nearest\\), 2 \\(bicubic\\)"):
+        _cpu_kernels.grid_sample(xt, g, out, 4, 4, 6, 6, 4, 3, 0, False, 0, 4)
     with pytest.raises(ValueError, match="xt holds 576 bytes, 148 float32 values"):
-        _cpu_kernels.grid_sample(xt[:-1], g, out, 4, 6, 6, 4, 2, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt[:-1], g, out, 4, 4, 6, 6, 4, 2, 0, False, 0, 4)
+    with pytest.raises(ValueError, match="xt holds 592 bytes, 296 float32 values"):  # S = 8 needs 8 per pixel
+        _cpu_kernels.grid_sample(xt, g, out, 4, 8, 6, 6, 4, 2, 0, False, 0, 4)
+    with pytest.raises(ValueError, match="channel stride S=5 for C=4; S is C, or 4 or 8 at least C"):
+        _cpu_kernels.grid_sample(xt, g, out, 4, 5, 6, 6, 4, 2, 0, False, 0, 4)
+    with pytest.raises(ValueError, match="channel stride S=4 for C=5"):
+        _cpu_kernels.to_channels_last(np.zeros((5, 36), np.float32), xt, 5, 4, 36, 0, 36)
     with pytest.raises(ValueError, match=r"range \[0, 5\) outside \[0, 4\)"):
-        _cpu_kernels.grid_sample(xt, g, out, 4, 6, 6, 4, 2, 0, False, 0, 5)
+        _cpu_kernels.grid_sample(xt, g, out, 4, 4, 6, 6, 4, 2, 0, False, 0, 5)
     with pytest.raises(ValueError, match="out holds 48 bytes"):
-        _cpu_kernels.grid_sample(xt, g, out[:, :3].copy(), 4, 6, 6, 4, 2, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt, g, out[:, :3].copy(), 4, 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(TypeError):
-        _cpu_kernels.grid_sample(xt, g, out.copy().view(np.float32)[::-1], 4, 6, 6, 4, 2, 0, False, 0, 4)
+        _cpu_kernels.grid_sample(xt, g, out.copy().view(np.float32)[::-1], 4, 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="x holds"):
-        _cpu_kernels.to_channels_last(np.zeros((4, 35), np.float32), xt, 4, 36, 0, 36)
+        _cpu_kernels.to_channels_last(np.zeros((4, 35), np.float32), xt, 4, 4, 36, 0, 36)
 
 
 # --------------------------------------------------------------------------- DynamicResize, native kernel

@@ -1,17 +1,20 @@
 /*
  * opbridge's native CPU kernels: the CPython extension opbridge.ops._cpu_kernels.
  *
- * grid_sample: F.grid_sample (bilinear or bicubic) of a float32 NCHW input into a float32
+ * grid_sample: F.grid_sample (bilinear, nearest or bicubic) of a float32 NCHW input into a float32
  * output the caller owns (ONNX Runtime's output buffer, through the bridge). ATen's CPU kernel
  * works on vectors of output points and, for every channel, gathers each tap again (bicubic also
  * recomputes each of its 16 taps' padded coordinate, bounds mask and offset). Here the taps are
  * computed once per output point, for a tile of points, and the taps of every channel are read
- * from a channels-last copy of the image (one row of C values per tap; a row of zeros for the
- * taps outside), C values at a time. The arithmetic follows ATen's vectorized CPU kernel
- * operation by operation (unnormalize, padding, weights or cubic coefficients, the order of the
- * sums). The file is compiled with -ffp-contract=off (each product rounded, except the unnormalize
- * that ATen's build fuses, done here in double) and -fno-trapping-math (floorf vectorizes): the
- * results are within a few float32 ulps of F.grid_sample's, whose build may fuse some other products.
+ * from a channels-last copy of the image (one row of S values per tap, the C channels and, up to 8
+ * channels, zeros up to a vector of S = 4 or 8; a row of zeros for the taps outside), then the
+ * tile's results are transposed into the output planes. The arithmetic follows ATen's vectorized
+ * CPU kernel operation by operation (unnormalize, padding, weights or cubic coefficients, the order
+ * of the sums; nearest rounds half to even and copies the tap's bits). The file is compiled with
+ * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, done here
+ * in double) and -fno-trapping-math (floorf and rintf vectorize): bilinear and bicubic results are
+ * within a few float32 ulps of F.grid_sample's, whose build may fuse some other products; nearest's
+ * are F.grid_sample's bit for bit.
  *
  * Buffers come in through the buffer protocol (numpy arrays over torch tensors); their lengths
  * are checked against the sizes before anything is read or written, so a wrong call raises
@@ -95,9 +98,29 @@ static inline float pad_zeros(const axis_t *a, float v) {
 static inline float pad_border(const axis_t *a, float v) { return clip(a, v); }
 static inline float pad_reflection(const axis_t *a, float v) { return clip(a, reflect(a, v)); }
 
+/* ------------------------------------------------------------------ vectors (GCC / Clang extensions) */
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+/* the same vectors at any float's address (loads and stores straight from and to the buffers) */
+typedef float v4f_u __attribute__((vector_size(16), aligned(4), may_alias));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* r[j][i] becomes r[i][j] */
+static inline void transpose4(v4f r[4]) {
+    const v4i lo = {0, 4, 1, 5}, hi = {2, 6, 3, 7}, first = {0, 1, 4, 5}, second = {2, 3, 6, 7};
+    const v4f t0 = __builtin_shuffle(r[0], r[1], lo), t1 = __builtin_shuffle(r[2], r[3], lo);
+    const v4f t2 = __builtin_shuffle(r[0], r[1], hi), t3 = __builtin_shuffle(r[2], r[3], hi);
+    r[0] = __builtin_shuffle(t0, t1, first);
+    r[1] = __builtin_shuffle(t0, t1, second);
+    r[2] = __builtin_shuffle(t2, t3, first);
+    r[3] = __builtin_shuffle(t2, t3, second);
+}
+
 /* ------------------------------------------------------------------ the kernel */
 
-enum { BILINEAR = 0, BICUBIC = 2 }; /* F.grid_sample's codes; nearest stays with ATen (faster there) */
+enum { BILINEAR = 0, NEAREST = 1, BICUBIC = 2 }; /* F.grid_sample's codes */
 
 /* a tile of output points: weights and tap indices per axis, then the taps' rows of the
    channels-last image (row H * W, all zeros, for a tap outside) */
@@ -132,6 +155,10 @@ typedef struct {
         idx[1][i] = index_of(a, f + 1.0f);                                                                \
     }
 
+/* nearest: the padded coordinate rounded half to even (ATen's round), one tap */
+#define NEAREST_TAPS(PAD)                                                                                 \
+    for (Py_ssize_t i = 0; i < count; ++i) idx[0][i] = index_of(a, rintf(PAD(a, unnormalize(a, g[2 * i]))));
+
 #define BY_PADDING(TAPS)                                                                                  \
     if (a->padding == 0) {                                                                                \
         TAPS(pad_zeros)                                                                                   \
@@ -146,12 +173,16 @@ OPB_CLONES static void axis_taps(const axis_t *a, int mode, const float *restric
     const float A = -0.75f; /* ATen's cubic convolution constant and coefficient formulas */
     if (mode == BICUBIC) {
         BY_PADDING(BICUBIC_TAPS)
+    } else if (mode == NEAREST) {
+        (void)c;
+        BY_PADDING(NEAREST_TAPS)
     } else {
         BY_PADDING(BILINEAR_TAPS)
     }
 }
 #undef BICUBIC_TAPS
 #undef BILINEAR_TAPS
+#undef NEAREST_TAPS
 #undef BY_PADDING
 
 static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, const float *g, Py_ssize_t count,
@@ -159,7 +190,7 @@ static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, co
     axis_taps(ax, mode, g, count, tl->cx, tl->xi);
     axis_taps(ay, mode, g + 1, count, tl->cy, tl->yi);
     const int32_t W = ax->size, HW = ax->size * ay->size;
-    const int T = mode == BICUBIC ? 4 : 2; /* taps per axis */
+    const int T = mode == BICUBIC ? 4 : mode == NEAREST ? 1 : 2; /* taps per axis */
     for (int j = 0; j < T; ++j)
         for (int t = 0; t < T; ++t) {
             const int32_t *xi = tl->xi[t], *yi = tl->yi[j];
@@ -168,18 +199,37 @@ static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, co
         }
 }
 
-/* channels-last: xt holds one image as (H * W + 1, C), its last row zeros (the masked taps' row) */
-static void nchw_to_nhwc(const float *x, float *xt, Py_ssize_t C, Py_ssize_t HW, Py_ssize_t r0, Py_ssize_t r1) {
+/* channels-last: xt holds one image as (H * W + 1, S), S >= C values per pixel (C of them, then
+   zeros: a few channels are padded to a vector's width), its last row zeros (the masked taps' row) */
+static void nchw_to_nhwc(const float *x, float *xt, Py_ssize_t C, Py_ssize_t S, Py_ssize_t HW, Py_ssize_t r0,
+                         Py_ssize_t r1) {
     enum { B = 64 };
-    for (Py_ssize_t i0 = r0; i0 < r1; i0 += B) {
+    /* pixels [r0, vec_end): four channels of four pixels at a time (a 4 x 4 transpose), B pixels per
+       block (few streams at once: planes of a multiple of 4 KiB alias in the L1 cache); the rest one
+       value at a time */
+    const Py_ssize_t vec_end = S % 4 == 0 ? r1 - (r1 - r0) % 4 : r0;
+    for (Py_ssize_t b0 = r0; b0 < vec_end; b0 += B) {
+        const Py_ssize_t b1 = b0 + B < vec_end ? b0 + B : vec_end;
+        for (Py_ssize_t k = 0; k < S; k += 4)
+            for (Py_ssize_t i = b0; i < b1; i += 4) {
+                v4f v[4];
+                for (Py_ssize_t j = 0; j < 4; ++j)
+                    v[j] = k + j < C ? (v4f) * (const v4f_u *)(x + (k + j) * HW + i) : (v4f){0.0f, 0.0f, 0.0f, 0.0f};
+                transpose4(v);
+                for (Py_ssize_t j = 0; j < 4; ++j) *(v4f_u *)(xt + (i + j) * S + k) = v[j];
+            }
+    }
+    for (Py_ssize_t i0 = vec_end; i0 < r1; i0 += B) {
         const Py_ssize_t i1 = i0 + B < r1 ? i0 + B : r1;
         for (Py_ssize_t c = 0; c < C; ++c) {
             const float *src = x + c * HW;
-            for (Py_ssize_t i = i0; i < i1; ++i) xt[i * C + c] = src[i];
+            for (Py_ssize_t i = i0; i < i1; ++i) xt[i * S + c] = src[i];
         }
+        for (Py_ssize_t c = C; c < S; ++c)
+            for (Py_ssize_t i = i0; i < i1; ++i) xt[i * S + c] = 0.0f;
     }
     if (r1 == HW)
-        for (Py_ssize_t c = 0; c < C; ++c) xt[HW * C + c] = 0.0f;
+        for (Py_ssize_t c = 0; c < S; ++c) xt[HW * S + c] = 0.0f;
 }
 
 /* point i of the tile: its C outputs into o, from the channels-last image xt, with ATen's weights
@@ -207,11 +257,60 @@ static inline void bilinear_point(const float *xt, Py_ssize_t C, const tile_t *t
     for (Py_ssize_t c = 0; c < C; ++c) o[c] = nw[c] * wnw + ne[c] * wne + sw[c] * wsw + se[c] * wse;
 }
 
-/* points [p0, p1) of one image, sampled from xt (channels-last) into out (C, P), TILE points at a
-   time; `work` holds a tile_t and TILE * C floats of outputs */
-OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *out, Py_ssize_t C, int H, int W,
-                                   Py_ssize_t P, int mode, int padding, int align, Py_ssize_t p0, Py_ssize_t p1,
-                                   void *work) {
+/* The same two sums for an image of at most 4 or 8 channels, stored with S = 4 or 8 values per
+   pixel: each tap is one vector, and every lane computes what the loops above compute for its
+   channel, in the same order (the padded lanes compute zeros). */
+
+#define VECTOR_POINTS(V, S)                                                                               \
+    static inline void bicubic_##V(const float *xt, const tile_t *tl, Py_ssize_t i, float *restrict o) { \
+        V q[16];                                                                                          \
+        for (int k = 0; k < 16; ++k) q[k] = *(const V##_u *)(xt + (Py_ssize_t)tl->row[k][i] * S);        \
+        const float a0 = tl->cx[0][i], a1 = tl->cx[1][i], a2 = tl->cx[2][i], a3 = tl->cx[3][i];           \
+        const float b0 = tl->cy[0][i], b1 = tl->cy[1][i], b2 = tl->cy[2][i], b3 = tl->cy[3][i];           \
+        const V r0 = a0 * q[0] + a1 * q[1] + a2 * q[2] + a3 * q[3];                                      \
+        const V r1 = a0 * q[4] + a1 * q[5] + a2 * q[6] + a3 * q[7];                                      \
+        const V r2 = a0 * q[8] + a1 * q[9] + a2 * q[10] + a3 * q[11];                                    \
+        const V r3 = a0 * q[12] + a1 * q[13] + a2 * q[14] + a3 * q[15];                                  \
+        const V v = b0 * r0 + b1 * r1 + b2 * r2 + b3 * r3;                                                \
+        *(V##_u *)o = v;                                                                                  \
+    }                                                                                                     \
+    static inline void bilinear_##V(const float *xt, const tile_t *tl, Py_ssize_t i, float *restrict o) {\
+        V q[4];                                                                                           \
+        for (int k = 0; k < 4; ++k) q[k] = *(const V##_u *)(xt + (Py_ssize_t)tl->row[k][i] * S);         \
+        const float e = tl->cx[0][i], w = tl->cx[1][i], s = tl->cy[0][i], n = tl->cy[1][i];              \
+        const float wnw = s * e, wne = s * w, wsw = n * e, wse = n * w;                                   \
+        const V v = q[0] * wnw + q[1] * wne + q[2] * wsw + q[3] * wse;                                    \
+        *(V##_u *)o = v;                                                                                  \
+    }
+VECTOR_POINTS(v4f, 4)
+VECTOR_POINTS(v8f, 8)
+#undef VECTOR_POINTS
+
+/* the tile's outputs res (count points, S values each) into the planes out (C, P): four points by
+   four channels at a time through a 4 x 4 transpose where S is a multiple of 4, the rest one by one */
+static inline void store_planes(const float *restrict res, Py_ssize_t S, Py_ssize_t C, Py_ssize_t count,
+                                float *restrict out, Py_ssize_t P) {
+    Py_ssize_t done = 0; /* points stored in every plane */
+    if (S % 4 == 0) {
+        done = count - count % 4;
+        for (Py_ssize_t k = 0; k < C; k += 4) /* four planes at a time: few store streams */
+            for (Py_ssize_t i = 0; i < done; i += 4) {
+                const float *r = res + i * S + k;
+                v4f c[4] = {*(const v4f_u *)r, *(const v4f_u *)(r + S), *(const v4f_u *)(r + 2 * S),
+                            *(const v4f_u *)(r + 3 * S)};
+                transpose4(c);
+                for (Py_ssize_t j = 0; j < 4 && k + j < C; ++j) *(v4f_u *)(out + (k + j) * P + i) = c[j];
+            }
+    }
+    for (Py_ssize_t c = 0; c < C; ++c)
+        for (Py_ssize_t j = done; j < count; ++j) out[c * P + j] = res[j * S + c];
+}
+
+/* points [p0, p1) of one image, sampled from xt (channels-last, S values per pixel) into out (C, P),
+   TILE points at a time; `work` holds a tile_t and TILE * S floats of outputs */
+OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *out, Py_ssize_t C, Py_ssize_t S, int H,
+                                   int W, Py_ssize_t P, int mode, int padding, int align, Py_ssize_t p0,
+                                   Py_ssize_t p1, void *work) {
     axis_t ax, ay;
     axis_init(&ax, W, align, padding);
     axis_init(&ay, H, align, padding);
@@ -220,15 +319,40 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
     for (Py_ssize_t t0 = p0; t0 < p1; t0 += TILE) {
         const Py_ssize_t count = t0 + TILE < p1 ? TILE : p1 - t0;
         prepare_tile(&ax, &ay, mode, grid + 2 * t0, count, tl);
-        if (mode == BICUBIC) {
+        if (mode == NEAREST) { /* each point's tap, copied as it is (bits included) */
+            if (S == 4) {
+                for (Py_ssize_t i = 0; i < count; ++i)
+                    *(v4f_u *)(res + i * 4) = *(const v4f_u *)(xt + (Py_ssize_t)tl->row[0][i] * 4);
+            } else if (S == 8) {
+                for (Py_ssize_t i = 0; i < count; ++i)
+                    *(v8f_u *)(res + i * 8) = *(const v8f_u *)(xt + (Py_ssize_t)tl->row[0][i] * 8);
+            } else {
+                for (Py_ssize_t i = 0; i < count; ++i) {
+                    const float *src = xt + (Py_ssize_t)tl->row[0][i] * C;
+                    float *dst = res + i * C;
+                    Py_ssize_t c = 0;
+                    for (; c + 8 <= C; c += 8) *(v8f_u *)(dst + c) = *(const v8f_u *)(src + c);
+                    for (; c < C; ++c) dst[c] = src[c];
+                }
+            }
+        } else if (S == 4) {
+            if (mode == BICUBIC) {
+                for (Py_ssize_t i = 0; i < count; ++i) bicubic_v4f(xt, tl, i, res + i * 4);
+            } else {
+                for (Py_ssize_t i = 0; i < count; ++i) bilinear_v4f(xt, tl, i, res + i * 4);
+            }
+        } else if (S == 8) {
+            if (mode == BICUBIC) {
+                for (Py_ssize_t i = 0; i < count; ++i) bicubic_v8f(xt, tl, i, res + i * 8);
+            } else {
+                for (Py_ssize_t i = 0; i < count; ++i) bilinear_v8f(xt, tl, i, res + i * 8);
+            }
+        } else if (mode == BICUBIC) {
             for (Py_ssize_t i = 0; i < count; ++i) bicubic_point(xt, C, tl, i, res + i * C);
         } else {
             for (Py_ssize_t i = 0; i < count; ++i) bilinear_point(xt, C, tl, i, res + i * C);
         }
-        for (Py_ssize_t c = 0; c < C; ++c) {
-            float *o = out + c * P + t0;
-            for (Py_ssize_t i = 0; i < count; ++i) o[i] = res[i * C + c];
-        }
+        store_planes(res, S, C, count, out + t0, P);
     }
 }
 
@@ -316,6 +440,14 @@ static int sizes_ok(const char *fn, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py
     return 1;
 }
 
+static int stride_ok(const char *fn, Py_ssize_t C, Py_ssize_t S) {
+    if (S != C && !((S == 4 || S == 8) && C <= S)) {
+        PyErr_Format(PyExc_ValueError, "%s: channel stride S=%zd for C=%zd; S is C, or 4 or 8 at least C", fn, S, C);
+        return 0;
+    }
+    return 1;
+}
+
 static int range_ok(const char *fn, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
     if (r0 < 0 || r1 < r0 || r1 > n) {
         PyErr_Format(PyExc_ValueError, "%s: range [%zd, %zd) outside [0, %zd)", fn, r0, r1, n);
@@ -325,20 +457,22 @@ static int range_ok(const char *fn, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) 
 }
 
 PyDoc_STRVAR(to_channels_last_doc,
-             "to_channels_last(x, xt, C, HW, r0, r1)\n\n"
-             "Rows [r0, r1) of one image x (C, HW) into xt (HW + 1, C), both contiguous float32; the range that\n"
-             "ends at HW also zeros xt's last row. Releases the GIL while it runs.");
+             "to_channels_last(x, xt, C, S, HW, r0, r1)\n\n"
+             "Rows [r0, r1) of one image x (C, HW) into xt (HW + 1, S), both contiguous float32: each pixel's C\n"
+             "values, then S - C zeros (S is C, or 4 or 8 at least C: a vector per pixel); the range that ends\n"
+             "at HW also zeros xt's last row. Releases the GIL while it runs.");
 
 static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer xb, tb;
-    Py_ssize_t C, HW, r0, r1;
-    if (!PyArg_ParseTuple(args, "y*w*nnnn", &xb, &tb, &C, &HW, &r0, &r1)) return NULL;
+    Py_ssize_t C, S, HW, r0, r1;
+    if (!PyArg_ParseTuple(args, "y*w*nnnnn", &xb, &tb, &C, &S, &HW, &r0, &r1)) return NULL;
     PyObject *result = NULL;
-    if (sizes_ok("to_channels_last", C, 1, HW, 0) && range_ok("to_channels_last", r0, r1, HW) &&
-        check_len("to_channels_last", &xb, "x", C * HW) && check_len("to_channels_last", &tb, "xt", (HW + 1) * C)) {
+    if (sizes_ok("to_channels_last", C, 1, HW, 0) && stride_ok("to_channels_last", C, S) &&
+        range_ok("to_channels_last", r0, r1, HW) && check_len("to_channels_last", &xb, "x", C * HW) &&
+        check_len("to_channels_last", &tb, "xt", (HW + 1) * S)) {
         Py_BEGIN_ALLOW_THREADS;
-        nchw_to_nhwc((const float *)xb.buf, (float *)tb.buf, C, HW, r0, r1);
+        nchw_to_nhwc((const float *)xb.buf, (float *)tb.buf, C, S, HW, r0, r1);
         Py_END_ALLOW_THREADS;
         result = Py_NewRef(Py_None);
     }
@@ -348,35 +482,37 @@ static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(grid_sample_doc,
-             "grid_sample(xt, grid, out, C, H, W, P, mode, padding, align, p0, p1)\n\n"
-             "F.grid_sample of one image, given channels-last as xt (H * W + 1, C) with a last row of zeros\n"
-             "(to_channels_last), at grid (P, 2) into out (C, P), all contiguous float32; only the output\n"
-             "points [p0, p1). mode: 0 bilinear, 2 bicubic; padding: 0 zeros, 1 border,\n"
-             "2 reflection. Releases the GIL while it runs.");
+             "grid_sample(xt, grid, out, C, S, H, W, P, mode, padding, align, p0, p1)\n\n"
+             "F.grid_sample of one image of C channels, given channels-last as xt (H * W + 1, S) with a last\n"
+             "row of zeros (to_channels_last), at grid (P, 2) into out (C, P), all contiguous float32; only\n"
+             "the output points [p0, p1). mode: 0 bilinear, 1 nearest, 2 bicubic; padding: 0 zeros,\n"
+             "1 border, 2 reflection. Releases the GIL while it runs.");
 
 static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer tb, gb, ob;
-    Py_ssize_t C, H, W, P, p0, p1;
+    Py_ssize_t C, S, H, W, P, p0, p1;
     int mode, padding, align;
-    if (!PyArg_ParseTuple(args, "y*y*w*nnnniipnn", &tb, &gb, &ob, &C, &H, &W, &P, &mode, &padding, &align, &p0, &p1))
+    if (!PyArg_ParseTuple(args, "y*y*w*nnnnniipnn", &tb, &gb, &ob, &C, &S, &H, &W, &P, &mode, &padding, &align, &p0,
+                          &p1))
         return NULL;
     PyObject *result = NULL;
-    if (!sizes_ok("grid_sample", C, H, W, P) || !range_ok("grid_sample", p0, p1, P)) {
+    if (!sizes_ok("grid_sample", C, H, W, P) || !stride_ok("grid_sample", C, S) ||
+        !range_ok("grid_sample", p0, p1, P)) {
         /* error set */
-    } else if ((mode != BILINEAR && mode != BICUBIC) || padding < 0 || padding > 2) {
+    } else if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2) {
         PyErr_Format(PyExc_ValueError,
-                     "grid_sample: mode %d, padding %d; modes 0 (bilinear), 2 (bicubic) and paddings "
+                     "grid_sample: mode %d, padding %d; modes 0 (bilinear), 1 (nearest), 2 (bicubic) and paddings "
                      "0 (zeros), 1 (border), 2 (reflection)",
                      mode, padding);
-    } else if (check_len("grid_sample", &tb, "xt", (H * W + 1) * C) && check_len("grid_sample", &gb, "grid", P * 2) &&
+    } else if (check_len("grid_sample", &tb, "xt", (H * W + 1) * S) && check_len("grid_sample", &gb, "grid", P * 2) &&
                check_len("grid_sample", &ob, "out", C * P)) {
-        void *work = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)C * sizeof(float));
+        void *work = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)S * sizeof(float));
         if (work == NULL) {
             PyErr_NoMemory();
         } else {
             Py_BEGIN_ALLOW_THREADS;
-            sample_nhwc((const float *)tb.buf, (const float *)gb.buf, (float *)ob.buf, C, (int)H, (int)W, P, mode,
+            sample_nhwc((const float *)tb.buf, (const float *)gb.buf, (float *)ob.buf, C, S, (int)H, (int)W, P, mode,
                         padding, align, p0, p1, work);
             Py_END_ALLOW_THREADS;
             PyMem_RawFree(work);

@@ -1,12 +1,13 @@
 # Type stub of the C extension built from _cpu_kernels.c.
 from typing import Any as Buffer
 
-def to_channels_last(x: Buffer, xt: Buffer, C: int, HW: int, r0: int, r1: int, /) -> None: ...
+def to_channels_last(x: Buffer, xt: Buffer, C: int, S: int, HW: int, r0: int, r1: int, /) -> None: ...
 def grid_sample(
     xt: Buffer,
     grid: Buffer,
     out: Buffer,
     C: int,
+    S: int,
     H: int,
     W: int,
     P: int,

@@ -39,9 +39,9 @@ def grid_sample(
     """Torch-kind kernel (CPU tensors in and out), written into ``out`` where given (ONNX
     Runtime's output through the bridge).
 
-    Bicubic and bilinear on float32 inputs with enough channels (4 and 8) run opbridge's native
-    kernel (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all channels,
-    the result written in place); everything else runs PyTorch's own vectorized CPU grid_sample,
+    float32 inputs with enough channels (2 for bicubic, 3 for bilinear, 4 for nearest) run opbridge's
+    native kernel (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all
+    channels, the result written in place); everything else runs PyTorch's own vectorized CPU grid_sample,
     F.grid_sample being the op's definition. The standard ONNX GridSample matches it too (see the
     tests), but cannot serve as an opset-independent function body.
 
@@ -83,9 +83,9 @@ def deform_conv2d(
     ``out`` where given (ONNX Runtime's output through the bridge).
 
     The bilinear im2col is one grid_sample per deform group over every kernel tap at once (opbridge's
-    native sampler from 8 channels per deform group, else ATen's; zeros outside, torchvision's
-    corner rule), the columns scaled by
-    the mask, then one batched matmul for all groups. In float32 whatever the storage dtype.
+    native sampler where a deform group has enough channels, ``_gridsample_cpu.MIN_CHANNELS``, else
+    ATen's; zeros outside, torchvision's corner rule), the columns scaled by the mask, then one
+    batched matmul for all groups. In float32 whatever the storage dtype.
 
     >>> import torch
     >>> x = torch.arange(9.0).reshape(1, 1, 3, 3)

@@ -1,14 +1,15 @@
-"""Bilinear and bicubic grid_sample on the CPU with opbridge's native kernel (``opbridge.ops._cpu_kernels``).
+"""grid_sample on the CPU with opbridge's native kernel (``opbridge.ops._cpu_kernels``): bilinear,
+nearest and bicubic, float32.
 
 ATen's CPU kernel gathers every tap again for every channel (bicubic also recomputes each of its
 16 taps' padded coordinate, bounds mask and offset). The native kernel computes the taps once
-per output point and reads them for all channels from a channels-last copy of the image, with the
-arithmetic of ATen's vectorized kernel (results within a few float32 ulps of F.grid_sample:
-ATen's build may fuse some products). It writes straight into a caller's output (ONNX Runtime's
-buffer through the bridge). With few channels the per-point work and the two layout passes
-dominate and ATen's kernel, vectorized across points, is faster: :func:`applies` takes the native
-kernel from :data:`MIN_CHANNELS` channels per mode (``benchmarks/cpu_ops.py --only grid-channels``), and
-never for nearest, which ATen's kernel does faster at every size measured.
+per output point and reads them for all channels from a channels-last copy of the image (up to 8
+channels padded to a vector of 4 or 8, so that a tap is one vector load), with the arithmetic of
+ATen's vectorized kernel: bilinear and bicubic within a few float32 ulps of F.grid_sample (ATen's
+build may fuse some products), nearest bit for bit. It writes straight into a caller's output
+(ONNX Runtime's buffer through the bridge). With very few channels ATen's kernel, vectorized
+across points, is faster: :func:`applies` takes the native kernel from :data:`MIN_CHANNELS`
+channels per mode (``benchmarks/cpu_ops.py --only grid-channels``).
 
 Example:
     >>> import torch
@@ -32,9 +33,9 @@ from opbridge.ops import _cpu_native
 __all__ = ["MIN_CHANNELS", "applies", "grid_sample"]
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
-# --only grid-channels on the 2-core development machine: bicubic 1.54x ATen at 4 channels, 0.93x at
-# 3; bilinear 1.10x at 8, 0.87x at 4).
-MIN_CHANNELS = {0: 8, 2: 4}
+# --only grid-channels on the 2-core development machine, 128 x 128 planes: bilinear 1.1-1.2x ATen at
+# 3 channels, 0.9x at 2; nearest 1.1-1.3x at 4, 0.8x at 3; bicubic 1.3-1.4x at 2, 0.8x at 1).
+MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
 # Channels-last copies of at most this many bytes (an image of 64 x 256 x 256 floats) are kept for
@@ -46,8 +47,8 @@ _workspace = threading.local()
 
 def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> bool:
     """Whether :func:`grid_sample` is the faster CPU path for ``x`` (N, C, H, W) in this mode:
-    bilinear or bicubic, float32 on the CPU with at least ``MIN_CHANNELS[mode]`` channels, a float
-    grid, and the extension built."""
+    float32 on the CPU with at least ``MIN_CHANNELS[mode]`` channels, a float grid, and the
+    extension built."""
     return (
         interpolation_mode in MIN_CHANNELS
         and x.device.type == "cpu"
@@ -68,32 +69,44 @@ def grid_sample(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``F.grid_sample`` of float32 CPU ``x`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2): mode 0
-    bilinear or 2 bicubic, padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo)
+    bilinear, 1 nearest or 2 bicubic, padding 0 zeros, 1 border, 2 reflection; into ``out`` (N, C, Ho, Wo)
     where given, else a new tensor. Uses up to ``torch.get_num_threads()`` threads."""
     module = _cpu_native.require()
     if interpolation_mode not in MIN_CHANNELS:
         raise ValueError(
-            f"grid_sample (native): interpolation_mode {interpolation_mode}; 0 (bilinear) or 2 (bicubic). "
-            "Nearest runs F.grid_sample."
+            f"grid_sample (native): interpolation_mode {interpolation_mode}; 0 (bilinear), 1 (nearest) or 2 (bicubic)."
         )
-    if x.dim() != 4 or grid.dim() != 4 or grid.shape[0] != x.shape[0] or grid.shape[3] != 2:
+    if padding_mode not in (0, 1, 2):
+        raise ValueError(f"grid_sample (native): padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        raise ValueError(f"grid_sample (native): a float32 CPU input expected, got {x.dtype} on {x.device}.")
+    xs, gs = _array(x), _array(grid.to(torch.float32))
+    if xs.ndim != 4 or gs.ndim != 4 or gs.shape[0] != xs.shape[0] or gs.shape[3] != 2:
         raise ValueError(
             f"grid_sample (native): input (N, C, H, W) and grid (N, Ho, Wo, 2) expected, "
             f"got {tuple(x.shape)} and {tuple(grid.shape)}."
         )
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        raise ValueError(f"grid_sample (native): a float32 CPU input expected, got {x.dtype} on {x.device}.")
-    if padding_mode not in (0, 1, 2):
-        raise ValueError(f"grid_sample (native): padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
-    n, c, h, w = x.shape
-    ho, wo = grid.shape[1], grid.shape[2]
+    n, c, h, w = xs.shape
+    ho, wo = gs.shape[1], gs.shape[2]
     target = _cpu_native.output_buffer("grid_sample (native)", out, (n, c, ho, wo))
     if h * w == 0 and n * c * ho * wo:
         raise ValueError(f"grid_sample (native): the input's planes are empty ({h}x{w}); pass H, W >= 1.")
-    if target.numel():
-        xs, gs = x.detach().contiguous(), grid.detach().to(torch.float32).contiguous()
-        _sample(module, xs, gs, target, interpolation_mode, padding_mode, bool(align_corners))
+    if n * c * ho * wo:
+        _sample(module, xs, gs, target.numpy(), interpolation_mode, padding_mode, bool(align_corners))
     return _cpu_native.deliver(out, target)
+
+
+def _array(t: torch.Tensor) -> Any:
+    """A contiguous numpy array over ``t`` (a CPU tensor), its memory where it is contiguous."""
+    if t.requires_grad:
+        t = t.detach()
+    return (t if t.is_contiguous() else t.contiguous()).numpy()
+
+
+def channel_stride(channels: int) -> int:
+    """Values per pixel of the channels-last copy: up to 8 channels are padded to a vector of 4 or 8
+    (each tap one vector load), more are stored as they are."""
+    return 4 if channels <= 4 else 8 if channels <= 8 else channels
 
 
 def _channels_last_buffer(elements: int) -> Any:
@@ -107,25 +120,29 @@ def _channels_last_buffer(elements: int) -> Any:
     return buffer
 
 
-def _sample(
-    module: ModuleType, x: torch.Tensor, grid: torch.Tensor, out: torch.Tensor, mode: int, pad: int, align: bool
-) -> None:
-    n, c, h, w = x.shape
-    hw, p = h * w, grid.shape[1] * grid.shape[2]
-    xs, gs, os_ = x.numpy(), grid.numpy().reshape(n, p, 2), out.numpy().reshape(n, c, p)
-    xt = _channels_last_buffer((hw + 1) * c).reshape(hw + 1, c)  # one image channels-last, then a row of zeros
+def _sample(module: ModuleType, xs: Any, gs: Any, os_: Any, mode: int, pad: int, align: bool) -> None:
+    """xs (N, C, H, W), gs (N, Ho, Wo, 2) into os_ (N, C, Ho, Wo): contiguous float32 arrays."""
+    n, c, h, w = xs.shape
+    hw, p = h * w, gs.shape[1] * gs.shape[2]
+    xs, gs, os_ = xs.reshape(n, c, hw), gs.reshape(n, p, 2), os_.reshape(n, c, p)
+    stride = channel_stride(c)
+    xt = _channels_last_buffer((hw + 1) * stride).reshape(hw + 1, stride)  # one image channels-last, a zero row
     threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
     for i in range(n):
         xi, gi, oi = xs[i], gs[i], os_[i]
+        if threads == 1:  # straight calls: the Python cost of a split is a fifth of a small image's time
+            module.to_channels_last(xi, xt, c, stride, hw, 0, hw)
+            module.grid_sample(xt, gi, oi, c, stride, h, w, p, mode, pad, align, 0, p)
+            continue
         _cpu_native.run(
             [
-                functools.partial(module.to_channels_last, xi, xt, c, hw, a, b)
+                functools.partial(module.to_channels_last, xi, xt, c, stride, hw, a, b)
                 for a, b in _cpu_native.ranges(hw, threads)
             ]
         )
         _cpu_native.run(
             [
-                functools.partial(module.grid_sample, xt, gi, oi, c, h, w, p, mode, pad, align, a, b)
+                functools.partial(module.grid_sample, xt, gi, oi, c, stride, h, w, p, mode, pad, align, a, b)
                 for a, b in _cpu_native.ranges(p, threads)
             ]
         )
