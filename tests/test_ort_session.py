@@ -297,16 +297,26 @@ def two_grid_samplers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, t
 
 
 @pytest.mark.parametrize(
-    ("bodies", "paths"),
-    [("auto", ["function", "kernel"]), ("always", ["function", "function"]), ("never", ["kernel", "kernel"])],
-    ids=["auto", "always", "never"],
+    ("bodies", "rule", "paths"),
+    [
+        ("auto", None, ["kernel", "kernel"]),
+        ("auto", "bicubic-only", ["function", "kernel"]),
+        ("always", None, ["function", "function"]),
+        ("never", None, ["kernel", "kernel"]),
+    ],
+    ids=["auto", "auto-bicubic-rule", "always", "never"],
 )
-def test_bodies_choose_per_node(two_grid_samplers, bodies: str, paths: list[str]) -> None:
-    """grid_sampler prefers its kernel for bicubic nodes only (ONNX Runtime's cubic GridSample is
-    slower than PyTorch's): "auto" runs the bilinear node's body and the bicubic node's kernel, in one
-    model whose body stays for the other node; both outputs match the reference either way."""
+def test_bodies_choose_per_node(
+    two_grid_samplers, monkeypatch: pytest.MonkeyPatch, bodies: str, rule: str | None, paths: list[str]
+) -> None:
+    """grid_sampler prefers its kernel for every node (ONNX Runtime's GridSample is slower than it in
+    every mode). With a rule that prefers it for bicubic nodes only, "auto" runs the bilinear node's
+    body and the bicubic node's kernel, in one model whose body stays for the other node; both
+    outputs match the reference either way."""
     from opbridge.ops import detection as d
 
+    if rule is not None:
+        monkeypatch.setattr(d.GridSample, "function_prefers_kernel", lambda attrs: attrs["interpolation_mode"] == 2)
     path, (x, grid) = two_grid_samplers
     sess = opbridge.InferenceSession(path, bodies=bodies)
     by_mode = {}
@@ -329,8 +339,10 @@ def test_bodies_value_is_checked(two_grid_samplers) -> None:
         opbridge.InferenceSession(two_grid_samplers[0], bodies="some")
 
 
-@pytest.mark.parametrize(("bodies", "bicubic_path"), [(None, "function"), ("auto", "kernel")], ids=["default", "auto"])
-def test_verify_runner_checks_the_bodies(two_grid_samplers, bodies: str | None, bicubic_path: str) -> None:
+@pytest.mark.parametrize(
+    ("bodies", "paths"), [(None, ["function", "function"]), ("auto", ["kernel", "kernel"])], ids=["default", "auto"]
+)
+def test_verify_runner_checks_the_bodies(two_grid_samplers, bodies: str | None, paths: list[str]) -> None:
     """The ONNX Runtime backend of ``opbridge verify`` runs every body the file carries unless told otherwise."""
     from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
 
@@ -339,9 +351,9 @@ def test_verify_runner_checks_the_bodies(two_grid_samplers, bodies: str | None, 
     names = [i.name for i in onnx.load(path).graph.input]
     with runner:
         outputs = runner.infer(dict(zip(names, (x.numpy(), grid.numpy()))))
-        paths = sorted(k.path for k in runner._session.kernels.values())
+        kernels = dict(runner._session.kernels)
     assert len(outputs) == 2
-    assert paths == sorted(["function", bicubic_path])
+    assert sorted(k.path for k in kernels.values()) == paths
     with pytest.raises(ValueError, match="bodies must be"):
         OnnxRuntimeRunner(path, bodies="sometimes")
 

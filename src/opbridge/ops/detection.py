@@ -8,8 +8,8 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   ``interpolation_mode`` 0 bilinear, 1 nearest, 2 bicubic; ``padding_mode``
   0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` (models at
   opset >= 16, see :func:`grid_sampler_function`); CPU kernel: opbridge's native
-  kernel for float32 bilinear and bicubic with enough channels
-  (:mod:`opbridge.ops._gridsample_cpu`), else PyTorch's own CPU grid_sample. For
+  kernel for float32 inputs with enough channels (:mod:`opbridge.ops._gridsample_cpu`),
+  else PyTorch's own CPU grid_sample. For
   NaN, infinite and huge coordinates the GPU kernels give what PyTorch's CUDA
   kernels give and the CPU kernels what its CPU kernel gives; the two differ for
   bilinear with zeros padding (0 on CUDA, NaN on the CPU).
@@ -182,9 +182,10 @@ def grid_sampler_function(opset: int) -> Any:
     )
 
 
-# ONNX Runtime's cubic GridSample runs 3-10x slower than PyTorch's CPU op (benchmarks/cpu_ops.py):
-# opbridge's session runs bicubic nodes through the kernel; bilinear and nearest run the body.
-@GridSample.register_function(prefer_kernel=lambda attrs: attrs["interpolation_mode"] == 2)
+# ONNX Runtime 1.32's GridSample runs slower than the op's kernel at every size benchmarks/cpu_ops.py
+# times (through opbridge's session: linear 1.4-2.5x, nearest 4-9x, cubic 7-17x), so the session runs
+# every grid_sampler node through the kernel.
+@GridSample.register_function(prefer_kernel=True)
 def _grid_sampler_body(spec: Any, opset: int) -> Any:
     return grid_sampler_function(opset) if opset >= 16 else None
 
