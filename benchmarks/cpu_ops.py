@@ -156,55 +156,58 @@ def bench_resize(quick: bool, reps: int) -> None:
             row("DynamicResize (bicubic)", f"{n}x{c}x{h}x{w} x{s}", label, timeit(fn, reps), "F.interpolate", ref)
 
 
+def affine_grid(n: int, h: int, w: int) -> torch.Tensor:
+    """A rotated (0.3 rad), slightly zoomed and shifted sampling grid: neighbouring outputs read
+    neighbouring pixels, as in warps, flows and deformable sampling."""
+    import math
+
+    import torch.nn.functional as F
+
+    c, s = math.cos(0.3), math.sin(0.3)
+    theta = torch.tensor([[1.1 * c, -s, 0.05], [s, 1.1 * c, -0.03]]).expand(n, 2, 3)
+    return F.affine_grid(theta, [n, 1, h, w], align_corners=False).contiguous()
+
+
+GRID_MODES = ((0, "bilinear"), (1, "nearest"), (2, "bicubic"))
+
+
 def bench_grid(quick: bool, reps: int) -> None:
     from onnx import helper
 
     from opbridge.ops import _gridsample_cpu
 
     for n, c, h in [(1, 16, 64), (2, 64, 128), (1, 3, 128)][: 1 if quick else 3]:
-        x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
-        for mode, name in ((0, "bilinear"), (2, "bicubic")):
-            attrs = {
-                "interpolation_mode": mode,
-                "padding_mode": 0,
-                "align_corners": False,
-            }
-            ref = timeit(lambda: d.GridSample.run_reference(x, grid, **attrs), reps)
-            native = _gridsample_cpu.applies(x, grid, mode)
-            row(
-                "grid_sampler " + name,
-                f"{n}x{c}x{h}x{h}",
-                "kernel (opbridge native)" if native else "kernel (ATen)",
-                timeit(lambda: d.GridSample.kernel(x, grid, **attrs), reps),
-                "reference",
-                ref,
-            )
-            node = helper.make_node(
-                "GridSample",
-                ["x", "g"],
-                ["y"],
-                mode=name,
-                padding_mode="zeros",
-                align_corners=0,
-            )
-            run = ort_session([node], {"x": x.numpy(), "g": grid.numpy()}, 16)
-            row(
-                "grid_sampler " + name,
-                f"{n}x{c}x{h}x{h}",
-                "ORT GridSample-16 (standard op)",
-                timeit(run, reps),
-                "reference",
-                ref,
-            )
-            for label, fn in bridged(d.GridSample, (x, grid), attrs):
+        x = torch.randn(n, c, h, h)
+        for kind, grid in (("random", torch.rand(n, h, h, 2) * 2.2 - 1.1), ("affine", affine_grid(n, h, h))):
+            for mode, name in GRID_MODES:
+                attrs = {
+                    "interpolation_mode": mode,
+                    "padding_mode": 0,
+                    "align_corners": False,
+                }
+                op, shape = f"grid_sampler {name}", f"{n}x{c}x{h}x{h} {kind}"
+                ref = timeit(lambda: d.GridSample.run_reference(x, grid, **attrs), reps)
+                native = _gridsample_cpu.applies(x, grid, mode)
                 row(
-                    "grid_sampler " + name,
-                    f"{n}x{c}x{h}x{h}",
-                    label,
-                    timeit(fn, reps),
+                    op,
+                    shape,
+                    "kernel (opbridge native)" if native else "kernel (ATen)",
+                    timeit(lambda: d.GridSample.kernel(x, grid, **attrs), reps),
                     "reference",
                     ref,
                 )
+                node = helper.make_node(
+                    "GridSample",
+                    ["x", "g"],
+                    ["y"],
+                    mode=name,
+                    padding_mode="zeros",
+                    align_corners=0,
+                )
+                run = ort_session([node], {"x": x.numpy(), "g": grid.numpy()}, 16)
+                row(op, shape, "ORT GridSample-16 (standard op)", timeit(run, reps), "reference", ref)
+                for label, fn in bridged(d.GridSample, (x, grid), attrs):
+                    row(op, shape, label, timeit(fn, reps), "reference", ref)
 
 
 def bench_resize_kernel(quick: bool, reps: int) -> None:
@@ -236,8 +239,17 @@ def bench_grid_channels(quick: bool, reps: int) -> None:
 
     from opbridge.ops import _gridsample_cpu
 
-    shapes = [(1, 1, 128), (1, 3, 128), (1, 4, 128), (1, 8, 128), (1, 16, 64), (1, 16, 128), (2, 64, 128)]
-    for mode, name in ((0, "bilinear"), (2, "bicubic")):
+    shapes = [
+        (1, 1, 128),
+        (1, 2, 128),
+        (1, 3, 128),
+        (1, 4, 128),
+        (1, 8, 128),
+        (1, 16, 64),
+        (1, 16, 128),
+        (2, 64, 128),
+    ]
+    for mode, name in GRID_MODES:
         for n, c, h in shapes[:4] if quick else shapes:
             x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
             row(
