@@ -54,7 +54,7 @@ def output_buffer(op: str, out: torch.Tensor | None, want: tuple[int, ...]) -> t
     """The contiguous float32 CPU tensor of shape ``want`` a kernel writes: ``out`` itself where it is
     one, else a new tensor (:func:`deliver` copies it into a non-contiguous ``out``). A ValueError
     naming ``op`` where ``out`` has another shape, dtype or device."""
-    if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or out.device.type != "cpu"):
+    if out is not None and (tuple(out.shape) != want or out.dtype != torch.float32 or not out.is_cpu):
         raise ValueError(
             f"{op}: `out` must be a float32 CPU tensor of shape {want}, got {tuple(out.shape)} {out.dtype} on {out.device}."
         )

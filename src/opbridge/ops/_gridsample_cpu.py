@@ -51,7 +51,7 @@ def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> boo
     extension built."""
     return (
         interpolation_mode in MIN_CHANNELS
-        and x.device.type == "cpu"
+        and x.is_cpu
         and x.dtype == torch.float32
         and x.dim() == 4
         and x.shape[1] >= MIN_CHANNELS[interpolation_mode]
@@ -78,9 +78,9 @@ def grid_sample(
         )
     if padding_mode not in (0, 1, 2):
         raise ValueError(f"grid_sample (native): padding_mode {padding_mode}; 0 (zeros), 1 (border) or 2 (reflection).")
-    if x.dtype != torch.float32 or x.device.type != "cpu":
+    if x.dtype != torch.float32 or not x.is_cpu:
         raise ValueError(f"grid_sample (native): a float32 CPU input expected, got {x.dtype} on {x.device}.")
-    xs, gs = _array(x), _array(grid.to(torch.float32))
+    xs, gs = _array(x), _array(grid if grid.dtype == torch.float32 else grid.to(torch.float32))
     if xs.ndim != 4 or gs.ndim != 4 or gs.shape[0] != xs.shape[0] or gs.shape[3] != 2:
         raise ValueError(
             f"grid_sample (native): input (N, C, H, W) and grid (N, Ho, Wo, 2) expected, "
