@@ -140,10 +140,14 @@ def test_dcn_kernel_on_one_pixel_wide_inputs() -> None:
         _close(d.ModulatedDeformConv2d.kernel(x, off, mask, wt, None, **attrs), want, atol=1e-5)
 
 
+@pytest.mark.parametrize("path", ["native", "numpy"])
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "legacy"])
 @pytest.mark.parametrize("sampling_ratio", [0, 2, -1], ids=["adaptive", "sr2", "adaptive-neg"])
-def test_roi_align_kernel_matches_reference(mode: str, aligned: bool, sampling_ratio: int) -> None:
+def test_roi_align_kernel_matches_reference(mode: str, aligned: bool, sampling_ratio: int, path: str) -> None:
+    """The op's kernel (the native one) and the numpy kernel it falls back to without the extension."""
+    from opbridge.ops import _detection_cpu
+
     feat = torch.randn(2, 5, 24, 20, generator=_gen(3))
     rois = rois_for(4, 40, 2, 90.0)
     attrs = {
@@ -155,8 +159,125 @@ def test_roi_align_kernel_matches_reference(mode: str, aligned: bool, sampling_r
         "aligned": aligned,
     }
     want = d.RoIAlign.run_reference(feat, rois, **attrs)
-    got = d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs)
+    if path == "native":
+        got = d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs)
+    else:
+        got = _detection_cpu._roi_align_numpy(feat.numpy(), rois.numpy(), *attrs.values())
     _close(got, want, atol=1e-5)
+
+
+# MMCV's arithmetic and order: max pooling equal to the reference bit for bit; avg sums in MMCV's order
+# (rows, then columns) where the reference's reduction may pair them otherwise: a few float32 ulps.
+ROI_NATIVE_RTOL, ROI_NATIVE_ATOL = 1e-6, 1e-6
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "legacy"])
+@pytest.mark.parametrize("sampling_ratio", [0, 3], ids=["adaptive", "sr3"])
+def test_native_roi_align_edges(mode: str, aligned: bool, sampling_ratio: int) -> None:
+    """RoIs across and beyond every edge, RoIs of less than a bin (an adaptive grid of 0 samples: 0 for
+    avg, -FLT_MAX for max), one-pixel feature maps, batch indices with a fraction (truncated), and NaN
+    and infinite feature values, against the reference."""
+    from opbridge.ops import _roialign_cpu
+
+    g = _gen(70)
+    for shape in ((2, 9, 17, 23), (1, 4, 1, 1), (1, 3, 1, 6)):
+        feat = torch.randn(*shape, generator=g)
+        feat.view(-1)[min(5, feat.numel() - 2)] = float("nan")
+        feat.view(-1)[-1] = float("inf")
+        n, _, h, w = shape
+        boxes = [
+            [0.0, -30.0, -30.0, 10.0, 10.0],  # across the top-left corner
+            [n - 0.5, w * 4 - 8.0, h * 4 - 8.0, w * 4 + 30.0, h * 4 + 30.0],  # across the bottom-right one
+            [0.0, -80.0, -80.0, -60.0, -60.0],  # wholly outside
+            [0.0, 3.0, 3.0, 3.5, 3.2],  # less than a bin
+            [0.0, 0.0, 0.0, w * 4.0, h * 4.0],  # the whole map
+            [0.7, 5.0, 2.0, 40.0, 29.0],  # a fractional batch index: image 0
+        ]
+        rois = torch.tensor(boxes)
+        attrs = {"output_height": 5, "output_width": 4, "spatial_scale": 0.25}
+        want = d.RoIAlign.run_reference(feat, rois, **attrs, sampling_ratio=sampling_ratio, mode=mode, aligned=aligned)
+        got = torch.from_numpy(
+            _roialign_cpu.roi_align(feat.numpy(), rois.numpy(), 5, 4, 0.25, sampling_ratio, mode == "max", aligned)
+        )
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        finite = want.isfinite()
+        if mode == "max":
+            assert torch.equal(got[finite], want[finite])
+        else:
+            torch.testing.assert_close(got[finite], want[finite], rtol=ROI_NATIVE_RTOL, atol=ROI_NATIVE_ATOL)
+
+
+def test_native_roi_align_non_finite_boxes_and_values() -> None:
+    """With a fixed sampling ratio a NaN box gives NaN bins (the reference indexes outside its features
+    there); in max mode a bin whose samples are all -inf is -inf, as the reference, and one without
+    samples -FLT_MAX."""
+    from opbridge.ops import _roialign_cpu
+
+    feat = torch.randn(1, 3, 8, 8, generator=_gen(73))
+    feat[0, 1] = float("-inf")
+    rois = torch.tensor([[0.0, float("nan"), 1.0, 5.0, 5.0], [0.0, 1.0, 1.0, 6.0, 6.0]])
+    for mode in ("avg", "max"):
+        want = d.RoIAlign.run_reference(feat, rois[1:], output_height=2, output_width=2, sampling_ratio=2, mode=mode)
+        got = torch.from_numpy(_roialign_cpu.roi_align(feat.numpy(), rois.numpy(), 2, 2, 1.0, 2, mode == "max", True))
+        assert got[0].isnan().all()
+        torch.testing.assert_close(got[1:], want, rtol=ROI_NATIVE_RTOL, atol=ROI_NATIVE_ATOL, equal_nan=True)
+        if mode == "max":
+            assert (got[1, 1] == float("-inf")).all()
+    empty = _roialign_cpu.roi_align(feat.numpy(), np.array([[0, 3, 3, 3, 3]], np.float32), 2, 2, 1.0, 0, True, True)
+    assert (empty == np.float32(-3.4028234663852886e38)).all()
+
+
+def test_native_roi_align_writes_out_and_splits_over_threads() -> None:
+    """Into ``out`` in place; RoIs split over two threads give one thread's result bit for bit."""
+    from opbridge.ops import _roialign_cpu
+
+    feat, rois = torch.randn(2, 32, 40, 56, generator=_gen(71)), rois_for(72, 64, 2, 200.0)
+    out = np.full((64, 32, 7, 7), np.nan, np.float32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _roialign_cpu.roi_align(feat.numpy(), rois.numpy(), 7, 7, 0.25, 0, False, True)
+        torch.set_num_threads(2)
+        attrs = {"output_height": 7, "output_width": 7, "spatial_scale": 0.25, "sampling_ratio": 0}
+        assert d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs, out=out) is out
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(out, one)
+
+
+def test_native_roi_align_rejects_bad_calls() -> None:
+    """A batch index outside the batch, a box whose adaptive sampling grid is not finite, and buffers
+    of the wrong size raise errors naming the problem before anything is written."""
+    from opbridge.ops import _cpu_kernels, _roialign_cpu
+
+    feat = np.zeros((1, 2, 6, 6), np.float32)
+    good = [0.0, 1.0, 1.0, 4.0, 4.0]
+    for bad, match in (
+        ([3.0, 1.0, 1.0, 4.0, 4.0], "RoI 1 has batch index 3.0, outside the feature batch of 1"),
+        ([-1.0, 1.0, 1.0, 4.0, 4.0], "RoI 1 has batch index -1.0"),
+        ([float("nan"), 1.0, 1.0, 4.0, 4.0], "RoI 1 has batch index nan"),
+        ([0.0, 0.0, 0.0, 1e30, 4.0], r"RoI 1 \[0.0, 0.0, 1.0000000150474662e\+30, 4.0\] needs a sampling grid"),
+        ([0.0, 0.0, float("nan"), 4.0, 4.0], "pass finite boxes or a sampling_ratio > 0"),
+    ):
+        out = np.full((2, 2, 3, 3), 7.0, np.float32)
+        with pytest.raises(ValueError, match=match):
+            _roialign_cpu.roi_align(feat, np.array([good, bad], np.float32), 3, 3, 1.0, 0, False, True, out=out)
+        assert (out == 7.0).all()  # nothing written
+    # a sampling ratio bounds the grid: the same huge box runs
+    _roialign_cpu.roi_align(feat, np.array([[0.0, 0.0, 0.0, 1e30, 4.0]], np.float32), 3, 3, 1.0, 2, False, True)
+    with pytest.raises(ValueError, match=r"`out` must be a contiguous float32 array of shape \(1, 2, 3, 3\)"):
+        _roialign_cpu.roi_align(feat, np.array([good], np.float32), 3, 3, 1.0, 0, False, True, out=np.zeros((1, 2, 3)))
+    xt, rois, out = np.zeros((1, 37, 2), np.float32), np.array([good], np.float32), np.zeros((1, 2, 3, 3), np.float32)
+    _cpu_kernels.roi_align(xt, rois, out, 1, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)  # the right sizes run
+    with pytest.raises(ValueError, match="xt holds 288 bytes, 74 float32 values"):
+        _cpu_kernels.roi_align(xt[:, :-1], rois, out, 1, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)
+    with pytest.raises(ValueError, match="out holds 48 bytes"):
+        _cpu_kernels.roi_align(xt, rois, out[:, :, :2].copy(), 1, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)
+    with pytest.raises(ValueError, match=r"range \[0, 2\) outside \[0, 1\)"):
+        _cpu_kernels.roi_align(xt, rois, out, 1, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 2)
+    with pytest.raises(ValueError, match="sizes N=0"):
+        _cpu_kernels.roi_align(xt, rois, out, 0, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)
 
 
 @pytest.mark.parametrize("pool_mode", [0, 1], ids=["max", "avg"])

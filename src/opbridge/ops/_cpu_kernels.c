@@ -16,14 +16,20 @@
  * within a few float32 ulps of F.grid_sample's, whose build may fuse some other products; nearest's
  * are F.grid_sample's bit for bit.
  *
+ * resize_bicubic: F.interpolate(mode="bicubic"), separable (see its section).
+ *
+ * roi_align: MMCV's roi_align from channels-last features (the same layout copy): each sample's four
+ * corner pixels are contiguous rows of channels (see its section).
+ *
  * Buffers come in through the buffer protocol (numpy arrays over torch tensors); their lengths
  * are checked against the sizes before anything is read or written, so a wrong call raises
  * ValueError instead of touching memory outside them. The GIL is released while the kernel runs:
- * Python threads split the output points (start, end) between them.
+ * Python threads split the work (output points, planes or rows, RoIs: start, end) between them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -417,6 +423,126 @@ OPB_CLONES static void resize_bicubic(const float *x, float *out, Py_ssize_t H, 
     }
 }
 
+/* ------------------------------------------------------------------ RoIAlign */
+
+/* MMCV roi_align (torchvision's for mode "avg"), from the channels-last features of the RoI's image.
+   A RoI's geometry in float32 as MMCV computes it: its start, bin sizes and sampling grid. */
+typedef struct {
+    float x1, y1, bw, bh;
+    int gh, gw, b;
+} roi_geom_t;
+
+enum { ROI_OK = 0, ROI_BAD_BATCH = 1, ROI_BAD_GRID = 2 };
+#define ROI_MAX_GRID 65535.0f /* samples per bin along one axis: a larger grid is a bad RoI */
+
+static int roi_geometry(const float *roi, int N, float scale, int sampling, int aligned, int PH, int PW,
+                        roi_geom_t *g) {
+    if (!(roi[0] > -1.0f && roi[0] < (float)N)) return ROI_BAD_BATCH; /* the index truncates, as int() */
+    g->b = (int)roi[0];
+    const float off = aligned ? 0.5f : 0.0f;
+    g->x1 = roi[1] * scale - off;
+    g->y1 = roi[2] * scale - off;
+    float rw = roi[3] * scale - off - g->x1, rh = roi[4] * scale - off - g->y1;
+    if (!aligned) { /* at least one pixel; NaN stays NaN */
+        rw = rw < 1.0f ? 1.0f : rw;
+        rh = rh < 1.0f ? 1.0f : rh;
+    }
+    g->bh = rh / (float)PH;
+    g->bw = rw / (float)PW;
+    if (sampling > 0) {
+        g->gh = g->gw = sampling;
+        return ROI_OK;
+    }
+    const float fh = ceilf(rh / (float)PH), fw = ceilf(rw / (float)PW);
+    if (!(fh <= ROI_MAX_GRID && fw <= ROI_MAX_GRID)) return ROI_BAD_GRID; /* NaN, infinite or huge */
+    g->gh = fh > 0.0f ? (int)fh : 0;
+    g->gw = fw > 0.0f ? (int)fw : 0;
+    return ROI_OK;
+}
+
+/* one sample coordinate along an axis of `size` pixels: MMCV's bilinear rule (outside below -1 or
+   above size; clamped at 0; the last pixel's weight taken whole). A NaN coordinate (a NaN box with a
+   fixed sampling ratio) gives NaN weights on pixel 0: the sample is NaN. */
+typedef struct {
+    int lo, hi, in;
+    float wl, wh;
+} roi_tap_t;
+
+static inline roi_tap_t roi_tap(float v, int size) {
+    roi_tap_t t = {0, 0, 0, 0.0f, 0.0f};
+    if (v != v) {
+        t.in = 1;
+        t.wl = t.wh = v;
+        return t;
+    }
+    if (!(v >= -1.0f && v <= (float)size)) return t;
+    t.in = 1;
+    v = v > 0.0f ? v : 0.0f;
+    int lo = (int)floorf(v);
+    if (lo >= size - 1) {
+        lo = size - 1;
+        v = (float)lo;
+        t.hi = lo;
+    } else {
+        t.hi = lo + 1;
+    }
+    t.lo = lo;
+    t.wh = v - (float)lo;
+    t.wl = 1.0f - t.wh;
+    return t;
+}
+
+/* RoIs [r0, r1) of rois (R, 5) into out (R, C, PH, PW), from xt: each image channels-last as
+   (H * W + 1, C); `acc` holds C floats. The samples of a bin are summed (avg, then divided by their
+   count) or maxed (max; a sample outside counts as 0, NaN wins; a bin without samples is -FLT_MAX, as
+   MMCV's) in MMCV's order: rows, then columns. */
+OPB_CLONES static void roi_align_rois(const float *xt, const float *rois, float *out, Py_ssize_t C, int N, int H,
+                                      int W, int PH, int PW, float scale, int sampling, int pool_max, int aligned,
+                                      Py_ssize_t r0, Py_ssize_t r1, float *restrict acc) {
+    const Py_ssize_t image = ((Py_ssize_t)H * W + 1) * C, bins = (Py_ssize_t)PH * PW;
+    for (Py_ssize_t r = r0; r < r1; ++r) {
+        roi_geom_t g;
+        (void)roi_geometry(rois + 5 * r, N, scale, sampling, aligned, PH, PW, &g); /* checked by the caller */
+        const float *img = xt + g.b * image;
+        const float count = (float)(g.gh * g.gw > 1 ? g.gh * g.gw : 1);
+        const float lowest = g.gh * g.gw > 0 ? -INFINITY : -FLT_MAX; /* max: the first sample always wins */
+        for (int ph = 0; ph < PH; ++ph)
+            for (int pw = 0; pw < PW; ++pw) {
+                for (Py_ssize_t c = 0; c < C; ++c) acc[c] = pool_max ? lowest : 0.0f;
+                for (int iy = 0; iy < g.gh; ++iy) {
+                    const roi_tap_t ty =
+                        roi_tap((g.y1 + (float)ph * g.bh) + ((float)iy + 0.5f) * g.bh / (float)g.gh, H);
+                    for (int ix = 0; ix < g.gw; ++ix) {
+                        const roi_tap_t tx =
+                            roi_tap((g.x1 + (float)pw * g.bw) + ((float)ix + 0.5f) * g.bw / (float)g.gw, W);
+                        if (!(ty.in && tx.in)) {
+                            if (pool_max) /* the sample is 0 (a NaN maximum stays) */
+                                for (Py_ssize_t c = 0; c < C; ++c) acc[c] = acc[c] <= 0.0f ? 0.0f : acc[c];
+                            continue;
+                        }
+                        const float w00 = ty.wl * tx.wl, w01 = ty.wl * tx.wh, w10 = ty.wh * tx.wl, w11 = ty.wh * tx.wh;
+                        const float *restrict p00 = img + ((Py_ssize_t)ty.lo * W + tx.lo) * C;
+                        const float *restrict p01 = img + ((Py_ssize_t)ty.lo * W + tx.hi) * C;
+                        const float *restrict p10 = img + ((Py_ssize_t)ty.hi * W + tx.lo) * C;
+                        const float *restrict p11 = img + ((Py_ssize_t)ty.hi * W + tx.hi) * C;
+                        if (pool_max) {
+                            for (Py_ssize_t c = 0; c < C; ++c) {
+                                const float v = w00 * p00[c] + w01 * p01[c] + w10 * p10[c] + w11 * p11[c];
+                                const float m = v > acc[c] ? v : acc[c];
+                                acc[c] = v != v ? v : m;
+                            }
+                        } else {
+                            for (Py_ssize_t c = 0; c < C; ++c)
+                                acc[c] += w00 * p00[c] + w01 * p01[c] + w10 * p10[c] + w11 * p11[c];
+                        }
+                    }
+                }
+                float *o = out + r * C * bins + (Py_ssize_t)ph * PW + pw;
+                for (Py_ssize_t c = 0; c < C; ++c) o[c * bins] = pool_max ? acc[c] : acc[c] / count;
+            }
+    }
+}
+
 /* ------------------------------------------------------------------ Python entry point */
 
 static int check_len(const char *fn, const Py_buffer *b, const char *name, Py_ssize_t elements) {
@@ -586,10 +712,84 @@ static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* the ValueError naming RoI r of a failed roi_geometry */
+static void roi_error(const float *roi, Py_ssize_t r, int why, Py_ssize_t N) {
+    PyObject *v[5] = {NULL, NULL, NULL, NULL, NULL};
+    int ok = 1;
+    for (int k = 0; k < 5; ++k) ok &= (v[k] = PyFloat_FromDouble(roi[k])) != NULL;
+    if (!ok) {
+        /* PyFloat_FromDouble set the error */
+    } else if (why == ROI_BAD_BATCH) {
+        PyErr_Format(PyExc_ValueError, "roi_align: RoI %zd has batch index %R, outside the feature batch of %zd", r,
+                     v[0], N);
+    } else {
+        PyErr_Format(PyExc_ValueError,
+                     "roi_align: RoI %zd [%R, %R, %R, %R] needs a sampling grid that is not finite or over %d "
+                     "samples a side; pass finite boxes or a sampling_ratio > 0",
+                     r, v[1], v[2], v[3], v[4], (int)ROI_MAX_GRID);
+    }
+    for (int k = 0; k < 5; ++k) Py_XDECREF(v[k]);
+}
+
+PyDoc_STRVAR(roi_align_doc,
+             "roi_align(xt, rois, out, N, C, H, W, R, PH, PW, spatial_scale, sampling_ratio, pool_max, aligned,\n"
+             "          r0, r1)\n\n"
+             "MMCV roi_align of RoIs [r0, r1) of rois (R, 5) [batch index, x1, y1, x2, y2] into out (R, C, PH, PW),\n"
+             "from the N images of xt, each channels-last as (H * W + 1, C) (to_channels_last); all contiguous\n"
+             "float32. A RoI whose batch index is outside [0, N) or whose sampling grid is not finite and at\n"
+             "most 65535 samples a side raises ValueError before anything is written. Releases the GIL while\n"
+             "it runs.");
+
+static PyObject *py_roi_align(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer tb, rb, ob;
+    Py_ssize_t N, C, H, W, R, PH, PW, r0, r1;
+    double scale;
+    int sampling, pool_max, aligned;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnnnnnndippnn", &tb, &rb, &ob, &N, &C, &H, &W, &R, &PH, &PW, &scale,
+                          &sampling, &pool_max, &aligned, &r0, &r1))
+        return NULL;
+    PyObject *result = NULL;
+    float *acc = NULL;
+    if (N < 1 || R < 0 || PH < 1 || PW < 1 || N >= INT32_MAX || PH * (double)PW >= (double)INT32_MAX ||
+        (double)R * C * PH * PW > 1e15 || (double)N * C * (H * (double)W + 1) > 1e15) {
+        PyErr_Format(PyExc_ValueError,
+                     "roi_align: sizes N=%zd R=%zd PH=%zd PW=%zd; N, PH, PW >= 1 and R >= 0 expected", N, R, PH, PW);
+    } else if (sizes_ok("roi_align", C, H, W, 0) && range_ok("roi_align", r0, r1, R) &&
+               check_len("roi_align", &tb, "xt", N * (H * W + 1) * C) && check_len("roi_align", &rb, "rois", R * 5) &&
+               check_len("roi_align", &ob, "out", R * C * PH * PW)) {
+        const float *rois = (const float *)rb.buf;
+        Py_ssize_t bad = -1;
+        int why = ROI_OK;
+        for (Py_ssize_t r = r0; r < r1 && bad < 0; ++r) {
+            roi_geom_t g;
+            why = roi_geometry(rois + 5 * r, (int)N, (float)scale, sampling, aligned, (int)PH, (int)PW, &g);
+            if (why != ROI_OK) bad = r;
+        }
+        if (bad >= 0) {
+            roi_error(rois + 5 * bad, bad, why, N);
+        } else if ((acc = PyMem_RawMalloc((size_t)C * sizeof(float))) == NULL) {
+            PyErr_NoMemory();
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            roi_align_rois((const float *)tb.buf, rois, (float *)ob.buf, C, (int)N, (int)H, (int)W, (int)PH, (int)PW,
+                           (float)scale, sampling, pool_max, aligned, r0, r1, acc);
+            Py_END_ALLOW_THREADS;
+            result = Py_NewRef(Py_None);
+        }
+    }
+    PyMem_RawFree(acc);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&rb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
     {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
+    {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -33,3 +33,22 @@ def resize_bicubic(
     oy1: int,
     /,
 ) -> None: ...
+def roi_align(
+    xt: Buffer,
+    rois: Buffer,
+    out: Buffer,
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    R: int,
+    PH: int,
+    PW: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+    r0: int,
+    r1: int,
+    /,
+) -> None: ...

@@ -264,13 +264,47 @@ def roi_align(
     sampling_ratio: int = 0,
     mode: str = "avg",
     aligned: bool = True,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """MMCV roi_align, vectorized over RoIs (in chunks of similar sampling-grid size)."""
+    """MMCV roi_align, written into ``out`` where given (ONNX Runtime's output through the bridge).
+
+    opbridge's native kernel (:mod:`opbridge.ops._roialign_cpu`: channels-last rows, MMCV's
+    arithmetic and order) where the extension is built and the output is float32; else vectorized
+    numpy over RoIs (in chunks of similar sampling-grid size).
+
+    >>> feat = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    >>> roi_align(feat, np.array([[0, 0, 0, 4, 4]], np.float32), output_height=1, output_width=1).ravel()
+    array([7.5], dtype=float32)
+    """
+    from opbridge.ops import _cpu_native, _roialign_cpu
+
     op = "mmdeploy::MMCVRoiAlign"
     if rois.ndim != 2 or rois.shape[1] != 5:
         raise ValueError(f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}.")
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
+    if _cpu_native.available() and np.dtype(feat.dtype) == np.float32:
+        return _roialign_cpu.roi_align(
+            feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode == "max", aligned, out=out
+        )
+    result = _roi_align_numpy(feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+def _roi_align_numpy(
+    feat: np.ndarray,
+    rois: np.ndarray,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    mode: str,
+    aligned: bool,
+) -> np.ndarray:
+    op = "mmdeploy::MMCVRoiAlign"
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
     bad = (r32[:, 0] < 0) | (r32[:, 0] >= n)

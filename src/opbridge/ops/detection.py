@@ -18,9 +18,10 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   ``DeformConv`` (models at opset >= 19); CPU kernel (torch: one grid_sample
   per deform group and one matmul).
 * :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
-  ``roi_align`` for mode "avg", plus mode "max"). CPU kernel (numpy).
+  ``roi_align`` for mode "avg", plus mode "max"). CPU kernel: opbridge's native kernel
+  (:mod:`opbridge.ops._roialign_cpu`) for float32 features, else numpy.
 * :data:`MultiLevelRoiAlign` (``mmdeploy::MMCVMultiLevelRoiAlign``): MMDet's
-  ``SingleRoIExtractor`` over up to 5 FPN levels. CPU kernel (numpy).
+  ``SingleRoIExtractor`` over up to 5 FPN levels. CPU kernel: the RoIAlign kernel per level.
 * :data:`BatchedNMS` (``mmdeploy::TRTBatchedNMS``): MMDeploy's TensorRT batched
   NMS with fixed-size padded outputs. CPU kernel (numpy).
 

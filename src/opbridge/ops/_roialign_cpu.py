@@ -1,0 +1,85 @@
+"""MMCV roi_align on the CPU with opbridge's native kernel (``opbridge.ops._cpu_kernels``).
+
+The features are copied channels-last once per call; then every sample of a bin reads its four
+corner pixels' channels as contiguous rows, and the channel loop runs vectorized, in MMCV's
+arithmetic and order (float32 sample positions, its bilinear rule at the edges, sums over rows then
+columns, divided by the sample count for "avg"; the maximum for "max", a sample outside counting as
+0). RoIs are split over ``torch.get_num_threads()`` threads. The result is written into a caller's
+output where given (ONNX Runtime's buffer through the bridge).
+
+Example:
+    >>> import numpy as np
+    >>> feat = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    >>> rois = np.array([[0, 0, 0, 4, 4]], np.float32)
+    >>> roi_align(feat, rois, 1, 1, 1.0, 2, False, True).ravel()
+    array([7.5], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from opbridge.ops import _cpu_native
+
+__all__ = ["roi_align"]
+
+# RoIs per thread below which one thread does the work.
+_SPLIT_MIN = 8
+
+
+def roi_align(
+    feat: np.ndarray,
+    rois: np.ndarray,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    pool_max: bool,
+    aligned: bool,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """MMCV roi_align of ``feat`` (N, C, H, W) at ``rois`` (R, 5) [batch index, x1, y1, x2, y2] into
+    ``out`` (R, C, output_height, output_width) where given (float32, contiguous), else a new float32
+    array. A ValueError names a RoI whose batch index lies outside the batch or whose sampling grid
+    is not finite."""
+    module = _cpu_native.require()
+    if feat.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 5:
+        raise ValueError(
+            f"roi_align (native): feat (N, C, H, W) and rois (R, 5) expected, got {feat.shape} and {rois.shape}."
+        )
+    n, c, h, w = feat.shape
+    r, ph, pw = rois.shape[0], output_height, output_width
+    want = (r, c, ph, pw)
+    if out is not None and (out.shape != want or out.dtype != np.float32 or not out.flags.c_contiguous):
+        raise ValueError(
+            f"roi_align (native): `out` must be a contiguous float32 array of shape {want}, got {out.shape} {out.dtype}."
+        )
+    target = out if out is not None else np.empty(want, np.float32)
+    if target.size == 0:
+        return target
+    if n * h * w == 0:
+        raise ValueError(f"roi_align (native): the features {feat.shape} are empty; pass N, H, W >= 1.")
+    xs = np.ascontiguousarray(feat, dtype=np.float32).reshape(n, c, h * w)
+    boxes = np.ascontiguousarray(rois, dtype=np.float32)
+    hw = h * w
+    xt = np.empty((n, hw + 1, c), np.float32)  # each image channels-last (its last row unused)
+    threads = _cpu_native.threads_for(n * hw * c, 1 << 16)
+    for i in range(n):
+        _cpu_native.run(
+            [
+                functools.partial(module.to_channels_last, xs[i], xt[i], c, c, hw, a, b)
+                for a, b in _cpu_native.ranges(hw, threads)
+            ]
+        )
+    args: tuple[Any, ...] = (xt, boxes, target, n, c, h, w, r, ph, pw, float(spatial_scale), int(sampling_ratio))
+    flags = (bool(pool_max), bool(aligned))
+    _cpu_native.run(
+        [
+            functools.partial(module.roi_align, *args, *flags, a, b)
+            for a, b in _cpu_native.ranges(r, _cpu_native.threads_for(r, _SPLIT_MIN))
+        ]
+    )
+    return target
