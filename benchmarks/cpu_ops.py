@@ -328,6 +328,8 @@ def _rois(n: int, extent: float, seed: int = 0) -> torch.Tensor:
 def bench_roi(quick: bool, reps: int) -> None:
     from onnx import helper
 
+    from opbridge.ops import _detection_cpu
+
     for n_rois, c in [(100, 64), (300, 256)][: 1 if quick else 2]:
         feat, rois = torch.randn(1, c, 100, 168), _rois(n_rois, 400.0)
         attrs = {
@@ -343,8 +345,16 @@ def bench_roi(quick: bool, reps: int) -> None:
         row(
             "MMCVRoiAlign",
             shape,
-            "kernel (numpy)",
+            "kernel (opbridge native)",
             timeit(lambda: d.RoIAlign.kernel(feat.numpy(), rois.numpy(), **attrs), reps),
+            "reference",
+            ref,
+        )
+        row(
+            "MMCVRoiAlign",
+            shape,
+            "numpy kernel (without the extension)",
+            timeit(lambda: _detection_cpu._roi_align_numpy(feat.numpy(), rois.numpy(), *attrs.values()), reps),
             "reference",
             ref,
         )
@@ -396,7 +406,7 @@ def bench_roi(quick: bool, reps: int) -> None:
         row(
             "MMCVMultiLevelRoiAlign",
             f"{n_rois} RoIs, 4 levels, {c}ch",
-            "kernel (numpy)",
+            "kernel (opbridge native)",
             timeit(lambda: d.MultiLevelRoiAlign.kernel(*arrays, **bound), reps),
             "reference",
             mref,
