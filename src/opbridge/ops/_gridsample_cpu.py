@@ -34,7 +34,7 @@ __all__ = ["MIN_CHANNELS", "applies", "grid_sample"]
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
 # --only grid-channels on the 2-core development machine, 128 x 128 planes: bilinear 1.1-1.2x ATen at
-# 3 channels, 0.9x at 2; nearest 1.1-1.3x at 4, 0.8x at 3; bicubic 1.3-1.4x at 2, 0.8x at 1).
+# 3 channels, 0.9x at 2; nearest 1.0-1.3x at 4, 0.7-0.8x at 3; bicubic 1.3-1.4x at 2, 0.8x at 1).
 MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16

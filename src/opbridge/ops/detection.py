@@ -9,10 +9,10 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` (models at
   opset >= 16, see :func:`grid_sampler_function`); CPU kernel: opbridge's native
   kernel for float32 inputs with enough channels (:mod:`opbridge.ops._gridsample_cpu`),
-  else PyTorch's own CPU grid_sample. For
-  NaN, infinite and huge coordinates the GPU kernels give what PyTorch's CUDA
-  kernels give and the CPU kernels what its CPU kernel gives; the two differ for
-  bilinear with zeros padding (0 on CUDA, NaN on the CPU).
+  else PyTorch's own CPU grid_sample. For NaN, infinite and huge coordinates the GPU
+  kernels give what PyTorch's CUDA kernels give and the CPU kernels what its CPU
+  kernel gives; the two differ for bilinear with zeros padding (0 on CUDA, NaN on
+  the CPU).
 * :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
   DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. Function body: ONNX
   ``DeformConv`` (models at opset >= 19); CPU kernel (torch: one grid_sample
