@@ -8,6 +8,7 @@ into a preallocated output on the current CUDA stream.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -103,13 +104,21 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- grid_sample
 
 
+# Compiled kernels round align_corners' product on its own with libdevice; Triton's interpreter (the
+# CPU tests) has no libdevice, and rounds every operation on its own anyway.
+_ROUND_PRODUCT = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+
+
 @triton.jit
 def _unnormalize(coord, size, ALIGN: tl.constexpr):
     # PyTorch's formulas and roundings: with align_corners a product rounded on its own (mul_rn: the
     # compiler would fuse a plain product into bicubic's ix - floor(ix), 3e-5 off PyTorch's CUDA
     # kernel); without, (coord + 1) * size - 1 fused, as PyTorch's build does
     if ALIGN:
-        return libdevice.mul_rn((coord + 1.0) * 0.5, size - 1)
+        if _ROUND_PRODUCT:
+            return libdevice.mul_rn((coord + 1.0) * 0.5, size - 1)
+        else:
+            return (coord + 1.0) * 0.5 * (size - 1)
     else:
         return ((coord + 1.0) * size - 1.0) * 0.5
 
