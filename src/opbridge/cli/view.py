@@ -22,6 +22,9 @@ def run(args: argparse.Namespace) -> int:
     from opbridge.graph.view import serve_model
 
     server = serve_model(args.model, port=args.port, host=args.host, browse=not args.no_browser)
-    print(f"serving {args.model} at {server.url} (Ctrl-C to stop)", flush=True)
-    server.wait()
+    try:
+        print(f"serving {args.model} at {server.url} (Ctrl-C to stop)", flush=True)
+        server.wait()
+    except KeyboardInterrupt:  # Ctrl-C before wait() took it over: a stop all the same
+        server.stop()
     return 0
