@@ -19,12 +19,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
     from opbridge.graph.view import serve_model
 
     server = serve_model(args.model, port=args.port, host=args.host, browse=not args.no_browser)
+    # Ctrl-C and SIGTERM stop the server, also in a process started with SIGINT ignored (a background
+    # job of a shell script: Python then installs no KeyboardInterrupt handler)
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, signal.default_int_handler) for s in stops}
     try:
         print(f"serving {args.model} at {server.url} (Ctrl-C to stop)", flush=True)
         server.wait()
     except KeyboardInterrupt:  # Ctrl-C before wait() took it over: a stop all the same
         server.stop()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
