@@ -39,8 +39,10 @@ def test_view_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "no such file" in capsys.readouterr().err
 
 
-def test_cli_view_headless(tmp_path: Path) -> None:
-    """``opbridge view --no-browser --port 0`` prints the URL, serves it, and stops on Ctrl-C (SIGINT)."""
+@pytest.mark.parametrize("sigint", ["default", "ignored"], ids=["sigint-default", "started-with-sigint-ignored"])
+def test_cli_view_headless(tmp_path: Path, sigint: str) -> None:
+    """``opbridge view --no-browser --port 0`` prints the URL, serves it, and stops on Ctrl-C (SIGINT),
+    also when the process starts with SIGINT ignored (a shell script's background job)."""
     import os
     import selectors
     import signal
@@ -54,8 +56,14 @@ def test_cli_view_headless(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(custom_node_model(), path)
     env = dict(os.environ, PYTHONPATH=str(Path(opbridge.__file__).parents[1]))
+    command = [sys.executable, "-m", "opbridge.cli", "view", str(path), "--no-browser", "--port", "0"]
+    if sigint == "ignored":  # exec keeps an ignored signal ignored
+        start = (
+            "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+        )
+        command = [sys.executable, "-c", start, *command]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "opbridge.cli", "view", str(path), "--no-browser", "--port", "0"],
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
