@@ -504,8 +504,9 @@ OPB_CLONES static void roi_align_rois(const float *xt, const float *rois, float 
         roi_geom_t g;
         (void)roi_geometry(rois + 5 * r, N, scale, sampling, aligned, PH, PW, &g); /* checked by the caller */
         const float *img = xt + g.b * image;
-        const float count = (float)(g.gh * g.gw > 1 ? g.gh * g.gw : 1);
-        const float lowest = g.gh * g.gw > 0 ? -INFINITY : -FLT_MAX; /* max: the first sample always wins */
+        const Py_ssize_t samples = (Py_ssize_t)g.gh * g.gw; /* up to 65535^2 (or a sampling ratio squared) */
+        const float count = (float)(samples > 1 ? samples : 1);
+        const float lowest = samples > 0 ? -INFINITY : -FLT_MAX; /* max: the first sample always wins */
         for (int ph = 0; ph < PH; ++ph)
             for (int pw = 0; pw < PW; ++pw) {
                 for (Py_ssize_t c = 0; c < C; ++c) acc[c] = pool_max ? lowest : 0.0f;
