@@ -18,10 +18,11 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 import torch
 
-__all__ = ["available", "deliver", "module", "output_buffer", "ranges", "require", "run", "threads_for"]
+__all__ = ["available", "deliver", "module", "output_buffer", "ranges", "require", "run", "split", "threads_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +94,13 @@ def run(calls: Sequence[Callable[[], object]]) -> None:
         return
     for future in [_pool(len(calls), os.getpid()).submit(call) for call in calls]:
         future.result()
+
+
+def split(fn: Callable[..., object], args: tuple[Any, ...], total: int, threads: int) -> None:
+    """``fn(*args, start, end)`` over ``[0, total)`` in up to ``threads`` ranges, one thread each (see
+    :func:`run`); one thread calls ``fn`` straight, without the split's Python cost (a fifth of a
+    small image's time in grid_sample)."""
+    if threads <= 1:
+        fn(*args, 0, total)
+        return
+    run([functools.partial(fn, *args, a, b) for a, b in ranges(total, threads)])

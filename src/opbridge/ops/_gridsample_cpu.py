@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import threading
 from types import ModuleType
 from typing import Any
@@ -129,20 +128,5 @@ def _sample(module: ModuleType, xs: Any, gs: Any, os_: Any, mode: int, pad: int,
     xt = _channels_last_buffer((hw + 1) * stride).reshape(hw + 1, stride)  # one image channels-last, a zero row
     threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
     for i in range(n):
-        xi, gi, oi = xs[i], gs[i], os_[i]
-        if threads == 1:  # straight calls: the Python cost of a split is a fifth of a small image's time
-            module.to_channels_last(xi, xt, c, stride, hw, 0, hw)
-            module.grid_sample(xt, gi, oi, c, stride, h, w, p, mode, pad, align, 0, p)
-            continue
-        _cpu_native.run(
-            [
-                functools.partial(module.to_channels_last, xi, xt, c, stride, hw, a, b)
-                for a, b in _cpu_native.ranges(hw, threads)
-            ]
-        )
-        _cpu_native.run(
-            [
-                functools.partial(module.grid_sample, xt, gi, oi, c, stride, h, w, p, mode, pad, align, a, b)
-                for a, b in _cpu_native.ranges(p, threads)
-            ]
-        )
+        _cpu_native.split(module.to_channels_last, (xs[i], xt, c, stride, hw), hw, threads)
+        _cpu_native.split(module.grid_sample, (xt, gs[i], os_[i], c, stride, h, w, p, mode, pad, align), p, threads)

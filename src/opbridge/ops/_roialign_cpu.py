@@ -17,9 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 import numpy as np
 
 from opbridge.ops import _cpu_native
@@ -68,18 +65,8 @@ def roi_align(
     xt = np.empty((n, hw + 1, c), np.float32)  # each image channels-last (its last row unused)
     threads = _cpu_native.threads_for(n * hw * c, 1 << 16)
     for i in range(n):
-        _cpu_native.run(
-            [
-                functools.partial(module.to_channels_last, xs[i], xt[i], c, c, hw, a, b)
-                for a, b in _cpu_native.ranges(hw, threads)
-            ]
-        )
-    args: tuple[Any, ...] = (xt, boxes, target, n, c, h, w, r, ph, pw, float(spatial_scale), int(sampling_ratio))
-    flags = (bool(pool_max), bool(aligned))
-    _cpu_native.run(
-        [
-            functools.partial(module.roi_align, *args, *flags, a, b)
-            for a, b in _cpu_native.ranges(r, _cpu_native.threads_for(r, _SPLIT_MIN))
-        ]
-    )
+        _cpu_native.split(module.to_channels_last, (xs[i], xt[i], c, c, hw), hw, threads)
+    scale, sampling = float(spatial_scale), int(sampling_ratio)
+    args = (xt, boxes, target, n, c, h, w, r, ph, pw, scale, sampling, bool(pool_max), bool(aligned))
+    _cpu_native.split(module.roi_align, args, r, _cpu_native.threads_for(r, _SPLIT_MIN))
     return target
