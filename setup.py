@@ -3,7 +3,9 @@
 ``opbridge.onnxruntime._bridge`` is a small C file that is both a CPython
 extension and an ONNX Runtime custom-op library (it exports
 ``RegisterCustomOps``). It needs only Python's and numpy's headers: the ONNX
-Runtime declarations it uses are in ``src/opbridge/onnxruntime/_ort_abi.h``.
+Runtime declarations it uses are in ``src/opbridge/onnxruntime/_ort_abi.h``. Both extensions
+include ``src/opbridge/_native_kernel.h``, the ABI by which the bridge runs the native CPU kernels
+without Python.
 ``pip install -e .`` builds it in place; in a checkout,
 ``python setup.py build_ext --inplace`` does the same.
 """
@@ -29,7 +31,7 @@ setup(
         Extension(
             "opbridge.onnxruntime._bridge",
             sources=["src/opbridge/onnxruntime/_bridge.c"],
-            depends=["src/opbridge/onnxruntime/_ort_abi.h"],
+            depends=["src/opbridge/onnxruntime/_ort_abi.h", "src/opbridge/_native_kernel.h"],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall"],
         ),
         # each product and sum rounded as in ATen's CPU kernels (no contraction into fused multiply-adds);
@@ -37,6 +39,7 @@ setup(
         Extension(
             "opbridge.ops._cpu_kernels",
             sources=["src/opbridge/ops/_cpu_kernels.c"],
+            depends=["src/opbridge/_native_kernel.h"],
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden", "-Wall"],
         ),
     ],

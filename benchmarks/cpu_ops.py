@@ -106,14 +106,18 @@ def bridged(opdef: Any, args: tuple, attrs: dict) -> list[tuple[str, Callable[[]
         def forward(self, *xs: torch.Tensor) -> Any:
             return opdef(*xs, **attrs)
 
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS  # native kernels run on the session's threads, Python ones on torch's
     runs: dict[str, Callable[[], Any]] = {}
     for exporter in ("torchscript", "dynamo"):
         path = Path(tempfile.mkdtemp()) / "m.onnx"
         result = opbridge.export(Call(), args, path, exporter=exporter)
         opset = next(o.version for o in result.model.opset_import if o.domain == "")
-        for bodies in ("auto", "always"):
-            sess = InferenceSession(str(path), bodies=bodies)
-            paths = sorted({k.path for k in sess.kernels.values()})
+        for bodies, native in (("auto", True), ("auto", False), ("always", True)):
+            sess = InferenceSession(str(path), bodies=bodies, sess_options=opts, native=native)
+            paths = sorted({k.path + (" native" if k.native else "") for k in sess.kernels.values()})
             if bodies == "always" and "function" not in paths:
                 continue
             feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
@@ -260,6 +264,55 @@ def bench_grid_channels(quick: bool, reps: int) -> None:
                 "F.grid_sample",
                 timeit(lambda: F.grid_sample(x, grid, mode=name, align_corners=False), 3 * reps),
             )
+
+
+def bench_grid_session(quick: bool, reps: int) -> None:
+    """One grid_sampler node in opbridge's session: its native kernel (no Python per run; also below
+    its channel thresholds, forced) and its Python kernel, against F.grid_sample."""
+    import onnxruntime as ort
+    import torch.nn.functional as F
+    from onnx import TensorProto, helper
+
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _gridsample_cpu
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS
+    shapes = [(1, 1, 128), (1, 2, 128), (1, 3, 128), (1, 4, 128), (1, 16, 64), (2, 64, 128)]
+    for mode, name in GRID_MODES:
+        node = helper.make_node(
+            "grid_sampler", ["x", "g"], ["y"], domain="mmdeploy", interpolation_mode=mode, padding_mode=0
+        )
+        graph = helper.make_graph(
+            [node],
+            "grid",
+            [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in ("x", "g")],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)]
+        )
+        kept = dict(_gridsample_cpu.NATIVE_MIN_CHANNELS)
+        try:
+            _gridsample_cpu.NATIVE_MIN_CHANNELS.update({0: 1, 1: 1, 2: 1})
+            forced = InferenceSession(model, sess_options=opts)
+        finally:
+            _gridsample_cpu.NATIVE_MIN_CHANNELS.update(kept)
+        python = InferenceSession(model, sess_options=opts, native=False)
+        for n, c, h in shapes[:3] if quick else shapes:
+            x, grid = torch.randn(n, c, h, h), affine_grid(n, h, h)
+            feeds = {"x": x.numpy(), "g": grid.numpy()}
+            base = timeit(lambda: F.grid_sample(x, grid, mode=name, align_corners=False), reps)
+            native = "native kernel" + ("" if c >= kept[mode] else " (below its threshold)")
+            for label, sess in ((f"session, {native}", forced), ("session, Python kernel", python)):
+                row(
+                    f"grid_sampler {name}",
+                    f"{n}x{c}x{h}x{h} affine",
+                    label,
+                    timeit(lambda: sess.run(None, feeds), reps),
+                    "F.grid_sample",
+                    base,
+                )
 
 
 def bench_dcn(quick: bool, reps: int) -> None:
@@ -470,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         "resize-kernel": bench_resize_kernel,
         "grid": bench_grid,
         "grid-channels": bench_grid_channels,
+        "grid-session": bench_grid_session,
         "dcn": bench_dcn,
         "roi": bench_roi,
         "nms": bench_nms,

@@ -564,6 +564,196 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
         _cpu_kernels.to_channels_last(np.zeros((4, 35), np.float32), xt, 4, 4, 36, 0, 36)
 
 
+# --------------------------------------------------------------------------- grid_sample's native kernel inside ONNX Runtime
+
+
+def _grid_sampler_model(mode: int, pad: int, align: int, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """One mmdeploy::grid_sampler node, no function body: opbridge's session runs the op's kernel."""
+    node = helper.make_node(
+        "grid_sampler",
+        ["x", "g"],
+        ["y"],
+        domain="mmdeploy",
+        interpolation_mode=mode,
+        padding_mode=pad,
+        align_corners=align,
+    )
+    graph = helper.make_graph(
+        [node],
+        "grid",
+        [helper.make_tensor_value_info(k, elem, None) for k in ("x", "g")],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)])
+    model.ir_version = 10
+    return model
+
+
+def _assert_grid_result(got: torch.Tensor, want: torch.Tensor, mode: int) -> None:
+    """Nearest bit for bit; the other modes with F.grid_sample's NaN and infinity patterns and the
+    native kernel's tolerance elsewhere."""
+    if mode == 1:
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+        return
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=NATIVE_RTOL, atol=NATIVE_ATOL)
+
+
+_SESSION_CASES = [
+    ((2, 1, 13, 17), (9, 11)),
+    ((2, 3, 13, 17), (9, 11)),
+    ((1, 6, 11, 9), (7, 8)),
+    ((2, 20, 32, 24), (40, 30)),
+]
+
+
+@pytest.mark.parametrize("align", [0, 1], ids=["half-pixel", "align-corners"])
+@pytest.mark.parametrize("pad", [0, 1, 2], ids=_PADDINGS)
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_in_ort_session(mode: int, pad: int, align: int) -> None:
+    """opbridge's session runs grid_sampler's native kernel inside ONNX Runtime, without Python: F.grid_sample's
+    results (nearest bit for bit) for batches, channel counts of the 4-wide, 8-wide and plain layouts and
+    NaN, infinite and huge coordinates, and the Python kernel's bit for bit where that runs the same kernel
+    (``native=False``); fewer channels than ``NATIVE_MIN_CHANNELS`` run the Python kernel."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _gridsample_cpu
+
+    model = _grid_sampler_model(mode, pad, align)
+    native, python = InferenceSession(model), InferenceSession(model, native=False)
+    assert [(k.path, k.native) for k in native.kernels.values()] == [("kernel", True)]
+    assert [(k.path, k.native) for k in python.kernels.values()] == [("kernel", False)]
+    for shape, out_hw in _SESSION_CASES:
+        x, grid = _native_case(shape, out_hw, seed=sum(shape) + 3 * pad + align)
+        x[-1, -1, 0, 0] = float("inf")
+        feeds = {"x": x.numpy(), "g": grid.numpy()}
+        got = torch.from_numpy(native.run(None, feeds)[0])
+        want = F.grid_sample(x, grid, mode=_NATIVE_MODES[mode], padding_mode=_PADDINGS[pad], align_corners=bool(align))
+        _assert_grid_result(got, want, mode)
+        if shape[1] >= _gridsample_cpu.MIN_CHANNELS[mode]:  # the Python kernel runs the native kernel too
+            slow = torch.from_numpy(python.run(None, feeds)[0])
+            assert torch.equal(got.view(torch.int32), slow.view(torch.int32))
+
+
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_session_splits_over_intra_op_threads(mode: int) -> None:
+    """A call with enough work is cut into pieces that ONNX Runtime's intra-op threads run: sessions of
+    one, two and three threads give the same result bit for bit (each piece writes only its own
+    points), which is F.grid_sample's."""
+    from opbridge.onnxruntime import InferenceSession
+
+    x, grid = _native_case((2, 32, 64, 48), (96, 80), seed=31)  # 32 x 7680 outputs an image: 3 pieces
+    feeds = {"x": x.numpy(), "g": grid.numpy()}
+    results = []
+    for threads in (1, 2, 3):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = InferenceSession(_grid_sampler_model(mode, 0, 0), sess_options=opts)
+        results.append(torch.from_numpy(sess.run(None, feeds)[0]))
+    assert torch.equal(results[1].view(torch.int32), results[0].view(torch.int32))
+    assert torch.equal(results[2].view(torch.int32), results[0].view(torch.int32))
+    _assert_grid_result(results[0], F.grid_sample(x, grid, mode=_NATIVE_MODES[mode], align_corners=False), mode)
+
+
+def test_native_grid_sample_sessions_on_several_threads() -> None:
+    """Sessions run from several Python threads at once (the native kernel runs without the GIL; each
+    thread keeps its own channels-last buffer, reused from run to run, here with growing images)."""
+    import concurrent.futures
+
+    from opbridge.onnxruntime import InferenceSession
+
+    sessions = {mode: InferenceSession(_grid_sampler_model(mode, 0, 0)) for mode in _NATIVE_MODES}
+    cases = [_native_case((1, c, 9 + 3 * c, 11 + c), (7, 6 + c), seed=70 + c) for c in (4, 8, 12, 16, 24, 9)]
+
+    def run(case: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        x, grid = case
+        for mode in (2, 0, 1, 2):
+            got = torch.from_numpy(sessions[mode].run(None, {"x": x.numpy(), "g": grid.numpy()})[0])
+            _assert_grid_result(got, F.grid_sample(x, grid, mode=_NATIVE_MODES[mode], align_corners=False), mode)
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        assert all(pool.map(run, cases * 3))
+
+
+def test_native_grid_sample_runs_without_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native kernel's runs never reach the op's Python kernel: with that kernel made to fail, the
+    native session still runs (and the Python-kernel session fails), until a call the native kernel
+    declines (one bilinear channel)."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _gridsample_cpu
+
+    model = _grid_sampler_model(0, 0, 0)
+    native, python = InferenceSession(model), InferenceSession(model, native=False)
+    x, grid = _native_case((1, 5, 8, 9), (4, 6), seed=81)
+
+    def fail(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("the Python kernel ran")
+
+    monkeypatch.setattr(_gridsample_cpu, "applies", fail)
+    got = torch.from_numpy(native.run(None, {"x": x.numpy(), "g": grid.numpy()})[0])
+    _assert_grid_result(got, F.grid_sample(x, grid, align_corners=False), 0)
+    with pytest.raises(Exception, match="the Python kernel ran"):
+        python.run(None, {"x": x.numpy(), "g": grid.numpy()})
+    with pytest.raises(Exception, match="the Python kernel ran"):
+        native.run(None, {"x": x[:, :1].contiguous().numpy(), "g": grid.numpy()})
+
+
+def test_native_grid_sample_declines_to_the_python_kernel() -> None:
+    """Inputs the native kernel does not take run the op's Python kernel in the same session: float64
+    (F.grid_sample), a single channel for bilinear (ATen's kernel is faster there), an empty output, and
+    empty input planes, whose error the Python kernel names."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _gridsample_cpu
+
+    assert _gridsample_cpu.NATIVE_MIN_CHANNELS[0] == 2
+    x, grid = _native_case((1, 4, 6, 7), (5, 3), seed=80)
+    double = InferenceSession(_grid_sampler_model(0, 1, 0, TensorProto.DOUBLE))
+    got = double.run(None, {"x": x.double().numpy(), "g": grid.double().numpy()})[0]
+    want = F.grid_sample(x.double(), grid.double(), padding_mode="border", align_corners=False)
+    assert got.dtype == np.float64 and torch.equal(torch.from_numpy(got).nan_to_num(7.0), want.nan_to_num(7.0))
+    sess = InferenceSession(_grid_sampler_model(0, 0, 0))
+    one = x[:, :1].contiguous()
+    got = torch.from_numpy(sess.run(None, {"x": one.numpy(), "g": grid.numpy()})[0])
+    assert torch.equal(got.nan_to_num(7.0), F.grid_sample(one, grid, align_corners=False).nan_to_num(7.0))
+    empty = sess.run(None, {"x": x.numpy(), "g": np.zeros((1, 0, 3, 2), np.float32)})[0]
+    assert empty.shape == (1, 4, 0, 3)
+    with pytest.raises(Exception, match=r"the input's planes are empty \(0x7\); pass H, W >= 1"):
+        sess.run(None, {"x": np.zeros((1, 4, 0, 7), np.float32), "g": grid.numpy()})
+
+
+def test_native_kernel_factory_errors() -> None:
+    """The extension's factory checks its arguments; a native kernel that is not a capsule of opbridge's
+    native kernel ABI fails the session's creation with a message naming the op and the fix."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _cpu_kernels
+
+    with pytest.raises(ValueError, match="grid_sample_native: mode 3, padding 0, min_channels 1"):
+        _cpu_kernels.grid_sample_native(3, 0, False, 1)
+    with pytest.raises(ValueError, match="min_channels 0"):
+        _cpu_kernels.grid_sample_native(0, 0, False, 0)
+
+    @opbridge.op("test.native::Twice", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    twice.register_kernel(lambda x: x * 2, native=lambda attrs: "not a capsule")
+    node = helper.make_node("Twice", ["x"], ["y"], domain="test.native")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.native", 1)])
+    with pytest.raises(
+        Exception, match=r"native kernel of test.native::Twice is not a 'opbridge.native_kernel' capsule"
+    ):
+        InferenceSession(model)
+    sess = InferenceSession(model, native=False)  # the Python kernel alone
+    assert sess.run(None, {"x": np.array([1.0, -2.0], np.float32)})[0].tolist() == [2.0, -4.0]
+
+
 # --------------------------------------------------------------------------- DynamicResize, native kernel
 
 # ATen's build fuses some products the native kernel rounds one by one (measured: 2.0e-6 of the

@@ -237,6 +237,7 @@ class OpDef:
         self.reference = reference
         self.kernel: Callable[..., Any] | None = None
         self.kernel_kind: str | None = None
+        self.native_kernel: Callable[[Mapping[str, Any]], Any] | None = None
         self.function_builder: Callable[..., Any] | None = None
         self.function_prefers_kernel: bool | Callable[[Mapping[str, Any]], bool] = False
         self.gpu_kernel: Callable[..., Any] | None = None
@@ -266,7 +267,13 @@ class OpDef:
         self.shape_rule = rule
         return rule
 
-    def register_kernel(self, fn: Callable[..., Any], *, kind: str = "numpy") -> Callable[..., Any]:
+    def register_kernel(
+        self,
+        fn: Callable[..., Any],
+        *,
+        kind: str = "numpy",
+        native: Callable[[Mapping[str, Any]], Any] | None = None,
+    ) -> Callable[..., Any]:
         """Attach a CPU kernel for runtimes: ``fn(*arrays, **attrs) -> array | tuple``.
 
         ``kind`` is ``"numpy"`` (numpy arrays in and out) or ``"torch"`` (CPU tensors).
@@ -274,6 +281,10 @@ class OpDef:
         named ``out``, on an op with a shape rule, gets ONNX Runtime's preallocated
         output(s) there (arrays, or CPU tensors over them for a torch kernel; a tuple for
         several outputs) and writes them directly (no copy of the result).
+
+        ``native``: ``native(attrs)`` gives a node's C kernel (a capsule of opbridge's native kernel
+        ABI, ``opbridge/_native_kernel.h``) or None. :class:`opbridge.InferenceSession` runs it inside
+        ONNX Runtime without Python; calls it declines run ``fn``.
 
         Example:
             >>> import numpy as np, torch, opbridge
@@ -288,7 +299,7 @@ class OpDef:
         """
         if kind not in ("numpy", "torch"):
             raise OpDefinitionError(f"{self.spec.qualname}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
-        self.kernel, self.kernel_kind = fn, kind
+        self.kernel, self.kernel_kind, self.native_kernel = fn, kind, native
         return fn
 
     def register_function(

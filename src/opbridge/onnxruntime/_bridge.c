@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "_ort_abi.h"
+#include "../_native_kernel.h"
 
 #if defined(__GNUC__)
 #define OPB_EXPORT __attribute__((visibility("default")))
@@ -227,6 +228,8 @@ typedef struct {
     PyObject *shapes; /* optional: shapes(*arrays) -> output shapes (or None), enables out= */
     char *label;      /* "domain::Op node 'name'" for messages */
     int writable;     /* give the kernel writable input arrays (torch.from_numpy wants them) */
+    PyObject *native_obj;             /* the capsule that owns `native`, or NULL */
+    const opb_native_kernel *native;  /* a C kernel tried before fn (../_native_kernel.h), or NULL */
 } OpbKernel;
 
 static const char *opb_get_name(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->name; }
@@ -252,6 +255,7 @@ static void opb_kernel_free(OpbKernel *k) {
         PyGILState_STATE g = PyGILState_Ensure();
         Py_CLEAR(k->fn);
         Py_CLEAR(k->shapes);
+        Py_CLEAR(k->native_obj);
         PyGILState_Release(g);
     }
     free(k->label);
@@ -292,14 +296,25 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         result = opb_status(buf);
         goto done;
     }
-    PyObject *fn = NULL, *label = NULL, *shapes = Py_None;
+    PyObject *fn = NULL, *label = NULL, *shapes = Py_None, *native = Py_None;
     int writable = 0;
-    if (!PyArg_ParseTuple(res, "OUp|O", &fn, &label, &writable, &shapes) || !PyCallable_Check(fn) ||
+    if (!PyArg_ParseTuple(res, "OUp|OO", &fn, &label, &writable, &shapes, &native) || !PyCallable_Check(fn) ||
         (shapes != Py_None && !PyCallable_Check(shapes))) {
         PyErr_Clear();
         snprintf(buf, sizeof buf, "opbridge: the resolver of %s::%s returned a bad value", e->domain, e->name);
         result = opb_status(buf);
         goto done;
+    }
+    const opb_native_kernel *nk = NULL;
+    if (native != Py_None) {
+        nk = (const opb_native_kernel *)PyCapsule_GetPointer(native, OPB_NATIVE_CAPSULE);
+        if (nk == NULL || nk->abi != OPB_NATIVE_ABI || nk->compute == NULL) {
+            PyErr_Clear();
+            snprintf(buf, sizeof buf, "opbridge: the native kernel of %s::%s is not a '%s' capsule of ABI %d; "
+                     "rebuild opbridge (pip install -e .)", e->domain, e->name, OPB_NATIVE_CAPSULE, OPB_NATIVE_ABI);
+            result = opb_status(buf);
+            goto done;
+        }
     }
     OpbKernel *k = (OpbKernel *)calloc(1, sizeof(OpbKernel));
     const char *lab = PyUnicode_AsUTF8(label);
@@ -316,6 +331,11 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         k->shapes = shapes;
     }
     k->writable = writable;
+    if (nk != NULL) {
+        Py_INCREF(native);
+        k->native_obj = native;
+        k->native = nk;
+    }
     *out = k;
 done:
     Py_XDECREF(res);
@@ -729,10 +749,130 @@ static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, 
     return rc;
 }
 
+/* ------------------------------------------------------------------ native kernels
+ *
+ * A node whose op has a native kernel (../_native_kernel.h) runs it first, without the GIL: inputs
+ * are described by pointer, element type and shape, outputs are allocated through a callback, and
+ * the kernel splits its work over the session's intra-op threads (KernelContext_ParallelFor). A
+ * kernel that declines a call leaves it to the Python path below. */
+#define OPB_NATIVE_MAX_INPUTS 16
+
+typedef struct {
+    OrtKernelContext *ctx;
+    const char *label;
+} OpbNativeHost;
+
+static void *opb_native_output(const opb_native_call *call, size_t i, const int64_t *dims, size_t rank,
+                               int32_t *elem) {
+    const OpbNativeHost *h = (const OpbNativeHost *)call->host;
+    OrtValue *out = NULL;
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    int type = 0;
+    void *data = NULL;
+    char ort[512] = "no output value";
+    OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(h->ctx, i, dims, rank, &out);
+    if (st == NULL && out == NULL) st = opb_status("no output value");
+    if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(out, &info);
+    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &type);
+    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(out, &data);
+    if (st == NULL && data == NULL) st = opb_status("no output buffer");
+    if (st != NULL) {
+        opb_take_status(st, ort, sizeof ort);
+        snprintf(call->err, call->err_len, "%s: ONNX Runtime could not allocate output %zu: %s", h->label, i, ort);
+        return NULL;
+    }
+    *elem = (int32_t)type;
+    return data;
+}
+
+typedef struct {
+    void (*fn)(void *, size_t);
+    void *user;
+    size_t done; /* pieces run, counted atomically */
+} OpbNativePieces;
+
+static void opb_native_piece(void *user_data, size_t i) {
+    OpbNativePieces *p = (OpbNativePieces *)user_data;
+    p->fn(p->user, i);
+    __atomic_fetch_add(&p->done, 1, __ATOMIC_RELAXED);
+}
+
+static void opb_native_parallel_for(const opb_native_call *call, void (*fn)(void *, size_t), size_t n, void *user) {
+    const OpbNativeHost *h = (const OpbNativeHost *)call->host;
+    if (n > 1 && g_parallel_for != NULL) {
+        OpbNativePieces pieces = {fn, user, 0};
+        OrtStatus *st = g_parallel_for(h->ctx, opb_native_piece, n, 0, &pieces);
+        if (st != NULL) API(ReleaseStatus, opb_Release_fn)(st);
+        if (st == NULL && __atomic_load_n(&pieces.done, __ATOMIC_RELAXED) == n) return;
+        if (__atomic_load_n(&pieces.done, __ATOMIC_RELAXED) != 0) {
+            /* some pieces ran: running them again is not allowed, so this cannot be recovered here */
+            snprintf(call->err, call->err_len, "%s: ONNX Runtime's thread pool ran %zu of %zu pieces", h->label,
+                     __atomic_load_n(&pieces.done, __ATOMIC_RELAXED), n);
+            return;
+        }
+    }
+    for (size_t i = 0; i < n; i++) fn(user, i);
+}
+
+/* OPB_NATIVE_DONE, OPB_NATIVE_DECLINE, or OPB_NATIVE_ERROR with the message in err */
+static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t n) {
+    size_t count = 0, n_out = 0;
+    OrtStatus *st = API(KernelContext_GetInputCount, opb_KernelContext_GetCount_fn)(ctx, &count);
+    if (st == NULL) st = API(KernelContext_GetOutputCount, opb_KernelContext_GetCount_fn)(ctx, &n_out);
+    if (st != NULL) {
+        opb_take_status(st, err, n);
+        return OPB_NATIVE_ERROR;
+    }
+    if (count > OPB_NATIVE_MAX_INPUTS) return OPB_NATIVE_DECLINE;
+    opb_native_tensor inputs[OPB_NATIVE_MAX_INPUTS];
+    int64_t dims[OPB_NATIVE_MAX_INPUTS][8];
+    for (size_t i = 0; i < count; i++) {
+        const OrtValue *v = NULL;
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int elem = 0;
+        size_t rank = 0;
+        void *data = NULL;
+        memset(&inputs[i], 0, sizeof inputs[i]);
+        inputs[i].dims = dims[i];
+        st = API(KernelContext_GetInput, opb_KernelContext_GetInput_fn)(ctx, i, &v);
+        if (st == NULL && v == NULL) continue; /* an absent optional input */
+        if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(v, &info);
+        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
+        if (st == NULL) st = API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, &rank);
+        if (st == NULL && rank > 8) {
+            API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+            return OPB_NATIVE_DECLINE; /* no native kernel takes such ranks */
+        }
+        if (st == NULL) st = API(GetDimensions, opb_GetDimensions_fn)(info, dims[i], rank);
+        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)((OrtValue *)v, &data);
+        if (st != NULL) {
+            opb_take_status(st, err, n);
+            return OPB_NATIVE_ERROR;
+        }
+        inputs[i].data = data;
+        inputs[i].elem = elem;
+        inputs[i].rank = (int32_t)rank;
+    }
+    OpbNativeHost host = {ctx, k->label};
+    opb_native_call call = {count, inputs, n_out, opb_native_output, opb_native_parallel_for, &host, err, n};
+    err[0] = '\0';
+    int rc = k->native->compute(k->native, &call);
+    if (rc == OPB_NATIVE_DONE && err[0] != '\0') return OPB_NATIVE_ERROR; /* the thread pool failed it */
+    if (rc == OPB_NATIVE_ERROR && err[0] == '\0') snprintf(err, n, "%s: the native kernel failed", k->label);
+    return rc == OPB_NATIVE_DONE || rc == OPB_NATIVE_ERROR ? rc : OPB_NATIVE_DECLINE;
+}
+
 static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     OpbKernel *k = (OpbKernel *)kernel;
     char err[2048];
     if (k == NULL || k->fn == NULL) return opb_status("opbridge: kernel was not created");
+    if (k->native != NULL) {
+        int rc = opb_run_native(k, ctx, err, sizeof err);
+        if (rc == OPB_NATIVE_DONE) return NULL;
+        if (rc == OPB_NATIVE_ERROR) return opb_status(err);
+    }
     if (!Py_IsInitialized()) return opb_status("opbridge: the Python interpreter is not running");
     PyGILState_STATE g = PyGILState_Ensure();
     OrtStatus *result = NULL;

@@ -90,6 +90,8 @@ class NodeKernel:
         kind: ``"numpy"`` or ``"torch"`` for bridged paths, ``None`` for function bodies.
         writes_outputs: whether the kernel writes ONNX Runtime's preallocated outputs (its ``out``
             parameter) instead of returning results the bridge copies.
+        native: whether the node runs the op's native C kernel (no Python) where it takes the
+            inputs (``register_kernel(native=...)``).
     """
 
     node: str
@@ -99,6 +101,7 @@ class NodeKernel:
     path: str
     kind: str | None
     writes_outputs: bool = False
+    native: bool = False
 
     @property
     def qualname(self) -> str:
@@ -117,6 +120,8 @@ class BoundKernel:
     #: ``shapes(*arrays) -> [shape, ...] | None``: when set, ONNX Runtime's outputs are
     #: allocated first and passed to ``fn`` as ``out=`` (no copy of the results).
     shapes: Callable[..., Any] | None = None
+    #: the node's native C kernel (a capsule, see ``opbridge/_native_kernel.h``), tried before ``fn``.
+    native: Any = None
 
     @property
     def writable_inputs(self) -> bool:
@@ -374,11 +379,13 @@ def kernel_for_node(
     version: int,
     *,
     lookup_domain: str | None = None,
+    native: bool = True,
 ) -> BoundKernel | None:
     """The kernel opbridge would run for ``node`` (``None`` when it knows none).
 
     ``lookup_domain`` is the domain to look the op up in when it differs from
     the node's (a legacy default-domain op moved to a domain of its own).
+    ``native``: attach the op's native C kernel where it has one.
     Function bodies are not considered here (see :class:`NodeKernel`).
     """
     domain = node.domain if lookup_domain is None else lookup_domain
@@ -391,18 +398,19 @@ def kernel_for_node(
         n_inputs = len(opdef.spec.inputs)
         if opdef.kernel is not None:
             kind = opdef.kernel_kind or "numpy"
+            capsule = opdef.native_kernel(attrs) if native and opdef.native_kernel is not None else None
             if opdef.shape_rule is not None and _accepts_out(opdef.kernel):
                 if kind == "numpy":
                     fn, shapes = _out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks[0], label)
                 else:
                     fn, shapes = _torch_out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks, label)
-                return BoundKernel("kernel", kind, fn, label, attrs, shapes)
+                return BoundKernel("kernel", kind, fn, label, attrs, shapes, capsule)
             fn = (
                 _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)
                 if kind == "numpy"
                 else _torch_adapter(opdef.kernel, attrs, n_inputs, checks, label)
             )
-            return BoundKernel("kernel", kind, fn, label, attrs)
+            return BoundKernel("kernel", kind, fn, label, attrs, native=capsule)
         fn = _torch_adapter(opdef.reference, attrs, n_inputs, checks, label)
         return BoundKernel("reference", "torch", fn, label, attrs)
     if registered is not None:
@@ -430,7 +438,7 @@ def library_path() -> str:
 def register_ops(
     options: Any,
     ops: Sequence[tuple[str, str, int, Sequence[int]]],
-    resolver: Callable[[int], tuple[KernelFn, str, bool, Any]],
+    resolver: Callable[[int], tuple[KernelFn, str, bool, Any, Any]],
 ) -> list[Any]:
     """Register custom ops with an ``onnxruntime.SessionOptions`` through the bridge library.
 
@@ -438,8 +446,9 @@ def register_ops(
         options: the session options (each may receive the bridge only once).
         ops: ``(domain, op_type, n_inputs, output_element_types)`` per op type;
             an element type of 0 lets ONNX Runtime take the output type from the inputs.
-        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes)``,
-            called when ONNX Runtime creates the kernel of a node.
+        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes, native)``,
+            called when ONNX Runtime creates the kernel of a node (``native``: a native kernel
+            capsule or None).
 
     Returns:
         The native op descriptors. Keep them until the session is created, then

@@ -165,6 +165,9 @@ class InferenceSession:
             ONNX Runtime runs slower than its CPU kernel, e.g. bicubic resize), ``"always"`` every
             body (what any ONNX Runtime does with the file), ``"never"`` none where opbridge knows
             the op (its kernel or PyTorch reference runs instead). Unknown ops' bodies always run.
+        native: run the native C kernels of ops that have one (``register_kernel(native=...)``, e.g.
+            grid_sampler's) inside ONNX Runtime, without Python, on the session's intra-op threads;
+            ``False`` runs their Python kernels (which run on PyTorch's threads).
         sess_options: an ``onnxruntime.SessionOptions``. When the model needs
             bridged kernels, its settable properties (threads, optimization level,
             execution mode, logging, profiling, and the spinning/denormal/prepacking
@@ -195,12 +198,14 @@ class InferenceSession:
         providers: Sequence[Any] | None = None,
         sess_options: Any = None,
         bodies: str = "auto",
+        native: bool = True,
     ) -> None:
         import onnxruntime as ort
 
         if bodies not in ("auto", "always", "never"):
             raise ValueError(f"InferenceSession: bodies must be 'auto', 'always' or 'never', got {bodies!r}.")
         self.bodies = bodies
+        self.native = bool(native)
 
         model = load_model(model_or_path, copy=True, caller="InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
@@ -276,7 +281,7 @@ class InferenceSession:
                 # (its opset import is added with the other bridged domains' below)
                 lookup = node.domain
                 node.domain = _KERNEL_DOMAIN_PREFIX + node.domain
-            found = kernel_for_node(node, version, lookup_domain=lookup)
+            found = kernel_for_node(node, version, lookup_domain=lookup, native=self.native)
             if found is None:
                 unknown.append((lookup, node.op_type, version, node.name))
                 continue
@@ -286,7 +291,14 @@ class InferenceSession:
             node.attribute.append(onnx.helper.make_attribute(NODE_ATTRIBUTE, index))
             bound[index] = found
             self.kernels[node.name] = NodeKernel(
-                node.name, node.domain, node.op_type, version, found.path, found.kind, found.shapes is not None
+                node.name,
+                node.domain,
+                node.op_type,
+                version,
+                found.path,
+                found.kind,
+                found.shapes is not None,
+                found.native is not None,
             )
         if unknown:
             raise UnknownOpError(unknown_ops_message(unknown))
@@ -333,9 +345,9 @@ class InferenceSession:
 
     @staticmethod
     def _resolver(bound: Mapping[int, BoundKernel]) -> Any:
-        def resolve(node_id: int) -> tuple[Any, str, bool, Any]:
+        def resolve(node_id: int) -> tuple[Any, str, bool, Any, Any]:
             kernel = bound[node_id]
-            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes
+            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes, kernel.native
 
         return resolve
 

@@ -11,8 +11,8 @@
  * tile's results are transposed into the output planes. The arithmetic follows ATen's vectorized
  * CPU kernel operation by operation (unnormalize, padding, weights or cubic coefficients, the order
  * of the sums; nearest rounds half to even and copies the tap's bits). The file is compiled with
- * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, done here
- * in double) and -fno-trapping-math (floorf and rintf vectorize): bilinear and bicubic results are
+ * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, an fmaf
+ * here) and -fno-trapping-math (floorf and rintf vectorize): bilinear and bicubic results are
  * within a few float32 ulps of F.grid_sample's, whose build may fuse some other products; nearest's
  * are F.grid_sample's bit for bit.
  *
@@ -31,13 +31,18 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../_native_kernel.h"
 
 #define TILE 128 /* output points whose taps are computed together, then swept channel by channel */
 
-/* the sampling loops are also built for AVX2 (the clone is picked at load time) */
+/* the sampling loops are also built for x86-64-v3 (AVX2 and FMA; the clone is picked at load time) */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define OPB_CLONES __attribute__((target_clones("avx2", "default")))
+#define OPB_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define OPB_CLONES
 #endif
@@ -46,7 +51,7 @@
 
 typedef struct {
     float scale;      /* unnormalize: (g + 1) * scale - shift */
-    double shift;     /* 0.5 without align_corners, else 0 */
+    float shift;      /* 0.5 without align_corners, else 0 */
     float max_val;    /* size - 1: the clip limit */
     float low;        /* reflection: the span starts here (-0.5 without align_corners) */
     float twice_span; /* reflection: twice the span (0 for one pixel with align_corners) */
@@ -58,7 +63,7 @@ static void axis_init(axis_t *a, int size, int align, int padding) {
     a->size = size;
     a->padding = padding;
     a->max_val = (float)(size - 1);
-    a->shift = align ? 0.0 : 0.5;
+    a->shift = align ? 0.0f : 0.5f;
     if (align) {
         a->scale = (float)(size - 1) / 2;
         a->low = 0.0f;
@@ -70,9 +75,10 @@ static void axis_init(axis_t *a, int size, int align, int padding) {
     }
 }
 
-/* (g + 1) * scale [- 0.5] with one rounding (exact in double): ATen's vectorized kernels fuse it */
+/* (g + 1) * scale [- 0.5] with one rounding, as ATen's vectorized kernels fuse it (one instruction
+   in the x86-64-v3 clone) */
 static inline float unnormalize(const axis_t *a, float g) {
-    return (float)((double)(g + 1.0f) * (double)a->scale - a->shift);
+    return fmaf(g + 1.0f, a->scale, -a->shift);
 }
 
 /* clamp to [0, size - 1]; NaN becomes 0 (ATen orders its clamp so) */
@@ -201,7 +207,7 @@ static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, co
         for (int t = 0; t < T; ++t) {
             const int32_t *xi = tl->xi[t], *yi = tl->yi[j];
             int32_t *row = tl->row[T * j + t];
-            for (Py_ssize_t i = 0; i < count; ++i) row[i] = xi[i] >= 0 && yi[i] >= 0 ? yi[i] * W + xi[i] : HW;
+            for (Py_ssize_t i = 0; i < count; ++i) row[i] = (xi[i] | yi[i]) >= 0 ? yi[i] * W + xi[i] : HW;
         }
 }
 
@@ -325,21 +331,30 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
     for (Py_ssize_t t0 = p0; t0 < p1; t0 += TILE) {
         const Py_ssize_t count = t0 + TILE < p1 ? TILE : p1 - t0;
         prepare_tile(&ax, &ay, mode, grid + 2 * t0, count, tl);
-        if (mode == NEAREST) { /* each point's tap, copied as it is (bits included) */
-            if (S == 4) {
-                for (Py_ssize_t i = 0; i < count; ++i)
-                    *(v4f_u *)(res + i * 4) = *(const v4f_u *)(xt + (Py_ssize_t)tl->row[0][i] * 4);
-            } else if (S == 8) {
-                for (Py_ssize_t i = 0; i < count; ++i)
-                    *(v8f_u *)(res + i * 8) = *(const v8f_u *)(xt + (Py_ssize_t)tl->row[0][i] * 8);
-            } else {
-                for (Py_ssize_t i = 0; i < count; ++i) {
-                    const float *src = xt + (Py_ssize_t)tl->row[0][i] * C;
-                    float *dst = res + i * C;
-                    Py_ssize_t c = 0;
-                    for (; c + 8 <= C; c += 8) *(v8f_u *)(dst + c) = *(const v8f_u *)(src + c);
-                    for (; c < C; ++c) dst[c] = src[c];
+        if (mode == NEAREST && (S == 4 || S == 8)) {
+            /* each point's tap copied as it is (bits included), straight into the planes: four
+               points' pixel vectors transposed into four channels' runs of four points */
+            const int32_t *row = tl->row[0];
+            float *o = out + t0;
+            const Py_ssize_t vec = count - count % 4;
+            for (Py_ssize_t i = 0; i < vec; i += 4)
+                for (Py_ssize_t k = 0; k < S; k += 4) {
+                    v4f v[4];
+                    for (int j = 0; j < 4; ++j) v[j] = *(const v4f_u *)(xt + (Py_ssize_t)row[i + j] * S + k);
+                    transpose4(v);
+                    for (Py_ssize_t j = 0; j < 4 && k + j < C; ++j) *(v4f_u *)(o + (k + j) * P + i) = v[j];
                 }
+            for (Py_ssize_t i = vec; i < count; ++i)
+                for (Py_ssize_t c = 0; c < C; ++c) o[c * P + i] = xt[(Py_ssize_t)row[i] * S + c];
+            continue;
+        }
+        if (mode == NEAREST) { /* each point's tap, copied as it is (bits included) */
+            for (Py_ssize_t i = 0; i < count; ++i) {
+                const float *src = xt + (Py_ssize_t)tl->row[0][i] * C;
+                float *dst = res + i * C;
+                Py_ssize_t c = 0;
+                for (; c + 8 <= C; c += 8) *(v8f_u *)(dst + c) = *(const v8f_u *)(src + c);
+                for (; c < C; ++c) dst[c] = src[c];
             }
         } else if (S == 4) {
             if (mode == BICUBIC) {
@@ -786,11 +801,196 @@ static PyObject *py_roi_align(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ------------------------------------------------------------------ native kernels (ONNX Runtime's bridge)
+ *
+ * The same kernels behind opbridge's native kernel ABI (../_native_kernel.h): opbridge's ONNX Runtime
+ * bridge calls them without Python, splitting the work over the session's intra-op threads. Inputs
+ * the Python kernel treats differently (another dtype, too few channels, empty planes and the
+ * errors it names) are declined, and that kernel runs. */
+
+/* The calling thread's channels-last buffer, kept for its next call up to KEEP_FLOATS floats (a
+   fresh allocation per call cost up to 0.7 ms of page faults at 1x16x128x128); freed with the thread. */
+#define KEEP_FLOATS ((size_t)4 << 20)
+typedef struct {
+    float *data;
+    size_t n;
+} kept_t;
+static pthread_key_t g_kept_key;
+static pthread_once_t g_kept_once = PTHREAD_ONCE_INIT;
+static int g_kept_ok = 0;
+
+static void kept_free(void *p) {
+    kept_t *k = (kept_t *)p;
+    free(k->data);
+    free(k);
+}
+static void kept_init(void) { g_kept_ok = pthread_key_create(&g_kept_key, kept_free) == 0; }
+
+/* n floats; *owned says whether the caller frees them (else they are the thread's kept buffer) */
+static float *scratch(size_t n, int *owned) {
+    pthread_once(&g_kept_once, kept_init);
+    kept_t *k = g_kept_ok ? (kept_t *)pthread_getspecific(g_kept_key) : NULL;
+    *owned = 0;
+    if (k != NULL && k->n >= n) return k->data;
+    float *data = (float *)malloc(n * sizeof(float));
+    if (data == NULL || n > KEEP_FLOATS || !g_kept_ok) {
+        *owned = data != NULL;
+        return data;
+    }
+    if (k == NULL) {
+        k = (kept_t *)calloc(1, sizeof(kept_t));
+        if (k == NULL || pthread_setspecific(g_kept_key, k) != 0) {
+            free(k);
+            *owned = 1;
+            return data;
+        }
+    }
+    free(k->data);
+    k->data = data;
+    k->n = n;
+    return data;
+}
+
+/* pieces for `work` units, at least NATIVE_PIECE each (one piece below), at most 64 and `limit` */
+#define NATIVE_PIECE ((int64_t)1 << 16)
+static size_t pieces_for(int64_t work, int64_t limit) {
+    int64_t p = work / NATIVE_PIECE;
+    if (p > 64) p = 64;
+    if (p > limit) p = limit;
+    return p < 1 ? 1 : (size_t)p;
+}
+
+static void run_pieces(const opb_native_call *call, void (*fn)(void *, size_t), size_t n, void *user) {
+    if (n == 1) fn(user, 0);
+    else call->parallel_for(call, fn, n, user);
+}
+
+typedef struct {
+    opb_native_kernel base;
+    int mode, padding, align, min_channels;
+} grid_native_t;
+
+typedef struct {
+    const float *x, *grid;
+    float *xt, *out;
+    Py_ssize_t C, S, H, W, HW, P;
+    int mode, padding, align;
+    size_t pieces;
+    int failed; /* a piece could not allocate its tile */
+} grid_job_t;
+
+static void grid_layout_piece(void *user, size_t i) {
+    const grid_job_t *j = (const grid_job_t *)user;
+    nchw_to_nhwc(j->x, j->xt, j->C, j->S, j->HW, j->HW * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
+                 j->HW * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces);
+}
+
+static void grid_sample_piece(void *user, size_t i) {
+    grid_job_t *j = (grid_job_t *)user;
+    void *work = malloc(sizeof(tile_t) + (size_t)TILE * (size_t)j->S * sizeof(float));
+    if (work == NULL) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    sample_nhwc(j->xt, j->grid, j->out, j->C, j->S, (int)j->H, (int)j->W, j->P, j->mode, j->padding, j->align,
+                j->P * (Py_ssize_t)i / (Py_ssize_t)j->pieces, j->P * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces,
+                work);
+    free(work);
+}
+
+static int grid_native_compute(const opb_native_kernel *self, const opb_native_call *call) {
+    const grid_native_t *k = (const grid_native_t *)self;
+    if (call->n_inputs < 2 || call->n_outputs != 1) return OPB_NATIVE_DECLINE;
+    const opb_native_tensor *x = &call->inputs[0], *g = &call->inputs[1];
+    if (x->elem != OPB_NATIVE_FLOAT || g->elem != OPB_NATIVE_FLOAT || x->rank != 4 || g->rank != 4 ||
+        x->data == NULL || g->data == NULL)
+        return OPB_NATIVE_DECLINE;
+    const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    const int64_t Ho = g->dims[1], Wo = g->dims[2];
+    /* other shapes, empty outputs and empty planes: the Python kernel's result or error */
+    if (g->dims[0] != N || g->dims[3] != 2 || C < k->min_channels || N < 1 || H < 1 || W < 1 || Ho < 1 || Wo < 1 ||
+        (double)H * W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 || (double)C * Ho * Wo > 1e15)
+        return OPB_NATIVE_DECLINE;
+    const int64_t dims[4] = {N, C, Ho, Wo};
+    int32_t elem = 0;
+    float *out = (float *)call->output(call, 0, dims, 4, &elem);
+    if (out == NULL) return OPB_NATIVE_ERROR;
+    if (elem != OPB_NATIVE_FLOAT) {
+        snprintf(call->err, call->err_len, "grid_sample (native): the node's output is not float32 (type %d)", elem);
+        return OPB_NATIVE_ERROR;
+    }
+    grid_job_t job = {0};
+    job.C = C;
+    job.S = C <= 4 ? 4 : C <= 8 ? 8 : C;
+    job.H = H;
+    job.W = W;
+    job.HW = H * W;
+    job.P = Ho * Wo;
+    job.mode = k->mode;
+    job.padding = k->padding;
+    job.align = k->align;
+    int owned = 0;
+    job.xt = scratch((size_t)(job.HW + 1) * (size_t)job.S, &owned);
+    if (job.xt == NULL) {
+        snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a %lldx%lld image",
+                 (long long)H, (long long)W);
+        return OPB_NATIVE_ERROR;
+    }
+    for (int64_t n = 0; n < N && !job.failed; ++n) {
+        job.x = (const float *)x->data + n * C * job.HW;
+        job.grid = (const float *)g->data + n * job.P * 2;
+        job.out = out + n * C * job.P;
+        job.pieces = pieces_for(C * job.HW, job.HW);
+        run_pieces(call, grid_layout_piece, job.pieces, &job);
+        job.pieces = pieces_for(C * job.P, job.P);
+        run_pieces(call, grid_sample_piece, job.pieces, &job);
+    }
+    if (owned) free(job.xt);
+    if (job.failed) {
+        snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a tile of %zd channels", job.C);
+        return OPB_NATIVE_ERROR;
+    }
+    return OPB_NATIVE_DONE;
+}
+
+static void native_capsule_free(PyObject *capsule) { free(PyCapsule_GetPointer(capsule, OPB_NATIVE_CAPSULE)); }
+
+PyDoc_STRVAR(grid_sample_native_doc,
+             "grid_sample_native(mode, padding, align, min_channels)\n\n"
+             "grid_sample as a native kernel for ONNX Runtime's bridge (a capsule, see _native_kernel.h): float32\n"
+             "inputs with at least min_channels channels; other inputs are declined to the Python kernel.");
+
+static PyObject *py_grid_sample_native(PyObject *self, PyObject *args) {
+    (void)self;
+    int mode, padding, align, min_channels;
+    if (!PyArg_ParseTuple(args, "iipi", &mode, &padding, &align, &min_channels)) return NULL;
+    if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2 || min_channels < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "grid_sample_native: mode %d, padding %d, min_channels %d; modes 0-2, paddings 0-2, "
+                     "min_channels >= 1",
+                     mode, padding, min_channels);
+        return NULL;
+    }
+    grid_native_t *k = (grid_native_t *)calloc(1, sizeof(grid_native_t));
+    if (k == NULL) return PyErr_NoMemory();
+    k->base.abi = OPB_NATIVE_ABI;
+    k->base.name = "grid_sample";
+    k->base.compute = grid_native_compute;
+    k->mode = mode;
+    k->padding = padding;
+    k->align = align;
+    k->min_channels = min_channels;
+    PyObject *capsule = PyCapsule_New(k, OPB_NATIVE_CAPSULE, native_capsule_free);
+    if (capsule == NULL) free(k);
+    return capsule;
+}
+
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
     {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
     {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
+    {"grid_sample_native", py_grid_sample_native, METH_VARARGS, grid_sample_native_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,5 @@
 # Type stub of the C extension built from _cpu_kernels.c.
+from typing import Any
 from typing import Any as Buffer
 
 def to_channels_last(x: Buffer, xt: Buffer, C: int, S: int, HW: int, r0: int, r1: int, /) -> None: ...
@@ -52,3 +53,4 @@ def roi_align(
     r1: int,
     /,
 ) -> None: ...
+def grid_sample_native(mode: int, padding: int, align: bool, min_channels: int, /) -> Any: ...

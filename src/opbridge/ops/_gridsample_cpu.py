@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -29,12 +30,17 @@ import torch
 
 from opbridge.ops import _cpu_native
 
-__all__ = ["MIN_CHANNELS", "applies", "grid_sample"]
+__all__ = ["MIN_CHANNELS", "NATIVE_MIN_CHANNELS", "applies", "grid_sample", "native_kernel"]
 
 # The fewest channels the native kernel is faster for, per interpolation mode (benchmarks/cpu_ops.py
 # --only grid-channels on the 2-core development machine, 128 x 128 planes: bilinear 1.1-1.2x ATen at
 # 3 channels, 0.9x at 2; nearest 1.0-1.3x at 4, 0.7-0.8x at 3; bicubic 1.3-1.4x at 2, 0.8x at 1).
 MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
+# The same inside opbridge's ONNX Runtime session, where the native kernel runs without Python's cost
+# per call and the alternative is ATen's kernel through the bridge's Python side (benchmarks/cpu_ops.py
+# --only grid-session, 128 x 128 planes: bilinear 1.5x the Python kernel at 2 channels, 0.8x at 1;
+# nearest 1.2-1.9x from 1 channel; bicubic 1.15x at 2, 1.05x at 1).
+NATIVE_MIN_CHANNELS = {0: 2, 1: 1, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
 # Channels-last copies of at most this many bytes (an image of 64 x 256 x 256 floats) are kept for
@@ -93,6 +99,19 @@ def grid_sample(
     if n * c * ho * wo:
         _sample(module, xs, gs, target.numpy(), interpolation_mode, padding_mode, bool(align_corners))
     return _cpu_native.deliver(out, target)
+
+
+def native_kernel(attrs: Mapping[str, Any]) -> Any:
+    """The native kernel of a grid_sampler node with these attributes, for ONNX Runtime's bridge (a
+    capsule, ``opbridge/_native_kernel.h``): the same kernel as :func:`grid_sample` for the inputs
+    :data:`NATIVE_MIN_CHANNELS` gives, run without Python; None where the extension is not built or an attribute
+    is out of range (the Python kernel names it)."""
+    module = _cpu_native.module()
+    mode, padding = attrs.get("interpolation_mode", 0), attrs.get("padding_mode", 0)
+    if module is None or mode not in MIN_CHANNELS or padding not in (0, 1, 2):
+        return None
+    align = bool(attrs.get("align_corners", False))
+    return module.grid_sample_native(mode, padding, align, NATIVE_MIN_CHANNELS[mode])
 
 
 def _array(t: torch.Tensor) -> Any:

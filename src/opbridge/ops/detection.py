@@ -191,7 +191,13 @@ def _grid_sampler_body(spec: Any, opset: int) -> Any:
     return grid_sampler_function(opset) if opset >= 16 else None
 
 
-GridSample.register_kernel(cpu.grid_sample, kind="torch")
+def _gridsample_native(attrs: Any) -> Any:
+    from opbridge.ops import _gridsample_cpu
+
+    return _gridsample_cpu.native_kernel(attrs)
+
+
+GridSample.register_kernel(cpu.grid_sample, kind="torch", native=_gridsample_native)
 GridSample.register_gpu_kernel(gpu.grid_sampler, dtypes=("float32", "float16"))
 
 
