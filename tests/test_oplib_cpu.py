@@ -857,6 +857,74 @@ def test_dynamic_resize_native_kernel_rejects_bad_calls() -> None:
         _cpu_kernels.resize_bicubic(xs, out, 2, 0, 5, 8, 10, False, 0, 2, 0, 8)
 
 
+def _resize_model(align: int, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """One DynamicTRTResize node, no function body: opbridge's session runs the op's kernel."""
+    node = helper.make_node("DynamicTRTResize", ["x", "size"], ["y"], domain="Test", align_corners=align)
+    graph = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", elem, None), helper.make_tensor_value_info("size", elem, None)],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("Test", 1)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("align", [0, 1], ids=["half-pixel", "align-corners"])
+def test_dynamic_resize_native_kernel_in_ort_session(align: int) -> None:
+    """opbridge's session runs DynamicResize's native kernel inside ONNX Runtime, without Python: the
+    Python kernel's results bit for bit (``native=False``), F.interpolate's within the kernel's
+    tolerance; sessions of one, two and three intra-op threads agree bit for bit, whether the pieces are
+    planes or (one plane) bands of output rows."""
+    from opbridge.onnxruntime import InferenceSession
+
+    model = _resize_model(align)
+    python = InferenceSession(model, native=False)
+    sessions = []
+    for threads in (1, 2, 3):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sessions.append(InferenceSession(model, sess_options=opts))
+    assert [(k.path, k.native) for k in sessions[0].kernels.values()] == [("kernel", True)]
+    # 6 planes of 60000 outputs: up to 3 pieces of planes; one plane of 240000 outputs: 3 bands of rows
+    for shape, hw in (((2, 3, 9, 13), (20, 7)), ((2, 3, 64, 48), (300, 200)), ((1, 1, 200, 120), (600, 400))):
+        x = torch.randn(*shape, generator=_gen(12)) * 10
+        x.view(-1)[5], x.view(-1)[-1] = float("nan"), float("inf")
+        feeds = {"x": x.numpy(), "size": np.empty((1, 1, *hw), np.float32)}
+        results = [torch.from_numpy(sess.run(None, feeds)[0]) for sess in sessions]
+        for other in (*results[1:], torch.from_numpy(python.run(None, feeds)[0])):
+            assert torch.equal(other.nan_to_num(7.0), results[0].nan_to_num(7.0))
+        _resize_close(results[0], F.interpolate(x, size=hw, mode="bicubic", align_corners=bool(align)), x)
+
+
+def test_dynamic_resize_native_kernel_declines_and_runs_without_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float64 inputs and empty sizes run the Python kernel (ATen's result; its error for empty input
+    planes); float32 runs never reach it (the session runs with the Python kernel made to fail)."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _resize_cpu
+
+    x = torch.randn(1, 2, 6, 5, generator=_gen(13))
+    size = np.empty((1, 1, 9, 4), np.float32)
+    double = InferenceSession(_resize_model(0, TensorProto.DOUBLE))
+    got = double.run(None, {"x": x.double().numpy(), "size": size.astype(np.float64)})[0]
+    assert torch.equal(torch.from_numpy(got), F.interpolate(x.double(), size=(9, 4), mode="bicubic"))
+    sess = InferenceSession(_resize_model(0))
+    with pytest.raises(Exception, match=r"the input's planes are empty \(0x5\); pass H, W >= 1"):
+        sess.run(None, {"x": np.zeros((1, 2, 0, 5), np.float32), "size": size})
+    with pytest.raises(Exception, match="output size 0x4"):
+        sess.run(None, {"x": x.numpy(), "size": np.empty((1, 1, 0, 4), np.float32)})
+
+    def fail(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("the Python kernel ran")
+
+    monkeypatch.setattr(_resize_cpu, "applies", fail)
+    got = torch.from_numpy(sess.run(None, {"x": x.numpy(), "size": size})[0])
+    _resize_close(got, F.interpolate(x, size=(9, 4), mode="bicubic"), x)
+    with pytest.raises(Exception, match="the Python kernel ran"):
+        InferenceSession(_resize_model(0), native=False).run(None, {"x": x.numpy(), "size": size})
+
+
 # --------------------------------------------------------------------------- standard ONNX ops in ONNX Runtime
 
 

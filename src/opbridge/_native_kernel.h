@@ -8,7 +8,8 @@
  * as long as ONNX Runtime keeps the node's kernel. The kernel is usually the first member of a
  * struct that also holds the node's attributes.
  *
- * Per run, the bridge describes the node's inputs and calls compute(), which returns:
+ * Per run, the bridge describes the node's inputs (ranks up to 8; larger ones are declined for the
+ * kernel) and calls compute(), which returns:
  *   OPB_NATIVE_DONE     every output allocated (call->output) and written;
  *   OPB_NATIVE_DECLINE  these inputs are not for the native kernel (a dtype, a size, an error case
  *                       whose message the Python kernel gives): nothing was allocated, and the
@@ -50,7 +51,8 @@ struct opb_native_call {
     /* fn(user, i) for every i in [0, n), on the session's intra-op threads (the caller's thread
        takes part; with one thread it runs them in turn); returns when all are done. */
     void (*parallel_for)(const opb_native_call *call, void (*fn)(void *, size_t), size_t n, void *user);
-    void *host; /* the bridge's state for this run */
+    int threads; /* the session's intra-op threads (at least 1): more pieces than this only add cost */
+    void *host;  /* the bridge's state for this run */
     char *err;
     size_t err_len;
 };

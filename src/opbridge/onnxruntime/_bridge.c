@@ -230,6 +230,7 @@ typedef struct {
     int writable;     /* give the kernel writable input arrays (torch.from_numpy wants them) */
     PyObject *native_obj;             /* the capsule that owns `native`, or NULL */
     const opb_native_kernel *native;  /* a C kernel tried before fn (../_native_kernel.h), or NULL */
+    int threads;                      /* the session's intra-op threads, for the native kernel */
 } OpbKernel;
 
 static const char *opb_get_name(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->name; }
@@ -297,8 +298,8 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         goto done;
     }
     PyObject *fn = NULL, *label = NULL, *shapes = Py_None, *native = Py_None;
-    int writable = 0;
-    if (!PyArg_ParseTuple(res, "OUp|OO", &fn, &label, &writable, &shapes, &native) || !PyCallable_Check(fn) ||
+    int writable = 0, threads = 1;
+    if (!PyArg_ParseTuple(res, "OUp|OOi", &fn, &label, &writable, &shapes, &native, &threads) || !PyCallable_Check(fn) ||
         (shapes != Py_None && !PyCallable_Check(shapes))) {
         PyErr_Clear();
         snprintf(buf, sizeof buf, "opbridge: the resolver of %s::%s returned a bad value", e->domain, e->name);
@@ -335,6 +336,7 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         Py_INCREF(native);
         k->native_obj = native;
         k->native = nk;
+        k->threads = threads > 1 ? threads : 1;
     }
     *out = k;
 done:
@@ -856,7 +858,8 @@ static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t
         inputs[i].rank = (int32_t)rank;
     }
     OpbNativeHost host = {ctx, k->label};
-    opb_native_call call = {count, inputs, n_out, opb_native_output, opb_native_parallel_for, &host, err, n};
+    opb_native_call call = {count,   inputs, n_out, opb_native_output, opb_native_parallel_for, k->threads,
+                            &host, err,   n};
     err[0] = '\0';
     int rc = k->native->compute(k->native, &call);
     if (rc == OPB_NATIVE_DONE && err[0] != '\0') return OPB_NATIVE_ERROR; /* the thread pool failed it */

@@ -438,7 +438,7 @@ def library_path() -> str:
 def register_ops(
     options: Any,
     ops: Sequence[tuple[str, str, int, Sequence[int]]],
-    resolver: Callable[[int], tuple[KernelFn, str, bool, Any, Any]],
+    resolver: Callable[[int], tuple[KernelFn, str, bool, Any, Any, int]],
 ) -> list[Any]:
     """Register custom ops with an ``onnxruntime.SessionOptions`` through the bridge library.
 
@@ -446,9 +446,9 @@ def register_ops(
         options: the session options (each may receive the bridge only once).
         ops: ``(domain, op_type, n_inputs, output_element_types)`` per op type;
             an element type of 0 lets ONNX Runtime take the output type from the inputs.
-        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes, native)``,
+        resolver: ``resolver(node_id) -> (callable, label, writable_inputs, shapes, native, threads)``,
             called when ONNX Runtime creates the kernel of a node (``native``: a native kernel
-            capsule or None).
+            capsule or None; ``threads``: the session's intra-op threads, for the native kernel).
 
     Returns:
         The native op descriptors. Keep them until the session is created, then

@@ -153,6 +153,18 @@ def _copy_options(options: Any) -> Any:
     return fresh
 
 
+def _intra_op_threads(options: Any) -> int:
+    """The session's intra-op threads: ``intra_op_num_threads``, or where it is 0 (ONNX Runtime's
+    choice, its physical cores) the CPUs this process may run on."""
+    threads = int(getattr(options, "intra_op_num_threads", 0) or 0)
+    if threads > 0:
+        return threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # platforms without sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
 class InferenceSession:
     """An ONNX Runtime session in which every custom op of the model runs.
 
@@ -227,7 +239,8 @@ class InferenceSession:
         descriptors: list[Any] = []
         if bound:
             options = _copy_options(sess_options)
-            descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound))
+            threads = _intra_op_threads(options)
+            descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound, threads))
         try:
             self._session = ort.InferenceSession(
                 model.SerializeToString(),
@@ -344,10 +357,10 @@ class InferenceSession:
         return table
 
     @staticmethod
-    def _resolver(bound: Mapping[int, BoundKernel]) -> Any:
-        def resolve(node_id: int) -> tuple[Any, str, bool, Any, Any]:
+    def _resolver(bound: Mapping[int, BoundKernel], threads: int) -> Any:
+        def resolve(node_id: int) -> tuple[Any, str, bool, Any, Any, int]:
             kernel = bound[node_id]
-            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes, kernel.native
+            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes, kernel.native, threads
 
         return resolve
 

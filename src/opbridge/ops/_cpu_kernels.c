@@ -672,6 +672,45 @@ PyDoc_STRVAR(resize_bicubic_doc,
              "F.interpolate(mode=\"bicubic\") of x (planes, H, W) into out (planes, Ho, Wo), both contiguous\n"
              "float32; only planes [p0, p1) and output rows [oy0, oy1). Releases the GIL while it runs.");
 
+/* The taps of both output axes of a resize, in one block (free() it): resize_axes_t points into it. */
+typedef struct {
+    const int32_t (*yi)[4], (*xi)[4];
+    const float (*wy)[4], (*wx)[4];
+} resize_axes_t;
+
+static void *resize_axes(Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t Wo, int align, resize_axes_t *ax) {
+    char *block = (char *)malloc((size_t)(Ho + Wo) * (4 * sizeof(int32_t) + 4 * sizeof(float)));
+    if (block == NULL) return NULL;
+    int32_t(*yi)[4] = (int32_t(*)[4])block;
+    int32_t(*xi)[4] = yi + Ho;
+    float(*wy)[4] = (float(*)[4])(xi + Wo);
+    float(*wx)[4] = wy + Ho;
+    resize_axis(H, Ho, align, yi, wy);
+    resize_axis(W, Wo, align, xi, wx);
+    ax->yi = (const int32_t(*)[4])yi;
+    ax->xi = (const int32_t(*)[4])xi;
+    ax->wy = (const float(*)[4])wy;
+    ax->wx = (const float(*)[4])wx;
+    return block;
+}
+
+/* planes [p0, p1), output rows [oy0, oy1) of a resize (the input rows those output rows read, in a
+   buffer of their own); -1 where that buffer cannot be allocated */
+static int resize_range(const float *x, float *out, Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t Wo,
+                        const resize_axes_t *ax, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t oy0, Py_ssize_t oy1) {
+    if (p1 <= p0 || oy1 <= oy0) return 0;
+    Py_ssize_t r0 = H, r1 = -1;
+    for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
+        if (ax->yi[oy][0] < r0) r0 = ax->yi[oy][0];
+        if (ax->yi[oy][3] > r1) r1 = ax->yi[oy][3];
+    }
+    float *rows = (float *)malloc((size_t)(r1 >= r0 ? r1 - r0 + 1 : 1) * (size_t)Wo * sizeof(float));
+    if (rows == NULL) return -1;
+    resize_bicubic(x, out, H, W, Ho, Wo, ax->yi, ax->wy, ax->xi, ax->wx, p0, p1, oy0, oy1, r0, r1, rows);
+    free(rows);
+    return 0;
+}
+
 static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer xb, ob;
@@ -688,40 +727,16 @@ static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
     } else if (range_ok("resize_bicubic", p0, p1, planes) && range_ok("resize_bicubic", oy0, oy1, Ho) &&
                check_len("resize_bicubic", &xb, "x", planes * H * W) &&
                check_len("resize_bicubic", &ob, "out", planes * Ho * Wo)) {
-        /* the axes' taps; then the input rows of one plane that the output rows read */
-        char *axes = PyMem_RawMalloc((size_t)(Ho + Wo) * (4 * sizeof(int32_t) + 4 * sizeof(float)));
-        float *rows = NULL;
-        Py_ssize_t r0 = H, r1 = -1;
-        if (axes != NULL) {
-            int32_t(*yi)[4] = (int32_t(*)[4])axes;
-            int32_t(*xi)[4] = yi + Ho;
-            float(*wy)[4] = (float(*)[4])(xi + Wo);
-            float(*wx)[4] = wy + Ho;
-            resize_axis(H, Ho, align, yi, wy);
-            resize_axis(W, Wo, align, xi, wx);
-            for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
-                if (yi[oy][0] < r0) r0 = yi[oy][0];
-                if (yi[oy][3] > r1) r1 = yi[oy][3];
-            }
-            rows = PyMem_RawMalloc((size_t)(r1 >= r0 ? r1 - r0 + 1 : 1) * (size_t)Wo * sizeof(float));
-        }
-        if (axes == NULL || rows == NULL) {
-            PyErr_NoMemory();
-        } else {
+        resize_axes_t ax;
+        void *block = resize_axes(H, W, Ho, Wo, align, &ax);
+        int rc = -1;
+        if (block != NULL) {
             Py_BEGIN_ALLOW_THREADS;
-            if (p1 > p0 && oy1 > oy0) {
-                const int32_t(*yi)[4] = (const int32_t(*)[4])axes;
-                const int32_t(*xi)[4] = yi + Ho;
-                const float(*wy)[4] = (const float(*)[4])(xi + Wo);
-                const float(*wx)[4] = wy + Ho;
-                resize_bicubic((const float *)xb.buf, (float *)ob.buf, H, W, Ho, Wo, yi, wy, xi, wx, p0, p1, oy0, oy1,
-                               r0, r1, rows);
-            }
+            rc = resize_range((const float *)xb.buf, (float *)ob.buf, H, W, Ho, Wo, &ax, p0, p1, oy0, oy1);
             Py_END_ALLOW_THREADS;
-            result = Py_NewRef(Py_None);
+            free(block);
         }
-        PyMem_RawFree(rows);
-        PyMem_RawFree(axes);
+        result = rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
     }
     PyBuffer_Release(&xb);
     PyBuffer_Release(&ob);
@@ -851,11 +866,12 @@ static float *scratch(size_t n, int *owned) {
     return data;
 }
 
-/* pieces for `work` units, at least NATIVE_PIECE each (one piece below), at most 64 and `limit` */
+/* pieces for `work` units: one per thread of the session, each of at least NATIVE_PIECE units (one
+   piece below), at most `limit` (as the Python kernels split their calls over torch's threads) */
 #define NATIVE_PIECE ((int64_t)1 << 16)
-static size_t pieces_for(int64_t work, int64_t limit) {
+static size_t pieces_for(const opb_native_call *call, int64_t work, int64_t limit) {
     int64_t p = work / NATIVE_PIECE;
-    if (p > 64) p = 64;
+    if (p > call->threads) p = call->threads;
     if (p > limit) p = limit;
     return p < 1 ? 1 : (size_t)p;
 }
@@ -940,14 +956,88 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
         job.x = (const float *)x->data + n * C * job.HW;
         job.grid = (const float *)g->data + n * job.P * 2;
         job.out = out + n * C * job.P;
-        job.pieces = pieces_for(C * job.HW, job.HW);
+        job.pieces = pieces_for(call, C * job.HW, job.HW);
         run_pieces(call, grid_layout_piece, job.pieces, &job);
-        job.pieces = pieces_for(C * job.P, job.P);
+        job.pieces = pieces_for(call, C * job.P, job.P);
         run_pieces(call, grid_sample_piece, job.pieces, &job);
     }
     if (owned) free(job.xt);
     if (job.failed) {
         snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a tile of %zd channels", job.C);
+        return OPB_NATIVE_ERROR;
+    }
+    return OPB_NATIVE_DONE;
+}
+
+typedef struct {
+    opb_native_kernel base;
+    int align;
+} resize_native_t;
+
+typedef struct {
+    const float *x;
+    float *out;
+    Py_ssize_t planes, H, W, Ho, Wo;
+    resize_axes_t ax;
+    size_t pieces;
+    int by_rows; /* pieces are bands of output rows (few planes), else ranges of planes */
+    int failed;
+} resize_job_t;
+
+static void resize_piece(void *user, size_t i) {
+    resize_job_t *j = (resize_job_t *)user;
+    const Py_ssize_t n = j->by_rows ? j->Ho : j->planes;
+    const Py_ssize_t a = n * (Py_ssize_t)i / (Py_ssize_t)j->pieces, b = n * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces;
+    const int rc = j->by_rows ? resize_range(j->x, j->out, j->H, j->W, j->Ho, j->Wo, &j->ax, 0, j->planes, a, b)
+                              : resize_range(j->x, j->out, j->H, j->W, j->Ho, j->Wo, &j->ax, a, b, 0, j->Ho);
+    if (rc < 0) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* DynamicResize: x (N, C, H, W) float32 to the last two sizes of the second input's shape */
+static int resize_native_compute(const opb_native_kernel *self, const opb_native_call *call) {
+    const resize_native_t *k = (const resize_native_t *)self;
+    if (call->n_inputs < 2 || call->n_outputs != 1) return OPB_NATIVE_DECLINE;
+    const opb_native_tensor *x = &call->inputs[0], *size = &call->inputs[1];
+    if (x->elem != OPB_NATIVE_FLOAT || x->rank != 4 || x->data == NULL || size->elem == 0 || size->rank < 2)
+        return OPB_NATIVE_DECLINE;
+    const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    const int64_t Ho = size->dims[size->rank - 2], Wo = size->dims[size->rank - 1];
+    /* empty inputs or outputs and bad sizes: the Python kernel's result or error */
+    if (N < 1 || C < 1 || H < 1 || W < 1 || Ho < 1 || Wo < 1 || H >= INT32_MAX || W >= INT32_MAX ||
+        (double)N * C * H * W > 1e15 || (double)N * C * Ho * Wo > 1e15)
+        return OPB_NATIVE_DECLINE;
+    const int64_t dims[4] = {N, C, Ho, Wo};
+    int32_t elem = 0;
+    float *out = (float *)call->output(call, 0, dims, 4, &elem);
+    if (out == NULL) return OPB_NATIVE_ERROR;
+    if (elem != OPB_NATIVE_FLOAT) {
+        snprintf(call->err, call->err_len, "resize_bicubic (native): the node's output is not float32 (type %d)",
+                 elem);
+        return OPB_NATIVE_ERROR;
+    }
+    resize_job_t job = {0};
+    job.x = (const float *)x->data;
+    job.out = out;
+    job.planes = N * C;
+    job.H = H;
+    job.W = W;
+    job.Ho = Ho;
+    job.Wo = Wo;
+    void *block = resize_axes(H, W, Ho, Wo, k->align, &job.ax);
+    if (block == NULL) {
+        snprintf(call->err, call->err_len, "resize_bicubic (native): out of memory for %lldx%lld outputs",
+                 (long long)Ho, (long long)Wo);
+        return OPB_NATIVE_ERROR;
+    }
+    /* ranges of planes, or with fewer planes than pieces bands of output rows (each band reads its
+       own input rows, the three at its edges again) */
+    job.pieces = pieces_for(call, job.planes * Ho * Wo, job.planes > Ho ? job.planes : Ho);
+    job.by_rows = job.planes < (Py_ssize_t)job.pieces;
+    run_pieces(call, resize_piece, job.pieces, &job);
+    free(block);
+    if (job.failed) {
+        snprintf(call->err, call->err_len, "resize_bicubic (native): out of memory for a band of %lld rows",
+                 (long long)Wo);
         return OPB_NATIVE_ERROR;
     }
     return OPB_NATIVE_DONE;
@@ -985,12 +1075,34 @@ static PyObject *py_grid_sample_native(PyObject *self, PyObject *args) {
     return capsule;
 }
 
+PyDoc_STRVAR(resize_bicubic_native_doc,
+             "resize_bicubic_native(align)\n\n"
+             "DynamicResize (bicubic, to the second input's last two sizes) as a native kernel for ONNX Runtime's\n"
+             "bridge (a capsule, see _native_kernel.h): float32 inputs; other inputs are declined to the Python\n"
+             "kernel.");
+
+static PyObject *py_resize_bicubic_native(PyObject *self, PyObject *args) {
+    (void)self;
+    int align;
+    if (!PyArg_ParseTuple(args, "p", &align)) return NULL;
+    resize_native_t *k = (resize_native_t *)calloc(1, sizeof(resize_native_t));
+    if (k == NULL) return PyErr_NoMemory();
+    k->base.abi = OPB_NATIVE_ABI;
+    k->base.name = "resize_bicubic";
+    k->base.compute = resize_native_compute;
+    k->align = align;
+    PyObject *capsule = PyCapsule_New(k, OPB_NATIVE_CAPSULE, native_capsule_free);
+    if (capsule == NULL) free(k);
+    return capsule;
+}
+
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
     {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
     {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
     {"grid_sample_native", py_grid_sample_native, METH_VARARGS, grid_sample_native_doc},
+    {"resize_bicubic_native", py_resize_bicubic_native, METH_VARARGS, resize_bicubic_native_doc},
     {NULL, NULL, 0, NULL},
 };
 

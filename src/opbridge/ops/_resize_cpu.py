@@ -22,12 +22,14 @@ Example:
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from opbridge.ops import _cpu_native
 
-__all__ = ["applies", "resize_bicubic"]
+__all__ = ["applies", "native_kernel", "resize_bicubic"]
 
 # Outputs per thread below which a call is not split further.
 _SPLIT_MIN = 1 << 16
@@ -37,6 +39,13 @@ def applies(x: torch.Tensor) -> bool:
     """Whether :func:`resize_bicubic` runs ``x``: a float32 CPU tensor (N, C, H, W) with the
     extension built (other dtypes run ATen's kernel)."""
     return x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 4 and _cpu_native.available()
+
+
+def native_kernel(attrs: Mapping[str, Any]) -> Any:
+    """DynamicResize's native kernel for ONNX Runtime's bridge (a capsule, ``opbridge/_native_kernel.h``):
+    :func:`resize_bicubic` for float32 inputs, run without Python; None where the extension is not built."""
+    module = _cpu_native.module()
+    return None if module is None else module.resize_bicubic_native(bool(attrs.get("align_corners", False)))
 
 
 def resize_bicubic(

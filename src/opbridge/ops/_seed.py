@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -101,7 +103,13 @@ def _resize_kernel(
     return torch.ops.aten.upsample_bicubic2d.out(x, size, bool(align_corners), None, None, out=out)
 
 
-DynamicResize.register_kernel(_resize_kernel, kind="torch")
+def _resize_native(attrs: Any) -> Any:
+    from opbridge.ops import _resize_cpu
+
+    return _resize_cpu.native_kernel(attrs)
+
+
+DynamicResize.register_kernel(_resize_kernel, kind="torch", native=_resize_native)
 
 
 # ONNX function bodies (model-local functions at export; see _seed_functions).
