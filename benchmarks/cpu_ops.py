@@ -7,13 +7,16 @@ Runtime bridge is importable, the exported model is also timed through
 ``opbridge.onnxruntime.InferenceSession``.
 
 Usage:
-    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--only resize,resize-kernel,grid,grid-channels,dcn,roi,nms]
+    PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--threads N]
+        [--only resize,resize-kernel,grid,grid-channels,grid-session,dcn,roi,nms]
 
 ``resize-kernel`` times DynamicResize's native CPU kernel (``opbridge.ops._resize_cpu``) alone against
 ATen's ``upsample_bicubic2d.out`` into the same output, up and down. ``grid-channels`` times
 grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
 against F.grid_sample per interpolation mode and channel count, the measurement behind its
-``MIN_CHANNELS`` thresholds.
+``MIN_CHANNELS`` thresholds. ``grid-session`` times one grid_sampler node in opbridge's session with its
+native kernel (no Python per run; also forced below ``NATIVE_MIN_CHANNELS``) and with its Python kernel
+(``native=False``) against F.grid_sample.
 
 Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
 "ratio" is reference time / path time (> 1: the path is faster). Every path runs on
@@ -502,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument(
-        "--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections (also grid-channels)"
+        "--only",
+        default="resize,grid,dcn,roi,nms",
+        help="comma-separated sections (also resize-kernel, grid-channels, grid-session)",
     )
     parser.add_argument(
         "--threads",
