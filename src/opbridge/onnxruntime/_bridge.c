@@ -16,7 +16,9 @@
  * checked (count, dtype against the node's output type) and copied once into
  * an output that ONNX Runtime allocates with the result's shape. Python
  * exceptions become ONNX Runtime error statuses carrying the exception type
- * and message; nothing here aborts.
+ * and message; nothing here aborts. A node whose op has a native C kernel
+ * (../_native_kernel.h) runs that first, without the GIL; only the runs it
+ * declines reach Python.
  *
  * The ABI declarations live in _ort_abi.h.
  */

@@ -9,7 +9,10 @@ this order:
 1. ``function``: the model carries a local function for the op; ONNX Runtime
    runs the body natively and the bridge is not involved.
 2. ``kernel``: the op's ``@opbridge.op`` definition has a kernel
-   (``opdef.register_kernel``, numpy or torch).
+   (``opdef.register_kernel``, numpy or torch). Where the op also gives a
+   native C kernel (``register_kernel(..., native=factory)``), the bridge runs
+   that first, without Python or the GIL, and calls the Python kernel only for
+   the runs the C kernel declines (``opbridge/_native_kernel.h``).
 3. ``registered``: a kernel registered with ``@opbridge.kernel`` for the
    node's domain and op type (for models exported elsewhere).
 4. ``reference``: the op's PyTorch reference, run on CPU tensors that share
