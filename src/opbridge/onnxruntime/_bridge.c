@@ -301,8 +301,8 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
     }
     PyObject *fn = NULL, *label = NULL, *shapes = Py_None, *native = Py_None;
     int writable = 0, threads = 1;
-    if (!PyArg_ParseTuple(res, "OUp|OOi", &fn, &label, &writable, &shapes, &native, &threads) || !PyCallable_Check(fn) ||
-        (shapes != Py_None && !PyCallable_Check(shapes))) {
+    if (!PyArg_ParseTuple(res, "OUp|OOi", &fn, &label, &writable, &shapes, &native, &threads) ||
+        !PyCallable_Check(fn) || (shapes != Py_None && !PyCallable_Check(shapes))) {
         PyErr_Clear();
         snprintf(buf, sizeof buf, "opbridge: the resolver of %s::%s returned a bad value", e->domain, e->name);
         result = opb_status(buf);
@@ -860,8 +860,8 @@ static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t
         inputs[i].rank = (int32_t)rank;
     }
     OpbNativeHost host = {ctx, k->label};
-    opb_native_call call = {count,   inputs, n_out, opb_native_output, opb_native_parallel_for, k->threads,
-                            &host, err,   n};
+    opb_native_call call = {count, inputs, n_out, opb_native_output, opb_native_parallel_for, k->threads, &host,
+                            err, n};
     err[0] = '\0';
     int rc = k->native->compute(k->native, &call);
     if (rc == OPB_NATIVE_DONE && err[0] != '\0') return OPB_NATIVE_ERROR; /* the thread pool failed it */

@@ -25,6 +25,10 @@
  * are checked against the sizes before anything is read or written, so a wrong call raises
  * ValueError instead of touching memory outside them. The GIL is released while the kernel runs:
  * Python threads split the work (output points, planes or rows, RoIs: start, end) between them.
+ *
+ * grid_sample and resize_bicubic are also native kernels (their section at the end): capsules of
+ * opbridge's native kernel ABI (../_native_kernel.h), which ONNX Runtime's bridge runs without
+ * Python, on ONNX Runtime's tensors (sizes from their shapes) and its intra-op threads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1036,7 +1040,7 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
     run_pieces(call, resize_piece, job.pieces, &job);
     free(block);
     if (job.failed) {
-        snprintf(call->err, call->err_len, "resize_bicubic (native): out of memory for a band of %lld rows",
+        snprintf(call->err, call->err_len, "resize_bicubic (native): out of memory for input rows %lld wide",
                  (long long)Wo);
         return OPB_NATIVE_ERROR;
     }
