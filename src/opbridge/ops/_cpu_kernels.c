@@ -880,6 +880,18 @@ static size_t pieces_for(const opb_native_call *call, int64_t work, int64_t limi
     return p < 1 ? 1 : (size_t)p;
 }
 
+/* the node's output 0 allocated as float32 of shape dims (N, C, Ho, Wo), or NULL with the message in
+   call->err */
+static float *float_output(const opb_native_call *call, const char *op, const int64_t dims[4]) {
+    int32_t elem = 0;
+    float *out = (float *)call->output(call, 0, dims, 4, &elem);
+    if (out != NULL && elem != OPB_NATIVE_FLOAT) {
+        snprintf(call->err, call->err_len, "%s (native): the node's output is not float32 (type %d)", op, elem);
+        return NULL;
+    }
+    return out;
+}
+
 static void run_pieces(const opb_native_call *call, void (*fn)(void *, size_t), size_t n, void *user) {
     if (n == 1) fn(user, 0);
     else call->parallel_for(call, fn, n, user);
@@ -932,13 +944,8 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
         (double)H * W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 || (double)C * Ho * Wo > 1e15)
         return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
-    int32_t elem = 0;
-    float *out = (float *)call->output(call, 0, dims, 4, &elem);
+    float *out = float_output(call, "grid_sample", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
-    if (elem != OPB_NATIVE_FLOAT) {
-        snprintf(call->err, call->err_len, "grid_sample (native): the node's output is not float32 (type %d)", elem);
-        return OPB_NATIVE_ERROR;
-    }
     grid_job_t job = {0};
     job.C = C;
     job.S = C <= 4 ? 4 : C <= 8 ? 8 : C;
@@ -1011,14 +1018,8 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
         (double)N * C * H * W > 1e15 || (double)N * C * Ho * Wo > 1e15)
         return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
-    int32_t elem = 0;
-    float *out = (float *)call->output(call, 0, dims, 4, &elem);
+    float *out = float_output(call, "resize_bicubic", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
-    if (elem != OPB_NATIVE_FLOAT) {
-        snprintf(call->err, call->err_len, "resize_bicubic (native): the node's output is not float32 (type %d)",
-                 elem);
-        return OPB_NATIVE_ERROR;
-    }
     resize_job_t job = {0};
     job.x = (const float *)x->data;
     job.out = out;
@@ -1049,6 +1050,17 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
 
 static void native_capsule_free(PyObject *capsule) { free(PyCapsule_GetPointer(capsule, OPB_NATIVE_CAPSULE)); }
 
+/* a capsule owning k (calloc'ed, its attributes set), which becomes the native kernel `name` */
+static PyObject *native_capsule(opb_native_kernel *k, const char *name,
+                                int (*compute)(const opb_native_kernel *, const opb_native_call *)) {
+    k->abi = OPB_NATIVE_ABI;
+    k->name = name;
+    k->compute = compute;
+    PyObject *capsule = PyCapsule_New(k, OPB_NATIVE_CAPSULE, native_capsule_free);
+    if (capsule == NULL) free(k);
+    return capsule;
+}
+
 PyDoc_STRVAR(grid_sample_native_doc,
              "grid_sample_native(mode, padding, align, min_channels)\n\n"
              "grid_sample as a native kernel for ONNX Runtime's bridge (a capsule, see _native_kernel.h): float32\n"
@@ -1067,16 +1079,11 @@ static PyObject *py_grid_sample_native(PyObject *self, PyObject *args) {
     }
     grid_native_t *k = (grid_native_t *)calloc(1, sizeof(grid_native_t));
     if (k == NULL) return PyErr_NoMemory();
-    k->base.abi = OPB_NATIVE_ABI;
-    k->base.name = "grid_sample";
-    k->base.compute = grid_native_compute;
     k->mode = mode;
     k->padding = padding;
     k->align = align;
     k->min_channels = min_channels;
-    PyObject *capsule = PyCapsule_New(k, OPB_NATIVE_CAPSULE, native_capsule_free);
-    if (capsule == NULL) free(k);
-    return capsule;
+    return native_capsule(&k->base, "grid_sample", grid_native_compute);
 }
 
 PyDoc_STRVAR(resize_bicubic_native_doc,
@@ -1091,13 +1098,8 @@ static PyObject *py_resize_bicubic_native(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "p", &align)) return NULL;
     resize_native_t *k = (resize_native_t *)calloc(1, sizeof(resize_native_t));
     if (k == NULL) return PyErr_NoMemory();
-    k->base.abi = OPB_NATIVE_ABI;
-    k->base.name = "resize_bicubic";
-    k->base.compute = resize_native_compute;
     k->align = align;
-    PyObject *capsule = PyCapsule_New(k, OPB_NATIVE_CAPSULE, native_capsule_free);
-    if (capsule == NULL) free(k);
-    return capsule;
+    return native_capsule(&k->base, "resize_bicubic", resize_native_compute);
 }
 
 static PyMethodDef methods[] = {
