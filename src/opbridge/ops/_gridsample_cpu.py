@@ -38,8 +38,8 @@ __all__ = ["MIN_CHANNELS", "NATIVE_MIN_CHANNELS", "applies", "grid_sample", "nat
 MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
 # The same inside opbridge's ONNX Runtime session, where the native kernel runs without Python's cost
 # per call and the alternative is ATen's kernel through the bridge's Python side (benchmarks/cpu_ops.py
-# --only grid-session, 128 x 128 planes: bilinear 1.5x the Python kernel at 2 channels, 0.8x at 1;
-# nearest 1.2-1.9x from 1 channel; bicubic 1.15x at 2, 1.05x at 1).
+# --only grid-session, 128 x 128 planes, against the Python kernel: bilinear 1.5x at 2 channels,
+# 0.8-1.1x at 1 over two runs; nearest 1.2-2.0x from 1 channel; bicubic 1.15x at 2, 1.0x at 1).
 NATIVE_MIN_CHANNELS = {0: 2, 1: 1, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
@@ -103,9 +103,9 @@ def grid_sample(
 
 def native_kernel(attrs: Mapping[str, Any]) -> Any:
     """The native kernel of a grid_sampler node with these attributes, for ONNX Runtime's bridge (a
-    capsule, ``opbridge/_native_kernel.h``): the same kernel as :func:`grid_sample` for the inputs
-    :data:`NATIVE_MIN_CHANNELS` gives, run without Python; None where the extension is not built or an attribute
-    is out of range (the Python kernel names it)."""
+    capsule, ``opbridge/_native_kernel.h``): the kernel of :func:`grid_sample`, run without Python,
+    for float32 inputs from :data:`NATIVE_MIN_CHANNELS` channels; None where the extension is not
+    built or an attribute is out of range (the Python kernel names it)."""
     module = _cpu_native.module()
     mode, padding = attrs.get("interpolation_mode", 0), attrs.get("padding_mode", 0)
     if module is None or mode not in MIN_CHANNELS or padding not in (0, 1, 2):
