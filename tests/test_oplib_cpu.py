@@ -280,6 +280,77 @@ def test_native_roi_align_rejects_bad_calls() -> None:
         _cpu_kernels.roi_align(xt, rois, out, 0, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)
 
 
+def _roi_align_model(attrs: dict, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """One mmdeploy::MMCVRoiAlign node, no function body: opbridge's session runs the op's kernel."""
+    node = helper.make_node("MMCVRoiAlign", ["x", "rois"], ["y"], domain="mmdeploy", **attrs)
+    graph = helper.make_graph(
+        [node],
+        "roi",
+        [helper.make_tensor_value_info(k, elem, None) for k in ("x", "rois")],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [1, 0], ids=["aligned", "legacy"])
+def test_native_roi_align_in_ort_session(mode: str, aligned: int) -> None:
+    """opbridge's session runs RoIAlign's native kernel inside ONNX Runtime, without Python: the Python
+    kernel's results bit for bit (``native=False``, the same kernel), the reference's within the native
+    tolerance; sessions of one, two and three intra-op threads (RoIs in up to three pieces) agree bit for
+    bit."""
+    from opbridge.onnxruntime import InferenceSession
+
+    attrs = {"output_height": 5, "output_width": 4, "spatial_scale": 0.25, "sampling_ratio": 0, "mode": mode}
+    model = _roi_align_model({**attrs, "aligned": aligned})
+    feat, rois = torch.randn(2, 6, 30, 26, generator=_gen(74)), rois_for(75, 40, 2, 110.0)
+    feeds = {"x": feat.numpy(), "rois": rois.numpy()}
+    results = []
+    for threads in (1, 2, 3):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = InferenceSession(model, sess_options=opts)
+        assert [(k.path, k.native) for k in sess.kernels.values()] == [("kernel", True)]
+        results.append(sess.run(None, feeds)[0])
+    python = InferenceSession(model, native=False)
+    for other in (*results[1:], python.run(None, feeds)[0]):
+        np.testing.assert_array_equal(other, results[0])
+    want = d.RoIAlign.run_reference(feat, rois, **attrs, aligned=bool(aligned))
+    torch.testing.assert_close(torch.from_numpy(results[0]), want, rtol=ROI_NATIVE_RTOL, atol=ROI_NATIVE_ATOL)
+
+
+def test_native_roi_align_declines_and_runs_without_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float64 inputs run the Python kernel (the numpy kernel); a RoI the kernel refuses reaches the
+    Python kernel, whose error names it; other float32 runs never reach Python (the session runs with
+    the Python kernel made to fail)."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _roialign_cpu
+
+    attrs = {"output_height": 3, "output_width": 3, "spatial_scale": 0.5, "sampling_ratio": 2}
+    feat, rois = torch.randn(1, 4, 12, 12, generator=_gen(76)), rois_for(77, 9, 1, 24.0)
+    want = d.RoIAlign.run_reference(feat, rois, **attrs)
+    double = InferenceSession(_roi_align_model(attrs, TensorProto.DOUBLE))
+    got = double.run(None, {"x": feat.double().numpy(), "rois": rois.double().numpy()})[0]
+    assert got.dtype == np.float64
+    torch.testing.assert_close(torch.from_numpy(got).float(), want, rtol=1e-5, atol=1e-5)
+    sess = InferenceSession(_roi_align_model(attrs))
+    bad = rois.clone()
+    bad[4, 0] = 3.0
+    with pytest.raises(Exception, match="RoI 4 has batch index 3.0, outside the feature batch of 1"):
+        sess.run(None, {"x": feat.numpy(), "rois": bad.numpy()})
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the Python kernel ran")
+
+    monkeypatch.setattr(_roialign_cpu, "roi_align", fail)
+    got = torch.from_numpy(sess.run(None, {"x": feat.numpy(), "rois": rois.numpy()})[0])
+    torch.testing.assert_close(got, want, rtol=ROI_NATIVE_RTOL, atol=ROI_NATIVE_ATOL)
+    with pytest.raises(Exception, match="the Python kernel ran"):
+        InferenceSession(_roi_align_model(attrs), native=False).run(None, {"x": feat.numpy(), "rois": rois.numpy()})
+
+
 @pytest.mark.parametrize("pool_mode", [0, 1], ids=["max", "avg"])
 @pytest.mark.parametrize("scale", [1.0, 1.5])
 def test_multi_level_kernel_matches_reference(pool_mode: int, scale: float) -> None:
@@ -731,6 +802,8 @@ def test_native_kernel_factory_errors() -> None:
         _cpu_kernels.grid_sample_native(3, 0, False, 1)
     with pytest.raises(ValueError, match="min_channels 0"):
         _cpu_kernels.grid_sample_native(0, 0, False, 0)
+    with pytest.raises(ValueError, match="roi_align_native: output 0x3; both at least 1"):
+        _cpu_kernels.roi_align_native(0, 3, 1.0, 0, False, True)
 
     @opbridge.op("test.native::Twice", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
     def twice(x: torch.Tensor) -> torch.Tensor:

@@ -26,9 +26,9 @@
  * ValueError instead of touching memory outside them. The GIL is released while the kernel runs:
  * Python threads split the work (output points, planes or rows, RoIs: start, end) between them.
  *
- * grid_sample and resize_bicubic are also native kernels (their section at the end): capsules of
- * opbridge's native kernel ABI (../_native_kernel.h), which ONNX Runtime's bridge runs without
- * Python, on ONNX Runtime's tensors (sizes from their shapes) and its intra-op threads.
+ * grid_sample, resize_bicubic and roi_align are also native kernels (their section at the end):
+ * capsules of opbridge's native kernel ABI (../_native_kernel.h), which ONNX Runtime's bridge runs
+ * without Python, on ONNX Runtime's tensors (sizes from their shapes) and its intra-op threads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -897,25 +897,39 @@ static void run_pieces(const opb_native_call *call, void (*fn)(void *, size_t), 
     else call->parallel_for(call, fn, n, user);
 }
 
+/* one image x (C, HW) channels-last into xt (HW + 1, S), its pixels in `pieces` ranges */
+typedef struct {
+    const float *x;
+    float *xt;
+    Py_ssize_t C, S, HW;
+    size_t pieces;
+} layout_job_t;
+
+static void layout_piece(void *user, size_t i) {
+    const layout_job_t *j = (const layout_job_t *)user;
+    nchw_to_nhwc(j->x, j->xt, j->C, j->S, j->HW, j->HW * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
+                 j->HW * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces);
+}
+
+static void to_channels_last_pieces(const opb_native_call *call, const float *x, float *xt, Py_ssize_t C,
+                                    Py_ssize_t S, Py_ssize_t HW) {
+    layout_job_t job = {x, xt, C, S, HW, pieces_for(call, C * HW, HW)};
+    run_pieces(call, layout_piece, job.pieces, &job);
+}
+
 typedef struct {
     opb_native_kernel base;
     int mode, padding, align, min_channels;
 } grid_native_t;
 
 typedef struct {
-    const float *x, *grid;
+    const float *grid;
     float *xt, *out;
-    Py_ssize_t C, S, H, W, HW, P;
+    Py_ssize_t C, S, H, W, P;
     int mode, padding, align;
     size_t pieces;
     int failed; /* a piece could not allocate its tile */
 } grid_job_t;
-
-static void grid_layout_piece(void *user, size_t i) {
-    const grid_job_t *j = (const grid_job_t *)user;
-    nchw_to_nhwc(j->x, j->xt, j->C, j->S, j->HW, j->HW * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
-                 j->HW * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces);
-}
 
 static void grid_sample_piece(void *user, size_t i) {
     grid_job_t *j = (grid_job_t *)user;
@@ -951,24 +965,21 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     job.S = C <= 4 ? 4 : C <= 8 ? 8 : C;
     job.H = H;
     job.W = W;
-    job.HW = H * W;
     job.P = Ho * Wo;
     job.mode = k->mode;
     job.padding = k->padding;
     job.align = k->align;
     int owned = 0;
-    job.xt = scratch((size_t)(job.HW + 1) * (size_t)job.S, &owned);
+    job.xt = scratch((size_t)(H * W + 1) * (size_t)job.S, &owned);
     if (job.xt == NULL) {
         snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a %lldx%lld image",
                  (long long)H, (long long)W);
         return OPB_NATIVE_ERROR;
     }
     for (int64_t n = 0; n < N && !job.failed; ++n) {
-        job.x = (const float *)x->data + n * C * job.HW;
+        to_channels_last_pieces(call, (const float *)x->data + n * C * H * W, job.xt, C, job.S, H * W);
         job.grid = (const float *)g->data + n * job.P * 2;
         job.out = out + n * C * job.P;
-        job.pieces = pieces_for(call, C * job.HW, job.HW);
-        run_pieces(call, grid_layout_piece, job.pieces, &job);
         job.pieces = pieces_for(call, C * job.P, job.P);
         run_pieces(call, grid_sample_piece, job.pieces, &job);
     }
@@ -1048,6 +1059,80 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
     return OPB_NATIVE_DONE;
 }
 
+typedef struct {
+    opb_native_kernel base;
+    int PH, PW, sampling, pool_max, aligned;
+    float scale;
+} roi_native_t;
+
+typedef struct {
+    const roi_native_t *k;
+    const float *xt, *rois;
+    float *out;
+    Py_ssize_t C, R;
+    int N, H, W;
+    size_t pieces;
+    int failed; /* a piece could not allocate its channel sums */
+} roi_job_t;
+
+static void roi_piece(void *user, size_t i) {
+    roi_job_t *j = (roi_job_t *)user;
+    float *acc = (float *)malloc((size_t)j->C * sizeof(float));
+    if (acc == NULL) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const roi_native_t *k = j->k;
+    roi_align_rois(j->xt, j->rois, j->out, j->C, j->N, j->H, j->W, k->PH, k->PW, k->scale, k->sampling, k->pool_max,
+                   k->aligned, j->R * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
+                   j->R * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces, acc);
+    free(acc);
+}
+
+/* MMCVRoiAlign: features (N, C, H, W) and rois (R, 5), both float32 */
+static int roi_native_compute(const opb_native_kernel *self, const opb_native_call *call) {
+    const roi_native_t *k = (const roi_native_t *)self;
+    if (call->n_inputs < 2 || call->n_outputs != 1) return OPB_NATIVE_DECLINE;
+    const opb_native_tensor *x = &call->inputs[0], *rois = &call->inputs[1];
+    if (x->elem != OPB_NATIVE_FLOAT || rois->elem != OPB_NATIVE_FLOAT || x->rank != 4 || rois->rank != 2 ||
+        rois->dims[1] != 5 || x->data == NULL || rois->data == NULL)
+        return OPB_NATIVE_DECLINE;
+    const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3], R = rois->dims[0];
+    /* empty inputs or outputs and sizes out of range: the Python kernel's result or error */
+    if (N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || N >= INT32_MAX || (double)H * W >= (double)INT32_MAX ||
+        (double)R * C * k->PH * k->PW > 1e15 || (double)N * C * (H * (double)W + 1) > 1e15)
+        return OPB_NATIVE_DECLINE;
+    const float *boxes = (const float *)rois->data;
+    for (int64_t r = 0; r < R; ++r) { /* a bad RoI: the Python kernel's ValueError names it */
+        roi_geom_t g;
+        if (roi_geometry(boxes + 5 * r, (int)N, k->scale, k->sampling, k->aligned, k->PH, k->PW, &g) != ROI_OK)
+            return OPB_NATIVE_DECLINE;
+    }
+    const int64_t dims[4] = {R, C, k->PH, k->PW};
+    float *out = float_output(call, "roi_align", dims);
+    if (out == NULL) return OPB_NATIVE_ERROR;
+    const Py_ssize_t image = (H * W + 1) * C;
+    int owned = 0;
+    float *xt = scratch((size_t)(N * image), &owned);
+    if (xt == NULL) {
+        snprintf(call->err, call->err_len, "roi_align (native): out of memory for %lldx%lldx%lldx%lld features",
+                 (long long)N, (long long)C, (long long)H, (long long)W);
+        return OPB_NATIVE_ERROR;
+    }
+    for (int64_t n = 0; n < N; ++n)
+        to_channels_last_pieces(call, (const float *)x->data + n * C * H * W, xt + n * image, C, C, H * W);
+    int64_t pieces = R / 8; /* at least 8 RoIs a piece, as the Python kernel splits them */
+    if (pieces > call->threads) pieces = call->threads;
+    roi_job_t job = {k, xt, boxes, out, C, R, (int)N, (int)H, (int)W, pieces < 1 ? 1 : (size_t)pieces, 0};
+    run_pieces(call, roi_piece, job.pieces, &job);
+    if (owned) free(xt);
+    if (job.failed) {
+        snprintf(call->err, call->err_len, "roi_align (native): out of memory for %lld channel sums", (long long)C);
+        return OPB_NATIVE_ERROR;
+    }
+    return OPB_NATIVE_DONE;
+}
+
 static void native_capsule_free(PyObject *capsule) { free(PyCapsule_GetPointer(capsule, OPB_NATIVE_CAPSULE)); }
 
 /* a capsule owning k (calloc'ed, its attributes set), which becomes the native kernel `name` */
@@ -1102,6 +1187,31 @@ static PyObject *py_resize_bicubic_native(PyObject *self, PyObject *args) {
     return native_capsule(&k->base, "resize_bicubic", resize_native_compute);
 }
 
+PyDoc_STRVAR(roi_align_native_doc,
+             "roi_align_native(output_height, output_width, spatial_scale, sampling_ratio, pool_max, aligned)\n\n"
+             "MMCV roi_align as a native kernel for ONNX Runtime's bridge (a capsule, see _native_kernel.h): float32\n"
+             "features and RoIs; other inputs, and RoIs roi_align refuses, are declined to the Python kernel.");
+
+static PyObject *py_roi_align_native(PyObject *self, PyObject *args) {
+    (void)self;
+    int PH, PW, sampling, pool_max, aligned;
+    double scale;
+    if (!PyArg_ParseTuple(args, "iidipp", &PH, &PW, &scale, &sampling, &pool_max, &aligned)) return NULL;
+    if (PH < 1 || PW < 1 || (double)PH * PW >= (double)INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "roi_align_native: output %dx%d; both at least 1", PH, PW);
+        return NULL;
+    }
+    roi_native_t *k = (roi_native_t *)calloc(1, sizeof(roi_native_t));
+    if (k == NULL) return PyErr_NoMemory();
+    k->PH = PH;
+    k->PW = PW;
+    k->scale = (float)scale;
+    k->sampling = sampling;
+    k->pool_max = pool_max;
+    k->aligned = aligned;
+    return native_capsule(&k->base, "roi_align", roi_native_compute);
+}
+
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
@@ -1109,6 +1219,7 @@ static PyMethodDef methods[] = {
     {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
     {"grid_sample_native", py_grid_sample_native, METH_VARARGS, grid_sample_native_doc},
     {"resize_bicubic_native", py_resize_bicubic_native, METH_VARARGS, resize_bicubic_native_doc},
+    {"roi_align_native", py_roi_align_native, METH_VARARGS, roi_align_native_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,14 +17,39 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from opbridge.ops import _cpu_native
 
-__all__ = ["roi_align"]
+__all__ = ["native_kernel", "roi_align"]
 
 # RoIs per thread below which one thread does the work.
 _SPLIT_MIN = 8
+
+
+def native_kernel(attrs: Mapping[str, Any]) -> Any:
+    """The native kernel of an MMCVRoiAlign node with these attributes, for ONNX Runtime's bridge (a
+    capsule, ``opbridge/_native_kernel.h``): :func:`roi_align` for float32 features and RoIs, run
+    without Python (RoIs it refuses go to the Python kernel, which names them); None where the
+    extension is not built or an attribute is out of range (the Python kernel names it)."""
+    module = _cpu_native.module()
+    height, width = attrs.get("output_height", 7), attrs.get("output_width", 7)
+    mode = attrs.get("mode", "avg")
+    if module is None or mode not in ("avg", "max") or not (isinstance(height, int) and isinstance(width, int)):
+        return None
+    if height < 1 or width < 1:
+        return None
+    return module.roi_align_native(
+        height,
+        width,
+        float(attrs.get("spatial_scale", 1.0)),
+        int(attrs.get("sampling_ratio", 0)),
+        mode == "max",
+        bool(attrs.get("aligned", True)),
+    )
 
 
 def roi_align(

@@ -308,7 +308,13 @@ def _roi_shape(x: Any, rois: Any, *, output_height: int, output_width: int, **_:
     return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
 
 
-RoIAlign.register_kernel(cpu.roi_align, kind="numpy")
+def _roialign_native(attrs: Any) -> Any:
+    from opbridge.ops import _roialign_cpu
+
+    return _roialign_cpu.native_kernel(attrs)
+
+
+RoIAlign.register_kernel(cpu.roi_align, kind="numpy", native=_roialign_native)
 RoIAlign.register_gpu_kernel(gpu.roi_align, dtypes=("float32", "float16"))
 
 
