@@ -34,6 +34,20 @@ def _gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _one_node_model(node: onnx.NodeProto, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """A model of one custom node, no function body (opbridge's session runs the op's kernel): the
+    node's inputs and its output "y", all of element type ``elem``."""
+    graph = helper.make_graph(
+        [node],
+        node.op_type,
+        [helper.make_tensor_value_info(k, elem, None) for k in node.input],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(node.domain, 1)])
+    model.ir_version = 10
+    return model
+
+
 # --------------------------------------------------------------------------- inputs
 
 
@@ -281,17 +295,8 @@ def test_native_roi_align_rejects_bad_calls() -> None:
 
 
 def _roi_align_model(attrs: dict, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
-    """One mmdeploy::MMCVRoiAlign node, no function body: opbridge's session runs the op's kernel."""
-    node = helper.make_node("MMCVRoiAlign", ["x", "rois"], ["y"], domain="mmdeploy", **attrs)
-    graph = helper.make_graph(
-        [node],
-        "roi",
-        [helper.make_tensor_value_info(k, elem, None) for k in ("x", "rois")],
-        [helper.make_tensor_value_info("y", elem, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)])
-    model.ir_version = 10
-    return model
+    """One mmdeploy::MMCVRoiAlign node y = MMCVRoiAlign(x, rois)."""
+    return _one_node_model(helper.make_node("MMCVRoiAlign", ["x", "rois"], ["y"], domain="mmdeploy", **attrs), elem)
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
@@ -647,16 +652,8 @@ def _grid_sampler_node(mode: int, pad: int, align: int) -> onnx.NodeProto:
 
 
 def _grid_sampler_model(mode: int, pad: int, align: int, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
-    """One grid_sampler node, no function body: opbridge's session runs the op's kernel."""
-    graph = helper.make_graph(
-        [_grid_sampler_node(mode, pad, align)],
-        "grid",
-        [helper.make_tensor_value_info(k, elem, None) for k in ("x", "g")],
-        [helper.make_tensor_value_info("y", elem, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)])
-    model.ir_version = 10
-    return model
+    """One grid_sampler node y = grid_sampler(x, g)."""
+    return _one_node_model(_grid_sampler_node(mode, pad, align), elem)
 
 
 def _assert_grid_result(got: torch.Tensor, want: torch.Tensor, mode: int) -> None:
@@ -930,17 +927,10 @@ def test_dynamic_resize_native_kernel_rejects_bad_calls() -> None:
 
 
 def _resize_model(align: int, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
-    """One DynamicTRTResize node, no function body: opbridge's session runs the op's kernel."""
-    node = helper.make_node("DynamicTRTResize", ["x", "size"], ["y"], domain="Test", align_corners=align)
-    graph = helper.make_graph(
-        [node],
-        "resize",
-        [helper.make_tensor_value_info("x", elem, None), helper.make_tensor_value_info("size", elem, None)],
-        [helper.make_tensor_value_info("y", elem, None)],
+    """One DynamicTRTResize node y = DynamicTRTResize(x, size)."""
+    return _one_node_model(
+        helper.make_node("DynamicTRTResize", ["x", "size"], ["y"], domain="Test", align_corners=align), elem
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("Test", 1)])
-    model.ir_version = 10
-    return model
 
 
 @pytest.mark.parametrize("align", [0, 1], ids=["half-pixel", "align-corners"])
