@@ -548,6 +548,25 @@ static void opb_copy_bytes(OrtKernelContext *ctx, void *dst, const void *src, si
     Py_END_ALLOW_THREADS
 }
 
+/* Output i of ONNX Runtime's node, allocated with the given shape: its element type and buffer (NULL
+ * for an empty tensor). Returns 0, or -1 with the reason in err. */
+static int opb_get_output(OrtKernelContext *ctx, const char *label, size_t i, const int64_t *dims, size_t rank,
+                          int *elem, void **data, char *err, size_t n) {
+    OrtValue *out = NULL;
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, rank, &out);
+    if (st == NULL && out == NULL) st = opb_status("no output value");
+    if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(out, &info);
+    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, elem);
+    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(out, data);
+    if (st == NULL) return 0;
+    char ort[512];
+    opb_take_status(st, ort, sizeof ort);
+    snprintf(err, n, "%s: ONNX Runtime could not allocate output %zu: %s", label, i, ort);
+    return -1;
+}
+
 /* Copy one kernel result into ORT output i. */
 static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, char *err, size_t n) {
     int fresh = opb_fresh(obj);
@@ -563,24 +582,9 @@ static int opb_output(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *o
     int rank = PyArray_NDIM(arr);
     int64_t dims[NPY_MAXDIMS > OPB_MAX_RANK ? NPY_MAXDIMS : OPB_MAX_RANK];
     for (int d = 0; d < rank; d++) dims[d] = (int64_t)PyArray_DIM(arr, d);
-    OrtValue *out = NULL;
-    OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, (size_t)rank, &out);
-    if (st != NULL || out == NULL) {
-        char ort[512] = "no output value";
-        if (st) opb_take_status(st, ort, sizeof ort);
-        snprintf(err, n, "%s: ONNX Runtime could not allocate output %zu: %s", k->label, i, ort);
-        Py_DECREF(arr);
-        return -1;
-    }
-    OrtTensorTypeAndShapeInfo *info = NULL;
     int elem = 0;
     void *dst = NULL;
-    st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(out, &info);
-    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
-    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(out, &dst);
-    if (st != NULL) {
-        opb_take_status(st, err, n);
+    if (opb_get_output(ctx, k->label, i, dims, (size_t)rank, &elem, &dst, err, n) < 0) {
         Py_DECREF(arr);
         return -1;
     }
@@ -660,22 +664,9 @@ static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *
             Py_CLEAR(outs);
             break;
         }
-        OrtValue *ov = NULL;
-        OrtTensorTypeAndShapeInfo *info = NULL;
         int elem = 0;
         void *dst = NULL;
-        OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(ctx, i, dims, (size_t)rank, &ov);
-        if (st == NULL && ov == NULL) {
-            snprintf(err, n, "%s: ONNX Runtime gave no output %zu", k->label, i);
-            Py_CLEAR(outs);
-            break;
-        }
-        if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(ov, &info);
-        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
-        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(ov, &dst);
-        if (st != NULL) {
-            opb_take_status(st, err, n);
+        if (opb_get_output(ctx, k->label, i, dims, (size_t)rank, &elem, &dst, err, n) < 0) {
             Py_CLEAR(outs);
             break;
         }
@@ -769,21 +760,11 @@ typedef struct {
 static void *opb_native_output(const opb_native_call *call, size_t i, const int64_t *dims, size_t rank,
                                int32_t *elem) {
     const OpbNativeHost *h = (const OpbNativeHost *)call->host;
-    OrtValue *out = NULL;
-    OrtTensorTypeAndShapeInfo *info = NULL;
     int type = 0;
     void *data = NULL;
-    char ort[512] = "no output value";
-    OrtStatus *st = API(KernelContext_GetOutput, opb_KernelContext_GetOutput_fn)(h->ctx, i, dims, rank, &out);
-    if (st == NULL && out == NULL) st = opb_status("no output value");
-    if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(out, &info);
-    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &type);
-    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)(out, &data);
-    if (st == NULL && data == NULL) st = opb_status("no output buffer");
-    if (st != NULL) {
-        opb_take_status(st, ort, sizeof ort);
-        snprintf(call->err, call->err_len, "%s: ONNX Runtime could not allocate output %zu: %s", h->label, i, ort);
+    if (opb_get_output(h->ctx, h->label, i, dims, rank, &type, &data, call->err, call->err_len) < 0) return NULL;
+    if (data == NULL) { /* the native kernels write non-empty outputs only */
+        snprintf(call->err, call->err_len, "%s: ONNX Runtime gave output %zu no buffer", h->label, i);
         return NULL;
     }
     *elem = (int32_t)type;
