@@ -576,9 +576,27 @@ static int check_len(const char *fn, const Py_buffer *b, const char *name, Py_ss
     return 1;
 }
 
+/* The sizes each kernel takes (the entry points' checks and the native kernels' share them): an image
+   of C planes of H x W (plus the channels-last copy's zero row) sampled at P points; a resize of
+   `planes` planes from H x W to Ho x Wo; RoIAlign's N images and R RoIs of PH x PW bins (with an image
+   of grid_sizes_valid(C, H, W, 0)). Indices within a plane fit 32 bits, element counts 1e15. */
+static int grid_sizes_valid(int64_t C, int64_t H, int64_t W, int64_t P) {
+    return C >= 1 && H >= 1 && W >= 1 && P >= 0 && H * (double)W < (double)INT32_MAX &&
+           (double)C * (H * (double)W + 1) <= 1e15 && (double)C * P <= 1e15;
+}
+
+static int resize_sizes_valid(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+    return planes >= 0 && H >= 1 && W >= 1 && Ho >= 1 && Wo >= 1 && H < INT32_MAX && W < INT32_MAX &&
+           (double)planes * H * W <= 1e15 && (double)planes * Ho * Wo <= 1e15;
+}
+
+static int roi_sizes_valid(int64_t N, int64_t C, int64_t H, int64_t W, int64_t R, int64_t PH, int64_t PW) {
+    return N >= 1 && R >= 0 && PH >= 1 && PW >= 1 && N < INT32_MAX && PH * (double)PW < (double)INT32_MAX &&
+           (double)R * C * PH * PW <= 1e15 && (double)N * C * (H * (double)W + 1) <= 1e15;
+}
+
 static int sizes_ok(const char *fn, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t P) {
-    if (C < 1 || H < 1 || W < 1 || P < 0 || H * (double)W >= (double)INT32_MAX ||
-        (double)C * (H * (double)W + 1) > 1e15 || (double)C * P > 1e15) {
+    if (!grid_sizes_valid(C, H, W, P)) {
         PyErr_Format(PyExc_ValueError, "%s: sizes C=%zd H=%zd W=%zd P=%zd; C, H, W >= 1 and P >= 0 expected", fn, C,
                      H, W, P);
         return 0;
@@ -723,8 +741,7 @@ static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*w*nnnnnpnnnn", &xb, &ob, &planes, &H, &W, &Ho, &Wo, &align, &p0, &p1, &oy0, &oy1))
         return NULL;
     PyObject *result = NULL;
-    if (planes < 0 || H < 1 || W < 1 || Ho < 1 || Wo < 1 || H >= INT32_MAX || W >= INT32_MAX ||
-        (double)planes * H * W > 1e15 || (double)planes * Ho * Wo > 1e15) {
+    if (!resize_sizes_valid(planes, H, W, Ho, Wo)) {
         PyErr_Format(PyExc_ValueError,
                      "resize_bicubic: sizes planes=%zd H=%zd W=%zd Ho=%zd Wo=%zd; planes >= 0, the others >= 1", planes,
                      H, W, Ho, Wo);
@@ -786,8 +803,7 @@ static PyObject *py_roi_align(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     float *acc = NULL;
-    if (N < 1 || R < 0 || PH < 1 || PW < 1 || N >= INT32_MAX || PH * (double)PW >= (double)INT32_MAX ||
-        (double)R * C * PH * PW > 1e15 || (double)N * C * (H * (double)W + 1) > 1e15) {
+    if (!roi_sizes_valid(N, C, H, W, R, PH, PW)) {
         PyErr_Format(PyExc_ValueError,
                      "roi_align: sizes N=%zd R=%zd PH=%zd PW=%zd; N, PH, PW >= 1 and R >= 0 expected", N, R, PH, PW);
     } else if (sizes_ok("roi_align", C, H, W, 0) && range_ok("roi_align", r0, r1, R) &&
@@ -954,8 +970,8 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     const int64_t Ho = g->dims[1], Wo = g->dims[2];
     /* other shapes, empty outputs and empty planes: the Python kernel's result or error */
-    if (g->dims[0] != N || g->dims[3] != 2 || C < k->min_channels || N < 1 || H < 1 || W < 1 || Ho < 1 || Wo < 1 ||
-        (double)H * W >= (double)INT32_MAX || (double)C * (H * (double)W + 1) > 1e15 || (double)C * Ho * Wo > 1e15)
+    if (g->dims[0] != N || g->dims[3] != 2 || C < k->min_channels || N < 1 || Ho < 1 || Wo < 1 ||
+        !grid_sizes_valid(C, H, W, Ho * Wo))
         return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
     float *out = float_output(call, "grid_sample", dims);
@@ -1025,9 +1041,7 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
     const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     const int64_t Ho = size->dims[size->rank - 2], Wo = size->dims[size->rank - 1];
     /* empty inputs or outputs and bad sizes: the Python kernel's result or error */
-    if (N < 1 || C < 1 || H < 1 || W < 1 || Ho < 1 || Wo < 1 || H >= INT32_MAX || W >= INT32_MAX ||
-        (double)N * C * H * W > 1e15 || (double)N * C * Ho * Wo > 1e15)
-        return OPB_NATIVE_DECLINE;
+    if (N < 1 || C < 1 || !resize_sizes_valid(N * C, H, W, Ho, Wo)) return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
     float *out = float_output(call, "resize_bicubic", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
@@ -1099,8 +1113,7 @@ static int roi_native_compute(const opb_native_kernel *self, const opb_native_ca
         return OPB_NATIVE_DECLINE;
     const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3], R = rois->dims[0];
     /* empty inputs or outputs and sizes out of range: the Python kernel's result or error */
-    if (N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || N >= INT32_MAX || (double)H * W >= (double)INT32_MAX ||
-        (double)R * C * k->PH * k->PW > 1e15 || (double)N * C * (H * (double)W + 1) > 1e15)
+    if (R < 1 || !roi_sizes_valid(N, C, H, W, R, k->PH, k->PW) || !grid_sizes_valid(C, H, W, 0))
         return OPB_NATIVE_DECLINE;
     const float *boxes = (const float *)rois->data;
     for (int64_t r = 0; r < R; ++r) { /* a bad RoI: the Python kernel's ValueError names it */
