@@ -479,6 +479,17 @@ static int roi_geometry(const float *roi, int N, float scale, int sampling, int 
     return ROI_OK;
 }
 
+/* the first RoI of [r0, r1) that roi_align refuses, its reason in *why; -1 where none */
+static Py_ssize_t first_bad_roi(const float *rois, Py_ssize_t r0, Py_ssize_t r1, int N, float scale, int sampling,
+                                int aligned, int PH, int PW, int *why) {
+    for (Py_ssize_t r = r0; r < r1; ++r) {
+        roi_geom_t g;
+        *why = roi_geometry(rois + 5 * r, N, scale, sampling, aligned, PH, PW, &g);
+        if (*why != ROI_OK) return r;
+    }
+    return -1;
+}
+
 /* one sample coordinate along an axis of `size` pixels: MMCV's bilinear rule (outside below -1 or
    above size; clamped at 0; the last pixel's weight taken whole). A NaN coordinate (a NaN box with a
    fixed sampling ratio) gives NaN weights on pixel 0: the sample is NaN. */
@@ -810,13 +821,9 @@ static PyObject *py_roi_align(PyObject *self, PyObject *args) {
                check_len("roi_align", &tb, "xt", N * (H * W + 1) * C) && check_len("roi_align", &rb, "rois", R * 5) &&
                check_len("roi_align", &ob, "out", R * C * PH * PW)) {
         const float *rois = (const float *)rb.buf;
-        Py_ssize_t bad = -1;
         int why = ROI_OK;
-        for (Py_ssize_t r = r0; r < r1 && bad < 0; ++r) {
-            roi_geom_t g;
-            why = roi_geometry(rois + 5 * r, (int)N, (float)scale, sampling, aligned, (int)PH, (int)PW, &g);
-            if (why != ROI_OK) bad = r;
-        }
+        const Py_ssize_t bad =
+            first_bad_roi(rois, r0, r1, (int)N, (float)scale, sampling, aligned, (int)PH, (int)PW, &why);
         if (bad >= 0) {
             roi_error(rois + 5 * bad, bad, why, N);
         } else if ((acc = PyMem_RawMalloc((size_t)C * sizeof(float))) == NULL) {
@@ -1116,11 +1123,9 @@ static int roi_native_compute(const opb_native_kernel *self, const opb_native_ca
     if (R < 1 || !roi_sizes_valid(N, C, H, W, R, k->PH, k->PW) || !grid_sizes_valid(C, H, W, 0))
         return OPB_NATIVE_DECLINE;
     const float *boxes = (const float *)rois->data;
-    for (int64_t r = 0; r < R; ++r) { /* a bad RoI: the Python kernel's ValueError names it */
-        roi_geom_t g;
-        if (roi_geometry(boxes + 5 * r, (int)N, k->scale, k->sampling, k->aligned, k->PH, k->PW, &g) != ROI_OK)
-            return OPB_NATIVE_DECLINE;
-    }
+    int why = ROI_OK; /* a bad RoI: the Python kernel's ValueError names it */
+    if (first_bad_roi(boxes, 0, R, (int)N, k->scale, k->sampling, k->aligned, k->PH, k->PW, &why) >= 0)
+        return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {R, C, k->PH, k->PW};
     float *out = float_output(call, "roi_align", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
