@@ -16,13 +16,25 @@ import concurrent.futures
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 import torch
 
-__all__ = ["available", "deliver", "module", "output_buffer", "ranges", "require", "run", "split", "threads_for"]
+__all__ = [
+    "available",
+    "deliver",
+    "module",
+    "output_buffer",
+    "ranges",
+    "require",
+    "run",
+    "scratch",
+    "split",
+    "threads_for",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +79,26 @@ def deliver(out: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
     if out is not None and target is not out:
         return out.copy_(target)
     return target
+
+
+# Working copies of at most this many bytes (an image of 64 x 256 x 256 floats) are kept for the
+# calling thread's next call: a fresh allocation per call cost up to 0.7 ms of page faults at
+# 1x16x128x128 in grid_sample (benchmarks/cpu_ops.py). The native kernels keep theirs the same way.
+_KEEP_BYTES = 16 << 20
+_kept = threading.local()
+
+
+def scratch(elements: int) -> Any:
+    """A float32 numpy buffer of ``elements`` values for a kernel's working copy (a channels-last
+    image): the calling thread's kept buffer where it takes at most 16 MiB, else a fresh one. Its
+    contents are the caller's until the thread's next call."""
+    kept = getattr(_kept, "buffer", None)
+    if kept is not None and kept.size >= elements:
+        return kept[:elements]
+    buffer = torch.empty(elements).numpy()
+    if elements * 4 <= _KEEP_BYTES:
+        _kept.buffer = buffer
+    return buffer
 
 
 def threads_for(work: int, per_thread: int) -> int:

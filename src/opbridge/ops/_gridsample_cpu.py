@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -43,11 +42,6 @@ MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
 NATIVE_MIN_CHANNELS = {0: 2, 1: 1, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
-# Channels-last copies of at most this many bytes (an image of 64 x 256 x 256 floats) are kept for
-# the calling thread's next call: a fresh allocation per call cost up to 0.7 ms of page faults at
-# 1x16x128x128 (benchmarks/cpu_ops.py).
-_KEEP_BYTES = 16 << 20
-_workspace = threading.local()
 
 
 def applies(x: torch.Tensor, grid: torch.Tensor, interpolation_mode: int) -> bool:
@@ -127,24 +121,13 @@ def channel_stride(channels: int) -> int:
     return 4 if channels <= 4 else 8 if channels <= 8 else channels
 
 
-def _channels_last_buffer(elements: int) -> Any:
-    """A float32 numpy buffer of ``elements`` values, kept per thread for the next call when small."""
-    kept = getattr(_workspace, "buffer", None)
-    if kept is not None and kept.size >= elements:
-        return kept[:elements]
-    buffer = torch.empty(elements).numpy()
-    if elements * 4 <= _KEEP_BYTES:
-        _workspace.buffer = buffer
-    return buffer
-
-
 def _sample(module: ModuleType, xs: Any, gs: Any, os_: Any, mode: int, pad: int, align: bool) -> None:
     """xs (N, C, H, W), gs (N, Ho, Wo, 2) into os_ (N, C, Ho, Wo): contiguous float32 arrays."""
     n, c, h, w = xs.shape
     hw, p = h * w, gs.shape[1] * gs.shape[2]
     xs, gs, os_ = xs.reshape(n, c, hw), gs.reshape(n, p, 2), os_.reshape(n, c, p)
     stride = channel_stride(c)
-    xt = _channels_last_buffer((hw + 1) * stride).reshape(hw + 1, stride)  # one image channels-last, a zero row
+    xt = _cpu_native.scratch((hw + 1) * stride).reshape(hw + 1, stride)  # one image channels-last, a zero row
     threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
     for i in range(n):
         _cpu_native.split(module.to_channels_last, (xs[i], xt, c, stride, hw), hw, threads)

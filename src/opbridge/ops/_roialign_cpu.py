@@ -87,7 +87,7 @@ def roi_align(
     xs = np.ascontiguousarray(feat, dtype=np.float32).reshape(n, c, h * w)
     boxes = np.ascontiguousarray(rois, dtype=np.float32)
     hw = h * w
-    xt = np.empty((n, hw + 1, c), np.float32)  # each image channels-last (its last row unused)
+    xt = _cpu_native.scratch(n * (hw + 1) * c).reshape(n, hw + 1, c)  # each image channels-last (last row unused)
     threads = _cpu_native.threads_for(n * hw * c, 1 << 16)
     for i in range(n):
         _cpu_native.split(module.to_channels_last, (xs[i], xt[i], c, c, hw), hw, threads)
