@@ -2,15 +2,17 @@
 
 One thread block takes a band of up to RB output rows of one plane. It copies the input rows the
 band reads (contiguous in memory: one 16-byte-vector copy) into shared memory, interpolates each of
-them along x at every output column into a float32 table in shared memory, then interpolates that
-table along y into the band's outputs, with the band's y weights and rows from a small table the
-block fills first. Every input byte is read from memory once per band (plus three rows of halo), and
-the per-row work (y weights, the choice of rows) is done once per block instead of once per lane.
+them along x at every output column into a float32 table in shared memory (each lane one column,
+walking the rows), then interpolates that table along y into the band's outputs (each warp whole
+output rows, with the row's y weights and table rows from a small table the block fills first).
+Every input byte is read from memory once per band (plus three rows of halo), and the per-row work
+(y weights, the choice of rows) is done once per block instead of once per lane.
 The formulas and accumulation order are PyTorch's upsample_bicubic2d (A = -0.75, taps clamped to the
 border, x first, then y, in float32 whatever the storage dtype).
 
-Compiled by NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per dtype and
-align_corners) and launched on the current stream (:mod:`opbridge.ops._nvrtc`).
+Compiled by NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per dtype,
+align_corners and block size, its registers budgeted for that size) and launched on the current
+stream (:mod:`opbridge.ops._nvrtc`).
 
 Example:
     >>> from opbridge.ops import _resize_cuda as rc  # doctest: +SKIP
@@ -64,7 +66,7 @@ struct Args {
     float sh, sw;
 };
 
-extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
+extern "C" __global__ void __launch_bounds__(NT) KNAME(const Args a)
 {
     const int H = a.H, W = a.W, Ho = a.Ho, Wo = a.Wo, WP = a.wo_pad;
     const int plane = blockIdx.x / a.bands;
@@ -75,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
     const int r_hi = min(H - 1, (int)floorf(source(a.sh, oy0 + nrows - 1)) + 2);
     const int R = r_hi - r_lo + 1;
 
-    // shared memory: y weights (rb float4), the four rows' offsets into tmp (rb int4),
+    // shared memory: y weights (rb float4), the four rows' byte offsets into tmp (rb int4),
     // tmp (rows_max x WP float32: the input rows interpolated along x), the staged rows (rows_max x W)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float4* wy = reinterpret_cast<float4*>(smem_raw);
@@ -90,8 +92,9 @@ extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
         const float t = sy - fy;
         const int iy = (int)fy;
         wy[i] = make_float4(cc2(t + 1.0f), cc1(t), cc1(1.0f - t), cc2((1.0f - t) + 1.0f));
-        ry[i] = make_int4((min(max(iy - 1, 0), H - 1) - r_lo) * WP, (min(max(iy, 0), H - 1) - r_lo) * WP,
-                          (min(max(iy + 1, 0), H - 1) - r_lo) * WP, (min(max(iy + 2, 0), H - 1) - r_lo) * WP);
+        const int rb = WP * (int)sizeof(float);  // offsets in bytes: one add per tap in the y pass
+        ry[i] = make_int4((min(max(iy - 1, 0), H - 1) - r_lo) * rb, (min(max(iy, 0), H - 1) - r_lo) * rb,
+                          (min(max(iy + 1, 0), H - 1) - r_lo) * rb, (min(max(iy + 2, 0), H - 1) - r_lo) * rb);
     }
     const scalar_t* __restrict__ xp = a.x + ((long long)plane * H + r_lo) * W;
     const int count = R * W;
@@ -106,7 +109,8 @@ extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
     }
     __syncthreads();
 
-    // warps: col_warps columns of 32 output columns side by side, the rest of the block over rows
+    // x pass: col_warps columns of 32 output columns side by side, the rest of the block over rows;
+    // each lane walks its rows with pointers (no index arithmetic per row)
     const int warp = tid >> 5, lane = tid & 31;
     const int cw = warp % a.col_warps, rw = warp / a.col_warps, nrw = (nt >> 5) / a.col_warps;
     for (int ox = cw * 32 + lane; ox - lane < Wo; ox += a.col_warps * 32) {
@@ -118,25 +122,28 @@ extern "C" __global__ void __launch_bounds__(1024) KNAME(const Args a)
             const float w0 = cc2(t + 1.0f), w1 = cc1(t), w2 = cc1(1.0f - t), w3 = cc2((1.0f - t) + 1.0f);
             const int x0 = min(max(ix - 1, 0), W - 1), x1 = min(max(ix, 0), W - 1);
             const int x2 = min(max(ix + 1, 0), W - 1), x3 = min(max(ix + 2, 0), W - 1);
+            const scalar_t* row = rows + rw * W;
+            float* dst = tmp + rw * WP + ox;
 #pragma unroll 4
-            for (int r = rw; r < R; r += nrw) {
-                const scalar_t* row = rows + r * W;
-                tmp[r * WP + ox] = to_f(row[x0]) * w0 + to_f(row[x1]) * w1 + to_f(row[x2]) * w2 + to_f(row[x3]) * w3;
-            }
+            for (int r = rw; r < R; r += nrw, row += nrw * W, dst += nrw * WP)
+                *dst = to_f(row[x0]) * w0 + to_f(row[x1]) * w1 + to_f(row[x2]) * w2 + to_f(row[x3]) * w3;
         }
     }
     __syncthreads();
 
     scalar_t* __restrict__ op = a.out + ((long long)plane * Ho + oy0) * Wo;
-    for (int ox = cw * 32 + lane; ox - lane < Wo; ox += a.col_warps * 32) {
-        if (ox < Wo) {
+    // each warp takes whole output rows (the row's weights and table rows loaded once), its lanes
+    // walking the columns
+    for (int i = warp; i < nrows; i += nt >> 5) {
+        const float4 w = wy[i];
+        const int4 r = ry[i];
+        const char* col = reinterpret_cast<const char*>(tmp + lane);
+        scalar_t* dst = op + i * Wo + lane;
 #pragma unroll 4
-            for (int i = rw; i < nrows; i += nrw) {
-                const float4 w = wy[i];
-                const int4 r = ry[i];
-                op[(long long)i * Wo + ox] =
-                    from_f(tmp[r.x + ox] * w.x + tmp[r.y + ox] * w.y + tmp[r.z + ox] * w.z + tmp[r.w + ox] * w.w);
-            }
+        for (int ox = lane; ox < Wo; ox += 32, col += 32 * sizeof(float), dst += 32) {
+            const float v0 = *reinterpret_cast<const float*>(col + r.x), v1 = *reinterpret_cast<const float*>(col + r.y);
+            const float v2 = *reinterpret_cast<const float*>(col + r.z), v3 = *reinterpret_cast<const float*>(col + r.w);
+            *dst = from_f(v0 * w.x + v1 * w.y + v2 * w.z + v3 * w.w);
         }
     }
 }
@@ -165,10 +172,11 @@ class _Args(ctypes.Structure):
 
 
 @functools.cache
-def _kernel(device: int, half: bool, align: bool) -> Kernel:
-    """The compiled specialization, loaded on ``device`` (once per process, device, dtype and align_corners)."""
-    name = f"resize_bicubic_plane_{'h' if half else 'f'}_a{int(align)}"
-    defines = {"SCALAR_HALF": int(half), "ALIGN": int(align), "KNAME": name}
+def _kernel(device: int, half: bool, align: bool, threads: int = WARPS * 32) -> Kernel:
+    """The compiled specialization, loaded on ``device`` (once per process, device, dtype,
+    align_corners and block size: registers are budgeted for blocks of ``threads`` threads)."""
+    name = f"resize_bicubic_plane_{'h' if half else 'f'}_a{int(align)}_t{threads}"
+    defines = {"SCALAR_HALF": int(half), "ALIGN": int(align), "NT": threads, "KNAME": name}
     return compile_kernel(device, _SOURCE, name, defines, "DynamicResize 'plane'")
 
 
@@ -336,5 +344,5 @@ def resize_plane(
         sh,
         sw,
     )
-    kernel = _kernel(device, itemsize == 2, align)
+    kernel = _kernel(device, itemsize == 2, align, threads)
     kernel(blocks, threads, smem, torch._C._cuda_getCurrentRawStream(device), args)
