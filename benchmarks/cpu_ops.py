@@ -8,13 +8,14 @@ Runtime bridge is importable, the exported model is also timed through
 
 Usage:
     PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--threads N]
-        [--only resize,resize-kernel,grid,grid-channels,grid-session,dcn,roi,nms]
+        [--only resize,resize-kernel,grid,grid-channels,grid-wide,grid-session,dcn,roi,nms]
 
 ``resize-kernel`` times DynamicResize's native CPU kernel (``opbridge.ops._resize_cpu``) alone against
 ATen's ``upsample_bicubic2d.out`` into the same output, up and down. ``grid-channels`` times
 grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
 against F.grid_sample per interpolation mode and channel count, the measurement behind its
-``MIN_CHANNELS`` thresholds. ``grid-session`` times one grid_sampler node in opbridge's session with its
+``MIN_CHANNELS`` thresholds. ``grid-wide`` times that kernel on feature maps of 128-512 channels with its
+channel stride and with the plain one side by side. ``grid-session`` times one grid_sampler node in opbridge's session with its
 native kernel (no Python per run; also forced below ``NATIVE_MIN_CHANNELS``) and with its Python kernel
 (``native=False``) against F.grid_sample.
 
@@ -269,6 +270,32 @@ def bench_grid_channels(quick: bool, reps: int) -> None:
             )
 
 
+def bench_grid_wide(quick: bool, reps: int) -> None:
+    """grid_sample on feature maps of many channels: the native kernel alone with its channel stride
+    (``channel_stride``: padded past multiples of 256 bytes) and with each pixel's C values side by
+    side (the plain stride), against F.grid_sample."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import _gridsample_cpu
+
+    padded = _gridsample_cpu.channel_stride
+    shapes = [(1, 128, 64), (1, 256, 32), (1, 256, 64), (4, 256, 16), (1, 512, 32)]
+    for mode, name in GRID_MODES:
+        for n, c, h in shapes[:2] if quick else shapes:
+            x, grid = torch.randn(n, c, h, h), torch.rand(n, h, h, 2) * 2.2 - 1.1
+            base = timeit(lambda: F.grid_sample(x, grid, mode=name, align_corners=False), 3 * reps)
+            shape = f"{n}x{c}x{h}x{h}"
+            label = f"native kernel, stride {padded(c)}"
+            ms = timeit(lambda: _gridsample_cpu.grid_sample(x, grid, mode), 3 * reps)
+            row("grid_sampler " + name, shape, label, ms, "F.grid_sample", base)
+            try:
+                _gridsample_cpu.channel_stride = lambda k: padded(k) if k <= 8 else k
+                ms = timeit(lambda: _gridsample_cpu.grid_sample(x, grid, mode), 3 * reps)
+            finally:
+                _gridsample_cpu.channel_stride = padded
+            row("grid_sampler " + name, shape, f"native kernel, stride {c}", ms, "F.grid_sample", base)
+
+
 def bench_grid_session(quick: bool, reps: int) -> None:
     """One grid_sampler node in opbridge's session: its native kernel (no Python per run; also below
     its channel thresholds, forced) and its Python kernel, against F.grid_sample."""
@@ -507,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="resize,grid,dcn,roi,nms",
-        help="comma-separated sections (also resize-kernel, grid-channels, grid-session)",
+        help="comma-separated sections (also resize-kernel, grid-channels, grid-wide, grid-session)",
     )
     parser.add_argument(
         "--threads",
@@ -528,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         "resize-kernel": bench_resize_kernel,
         "grid": bench_grid,
         "grid-channels": bench_grid_channels,
+        "grid-wide": bench_grid_wide,
         "grid-session": bench_grid_session,
         "dcn": bench_dcn,
         "roi": bench_roi,

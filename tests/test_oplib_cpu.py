@@ -449,16 +449,19 @@ def _native_case(
         ((1, 8, 1, 1), (3, 5)),
         ((1, 9, 1, 7), (4, 6)),
         ((2, 20, 32, 24), (40, 30)),
+        ((1, 64, 9, 10), (8, 7)),
+        ((1, 256, 5, 6), (4, 5)),
     ],
-    ids=["1ch-13x17", "3ch-13x17", "6ch-11x9", "8ch-1x1", "9ch-1x7", "20ch-32x24"],
+    ids=["1ch-13x17", "3ch-13x17", "6ch-11x9", "8ch-1x1", "9ch-1x7", "20ch-32x24", "64ch-9x10", "256ch-5x6"],
 )
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
 def test_native_grid_sample_matches_torch(
     mode: int, shape: tuple[int, int, int, int], out_hw: tuple[int, int], pad: int, align: bool
 ) -> None:
     """The native kernel against F.grid_sample: every mode, padding and corner rule, planes of one
-    pixel, channel counts padded to a vector of 4 or 8 and stored as they are, pixel and point counts
-    that do not fill the 4 x 4 transposes, NaN, infinite and huge coordinates; nearest bit for bit."""
+    pixel, channel counts padded to a vector of 4 or 8, to a multiple of 4 and past a multiple of 256
+    bytes, pixel and point counts that do not fill the 4 x 4 transposes, NaN, infinite and huge
+    coordinates; nearest bit for bit."""
     from opbridge.ops import _gridsample_cpu
 
     x, grid = _native_case(shape, out_hw, seed=sum(shape) + pad)
@@ -474,11 +477,15 @@ def test_native_grid_sample_matches_torch(
 
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
 def test_native_grid_sample_vector_pixels_match_plain_ones(mode: int) -> None:
-    """Up to 8 channels are stored as vectors of 4 or 8 values per pixel (zeros after the channels);
-    every lane computes its channel as the plain layout does: the results are equal bit for bit."""
-    from opbridge.ops import _cpu_kernels
+    """Up to 8 channels are stored as vectors of 4 or 8 values per pixel (zeros after the channels),
+    more with their count rounded up to a multiple of 4 and padded past multiples of 256 bytes
+    (``channel_stride``); every lane computes its channel as the plain layout does: the results are
+    equal bit for bit."""
+    from opbridge.ops import _cpu_kernels, _gridsample_cpu
 
-    for c, stride in ((1, 4), (2, 4), (3, 4), (5, 8), (7, 8)):
+    strides = {1: 4, 2: 4, 3: 4, 5: 8, 7: 8, 9: 12, 13: 16, 64: 68, 130: 132, 256: 260}
+    assert {c: _gridsample_cpu.channel_stride(c) for c in strides} == strides
+    for c, stride in strides.items():
         x, grid = _native_case((1, c, 11, 13), (7, 9), seed=60 + c)
         xs, gs = x[0].reshape(c, -1).numpy(), grid[0].reshape(-1, 2).numpy()
         results = []
@@ -621,7 +628,7 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
         _cpu_kernels.grid_sample(xt[:-1], g, out, 4, 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="xt holds 592 bytes, 296 float32 values"):  # S = 8 needs 8 per pixel
         _cpu_kernels.grid_sample(xt, g, out, 4, 8, 6, 6, 4, 2, 0, False, 0, 4)
-    with pytest.raises(ValueError, match="channel stride S=5 for C=4; S is C, or 4 or 8 at least C"):
+    with pytest.raises(ValueError, match="channel stride S=5 for C=4; S is C, or a multiple of 4 above C"):
         _cpu_kernels.grid_sample(xt, g, out, 4, 5, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="channel stride S=4 for C=5"):
         _cpu_kernels.to_channels_last(np.zeros((5, 36), np.float32), xt, 5, 4, 36, 0, 36)
@@ -672,6 +679,7 @@ _SESSION_CASES = [
     ((2, 3, 13, 17), (9, 11)),
     ((1, 6, 11, 9), (7, 8)),
     ((2, 20, 32, 24), (40, 30)),
+    ((2, 64, 9, 10), (8, 7)),
 ]
 
 
@@ -680,7 +688,7 @@ _SESSION_CASES = [
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
 def test_native_grid_sample_in_ort_session(mode: int, pad: int, align: int) -> None:
     """opbridge's session runs grid_sampler's native kernel inside ONNX Runtime, without Python: F.grid_sample's
-    results (nearest bit for bit) for batches, channel counts of the 4-wide, 8-wide and plain layouts and
+    results (nearest bit for bit) for batches, channel counts of the 4-wide, 8-wide, plain and padded layouts and
     NaN, infinite and huge coordinates, and the Python kernel's bit for bit where that runs the same kernel
     (``native=False``); fewer channels than ``NATIVE_MIN_CHANNELS`` run the Python kernel."""
     from opbridge.onnxruntime import InferenceSession
