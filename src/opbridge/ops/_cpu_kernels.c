@@ -6,8 +6,9 @@
  * works on vectors of output points and, for every channel, gathers each tap again (bicubic also
  * recomputes each of its 16 taps' padded coordinate, bounds mask and offset). Here the taps are
  * computed once per output point, for a tile of points, and the taps of every channel are read
- * from a channels-last copy of the image (one row of S values per tap, the C channels and, up to 8
- * channels, zeros up to a vector of S = 4 or 8; a row of zeros for the taps outside), then the
+ * from a channels-last copy of the image (one row of S values per tap, the C channels and zeros up
+ * to S: a vector of 4 or 8 for up to 8 channels, else grid_channel_stride; a row of zeros for the
+ * taps outside), then the
  * tile's results are transposed into the output planes. The arithmetic follows ATen's vectorized
  * CPU kernel operation by operation (unnormalize, padding, weights or cubic coefficients, the order
  * of the sums; nearest rounds half to even and copies the tap's bits). The file is compiled with

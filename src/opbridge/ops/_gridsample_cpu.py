@@ -4,7 +4,8 @@ nearest and bicubic, float32.
 ATen's CPU kernel gathers every tap again for every channel (bicubic also recomputes each of its
 16 taps' padded coordinate, bounds mask and offset). The native kernel computes the taps once
 per output point and reads them for all channels from a channels-last copy of the image (up to 8
-channels padded to a vector of 4 or 8, so that a tap is one vector load), with the arithmetic of
+channels padded to a vector of 4 or 8, so that a tap is one vector load; more by
+:func:`channel_stride`), with the arithmetic of
 ATen's vectorized kernel: bilinear and bicubic within a few float32 ulps of F.grid_sample (ATen's
 build may fuse some products), nearest bit for bit. It writes straight into a caller's output
 (ONNX Runtime's buffer through the bridge). With very few channels ATen's kernel, vectorized
