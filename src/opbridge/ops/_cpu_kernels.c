@@ -8,10 +8,10 @@
  * computed once per output point, for a tile of points, and the taps of every channel are read
  * from a channels-last copy of the image (one row of S values per tap, the C channels and zeros up
  * to S: a vector of 4 or 8 for up to 8 channels, else grid_channel_stride; a row of zeros for the
- * taps outside), then the
- * tile's results are transposed into the output planes. The arithmetic follows ATen's vectorized
- * CPU kernel operation by operation (unnormalize, padding, weights or cubic coefficients, the order
- * of the sums; nearest rounds half to even and copies the tap's bits). The file is compiled with
+ * taps outside), then the tile's results are transposed into the output planes. The arithmetic
+ * follows ATen's vectorized CPU kernel operation by operation (unnormalize, padding, weights or
+ * cubic coefficients, the order of the sums; nearest rounds half to even and copies the tap's
+ * bits). The file is compiled with
  * -ffp-contract=off (each product rounded, except the unnormalize that ATen's build fuses, an fmaf
  * here) and -fno-trapping-math (floorf and rintf vectorize): bilinear and bicubic results are
  * within a few float32 ulps of F.grid_sample's, whose build may fuse some other products; nearest's
