@@ -630,6 +630,8 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
         _cpu_kernels.grid_sample(xt, g, out, 4, 8, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="channel stride S=5 for C=4; S is C, or a multiple of 4 above C"):
         _cpu_kernels.grid_sample(xt, g, out, 4, 5, 6, 6, 4, 2, 0, False, 0, 4)
+    with pytest.raises(ValueError, match="channel_stride: C=0; C >= 1 expected"):
+        _cpu_kernels.channel_stride(0)
     with pytest.raises(ValueError, match="channel stride S=4 for C=5"):
         _cpu_kernels.to_channels_last(np.zeros((5, 36), np.float32), xt, 5, 4, 36, 0, 36)
     with pytest.raises(ValueError, match=r"range \[0, 5\) outside \[0, 4\)"):

@@ -216,8 +216,8 @@ static inline void prepare_tile(const axis_t *ax, const axis_t *ay, int mode, co
         }
 }
 
-/* The values per pixel of grid_sample's channels-last copy for C channels (the Python side's
-   channel_stride): up to 8 channels padded to a vector of 4 or 8 (each tap one vector load); more
+/* The values per pixel of grid_sample's channels-last copy for C channels (channel_stride from
+   Python): up to 8 channels padded to a vector of 4 or 8 (each tap one vector load); more
    rounded up to a multiple of 4 (the layout copy's 4 x 4 transposes), and 4 more where a pixel's
    values would take a multiple of 256 bytes: pixels that far apart fall in few L1 cache sets (at 256
    channels the copy ran 5x and the sampling 1.7-2x slower). */
@@ -645,6 +645,22 @@ static int range_ok(const char *fn, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) 
         return 0;
     }
     return 1;
+}
+
+PyDoc_STRVAR(channel_stride_doc,
+             "channel_stride(C)\n\n"
+             "The values per pixel of grid_sample's channels-last copy of C >= 1 channels (grid_channel_stride):\n"
+             "the S that to_channels_last and grid_sample take for the kernel's fastest layout.");
+
+static PyObject *py_channel_stride(PyObject *self, PyObject *arg) {
+    (void)self;
+    const Py_ssize_t C = PyLong_AsSsize_t(arg);
+    if (C == -1 && PyErr_Occurred()) return NULL;
+    if (C < 1) {
+        PyErr_Format(PyExc_ValueError, "channel_stride: C=%zd; C >= 1 expected", C);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(grid_channel_stride(C));
 }
 
 PyDoc_STRVAR(to_channels_last_doc,
@@ -1251,6 +1267,7 @@ static PyMethodDef methods[] = {
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
     {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
     {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
+    {"channel_stride", py_channel_stride, METH_O, channel_stride_doc},
     {"grid_sample_native", py_grid_sample_native, METH_VARARGS, grid_sample_native_doc},
     {"resize_bicubic_native", py_resize_bicubic_native, METH_VARARGS, resize_bicubic_native_doc},
     {"roi_align_native", py_roi_align_native, METH_VARARGS, roi_align_native_doc},

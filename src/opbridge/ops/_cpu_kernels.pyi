@@ -2,6 +2,7 @@
 from typing import Any
 from typing import Any as Buffer
 
+def channel_stride(C: int, /) -> int: ...
 def to_channels_last(x: Buffer, xt: Buffer, C: int, S: int, HW: int, r0: int, r1: int, /) -> None: ...
 def grid_sample(
     xt: Buffer,

@@ -117,18 +117,16 @@ def _array(t: torch.Tensor) -> Any:
 
 
 def channel_stride(channels: int) -> int:
-    """Values per pixel of the channels-last copy (the native kernel's ``grid_channel_stride``): up
-    to 8 channels are padded to a vector of 4 or 8 (each tap one vector load); more are rounded up to
-    a multiple of 4, plus 4 where a pixel's values would take a multiple of 256 bytes (pixels that far
-    apart share few L1 cache sets: at 256 channels the layout copy ran 5x slower).
+    """Values per pixel of the channels-last copy (the extension's rule, which its native kernel
+    uses too): up to 8 channels are padded to a vector of 4 or 8 (each tap one vector load); more
+    are rounded up to a multiple of 4, plus 4 where a pixel's values would take a multiple of 256
+    bytes (pixels that far apart share few L1 cache sets: at 256 channels the layout copy ran 5x
+    slower).
 
     >>> [channel_stride(c) for c in (3, 5, 9, 64, 100, 256)]
     [4, 8, 12, 68, 100, 260]
     """
-    if channels <= 8:
-        return 4 if channels <= 4 else 8
-    stride = -(-channels // 4) * 4
-    return stride + 4 if stride % 64 == 0 else stride
+    return int(_cpu_native.require().channel_stride(channels))
 
 
 def _sample(module: ModuleType, xs: Any, gs: Any, os_: Any, mode: int, pad: int, align: bool) -> None:
