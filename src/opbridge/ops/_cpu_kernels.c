@@ -947,6 +947,11 @@ static float *float_output(const opb_native_call *call, const char *op, const in
     return out;
 }
 
+/* where piece i of `pieces` equal ranges of [0, n) starts (piece i ends where piece i + 1 starts) */
+static inline Py_ssize_t piece_start(Py_ssize_t n, size_t i, size_t pieces) {
+    return n * (Py_ssize_t)i / (Py_ssize_t)pieces;
+}
+
 static void run_pieces(const opb_native_call *call, void (*fn)(void *, size_t), size_t n, void *user) {
     if (n == 1) fn(user, 0);
     else call->parallel_for(call, fn, n, user);
@@ -962,8 +967,8 @@ typedef struct {
 
 static void layout_piece(void *user, size_t i) {
     const layout_job_t *j = (const layout_job_t *)user;
-    nchw_to_nhwc(j->x, j->xt, j->C, j->S, j->HW, j->HW * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
-                 j->HW * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces);
+    nchw_to_nhwc(j->x, j->xt, j->C, j->S, j->HW, piece_start(j->HW, i, j->pieces),
+                 piece_start(j->HW, i + 1, j->pieces));
 }
 
 static void to_channels_last_pieces(const opb_native_call *call, const float *x, float *xt, Py_ssize_t C,
@@ -994,7 +999,7 @@ static void grid_sample_piece(void *user, size_t i) {
         return;
     }
     sample_nhwc(j->xt, j->grid, j->out, j->C, j->S, (int)j->H, (int)j->W, j->P, j->mode, j->padding, j->align,
-                j->P * (Py_ssize_t)i / (Py_ssize_t)j->pieces, j->P * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces,
+                piece_start(j->P, i, j->pieces), piece_start(j->P, i + 1, j->pieces),
                 work);
     free(work);
 }
@@ -1064,7 +1069,7 @@ typedef struct {
 static void resize_piece(void *user, size_t i) {
     resize_job_t *j = (resize_job_t *)user;
     const Py_ssize_t n = j->by_rows ? j->Ho : j->planes;
-    const Py_ssize_t a = n * (Py_ssize_t)i / (Py_ssize_t)j->pieces, b = n * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces;
+    const Py_ssize_t a = piece_start(n, i, j->pieces), b = piece_start(n, i + 1, j->pieces);
     const int rc = j->by_rows ? resize_range(j->x, j->out, j->H, j->W, j->Ho, j->Wo, &j->ax, 0, j->planes, a, b)
                               : resize_range(j->x, j->out, j->H, j->W, j->Ho, j->Wo, &j->ax, a, b, 0, j->Ho);
     if (rc < 0) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
@@ -1137,8 +1142,7 @@ static void roi_piece(void *user, size_t i) {
     }
     const roi_native_t *k = j->k;
     roi_align_rois(j->xt, j->rois, j->out, j->C, j->N, j->H, j->W, k->PH, k->PW, k->scale, k->sampling, k->pool_max,
-                   k->aligned, j->R * (Py_ssize_t)i / (Py_ssize_t)j->pieces,
-                   j->R * (Py_ssize_t)(i + 1) / (Py_ssize_t)j->pieces, acc);
+                   k->aligned, piece_start(j->R, i, j->pieces), piece_start(j->R, i + 1, j->pieces), acc);
     free(acc);
 }
 
