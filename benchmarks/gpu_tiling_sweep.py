@@ -183,8 +183,8 @@ def sweep_resize(copy: float) -> None:
             )
 
 
-# DynamicResize "plane" tilings: (output rows per band, warps per block)
-RESIZE_PLANE_CONFIGS = [(rows, warps) for rows in (8, 16, 32, 64) for warps in (4, 8, 16)]
+# DynamicResize "plane" tilings: (output rows per band, warps per block, planes per block)
+RESIZE_PLANE_CONFIGS = [(rows, warps, planes) for planes in (1, 2) for rows in (8, 16, 32, 64) for warps in (4, 8, 16)]
 
 
 def sweep_resize_plane(copy: float) -> None:
@@ -202,7 +202,7 @@ def sweep_resize_plane(copy: float) -> None:
         variants += [
             ("plane", cfg)
             for cfg in RESIZE_PLANE_CONFIGS
-            if rc.smem_bytes(x, ho, wo, False, cfg[0]) <= smem_limit(x.device.index or 0)
+            if rc.smem_bytes(x, ho, wo, False, cfg[0], cfg[2]) <= smem_limit(x.device.index or 0)
         ]
         for variant, cfg in variants:
             out.fill_(float("nan"))

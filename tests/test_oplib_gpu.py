@@ -700,11 +700,17 @@ def test_dynamic_resize_gpu_integer_factor(dtype: torch.dtype, factor: int, in_h
 
 @needs_plane
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("config", [None, (1, 1), (8, 4), (64, 32)], ids=["default", "row-bands", "small", "wide"])
+@pytest.mark.parametrize(
+    "config",
+    [None, (1, 1), (8, 4), (64, 32), (1, 1, 2), (8, 4, 2), (32, 8, 2)],
+    ids=["default", "row-bands", "small", "wide", "pairs-row-bands", "pairs-small", "pairs"],
+)
 def test_dynamic_resize_gpu_plane_variant(dtype: torch.dtype, config: tuple | None) -> None:
-    """The shared-memory CUDA kernel against PyTorch's CUDA op: up- and downscaling, both align_corners,
-    bands that overhang the output, column groups wider than a block (1500 columns), rows whose
-    size is not a multiple of 16 bytes (scalar staging), a single pixel."""
+    """The shared-memory CUDA kernel equals PyTorch's CUDA op bit for bit (the same roundings, in
+    float32 whatever the storage dtype): up- and downscaling, both align_corners, bands that
+    overhang the output, column groups wider than a block (1500 columns), rows whose size is not a
+    multiple of 16 bytes (scalar staging), a single pixel; one plane per block or two, with an odd
+    number of planes (the last block's second plane absent)."""
     import torch.nn.functional as F
 
     from opbridge.ops import _seed_gpu as sg
@@ -712,19 +718,15 @@ def test_dynamic_resize_gpu_plane_variant(dtype: torch.dtype, config: tuple | No
     g = _gen()
     cases = [((45, 61), (97, 130)), ((45, 61), (20, 29)), ((128, 128), (200, 200)), ((12, 20), (17, 13))]
     cases += [((40, 37), (9, 5)), ((1, 1), (5, 6)), ((7, 1100), (9, 1500)), ((33, 70), (70, 33))]
-    for in_hw, out_hw in cases:
-        x = torch.randn(2, 3, *in_hw, device="cuda", generator=g).to(dtype)
+    for i, (in_hw, out_hw) in enumerate(cases):
+        n = 1 if i % 2 else 2  # 3 or 6 planes
+        x = torch.randn(n, 3, *in_hw, device="cuda", generator=g).to(dtype)
         for align in (False, True):
-            out = torch.full((2, 3, *out_hw), float("nan"), device="cuda", dtype=dtype)
+            out = torch.full((n, 3, *out_hw), float("nan"), device="cuda", dtype=dtype)
             sg.dynamic_resize_gpu([x, None], [out], {"align_corners": align}, 0, config=config, variant="plane")
-            want = F.interpolate(x.float(), size=out_hw, mode="bicubic", align_corners=align)
-            if dtype == torch.float32:
-                # as the window kernel's test: near-cancelling values differ from PyTorch's by up to 1.1e-5
-                torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-5)
-            else:
-                torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=4e-3)
-                native = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
-                torch.testing.assert_close(out, native, rtol=1e-3, atol=2e-3)
+            native = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=align)
+            where = f"{in_hw} -> {out_hw}, align_corners={align}"
+            torch.testing.assert_close(out, native, rtol=0, atol=0, msg=lambda m, where=where: f"{where}: {m}")
 
 
 @needs_plane
@@ -752,6 +754,10 @@ def test_dynamic_resize_gpu_plane_default_and_rejects() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         sg.dynamic_resize_gpu([x, None], [strided], {}, 0, variant="plane")
     assert bool((strided == 7.0).all())
+    kept = torch.full((2, 4, 100, 100), 7.0, device="cuda")
+    with pytest.raises(ValueError, match="1 or 2 planes per block"):
+        sg.dynamic_resize_gpu([x, None], [kept], {}, 0, config=(8, 4, 3), variant="plane")
+    assert bool((kept == 7.0).all())
 
 
 @pytest.mark.parametrize(
