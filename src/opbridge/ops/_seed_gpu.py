@@ -125,9 +125,9 @@ def dynamic_resize_gpu(
     :mod:`opbridge.ops._resize_cuda`: bands of rows in shared memory); by default "integer" where it
     applies, else "plane" where ``_resize_cuda.is_default``, else "window". ``config`` overrides the
     variant's tiling: (ROWS, BW, num_warps, PREFETCH) for "window" (default ``_resize_config``), (BI,
-    RI, num_warps, PREFETCH) for "integer" (default ``_resize_int_config``), (rows per band, warps)
-    for "plane" (default ``_resize_cuda.default_config``), and needs ``variant``; benchmarks use them
-    to compare.
+    RI, num_warps, PREFETCH) for "integer" (default ``_resize_int_config``), (rows per band, warps[,
+    planes per block]) for "plane" (default ``_resize_cuda.default_config``), and needs ``variant``;
+    benchmarks use them to compare.
     """
     import torch.nn.functional as F
 
