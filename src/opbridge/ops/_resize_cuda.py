@@ -14,8 +14,8 @@ clamped to the border, x first, then y, in float32 whatever the storage dtype): 
 F.interpolate's on CUDA bit for bit.
 
 Compiled by NVRTC through ``torch.cuda._compile_kernel`` on first use (one module per dtype,
-align_corners and block size, its registers budgeted for that size) and launched on the current
-stream (:mod:`opbridge.ops._nvrtc`).
+align_corners, block size and planes per block, its registers budgeted for that size) and launched
+on the current stream (:mod:`opbridge.ops._nvrtc`).
 
 Example:
     >>> from opbridge.ops import _resize_cuda as rc  # doctest: +SKIP
