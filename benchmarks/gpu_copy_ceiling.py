@@ -2,10 +2,10 @@
 
 gpu_ops.py states DynamicResize's and grid_sample's speed as a fraction of the rate of a 1 GiB
 device-to-device copy, both event-timed by ``triton.testing.do_bench``, which zeroes a 256 MB
-buffer before every call to flush L2. The flush leaves L2 full of dirty lines, and an operation
-that moves a few tens of MB writes them back to memory while it runs; a 1 GiB copy does not notice
-this, a 17 MB one spends half its time on it. A copy of a case's own bytes, timed the same way, is
-therefore the most any kernel moving those bytes can reach in this timing: its "ceiling".
+buffer before every call to flush L2. A copy of a few tens of MB does not reach the 1 GiB copy's
+rate in this timing: its fixed costs weigh more, and it writes back the dirty lines the flush
+leaves in L2. A copy of a case's own bytes, timed the same way, is therefore the most any kernel
+moving those bytes can reach in this timing: its "ceiling".
 
 For each case (the sizes of gpu_ops.py; grid_sample in every mode on its three grids) this prints
 the bytes moved (read + written once), the same-size copy's rate as a percentage of the 1 GiB
