@@ -33,8 +33,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import triton.testing
-from gpu_ops import GRID_SIZES, RESIZE_SIZES, grid_kinds, kernel_fn  # this directory: gpu_ops.py's cases
+import triton
+from gpu_ops import (  # this directory: gpu_ops.py's cases and its timing
+    GRID_SIZES,
+    RESIZE_SIZES,
+    bench,
+    copy_fn,
+    dtype_name,
+    grid_kinds,
+    kernel_fn,
+)
 
 from opbridge.ops import DynamicResize
 from opbridge.ops import _detection_triton as tk
@@ -42,11 +50,6 @@ from opbridge.ops import _detection_triton as tk
 DEV = "cuda"
 READ_FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device=DEV)
 ROWS: list[dict[str, Any]] = []
-
-
-def zero_flush_ms(fn: Callable[[], Any]) -> float:
-    """Median ms with do_bench: CUDA events around each call after zeroing 256 MB (as gpu_ops.py)."""
-    return float(triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median"))
 
 
 def read_flush_ms(fn: Callable[[], Any], reps: int = 100) -> float:
@@ -66,19 +69,12 @@ def read_flush_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def copy_fn(nbytes: int) -> Callable[[], Any]:
-    """A device-to-device copy that reads and writes ``nbytes`` in all."""
-    src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=DEV)
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
-
-
 class Ceiling:
     """The 1 GiB copy's rate with both flushes, and same-size copies timed once per byte count."""
 
     def __init__(self) -> None:
         big = copy_fn(2 << 30)
-        self.rate = {"zero": (2 << 30) / zero_flush_ms(big) / 1e6, "read": (2 << 30) / read_flush_ms(big, 30) / 1e6}
+        self.rate = {"zero": (2 << 30) / bench(big) / 1e6, "read": (2 << 30) / read_flush_ms(big, 30) / 1e6}
         self.copies: dict[int, dict[str, float]] = {}
 
     def share(self, nbytes: int, ms: float, flush: str) -> float:
@@ -88,9 +84,9 @@ class Ceiling:
     def row(self, op: str, case: str, nbytes: int, fn: Callable[[], Any]) -> None:
         if nbytes not in self.copies:
             same = copy_fn(nbytes)
-            self.copies[nbytes] = {"zero": zero_flush_ms(same), "read": read_flush_ms(same)}
+            self.copies[nbytes] = {"zero": bench(same), "read": read_flush_ms(same)}
         copy = self.copies[nbytes]
-        ours = {"zero": zero_flush_ms(fn), "read": read_flush_ms(fn)}
+        ours = {"zero": bench(fn), "read": read_flush_ms(fn)}
         result = {
             "op": op,
             "case": case,
@@ -131,10 +127,6 @@ def grid_cases(ceiling: Ceiling) -> None:
                     fn = lambda: tk.grid_sample(x, grid, out, mode, 0, False)
                     case = f"{n}x{c}x{h}x{w} {dtype_name(dtype)} {name}, {grid_name}"
                     ceiling.row("grid_sampler", case, nbytes, fn)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,11 +168,16 @@ def fmt(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def same_size_copy_ms(nbytes: int) -> float:
-    """Milliseconds of a device-to-device copy that reads and writes ``nbytes`` in all."""
+def copy_fn(nbytes: int) -> Callable[[], Any]:
+    """A device-to-device copy that reads and writes ``nbytes`` in all."""
     src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=DEV)
     dst = torch.empty_like(src)
-    return bench(lambda: dst.copy_(src))
+    return lambda: dst.copy_(src)
+
+
+def same_size_copy_ms(nbytes: int) -> float:
+    """Milliseconds of a device-to-device copy that reads and writes ``nbytes`` in all."""
+    return bench(copy_fn(nbytes))
 
 
 def copy_bandwidth() -> float:
