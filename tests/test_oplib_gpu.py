@@ -381,6 +381,37 @@ def test_grid_sampler_gpu_plane_variant(dtype: torch.dtype, mode: int, config: t
 
 @needs_plane
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize(
+    "config", [None, (2, 256, 100, 2, 0), (4, 512, 8192, 4, 0, 1)], ids=["default", "two-channels", "persistent"]
+)
+def test_grid_sampler_gpu_plane_equals_pytorch_cuda(dtype: torch.dtype, mode: int, config: tuple | None) -> None:
+    """ "plane" gives PyTorch's CUDA kernel's outputs bit for bit (its roundings of the unnormalize, the
+    cubic weights and the tap sums): every padding, both align_corners, a grid reaching past the
+    borders, planes staged plainly (13 x 17) and inside the zero border (16 x 32). cuDNN is off: with
+    it, F.grid_sample runs bilinear with zeros padding and align_corners=True through cuDNN's sampler,
+    whose roundings differ from PyTorch's kernel in the last bits."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    names, pads = ("bilinear", "nearest", "bicubic"), ("zeros", "border", "reflection")
+    for n, c, h, w in ((3, 37, 13, 17), (2, 8, 16, 32)):
+        x = torch.randn(n, c, h, w, device="cuda", generator=g).to(dtype)
+        grid = (torch.rand(n, 11, 19, 2, device="cuda", generator=g) * 2.6 - 1.3).to(dtype)
+        for pad in range(3):
+            for ac in (False, True):
+                out = torch.full((n, c, 11, 19), float("nan"), device="cuda", dtype=dtype)
+                tk.grid_sample(x, grid, out, mode, pad, ac, variant="plane", config=config)
+                with torch.backends.cudnn.flags(enabled=False):
+                    want = F.grid_sample(x, grid, mode=names[mode], padding_mode=pads[pad], align_corners=ac)
+                where = f"{h}x{w}, {pads[pad]}, align_corners={ac}"
+                torch.testing.assert_close(out, want, rtol=0, atol=0, msg=lambda m, where=where: f"{where}: {m}")
+
+
+@needs_plane
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("ck", [1, 2, 4])
 def test_grid_sampler_gpu_plane_vector_staging(dtype: torch.dtype, ck: int) -> None:
     """Planes whose size is a multiple of 16 bytes are staged with 16-byte loads: against the

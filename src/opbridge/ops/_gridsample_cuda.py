@@ -14,8 +14,10 @@ the current one. Bilinear and bicubic with zeros padding stage the planes inside
 zeros, so that the taps of a point read shared memory without bounds checks (a quarter fewer
 instructions per bilinear output; bicubic 1.1-1.6x faster than without the border).
 
-It applies when CK planes fit in a block's shared memory (:func:`plane_fits`). The formulas and
-accumulation order are those of the Triton kernels and of PyTorch's grid_sampler_2d.
+It applies when CK planes fit in a block's shared memory (:func:`plane_fits`). Its outputs equal
+those of PyTorch's CUDA grid_sampler_2d bit for bit: the same formulas, with that kernel's roundings
+written out (F.grid_sample runs bilinear with zeros padding and ``align_corners=True`` through cuDNN
+where cuDNN is enabled, whose roundings differ in the last bits).
 
 Example:
     >>> from opbridge.ops import _gridsample_cuda as gc  # doctest: +SKIP
@@ -78,11 +80,14 @@ struct __align__(8) grid2_t { float x, y; };
 
 struct __align__(CK * sizeof(scalar_t)) vec_t { scalar_t v[CK]; };
 
+// PyTorch's grid_sampler_unnormalize with its CUDA build's roundings, explicit so that no
+// specialization fuses them differently: with align_corners the product rounded, without it the
+// multiply-add fused
 __device__ __forceinline__ float unnormalize(float coord, float size) {
 #if ALIGN
-    return (coord + 1.0f) * 0.5f * (size - 1.0f);
+    return __fmul_rn((coord + 1.0f) * 0.5f, size - 1.0f);
 #else
-    return ((coord + 1.0f) * size - 1.0f) * 0.5f;
+    return __fmaf_rn(coord + 1.0f, size, -1.0f) * 0.5f;
 #endif
 }
 
@@ -127,6 +132,24 @@ __device__ __forceinline__ void tap(float* acc, const vec_t* s, int o, bool ok, 
     // that the compiler does not fuse a different product of the chain)
 #pragma unroll
     for (int k = 0; k < CK; ++k) acc[k] = first ? __fmul_rn(to_f(v.v[k]), w) : __fmaf_rn(to_f(v.v[k]), w, acc[k]);
+}
+
+// v0 w0 + v1 w1 + v2 w2 + v3 w3 rounded as PyTorch's cubic_interp1d is on CUDA: the second product
+// rounded, the first fused into it, then the third and the fourth
+__device__ __forceinline__ float taps4(float v0, float v1, float v2, float v3, float w0, float w1, float w2, float w3) {
+    return __fmaf_rn(v3, w3, __fmaf_rn(v2, w2, __fmaf_rn(v0, w0, __fmul_rn(v1, w1))));
+}
+
+// the CK channels of smem element o, or zeros where ok is false
+__device__ __forceinline__ vec_t load(const vec_t* s, int o, bool ok) {
+    vec_t v;
+    if (ok) {
+        v = s[o];
+    } else {
+#pragma unroll
+        for (int k = 0; k < CK; ++k) v.v[k] = (scalar_t)0;
+    }
+    return v;
 }
 
 // the kernel's arguments in one struct: one launch parameter (a ctypes.Structure of the same layout)
@@ -293,14 +316,18 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         const int x0 = (int)x0f, y0 = (int)y0f, P = W + BW;
         const bool in = x0 >= -2 && x0 <= W && y0 >= -2 && y0 <= H;
         const int o = in ? (y0 + 2) * P + x0 + 2 : (H + BW) * P;
+        float row[4][CK];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            float row[CK];
+            vec_t v[4];
 #pragma unroll
-            for (int t = 0; t < 4; ++t) tap(row, s, o + j * P + t, true, wx[t], t == 0);
+            for (int t = 0; t < 4; ++t) v[t] = s[o + j * P + t];
 #pragma unroll
-            for (int k = 0; k < CK; ++k) acc[k] = j == 0 ? __fmul_rn(row[k], wy[0]) : __fmaf_rn(row[k], wy[j], acc[k]);
+            for (int k = 0; k < CK; ++k)
+                row[j][k] = taps4(to_f(v[0].v[k]), to_f(v[1].v[k]), to_f(v[2].v[k]), to_f(v[3].v[k]), wx[0], wx[1], wx[2], wx[3]);
         }
+#pragma unroll
+        for (int k = 0; k < CK; ++k) acc[k] = taps4(row[0][k], row[1][k], row[2][k], row[3][k], wy[0], wy[1], wy[2], wy[3]);
 #else
         int xi[4], yi[4];
         bool okx[4], oky[4];
@@ -313,15 +340,19 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
             xi[t] = okx[t] ? (int)xs : 0;
             yi[t] = oky[t] ? (int)ys : 0;
         }
+        float row[4][CK];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            float row[CK];
             const int r = yi[j] * W;
+            vec_t v[4];
 #pragma unroll
-            for (int t = 0; t < 4; ++t) tap(row, s, r + xi[t], oky[j] && okx[t], wx[t], t == 0);
+            for (int t = 0; t < 4; ++t) v[t] = load(s, r + xi[t], oky[j] && okx[t]);
 #pragma unroll
-            for (int k = 0; k < CK; ++k) acc[k] = j == 0 ? __fmul_rn(row[k], wy[0]) : __fmaf_rn(row[k], wy[j], acc[k]);
+            for (int k = 0; k < CK; ++k)
+                row[j][k] = taps4(to_f(v[0].v[k]), to_f(v[1].v[k]), to_f(v[2].v[k]), to_f(v[3].v[k]), wx[0], wx[1], wx[2], wx[3]);
         }
+#pragma unroll
+        for (int k = 0; k < CK; ++k) acc[k] = taps4(row[0][k], row[1][k], row[2][k], row[3][k], wy[0], wy[1], wy[2], wy[3]);
 #endif
 #endif
 #pragma unroll

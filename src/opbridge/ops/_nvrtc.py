@@ -46,11 +46,12 @@ __device__ __forceinline__ scalar_t from_f(float v) { return v; }
 #define VEC 4
 #endif
 
-// PyTorch's cubic convolution weights, A = -0.75
-__device__ __forceinline__ float cc1(float x) { return ((-0.75f + 2.0f) * x - (-0.75f + 3.0f)) * x * x + 1.0f; }
-__device__ __forceinline__ float cc2(float x) {
-    return ((-0.75f * x - 5.0f * -0.75f) * x + 8.0f * -0.75f) * x - 4.0f * -0.75f;
-}
+// PyTorch's cubic convolution weights, A = -0.75: ((A + 2) x - (A + 3)) x x + 1 and
+// ((A x - 5 A) x + 8 A) x - 4 A, with the roundings of its CUDA build written out (every product
+// fused into the sum that follows it; cc1's product before its last multiplication rounded), so
+// that no kernel's compilation contracts them differently
+__device__ __forceinline__ float cc1(float x) { return __fmaf_rn(__fmul_rn(__fmaf_rn(1.25f, x, -2.25f), x), x, 1.0f); }
+__device__ __forceinline__ float cc2(float x) { return __fmaf_rn(__fmaf_rn(__fmaf_rn(-0.75f, x, 3.75f), x, -6.0f), x, 3.0f); }
 """
 
 # CUresult cuLaunchKernel(CUfunction, grid x, y, z, block x, y, z, shared bytes, CUstream, params, extra)
