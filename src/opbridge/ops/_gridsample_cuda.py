@@ -140,12 +140,6 @@ __device__ __forceinline__ void tap(float* acc, const vec_t* s, int o, bool ok, 
     for (int k = 0; k < CK; ++k) acc[k] = first ? __fmul_rn(to_f(v.v[k]), w) : __fmaf_rn(to_f(v.v[k]), w, acc[k]);
 }
 
-// v0 w0 + v1 w1 + v2 w2 + v3 w3 rounded as PyTorch's cubic_interp1d is on CUDA: the second product
-// rounded, the first fused into it, then the third and the fourth
-__device__ __forceinline__ float taps4(float v0, float v1, float v2, float v3, float w0, float w1, float w2, float w3) {
-    return __fmaf_rn(v3, w3, __fmaf_rn(v2, w2, __fmaf_rn(v0, w0, __fmul_rn(v1, w1))));
-}
-
 // the kernel's arguments in one struct: one launch parameter (a ctypes.Structure of the same layout)
 struct Args {
     const scalar_t* x;

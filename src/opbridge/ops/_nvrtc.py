@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 # The CUDA C every built-in kernel source starts with (``SCALAR_HALF`` defined 0 or 1): float16
 # storage as raw 16-bit values converted with PTX (no cuda_fp16.h, which NVRTC may not find),
 # ``scalar_t`` and ``VEC`` (elements per 16-byte load) for the storage dtype, and PyTorch's cubic
-# convolution weights (A = -0.75).
+# convolution weights (A = -0.75) and four-tap sums with its CUDA roundings.
 PRELUDE = r"""
 typedef unsigned short h16;
 __device__ __forceinline__ float h2f(h16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
@@ -52,6 +52,13 @@ __device__ __forceinline__ scalar_t from_f(float v) { return v; }
 // that no kernel's compilation contracts them differently
 __device__ __forceinline__ float cc1(float x) { return __fmaf_rn(__fmul_rn(__fmaf_rn(1.25f, x, -2.25f), x), x, 1.0f); }
 __device__ __forceinline__ float cc2(float x) { return __fmaf_rn(__fmaf_rn(__fmaf_rn(-0.75f, x, 3.75f), x, -6.0f), x, 3.0f); }
+
+// v0 w0 + v1 w1 + v2 w2 + v3 w3 rounded as PyTorch's cubic_interp1d is on CUDA: the second product
+// rounded, the first fused into it, then the third and the fourth (explicit, so that every
+// specialization compiles to the same roundings)
+__device__ __forceinline__ float taps4(float v0, float v1, float v2, float v3, float w0, float w1, float w2, float w3) {
+    return __fmaf_rn(v3, w3, __fmaf_rn(v2, w2, __fmaf_rn(v0, w0, __fmul_rn(v1, w1))));
+}
 """
 
 # CUresult cuLaunchKernel(CUfunction, grid x, y, z, block x, y, z, shared bytes, CUstream, params, extra)

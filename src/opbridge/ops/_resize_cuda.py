@@ -73,13 +73,6 @@ struct Args {
     float sh, sw;
 };
 
-// v0 w0 + v1 w1 + v2 w2 + v3 w3 rounded as PyTorch's CUDA kernel rounds it: the second product
-// rounded, the first fused into it, then the third and the fourth (explicit, so that every
-// specialization compiles to the same roundings: F.interpolate's, bit for bit)
-__device__ __forceinline__ float taps4(float v0, float v1, float v2, float v3, float w0, float w1, float w2, float w3) {
-    return __fmaf_rn(v3, w3, __fmaf_rn(v2, w2, __fmaf_rn(v0, w0, __fmul_rn(v1, w1))));
-}
-
 __device__ __forceinline__ unsigned word(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
 
 // word w (0 .. 4 CK - 1) of VEC elements of CK planes interleaved, from one 16-byte vector per plane
