@@ -357,6 +357,34 @@ static void *opb_create_kernel_v1(const OpbCustomOp *op, const void *api, const 
 
 static void opb_kernel_destroy(void *kernel) { opb_kernel_free((OpbKernel *)kernel); }
 
+/* Input i of the node: its data (NULL for an empty tensor), element type, rank and dimensions (dims
+ * holds max_rank). Returns OPB_INPUT_OK, OPB_INPUT_ABSENT (an absent optional input),
+ * OPB_INPUT_RANK (rank above max_rank, *rank set) or -1 with ONNX Runtime's message in err. */
+enum { OPB_INPUT_OK = 0, OPB_INPUT_ABSENT = 1, OPB_INPUT_RANK = 2 };
+
+static int opb_describe_input(OrtKernelContext *ctx, size_t i, size_t max_rank, void **data, int *elem,
+                              size_t *rank, int64_t *dims, char *err, size_t n) {
+    const OrtValue *v = NULL;
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    OrtStatus *st = API(KernelContext_GetInput, opb_KernelContext_GetInput_fn)(ctx, i, &v);
+    if (st == NULL && v == NULL) return OPB_INPUT_ABSENT;
+    if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(v, &info);
+    if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, elem);
+    if (st == NULL) st = API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, rank);
+    if (st == NULL && *rank > max_rank) {
+        API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+        return OPB_INPUT_RANK;
+    }
+    if (st == NULL) st = API(GetDimensions, opb_GetDimensions_fn)(info, dims, *rank);
+    if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
+    if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)((OrtValue *)v, data);
+    if (st != NULL) {
+        opb_take_status(st, err, n);
+        return -1;
+    }
+    return OPB_INPUT_OK;
+}
+
 /* Build the input tuple: numpy arrays viewing ORT's buffers, None for absent inputs. */
 static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t n) {
     size_t count = 0;
@@ -371,37 +399,19 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
         return NULL;
     }
     for (size_t i = 0; i < count; i++) {
-        const OrtValue *v = NULL;
-        st = API(KernelContext_GetInput, opb_KernelContext_GetInput_fn)(ctx, i, &v);
-        if (st != NULL) {
-            opb_take_status(st, err, n);
-            Py_DECREF(args);
-            return NULL;
-        }
-        if (v == NULL) {
+        int elem = 0;
+        size_t rank = 0;
+        int64_t dims[OPB_MAX_RANK];
+        void *data = NULL;
+        const int got = opb_describe_input(ctx, i, OPB_MAX_RANK, &data, &elem, &rank, dims, err, n);
+        if (got == OPB_INPUT_ABSENT) {
             Py_INCREF(Py_None);
             PyTuple_SET_ITEM(args, (Py_ssize_t)i, Py_None);
             continue;
         }
-        OrtTensorTypeAndShapeInfo *info = NULL;
-        int elem = 0;
-        size_t rank = 0;
-        int64_t dims[OPB_MAX_RANK];
-        st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(v, &info);
-        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
-        if (st == NULL) st = API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, &rank);
-        if (st == NULL && rank > OPB_MAX_RANK) {
+        if (got == OPB_INPUT_RANK)
             snprintf(err, n, "%s: input %zu has rank %zu, more than the %d supported", k->label, i, rank, OPB_MAX_RANK);
-            if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-            Py_DECREF(args);
-            return NULL;
-        }
-        if (st == NULL) st = API(GetDimensions, opb_GetDimensions_fn)(info, dims, rank);
-        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-        void *data = NULL;
-        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)((OrtValue *)v, &data);
-        if (st != NULL) {
-            opb_take_status(st, err, n);
+        if (got != OPB_INPUT_OK) {
             Py_DECREF(args);
             return NULL;
         }
@@ -813,29 +823,15 @@ static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t
     opb_native_tensor inputs[OPB_NATIVE_MAX_INPUTS];
     int64_t dims[OPB_NATIVE_MAX_INPUTS][8];
     for (size_t i = 0; i < count; i++) {
-        const OrtValue *v = NULL;
-        OrtTensorTypeAndShapeInfo *info = NULL;
         int elem = 0;
         size_t rank = 0;
         void *data = NULL;
         memset(&inputs[i], 0, sizeof inputs[i]);
         inputs[i].dims = dims[i];
-        st = API(KernelContext_GetInput, opb_KernelContext_GetInput_fn)(ctx, i, &v);
-        if (st == NULL && v == NULL) continue; /* an absent optional input */
-        if (st == NULL) st = API(GetTensorTypeAndShape, opb_GetTensorTypeAndShape_fn)(v, &info);
-        if (st == NULL) st = API(GetTensorElementType, opb_GetTensorElementType_fn)(info, &elem);
-        if (st == NULL) st = API(GetDimensionsCount, opb_GetDimensionsCount_fn)(info, &rank);
-        if (st == NULL && rank > 8) {
-            API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-            return OPB_NATIVE_DECLINE; /* no native kernel takes such ranks */
-        }
-        if (st == NULL) st = API(GetDimensions, opb_GetDimensions_fn)(info, dims[i], rank);
-        if (info) API(ReleaseTensorTypeAndShapeInfo, opb_Release_fn)(info);
-        if (st == NULL) st = API(GetTensorMutableData, opb_GetTensorMutableData_fn)((OrtValue *)v, &data);
-        if (st != NULL) {
-            opb_take_status(st, err, n);
-            return OPB_NATIVE_ERROR;
-        }
+        const int got = opb_describe_input(ctx, i, 8, &data, &elem, &rank, dims[i], err, n);
+        if (got == OPB_INPUT_ABSENT) continue;                /* an absent optional input */
+        if (got == OPB_INPUT_RANK) return OPB_NATIVE_DECLINE; /* no native kernel takes such ranks */
+        if (got != OPB_INPUT_OK) return OPB_NATIVE_ERROR;
         inputs[i].data = data;
         inputs[i].elem = elem;
         inputs[i].rank = (int32_t)rank;
