@@ -817,14 +817,7 @@ def test_native_kernel_factory_errors() -> None:
         return x * 2
 
     twice.register_kernel(lambda x: x * 2, native=lambda attrs: "not a capsule")
-    node = helper.make_node("Twice", ["x"], ["y"], domain="test.native")
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.native", 1)])
+    model = _one_node_model(helper.make_node("Twice", ["x"], ["y"], domain="test.native"))
     with pytest.raises(
         Exception, match=r"native kernel of test.native::Twice is not a 'opbridge.native_kernel' capsule"
     ):

@@ -925,11 +925,11 @@ static float *scratch(size_t n, int *owned) {
     return data;
 }
 
-/* pieces for `work` units: one per thread of the session, each of at least NATIVE_PIECE units (one
+/* pieces for `work` units: one per thread of the session, each of at least `per_piece` units (one
    piece below), at most `limit` (as the Python kernels split their calls over torch's threads) */
 #define NATIVE_PIECE ((int64_t)1 << 16)
-static size_t pieces_for(const opb_native_call *call, int64_t work, int64_t limit) {
-    int64_t p = work / NATIVE_PIECE;
+static size_t pieces_for(const opb_native_call *call, int64_t work, int64_t per_piece, int64_t limit) {
+    int64_t p = work / per_piece;
     if (p > call->threads) p = call->threads;
     if (p > limit) p = limit;
     return p < 1 ? 1 : (size_t)p;
@@ -973,7 +973,7 @@ static void layout_piece(void *user, size_t i) {
 
 static void to_channels_last_pieces(const opb_native_call *call, const float *x, float *xt, Py_ssize_t C,
                                     Py_ssize_t S, Py_ssize_t HW) {
-    layout_job_t job = {x, xt, C, S, HW, pieces_for(call, C * HW, HW)};
+    layout_job_t job = {x, xt, C, S, HW, pieces_for(call, C * HW, NATIVE_PIECE, HW)};
     run_pieces(call, layout_piece, job.pieces, &job);
 }
 
@@ -1040,7 +1040,7 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
         to_channels_last_pieces(call, (const float *)x->data + n * C * H * W, job.xt, C, job.S, H * W);
         job.grid = (const float *)g->data + n * job.P * 2;
         job.out = out + n * C * job.P;
-        job.pieces = pieces_for(call, C * job.P, job.P);
+        job.pieces = pieces_for(call, C * job.P, NATIVE_PIECE, job.P);
         run_pieces(call, grid_sample_piece, job.pieces, &job);
     }
     if (owned) free(job.xt);
@@ -1105,7 +1105,7 @@ static int resize_native_compute(const opb_native_kernel *self, const opb_native
     }
     /* ranges of planes, or with fewer planes than pieces bands of output rows (each band reads its
        own input rows, the three at its edges again) */
-    job.pieces = pieces_for(call, job.planes * Ho * Wo, job.planes > Ho ? job.planes : Ho);
+    job.pieces = pieces_for(call, job.planes * Ho * Wo, NATIVE_PIECE, job.planes > Ho ? job.planes : Ho);
     job.by_rows = job.planes < (Py_ssize_t)job.pieces;
     run_pieces(call, resize_piece, job.pieces, &job);
     free(block);
@@ -1175,9 +1175,8 @@ static int roi_native_compute(const opb_native_kernel *self, const opb_native_ca
     }
     for (int64_t n = 0; n < N; ++n)
         to_channels_last_pieces(call, (const float *)x->data + n * C * H * W, xt + n * image, C, C, H * W);
-    int64_t pieces = R / 8; /* at least 8 RoIs a piece, as the Python kernel splits them */
-    if (pieces > call->threads) pieces = call->threads;
-    roi_job_t job = {k, xt, boxes, out, C, R, (int)N, (int)H, (int)W, pieces < 1 ? 1 : (size_t)pieces, 0};
+    /* at least 8 RoIs a piece, as the Python kernel splits them */
+    roi_job_t job = {k, xt, boxes, out, C, R, (int)N, (int)H, (int)W, pieces_for(call, R, 8, R), 0};
     run_pieces(call, roi_piece, job.pieces, &job);
     if (owned) free(xt);
     if (job.failed) {
