@@ -811,3 +811,65 @@ def test_dynamic_resize_gpu_tilings(config: tuple) -> None:
             # align_corners=True: one element of 75660 at 97x130 differs from PyTorch's CUDA op by 1.1e-5
             # (a near-cancelling value, 0.089), hence atol 2e-5
             torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-5 if align else 1e-5)
+
+
+@needs_plane
+@pytest.mark.parametrize("seed", [1, 2], ids=["seed-1", "seed-2"])
+def test_cuda_kernels_on_random_shapes_equal_pytorch(seed: int) -> None:
+    """Seeded random cases beyond the hand-picked ones: shapes from one pixel to planes of 140 x 140
+    and 181 x 181, 1-64 channels, every mode, padding and align_corners, grids inside, across and on
+    the pixel edges, a NaN coordinate. grid_sample's "plane" kernel (its default tiling) and the band
+    resize equal PyTorch's CUDA ops bit for bit; the registered kernels, whatever variant each case
+    takes, are within the dtype's tolerance of the references."""
+    import random
+
+    import torch.nn.functional as F
+
+    from opbridge.ops import DynamicResize
+    from opbridge.ops import _gridsample_cuda as gc
+    from opbridge.ops import _resize_cuda as rc
+
+    rng = random.Random(seed)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    names, pads = ("bilinear", "nearest", "bicubic"), ("zeros", "border", "reflection")
+    for _ in range(24):
+        dtype = rng.choice(DTYPES)
+        n, c = rng.randint(1, 3), rng.choice([1, 2, 3, 5, 8, 13, 64])
+        h, w = rng.choice([(rng.randint(1, 140), rng.randint(1, 140)), (181, 181), (1, 90), (64, 64)])
+        ho, wo = rng.randint(1, 60), rng.randint(1, 60)
+        mode, pad, align = rng.randrange(3), rng.randrange(3), rng.random() < 0.5
+        x = (torch.randn(n, c, h, w, device="cuda", generator=g) * rng.choice([1.0, 50.0])).to(dtype)
+        if rng.random() < 0.7:
+            grid = (torch.rand(n, ho, wo, 2, device="cuda", generator=g) - 0.5) * rng.choice([2.0, 3.0])
+        else:  # points on the pixel edges and centers, some outside
+            edges = [torch.randint(-2, 2 * s + 2, (n, ho, wo), device="cuda", generator=g) / s - 1 for s in (w, h)]
+            grid = torch.stack(edges, -1)
+        grid[0, 0, 0, 0] = float("nan")
+        grid = grid.to(dtype)
+        where = f"{dtype} {(n, c, h, w)} -> {(ho, wo)}, {names[mode]}, {pads[pad]}, align_corners={align}"
+        with torch.backends.cudnn.flags(enabled=False):
+            want = F.grid_sample(x, grid, mode=names[mode], padding_mode=pads[pad], align_corners=align)
+        out = torch.full_like(want, 7.0)
+        gc.grid_sample_plane(x, grid, out, mode, pad, align)
+        torch.testing.assert_close(out, want, rtol=0, atol=0, equal_nan=True, msg=lambda m, at=where: f"{at}: {m}")
+        attrs = {"interpolation_mode": mode, "padding_mode": pad, "align_corners": align}
+        (got,) = _run(d.GridSample, [x, grid], attrs)
+        with torch.backends.cudnn.flags(enabled=False):  # cuDNN's sampler gives NaN for the NaN point
+            ref = d.GridSample.run_reference(x.float(), grid.float(), **attrs)
+        torch.testing.assert_close(
+            got.float(), ref, equal_nan=True, **_tol(dtype), msg=lambda m, at=where: f"{at}: {m}"
+        )
+    for _ in range(16):
+        dtype = rng.choice(DTYPES)
+        n, c, h, w = rng.randint(1, 3), rng.randint(1, 9), rng.randint(1, 150), rng.randint(1, 150)
+        ho, wo, align = rng.randint(1, 300), rng.randint(1, 300), rng.random() < 0.5
+        x = torch.randn(n, c, h, w, device="cuda", generator=g).to(dtype)
+        where = f"{dtype} {(n, c, h, w)} -> {(ho, wo)}, align_corners={align}"
+        want = F.interpolate(x, size=(ho, wo), mode="bicubic", align_corners=align)
+        out = torch.full_like(want, 7.0)
+        rc.resize_plane(x, out, align)
+        torch.testing.assert_close(out, want, rtol=0, atol=0, msg=lambda m, at=where: f"{at}: {m}")
+        size = torch.empty(1, 1, ho, wo, device="cuda", dtype=dtype)
+        (got,) = _run(DynamicResize, [x, size], {"align_corners": align})
+        ref = F.interpolate(x.float(), size=(ho, wo), mode="bicubic", align_corners=align)
+        torch.testing.assert_close(got.float(), ref, **_tol(dtype), msg=lambda m, at=where: f"{at}: {m}")
