@@ -11,8 +11,9 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   kernel for float32 inputs with enough channels (:mod:`opbridge.ops._gridsample_cpu`),
   else PyTorch's own CPU grid_sample. For NaN, infinite and huge coordinates the GPU
   kernels give what PyTorch's CUDA kernels give and the CPU kernels what its CPU
-  kernel gives; the two differ for bilinear with zeros padding (0 on CUDA, NaN on
-  the CPU).
+  kernel gives; the two differ for bilinear with zeros padding (0 from PyTorch's CUDA
+  kernel, NaN on the CPU and from cuDNN's sampler, which F.grid_sample takes on CUDA
+  with ``align_corners=True`` where cuDNN is enabled).
 * :data:`ModulatedDeformConv2d` (``mmdeploy::MMCVModulatedDeformConv2d``):
   DCNv2, torchvision ``deform_conv2d(..., mask=mask)``. Function body: ONNX
   ``DeformConv`` (models at opset >= 19); CPU kernel (torch: one grid_sample
