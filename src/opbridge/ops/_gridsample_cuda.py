@@ -304,18 +304,6 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
         const int x0 = (int)x0f, y0 = (int)y0f, P = W + BW;
         const bool in = x0 >= -2 && x0 <= W && y0 >= -2 && y0 <= H;
         const int o = in ? (y0 + 2) * P + x0 + 2 : (H + BW) * P;
-        float row[4][CK];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            vec_t v[4];
-#pragma unroll
-            for (int t = 0; t < 4; ++t) v[t] = s[o + j * P + t];
-#pragma unroll
-            for (int k = 0; k < CK; ++k)
-                row[j][k] = taps4(to_f(v[0].v[k]), to_f(v[1].v[k]), to_f(v[2].v[k]), to_f(v[3].v[k]), wx[0], wx[1], wx[2], wx[3]);
-        }
-#pragma unroll
-        for (int k = 0; k < CK; ++k) acc[k] = taps4(row[0][k], row[1][k], row[2][k], row[3][k], wy[0], wy[1], wy[2], wy[3]);
 #else
         int xi[4], yi[4];
         bool okx[4], oky[4];
@@ -328,20 +316,26 @@ __device__ __forceinline__ void sample(const Args& a, const vec_t* s, int n, int
             xi[t] = okx[t] ? (int)xs : 0;
             yi[t] = oky[t] ? (int)ys : 0;
         }
+#endif
+        // each row's four taps along x, then the four rows along y
         float row[4][CK];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int r = yi[j] * W;
             vec_t v[4];
 #pragma unroll
-            for (int t = 0; t < 4; ++t) v[t] = load(s, r + xi[t], oky[j] && okx[t]);
+            for (int t = 0; t < 4; ++t) {
+#if BORDER
+                v[t] = s[o + j * P + t];
+#else
+                v[t] = load(s, yi[j] * W + xi[t], oky[j] && okx[t]);
+#endif
+            }
 #pragma unroll
             for (int k = 0; k < CK; ++k)
                 row[j][k] = taps4(to_f(v[0].v[k]), to_f(v[1].v[k]), to_f(v[2].v[k]), to_f(v[3].v[k]), wx[0], wx[1], wx[2], wx[3]);
         }
 #pragma unroll
         for (int k = 0; k < CK; ++k) acc[k] = taps4(row[0][k], row[1][k], row[2][k], row[3][k], wy[0], wy[1], wy[2], wy[3]);
-#endif
 #endif
 #pragma unroll
         for (int k = 0; k < CK; ++k)
