@@ -55,11 +55,15 @@ logger = logging.getLogger(__name__)
 # planes take at most BORDER_ITEM_BUDGET bytes; else persistent blocks of 512 threads with four or
 # two channels where their planes take at most PERSISTENT_BUDGET bytes (the plain layout: the border
 # made them slower); else two channels per block where their planes take at most PLANE_BUDGET bytes,
-# with 512 threads and up to 8192 output pixels per block (persistent for float16 nearest); else one
-# channel, 1024 threads and up to 16384 pixels; the output loop unrolled 4 times.
+# with 512 threads and up to 16384 output pixels per block; else one channel, 1024 threads and up to
+# 16384 pixels; the output loop unrolled 4 times.
 BORDER_ITEM_BUDGET = 16 * 1024
 PERSISTENT_BUDGET = 32 * 1024
 PLANE_BUDGET = 64 * 1024
+# Where a launch has fewer than SPLIT_BELOW work items per SM, each plane's outputs are split over
+# more parts, at least a block's threads each. Each part stages the plane again: one item per SM and
+# fewer parts beat two items per SM by 1.04-1.5x in GPU time where the two differ (OPLIB.md).
+SPLIT_BELOW = 1
 # Interpolation modes "plane" is the default for (bilinear, nearest; bicubic with zeros padding and
 # rows of whole 16-byte vectors only), and the largest plane, in bytes, it is the default up to:
 # the measured sizes. Bicubic, with 16 shared-memory loads per output, is 1.02-1.10x faster than
@@ -436,7 +440,7 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
     >>> default_config(torch.empty(8, 64, 128, 128))
     (1, 1024, 16384, 4)
     >>> default_config(torch.empty(8, 64, 128, 128, dtype=torch.float16))
-    (2, 512, 8192, 4)
+    (2, 512, 16384, 4)
     >>> default_config(torch.empty(4, 256, 64, 64))
     (2, 512, 8192, 4, 0, 1, 0)
     >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16))
@@ -444,7 +448,7 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
     >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16), interpolation_mode=1)
     (4, 512, 8192, 4, 0, 1, 0)
     >>> default_config(torch.empty(8, 64, 128, 128, dtype=torch.float16), interpolation_mode=1)
-    (2, 512, 8192, 4, 0, 1, 0)
+    (2, 512, 16384, 4)
     >>> default_config(torch.empty(4, 256, 64, 64, dtype=torch.float16), interpolation_mode=2)
     (4, 512, 8192, 4, 0, 1)
     """
@@ -454,16 +458,14 @@ def default_config(x: torch.Tensor, interpolation_mode: int = 0, padding_mode: i
             return 4, 512, 8192, 4, 0, 1
         if 2 * plane <= PERSISTENT_BUDGET:
             return 2, 512, 8192, 4, 0, 1, 0
-        return (2, 512, 8192, 4) if 2 * plane <= PLANE_BUDGET else (1, 1024, 16384, 4)
+        return (2, 512, 16384, 4) if 2 * plane <= PLANE_BUDGET else (1, 1024, 16384, 4)
     if _border_layout(x, interpolation_mode, padding_mode) and 2 * plane <= BORDER_ITEM_BUDGET:
         return 2, 512, 8192, 4
     for ck in (4, 2):
         if ck * plane <= PERSISTENT_BUDGET:
             return ck, 512, 8192, 4, 0, 1, 0
     if 2 * plane <= PLANE_BUDGET:
-        if interpolation_mode == 1 and x.element_size() == 2:  # the cheapest outputs: overlap the loads
-            return 2, 512, 8192, 4, 0, 1, 0
-        return 2, 512, 8192, 4
+        return 2, 512, 16384, 4
     return 1, 1024, 16384, 4
 
 
@@ -612,8 +614,8 @@ def grid_sample_plane(
     planes inside a border of zeros where :func:`uses_border` (bilinear or bicubic with zeros
     padding), so the taps need no bounds checks; 0 keeps the plain layout (the same results, bit for bit).
     A work item is a channel group of one image and a part of its outputs; where there are fewer
-    than twice the SM count, each plane's outputs are split over more parts (each stages the
-    plane). Raises ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
+    than ``SPLIT_BELOW`` times the SM count, each plane's outputs are split over more parts (each
+    stages the plane). Raises ValueError when the planes do not fit in shared memory (:func:`plane_fits`).
     """
     want = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]) if x.dim() == 4 and grid.dim() == 4 else None
     if want is None or grid.shape[0] != x.shape[0] or grid.shape[-1] != 2 or tuple(out.shape) != want:
@@ -663,7 +665,7 @@ def grid_sample_plane(
     hwo = grid.shape[1] * grid.shape[2]
     groups = -(-c // ck)
     parts = -(-hwo // chunk_max)
-    blocks_wanted = 2 * sm_count(device)
+    blocks_wanted = SPLIT_BELOW * sm_count(device)
     if n * groups * parts < blocks_wanted:  # few planes: more blocks per plane, at least a block's threads each
         parts = max(parts, min(-(-blocks_wanted // (n * groups)), -(-hwo // threads)))
     chunk = -(-hwo // parts)
