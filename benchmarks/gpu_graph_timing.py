@@ -48,6 +48,7 @@ from gpu_ops import (  # this directory: the sizes and inputs of gpu_ops.py
     DCN_SIZES,
     GRID_SIZES,
     RESIZE_SIZES,
+    copy_fn,
     grid_default_variant,
     grid_kinds,
     grid_other_variants,
@@ -171,11 +172,10 @@ def registered(op: Any, inputs: list[torch.Tensor], attrs: dict[str, Any]) -> Ca
 
 class Table:
     def __init__(self) -> None:
-        src = torch.empty(1 << 28, device=DEV)
-        dst = torch.empty_like(src)
-        nbytes = 2 * src.numel() * 4
-        self.copy_event = nbytes / (event_ms(lambda: dst.copy_(src)) * 1e-3) / 1e9
-        self.copy_graph = nbytes / (graph_ms(lambda: dst.copy_(src), reps=5) * 1e-3) / 1e9
+        nbytes = 2 << 30  # a 1 GiB copy: 1 GiB read and 1 GiB written
+        copy = copy_fn(nbytes)
+        self.copy_event = nbytes / (event_ms(copy) * 1e-3) / 1e9
+        self.copy_graph = nbytes / (graph_ms(copy, reps=5) * 1e-3) / 1e9
         self.eager: list[str] = []  # the rows whose "graph" cells hold eager GPU time (*)
         print(
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} {torch.cuda.get_device_name()} "
@@ -219,9 +219,7 @@ class Table:
         be, (bg, _, b_mark) = event_ms(base), self.gpu_ms(base, f"{op} {shape} {dtype} ({base_name})")
         pct = same = "-"
         if nbytes:
-            a = torch.empty(nbytes // 2, dtype=torch.uint8, device=DEV)
-            b = torch.empty_like(a)
-            same = f"{graph_ms(lambda: b.copy_(a)):.4f}"
+            same = f"{graph_ms(copy_fn(nbytes)):.4f}"
             pct = (
                 f"{nbytes / (oe * 1e-3) / 1e9 / self.copy_event * 100:.0f}% / "
                 f"{nbytes / (og * 1e-3) / 1e9 / self.copy_graph * 100:.0f}%"
