@@ -8,16 +8,18 @@ Runtime bridge is importable, the exported model is also timed through
 
 Usage:
     PYTHONPATH=src python benchmarks/cpu_ops.py [--quick] [--threads N]
-        [--only resize,resize-kernel,grid,grid-channels,grid-wide,grid-session,dcn,roi,nms]
+        [--only resize,resize-kernel,grid,grid-channels,grid-planes,grid-wide,grid-session,dcn,roi,nms]
 
 ``resize-kernel`` times DynamicResize's native CPU kernel (``opbridge.ops._resize_cpu``) alone against
 ATen's ``upsample_bicubic2d.out`` into the same output, up and down. ``grid-channels`` times
-grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone
-against F.grid_sample per interpolation mode and channel count, the measurement behind its
-``MIN_CHANNELS`` thresholds. ``grid-wide`` times that kernel on feature maps of 128-512 channels with its
-channel stride and with the plain one side by side. ``grid-session`` times one grid_sampler node in opbridge's session with its
-native kernel (no Python per run; also forced below ``NATIVE_MIN_CHANNELS``) and with its Python kernel
-(``native=False``) against F.grid_sample.
+grid_sampler's native CPU kernel (``opbridge.ops._gridsample_cpu``) alone against F.grid_sample per
+interpolation mode and channel count, the measurement behind its ``MIN_CHANNELS`` thresholds.
+``grid-planes`` times that kernel's two ways to read an image of one to four channels (its planes,
+with gathers, and a channels-last copy) side by side. ``grid-wide`` times that kernel on feature maps
+of 128-512 channels with its channel stride and with the plain one side by side. ``grid-session``
+times one grid_sampler node in opbridge's session with its native kernel (no Python per run; also
+forced below ``NATIVE_MIN_CHANNELS``) and with its Python kernel (``native=False``) against
+F.grid_sample.
 
 Times are medians of repeated wall-clock runs (time.perf_counter) in one process;
 "ratio" is reference time / path time (> 1: the path is faster). Every path runs on
@@ -66,7 +68,7 @@ def timeit(fn: Callable[[], Any], reps: int) -> float:
 def row(op: str, shape: str, path: str, ms: float, base: str, base_ms: float) -> None:
     ROWS.append((op, shape, path, ms, base, base_ms))
     print(
-        f"{op:26s} {shape:30s} {path:34s} {ms:9.2f} ms   {base:22s} {base_ms:9.2f} ms   ratio {base_ms / ms:6.2f}",
+        f"{op:26s} {shape:30s} {path:34s} {ms:9.4f} ms   {base:22s} {base_ms:9.4f} ms   ratio {base_ms / ms:6.2f}",
         flush=True,
     )
 
@@ -270,6 +272,43 @@ def bench_grid_channels(quick: bool, reps: int) -> None:
             )
 
 
+def bench_grid_planes(quick: bool, reps: int) -> None:
+    """The native kernel's two ways to read an image of few channels, called on the extension
+    directly: its planes, eight points per vector with the taps gathered (AVX2), against the
+    channels-last copy and its tiles (the measurement behind ``planes_max`` in _cpu_kernels.c), and
+    with one channel against F.grid_sample."""
+    import torch.nn.functional as F
+
+    from opbridge.ops import _cpu_native
+
+    module = _cpu_native.require()
+    if not module.planes_apply(1, 8, 8, 0):
+        print("grid-planes: skipped, this CPU has no AVX2 and FMA (the planes path needs them)", flush=True)
+        return
+    for mode, name in GRID_MODES:
+        for c, h in [(1, 128), (2, 128), (3, 128)] if quick else [(c, h) for h in (64, 128) for c in (1, 2, 3, 4)]:
+            x = torch.randn(c, h * h).numpy()
+            theta = torch.tensor([[[0.9, -0.2, 0.05], [0.25, 0.95, -0.1]]])
+            grid = F.affine_grid(theta, [1, 1, h, h], align_corners=False).reshape(-1, 2).contiguous().numpy()
+            p, stride = grid.shape[0], module.channel_stride(c)
+            xt, out = np.empty((h * h + 1, stride), np.float32), np.empty((c, p), np.float32)
+
+            def channels_last() -> None:
+                module.to_channels_last(x, xt, c, stride, h * h, 0, h * h)
+                module.grid_sample(xt, grid, out, c, stride, h, h, p, mode, 0, False, 0, p)
+
+            planes = timeit(
+                lambda: module.grid_sample_planes(x, grid, out, c, h, h, p, mode, 0, False, 0, p), 10 * reps
+            )
+            shape = f"1x{c}x{h}x{h} affine"
+            label = "planes" + (" (the default)" if module.planes_apply(c, h, h, mode) else "")
+            row("grid_sampler " + name, shape, label, planes, "channels-last copy", timeit(channels_last, 10 * reps))
+            if c == 1:
+                xt_, gt_ = torch.from_numpy(x).view(1, 1, h, h), torch.from_numpy(grid).view(1, h, h, 2)
+                aten = timeit(lambda: F.grid_sample(xt_, gt_, mode=name, align_corners=False), 10 * reps)
+                row("grid_sampler " + name, shape, label, planes, "F.grid_sample", aten)
+
+
 def bench_grid_wide(quick: bool, reps: int) -> None:
     """grid_sample on feature maps of many channels: the native kernel alone with its channel stride
     (``channel_stride``: padded past multiples of 256 bytes) and with each pixel's C values side by
@@ -304,8 +343,9 @@ def bench_grid_session(quick: bool, reps: int) -> None:
     from onnx import TensorProto, helper
 
     from opbridge.onnxruntime import InferenceSession
-    from opbridge.ops import _gridsample_cpu
+    from opbridge.ops import _cpu_native, _gridsample_cpu
 
+    module = _cpu_native.require()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = THREADS
     shapes = [(1, 1, 128), (1, 2, 128), (1, 3, 128), (1, 4, 128), (1, 16, 64), (2, 64, 128)]
@@ -333,7 +373,8 @@ def bench_grid_session(quick: bool, reps: int) -> None:
             x, grid = torch.randn(n, c, h, h), affine_grid(n, h, h)
             feeds = {"x": x.numpy(), "g": grid.numpy()}
             base = timeit(lambda: F.grid_sample(x, grid, mode=name, align_corners=False), reps)
-            native = "native kernel" + ("" if c >= kept[mode] else " (below its threshold)")
+            below = c < kept[mode] and not module.planes_apply(c, h, h, mode)  # else the planes path takes it
+            native = "native kernel" + (" (below its threshold)" if below else "")
             for label, sess in ((f"session, {native}", forced), ("session, Python kernel", python)):
                 row(
                     f"grid_sampler {name}",
@@ -534,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="resize,grid,dcn,roi,nms",
-        help="comma-separated sections (also resize-kernel, grid-channels, grid-wide, grid-session)",
+        help="comma-separated sections (also resize-kernel, grid-channels, grid-planes, grid-wide, grid-session)",
     )
     parser.add_argument(
         "--threads",
@@ -555,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         "resize-kernel": bench_resize_kernel,
         "grid": bench_grid,
         "grid-channels": bench_grid_channels,
+        "grid-planes": bench_grid_planes,
         "grid-wide": bench_grid_wide,
         "grid-session": bench_grid_session,
         "dcn": bench_dcn,
@@ -566,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
             fn(args.quick, reps)
     print("\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|")
     for op, shape, path, ms, base, base_ms in ROWS:
-        print(f"| {op} | {shape} | {path} | {ms:.2f} | {base} | {base_ms:.2f} | {base_ms / ms:.2f} |")
+        print(f"| {op} | {shape} | {path} | {ms:.4f} | {base} | {base_ms:.4f} | {base_ms / ms:.2f} |")
     return 0
 
 

@@ -498,15 +498,81 @@ def test_native_grid_sample_vector_pixels_match_plain_ones(mode: int) -> None:
         np.testing.assert_array_equal(results[1], results[0])
 
 
-def test_native_grid_sample_nearest_rounds_half_to_even_and_keeps_bits() -> None:
+def _planes_available() -> bool:
+    from opbridge.ops import _cpu_native
+
+    module = _cpu_native.module()
+    return module is not None and bool(module.planes_apply(1, 8, 8, 0))
+
+
+_NO_PLANES = "this CPU has no AVX2 and FMA: grid_sample reads every channel count through the channels-last copy"
+
+
+@pytest.mark.skipif(not _planes_available(), reason=_NO_PLANES)
+@pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
+def test_native_grid_sample_planes_equal_channels_last(mode: int) -> None:
+    """With few channels the kernel gathers each point's taps from the input planes, eight points per
+    vector, instead of reading a channels-last copy: bit for bit the same outputs in every padding and
+    corner rule, at NaN, infinite, huge and half-way coordinates, on planes of one pixel and on ranges
+    of points that start and end inside a vector (each call writes only its own points)."""
+    from opbridge.ops import _cpu_kernels
+
+    assert [_cpu_kernels.planes_apply(c, 64, 64, mode) for c in (1, 2, 3)] == [True, mode == 1, False]
+    assert not _cpu_kernels.planes_apply(1, 1, 2**24 + 1, mode) and not _cpu_kernels.planes_apply(1, 2**24 + 1, 1, mode)
+    for c, h, w in ((1, 13, 17), (2, 1, 1), (3, 6, 9), (1, 64, 40)):
+        x, grid = _native_case((1, c, h, w), (9, 11), seed=90 + c + h)
+        gs = grid[0].reshape(-1, 2).clone()
+        # half-way between pixels in x and y (exact in float32 for these sizes), and the corners
+        gs[5:9] = torch.tensor([[1 / w - 1, 1 / h - 1], [3 / w - 1, 0.0], [-1.0, 1.0], [1.0, -1.0]])
+        xs, gs = x[0].reshape(c, -1).numpy(), gs.numpy()
+        p = gs.shape[0]
+        xt = np.empty((h * w + 1, _cpu_kernels.channel_stride(c)), np.float32)
+        _cpu_kernels.to_channels_last(xs, xt, c, xt.shape[1], h * w, 0, h * w)
+        for pad in (0, 1, 2):
+            for align in (False, True):
+                want = np.full((c, p), np.nan, np.float32)
+                _cpu_kernels.grid_sample(xt, gs, want, c, xt.shape[1], h, w, p, mode, pad, align, 0, p)
+                got = np.full((c, p), np.nan, np.float32)
+                _cpu_kernels.grid_sample_planes(xs, gs, got, c, h, w, p, mode, pad, align, 0, 3)
+                _cpu_kernels.grid_sample_planes(xs, gs, got, c, h, w, p, mode, pad, align, 3, p - 10)
+                part = got[:, p - 10 :].copy()
+                _cpu_kernels.grid_sample_planes(xs, gs, got, c, h, w, p, mode, pad, align, p - 10, p)
+                assert np.isnan(part).all()
+                np.testing.assert_array_equal(
+                    got.view(np.int32), want.view(np.int32), err_msg=f"{c}x{h}x{w} {pad} {align}"
+                )
+
+
+@pytest.mark.skipif(not _planes_available(), reason=_NO_PLANES)
+def test_native_grid_sample_planes_reject_bad_calls() -> None:
+    """The planes path checks its buffers' lengths and sizes before it reads or writes anything."""
+    from opbridge.ops import _cpu_kernels
+
+    x, g, out = np.zeros((1, 36), np.float32), np.zeros((4, 2), np.float32), np.zeros((1, 4), np.float32)
+    with pytest.raises(
+        ValueError, match=r"grid_sample_planes: x holds 144 bytes, 42 float32 values \(168 bytes\) expected"
+    ):
+        _cpu_kernels.grid_sample_planes(x, g, out, 1, 7, 6, 4, 0, 0, False, 0, 4)
+    with pytest.raises(ValueError, match=r"grid_sample_planes: out holds 16 bytes, 5 float32 values"):
+        _cpu_kernels.grid_sample_planes(x, np.zeros((5, 2), np.float32), out, 1, 6, 6, 5, 0, 0, False, 0, 5)
+    with pytest.raises(ValueError, match=r"grid_sample_planes: mode 3, padding 0"):
+        _cpu_kernels.grid_sample_planes(x, g, out, 1, 6, 6, 4, 3, 0, False, 0, 4)
+    with pytest.raises(RuntimeError, match=r"planes of 1x16777217 .* sides of at most 16777216"):
+        _cpu_kernels.grid_sample_planes(x, g, out, 1, 1, 2**24 + 1, 4, 0, 0, False, 0, 4)
+
+
+@pytest.mark.parametrize("channels", [4, 2, 1], ids=["4ch", "2ch-planes", "1ch-planes"])
+def test_native_grid_sample_nearest_rounds_half_to_even_and_keeps_bits(channels: int) -> None:
     """Nearest at coordinates exactly half-way between pixels rounds as ATen does (half to even), and
-    copies NaN payloads and infinities as they are."""
+    copies NaN payloads and infinities as they are, through the channels-last copy and, with one or two
+    channels, from the planes."""
     from opbridge.ops import _gridsample_cpu
 
     x = torch.arange(4 * 4 * 8, dtype=torch.float32).view(1, 4, 4, 8)
     bits = x.view(torch.int32)
     bits[0, 1] = 0x7FC00000 + torch.arange(32, dtype=torch.int32).view(4, 8)  # NaNs with payloads
     x[0, 2, 2, 2] = float("-inf")  # rounding half to even reads even rows and columns only
+    first = 0 if channels == 4 else 1  # the channels taken: from the NaNs on
     # align_corners=False: half-way between pixels j and j + 1 of a row of 8 at 2 (j + 1) / 8 - 1 (exact
     # in float32, as is every step of the unnormalize), and likewise for the 4 rows
     xs = torch.tensor([(j + 1) / 4 - 1 for j in range(-1, 8)])
@@ -518,13 +584,15 @@ def test_native_grid_sample_nearest_rounds_half_to_even_and_keeps_bits() -> None
         want = torch.nn.functional.grid_sample(
             x, grid, mode="nearest", padding_mode=_PADDINGS[pad], align_corners=False
         )
-        got = _gridsample_cpu.grid_sample(x, grid, 1, pad, False)
-        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
-    assert got[0, 1].isnan().all() and (got[0, 2] == float("-inf")).any()
+        got = _gridsample_cpu.grid_sample(x[:, first : first + channels], grid, 1, pad, False)
+        assert torch.equal(got.view(torch.int32), want[:, first : first + channels].view(torch.int32))
+    assert got[0, 1 - first].isnan().all() and (channels == 1 or (got[0, 2 - first] == float("-inf")).any())
 
 
 @pytest.mark.parametrize(
-    "shape,out_hw", [((2, 32, 64, 48), (96, 80)), ((1, 4, 37, 29), (192, 176))], ids=["32ch", "4ch-odd-pixels"]
+    "shape,out_hw",
+    [((2, 32, 64, 48), (96, 80)), ((1, 4, 37, 29), (192, 176)), ((2, 1, 37, 29), (384, 347))],
+    ids=["32ch", "4ch-odd-pixels", "1ch-planes"],
 )
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
 def test_native_grid_sample_writes_out_and_splits_over_threads(
@@ -544,9 +612,11 @@ def test_native_grid_sample_writes_out_and_splits_over_threads(
         torch.set_num_threads(1)
         one = _gridsample_cpu.grid_sample(x, grid, mode, 0, False)
         torch.set_num_threads(2)
-        assert (
-            d.GridSample.kernel(x, grid, interpolation_mode=mode, padding_mode=0, align_corners=False, out=out) is out
-        )
+        if c >= _gridsample_cpu.MIN_CHANNELS[mode]:  # the op's kernel runs the native kernel
+            got = d.GridSample.kernel(x, grid, interpolation_mode=mode, padding_mode=0, align_corners=False, out=out)
+        else:
+            got = _gridsample_cpu.grid_sample(x, grid, mode, 0, False, out=out)
+        assert got is out
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(out.nan_to_num(7.0), one.nan_to_num(7.0))
@@ -712,14 +782,20 @@ def test_native_grid_sample_in_ort_session(mode: int, pad: int, align: int) -> N
             assert torch.equal(got.view(torch.int32), slow.view(torch.int32))
 
 
+@pytest.mark.parametrize(
+    "shape,out_hw", [((2, 32, 64, 48), (96, 80)), ((2, 1, 37, 29), (384, 347))], ids=["32ch", "1ch-planes"]
+)
 @pytest.mark.parametrize("mode", list(_NATIVE_MODES), ids=list(_NATIVE_MODES.values()))
-def test_native_grid_sample_session_splits_over_intra_op_threads(mode: int) -> None:
+def test_native_grid_sample_session_splits_over_intra_op_threads(
+    mode: int, shape: tuple[int, int, int, int], out_hw: tuple[int, int]
+) -> None:
     """A call with enough work is cut into pieces that ONNX Runtime's intra-op threads run: sessions of
     one, two and three threads give the same result bit for bit (each piece writes only its own
-    points), which is F.grid_sample's."""
+    points), which is F.grid_sample's; with one channel (read from the planes where the CPU has AVX2)
+    too."""
     from opbridge.onnxruntime import InferenceSession
 
-    x, grid = _native_case((2, 32, 64, 48), (96, 80), seed=31)  # 32 x 7680 outputs an image: 3 pieces
+    x, grid = _native_case(shape, out_hw, seed=31)  # 2 or 3 pieces an image (65536 outputs a piece)
     feeds = {"x": x.numpy(), "g": grid.numpy()}
     results = []
     for threads in (1, 2, 3):
@@ -755,8 +831,9 @@ def test_native_grid_sample_sessions_on_several_threads() -> None:
 
 def test_native_grid_sample_runs_without_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """The native kernel's runs never reach the op's Python kernel: with that kernel made to fail, the
-    native session still runs (and the Python-kernel session fails), until a call the native kernel
-    declines (one bilinear channel)."""
+    native session still runs (and the Python-kernel session fails), one bilinear channel too where the
+    kernel reads it from the planes (AVX2), until a call the native kernel declines (empty planes, whose
+    error the Python kernel names)."""
     from opbridge.onnxruntime import InferenceSession
     from opbridge.ops import _gridsample_cpu
 
@@ -772,14 +849,22 @@ def test_native_grid_sample_runs_without_python(monkeypatch: pytest.MonkeyPatch)
     _assert_grid_result(got, F.grid_sample(x, grid, align_corners=False), 0)
     with pytest.raises(Exception, match="the Python kernel ran"):
         python.run(None, {"x": x.numpy(), "g": grid.numpy()})
+    one = x[:, :1].contiguous()
+    if _planes_available():
+        got = torch.from_numpy(native.run(None, {"x": one.numpy(), "g": grid.numpy()})[0])
+        _assert_grid_result(got, F.grid_sample(one, grid, align_corners=False), 0)
+    else:
+        with pytest.raises(Exception, match="the Python kernel ran"):
+            native.run(None, {"x": one.numpy(), "g": grid.numpy()})
     with pytest.raises(Exception, match="the Python kernel ran"):
-        native.run(None, {"x": x[:, :1].contiguous().numpy(), "g": grid.numpy()})
+        native.run(None, {"x": np.zeros((1, 5, 0, 9), np.float32), "g": grid.numpy()})
 
 
 def test_native_grid_sample_declines_to_the_python_kernel() -> None:
     """Inputs the native kernel does not take run the op's Python kernel in the same session: float64
-    (F.grid_sample), a single channel for bilinear (ATen's kernel is faster there), an empty output, and
-    empty input planes, whose error the Python kernel names."""
+    (F.grid_sample), a single channel for bilinear where the kernel cannot read it from the planes (no
+    AVX2; ATen's kernel is faster than the channels-last copy there), an empty output, and empty input
+    planes, whose error the Python kernel names."""
     from opbridge.onnxruntime import InferenceSession
     from opbridge.ops import _gridsample_cpu
 
@@ -792,7 +877,10 @@ def test_native_grid_sample_declines_to_the_python_kernel() -> None:
     sess = InferenceSession(_grid_sampler_model(0, 0, 0))
     one = x[:, :1].contiguous()
     got = torch.from_numpy(sess.run(None, {"x": one.numpy(), "g": grid.numpy()})[0])
-    assert torch.equal(got.nan_to_num(7.0), F.grid_sample(one, grid, align_corners=False).nan_to_num(7.0))
+    if _planes_available():  # the native kernel's planes path: F.grid_sample's within its tolerance
+        _assert_grid_result(got, F.grid_sample(one, grid, align_corners=False), 0)
+    else:
+        assert torch.equal(got.nan_to_num(7.0), F.grid_sample(one, grid, align_corners=False).nan_to_num(7.0))
     empty = sess.run(None, {"x": x.numpy(), "g": np.zeros((1, 0, 3, 2), np.float32)})[0]
     assert empty.shape == (1, 4, 0, 3)
     with pytest.raises(Exception, match=r"the input's planes are empty \(0x7\); pass H, W >= 1"):

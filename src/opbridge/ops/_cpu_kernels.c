@@ -8,7 +8,9 @@
  * computed once per output point, for a tile of points, and the taps of every channel are read
  * from a channels-last copy of the image (one row of S values per tap, the C channels and zeros up
  * to S: a vector of 4 or 8 for up to 8 channels, else grid_channel_stride; a row of zeros for the
- * taps outside), then the tile's results are transposed into the output planes. The arithmetic
+ * taps outside), then the tile's results are transposed into the output planes (with one channel,
+ * two for nearest, on CPUs with AVX2: eight points per vector, their taps gathered from the input
+ * planes themselves, no copy; see "few channels"). The arithmetic
  * follows ATen's vectorized CPU kernel operation by operation (unnormalize, padding, weights or
  * cubic coefficients, the order of the sums; nearest rounds half to even and copies the tap's
  * bits). The file is compiled with
@@ -396,6 +398,243 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
     }
 }
 
+/* ------------------------------------------------------------------ few channels: gathers from the planes */
+
+/* With few channels the channels-last copy and the per-point tile cost more than the sampling they
+   serve (ATen's kernel, vectorized across points, is faster there). This path takes eight output
+   points as the lanes of an AVX2 vector: their coordinates, weights and tap offsets once, then for
+   each channel each tap gathered from the NCHW plane itself (lanes whose tap lies outside read 0,
+   the value of the channels-last path's zero row). Every lane does the operations of axis_taps and
+   of the per-point sums above in the same order with the same roundings, so both paths give the
+   same bits. x86-64 with AVX2 and FMA only (checked at run time): planes_apply(). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define OPB_PLANES 1
+#define OPB_AVX2 __attribute__((target("avx2,fma")))
+
+/* The most channels per mode for which this path is faster than the channels-last one
+   (benchmarks/cpu_ops.py --only grid-planes): bilinear, nearest, bicubic. */
+static const int planes_max[3] = {1, 2, 1};
+
+static int planes_supported(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return known;
+}
+
+typedef struct {
+    __m256 scale, shift, max_val, low, twice_span, size;
+    int padding;
+} vaxis_t;
+
+OPB_AVX2 static inline vaxis_t vaxis_of(const axis_t *a) {
+    vaxis_t v;
+    v.scale = _mm256_set1_ps(a->scale);
+    v.shift = _mm256_set1_ps(-a->shift);
+    v.max_val = _mm256_set1_ps(a->max_val);
+    v.low = _mm256_set1_ps(a->low);
+    v.twice_span = _mm256_set1_ps(a->twice_span);
+    v.size = _mm256_set1_ps((float)a->size);
+    v.padding = a->padding;
+    return v;
+}
+
+/* unnormalize, clip, reflect and index_of of eight lanes (see the scalar versions): MAXPS and MINPS
+   return their second operand for NaN or equal inputs, which is what the scalar conditionals do */
+OPB_AVX2 static inline __m256 v_unnormalize(const vaxis_t *a, __m256 g) {
+    return _mm256_fmadd_ps(_mm256_add_ps(g, _mm256_set1_ps(1.0f)), a->scale, a->shift);
+}
+
+OPB_AVX2 static inline __m256 v_clip(const vaxis_t *a, __m256 v) {
+    return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), a->max_val);
+}
+
+OPB_AVX2 static inline __m256 v_pad(const vaxis_t *a, __m256 v) {
+    if (a->padding == 0) return v;
+    if (a->padding == 2) {
+        const __m256 ts = a->twice_span;
+        const __m256 abs_in = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, a->low));
+        const __m256 flips = _mm256_round_ps(_mm256_div_ps(abs_in, ts), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 extra = _mm256_sub_ps(abs_in, _mm256_mul_ps(flips, ts));
+        const __m256 back = _mm256_sub_ps(ts, extra);
+        v = _mm256_add_ps(_mm256_min_ps(extra, back), a->low);
+    }
+    return v_clip(a, v);
+}
+
+OPB_AVX2 static inline __m256i v_index(const vaxis_t *a, __m256 v) {
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-1.0f), _CMP_GT_OQ),
+                                    _mm256_cmp_ps(v, a->size, _CMP_LT_OQ));
+    return _mm256_cvttps_epi32(_mm256_blendv_ps(_mm256_set1_ps(-1.0f), v, in));
+}
+
+/* a tap of every channel: its offset in the plane and whether it is inside (the gather's mask) */
+typedef struct {
+    __m256i offset;
+    __m256 inside;
+} vtap_t;
+
+/* lanes whose integer index lies in [0, size) */
+OPB_AVX2 static inline __m256 v_within(__m256i i, __m256i size) {
+    const __m256i ok = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)), _mm256_cmpgt_epi32(size, i));
+    return _mm256_castsi256_ps(ok);
+}
+
+OPB_AVX2 static inline __m256 v_gather(const float *plane, vtap_t t) {
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), plane, t.offset, t.inside, 4);
+}
+
+/* the cubic coefficients of fraction t, as BICUBIC_TAPS forms them */
+OPB_AVX2 static inline void v_cubic(__m256 t, __m256 c[4]) {
+    const __m256 A = _mm256_set1_ps(-0.75f), A5 = _mm256_set1_ps(5.0f * -0.75f), A8 = _mm256_set1_ps(8.0f * -0.75f);
+    const __m256 A4 = _mm256_set1_ps(4.0f * -0.75f), A2 = _mm256_set1_ps(-0.75f + 2.0f);
+    const __m256 A3 = _mm256_set1_ps(-0.75f + 3.0f), one = _mm256_set1_ps(1.0f);
+#define OUTER(x) \
+    _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_mul_ps(A, x), A5), x), A8), x), A4)
+#define INNER(x) _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_mul_ps(A2, x), A3), x), x), one)
+    c[0] = OUTER(_mm256_add_ps(t, one));
+    c[1] = INNER(t);
+    c[2] = INNER(_mm256_sub_ps(one, t));
+    c[3] = OUTER(_mm256_sub_ps(_mm256_set1_ps(2.0f), t));
+#undef OUTER
+#undef INNER
+}
+
+/* the output lanes [0, n) of one plane */
+OPB_AVX2 static inline void v_store(float *o, __m256 v, Py_ssize_t n) {
+    if (n == 8) {
+        _mm256_storeu_ps(o, v);
+    } else {
+        const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(o, lanes, v);
+    }
+}
+
+/* points [p0, p1) of one image x (C planes of H * W) at grid (P, 2) into out (C, P) */
+OPB_AVX2 static void sample_planes(const float *x, const float *grid, float *out, Py_ssize_t C, int H, int W,
+                                   Py_ssize_t P, int mode, int padding, int align, Py_ssize_t p0, Py_ssize_t p1) {
+    axis_t ax0, ay0;
+    axis_init(&ax0, W, align, padding);
+    axis_init(&ay0, H, align, padding);
+    const vaxis_t ax = vaxis_of(&ax0), ay = vaxis_of(&ay0);
+    const __m256i Wv = _mm256_set1_epi32(W), Hv = _mm256_set1_epi32(H), one = _mm256_set1_epi32(1);
+    const Py_ssize_t HW = (Py_ssize_t)H * W;
+    for (Py_ssize_t i = p0; i < p1; i += 8) {
+        const Py_ssize_t n = p1 - i < 8 ? p1 - i : 8;
+        __m256 lo, hi; /* points i..i+3 and i+4..i+7 as (x, y) pairs */
+        if (n == 8) {
+            lo = _mm256_loadu_ps(grid + 2 * i);
+            hi = _mm256_loadu_ps(grid + 2 * i + 8);
+        } else { /* the last points, the other lanes at (0, 0) */
+            float tail[16] = {0.0f};
+            for (Py_ssize_t k = 0; k < 2 * n; ++k) tail[k] = grid[2 * i + k];
+            lo = _mm256_loadu_ps(tail);
+            hi = _mm256_loadu_ps(tail + 8);
+        }
+        /* x0 x1 x4 x5 | x2 x3 x6 x7, then in point order */
+        const __m256d xs = _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88));
+        const __m256d ys = _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd));
+        const __m256 gx = _mm256_castpd_ps(_mm256_permute4x64_pd(xs, 0xd8));
+        const __m256 gy = _mm256_castpd_ps(_mm256_permute4x64_pd(ys, 0xd8));
+        if (mode == NEAREST) {
+            /* rounded half to even by the conversion itself (MXCSR's default); NaN and coordinates
+               past the int32 range convert to INT32_MIN, outside like every other index out of
+               [0, size): the same taps as index_of(rintf(...)) */
+            const __m256i xi = _mm256_cvtps_epi32(v_pad(&ax, v_unnormalize(&ax, gx)));
+            const __m256i yi = _mm256_cvtps_epi32(v_pad(&ay, v_unnormalize(&ay, gy)));
+            const vtap_t t = {_mm256_add_epi32(_mm256_mullo_epi32(yi, Wv), xi),
+                              _mm256_and_ps(v_within(xi, Wv), v_within(yi, Hv))};
+            for (Py_ssize_t c = 0; c < C; ++c) v_store(out + c * P + i, v_gather(x + c * HW, t), n);
+        } else if (mode == BILINEAR) {
+            const __m256 u = v_pad(&ax, v_unnormalize(&ax, gx)), v = v_pad(&ay, v_unnormalize(&ay, gy));
+            const __m256 fu = _mm256_floor_ps(u), fv = _mm256_floor_ps(v);
+            const __m256 w = _mm256_sub_ps(u, fu), nn = _mm256_sub_ps(v, fv); /* c[1]: the fractions */
+            const __m256 e = _mm256_sub_ps(_mm256_set1_ps(1.0f), w), s = _mm256_sub_ps(_mm256_set1_ps(1.0f), nn);
+            const __m256 wnw = _mm256_mul_ps(s, e), wne = _mm256_mul_ps(s, w);
+            const __m256 wsw = _mm256_mul_ps(nn, e), wse = _mm256_mul_ps(nn, w);
+            /* the corners' columns and rows as integers (floor is integral; NaN and values past the
+               int32 range convert to INT32_MIN, outside): with sizes up to 2**24 the same taps as
+               index_of(f) and index_of(f + 1.0f) */
+            const __m256i x0 = _mm256_cvttps_epi32(fu), y0 = _mm256_cvttps_epi32(fv);
+            const __m256i x1 = _mm256_add_epi32(x0, one), y1 = _mm256_add_epi32(y0, one);
+            const __m256 okx0 = v_within(x0, Wv), okx1 = v_within(x1, Wv);
+            const __m256 oky0 = v_within(y0, Hv), oky1 = v_within(y1, Hv);
+            const __m256i o = _mm256_add_epi32(_mm256_mullo_epi32(y0, Wv), x0);
+            const vtap_t tnw = {o, _mm256_and_ps(okx0, oky0)};
+            const vtap_t tne = {_mm256_add_epi32(o, one), _mm256_and_ps(okx1, oky0)};
+            const __m256i os = _mm256_add_epi32(o, Wv);
+            const vtap_t tsw = {os, _mm256_and_ps(okx0, oky1)};
+            const vtap_t tse = {_mm256_add_epi32(os, one), _mm256_and_ps(okx1, oky1)};
+            for (Py_ssize_t c = 0; c < C; ++c) {
+                const float *plane = x + c * HW;
+                __m256 r = _mm256_mul_ps(v_gather(plane, tnw), wnw);
+                r = _mm256_add_ps(r, _mm256_mul_ps(v_gather(plane, tne), wne));
+                r = _mm256_add_ps(r, _mm256_mul_ps(v_gather(plane, tsw), wsw));
+                r = _mm256_add_ps(r, _mm256_mul_ps(v_gather(plane, tse), wse));
+                v_store(out + c * P + i, r, n);
+            }
+        } else {
+            const __m256 u = v_unnormalize(&ax, gx), v = v_unnormalize(&ay, gy);
+            const __m256 fu = _mm256_floor_ps(u), fv = _mm256_floor_ps(v);
+            __m256 a[4], b[4];
+            v_cubic(_mm256_sub_ps(u, fu), a);
+            v_cubic(_mm256_sub_ps(v, fv), b);
+            __m256i xi[4], yi[4];
+            for (int k = 0; k < 4; ++k) {
+                const __m256 dk = _mm256_set1_ps((float)(k - 1));
+                xi[k] = v_index(&ax, v_pad(&ax, _mm256_add_ps(fu, dk)));
+                yi[k] = v_index(&ay, v_pad(&ay, _mm256_add_ps(fv, dk)));
+            }
+            /* v_index gives -1 for a tap outside: a row's offset once, each tap's mask from its axes' */
+            __m256 okx[4], oky[4];
+            __m256i rows[4];
+            for (int k = 0; k < 4; ++k) {
+                okx[k] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(xi[k], _mm256_set1_epi32(-1)));
+                oky[k] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(yi[k], _mm256_set1_epi32(-1)));
+                rows[k] = _mm256_mullo_epi32(yi[k], Wv);
+            }
+            vtap_t t[16];
+            for (int j = 0; j < 4; ++j)
+                for (int k = 0; k < 4; ++k)
+                    t[4 * j + k] = (vtap_t){_mm256_add_epi32(rows[j], xi[k]), _mm256_and_ps(okx[k], oky[j])};
+            for (Py_ssize_t c = 0; c < C; ++c) {
+                const float *plane = x + c * HW;
+                __m256 r[4];
+                for (int j = 0; j < 4; ++j) {
+                    __m256 acc = _mm256_mul_ps(a[0], v_gather(plane, t[4 * j]));
+                    for (int k = 1; k < 4; ++k)
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(a[k], v_gather(plane, t[4 * j + k])));
+                    r[j] = acc;
+                }
+                __m256 o = _mm256_mul_ps(b[0], r[0]);
+                for (int j = 1; j < 4; ++j) o = _mm256_add_ps(o, _mm256_mul_ps(b[j], r[j]));
+                v_store(out + c * P + i, o, n);
+            }
+        }
+    }
+}
+#else
+#define OPB_PLANES 0
+#endif
+
+/* Planes up to this size on each side: the integer tap indices above equal index_of's of the float
+   coordinates (f + 1.0f is exact below 2**24). */
+#define PLANES_SIDE_MAX (1 << 24)
+
+/* whether grid_sample reads an image of C channels of H x W from its planes in this mode */
+static int planes_apply(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, int mode) {
+#if OPB_PLANES
+    return mode >= BILINEAR && mode <= BICUBIC && C <= planes_max[mode] && H <= PLANES_SIDE_MAX &&
+           W <= PLANES_SIDE_MAX && planes_supported();
+#else
+    (void)C, (void)H, (void)W, (void)mode;
+    return 0;
+#endif
+}
+
 /* ------------------------------------------------------------------ bicubic resize */
 
 /* One output axis of F.interpolate(mode="bicubic") as ATen computes it: the scale from the sizes,
@@ -732,6 +971,63 @@ static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     return result;
 }
 
+PyDoc_STRVAR(grid_sample_planes_doc,
+             "grid_sample_planes(x, grid, out, C, H, W, P, mode, padding, align, p0, p1)\n\n"
+             "grid_sample's path for few channels: the same outputs as grid_sample, read from one image's\n"
+             "planes x (C, H * W) without the channels-last copy, eight points per AVX2 vector; grid (P, 2),\n"
+             "out (C, P), all contiguous float32; only the output points [p0, p1). Needs AVX2 and FMA\n"
+             "and sides of at most 2**24 (planes_apply(1, H, W, mode)). Releases the GIL while it runs.");
+
+static PyObject *py_grid_sample_planes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer xb, gb, ob;
+    Py_ssize_t C, H, W, P, p0, p1;
+    int mode, padding, align;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnnniipnn", &xb, &gb, &ob, &C, &H, &W, &P, &mode, &padding, &align, &p0, &p1))
+        return NULL;
+    PyObject *result = NULL;
+    if (!sizes_ok("grid_sample_planes", C, H, W, P) || !range_ok("grid_sample_planes", p0, p1, P)) {
+        /* error set */
+    } else if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2) {
+        PyErr_Format(PyExc_ValueError,
+                     "grid_sample_planes: mode %d, padding %d; modes 0 (bilinear), 1 (nearest), 2 (bicubic) and "
+                     "paddings 0 (zeros), 1 (border), 2 (reflection)",
+                     mode, padding);
+    } else if (!planes_apply(1, H, W, mode)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "grid_sample_planes: planes of %zdx%zd on this CPU: it needs AVX2 and FMA on x86-64 and sides "
+                     "of at most %d; use to_channels_last and grid_sample",
+                     H, W, PLANES_SIDE_MAX);
+    } else if (check_len("grid_sample_planes", &xb, "x", C * H * W) &&
+               check_len("grid_sample_planes", &gb, "grid", P * 2) &&
+               check_len("grid_sample_planes", &ob, "out", C * P)) {
+#if OPB_PLANES
+        Py_BEGIN_ALLOW_THREADS;
+        sample_planes((const float *)xb.buf, (const float *)gb.buf, (float *)ob.buf, C, (int)H, (int)W, P, mode,
+                      padding, align, p0, p1);
+        Py_END_ALLOW_THREADS;
+#endif
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+PyDoc_STRVAR(planes_apply_doc,
+             "planes_apply(C, H, W, mode)\n\n"
+             "Whether grid_sample reads an image of C channels of H x W from its planes (grid_sample_planes)\n"
+             "in this mode (0 bilinear, 1 nearest, 2 bicubic): few channels, on a CPU with AVX2 and FMA.");
+
+static PyObject *py_planes_apply(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t C, H, W;
+    int mode;
+    if (!PyArg_ParseTuple(args, "nnni", &C, &H, &W, &mode)) return NULL;
+    return PyBool_FromLong(planes_apply(C, H, W, mode));
+}
+
 PyDoc_STRVAR(resize_bicubic_doc,
              "resize_bicubic(x, out, planes, H, W, Ho, Wo, align, p0, p1, oy0, oy1)\n\n"
              "F.interpolate(mode=\"bicubic\") of x (planes, H, W) into out (planes, Ho, Wo), both contiguous\n"
@@ -983,7 +1279,7 @@ typedef struct {
 } grid_native_t;
 
 typedef struct {
-    const float *grid;
+    const float *grid, *x; /* x: the image's planes, where the job reads them directly */
     float *xt, *out;
     Py_ssize_t C, S, H, W, P;
     int mode, padding, align;
@@ -1004,6 +1300,16 @@ static void grid_sample_piece(void *user, size_t i) {
     free(work);
 }
 
+static void grid_planes_piece(void *user, size_t i) {
+#if OPB_PLANES
+    grid_job_t *j = (grid_job_t *)user;
+    sample_planes(j->x, j->grid, j->out, j->C, (int)j->H, (int)j->W, j->P, j->mode, j->padding, j->align,
+                  piece_start(j->P, i, j->pieces), piece_start(j->P, i + 1, j->pieces));
+#else
+    (void)user, (void)i;
+#endif
+}
+
 static int grid_native_compute(const opb_native_kernel *self, const opb_native_call *call) {
     const grid_native_t *k = (const grid_native_t *)self;
     if (call->n_inputs < 2 || call->n_outputs != 1) return OPB_NATIVE_DECLINE;
@@ -1014,9 +1320,10 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     const int64_t Ho = g->dims[1], Wo = g->dims[2];
     /* other shapes, empty outputs and empty planes: the Python kernel's result or error */
-    if (g->dims[0] != N || g->dims[3] != 2 || C < k->min_channels || N < 1 || Ho < 1 || Wo < 1 ||
-        !grid_sizes_valid(C, H, W, Ho * Wo))
+    if (g->dims[0] != N || g->dims[3] != 2 || N < 1 || Ho < 1 || Wo < 1 || !grid_sizes_valid(C, H, W, Ho * Wo))
         return OPB_NATIVE_DECLINE;
+    /* fewer channels than min_channels: declined, unless the planes path takes them */
+    if (C < k->min_channels && !planes_apply(C, H, W, k->mode)) return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
     float *out = float_output(call, "grid_sample", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
@@ -1029,6 +1336,16 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     job.mode = k->mode;
     job.padding = k->padding;
     job.align = k->align;
+    if (planes_apply(C, H, W, k->mode)) { /* few channels: straight from the planes, no copy */
+        for (int64_t n = 0; n < N; ++n) {
+            job.x = (const float *)x->data + n * C * H * W;
+            job.grid = (const float *)g->data + n * job.P * 2;
+            job.out = out + n * C * job.P;
+            job.pieces = pieces_for(call, C * job.P, NATIVE_PIECE, job.P);
+            run_pieces(call, grid_planes_piece, job.pieces, &job);
+        }
+        return OPB_NATIVE_DONE;
+    }
     int owned = 0;
     job.xt = scratch((size_t)(H * W + 1) * (size_t)job.S, &owned);
     if (job.xt == NULL) {
@@ -1202,7 +1519,8 @@ static PyObject *native_capsule(opb_native_kernel *k, const char *name,
 PyDoc_STRVAR(grid_sample_native_doc,
              "grid_sample_native(mode, padding, align, min_channels)\n\n"
              "grid_sample as a native kernel for ONNX Runtime's bridge (a capsule, see _native_kernel.h): float32\n"
-             "inputs with at least min_channels channels; other inputs are declined to the Python kernel.");
+             "inputs with at least min_channels channels, or few enough for the planes path (planes_apply); other\n"
+             "inputs are declined to the Python kernel.");
 
 static PyObject *py_grid_sample_native(PyObject *self, PyObject *args) {
     (void)self;
@@ -1268,6 +1586,8 @@ static PyObject *py_roi_align_native(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"to_channels_last", py_to_channels_last, METH_VARARGS, to_channels_last_doc},
     {"grid_sample", py_grid_sample, METH_VARARGS, grid_sample_doc},
+    {"grid_sample_planes", py_grid_sample_planes, METH_VARARGS, grid_sample_planes_doc},
+    {"planes_apply", py_planes_apply, METH_VARARGS, planes_apply_doc},
     {"resize_bicubic", py_resize_bicubic, METH_VARARGS, resize_bicubic_doc},
     {"roi_align", py_roi_align, METH_VARARGS, roi_align_doc},
     {"channel_stride", py_channel_stride, METH_O, channel_stride_doc},

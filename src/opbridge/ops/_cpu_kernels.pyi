@@ -20,6 +20,22 @@ def grid_sample(
     p1: int,
     /,
 ) -> None: ...
+def grid_sample_planes(
+    x: Buffer,
+    grid: Buffer,
+    out: Buffer,
+    C: int,
+    H: int,
+    W: int,
+    P: int,
+    mode: int,
+    padding: int,
+    align: bool,
+    p0: int,
+    p1: int,
+    /,
+) -> None: ...
+def planes_apply(C: int, H: int, W: int, mode: int, /) -> bool: ...
 def resize_bicubic(
     x: Buffer,
     out: Buffer,

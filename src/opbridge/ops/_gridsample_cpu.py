@@ -8,8 +8,11 @@ channels padded to a vector of 4 or 8, so that a tap is one vector load; more by
 :func:`channel_stride`), with the arithmetic of
 ATen's vectorized kernel: bilinear and bicubic within a few float32 ulps of F.grid_sample (ATen's
 build may fuse some products), nearest bit for bit. It writes straight into a caller's output
-(ONNX Runtime's buffer through the bridge). With very few channels ATen's kernel, vectorized
-across points, is faster: :func:`applies` takes the native kernel from :data:`MIN_CHANNELS`
+(ONNX Runtime's buffer through the bridge). With one channel (two for nearest) the copy costs more
+than it saves: on CPUs with AVX2 the kernel then takes eight points per vector and gathers their
+taps from the input planes themselves (the same bits as the channels-last path; 1.1-2.0x faster
+there). ATen's kernel, vectorized across points the same way, is as fast with few channels and
+needs no Python per call: :func:`applies` takes the native kernel from :data:`MIN_CHANNELS`
 channels per mode (``benchmarks/cpu_ops.py --only grid-channels``).
 
 Example:
@@ -39,7 +42,9 @@ MIN_CHANNELS = {0: 3, 1: 4, 2: 2}
 # The same inside opbridge's ONNX Runtime session, where the native kernel runs without Python's cost
 # per call and the alternative is ATen's kernel through the bridge's Python side (benchmarks/cpu_ops.py
 # --only grid-session, 128 x 128 planes, against the Python kernel: bilinear 1.5x at 2 channels,
-# 0.8-1.1x at 1 over two runs; nearest 1.2-2.0x from 1 channel; bicubic 1.15x at 2, 1.0x at 1).
+# 0.8-1.1x at 1 over two runs; nearest 1.2-2.0x from 1 channel; bicubic 1.15x at 2, 1.0x at 1). The
+# native kernel takes fewer channels too where it reads them from the planes (AVX2: bilinear 1.3x,
+# bicubic 1.15x the Python kernel at one channel).
 NATIVE_MIN_CHANNELS = {0: 2, 1: 1, 2: 2}
 # Outputs (channels x points) per image below which one thread does the work.
 _SPLIT_MIN = 1 << 16
@@ -99,7 +104,8 @@ def grid_sample(
 def native_kernel(attrs: Mapping[str, Any]) -> Any:
     """The native kernel of a grid_sampler node with these attributes, for ONNX Runtime's bridge (a
     capsule, ``opbridge/_native_kernel.h``): the kernel of :func:`grid_sample`, run without Python,
-    for float32 inputs from :data:`NATIVE_MIN_CHANNELS` channels; None where the extension is not
+    for float32 inputs from :data:`NATIVE_MIN_CHANNELS` channels (from one where it reads the input
+    planes directly, on CPUs with AVX2); None where the extension is not
     built or an attribute is out of range (the Python kernel names it)."""
     module = _cpu_native.module()
     mode, padding = attrs.get("interpolation_mode", 0), attrs.get("padding_mode", 0)
@@ -134,9 +140,15 @@ def _sample(module: ModuleType, xs: Any, gs: Any, os_: Any, mode: int, pad: int,
     n, c, h, w = xs.shape
     hw, p = h * w, gs.shape[1] * gs.shape[2]
     xs, gs, os_ = xs.reshape(n, c, hw), gs.reshape(n, p, 2), os_.reshape(n, c, p)
+    threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
+    if module.planes_apply(c, h, w, mode):  # few channels: gathered from the planes, no layout copy
+        for i in range(n):
+            _cpu_native.split(
+                module.grid_sample_planes, (xs[i], gs[i], os_[i], c, h, w, p, mode, pad, align), p, threads
+            )
+        return
     stride = channel_stride(c)
     xt = _cpu_native.scratch((hw + 1) * stride).reshape(hw + 1, stride)  # one image channels-last, a zero row
-    threads = _cpu_native.threads_for(c * p, _SPLIT_MIN)
     for i in range(n):
         _cpu_native.split(module.to_channels_last, (xs[i], xt, c, stride, hw), hw, threads)
         _cpu_native.split(module.grid_sample, (xt, gs[i], os_[i], c, stride, h, w, p, mode, pad, align), p, threads)
