@@ -869,6 +869,17 @@ static int sizes_ok(const char *fn, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py
     return 1;
 }
 
+static int grid_mode_ok(const char *fn, int mode, int padding) {
+    if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: mode %d, padding %d; modes 0 (bilinear), 1 (nearest), 2 (bicubic) and paddings 0 (zeros), "
+                     "1 (border), 2 (reflection)",
+                     fn, mode, padding);
+        return 0;
+    }
+    return 1;
+}
+
 static int stride_ok(const char *fn, Py_ssize_t C, Py_ssize_t S) {
     if (!(S == C || (S > C && S % 4 == 0))) {
         PyErr_Format(PyExc_ValueError, "%s: channel stride S=%zd for C=%zd; S is C, or a multiple of 4 above C", fn,
@@ -946,11 +957,8 @@ static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
     if (!sizes_ok("grid_sample", C, H, W, P) || !stride_ok("grid_sample", C, S) ||
         !range_ok("grid_sample", p0, p1, P)) {
         /* error set */
-    } else if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2) {
-        PyErr_Format(PyExc_ValueError,
-                     "grid_sample: mode %d, padding %d; modes 0 (bilinear), 1 (nearest), 2 (bicubic) and paddings "
-                     "0 (zeros), 1 (border), 2 (reflection)",
-                     mode, padding);
+    } else if (!grid_mode_ok("grid_sample", mode, padding)) {
+        /* error set */
     } else if (check_len("grid_sample", &tb, "xt", (H * W + 1) * S) && check_len("grid_sample", &gb, "grid", P * 2) &&
                check_len("grid_sample", &ob, "out", C * P)) {
         void *work = PyMem_RawMalloc(sizeof(tile_t) + (size_t)TILE * (size_t)S * sizeof(float));
@@ -988,11 +996,8 @@ static PyObject *py_grid_sample_planes(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (!sizes_ok("grid_sample_planes", C, H, W, P) || !range_ok("grid_sample_planes", p0, p1, P)) {
         /* error set */
-    } else if (mode < BILINEAR || mode > BICUBIC || padding < 0 || padding > 2) {
-        PyErr_Format(PyExc_ValueError,
-                     "grid_sample_planes: mode %d, padding %d; modes 0 (bilinear), 1 (nearest), 2 (bicubic) and "
-                     "paddings 0 (zeros), 1 (border), 2 (reflection)",
-                     mode, padding);
+    } else if (!grid_mode_ok("grid_sample_planes", mode, padding)) {
+        /* error set */
     } else if (!planes_apply(1, H, W, mode)) {
         PyErr_Format(PyExc_RuntimeError,
                      "grid_sample_planes: planes of %zdx%zd on this CPU: it needs AVX2 and FMA on x86-64 and sides "
