@@ -519,11 +519,12 @@ def test_native_grid_sample_planes_equal_channels_last(mode: int) -> None:
 
     assert [_cpu_kernels.planes_apply(c, 64, 64, mode) for c in (1, 2, 3)] == [True, mode == 1, False]
     assert not _cpu_kernels.planes_apply(1, 1, 2**24 + 1, mode) and not _cpu_kernels.planes_apply(1, 2**24 + 1, 1, mode)
-    for c, h, w in ((1, 13, 17), (2, 1, 1), (3, 6, 9), (1, 64, 40)):
+    for c, h, w in ((1, 16, 8), (2, 1, 1), (3, 6, 9), (1, 64, 32), (1, 13, 17)):
         x, grid = _native_case((1, c, h, w), (9, 11), seed=90 + c + h)
         gs = grid[0].reshape(-1, 2).clone()
-        # half-way between pixels in x and y (exact in float32 for these sizes), and the corners
-        gs[5:9] = torch.tensor([[1 / w - 1, 1 / h - 1], [3 / w - 1, 0.0], [-1.0, 1.0], [1.0, -1.0]])
+        # without align_corners, half-way between columns j and j + 1 at (2 j + 2) / W - 1 (exact where the
+        # side is a power of two; likewise for rows), and the corners
+        gs[5:9] = torch.tensor([[2 / w - 1, 2 / h - 1], [6 / w - 1, 4 / h - 1], [-1.0, 1.0], [1.0, -1.0]])
         xs, gs = x[0].reshape(c, -1).numpy(), gs.numpy()
         p = gs.shape[0]
         xt = np.empty((h * w + 1, _cpu_kernels.channel_stride(c)), np.float32)
