@@ -406,8 +406,9 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
    each channel each tap gathered from the NCHW plane itself (lanes whose tap lies outside read 0,
    the value of the channels-last path's zero row). Every lane does the operations of axis_taps and
    of the per-point sums above in the same order with the same roundings, so both paths give the
-   same bits. x86-64 with AVX2 and FMA only (checked at run time): planes_apply(). */
-#if defined(__GNUC__) && defined(__x86_64__)
+   same bits. x86-64 with AVX2 and FMA only (checked at run time): planes_apply(); a build with
+   -DOPB_NO_PLANES leaves the path out. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(OPB_NO_PLANES)
 #include <immintrin.h>
 #define OPB_PLANES 1
 #define OPB_AVX2 __attribute__((target("avx2,fma")))
@@ -416,13 +417,18 @@ OPB_CLONES static void sample_nhwc(const float *xt, const float *grid, float *ou
    (benchmarks/cpu_ops.py --only grid-planes): bilinear, nearest, bicubic. */
 static const int planes_max[3] = {1, 2, 1};
 
+static pthread_once_t g_planes_once = PTHREAD_ONCE_INIT;
+static int g_planes_ok = 0;
+
+static void planes_init(void) {
+    __builtin_cpu_init();
+    g_planes_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* whether this CPU runs the path (checked once, from any thread) */
 static int planes_supported(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return known;
+    pthread_once(&g_planes_once, planes_init);
+    return g_planes_ok;
 }
 
 typedef struct {
