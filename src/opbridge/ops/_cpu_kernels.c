@@ -1333,8 +1333,9 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     /* other shapes, empty outputs and empty planes: the Python kernel's result or error */
     if (g->dims[0] != N || g->dims[3] != 2 || N < 1 || Ho < 1 || Wo < 1 || !grid_sizes_valid(C, H, W, Ho * Wo))
         return OPB_NATIVE_DECLINE;
-    /* fewer channels than min_channels: declined, unless the planes path takes them */
-    if (C < k->min_channels && !planes_apply(C, H, W, k->mode)) return OPB_NATIVE_DECLINE;
+    /* few channels: read straight from the planes, no copy; else fewer than min_channels declined */
+    const int planes = planes_apply(C, H, W, k->mode);
+    if (C < k->min_channels && !planes) return OPB_NATIVE_DECLINE;
     const int64_t dims[4] = {N, C, Ho, Wo};
     float *out = float_output(call, "grid_sample", dims);
     if (out == NULL) return OPB_NATIVE_ERROR;
@@ -1347,29 +1348,25 @@ static int grid_native_compute(const opb_native_kernel *self, const opb_native_c
     job.mode = k->mode;
     job.padding = k->padding;
     job.align = k->align;
-    if (planes_apply(C, H, W, k->mode)) { /* few channels: straight from the planes, no copy */
-        for (int64_t n = 0; n < N; ++n) {
-            job.x = (const float *)x->data + n * C * H * W;
-            job.grid = (const float *)g->data + n * job.P * 2;
-            job.out = out + n * C * job.P;
-            job.pieces = pieces_for(call, C * job.P, NATIVE_PIECE, job.P);
-            run_pieces(call, grid_planes_piece, job.pieces, &job);
-        }
-        return OPB_NATIVE_DONE;
-    }
+    job.pieces = pieces_for(call, C * job.P, NATIVE_PIECE, job.P);
     int owned = 0;
-    job.xt = scratch((size_t)(H * W + 1) * (size_t)job.S, &owned);
-    if (job.xt == NULL) {
-        snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a %lldx%lld image",
-                 (long long)H, (long long)W);
-        return OPB_NATIVE_ERROR;
+    if (!planes) {
+        job.xt = scratch((size_t)(H * W + 1) * (size_t)job.S, &owned);
+        if (job.xt == NULL) {
+            snprintf(call->err, call->err_len, "grid_sample (native): out of memory for a %lldx%lld image",
+                     (long long)H, (long long)W);
+            return OPB_NATIVE_ERROR;
+        }
     }
     for (int64_t n = 0; n < N && !job.failed; ++n) {
-        to_channels_last_pieces(call, (const float *)x->data + n * C * H * W, job.xt, C, job.S, H * W);
+        const float *image = (const float *)x->data + n * C * H * W;
+        if (planes)
+            job.x = image;
+        else
+            to_channels_last_pieces(call, image, job.xt, C, job.S, H * W);
         job.grid = (const float *)g->data + n * job.P * 2;
         job.out = out + n * C * job.P;
-        job.pieces = pieces_for(call, C * job.P, NATIVE_PIECE, job.P);
-        run_pieces(call, grid_sample_piece, job.pieces, &job);
+        run_pieces(call, planes ? grid_planes_piece : grid_sample_piece, job.pieces, &job);
     }
     if (owned) free(job.xt);
     if (job.failed) {
