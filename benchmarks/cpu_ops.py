@@ -230,6 +230,7 @@ def bench_resize_kernel(quick: bool, reps: int) -> None:
         ((1, 3, 540, 960), (720, 1280)),
         ((8, 64, 128, 128), (200, 200)),
         ((2, 16, 256, 256), (96, 96)),
+        ((4, 1, 60000, 8), (2, 4000)),  # a strong downscale: four input rows read of each 30000
     ]
     for shape, (ho, wo) in sizes[:2] if quick else sizes:
         x = torch.randn(*shape)

@@ -272,14 +272,23 @@ def test_native_roi_align_rejects_bad_calls() -> None:
         ([-1.0, 1.0, 1.0, 4.0, 4.0], "RoI 1 has batch index -1.0"),
         ([float("nan"), 1.0, 1.0, 4.0, 4.0], "RoI 1 has batch index nan"),
         ([0.0, 0.0, 0.0, 1e30, 4.0], r"RoI 1 \[0.0, 0.0, 1.0000000150474662e\+30, 4.0\] needs a sampling grid"),
-        ([0.0, 0.0, float("nan"), 4.0, 4.0], "pass finite boxes or a sampling_ratio > 0"),
+        (
+            [0.0, 0.0, float("nan"), 4.0, 4.0],
+            "pass finite boxes on the feature map's scale or a smaller sampling_ratio",
+        ),
+        ([0.0, 0.0, 0.0, 4100.0, 4100.0], r"over 16777216 samples \(the bins times the samples of a bin\)"),
+        ([0.0, 0.0, 0.0, 3e8, -5.0], "needs a sampling grid"),  # one side over the limit, the other empty
     ):
         out = np.full((2, 2, 3, 3), 7.0, np.float32)
         with pytest.raises(ValueError, match=match):
             _roialign_cpu.roi_align(feat, np.array([good, bad], np.float32), 3, 3, 1.0, 0, False, True, out=out)
         assert (out == 7.0).all()  # nothing written
-    # a sampling ratio bounds the grid: the same huge box runs
+    # a sampling ratio bounds the grid: the same huge box runs, a box of 4096 x 4096 pixels too (the
+    # limit exactly), and a sampling ratio past it is refused
     _roialign_cpu.roi_align(feat, np.array([[0.0, 0.0, 0.0, 1e30, 4.0]], np.float32), 3, 3, 1.0, 2, False, True)
+    _roialign_cpu.roi_align(feat, np.array([[0.0, 0.0, 0.0, 4096.0, 4096.0]], np.float32), 4, 4, 1.0, 0, False, False)
+    with pytest.raises(ValueError, match=r"RoI 0 \[1.0, 1.0, 4.0, 4.0\] needs a sampling grid"):
+        _roialign_cpu.roi_align(feat, np.array([good], np.float32), 3, 3, 1.0, 1366, False, True)
     with pytest.raises(ValueError, match=r"`out` must be a contiguous float32 array of shape \(1, 2, 3, 3\)"):
         _roialign_cpu.roi_align(feat, np.array([good], np.float32), 3, 3, 1.0, 0, False, True, out=np.zeros((1, 2, 3)))
     xt, rois, out = np.zeros((1, 37, 2), np.float32), np.array([good], np.float32), np.zeros((1, 2, 3, 3), np.float32)
@@ -427,7 +436,8 @@ _NATIVE_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 def _native_case(
     shape: tuple[int, int, int, int], out_hw: tuple[int, int], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input and grid with points inside, across every edge and far outside, and non-finite ones."""
+    """Input and grid with points inside, across every edge and far outside, non-finite ones, and
+    finite ones 2**22-2**27 plane sizes away (reflection's remainder there depends on its rounding)."""
     g = _gen(seed)
     x = torch.randn(*shape, generator=g)
     grid = torch.rand(shape[0], *out_hw, 2, generator=g) * 3.0 - 1.5
@@ -435,6 +445,9 @@ def _native_case(
         [[float("nan"), 0.1], [float("inf"), 0.0], [0.2, -float("inf")], [1e30, 0.3], [-1e30, -1e30]]
     )
     grid[0, 0, : len(special)] = special[: out_hw[1]]
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # ATen's builds with FMA fuse the remainder
+        far = torch.tensor([[3.1e6, 0.1], [-2.9e7, 0.4], [0.3, 5.3e6], [7.7e7, -6.1e6], [-1.3e8, 2.2e7]])
+        grid[-1, -1, : len(far)] = far[: out_hw[1]]
     return x, grid
 
 
@@ -928,6 +941,30 @@ def _resize_close(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor) -> Non
     finite = want.isfinite()
     scale = float(x[x.isfinite()].abs().max())
     torch.testing.assert_close(got[finite], want[finite], rtol=0, atol=RESIZE_SCALE_TOL * scale)
+
+
+@pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])
+def test_dynamic_resize_native_kernel_coefficients_equal_aten(align: bool) -> None:
+    """The cubic coefficients of every interior output equal ATen's bit for bit (read from resizing
+    one-hot rows): ATen makes some exactly 0 at fractions near 0 and 1, and an infinite input then
+    gives NaN there (inf * 0), not an infinity of the other sign."""
+    from opbridge.ops import DynamicResize
+
+    for w, wo in ((13, 38), (21, 45), (100, 37), (7, 200), (64, 129)):
+        eye = torch.eye(w).view(1, w, 1, w)
+        want = F.interpolate(eye, size=(1, wo), mode="bicubic", align_corners=align)[0, :, 0]
+        got = DynamicResize.kernel(eye, torch.empty(1, 1, 1, wo), align_corners=align)[0, :, 0]
+        # interior outputs: the four taps read four distinct pixels, each one weight alone
+        taps = (want != 0).sum(0)
+        interior = ((want != 0) & (torch.arange(w)[:, None] > 0) & (torch.arange(w)[:, None] < w - 1)).sum(0) == taps
+        assert interior.sum() > wo // 5
+        assert torch.equal(got[:, interior].view(torch.int32), want[:, interior].view(torch.int32))
+    x = torch.ones(1, 1, 4, 13)
+    x[0, 0, 1, 10] = float("inf")
+    want = F.interpolate(x, size=(3, 38), mode="bicubic", align_corners=True)
+    got = DynamicResize.kernel(x, torch.empty(1, 1, 3, 38), align_corners=True)
+    assert want[0, 0, 1, -1].isnan()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
 
 
 @pytest.mark.parametrize("align", [False, True], ids=["half-pixel", "align-corners"])

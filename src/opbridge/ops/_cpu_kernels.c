@@ -94,12 +94,14 @@ static inline float clip(const axis_t *a, float v) {
     return v < a->max_val ? v : a->max_val;
 }
 
-/* an empty span (size 1 with align_corners) gives NaN here, which clip turns into 0, ATen's value */
+/* an empty span (size 1 with align_corners) gives NaN here, which clip turns into 0, ATen's value;
+   the remainder is one fused multiply-add, as ATen's vectorized reflection is built (a coordinate of
+   2**25 pixels or more picks another pixel where the product is rounded first) */
 static inline float reflect(const axis_t *a, float v) {
     const float ts = a->twice_span;
     const float abs_in = fabsf(v - a->low);
     const float flips = truncf(abs_in / ts);
-    const float extra = abs_in - flips * ts;
+    const float extra = fmaf(-flips, ts, abs_in);
     const float back = ts - extra;
     return (extra < back ? extra : back) + a->low;
 }
@@ -464,7 +466,7 @@ OPB_AVX2 static inline __m256 v_pad(const vaxis_t *a, __m256 v) {
         const __m256 ts = a->twice_span;
         const __m256 abs_in = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, a->low));
         const __m256 flips = _mm256_round_ps(_mm256_div_ps(abs_in, ts), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __m256 extra = _mm256_sub_ps(abs_in, _mm256_mul_ps(flips, ts));
+        const __m256 extra = _mm256_fnmadd_ps(flips, ts, abs_in); /* fused, as the scalar reflect */
         const __m256 back = _mm256_sub_ps(ts, extra);
         v = _mm256_add_ps(_mm256_min_ps(extra, back), a->low);
     }
@@ -646,7 +648,15 @@ static int planes_apply(Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, int mode) {
 /* One output axis of F.interpolate(mode="bicubic") as ATen computes it: the scale from the sizes,
    the source index (not clamped for cubic; its multiply-add done in double and rounded once, as
    ATen's build appears to fuse it), the guarded floor and fraction, the cubic coefficients of the
-   fraction and the four taps clamped into [0, in - 1]. */
+   fraction and the four taps clamped into [0, in - 1]. The outer coefficient fuses its first two
+   multiply-adds and rounds the last product, the inner one rounds every product: so ATen's build
+   forms them (its coefficients of 26091 interior outputs over 174 sizes, equal bit for bit; a
+   coefficient ATen makes exactly 0 at a fraction near 1 is 0 here too, so an infinite input gives
+   NaN as there). */
+static inline float cubic_outer(float x) {
+    const float A = -0.75f;
+    return fmaf(fmaf(A, x, -5.0f * A), x, 8.0f * A) * x - 4.0f * A;
+}
 static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)[4], float (*w)[4]) {
     const float A = -0.75f;
     const float scale = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : (float)in / (float)out;
@@ -657,13 +667,11 @@ static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)
         float t = real - (float)i0;
         t = t > 0.0f ? t : 0.0f;
         t = t < 1.0f ? t : 1.0f;
-        float x = t + 1.0f;
-        w[o][0] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;
+        const float u = 1.0f - t;
+        w[o][0] = cubic_outer(t + 1.0f);
         w[o][1] = ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;
-        x = 1.0f - t;
-        w[o][2] = ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;
-        x = x + 1.0f;
-        w[o][3] = ((A * x - 5.0f * A) * x + 8.0f * A) * x - 4.0f * A;
+        w[o][2] = ((A + 2.0f) * u - (A + 3.0f)) * u * u + 1.0f;
+        w[o][3] = cubic_outer(u + 1.0f);
         for (int k = 0; k < 4; ++k) {
             Py_ssize_t j = i0 - 1 + k;
             idx[o][k] = (int32_t)(j < 0 ? 0 : j > in - 1 ? in - 1 : j);
@@ -673,19 +681,19 @@ static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)
 
 /* Output rows [oy0, oy1) of planes [p0, p1): separable, with ATen's sums in ATen's order. Each
    output is sum_j (sum_i x[r_j][c_i] * wx_i) * wy_j; the inner sums of an input row do not depend
-   on the output row, so they are computed once per needed input row (the horizontal pass, into
-   `rows`, input rows [r0, r1], those the output rows read) and the outer sums run across whole
-   output rows (vectorized). */
+   on the output row, so they are computed once per input row the output rows read (the horizontal
+   pass: input row rows_in[s] into slot s of `rows`), and the outer sums run across whole output rows
+   (vectorized), tap k of output row oy reading slot slot[oy - oy0][k]. */
 OPB_CLONES static void resize_bicubic(const float *x, float *out, Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho,
-                                      Py_ssize_t Wo, const int32_t (*yi)[4], const float (*wy)[4],
-                                      const int32_t (*xi)[4], const float (*wx)[4], Py_ssize_t p0, Py_ssize_t p1,
-                                      Py_ssize_t oy0, Py_ssize_t oy1, Py_ssize_t r0, Py_ssize_t r1,
-                                      float *restrict rows) {
+                                      Py_ssize_t Wo, const float (*wy)[4], const int32_t (*xi)[4],
+                                      const float (*wx)[4], Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t oy0,
+                                      Py_ssize_t oy1, const int32_t *rows_in, Py_ssize_t n_rows,
+                                      const int32_t (*slot)[4], float *restrict rows) {
     for (Py_ssize_t p = p0; p < p1; ++p) {
         const float *plane = x + p * H * W;
-        for (Py_ssize_t r = r0; r <= r1; ++r) {
-            const float *src = plane + r * W;
-            float *restrict dst = rows + (r - r0) * Wo;
+        for (Py_ssize_t s = 0; s < n_rows; ++s) {
+            const float *src = plane + (Py_ssize_t)rows_in[s] * W;
+            float *restrict dst = rows + s * Wo;
             for (Py_ssize_t ox = 0; ox < Wo; ++ox) {
                 const int32_t *c = xi[ox];
                 const float *k = wx[ox];
@@ -693,8 +701,9 @@ OPB_CLONES static void resize_bicubic(const float *x, float *out, Py_ssize_t H, 
             }
         }
         for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
-            const float *restrict t0 = rows + (yi[oy][0] - r0) * Wo, *restrict t1 = rows + (yi[oy][1] - r0) * Wo;
-            const float *restrict t2 = rows + (yi[oy][2] - r0) * Wo, *restrict t3 = rows + (yi[oy][3] - r0) * Wo;
+            const int32_t *sl = slot[oy - oy0];
+            const float *restrict t0 = rows + sl[0] * Wo, *restrict t1 = rows + sl[1] * Wo;
+            const float *restrict t2 = rows + sl[2] * Wo, *restrict t3 = rows + sl[3] * Wo;
             const float b0 = wy[oy][0], b1 = wy[oy][1], b2 = wy[oy][2], b3 = wy[oy][3];
             float *restrict o = out + (p * Ho + oy) * Wo;
             for (Py_ssize_t ox = 0; ox < Wo; ++ox) o[ox] = t0[ox] * b0 + t1[ox] * b1 + t2[ox] * b2 + t3[ox] * b3;
@@ -712,7 +721,9 @@ typedef struct {
 } roi_geom_t;
 
 enum { ROI_OK = 0, ROI_BAD_BATCH = 1, ROI_BAD_GRID = 2 };
-#define ROI_MAX_GRID 65535.0f /* samples per bin along one axis: a larger grid is a bad RoI */
+/* samples per RoI and channel (bins times the grid of a bin): a RoI of 4096 x 4096 pixels of its
+   feature map with an adaptive grid; more is a bad RoI (seconds to hours of work for one box) */
+#define ROI_MAX_SAMPLES 16777216.0
 
 static int roi_geometry(const float *roi, int N, float scale, int sampling, int aligned, int PH, int PW,
                         roi_geom_t *g) {
@@ -728,14 +739,18 @@ static int roi_geometry(const float *roi, int N, float scale, int sampling, int 
     }
     g->bh = rh / (float)PH;
     g->bw = rw / (float)PW;
-    if (sampling > 0) {
-        g->gh = g->gw = sampling;
-        return ROI_OK;
+    float fh = (float)sampling, fw = (float)sampling;
+    if (sampling <= 0) {
+        fh = ceilf(rh / (float)PH);
+        fw = ceilf(rw / (float)PW);
+        fh = fh > 0.0f ? fh : (fh == fh ? 0.0f : fh); /* an empty box has no samples; NaN stays NaN */
+        fw = fw > 0.0f ? fw : (fw == fw ? 0.0f : fw);
     }
-    const float fh = ceilf(rh / (float)PH), fw = ceilf(rw / (float)PW);
-    if (!(fh <= ROI_MAX_GRID && fw <= ROI_MAX_GRID)) return ROI_BAD_GRID; /* NaN, infinite or huge */
-    g->gh = fh > 0.0f ? (int)fh : 0;
-    g->gw = fw > 0.0f ? (int)fw : 0;
+    /* NaN, infinite or too many (each side too: the other may be 0) */
+    if (!(fh <= ROI_MAX_SAMPLES && fw <= ROI_MAX_SAMPLES && (double)fh * fw * PH * PW <= ROI_MAX_SAMPLES))
+        return ROI_BAD_GRID;
+    g->gh = (int)fh;
+    g->gw = (int)fw;
     return ROI_OK;
 }
 
@@ -794,7 +809,7 @@ OPB_CLONES static void roi_align_rois(const float *xt, const float *rois, float 
         roi_geom_t g;
         (void)roi_geometry(rois + 5 * r, N, scale, sampling, aligned, PH, PW, &g); /* checked by the caller */
         const float *img = xt + g.b * image;
-        const Py_ssize_t samples = (Py_ssize_t)g.gh * g.gw; /* up to 65535^2 (or a sampling ratio squared) */
+        const Py_ssize_t samples = (Py_ssize_t)g.gh * g.gw; /* at most ROI_MAX_SAMPLES */
         const float count = (float)(samples > 1 ? samples : 1);
         const float lowest = samples > 0 ? -INFINITY : -FLT_MAX; /* max: the first sample always wins */
         for (int ph = 0; ph < PH; ++ph)
@@ -1066,21 +1081,38 @@ static void *resize_axes(Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t W
     return block;
 }
 
-/* planes [p0, p1), output rows [oy0, oy1) of a resize (the input rows those output rows read, in a
-   buffer of their own); -1 where that buffer cannot be allocated */
+/* planes [p0, p1), output rows [oy0, oy1) of a resize: only the input rows those output rows read
+   (at most four per output row, however far apart: a strong downscale skips the rows between) go
+   through the horizontal pass, into a buffer of their own; -1 where it cannot be allocated. An
+   output row reads a run of adjacent input rows (i0 - 1 .. i0 + 2, clamped), and the runs' first
+   and last rows never decrease along the output rows (resize_axis): so the rows read are collected
+   in one pass, in order and without repeats, and a row not past the last one collected is one of
+   the last four. */
 static int resize_range(const float *x, float *out, Py_ssize_t H, Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t Wo,
                         const resize_axes_t *ax, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t oy0, Py_ssize_t oy1) {
     if (p1 <= p0 || oy1 <= oy0) return 0;
-    Py_ssize_t r0 = H, r1 = -1;
-    for (Py_ssize_t oy = oy0; oy < oy1; ++oy) {
-        if (ax->yi[oy][0] < r0) r0 = ax->yi[oy][0];
-        if (ax->yi[oy][3] > r1) r1 = ax->yi[oy][3];
+    const Py_ssize_t n_out = oy1 - oy0;
+    int32_t *rows_in = (int32_t *)malloc((size_t)n_out * 4 * sizeof(int32_t));
+    int32_t(*slot)[4] = (int32_t(*)[4])malloc((size_t)n_out * sizeof(int32_t[4]));
+    Py_ssize_t n_rows = 0;
+    if (rows_in != NULL && slot != NULL) {
+        for (Py_ssize_t oy = oy0; oy < oy1; ++oy)
+            for (int k = 0; k < 4; ++k) {
+                const int32_t r = ax->yi[oy][k];
+                if (n_rows == 0 || r > rows_in[n_rows - 1]) rows_in[n_rows++] = r;
+                Py_ssize_t at = n_rows - 1;
+                while (at > 0 && rows_in[at] != r) --at;
+                slot[oy - oy0][k] = (int32_t)at;
+            }
     }
-    float *rows = (float *)malloc((size_t)(r1 >= r0 ? r1 - r0 + 1 : 1) * (size_t)Wo * sizeof(float));
-    if (rows == NULL) return -1;
-    resize_bicubic(x, out, H, W, Ho, Wo, ax->yi, ax->wy, ax->xi, ax->wx, p0, p1, oy0, oy1, r0, r1, rows);
+    float *rows = rows_in != NULL && slot != NULL ? (float *)malloc((size_t)n_rows * (size_t)Wo * sizeof(float)) : NULL;
+    if (rows != NULL)
+        resize_bicubic(x, out, H, W, Ho, Wo, ax->wy, ax->xi, ax->wx, p0, p1, oy0, oy1, rows_in, n_rows,
+                       (const int32_t(*)[4])slot, rows);
     free(rows);
-    return 0;
+    free(slot);
+    free(rows_in);
+    return rows != NULL ? 0 : -1;
 }
 
 static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
@@ -1127,8 +1159,9 @@ static void roi_error(const float *roi, Py_ssize_t r, int why, Py_ssize_t N) {
     } else {
         PyErr_Format(PyExc_ValueError,
                      "roi_align: RoI %zd [%R, %R, %R, %R] needs a sampling grid that is not finite or over %d "
-                     "samples a side; pass finite boxes or a sampling_ratio > 0",
-                     r, v[1], v[2], v[3], v[4], (int)ROI_MAX_GRID);
+                     "samples (the bins times the samples of a bin); pass finite boxes on the feature map's scale "
+                     "or a smaller sampling_ratio > 0",
+                     r, v[1], v[2], v[3], v[4], (int)ROI_MAX_SAMPLES);
     }
     for (int k = 0; k < 5; ++k) Py_XDECREF(v[k]);
 }
@@ -1138,9 +1171,9 @@ PyDoc_STRVAR(roi_align_doc,
              "          r0, r1)\n\n"
              "MMCV roi_align of RoIs [r0, r1) of rois (R, 5) [batch index, x1, y1, x2, y2] into out (R, C, PH, PW),\n"
              "from the N images of xt, each channels-last as (H * W + 1, C) (to_channels_last); all contiguous\n"
-             "float32. A RoI whose batch index is outside [0, N) or whose sampling grid is not finite and at\n"
-             "most 65535 samples a side raises ValueError before anything is written. Releases the GIL while\n"
-             "it runs.");
+             "float32. A RoI whose batch index is outside [0, N) (after truncation) or whose sampling grid is\n"
+             "not finite or over 2**24 samples (the bins times the samples of a bin) raises ValueError before\n"
+             "anything is written. Releases the GIL while it runs.");
 
 static PyObject *py_roi_align(PyObject *self, PyObject *args) {
     (void)self;
@@ -1577,7 +1610,8 @@ static PyObject *py_roi_align_native(PyObject *self, PyObject *args) {
     double scale;
     if (!PyArg_ParseTuple(args, "iidipp", &PH, &PW, &scale, &sampling, &pool_max, &aligned)) return NULL;
     if (PH < 1 || PW < 1 || (double)PH * PW >= (double)INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "roi_align_native: output %dx%d; both at least 1", PH, PW);
+        PyErr_Format(PyExc_ValueError,
+                     "roi_align_native: output %dx%d; both at least 1 and their product below 2**31 expected", PH, PW);
         return NULL;
     }
     roi_native_t *k = (roi_native_t *)calloc(1, sizeof(roi_native_t));
