@@ -158,10 +158,13 @@ def multi_level_roi_align() -> float:
 
 
 def batched_nms() -> float:
+    """Scores of +inf pass the threshold and rank first; -inf and NaN never pass."""
     g = _gen()
     xy = torch.rand(2, 150, 4, 2, generator=g) * 100
     boxes = torch.cat([xy, xy + 5 + torch.rand(xy.shape, generator=g) * 40], -1)
     scores = torch.rand(2, 150, 4, generator=g)
+    scores[0, 7, 2] = scores[1, 3, 0] = float("inf")
+    scores[0, 8, 1], scores[1, 4, 3] = float("-inf"), float("nan")
     worst = 0.0
     for topk, keep, background in ((40, 30, -1), (-1, 300, 1)):
         want_d, want_l = ref.batched_nms(boxes, scores, 4, background, 0.5, 0.05, topk, keep, False)

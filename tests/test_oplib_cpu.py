@@ -7,6 +7,7 @@ matches DCNv2 but needs opset 19; RoiAlign matches in "avg" mode only.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -406,6 +407,26 @@ def test_nms_kernel_matches_reference(attrs: dict, per_class: bool) -> None:
     assert (want_labels >= 0).sum() > 0
     np.testing.assert_array_equal(got_labels, want_labels.numpy())
     _close(got_dets, want_dets, rtol=0, atol=0)
+
+
+def test_nms_kernel_infinite_scores_and_blocked_greedy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """+inf scores pass the threshold and rank first (as in the reference); the greedy pass in
+    blocks of a few rows (its memory bound for a large topk) keeps the same boxes."""
+    from opbridge.ops import _detection_cpu as cpu
+
+    boxes, scores = nms_inputs(9, n=200)
+    scores[0, 3, 1] = scores[1, 10, 2] = math.inf
+    scores[0, 4, 0] = -math.inf
+    scores[1, 11, 3] = math.nan
+    attrs = {"num_classes": 4, "topk": -1, "keep_topk": 150, "iou_threshold": 0.3}
+    want_dets, want_labels = d.BatchedNMS.run_reference(boxes, scores, **attrs)
+    assert torch.isposinf(want_dets[:, 0, 4]).all()
+    bound = d.BatchedNMS.spec.bind_attributes(attrs)
+    for block in (cpu._IOU_BLOCK, 3 * 200, 1):  # one block, three rows per block, one row
+        monkeypatch.setattr(cpu, "_IOU_BLOCK", block)
+        got_dets, got_labels = d.BatchedNMS.kernel(boxes.numpy(), scores.numpy(), **bound)
+        np.testing.assert_array_equal(got_labels, want_labels.numpy())
+        _close(got_dets, want_dets, rtol=0, atol=0)
 
 
 def test_grid_sample_kernel_runs_on_torch_tensors() -> None:

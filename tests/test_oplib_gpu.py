@@ -133,6 +133,8 @@ def test_batched_nms_gpu(dtype: torch.dtype, per_class: bool) -> None:
     xy = torch.rand(2, 150, 4 if per_class else 1, 2, device="cuda", generator=g) * 100
     boxes = torch.cat([xy, xy + 5 + torch.rand(xy.shape, device="cuda", generator=g) * 40], -1).to(dtype)
     scores = torch.rand(2, 150, 4, device="cuda", generator=g).to(dtype)
+    scores[0, 7, 2] = scores[1, 3, 0] = float("inf")  # +inf passes any threshold and ranks first
+    scores[0, 8, 1], scores[1, 4, 3] = float("-inf"), float("nan")  # these never pass
     for attrs in (
         {"topk": 40, "keep_topk": 30},
         {"topk": -1, "keep_topk": 300, "background_label_id": 1},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -399,11 +401,23 @@ def test_batched_nms_per_class_boxes_and_clip() -> None:
     torch.testing.assert_close(dets[0, :, :4], torch.tensor([[0.1, 0.1, 0.5, 0.5], [0.0, 0.2, 1.0, 0.9]]))
 
 
+def test_batched_nms_keeps_infinite_scores() -> None:
+    """+inf passes any threshold and ranks first: A (inf) suppresses B in class 0."""
+    scores = SCORES.clone()
+    scores[0, 0, 0] = math.inf
+    assert _rows(*_nms(scores=scores))[:3] == [(math.inf, 0, A), (0.75, 1, B), (0.6, 1, C)]
+
+
 def test_batched_nms_errors_are_named() -> None:
     with pytest.raises(ValueError, match=r"num_classes=3 but scores \(1, 3, 2\)"):
         _nms(num_classes=3)
     with pytest.raises(ValueError, match=r"return_index=1 \(a third output\) is not supported"):
         _nms(return_index=True)
+    for keep in (0, -1):
+        with pytest.raises(ValueError, match=rf"keep_topk must be >= 1 \(the fixed output size\); got {keep}"):
+            d.BatchedNMS(BOXES, SCORES, num_classes=2, keep_topk=keep)
+    with pytest.raises(TypeError, match=r"boxes and scores must be floating-point"):
+        d.BatchedNMS(BOXES.int(), SCORES, num_classes=2)
 
 
 # --------------------------------------------------------------------------- DynamicResize (seed op)

@@ -399,17 +399,41 @@ def multi_level_roi_align(
 # --------------------------------------------------------------------------- batched NMS
 
 
-def _iou_matrix(b: np.ndarray) -> np.ndarray:
-    """Pairwise IoU [..., K, K] of boxes [..., K, 4] with MMDeploy's TRTBatchedNMS rule."""
-    x1, y1, x2, y2 = (b[..., i] for i in range(4))
-    iw = np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(x1[..., :, None], x1[..., None, :])
-    ih = np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(y1[..., :, None], y1[..., None, :])
+def _iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU [..., Ka, Kb] of boxes a [..., Ka, 4] against boxes b [..., Kb, 4], MMDeploy's TRTBatchedNMS rule."""
+    ax1, ay1, ax2, ay2 = (a[..., :, None, i] for i in range(4))
+    bx1, by1, bx2, by2 = (b[..., None, :, i] for i in range(4))
+    iw = np.minimum(ax2, bx2) - np.maximum(ax1, bx1)
+    ih = np.minimum(ay2, by2) - np.maximum(ay1, by1)
     inter = np.where((iw > 0) & (ih > 0), iw * ih, np.float32(0))
-    w, h = x2 - x1, y2 - y1
-    area = np.where((w < 0) | (h < 0), np.float32(0), w * h)
-    union = area[..., :, None] + area[..., None, :] - inter
+    aw, ah, bw, bh = ax2 - ax1, ay2 - ay1, bx2 - bx1, by2 - by1
+    area_a = np.where((aw < 0) | (ah < 0), np.float32(0), aw * ah)
+    area_b = np.where((bw < 0) | (bh < 0), np.float32(0), bw * bh)
+    union = area_a + area_b - inter
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(inter > 0, inter / union, np.float32(0)).astype(np.float32)
+
+
+# Elements of one IoU block (classes x rows x candidates): the greedy pass works through each class's
+# candidates in blocks of rows, so its memory stays about 16 MB per temporary whatever topk is.
+_IOU_BLOCK = 1 << 22
+
+
+def _greedy(cand: np.ndarray, keep: np.ndarray, thr: np.float32) -> None:
+    """Greedy NMS in place: keep [C, K] (candidates sorted by score) loses what a kept earlier one overlaps."""
+    c, kmax = keep.shape
+    ranks = np.arange(kmax)
+    chunk = max(1, _IOU_BLOCK // (kmax * kmax))
+    for c0 in range(0, c, chunk):
+        kp = keep[c0 : c0 + chunk]
+        boxes = cand[c0 : c0 + chunk, :kmax]
+        rows = max(1, _IOU_BLOCK // (kp.shape[0] * kmax))
+        for r0 in range(0, kmax, rows):
+            r1 = min(kmax, r0 + rows)
+            iou = _iou_matrix(boxes[:, r0:r1], boxes)  # cc, r1 - r0, kmax
+            for j in range(r0, r1):
+                sup = kp[:, j : j + 1] & (iou[:, j - r0, :] > thr) & (ranks > j)[None, :]
+                kp &= ~sup
 
 
 def batched_nms(
@@ -429,7 +453,15 @@ def batched_nms(
     """MMDeploy TRTBatchedNMS (see the reference in :mod:`opbridge.ops._detection_ref`)."""
     from opbridge.ops._detection_ref import check_nms_inputs
 
-    check_nms_inputs("mmdeploy::TRTBatchedNMS", boxes.shape, scores.shape, num_classes, return_index)
+    check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS",
+        boxes.shape,
+        scores.shape,
+        num_classes,
+        return_index,
+        keep_topk,
+        np.issubdtype(boxes.dtype, np.floating) and np.issubdtype(scores.dtype, np.floating),
+    )
     bsz, n, c = scores.shape
     k = topk if 0 < topk <= n else n
     dets = np.zeros((bsz, keep_topk, 5), np.float32)
@@ -443,7 +475,7 @@ def batched_nms(
             key[background_label_id] = -np.inf
         order = np.argsort(-key, axis=1, kind="stable")[:, :k]  # C, k
         cand_scores = np.take_along_axis(key, order, axis=1)
-        valid = np.isfinite(cand_scores)
+        valid = cand_scores > -np.inf  # a score that passed the threshold (+inf included)
         if bx.shape[2] == 1:
             cand = bx[i, :, 0][order]  # C, k, 4
         else:
@@ -451,18 +483,12 @@ def batched_nms(
         kmax = int(valid.sum(axis=1).max(initial=0))
         keep = valid.copy()
         if kmax:
-            chunk = max(1, (1 << 24) // (kmax * kmax))
-            ranks = np.arange(kmax)
-            for c0 in range(0, c, chunk):
-                iou = _iou_matrix(cand[c0 : c0 + chunk, :kmax])  # cc, kmax, kmax
-                kp = keep[c0 : c0 + chunk, :kmax]
-                for j in range(kmax):
-                    sup = kp[:, j : j + 1] & (iou[:, j, :] > thr) & (ranks > j)[None, :]
-                    kp &= ~sup
-                keep[c0 : c0 + chunk, :kmax] = kp
+            kp = np.ascontiguousarray(keep[:, :kmax])
+            _greedy(cand, kp, thr)
+            keep[:, :kmax] = kp
         flat_scores = np.where(keep, cand_scores, -np.inf).reshape(-1)
         sel = np.argsort(-flat_scores, kind="stable")[:keep_topk]
-        sel = sel[np.isfinite(flat_scores[sel])]
+        sel = sel[flat_scores[sel] > -np.inf]
         m = len(sel)
         cls, rank = np.divmod(sel, k)
         out_boxes = cand[cls, rank]

@@ -414,10 +414,22 @@ def check_nms_inputs(
     scores_shape: tuple,
     num_classes: int,
     return_index: bool,
+    keep_topk: int = 1,
+    floating: bool = True,
 ) -> None:
-    """Shape/attribute checks shared by every TRTBatchedNMS implementation."""
+    """Shape/attribute checks shared by every TRTBatchedNMS implementation.
+
+    ``floating`` says whether boxes and scores are both floating-point (dets take the boxes' dtype).
+    """
     if return_index:
         raise ValueError(f"{op}: return_index=1 (a third output) is not supported; export with return_index=0.")
+    if keep_topk < 1:
+        raise ValueError(f"{op}: keep_topk must be >= 1 (the fixed output size); got {keep_topk}.")
+    if not floating:
+        raise TypeError(
+            f"{op}: boxes and scores must be floating-point (dets take the boxes' dtype and hold the scores); "
+            "cast them with .float() first."
+        )
     if len(boxes_shape) != 4 or boxes_shape[-1] != 4 or len(scores_shape) != 3:
         raise ValueError(
             f"{op}: boxes must be (B, N, 1 or num_classes, 4) and scores (B, N, num_classes); "

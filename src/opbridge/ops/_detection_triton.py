@@ -1269,6 +1269,8 @@ def batched_nms(
         tuple(scores.shape),
         num_classes,
         False,
+        dets.shape[1],
+        boxes.is_floating_point() and scores.is_floating_point(),
     )
     b, n, c = scores.shape
     keep_topk = dets.shape[1]
@@ -1289,7 +1291,8 @@ def batched_nms(
     else:
         cand = torch.gather(bx.transpose(1, 2), 2, order.unsqueeze(-1).expand(b, c, k, 4))
     cand = cand.contiguous()
-    valid = torch.isfinite(sorted_scores).to(torch.int8).contiguous()
+    # a score that passed the threshold (+inf included) sorts above -inf
+    valid = (sorted_scores > -math.inf).to(torch.int8).contiguous()
     keep = torch.empty_like(valid)
     if k:
         launch(
@@ -1307,7 +1310,7 @@ def batched_nms(
     top_scores, top = torch.sort(flat, dim=1, descending=True, stable=True)
     m = min(keep_topk, c * k)
     top_scores, top = top_scores[:, :m], top[:, :m]
-    found = torch.isfinite(top_scores)
+    found = top_scores > -math.inf
     sel_boxes = torch.gather(cand.view(b, c * k, 4), 1, top.unsqueeze(-1).expand(b, m, 4))
     if clip_boxes:
         sel_boxes = sel_boxes.clamp(0.0, 1.0)

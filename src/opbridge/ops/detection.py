@@ -385,6 +385,8 @@ def BatchedNMS(
         tuple(scores.shape),
         num_classes,
         return_index,
+        keep_topk,
+        boxes.is_floating_point() and scores.is_floating_point(),
     )
     return ref.batched_nms(
         boxes,
