@@ -102,6 +102,7 @@ def deform_conv(variant: str, channels_last: bool = False) -> float:
         if channels_last:
             x = x.to(memory_format=torch.channels_last)
         off = torch.randn(n, 2 * dg * 9, ho, wo, generator=g) * 2
+        off[0, 0, 1, 1], off[0, 3, 2, 0], off[-1, 4, 0, 2] = float("inf"), float("-inf"), 1e30  # samples 0
         mask = torch.rand(n, dg * 9, ho, wo, generator=g)
         wt = torch.randn(cout, cin // groups, 3, 3, generator=g) / 15
         for b in (torch.randn(cout, generator=g), None):
@@ -138,6 +139,26 @@ def roi_align(mode: str) -> float:
             tk.roi_align(feat, rois, out, 0.25, sr, mode == "max", aligned)
             worst = max(worst, _err(out, want))
     return worst
+
+
+def roi_align_bad_rois() -> float:
+    """RoIs the CPU kernels refuse (a NaN or out-of-range batch index; an adaptive grid that is NaN or
+    over ROI_MAX_SAMPLES samples) stay unwritten; a batch index of -0.5 truncates to image 0 and runs."""
+    g = _gen()
+    feat = torch.randn(2, 3, 12, 16, generator=g)
+    good = [[0.0, 2.0, 3.0, 30.0, 20.0], [1.0, 0.0, 0.0, 60.0, 44.0], [-0.5, 5.0, 5.0, 25.0, 30.0]]
+    bad = [
+        [float("nan"), 2.0, 3.0, 30.0, 20.0],
+        [2.0, 2.0, 3.0, 30.0, 20.0],
+        [0.0, float("nan"), 3.0, 30.0, 20.0],
+        [0.0, 0.0, 0.0, 1e9, 1e9],
+        [0.0, 0.0, 0.0, 3e8, -5.0],  # one side over the limit, the other empty
+    ]
+    rois = torch.tensor(good + bad)
+    want = ref.roi_align(feat, rois[: len(good)], 3, 4, 0.25, 0, "avg", True)
+    out = torch.full((len(good) + len(bad), 3, 3, 4), float("nan"))
+    tk.roi_align(feat, rois, out, 0.25, 0, False, True)
+    return max(_err(out[: len(good)], want), 0.0 if out[len(good) :].isnan().all() else float("inf"))
 
 
 def multi_level_roi_align() -> float:
@@ -192,13 +213,15 @@ CASES: dict[str, tuple[Callable[[], float], float]] = {
     "dcn-fused": (deform_conv_fused, ATOL),
     "roi-align-avg": (lambda: roi_align("avg"), ATOL),
     "roi-align-max": (lambda: roi_align("max"), ATOL),
+    "roi-align-bad-rois": (roi_align_bad_rois, ATOL),
     "multi-level-roi-align": (multi_level_roi_align, ATOL),
     "batched-nms": (batched_nms, 0.0),
 }
 
 
 def _boolean_masks() -> None:
-    """Give the interpreter's masked loads and stores boolean masks.
+    """Give the interpreter's masked loads and stores boolean masks, and its broadcast conditions
+    boolean data.
 
     Triton 3.9's interpreter computes ``vector_mask & scalar_condition`` (a channel loop's bound, say)
     as int32, which its load and store then refuse ("mask has unsupported dtype"); compiled kernels
@@ -206,6 +229,8 @@ def _boolean_masks() -> None:
     """
     import copy
 
+    import numpy as np
+    import triton.language as tl
     from triton.runtime import interpreter
 
     builder = interpreter.InterpreterBuilder
@@ -221,6 +246,20 @@ def _boolean_masks() -> None:
             return _original(self, *args)
 
         setattr(builder, name, wrapped)
+
+    # A float comparison's result carries the float type in the interpreter, so broadcasting a scalar
+    # condition (a RoI's "run" flag against a block mask) filled a float32 array that `&` refuses;
+    # compiled kernels hold it as i1. Splat boolean data as booleans.
+    original_splat = builder.create_splat
+
+    def splat(self: object, ret_ty: object, arg: object, _original: Callable = original_splat) -> object:
+        data = arg.data  # type: ignore[attr-defined]
+        if data.dtype == bool:
+            value = data.reshape(-1)[0] if data.ndim else data
+            return interpreter.TensorHandle(np.full(ret_ty.shape, value, dtype=bool), tl.int1)  # type: ignore[attr-defined]
+        return _original(self, ret_ty, arg)
+
+    builder.create_splat = splat
 
 
 def main(argv: list[str]) -> int:

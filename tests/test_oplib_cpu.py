@@ -132,6 +132,28 @@ def test_dcn_kernel_matches_reference(geometry: dict) -> None:
     _close(out, want, atol=1e-4)
 
 
+@pytest.mark.parametrize("cin", [4, 16], ids=["aten-sampler", "native-sampler"])
+def test_dcn_kernel_non_finite_offsets_and_empty_input(cin: int) -> None:
+    """Infinite offsets sample 0 (torchvision's rule; grid_sample alone would give NaN) and NaN
+    offsets NaN, as the reference, through ATen's and the native sampler; an empty input gives the bias."""
+    tensors, attrs = dcn_inputs(5, cin=cin, cout=4, deform_groups=1)
+    off = tensors[1]
+    off[0, 0, 2, 2], off[1, 5, 3, 1], off[1, 2, 4, 4] = math.inf, -math.inf, 1e30
+    off[0, 6:8, 0, 0] = math.nan  # tap 3's dy and dx
+    want = d.ModulatedDeformConv2d.run_reference(*tensors, **attrs)
+    assert torch.isnan(want).any() and not torch.isnan(want[1]).any()
+    got = d.ModulatedDeformConv2d.kernel(*tensors, **attrs)
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=1e-4, equal_nan=True)
+    x, _, _, w, b = tensors  # 9 x 7 inputs, padding 1
+    empty = [x[..., :0], torch.zeros(2, 18, 9, 0), torch.ones(2, 9, 9, 0), w, b]
+    with pytest.raises(ValueError, match=r"the dilated kernel \(3 x 3\) is larger than the padded input \(11 x 2\)"):
+        d.ModulatedDeformConv2d.kernel(*empty, **attrs)
+    empty[1:3] = torch.zeros(2, 18, 9, 2), torch.ones(2, 9, 9, 2)
+    _close(
+        d.ModulatedDeformConv2d.kernel(*empty, **{**attrs, "padding": (1, 2)}), b.view(1, 4, 1, 1).expand(2, 4, 9, 2)
+    )
+
+
 def test_dcn_kernel_without_bias_and_in_float16() -> None:
     tensors, attrs = dcn_inputs(2, dtype=torch.float16)
     want = d.ModulatedDeformConv2d.run_reference(*tensors[:4], None, **attrs)
@@ -304,6 +326,86 @@ def test_native_roi_align_rejects_bad_calls() -> None:
         _cpu_kernels.roi_align(xt, rois, out, 0, 2, 6, 6, 1, 3, 3, 1.0, 0, False, True, 0, 1)
 
 
+@pytest.mark.parametrize("path", ["reference", "native", "numpy"])
+def test_roi_align_bad_rois_are_named_by_every_path(path: str) -> None:
+    """The reference, the native kernel (any float dtype) and the numpy kernel refuse the same RoIs
+    with the same words: a batch index outside the batch after truncation (NaN and inf too), a
+    sampling grid that is not finite or over ROI_MAX_SAMPLES; a batch index of -0.5 truncates to 0."""
+    from opbridge.ops import _detection_cpu
+    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES
+
+    feat = torch.randn(2, 3, 8, 8, generator=_gen(78)).double()
+    attrs = {"output_height": 2, "output_width": 2, "spatial_scale": 1.0, "sampling_ratio": 0, "mode": "avg"}
+
+    def run(rois: list, **extra: Any) -> torch.Tensor:
+        a = {**attrs, **extra}
+        r = torch.tensor(rois, dtype=torch.float64)
+        if path == "reference":
+            return d.RoIAlign.run_reference(feat, r, **a)
+        if path == "native":
+            return torch.from_numpy(d.RoIAlign.kernel(feat.numpy(), r.numpy(), **a))
+        return torch.from_numpy(_detection_cpu._roi_align_numpy(feat.numpy(), r.numpy(), *a.values(), True))
+
+    box = [1.0, 1.0, 6.0, 7.0]
+    for index in (math.nan, math.inf, 2.0, -1.0):
+        with pytest.raises(ValueError, match=rf"RoI 1 has batch index {index!r}, outside the feature batch of 2"):
+            run([[0.0, *box], [index, *box]])
+    for bad, extra in (
+        ([0.0, math.nan, 1.0, 6.0, 7.0], {}),
+        ([0.0, 0.0, 0.0, 1e9, 9.0], {}),
+        ([0.0, *box], {"sampling_ratio": 2049}),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"RoI 0 .* needs a sampling grid that is not finite or over {ROI_MAX_SAMPLES}"
+        ):
+            run([bad], **extra)
+    got = run([[-0.5, *box], [1.999, *box]])
+    assert got.dtype == torch.float64
+    want = d.RoIAlign.run_reference(feat, torch.tensor([[0.0, *box], [1.0, *box]]), **attrs)
+    torch.testing.assert_close(got, want, rtol=ROI_NATIVE_RTOL, atol=ROI_NATIVE_ATOL)
+    # a NaN box with a fixed sampling ratio: NaN bins; a box far past the map: zeros (no index overflow)
+    out = run([[0.0, math.nan, 1.0, 6.0, 7.0], [0.0, 1e20, 1e20, 2e20, 2e20]], sampling_ratio=2)
+    assert out[0].isnan().all() and (out[1] == 0).all()
+
+
+def test_roi_align_output_size_and_empty_inputs() -> None:
+    feat = np.ones((1, 2, 6, 6), np.float32)
+    rois = np.array([[0, 1, 1, 4, 4]], np.float32)
+    with pytest.raises(ValueError, match="output_height and output_width must be >= 1; got 0x2"):
+        d.RoIAlign.kernel(feat, rois, output_height=0, output_width=2)
+    assert d.RoIAlign.kernel(feat[:, :0].astype(np.float64), rois, output_height=2, output_width=2).shape == (
+        1,
+        0,
+        2,
+        2,
+    )
+    with pytest.raises(ValueError, match="RoI 0 has batch index 7.0"):  # checked with no channels too
+        d.RoIAlign.kernel(feat[:, :0], np.array([[7, 1, 1, 4, 4]], np.float32), output_height=2, output_width=2)
+
+
+def test_multi_level_roi_align_checks_levels_and_unmapped_rois() -> None:
+    """Levels of another channel count and malformed rois are named; a RoI whose level is NaN (a box
+    inverted in one axis, a NaN box) maps to no level and stays 0 in the reference and the kernel."""
+    feats = [np.ones((1, 2, 16, 16), np.float32), np.ones((1, 2, 8, 8), np.float32)]
+    attrs = {"featmap_strides": [4.0, 8.0], "output_height": 1, "output_width": 1, "sampling_ratio": 0}
+    bound = d.MultiLevelRoiAlign.spec.bind_attributes(attrs)
+    rois = np.array([[0, 10, 10, 5, 30], [0, np.nan, 1, 8, 8], [0, 1, 1, 20, 20]], np.float32)
+    for pool in (0, 1):
+        want = d.MultiLevelRoiAlign.run_reference(
+            torch.from_numpy(rois), *map(torch.from_numpy, feats), **attrs, pool_mode=pool
+        )
+        got = d.MultiLevelRoiAlign.kernel(rois, *feats, **{**bound, "pool_mode": pool})
+        assert (want[:2] == 0).all() and (want[2] == 1).all()
+        np.testing.assert_array_equal(got, want.numpy())
+    with pytest.raises(
+        ValueError,
+        match=r"the feature levels must be \(N, C, H, W\) with the same C; got \[\[1, 2, 16, 16\], \[1, 1, 8, 8\]\]",
+    ):
+        d.MultiLevelRoiAlign.kernel(rois, feats[0], feats[1][:, :1], **bound)
+    with pytest.raises(ValueError, match=r"rois must be \(num_rois, 5\) rows"):
+        d.MultiLevelRoiAlign.kernel(rois[:, :4], *feats, **bound)
+
+
 def _roi_align_model(attrs: dict, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
     """One mmdeploy::MMCVRoiAlign node y = MMCVRoiAlign(x, rois)."""
     return _one_node_model(helper.make_node("MMCVRoiAlign", ["x", "rois"], ["y"], domain="mmdeploy", **attrs), elem)
@@ -337,9 +439,9 @@ def test_native_roi_align_in_ort_session(mode: str, aligned: int) -> None:
 
 
 def test_native_roi_align_declines_and_runs_without_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """float64 inputs run the Python kernel (the numpy kernel); a RoI the kernel refuses reaches the
-    Python kernel, whose error names it; other float32 runs never reach Python (the session runs with
-    the Python kernel made to fail)."""
+    """float64 inputs run the Python kernel (which calls the native kernel in float32); a RoI the
+    kernel refuses reaches the Python kernel, whose error names it; other float32 runs never reach
+    Python (the session runs with the Python kernel made to fail)."""
     from opbridge.onnxruntime import InferenceSession
     from opbridge.ops import _roialign_cpu
 

@@ -78,6 +78,57 @@ def test_dcn_gpu(dtype: torch.dtype, bias: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dcn_gpu_offsets_past_the_input(dtype: torch.dtype) -> None:
+    """Infinite and huge offsets sample 0 (torchvision's rule; their weights, NaN, are not used):
+    finite outputs equal to the reference's in every variant."""
+    from opbridge.ops import _detection_triton as tk
+
+    g = _gen()
+    x = torch.randn(2, 8, 10, 9, device="cuda", generator=g).to(dtype)
+    off = torch.randn(2, 18, 10, 9, device="cuda", generator=g) * 2
+    off[0, 0, 2, 2], off[1, 5, 3, 1], off[0, 3, 9, 8] = float("inf"), float("-inf"), 1e30
+    off = off.to(dtype)
+    mask = torch.rand(2, 9, 10, 9, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(6, 8, 3, 3, device="cuda", generator=g) / 6).to(dtype)
+    want = d.ModulatedDeformConv2d.run_reference(x.float(), off.float(), mask.float(), w.float(), None, padding=[1, 1])
+    assert want.isfinite().all()
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for variant in ("nhwc", "loop", "fused"):
+            out = torch.full((2, 6, 10, 9), float("nan"), device="cuda", dtype=dtype)
+            tk.deform_conv2d(x, off, mask, w, None, out, (1, 1), (1, 1), (1, 1), 1, 1, variant=variant)
+            assert out.isfinite().all(), variant
+            torch.testing.assert_close(
+                out.float(), want, **(_tol(dtype) if variant != "fused" else {"rtol": 1e-2, "atol": 1e-2})
+            )
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_roi_align_gpu_bad_rois_stay_unwritten(dtype: torch.dtype) -> None:
+    """RoIs the CPU kernels refuse (a NaN or out-of-range batch index; an adaptive grid that is not
+    finite or over ROI_MAX_SAMPLES samples) are not run: a plugin cannot raise, and image 0 is not
+    read for them; a batch index of -0.5 truncates to 0 as in the reference."""
+    g = _gen()
+    feat = torch.randn(2, 3, 12, 16, device="cuda", generator=g).to(dtype)
+    good = [[0.0, 2.0, 3.0, 30.0, 20.0], [1.0, 0.0, 0.0, 60.0, 44.0], [-0.5, 5.0, 5.0, 25.0, 30.0]]
+    bad = [
+        [float("nan"), 2.0, 3.0, 30.0, 20.0],
+        [2.0, 2.0, 3.0, 30.0, 20.0],
+        [0.0, float("nan"), 3.0, 30.0, 20.0],
+        [0.0, 0.0, 0.0, 60000.0, 60000.0],
+    ]
+    rois = torch.tensor(good + bad, device="cuda").to(dtype)
+    attrs = {"output_height": 3, "output_width": 4, "spatial_scale": 0.25, "sampling_ratio": 0}
+    (out,) = _run(d.RoIAlign, [feat, rois], attrs)
+    want = d.RoIAlign.run_reference(feat.float(), rois[: len(good)].float(), **attrs)
+    torch.testing.assert_close(out[: len(good)].float(), want, **_tol(dtype))
+    assert (out[len(good) :] == 7).all()  # _run's fill value
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_roi_align_gpu(dtype: torch.dtype) -> None:
     g = _gen()
     feat = torch.randn(2, 4, 20, 24, device="cuda", generator=g).to(dtype)

@@ -93,6 +93,21 @@ def test_grid_sample_bad_mode_is_named() -> None:
         d.GridSample.run_reference(SQUARE, _at(0, 0), padding_mode=-1)
 
 
+def test_grid_sampler_shapes_are_named() -> None:
+    """The op samples 2-D planes: a 5-D input (F.grid_sample's volumetric form) or a grid of another
+    batch is named, eagerly and by the shape rule."""
+    match = r"input must be \(N, C, H, W\) and grid \(N, Ho, Wo, 2\) with the same N"
+    for x, grid in (
+        (torch.zeros(1, 1, 3, 3, 3), torch.zeros(1, 3, 3, 3, 3)),
+        (torch.zeros(2, 1, 3, 3), torch.zeros(1, 3, 3, 2)),
+    ):
+        with pytest.raises(ValueError, match=match):
+            d.GridSample(x, grid)
+        with pytest.raises(ValueError, match=match):
+            d.GridSample.kernel(x, grid)
+    ref.check_grid_shapes((1, 3, "h", "w"), ("n", 5, 5, 2))  # symbolic sizes are not compared
+
+
 # --------------------------------------------------------------------------- DCNv2
 
 
@@ -181,6 +196,66 @@ def test_dcn_bad_offset_shape_is_named() -> None:
         )
 
 
+@pytest.mark.parametrize("value", [math.inf, -math.inf, 1e30], ids=["inf", "-inf", "1e30"])
+def test_dcn_offsets_past_the_input_sample_zero(value: float) -> None:
+    """torchvision's rule: a sample outside (-1, H) x (-1, W) is 0, an infinite one too (its weights
+    are NaN); the output equals that of a finite offset far outside. A NaN offset gives NaN."""
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(1, 4, 5, 5, generator=g), torch.randn(2, 4, 3, 3, generator=g)
+    mask = torch.rand(1, 9, 5, 5, generator=g)
+    off, far = torch.zeros(1, 18, 5, 5), torch.zeros(1, 18, 5, 5)
+    off[0, 0, 2, 2], off[0, 3, 1, 4] = value, value  # tap 0's dy and tap 1's dx
+    far[0, 0, 2, 2], far[0, 3, 1, 4] = 100.0, 100.0
+    got = _dcn(x, off, mask, w, padding=[1, 1])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, _dcn(x, far, mask, w, padding=[1, 1]), rtol=0, atol=0)
+    off[0, 0, 2, 2] = math.nan
+    assert torch.isnan(_dcn(x, off, mask, w, padding=[1, 1])[0, :, 2, 2]).all()
+
+
+def test_dcn_corner_outside_does_not_read_the_clamped_pixel() -> None:
+    """A corner outside the input adds nothing (torchvision), not 0 times the edge pixel it would
+    clamp to: with inf in row 0, samples a quarter row into the input are inf, not NaN."""
+    x = torch.ones(1, 1, 3, 3)
+    x[0, 0, 0] = math.inf
+    off = torch.zeros(1, 2, 3, 3)
+    off[0, 0], off[0, 1] = -0.75, 0.5  # y = i - 0.75, x = j + 0.5: every corner weight is nonzero
+    out = _dcn(x, off, torch.ones(1, 1, 3, 3), torch.ones(1, 1, 1, 1))[0, 0]
+    assert torch.isposinf(out[:2]).all()
+    assert out[2].tolist() == [1.0, 1.0, 0.5]
+
+
+def test_dcn_empty_input_gives_the_bias() -> None:
+    out = _dcn(
+        torch.zeros(1, 2, 0, 3),
+        torch.zeros(1, 18, 2, 3),
+        torch.ones(1, 9, 2, 3),
+        torch.ones(4, 2, 3, 3),
+        torch.arange(4.0),
+        padding=[2, 1],
+    )
+    torch.testing.assert_close(out, torch.arange(4.0).view(1, 4, 1, 1).expand(1, 4, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("attrs", "match"),
+    [
+        ({"stride": [0, 1]}, r"stride and dilation must be >= 1 and padding >= 0; got stride=\[0, 1\]"),
+        ({"padding": [-1, 0]}, r"padding=\[-1, 0\]"),
+        ({"dilation": [1, 0]}, r"dilation=\[1, 0\]"),
+        ({"bias": torch.zeros(3)}, r"bias must be \(2,\), one value per output channel; got \(3,\)"),
+        ({"input": torch.zeros(4, 5, 5)}, r"input must be \(N, C, H, W\).*got input \(4, 5, 5\)"),
+        ({"dilation": [3, 3]}, r"the dilated kernel \(7 x 7\) is larger than the padded input \(5 x 5\)"),
+    ],
+    ids=["stride0", "negative-padding", "dilation0", "bias-length", "3d-input", "kernel-too-large"],
+)
+def test_dcn_bad_attributes_are_named(attrs: dict, match: str) -> None:
+    x = attrs.pop("input", torch.zeros(1, 4, 5, 5))
+    b = attrs.pop("bias", None)
+    with pytest.raises(ValueError, match=match):
+        _dcn(x, torch.zeros(1, 18, 5, 5), torch.ones(1, 9, 5, 5), torch.zeros(2, 4, 3, 3), b, **attrs)
+
+
 # --------------------------------------------------------------------------- RoIAlign
 
 # f(y, x) = x + 4y: bilinear interpolation reproduces it exactly inside the map
@@ -264,7 +339,7 @@ def test_roi_align_errors_are_named() -> None:
         d.RoIAlign.run_reference(LINEAR, torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"'mode' must be 'avg' or 'max'; got 'mean'"):
         d.RoIAlign.run_reference(LINEAR, _roi(0, 0, 1, 1), mode="mean")
-    with pytest.raises(ValueError, match=r"batch index 3, outside the feature batch of 1"):
+    with pytest.raises(ValueError, match=r"batch index 3.0, outside the feature batch of 1"):
         d.RoIAlign.run_reference(LINEAR, torch.tensor([[3.0, 0, 0, 1, 1]]))
 
 

@@ -32,6 +32,7 @@ CASES = [
     "dcn-fused",
     "roi-align-avg",
     "roi-align-max",
+    "roi-align-bad-rois",
     "multi-level-roi-align",
     "batched-nms",
 ]

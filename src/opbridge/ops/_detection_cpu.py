@@ -109,6 +109,7 @@ def deform_conv2d(
         dilation,
         groups,
         deform_groups,
+        None if bias is None else tuple(bias.shape),
     )
     n, cin, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
@@ -122,17 +123,27 @@ def deform_conv2d(
     tap_x = (torch.arange(kw, dtype=torch.float32) * dw).repeat(kh).view(k, 1, 1)
     base_y = (torch.arange(hout, dtype=torch.float32) * sh - ph).view(1, hout, 1)
     base_x = (torch.arange(wout, dtype=torch.float32) * sw - pw).view(1, 1, wout)
-    gy = (off[:, :, :, 0] + (base_y + tap_y)) * (2.0 / h) + (1.0 / h - 1.0)
-    gx = (off[:, :, :, 1] + (base_x + tap_x)) * (2.0 / w) + (1.0 / w - 1.0)
-    grid = torch.stack((gx, gy), dim=-1)  # n, deform groups, k, hout, wout, 2
+    py = off[:, :, :, 0] + (base_y + tap_y)
+    px = off[:, :, :, 1] + (base_x + tap_x)
+    # torchvision's test: a sample outside (-1, H) x (-1, W) is 0, an infinite one included, so it
+    # moves to a point whose four corners are all outside (grid_sample would give NaN for inf); a
+    # NaN coordinate stays NaN, as in torchvision
+    outside = (py <= -1) | (py >= h) | (px <= -1) | (px >= w)
+    py, px = py.masked_fill(outside, -2.0), px.masked_fill(outside, -2.0)
     cols = torch.empty(n, cin, k, hout, wout)
-    for g in range(deform_groups):
-        xg, gg = xf[:, g * cdg : (g + 1) * cdg], grid[:, g].reshape(n, k * hout, wout, 2)
-        if _gridsample_cpu.applies(xg, gg, 0):  # opbridge's native bilinear sampler, enough channels
-            sampled = _gridsample_cpu.grid_sample(xg, gg, 0)
-        else:
-            sampled = F.grid_sample(xg, gg, mode="bilinear", padding_mode="zeros", align_corners=False)
-        torch.mul(sampled.view(n, cdg, k, hout, wout), m[:, g : g + 1], out=cols[:, g * cdg : (g + 1) * cdg])
+    if h == 0 or w == 0:  # an empty input: every sample is outside it
+        cols.zero_()
+    else:
+        gy = py * (2.0 / h) + (1.0 / h - 1.0)
+        gx = px * (2.0 / w) + (1.0 / w - 1.0)
+        grid = torch.stack((gx, gy), dim=-1)  # n, deform groups, k, hout, wout, 2
+        for g in range(deform_groups):
+            xg, gg = xf[:, g * cdg : (g + 1) * cdg], grid[:, g].reshape(n, k * hout, wout, 2)
+            if _gridsample_cpu.applies(xg, gg, 0):  # opbridge's native bilinear sampler, enough channels
+                sampled = _gridsample_cpu.grid_sample(xg, gg, 0)
+            else:
+                sampled = F.grid_sample(xg, gg, mode="bilinear", padding_mode="zeros", align_corners=False)
+            torch.mul(sampled.view(n, cdg, k, hout, wout), m[:, g : g + 1], out=cols[:, g * cdg : (g + 1) * cdg])
     wmat = weight.float().reshape(groups, cout // groups, cin_g * k)
     lhs = cols.view(n, groups, cin_g * k, hout * wout)
     direct = out is not None and out.dtype == torch.float32 and out.is_contiguous()
@@ -171,9 +182,12 @@ def _axis_samples(
         + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
         + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5) * (bin_size / g)[:, None, None]
     ).astype(np.float32)
-    inside = (pos >= -1.0) & (pos <= limit)
-    pos = np.maximum(pos, 0)
-    low = np.floor(pos).astype(np.int64)
+    inside = ~((pos < -1.0) | (pos > limit))  # a NaN position is not outside (MMCV's test)
+    # beyond `limit` the sample is outside; the bound keeps the index in range. A NaN position (a NaN
+    # box with a fixed sampling ratio) reads pixel 0 with NaN weights: NaN
+    pos = np.minimum(np.maximum(pos, 0), np.float32(limit))
+    with np.errstate(invalid="ignore"):
+        low = np.nan_to_num(np.floor(pos)).astype(np.int64)
     last = low >= limit - 1
     low = np.where(last, limit - 1, low)
     pos = np.where(last, low.astype(np.float32), pos)
@@ -190,19 +204,29 @@ def _grid_sizes(
     sampling_ratio: int,
     aligned: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sampling grid (gh, gw) of each RoI: sampling_ratio, or ceil(roi size / bins) when <= 0."""
+    """Sampling grid (gh, gw) of each RoI: sampling_ratio, or ceil(roi size / bins) when <= 0; a
+    ValueError names a RoI whose grid is not finite or over ``ROI_MAX_SAMPLES`` samples."""
+    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, roi_grid
+
+    fh: np.ndarray
+    fw: np.ndarray
     if sampling_ratio > 0:
-        g = np.full(rois.shape[0], sampling_ratio, np.int64)
-        return g, g.copy()
-    off = np.float32(0.5 if aligned else 0.0)
-    sc = np.float32(spatial_scale)
-    x1, y1 = rois[:, 1] * sc - off, rois[:, 2] * sc - off
-    rw, rh = rois[:, 3] * sc - off - x1, rois[:, 4] * sc - off - y1
-    if not aligned:
-        rw, rh = np.maximum(rw, np.float32(1)), np.maximum(rh, np.float32(1))
-    gh = np.maximum(np.ceil(rh / np.float32(oh)), 0).astype(np.int64)
-    gw = np.maximum(np.ceil(rw / np.float32(ow)), 0).astype(np.int64)
-    return gh, gw
+        fh = fw = np.full(rois.shape[0], sampling_ratio, np.float32)
+    else:
+        off = np.float32(0.5 if aligned else 0.0)
+        sc = np.float32(spatial_scale)
+        x1, y1 = rois[:, 1] * sc - off, rois[:, 2] * sc - off
+        rw, rh = rois[:, 3] * sc - off - x1, rois[:, 4] * sc - off - y1
+        if not aligned:  # np.where keeps NaN as NaN
+            rw, rh = np.where(rw < 1, np.float32(1), rw), np.where(rh < 1, np.float32(1), rh)
+        fh, fw = np.ceil(rh / np.float32(oh)), np.ceil(rw / np.float32(ow))
+    fh, fw = (np.where((f > 0) | np.isnan(f), f, 0).astype(np.float64) for f in (fh, fw))  # 0: an empty box
+    with np.errstate(invalid="ignore"):
+        bad = ~((fh <= ROI_MAX_SAMPLES) & (fw <= ROI_MAX_SAMPLES) & (fh * fw * (oh * ow) <= ROI_MAX_SAMPLES))
+    if bad.any():
+        r = int(np.argmax(bad))
+        roi_grid("mmdeploy::MMCVRoiAlign", r, rois[r, 1:], float(fh[r]), float(fw[r]), oh, ow)  # raises
+    return fh.astype(np.int64), fw.astype(np.int64)
 
 
 def _roi_align_chunk(
@@ -277,17 +301,28 @@ def roi_align(
     array([7.5], dtype=float32)
     """
     from opbridge.ops import _cpu_native, _roialign_cpu
+    from opbridge.ops._detection_ref import check_roi_batch, check_rois
 
     op = "mmdeploy::MMCVRoiAlign"
-    if rois.ndim != 2 or rois.shape[1] != 5:
-        raise ValueError(f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {rois.shape}.")
+    check_rois(op, rois)
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
-    if _cpu_native.available() and np.dtype(feat.dtype) == np.float32:
-        return _roialign_cpu.roi_align(
-            feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode == "max", aligned, out=out
+    if output_height < 1 or output_width < 1:
+        raise ValueError(f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}.")
+    if feat.ndim != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W); got {feat.shape}.")
+    check_roi_batch(op, rois[:, 0], feat.shape[0])
+    if _cpu_native.available() and np.issubdtype(feat.dtype, np.floating):
+        # the reference computes in float32 whatever the dtype: the native kernel's arithmetic
+        native_out = out if out is not None and out.dtype == np.float32 and out.flags.c_contiguous else None
+        result = _roialign_cpu.roi_align(
+            feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode == "max", aligned, native_out
         )
-    result = _roi_align_numpy(feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
+        if native_out is not None:
+            return native_out
+    else:
+        result = _roi_align_numpy(feat, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
+    result = result.astype(feat.dtype, copy=False)
     if out is None:
         return result
     out[...] = result
@@ -304,22 +339,21 @@ def _roi_align_numpy(
     mode: str,
     aligned: bool,
 ) -> np.ndarray:
-    op = "mmdeploy::MMCVRoiAlign"
+    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, check_roi_batch
+
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
-    bad = (r32[:, 0] < 0) | (r32[:, 0] >= n)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{op}: RoI {i} has batch index {int(r32[i, 0])}, outside the feature batch of {n}.")
+    check_roi_batch("mmdeploy::MMCVRoiAlign", r32[:, 0], n)
     out = np.empty((rois.shape[0], c, output_height, output_width), np.float32)
-    if rois.shape[0] == 0:
+    gh, gw = _grid_sizes(r32, output_height, output_width, spatial_scale, sampling_ratio, aligned)
+    if out.size == 0:
         return out.astype(feat.dtype)
     nhwc = np.ascontiguousarray(feat.astype(np.float32, copy=False).transpose(0, 2, 3, 1)).reshape(n * h * w, c)
     # RoIs with the same sampling grid (gh, gw) go together, in chunks that bound the memory used
-    gh, gw = _grid_sizes(r32, output_height, output_width, spatial_scale, sampling_ratio, aligned)
-    for key in np.unique(gh * 65536 + gw):
-        members = np.nonzero(gh * 65536 + gw == key)[0]
-        g = max(int(key // 65536), 1) * max(int(key % 65536), 1)
+    key = gh * (ROI_MAX_SAMPLES + 1) + gw
+    for k in np.unique(key):
+        members = np.nonzero(key == k)[0]
+        g = max(int(gh[members[0]]), 1) * max(int(gw[members[0]]), 1)
         step = max(1, (1 << 22) // (c * output_height * output_width * g))
         for s0 in range(0, len(members), step):
             idx = members[s0 : s0 + step]
@@ -356,8 +390,12 @@ def multi_level_roi_align(
     aligned: bool = True,
 ) -> np.ndarray:
     """MMDet SingleRoIExtractor: level by sqrt(area), optional rescale, RoIAlign per level."""
+    from opbridge.ops._detection_ref import check_levels, check_rois
+
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
     feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
+    check_rois(op, rois)
+    check_levels(op, [f.shape for f in feats])
     if len(featmap_strides) != len(feats):
         raise ValueError(
             f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
@@ -367,13 +405,14 @@ def multi_level_roi_align(
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
     r32 = rois.astype(np.float32)
-    scale = np.sqrt((r32[:, 3] - r32[:, 1]) * (r32[:, 4] - r32[:, 2]))
-    lvl = np.clip(
-        np.floor(np.log2(scale / np.float32(finest_scale) + np.float32(1e-6))),
-        0,
-        len(feats) - 1,
-    )
-    lvl = np.nan_to_num(lvl, nan=0).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.sqrt((r32[:, 3] - r32[:, 1]) * (r32[:, 4] - r32[:, 2]))
+        lvl = np.clip(
+            np.floor(np.log2(scale / np.float32(finest_scale) + np.float32(1e-6))),
+            0,
+            len(feats) - 1,
+        )
+    lvl = np.where(np.isnan(lvl), -1, lvl).astype(np.int64)  # a NaN level: no level, the output stays 0
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
         f = np.float32(roi_scale_factor)
         cx, cy = (r32[:, 1] + r32[:, 3]) * 0.5, (r32[:, 2] + r32[:, 4]) * 0.5

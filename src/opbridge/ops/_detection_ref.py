@@ -16,7 +16,12 @@ import torch.nn.functional as F
 __all__ = [
     "GRID_MODES",
     "GRID_PADDINGS",
+    "ROI_MAX_SAMPLES",
     "batched_nms",
+    "check_grid_shapes",
+    "check_levels",
+    "check_roi_batch",
+    "check_rois",
     "deform_conv2d",
     "grid_sample",
     "map_roi_levels",
@@ -24,6 +29,7 @@ __all__ = [
     "nms_iou",
     "rescale_rois",
     "roi_align",
+    "roi_grid",
 ]
 
 GRID_MODES = ("bilinear", "nearest", "bicubic")
@@ -42,6 +48,20 @@ def check_choice(op: str, name: str, value: int, names: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------- grid_sampler
 
 
+def check_grid_shapes(x_shape: tuple[int, ...], grid_shape: tuple[int, ...]) -> None:
+    """A ValueError unless input is (N, C, H, W) and grid (N, Ho, Wo, 2) of the same N (sizes that
+    are not ints, symbolic ones at export, are not compared)."""
+
+    def differ(a: Any, b: Any) -> bool:
+        return isinstance(a, int) and isinstance(b, int) and a != b
+
+    if len(x_shape) != 4 or len(grid_shape) != 4 or differ(grid_shape[3], 2) or differ(grid_shape[0], x_shape[0]):
+        raise ValueError(
+            f"mmdeploy::grid_sampler: input must be (N, C, H, W) and grid (N, Ho, Wo, 2) with the same N "
+            f"(the op samples 2-D planes); got input {list(x_shape)} and grid {list(grid_shape)}."
+        )
+
+
 def grid_sample(
     x: torch.Tensor,
     grid: torch.Tensor,
@@ -49,9 +69,10 @@ def grid_sample(
     padding_mode: int,
     align_corners: bool,
 ) -> torch.Tensor:
-    """``F.grid_sample`` with MMDeploy's integer-coded mode attributes."""
+    """``F.grid_sample`` with MMDeploy's integer-coded mode attributes (4-D: the op is 2-D)."""
     mode = check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES)
     pad = check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS)
+    check_grid_shapes(tuple(x.shape), tuple(grid.shape))
     return F.grid_sample(x, grid.to(x.dtype), mode=mode, padding_mode=pad, align_corners=align_corners)
 
 
@@ -78,6 +99,7 @@ def deform_conv_geometry(
     dilation: tuple[int, ...],
     groups: int,
     deform_groups: int,
+    bias_shape: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, int]:
     """Check a DCNv2 call's shapes; return (stride, padding, dilation, Hout, Wout)."""
     op = "mmdeploy::MMCVModulatedDeformConv2d"
@@ -86,8 +108,20 @@ def deform_conv_geometry(
         _pair("padding", padding),
         _pair("dilation", dilation),
     )
+    if min(s) < 1 or min(d) < 1 or min(p) < 0:
+        raise ValueError(
+            f"{op}: stride and dilation must be >= 1 and padding >= 0; got stride={list(s)}, "
+            f"padding={list(p)}, dilation={list(d)}."
+        )
+    if len(x_shape) != 4 or len(w_shape) != 4 or min(w_shape[2:]) < 1:
+        raise ValueError(
+            f"{op}: input must be (N, C, H, W) and weight (Cout, C / groups, kH, kW) with kH, kW >= 1; "
+            f"got input {tuple(x_shape)} and weight {tuple(w_shape)}."
+        )
     n, cin, h, w = x_shape
     cout, cin_g, kh, kw = w_shape
+    if bias_shape is not None and tuple(bias_shape) != (cout,):
+        raise ValueError(f"{op}: bias must be ({cout},), one value per output channel; got {tuple(bias_shape)}.")
     if groups < 1 or deform_groups < 1:
         raise ValueError(f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}.")
     if cin != cin_g * groups or cout % groups:
@@ -97,8 +131,14 @@ def deform_conv_geometry(
         )
     if cin % deform_groups:
         raise ValueError(f"{op}: input channels {cin} are not divisible by deform_groups={deform_groups}.")
-    hout = (h + 2 * p[0] - (d[0] * (kh - 1) + 1)) // s[0] + 1
-    wout = (w + 2 * p[1] - (d[1] * (kw - 1) + 1)) // s[1] + 1
+    ext_h, ext_w = d[0] * (kh - 1) + 1, d[1] * (kw - 1) + 1
+    if h + 2 * p[0] < ext_h or w + 2 * p[1] < ext_w:
+        raise ValueError(
+            f"{op}: the dilated kernel ({ext_h} x {ext_w}) is larger than the padded input "
+            f"({h + 2 * p[0]} x {w + 2 * p[1]}); use a larger padding or a smaller dilation."
+        )
+    hout = (h + 2 * p[0] - ext_h) // s[0] + 1
+    wout = (w + 2 * p[1] - ext_w) // s[1] + 1
     k = kh * kw
     want_off = (n, 2 * deform_groups * k, hout, wout)
     want_mask = (n, deform_groups * k, hout, wout)
@@ -113,7 +153,11 @@ def deform_conv_geometry(
 def _bilinear_zero_pad(img: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Sample ``img`` [N, C, H, W] at (y, x) [N, P]: bilinear, zero outside (torchvision's deform_conv rule)."""
     n, c, h, w = img.shape
-    inside = (y > -1) & (y < h) & (x > -1) & (x < w)
+    # torchvision's test, as written there: outside (-1, H) x (-1, W) the sample is 0, an infinite
+    # coordinate included; a NaN coordinate passes it and gives NaN
+    if h == 0 or w == 0:  # an empty input: every sample is outside it
+        return torch.zeros(n, c, y.shape[1], dtype=img.dtype, device=img.device)
+    inside = ~((y <= -1) | (y >= h) | (x <= -1) | (x >= w))
     y0 = torch.floor(y)
     x0 = torch.floor(x)
     ly, lx = y - y0, x - x0
@@ -127,9 +171,11 @@ def _bilinear_zero_pad(img: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> t
         (1, 1, ly * lx),
     ):
         yy, xx = y0i + dy, x0i + dx
-        ok = inside & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        ok = (inside & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)).unsqueeze(1)
         idx = (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).unsqueeze(1).expand(n, c, -1)
-        out += torch.gather(flat, 2, idx) * (wgt * ok).unsqueeze(1)
+        # a corner outside the input reads 0 (not the clamped pixel, which may be inf or NaN)
+        val = torch.where(ok, torch.gather(flat, 2, idx), 0.0)
+        out += val * torch.where(inside, wgt, 0.0).unsqueeze(1)
     return out
 
 
@@ -160,6 +206,7 @@ def deform_conv2d(
         dilation,
         groups,
         deform_groups,
+        None if bias is None else tuple(bias.shape),
     )
     dtype = x.dtype
     xf, off, m, wf = x.float(), offset.float(), mask.float(), weight.float()
@@ -192,21 +239,55 @@ def deform_conv2d(
 # --------------------------------------------------------------------------- RoIAlign
 
 
-def _check_rois(op: str, rois: torch.Tensor) -> None:
-    if rois.dim() != 2 or rois.shape[1] != 5:
+# Samples per RoI and channel (the bins times the samples of a bin) at most: a RoI of 4096 x 4096
+# pixels of its feature map with an adaptive grid. A larger grid is refused by every RoIAlign
+# implementation (one such box would take seconds to hours).
+ROI_MAX_SAMPLES = 1 << 24
+
+
+def check_rois(op: str, rois: Any) -> None:
+    if len(rois.shape) != 2 or rois.shape[1] != 5:
         raise ValueError(
             f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {tuple(rois.shape)}."
         )
 
 
+def check_roi_batch(op: str, batch_index: Any, n: int) -> None:
+    """A ValueError naming the first RoI whose batch index (a float, truncated as MMCV's int cast)
+    lies outside [0, n): NaN and infinite ones included. ``batch_index``: the rois' column 0 (numpy)."""
+    import numpy as np
+
+    b = np.asarray(batch_index, dtype=np.float32)
+    bad = ~((b > -1) & (b < n))
+    if bad.any():
+        r = int(np.argmax(bad))
+        raise ValueError(f"{op}: RoI {r} has batch index {float(b[r])!r}, outside the feature batch of {n}.")
+
+
+def roi_grid(op: str, r: int, box: Any, fh: float, fw: float, out_h: int, out_w: int) -> tuple[int, int]:
+    """The sampling grid (gh, gw) of a bin of RoI ``r`` from its float sizes (0 for an empty box), or a
+    ValueError where it is not finite or over :data:`ROI_MAX_SAMPLES` samples in all."""
+    fh = fh if fh > 0 or math.isnan(fh) else 0.0
+    fw = fw if fw > 0 or math.isnan(fw) else 0.0
+    if not (fh <= ROI_MAX_SAMPLES and fw <= ROI_MAX_SAMPLES and fh * fw * out_h * out_w <= ROI_MAX_SAMPLES):
+        raise ValueError(
+            f"{op}: RoI {r} {[float(v) for v in box]} needs a sampling grid that is not finite or over "
+            f"{ROI_MAX_SAMPLES} samples (the bins times the samples of a bin); pass finite boxes on the "
+            "feature map's scale or a smaller sampling_ratio > 0."
+        )
+    return int(fh), int(fw)
+
+
 def _mmcv_bilinear(flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """MMCV/torchvision RoIAlign bilinear rule. flat [C, H*W]; y, x broadcastable -> [C, *shape]."""
+    """MMCV/torchvision RoIAlign bilinear rule. flat [C, H*W]; y, x broadcastable -> [C, *shape].
+
+    A NaN coordinate (a NaN box with a fixed sampling ratio) reads pixel 0 with NaN weights: NaN."""
     y, x = torch.broadcast_tensors(y, x)
     outside = (y < -1.0) | (y > h) | (x < -1.0) | (x > w)
-    y = y.clamp(min=0)
-    x = x.clamp(min=0)
-    y0 = torch.floor(y).long()
-    x0 = torch.floor(x).long()
+    y = y.clamp(min=0, max=h)  # beyond h the sample is outside; the bound keeps the index in range
+    x = x.clamp(min=0, max=w)
+    y0 = torch.floor(y).nan_to_num(0.0).long()
+    x0 = torch.floor(x).nan_to_num(0.0).long()
     ylast = y0 >= h - 1
     xlast = x0 >= w - 1
     y0 = torch.where(ylast, torch.full_like(y0, h - 1), y0)
@@ -237,8 +318,10 @@ def _roi_align_one(
     sampling_ratio: int,
     pool_max: bool,
     aligned: bool,
+    index: int = 0,
 ) -> torch.Tensor:
-    """RoIAlign of one RoI over one image's features flat [C, H*W] -> [C, out_h, out_w] (MMCV rule)."""
+    """RoIAlign of one RoI (number ``index``) over one image's features flat [C, H*W] -> [C, out_h, out_w]
+    (MMCV rule)."""
     off = 0.5 if aligned else 0.0
 
     # float32 arithmetic, as the CUDA/CPU kernels do
@@ -253,8 +336,11 @@ def _roi_align_one(
         rw = torch.clamp(rw, min=1.0)
         rh = torch.clamp(rh, min=1.0)
     bh, bw = rh / out_h, rw / out_w
-    gh = sampling_ratio if sampling_ratio > 0 else math.ceil(float(rh / out_h))
-    gw = sampling_ratio if sampling_ratio > 0 else math.ceil(float(rw / out_w))
+    if sampling_ratio > 0:
+        fh = fw = float(sampling_ratio)
+    else:  # ceil in float32 (a NaN or infinite size stays so: roi_grid names the RoI)
+        fh, fw = float(torch.ceil(rh / out_h)), float(torch.ceil(rw / out_w))
+    gh, gw = roi_grid("mmdeploy::MMCVRoiAlign", index, box, fh, fw, out_h, out_w)
     dev = flat.device
     if gh <= 0 or gw <= 0:
         fill = -_FLT_MAX if pool_max else 0.0
@@ -283,7 +369,7 @@ def roi_align(
 ) -> torch.Tensor:
     """MMCV ``roi_align`` (= torchvision ``roi_align`` for mode "avg"), one RoI at a time."""
     op = "mmdeploy::MMCVRoiAlign"
-    _check_rois(op, rois)
+    check_rois(op, rois)
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     if output_height < 1 or output_width < 1:
@@ -298,12 +384,10 @@ def roi_align(
         dtype=torch.float32,
         device=feat.device,
     )
+    check_roi_batch(op, rois[:, 0].detach().float().cpu().numpy(), n)
     for r, row in enumerate(rois.float().tolist()):
-        b = int(row[0])
-        if not 0 <= b < n:
-            raise ValueError(f"{op}: RoI {r} has batch index {b}, outside the feature batch of {n}.")
         out[r] = _roi_align_one(
-            flat[b],
+            flat[int(row[0])],
             h,
             w,
             row[1:],
@@ -313,6 +397,7 @@ def roi_align(
             sampling_ratio,
             mode == "max",
             aligned,
+            r,
         )
     return out.to(feat.dtype)
 
@@ -326,11 +411,22 @@ def rescale_rois(rois: torch.Tensor, factor: float) -> torch.Tensor:
     return torch.stack([rois[:, 0], cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5], dim=1)
 
 
+def check_levels(op: str, shapes: list[tuple[int, ...]]) -> None:
+    """A ValueError unless every feature level is (N, C, H, W) with feat0's C."""
+    if any(len(s) != 4 or s[1] != shapes[0][1] for s in shapes):
+        raise ValueError(
+            f"{op}: the feature levels must be (N, C, H, W) with the same C; got {[list(s) for s in shapes]}."
+        )
+
+
 def map_roi_levels(rois: torch.Tensor, num_levels: int, finest_scale: int) -> torch.Tensor:
-    """FPN level of each RoI: floor(log2(sqrt(area) / finest_scale + 1e-6)) clamped to [0, L-1] (MMDet)."""
+    """FPN level of each RoI: floor(log2(sqrt(area) / finest_scale + 1e-6)) clamped to [0, L-1] (MMDet).
+
+    A RoI whose level is NaN (an area below 0, a NaN box) gets level -1, which no feature map has,
+    and its output stays 0: MMDet's ``.long()`` of NaN on the CPU (its value on CUDA differs)."""
     scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
-    lvl = torch.floor(torch.log2(scale / finest_scale + 1e-6))
-    return lvl.clamp(min=0, max=num_levels - 1).long()
+    lvl = torch.floor(torch.log2(scale / finest_scale + 1e-6)).clamp(min=0, max=num_levels - 1)
+    return torch.where(lvl.isnan(), -1.0, lvl).long()
 
 
 def multi_level_roi_align(
@@ -347,7 +443,7 @@ def multi_level_roi_align(
 ) -> torch.Tensor:
     """MMDet's ``SingleRoIExtractor``: map RoIs to levels, optionally rescale, RoIAlign on each level."""
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
-    _check_rois(op, rois)
+    check_rois(op, rois)
     if len(featmap_strides) != len(feats):
         raise ValueError(
             f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
@@ -356,6 +452,7 @@ def multi_level_roi_align(
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
+    check_levels(op, [tuple(f.shape) for f in feats])
     r32 = rois.float()
     levels = map_roi_levels(r32, len(feats), finest_scale)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:

@@ -15,7 +15,13 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from opbridge.ops._detection_ref import check_nms_inputs, deform_conv_geometry, map_roi_levels, rescale_rois
+from opbridge.ops._detection_ref import (
+    ROI_MAX_SAMPLES,
+    check_nms_inputs,
+    deform_conv_geometry,
+    map_roi_levels,
+    rescale_rois,
+)
 from opbridge.ops._seed_triton import _cubic_weights, _tile_of
 from opbridge.ops._triton_launch import cdiv, launch, next_power_of_2
 
@@ -557,15 +563,17 @@ def _dcn_samples(off_ptr, mask_ptr, n, dg, k, p, pm, Wo, P, K, KW, DG, H, W, SH,
     mval = tl.load(mask_ptr + (n * DG * K + dg * K + k) * P + p, mask=pm, other=0.0).to(tl.float32)
     y = (oh * SH - PH + ky * DH).to(tl.float32) + dy
     x = (ow * SW - PW + kx * DW).to(tl.float32) + dx
-    inside = (y > -1.0) & (y < H) & (x > -1.0) & (x < W) & pm
+    # torchvision's test, as written there: a sample outside (-1, H) x (-1, W) is 0, an infinite
+    # one included (its weights, NaN, are not used); a NaN coordinate passes and gives NaN
+    inside = ~((y <= -1.0) | (y >= H) | (x <= -1.0) | (x >= W)) & pm
     y0f = tl.floor(y)
     x0f = tl.floor(x)
-    ly = y - y0f
-    lx = x - x0f
-    hy = 1.0 - ly
-    hx = 1.0 - lx
-    y0 = y0f.to(tl.int32)
-    x0 = x0f.to(tl.int32)
+    ly = tl.where(inside, y - y0f, 0.0)
+    lx = tl.where(inside, x - x0f, 0.0)
+    hy = tl.where(inside, 1.0 - ly, 0.0)
+    hx = tl.where(inside, 1.0 - lx, 0.0)
+    y0 = tl.where(inside, y0f, 0.0).to(tl.int32)
+    x0 = tl.where(inside, x0f, 0.0).to(tl.int32)
     m00 = inside & (y0 >= 0) & (x0 >= 0)
     m01 = inside & (y0 >= 0) & (x0 + 1 < W)
     m10 = inside & (y0 + 1 < H) & (x0 >= 0)
@@ -844,6 +852,7 @@ def deform_conv2d(
         dilation,
         groups,
         deform_groups,
+        None if bias is None else tuple(bias.shape),
     )
     if not out.is_contiguous():
         raise ValueError(
@@ -1018,6 +1027,8 @@ def _roi_align_kernel(
     spatial_scale,
     sampling_ratio,
     level,
+    max_side,
+    max_grid,
     PH: tl.constexpr,
     PW: tl.constexpr,
     POOL_MAX: tl.constexpr,
@@ -1028,12 +1039,13 @@ def _roi_align_kernel(
     r = tl.program_id(0)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     em = e < C * PH * PW
-    b = tl.load(rois_ptr + r * 5).to(tl.float32).to(tl.int32)
+    bf = tl.load(rois_ptr + r * 5).to(tl.float32)
     rx1 = tl.load(rois_ptr + r * 5 + 1).to(tl.float32)
     ry1 = tl.load(rois_ptr + r * 5 + 2).to(tl.float32)
     rx2 = tl.load(rois_ptr + r * 5 + 3).to(tl.float32)
     ry2 = tl.load(rois_ptr + r * 5 + 4).to(tl.float32)
-    run = (b >= 0) & (b < N)
+    run = (bf > -1.0) & (bf < N)  # the index truncates, as int(); NaN fails
+    b = tl.where(run, bf, 0.0).to(tl.int32)
     if USE_LEVEL:
         run = run & (tl.load(lvl_ptr + r) == level)
     off = 0.5 if ALIGNED else 0.0
@@ -1051,8 +1063,15 @@ def _roi_align_kernel(
         gh = sampling_ratio
         gw = sampling_ratio
     else:
-        gh = tl.maximum(tl.ceil(bh), 0.0).to(tl.int32)
-        gw = tl.maximum(tl.ceil(bw), 0.0).to(tl.int32)
+        # a grid that is NaN, infinite or over ROI_MAX_SAMPLES samples in all: the RoI is not run
+        fh = tl.ceil(bh)
+        fw = tl.ceil(bw)
+        fh = tl.where(fh > 0.0, fh, tl.where(fh == fh, 0.0, fh))
+        fw = tl.where(fw > 0.0, fw, tl.where(fw == fw, 0.0, fw))
+        side = (fh <= max_side) & (fw <= max_side)
+        gh = tl.where(side, fh, 0.0).to(tl.int32)
+        gw = tl.where(side, fw, 0.0).to(tl.int32)
+        run = run & side & (gh.to(tl.int64) * gw.to(tl.int64) <= max_grid)
     gh = tl.where(run, gh, 0)
     gw = tl.where(run, gw, 0)
     c = e // (PH * PW)
@@ -1141,6 +1160,8 @@ def _launch_roi(
         float(spatial_scale),
         int(sampling_ratio),
         int(level),
+        float(ROI_MAX_SAMPLES),
+        ROI_MAX_SAMPLES // (ph * pw),
         PH=ph,
         PW=pw,
         POOL_MAX=bool(pool_max),
@@ -1160,7 +1181,9 @@ def roi_align(
     pool_max: bool,
     aligned: bool,
 ) -> None:
-    """MMCV roi_align into ``out`` (R, C, PH, PW). RoIs with a batch index outside the input are left unwritten."""
+    """MMCV roi_align into ``out`` (R, C, PH, PW). RoIs with a batch index outside the input (NaN
+    included), or with an adaptive sampling grid that is not finite or over ``ROI_MAX_SAMPLES`` samples,
+    are left unwritten (a plugin cannot raise; the CPU kernels name them)."""
     _launch_roi(
         feat.contiguous(),
         rois.float().contiguous(),

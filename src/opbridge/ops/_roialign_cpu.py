@@ -40,7 +40,7 @@ def native_kernel(attrs: Mapping[str, Any]) -> Any:
     mode = attrs.get("mode", "avg")
     if module is None or mode not in ("avg", "max") or not (isinstance(height, int) and isinstance(width, int)):
         return None
-    if height < 1 or width < 1:
+    if height < 1 or width < 1 or height * width >= 2**31 - 1:
         return None
     return module.roi_align_native(
         height,

@@ -20,7 +20,8 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
   per deform group and one matmul).
 * :data:`RoIAlign` (``mmdeploy::MMCVRoiAlign``): MMCV ``roi_align`` (torchvision
   ``roi_align`` for mode "avg", plus mode "max"). CPU kernel: opbridge's native kernel
-  (:mod:`opbridge.ops._roialign_cpu`) for float32 features, else numpy.
+  (:mod:`opbridge.ops._roialign_cpu`; float16 and float64 features computed in float32, as the
+  reference does), numpy where the extension is not built.
 * :data:`MultiLevelRoiAlign` (``mmdeploy::MMCVMultiLevelRoiAlign``): MMDet's
   ``SingleRoIExtractor`` over up to 5 FPN levels. CPU kernel: the RoIAlign kernel per level.
 * :data:`BatchedNMS` (``mmdeploy::TRTBatchedNMS``): MMDeploy's TensorRT batched
@@ -96,6 +97,7 @@ def _grid_shape(
         ref.GRID_MODES,
     )
     ref.check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, ref.GRID_PADDINGS)
+    ref.check_grid_shapes(tuple(x.shape), tuple(grid.shape))
     return TensorInfo((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
 
 
