@@ -185,6 +185,24 @@ def test_attributes_exact_values_and_types() -> None:
     assert sess.kernels[next(iter(sess.kernels))].path == "kernel"
 
 
+@pytest.mark.parametrize(
+    ("attrs", "match"),
+    [
+        ({"b": "false"}, r"attribute 'b' is STRING in the node; the op declares it bool \(ONNX INT\)"),
+        ({"b": 0.5}, r"attribute 'b' is FLOAT in the node; the op declares it bool"),
+        ({"is_": 3}, r"attribute 'is_' is INT in the node; the op declares it list\[int\] \(ONNX INTS\)"),
+        ({"s": b"\xff\xfe"}, "attribute 's' holds bytes that are not UTF-8 text"),
+    ],
+    ids=["bool-as-string", "bool-as-float", "ints-as-int", "string-not-utf8"],
+)
+def test_attribute_of_another_type_is_named(attrs: dict, match: str) -> None:
+    """An attribute whose ONNX type is not the declared one is refused when the session is created
+    (a BOOL read as the truth of a string or a float before), naming the node and the attribute."""
+    model = make_model("AttrProbe", [("x", F, [1])], [("y", F, [1])], name="probe", **attrs)
+    with pytest.raises(opbridge.OpDefinitionError, match=r"node 'probe': .*" + match):
+        InferenceSession(model)
+
+
 def test_attribute_defaults_fill_in() -> None:
     model = make_model("AttrProbe", [("x", F, [1])], [("y", F, [1])], s="only this")
     InferenceSession(model).run(None, {"x": np.ones(1, np.float32)})
@@ -216,6 +234,32 @@ def test_multi_output() -> None:
     s, p = InferenceSession(model).run(None, {"x": x, "y": y})
     np.testing.assert_array_equal(s, x + y)
     np.testing.assert_array_equal(p, x * y)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "inputs", "outputs", "match"),
+    [
+        ("AttrProbe", ["x", "x"], ["y"], r"has 2 inputs; the op takes at most 1 \(x\)"),
+        ("PairOut", ["x", "x"], ["", "d"], r"lists outputs \['', 'd'\]; the op has 2 \(s, d\)"),
+        ("PairOut", ["x", "x"], ["s"], r"lists outputs \['s'\]; the op has 2 \(s, d\)"),
+    ],
+    ids=["extra-input", "omitted-output", "missing-output"],
+)
+def test_node_arity_is_checked_when_the_session_is_created(
+    op_type: str, inputs: list[str], outputs: list[str], match: str
+) -> None:
+    """A node with more inputs than its op, or without one of its outputs, is named when the session
+    is created (an extra input ran silently in the native kernel; an omitted output failed each run)."""
+    node = helper.make_node(op_type, inputs, outputs, domain=DOMAIN, name="n")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", F, [3])],
+        [helper.make_tensor_value_info(o, F, [3]) for o in outputs if o],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    with pytest.raises(opbridge.OpDefinitionError, match=r"node 'n' " + match):
+        InferenceSession(model)
 
 
 @pytest.mark.parametrize("given", [False, True], ids=["omitted", "given"])
@@ -306,6 +350,41 @@ def test_kernel_exception_carries_python_message_and_process_survives() -> None:
     np.testing.assert_array_equal(y, [1.0, 2.0])
 
 
+_INTERRUPTED_KERNEL = """
+import os, signal, numpy as np, opbridge
+from onnx import helper, TensorProto as T
+
+@opbridge.kernel("Interrupted", domain="test.interrupt")
+def interrupted(x):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the kernel runs
+    for _ in range(10**7):  # Python delivers it inside the kernel, at its next instructions
+        pass
+    return x
+
+node = helper.make_node("Interrupted", ["x"], ["y"], domain="test.interrupt")
+graph = helper.make_graph(
+    [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])]
+)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.interrupt", 1)])
+sess = opbridge.InferenceSession(model)
+try:
+    sess.run(None, {"x": np.ones(1, np.float32)})
+except Exception as exc:  # the run fails; Ctrl-C must still interrupt, not be swallowed with it
+    print("failed:", type(exc).__name__)
+    for _ in range(10):
+        pass
+print("not interrupted")
+"""
+
+
+def test_ctrl_c_inside_a_kernel_still_interrupts() -> None:
+    """KeyboardInterrupt raised inside a Python kernel fails the run (ONNX Runtime cannot carry it)
+    and is raised again once the run returns: an ``except Exception`` around run() does not swallow it."""
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_KERNEL], capture_output=True, text=True, timeout=120)
+    assert "KeyboardInterrupt" in proc.stderr and "not interrupted" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode != 0
+
+
 def test_wrong_dtype_is_reported() -> None:
     model = make_model("WrongDtype", [("x", F, [2])], [("y", F, [2])])
     with pytest.raises(
@@ -339,9 +418,10 @@ def test_wrong_shape_against_shape_rule_is_reported() -> None:
 
 
 def test_missing_required_input_is_reported() -> None:
+    """A required input left out is named when the session is created."""
     model = make_model("MaybeAdd", [("y", F, [2])], [("z", F, [2])], node_inputs=["", "y"])
-    with pytest.raises(_fail_type(), match=r"input 0 \('x'\) is required but the node gives none"):
-        InferenceSession(model).run(None, {"y": np.ones(2, np.float32)})
+    with pytest.raises(opbridge.OpDefinitionError, match=r"gives no 'x', which the op requires \(it takes x, y\)"):
+        InferenceSession(model)
 
 
 # --------------------------------------------------------------------------- threads
@@ -441,6 +521,20 @@ def test_session_options_are_not_modified() -> None:
     InferenceSession(model, sess_options=options)
     InferenceSession(model, sess_options=options)  # the same options twice: no duplicate registration
     assert options.intra_op_num_threads == 1
+
+
+def test_optimized_model_filepath_is_not_passed_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ONNX Runtime would save a graph with opbridge's in-memory node tags, which nothing can load: the
+    option is left out with a warning, and the session runs."""
+    options = ort.SessionOptions()
+    target = tmp_path / "optimized.onnx"
+    options.optimized_model_filepath = str(target)
+    model = make_model("Identity2", [("x", F, [1])], [("y", F, [1])])
+    with caplog.at_level("WARNING", logger="opbridge.onnxruntime.session"):
+        sess = InferenceSession(model, sess_options=options)
+    assert "optimized_model_filepath is not used" in caplog.text
+    np.testing.assert_array_equal(sess.run(None, {"x": np.ones(1, np.float32)})[0], np.ones(1, np.float32))
+    assert not target.exists()
 
 
 # --------------------------------------------------------------------------- results written in place (out=)
@@ -618,3 +712,92 @@ def test_benchmark_quick_smoke_run() -> None:
     for mode in ("serial", "stream", "auto"):
         assert f"bridge overhead per call (one copy, {mode}):" in out.stdout
     assert "| (c) bridge, numpy kernel (one copy), auto copy, bound |" in out.stdout
+
+
+# --------------------------------------------------------------------------- kernels that keep or write views
+
+KEPT: list = []
+
+
+@opbridge.kernel("KeepInput", domain=DOMAIN)
+def _keep_input(x: np.ndarray) -> np.ndarray:
+    KEPT.append(x)  # the view of ONNX Runtime's buffer outlives the call
+    return x.copy()
+
+
+@opbridge.op(f"{DOMAIN}::KeepOut", shape=lambda x, **_: opbridge.TensorInfo(x.shape, x.dtype))
+def keep_out(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+@keep_out.register_kernel
+def _keep_out_kernel(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    KEPT.append(out)  # a later write through it would change a result already returned
+    return np.multiply(x, 2, out=out)
+
+
+@opbridge.kernel("AddOneInPlace", domain=DOMAIN, kind="torch")
+def _add_one_in_place(x: torch.Tensor) -> torch.Tensor:
+    return x.view(-1).add_(1).view(x.shape)  # through a view: the same buffer
+
+
+@pytest.mark.parametrize(
+    ("op_type", "match"),
+    [
+        ("KeepInput", "the kernel kept its input 0 after returning; it views ONNX Runtime's memory"),
+        ("KeepOut", "the kernel kept its out= array 0 after returning"),
+    ],
+    ids=["input", "out"],
+)
+def test_kernel_that_keeps_a_buffer_view_fails_the_run(op_type: str, match: str) -> None:
+    """A kept view of ONNX Runtime's memory would read freed memory (or overwrite a returned result)
+    later: the run fails naming it, instead of crashing later."""
+    sess = InferenceSession(make_model(op_type, [("x", F, [4])], [("y", F, [4])]))
+    KEPT.clear()
+    with pytest.raises(Exception, match=match):
+        sess.run(None, {"x": np.ones(4, np.float32)})
+    KEPT.clear()
+
+
+def test_torch_kernel_writing_its_input_fails_the_run() -> None:
+    """torch kernels get writable tensors over ONNX Runtime's buffers; a kernel that writes one (here
+    an initializer, through a view) fails the run naming the input."""
+    node = helper.make_node("AddOneInPlace", ["w"], ["y"], domain=DOMAIN)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", F, [3])],
+        initializer=[helper.make_tensor("w", F, [3], [1.0, 2.0, 3.0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    sess = InferenceSession(model)
+    with pytest.raises(Exception, match="the kernel wrote input 0 in place"):
+        sess.run(None, {})
+
+
+def _rule_refusing_three_rows(x: object, **_: object) -> opbridge.TensorInfo:
+    if x.shape[0] == 3:  # type: ignore[attr-defined]
+        raise ValueError("this rule refuses 3 rows")
+    return opbridge.TensorInfo(x.shape, x.dtype)  # type: ignore[attr-defined]
+
+
+@opbridge.op(f"{DOMAIN}::RuleRefuses", shape=_rule_refusing_three_rows)
+def rule_refuses(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+@rule_refuses.register_kernel
+def _rule_refuses_kernel(x: np.ndarray) -> np.ndarray:
+    return np.zeros(1, np.float32) if x.shape[0] == 5 else 2 * x  # a wrong shape at 5 rows
+
+
+def test_shape_check_survives_a_rule_that_refuses_one_call() -> None:
+    """A shape rule that refuses one call's inputs (a ValueError) skips the check for that call only:
+    a wrong result shape on a later call is still reported."""
+    sess = InferenceSession(make_model("RuleRefuses", [("x", F, None)], [("y", F, None)]))
+    np.testing.assert_array_equal(sess.run(None, {"x": np.ones((3, 2), np.float32)})[0], np.full((3, 2), 2.0))
+    with pytest.raises(
+        Exception, match=r"output 0 \('output'\) has shape \(1,\), but the op's shape rule gives \(5, 2\)"
+    ):
+        sess.run(None, {"x": np.ones((5, 2), np.float32)})

@@ -421,3 +421,103 @@ def test_custom_node_inside_a_function_body() -> None:
     assert [(k.domain, k.op_type, k.path) for k in sess.kernels.values()] == [("acme.inner", "Halve", "registered")]
     (y,) = sess.run(None, {"x": np.array([2.0, -4.0, 1.0], np.float32)})
     np.testing.assert_array_equal(y, [2.0, -1.0, 1.5])
+
+
+def test_custom_output_types_of_intermediate_values_come_from_the_op() -> None:
+    """TRTBatchedNMS's int32 labels feeding another node (no value_info for them): the output type
+    comes from the op's schema through shape inference, not from its first input (float32)."""
+    import opbridge.ops.detection
+
+    nms = helper.make_node(
+        "TRTBatchedNMS", ["boxes", "scores"], ["dets", "labels"], domain="mmdeploy", num_classes=3, keep_topk=5
+    )
+    cast = helper.make_node("Cast", ["labels"], ["labels64"], to=TensorProto.INT64)
+    graph = helper.make_graph(
+        [nms, cast],
+        "g",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 10, 1, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 10, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("dets", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("labels64", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)])
+    rng = np.random.default_rng(5)
+    xy = rng.random((1, 10, 1, 2), dtype=np.float32) * 50
+    boxes, scores = np.concatenate([xy, xy + 10], -1), rng.random((1, 10, 3), dtype=np.float32)
+    dets, labels = opbridge.InferenceSession(model).run(None, {"boxes": boxes, "scores": scores})
+    want_dets, want_labels = opbridge.ops.detection.BatchedNMS.kernel(boxes, scores, num_classes=3, keep_topk=5)
+    assert labels.dtype == np.int64
+    np.testing.assert_array_equal(labels, want_labels.astype(np.int64))
+    np.testing.assert_array_equal(dets, want_dets)
+
+
+def test_custom_node_inside_a_subgraph_is_named() -> None:
+    """A custom node in an If branch is not bridged: the session says so, naming the node and the If,
+    instead of ONNX Runtime's unregistered-op error."""
+    branch = helper.make_graph(
+        [helper.make_node("MySiLU", ["x"], ["t"], domain="opbridge", name="act")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+    )
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other, name="choose")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)])
+    with pytest.raises(opbridge.OpbridgeError, match=r"opbridge::MySiLU 'act' in the body of If 'choose'"):
+        opbridge.InferenceSession(model)
+
+
+def test_model_over_the_protobuf_limit_runs_from_a_temporary_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A model over protobuf's 2 GiB limit cannot go to ONNX Runtime as bytes: it is written with its
+    tensors as external data to a temporary folder, removed with the session (the limit is lowered
+    here so that a small model takes that path)."""
+    import gc
+    import tempfile
+
+    import opbridge.ops
+    from opbridge.onnxruntime import session as session_module
+
+    w = onnx.numpy_helper.from_array(np.linspace(-1, 1, 1000, dtype=np.float32), "w")
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["a"]),
+        helper.make_node("MySELU", ["a", "w", "w"], ["y"], domain="opbridge"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1000])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)])
+    x = np.full(1000, 0.3, np.float32)
+    want = opbridge.InferenceSession(model).run(None, {"x": x})[0]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(session_module, "_PROTO_LIMIT", 100)
+    sess = opbridge.InferenceSession(model)
+    folders = list(tmp_path.glob("opbridge-session-*"))
+    assert len(folders) == 1 and (folders[0] / "model.data").stat().st_size >= 4000
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+    del sess
+    gc.collect()
+    assert not folders[0].exists()

@@ -61,6 +61,20 @@ _ALL_TENSOR_TYPES = [
 ]
 
 
+# The ONNX attribute types each declared attribute type accepts (AttributeProto's codes: FLOAT 1,
+# INT 2, STRING 3, FLOATS 6, INTS 7, STRINGS 8). ONNX writes BOOL as INT; a FLOAT(S) attribute written
+# as INT(S) is read as its float value.
+_PROTO_KINDS: dict[AttrType, tuple[int, ...]] = {
+    AttrType.FLOAT: (1, 2),
+    AttrType.INT: (2,),
+    AttrType.BOOL: (2,),
+    AttrType.STRING: (3,),
+    AttrType.FLOATS: (6, 7),
+    AttrType.INTS: (7,),
+    AttrType.STRINGS: (8,),
+}
+
+
 def attribute_values(spec: OpSpec, node: onnx.NodeProto | None = None, getter: Any = None) -> dict[str, Any]:
     """Attribute values of an ONNX node as Python values typed by ``spec``.
 
@@ -80,11 +94,22 @@ def attribute_values(spec: OpSpec, node: onnx.NodeProto | None = None, getter: A
                 raise ValueError(f"{spec.qualname}: node lacks required attribute {attr.name!r}")
             out[attr.name] = attr.default
             continue
+        kinds = _PROTO_KINDS[attr.type]
+        if proto.type not in kinds:
+            got = onnx.AttributeProto.AttributeType.Name(proto.type)
+            want = " or ".join(onnx.AttributeProto.AttributeType.Name(k) for k in kinds)
+            raise ValueError(
+                f"{spec.qualname}: attribute {attr.name!r} is {got} in the node; the op declares it "
+                f"{attr.type.value} (ONNX {want}): re-export the model or fix the attribute's type."
+            )
         value = onnx.helper.get_attribute_value(proto)
-        if attr.type is AttrType.STRING:
-            value = value.decode("utf-8")
-        elif attr.type is AttrType.STRINGS:
-            value = [v.decode("utf-8") for v in value]
+        try:
+            if attr.type is AttrType.STRING:
+                value = value.decode("utf-8")
+            elif attr.type is AttrType.STRINGS:
+                value = [v.decode("utf-8") for v in value]
+        except UnicodeDecodeError:
+            raise ValueError(f"{spec.qualname}: attribute {attr.name!r} holds bytes that are not UTF-8 text") from None
         out[attr.name] = attr.from_onnx_value(value)
     return out
 

@@ -846,6 +846,32 @@ static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t
     return rc == OPB_NATIVE_DONE || rc == OPB_NATIVE_ERROR ? rc : OPB_NATIVE_DECLINE;
 }
 
+/* The arrays the kernel got over ONNX Runtime's memory (its inputs, its out= arrays) are valid during
+   the call only: ONNX Runtime reuses or frees that memory after it. A kernel that keeps one (in a
+   list, a closure, an attribute; a view of it counts too, as it holds the array) would read freed
+   memory later or write over a result already returned. Each such array is held by its tuple alone
+   once the call's own references are dropped; one held elsewhere fails the run, naming it. */
+static OrtStatus *opb_check_kept(OpbKernel *k, PyObject *args, PyObject *outs, char *err, size_t n) {
+    PyObject *groups[2] = {args, outs};
+    const char *what[2] = {"input", "out= array"};
+    for (int gi = 0; gi < 2; gi++) {
+        PyObject *tup = groups[gi];
+        if (tup == NULL || !PyTuple_Check(tup)) continue;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tup); i++) {
+            PyObject *a = PyTuple_GET_ITEM(tup, i);
+            if (!PyArray_Check(a) || (PyArray_FLAGS((PyArrayObject *)a) & NPY_ARRAY_OWNDATA)) continue;
+            if (Py_REFCNT(a) > 1) {
+                snprintf(err, n,
+                         "%s: the kernel kept its %s %zd after returning; it views ONNX Runtime's memory, valid "
+                         "during the call only (reused after it): keep a copy instead (x.copy(), x.clone())",
+                         k->label, what[gi], i);
+                return opb_status(err);
+            }
+        }
+    }
+    return NULL;
+}
+
 static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     OpbKernel *k = (OpbKernel *)kernel;
     char err[2048];
@@ -894,7 +920,11 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     res = PyObject_Call(k->fn, args, kwargs);
     if (res == NULL) {
         char exc[1536];
+        /* Ctrl-C inside a kernel: the run fails (ONNX Runtime cannot carry the exception), and SIGINT is
+           raised again for Python to deliver once the run has returned, so that it still interrupts */
+        const int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
         opb_format_exception(exc, sizeof exc);
+        if (interrupted) PyErr_SetInterrupt();
         snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
         result = opb_status(err);
         goto done;
@@ -933,6 +963,7 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
 done:
     Py_XDECREF(res);
     Py_XDECREF(kwargs);
+    if (result == NULL) result = opb_check_kept(k, args, outs, err, sizeof err);
     Py_XDECREF(outs);
     Py_XDECREF(args);
     PyGILState_Release(g);

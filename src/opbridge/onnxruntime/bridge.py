@@ -203,12 +203,23 @@ def _required_check(opdef: OpDef, label: str) -> Callable[[tuple[Any, ...]], Non
     return check
 
 
+def _rule_failed(state: dict[str, bool], exc: Exception, label: str, what: str) -> None:
+    """A shape rule raised on a call's arrays. A rule that ran on arrays before, or that raised a
+    ValueError (an op's rules name inputs they refuse so), refused these inputs: skip it for this
+    call only. Otherwise it does not run on numpy arrays: turn ``what`` off for the session."""
+    if state["ran"] or isinstance(exc, ValueError):
+        logger.debug("%s: the shape rule refused these inputs (%s); no %s for this call", label, exc, what)
+        return
+    logger.debug("%s: the shape rule does not run on numpy inputs (%s); %s off", label, exc, what)
+    state["usable"] = False
+
+
 def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[tuple[Any, ...], Any], None] | None:
     """A check of result shapes against the op's shape rule (``None`` when it has none)."""
     rule = opdef.shape_rule
     if rule is None:
         return None
-    state = {"usable": True}
+    state = {"usable": True, "ran": False}
 
     def check(arrays: tuple[Any, ...], result: Any) -> None:
         if not state["usable"]:
@@ -216,9 +227,9 @@ def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[t
         try:
             expected = rule(*arrays, **attrs)
         except Exception as exc:
-            logger.debug("%s: shape rule does not run on numpy inputs (%s); shape check disabled", label, exc)
-            state["usable"] = False
+            _rule_failed(state, exc, label, "shape check")
             return
+        state["ran"] = True
         want = list(expected) if isinstance(expected, (tuple, list)) else [expected]
         got = list(result) if isinstance(result, (tuple, list)) else [result]
         for i, (w, g) in enumerate(zip(want, got)):
@@ -274,7 +285,7 @@ def _output_shapes(
     outputs before the kernel runs; ``None`` (results copied) where the rule does not run on arrays."""
     rule = opdef.shape_rule
     assert rule is not None
-    state = {"usable": True}
+    state = {"usable": True, "ran": False}
 
     def shapes(*arrays: Any) -> list[tuple[int, ...]] | None:
         if not state["usable"]:
@@ -285,11 +296,12 @@ def _output_shapes(
         try:
             infos = rule(*arrays, **attrs)
             items = list(infos) if isinstance(infos, (tuple, list)) else [infos]
-            return [tuple(int(d) for d in info.shape) for info in items]
+            found = [tuple(int(d) for d in info.shape) for info in items]
         except Exception as exc:
-            logger.debug("%s: shape rule does not run on numpy inputs (%s); results will be copied", label, exc)
-            state["usable"] = False
+            _rule_failed(state, exc, label, "out= path (results copied)")
             return None
+        state["ran"] = True
+        return found
 
     return shapes
 
@@ -330,17 +342,37 @@ def _torch_out_adapter(
         outs = out if isinstance(out, tuple) else (out,)
         wrapped = tuple(from_numpy(o) for o in outs)
         result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
+        _inputs_unchanged(tensors, label)
         results = result if isinstance(result, (tuple, list)) else (result,)
         if len(results) != len(outs):
             return result  # the bridge reports the count mismatch
-        # an output written in place comes back as ONNX Runtime's own array; any other is copied into it
+        # an output written in place (the whole of it) comes back as ONNX Runtime's own array; any
+        # other is copied into it
         given = [
-            o if isinstance(r, torch.Tensor) and r.data_ptr() == w.data_ptr() else _to_numpy(r, label, i)
+            o
+            if isinstance(r, torch.Tensor) and r.data_ptr() == w.data_ptr() and r.shape == w.shape
+            else _to_numpy(r, label, i)
             for i, (r, o, w) in enumerate(zip(results, outs, wrapped))
         ]
         return tuple(given) if isinstance(out, tuple) else given[0]
 
     return call, _output_shapes(opdef, attrs, n_inputs, required, label)
+
+
+def _inputs_unchanged(tensors: list[Any], label: str) -> None:
+    """Raise where a torch kernel wrote one of its inputs in place.
+
+    The inputs are views of ONNX Runtime's buffers: an initializer (the next run would see the
+    changed weight) or the caller's own array. torch counts every in-place write to a tensor and
+    its views (``_version``), so a write is seen without copying the inputs.
+    """
+    for i, t in enumerate(tensors):
+        if t is not None and t._version:
+            raise RuntimeError(
+                f"{label}: the kernel wrote input {i} in place; its inputs are ONNX Runtime's buffers (an "
+                "initializer or the caller's array) and must stay unchanged: compute into a new tensor "
+                "(x + 1, not x.add_(1)) or clone the input first"
+            )
 
 
 def _to_numpy(value: Any, label: str, index: int) -> Any:
@@ -363,6 +395,7 @@ def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
             required(arrays)
         tensors = [None if a is None else from_numpy(a) for a in arrays]
         result = fn(*tensors, **attrs)
+        _inputs_unchanged(tensors, label)
         if isinstance(result, (tuple, list)):
             out: Any = tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
         else:
@@ -375,6 +408,32 @@ def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
 
 
 # --------------------------------------------------------------------------- choosing a kernel
+
+
+def _check_arity(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
+    """The node's inputs and outputs against the op's: more inputs than the op takes, a required one
+    left out, or an output left out (opbridge's kernels produce every output), are named when the
+    session is created."""
+    spec = opdef.spec
+    if len(node.input) > len(spec.inputs):
+        raise OpDefinitionError(
+            f"{label} has {len(node.input)} inputs; the op takes at most {len(spec.inputs)} "
+            f"({', '.join(i.name for i in spec.inputs)}): re-export the model or fix the node."
+        )
+    given = list(node.input) + [""] * (len(spec.inputs) - len(node.input))
+    missing = [i.name for i, name in zip(spec.inputs, given) if not i.optional and not name]
+    if missing:
+        raise OpDefinitionError(
+            f"{label} gives no {', '.join(repr(m) for m in missing)}, which the op requires "
+            f"(it takes {', '.join(i.name for i in spec.inputs)}): re-export the model or fix the node."
+        )
+    outputs = list(node.output)
+    if len(outputs) > len(spec.outputs) or "" in outputs or len(outputs) < len(spec.outputs):
+        names = ", ".join(o.name for o in spec.outputs)
+        raise OpDefinitionError(
+            f"{label} lists outputs {outputs}; the op has {len(spec.outputs)} ({names}), each produced by its "
+            "kernel: name every one of them in the node (an unused one may go unread)."
+        )
 
 
 def kernel_for_node(
@@ -396,6 +455,7 @@ def kernel_for_node(
     registered: KernelDef | None = find_kernel(domain, node.op_type, version)
     label = f"{domain or '<default>'}::{node.op_type} node {node.name!r}"
     if opdef is not None and (opdef.kernel is not None or registered is None):
+        _check_arity(opdef, node, label)
         attrs = spec_attributes(opdef, node)
         checks = (_required_check(opdef, label), _shape_check(opdef, attrs, label))
         n_inputs = len(opdef.spec.inputs)

@@ -61,6 +61,11 @@ __all__ = ["InferenceSession", "load_model"]
 
 logger = logging.getLogger(__name__)
 
+# The largest model handed to ONNX Runtime as serialized bytes (protobuf's limit is 2 GiB); a larger
+# one (its weights in external data files) goes to a temporary directory as a model file and one
+# external data file, which ONNX Runtime reads from there.
+_PROTO_LIMIT = 2**31 - 2**24
+
 # In-memory domain of nodes that run opbridge's kernel although their op's body is in the model.
 _KERNEL_DOMAIN_PREFIX = "opbridge.kernel."
 
@@ -81,7 +86,6 @@ _COPIED_OPTIONS = (
     "log_severity_level",
     "log_verbosity_level",
     "logid",
-    "optimized_model_filepath",
     "profile_file_prefix",
     "use_deterministic_compute",
 )
@@ -91,16 +95,51 @@ def _is_custom(node: onnx.NodeProto) -> bool:
     return node.domain not in _NATIVE_DOMAINS
 
 
+def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(custom node, the If/Loop/Scan node whose body holds it) for every custom node in a subgraph
+    that no model-local function defines."""
+    local = {(f.domain, f.name) for f in model.functions}
+    found: list[tuple[str, str]] = []
+
+    def walk(nodes: Sequence[onnx.NodeProto], owner: str | None) -> None:
+        for node in nodes:
+            label = f"{node.domain}::{node.op_type} {node.name!r}"
+            if owner is not None and _is_custom(node) and (node.domain, node.op_type) not in local:
+                found.append((label, owner))
+            for attr in node.attribute:
+                for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    walk(graph.node, f"{node.op_type} {node.name!r}")
+
+    walk(model.graph.node, None)
+    return found
+
+
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
     local = {(f.domain, f.name) for f in model.functions}
     return any(_is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node)
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+def _elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
+    """Element type of each value the graph declares; where a ``wanted`` value is not declared (a
+    custom node's output feeding another node), ONNX shape inference with opbridge's schemas gives it."""
     types: dict[str, int] = {}
-    for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
+
+    def collect(graph: onnx.GraphProto) -> None:
+        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+
+    collect(model.graph)
+    if any(name not in types for name in wanted):
+        import onnx
+
+        import opbridge
+
+        try:
+            opbridge.register_onnx_schemas()
+            collect(onnx.shape_inference.infer_shapes(model).graph)
+        except Exception as exc:  # the types stay unknown: ONNX Runtime takes them from input 0
+            logger.debug("shape inference could not type the custom nodes' outputs: %s", exc)
     return types
 
 
@@ -141,6 +180,12 @@ def _copy_options(options: Any) -> Any:
             fresh.add_session_config_entry(key, value)
     if options is None:
         return fresh
+    if getattr(options, "optimized_model_filepath", ""):
+        logger.warning(
+            "SessionOptions.optimized_model_filepath is not used in a session with bridged kernels: the graph "
+            "ONNX Runtime would save holds opbridge's in-memory node tags, which no runtime loads; the model "
+            "you give the session is the one to keep"
+        )
     for name in _COPIED_OPTIONS:
         try:
             value = getattr(options, name)
@@ -241,9 +286,10 @@ class InferenceSession:
             options = _copy_options(sess_options)
             threads = _intra_op_threads(options)
             descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound, threads))
+        source: str | bytes = self._large_model_file(model) if model.ByteSize() > _PROTO_LIMIT else b""
         try:
             self._session = ort.InferenceSession(
-                model.SerializeToString(),
+                source or model.SerializeToString(),
                 sess_options=options,
                 providers=list(providers) if providers is not None else ["CPUExecutionProvider"],
             )
@@ -254,6 +300,31 @@ class InferenceSession:
         finally:
             for d in descriptors:
                 d.release()
+
+    def _large_model_file(self, model: onnx.ModelProto) -> str:
+        """Write a model over protobuf's 2 GiB limit to a temporary directory (removed with the
+        session), its tensors as one external data file; the path for ONNX Runtime. ``self.model``'s
+        tensors then refer to that file."""
+        import shutil
+        import tempfile
+        import weakref
+
+        import onnx
+
+        folder = tempfile.mkdtemp(prefix="opbridge-session-")
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        path = os.path.join(folder, "model.onnx")
+        try:
+            onnx.save_model(
+                model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data"
+            )
+        except OSError as exc:
+            raise ModelLoadError(
+                f"the model is over protobuf's 2 GiB limit and could not be written to {folder} for ONNX Runtime "
+                f"({exc}); free disk space there or set TMPDIR to a folder with room."
+            ) from None
+        logger.info("the model is over 2 GiB: ONNX Runtime reads it from %s", path)
+        return path
 
     # ------------------------------------------------------------------ planning
 
@@ -266,6 +337,14 @@ class InferenceSession:
         moved = set(self.moved_ops)
         bound: dict[int, BoundKernel] = {}
         unknown: list[tuple[str, str, int, str]] = []
+        nested = _subgraph_custom_nodes(model)
+        if nested:
+            where = "; ".join(f"{n} in the body of {owner}" for n, owner in nested[:5])
+            raise OpbridgeError(
+                f"custom nodes inside If/Loop/Scan bodies are not bridged: {where}. Move them out of the "
+                "subgraph (compute them before the If or unroll the loop), or give their ops model-local "
+                "function bodies (opbridge.functions.attach_functions), which ONNX Runtime runs anywhere."
+            )
         names = {n.name for n in model.graph.node if n.name}
         counters: dict[str, int] = {}
         for index, node in enumerate(model.graph.node):
@@ -340,7 +419,7 @@ class InferenceSession:
     @staticmethod
     def _op_table(model: onnx.ModelProto, bound: Mapping[int, BoundKernel]) -> list[tuple[str, str, int, list[int]]]:
         """One entry per bridged (domain, op type): input count and output element types."""
-        types = _elem_types(model)
+        types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
         groups: dict[tuple[str, str], list[onnx.NodeProto]] = {}
         for index in sorted(bound):
             node = model.graph.node[index]
