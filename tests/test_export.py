@@ -245,3 +245,31 @@ def test_existing_file_kept_on_failure(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"attribute 'beta' expects float"):
         opbridge.export(Broken(), (torch.randn(2),), target, exporter="torchscript")
     assert target.read_bytes() == b"user data"
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_dynamic_axes_of_an_unknown_input_are_refused(tmp_path: Path, exporter: str) -> None:
+    """A dynamic_axes name that is no input (a typo) gave a fully static model silently."""
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"dynamic_axes names \['nosuch'\].*its inputs are \['x'\]"):
+        opbridge.export(
+            Swish(),
+            (torch.randn(2, 3, 8),),
+            target,
+            exporter=exporter,
+            dynamic_axes={"nosuch": {0: "batch"}},
+            output_names=["y"],
+        )
+    assert not target.exists()
+
+
+def test_opset_the_exporter_cannot_reach_is_refused(tmp_path: Path) -> None:
+    """torch's dynamo exporter falls back to its own opset when it cannot convert: the asked opset
+    was silently not the one written."""
+    from opbridge.examples.seeds import myselu_model
+
+    model, inputs = myselu_model()
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"opset 99 was asked for, but the dynamo exporter wrote opset \d+"):
+        opbridge.export(model, inputs, target, exporter="dynamo", opset_version=99)
+    assert not target.exists()

@@ -268,3 +268,56 @@ def test_cli_compat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "write it as MAJOR.MINOR" in capsys.readouterr().err
     with pytest.raises(OpbridgeError, match="unknown compat target 'tvm'"):
         check_compat(path, "tvm")
+
+
+def _custom_node_in_if_branch() -> onnx.ModelProto:
+    """An If whose then-branch holds acme::Foo; the else-branch negates."""
+    then = helper.make_graph(
+        [helper.make_node("Foo", ["x"], ["t"], domain="acme", name="inner_foo")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
+    )
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
+    return make_model(
+        [node],
+        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
+        [("y", TensorProto.FLOAT, [3])],
+        domains={"acme": 1},
+    )
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_nodes_inside_subgraphs_are_checked(target: str) -> None:
+    """A custom node in an If branch is judged like any other (it was skipped: a model the runtime
+    refuses passed), labelled with its place."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+    report = check_compat(_custom_node_in_if_branch(), target, real=False)
+    nodes = {n.node: n for n in report.nodes}
+    assert set(nodes) == {"if", "if/then_branch/inner_foo", "if/else_branch/neg"}
+    assert nodes["if/then_branch/inner_foo"].verdict == "fail" and nodes["if/else_branch/neg"].verdict == "native"
+    assert not report.ok
+
+
+def test_trt_versions_before_the_rules_are_refused() -> None:
+    with pytest.raises(OpbridgeError, match=r"TensorRT version '6.0': the rules cover TensorRT 7.0 and later"):
+        check_compat(custom_node_model(), "tensorrt", trt_version="6.0", real=False)
+
+
+def test_openvino_on_an_invalid_model_fails_instead_of_raising() -> None:
+    """A graph the frontend cannot load (a cycle) is a failed conversion in the report, not a crash."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("a", TensorProto.FLOAT, [2])])
+    report = check_compat(model, "openvino")
+    assert report.real_ok is False and not report.ok and report.notes[0].startswith("conversion raised")

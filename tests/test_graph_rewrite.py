@@ -317,3 +317,78 @@ def test_unknown_rule() -> None:
 def test_opset_of_model_is_kept() -> None:
     report = rewrite_model(resize_model("cubic", scales="input"), ["resize-cubic-to-dynamic-resize"])
     assert {o.domain: o.version for o in report.model.opset_import}[""] == OPSET
+
+
+def _legacy_model_with_external_data(folder: Path) -> Path:
+    """A MatMul whose weight lives in model.onnx.data, then a custom op in the default domain."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [1, 8])],
+        [("y", TensorProto.FLOAT, [1, 8])],
+        initializers=[("w", np.arange(64, dtype=np.float32).reshape(8, 8))],
+    )
+    path = folder / "model.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    return path
+
+
+def test_output_paths_that_cannot_be_used_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The input's external data file, an empty path, a folder, a path under a file: each refused
+    (exit 2) before anything is written, the input's files unchanged."""
+    src = _legacy_model_with_external_data(tmp_path)
+    data = tmp_path / "model.onnx.data"
+    before = (_digest(src), _digest(data))
+    (tmp_path / "folder").mkdir()
+    for output, message in (
+        (str(data), "is one of the input's own files"),
+        ("", "the output path is empty"),
+        (str(tmp_path / "folder"), "is a folder; give a file path, e.g."),
+        (str(src / "x.onnx"), "is a file, not a folder"),
+    ):
+        assert main(["rewrite", str(src), "-o", output, "--rule", "legacy-domain"]) == 2
+        assert message in capsys.readouterr().err
+    assert (_digest(src), _digest(data)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "model.onnx", "model.onnx.data"]
+
+
+def test_written_files_get_the_usual_permissions_and_links_are_written_through(tmp_path: Path) -> None:
+    """A new file gets 0666 less the umask (not tempfile's private 0600), a replaced file keeps its
+    mode, and --in-place on a symbolic link rewrites the model it points to, keeping the link."""
+    import os
+    import stat
+
+    src = _legacy_model_with_external_data(tmp_path)
+    out = tmp_path / "out.onnx"
+    umask = os.umask(0o022)
+    try:
+        assert main(["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain"]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        out.chmod(0o640)
+        assert main(["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain"]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    finally:
+        os.umask(umask)
+    real = tmp_path / "real.onnx"
+    onnx.save(make_model([helper.make_node("MYSELU", ["x"], ["y"])], [("x", 1, [2])], [("y", 1, [2])]), real)
+    link = tmp_path / "link.onnx"
+    link.symlink_to(real)
+    assert main(["rewrite", str(link), "--in-place", "--rule", "legacy-domain"]) == 0
+    assert link.is_symlink() and onnx.load(real).graph.node[0].domain == "opbridge.legacy"
+
+
+def test_replace_op_into_onnx_and_bad_versions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A map into ai.onnx:: keeps the model's default opset (no 'ai.onnx' import at version 1), and
+    the version option must be a whole number from 1."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [3])], [("y", 1, [3])]), src)
+    assert main(["rewrite", str(src), "-o", str(out), "--rule", "replace-op", "--map", "Relu=ai.onnx::Sigmoid"]) == 0
+    model = onnx.load(out)
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", OPSET)]
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    got = ort.InferenceSession(out.as_posix()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x)), rtol=1e-6)
+    for version in ("abc", "-5", "99999999999999999999"):
+        args = ["rewrite", str(src), "-o", str(out), "--rule", "replace-op", "--map", "Relu=acme::Swish"]
+        assert main([*args, "--option", f"version={version}"]) == 2
+        assert "the opset version is a whole number from 1" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from opbridge.errors import (
     OpbridgeError,
     OpCallError,
     OpDefinitionError,
+    OutputPathError,
     UnknownOpError,
 )
 from opbridge.export import ExportResult, export
@@ -65,6 +66,7 @@ __all__ = [
     "OpDefinitionError",
     "OpSpec",
     "OpbridgeError",
+    "OutputPathError",
     "OutputSpec",
     "ReferenceSession",
     "SymDim",

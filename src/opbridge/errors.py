@@ -11,6 +11,7 @@ __all__ = [
     "OpCallError",
     "OpbridgeError",
     "OpDefinitionError",
+    "OutputPathError",
     "UnknownOpError",
     "unknown_ops_message",
 ]
@@ -34,6 +35,11 @@ class ExportError(OpbridgeError, RuntimeError):
 
 class ModelLoadError(OpbridgeError, ValueError):
     """A model file could not be read or is not a valid ONNX model."""
+
+
+class OutputPathError(OpbridgeError, ValueError):
+    """A path to write to cannot be used: empty, a folder, write-protected, in a folder that is a
+    file or cannot be written, or one of the input's own files."""
 
 
 class UnknownOpError(OpbridgeError, LookupError):

@@ -39,7 +39,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -429,20 +429,16 @@ def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
             have[domain] = entry
 
 
-def save_model_atomic(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
-    """Write ``model`` to ``path`` through a temporary file and a rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(model.SerializeToString())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
+def save_model_atomic(
+    model: onnx.ModelProto, path: str | os.PathLike[str], *, protected: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """Write ``model`` to ``path`` through a temporary file and a rename (``protected``: files the
+    path must not be, such as the input's own); an :class:`~opbridge.errors.OutputPathError` names a
+    path that cannot be written."""
+    from opbridge._files import write_atomic
+
+    data = model.SerializeToString()
+    return write_atomic(path, lambda fh: fh.write(data), protected=protected)
 
 
 def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, check: bool = True) -> onnx.ModelProto:
@@ -514,6 +510,16 @@ def export(
     register_onnx_schemas(ops)
     if dynamic_axes and dynamic_shapes is not None:
         raise ExportError("give either dynamic_shapes or dynamic_axes, not both.")
+    if dynamic_axes and (exporter == "dynamo" or output_names):
+        # (TorchScript's outputs without output_names have names of its own, which axes may name)
+        known = list(input_names) if input_names else _forward_names(model, len(args))
+        known += list(output_names or [])
+        unknown = sorted(set(dynamic_axes) - set(known))
+        if unknown:
+            raise ExportError(
+                f"dynamic_axes names {unknown}, which the model has no input (or named output) of; "
+                f"its inputs are {known[: len(args)]}: name one of them (or pass input_names)."
+            )
     captured: list[CapturedWarning] = []
     with tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -540,6 +546,12 @@ def export(
         captured.append(cw)
         if issubclass(w.category, torch.jit.TracerWarning):
             logger.warning("%s", cw)
+    written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset_version is not None and written != opset_version:
+        raise ExportError(
+            f"opset {opset_version} was asked for, but the {exporter} exporter wrote opset {written} (it could not "
+            f"convert the model to {opset_version}); nothing was written: pick an opset it supports, e.g. {written}."
+        )
     _check_ops_present(proto, calls, exporter)
     used = [d for d in ops if d.spec.key in calls]
     if functions:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,22 +230,12 @@ class VerifyRecord:
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` through a temporary file renamed into place."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """Write ``data`` as JSON to ``path`` through a temporary file renamed into place (an
+    :class:`~opbridge.errors.OutputPathError` names a path that cannot be written)."""
+    from opbridge._files import write_atomic
+
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
 def _num(v: float | None) -> str:

@@ -43,9 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from opbridge._files import prepare_output
     from opbridge.demo import run_demo
     from opbridge.verify import write_json_atomic
 
+    if args.json:
+        prepare_output(args.json)  # a bad path is named before the run
     progress = _Progress(not args.quiet)
     try:
         result = run_demo(

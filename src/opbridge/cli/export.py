@@ -49,7 +49,9 @@ def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
 
 def run(args: argparse.Namespace) -> int:
     import opbridge
+    from opbridge._files import prepare_output
 
+    prepare_output(args.output)  # a bad path is named before the export
     load_ops(args.ops)
     model, inputs = load_factory(args.reference)
     result = opbridge.export(

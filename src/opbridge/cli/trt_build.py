@@ -41,6 +41,7 @@ def parse_profile(text: str) -> tuple[str, tuple[tuple[int, ...], tuple[int, ...
 
 
 def run(args: argparse.Namespace) -> int:
+    from opbridge._files import prepare_output
     from opbridge._loading import load_ops
     from opbridge.tensorrt import build_engine
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if name in profiles:
             raise OpbridgeError(f"--profile {name}: given twice; give one MIN,OPT,MAX per input.")
         profiles[name] = triple
+    prepare_output(args.output)  # a bad path is named before the build (build_engine refuses the input)
     load_ops(args.ops)
     report = build_engine(args.model, args.output, profiles=profiles, ops=args.ops, isolate=not args.in_process)
     print(report.describe())

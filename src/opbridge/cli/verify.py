@@ -166,8 +166,11 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
+    from opbridge._files import prepare_output
     from opbridge.verify import verify
 
+    if args.json:
+        prepare_output(args.json, protected=[args.model])  # a bad path is named before the run
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)
     for value, flag in ((args.rtol, "--rtol"), (args.atol, "--atol")):

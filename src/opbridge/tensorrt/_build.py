@@ -222,11 +222,9 @@ def _run_in_process(
             blob = bytes(memoryview(engine))
             report["engine_bytes"] = len(blob)
             if engine_path:
-                target = Path(engine_path)
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(blob)
-                os.replace(tmp, target)
-                report["engine_path"] = str(target)
+                from opbridge._files import write_atomic
+
+                report["engine_path"] = str(write_atomic(engine_path, lambda fh: fh.write(blob)))
     ours = recorded_errors()
     if parsed and not report["ok"] and not errors:
         errors = [("", "", msg) for sev, msg in tlog.lines if sev in ("ERROR", "INTERNAL_ERROR")]

@@ -36,14 +36,15 @@ def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str |
 
     from opbridge.export import save_model_atomic
 
-    inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
     tmp = tempfile.mkdtemp(prefix="opbridge_ov_")
-    path = save_model_atomic(inlined, Path(tmp) / "model.onnx")
     try:
-        fe = FrontEndManager().load_by_framework("onnx")
-        # Keep the input model referenced while the converted one lives: the frontend does not own it.
-        input_model = fe.load(str(path))
+        # an invalid model (a cycle, a dangling input, a recursive function) is a conversion error too
         try:
+            inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
+            path = save_model_atomic(inlined, Path(tmp) / "model.onnx")
+            fe = FrontEndManager().load_by_framework("onnx")
+            # Keep the input model referenced while the converted one lives: the frontend does not own it.
+            input_model = fe.load(str(path))
             converted = fe.convert_partially(input_model)
         except Exception as exc:
             return set(), str(exc).strip()
@@ -109,6 +110,18 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport
                         "model-local function, inlined before conversion",
                     )
                 )
+        elif ctx.index < 0 and ctx.custom:
+            # the frontend's partial conversion does not list subgraph nodes; the full one fails on them
+            nodes.append(
+                NodeVerdict(
+                    ctx.label,
+                    ctx.domain,
+                    ctx.op_type,
+                    "fail",
+                    f"No conversion rule found for operations: {ctx.domain}.{ctx.op_type} (inside a subgraph, "
+                    "where opbridge's OpenVINO ops do not reach)",
+                )
+            )
         elif key in missing:
             if ctx.custom and ctx.opbridge_op() is not None:
                 nodes.append(

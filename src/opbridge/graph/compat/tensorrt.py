@@ -73,13 +73,17 @@ def parse_trt_version(text: str | None) -> Version:
     """``"10.13.1"`` -> ``(10, 13)``; ``None`` or ``"latest"`` -> the newest behaviour known here."""
     if text is None or text == "latest":
         return LATEST
+    from opbridge.errors import OpbridgeError
+
     parts = text.split(".")
     try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        version = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
     except ValueError:
-        from opbridge.errors import OpbridgeError
-
         raise OpbridgeError(f"TensorRT version {text!r}: write it as MAJOR.MINOR, e.g. 10.13") from None
+    if version < (7, 0) or version[1] < 0:
+        # the rules here start at TensorRT 7's ONNX parser: an older one would pass every node
+        raise OpbridgeError(f"TensorRT version {text!r}: the rules cover TensorRT 7.0 and later; give 7.0 or newer.")
+    return version
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,6 +146,7 @@ def rewrite_file(
     Raises:
         RewriteError: ``output`` is the input path without ``in_place``, or neither is given.
     """
+    from opbridge._files import prepare_output
     from opbridge.export import save_model_atomic
 
     src = Path(source)
@@ -156,10 +157,40 @@ def rewrite_file(
     else:
         if output is None:
             raise RewriteError("give -o OUT.onnx (or --in-place to replace the input).")
+        prepare_output(output)  # an empty path or a folder, named as given
         target = Path(output)
         if target.exists() and target.resolve() == src.resolve():
             raise RewriteError(f"{target} is the input file; write elsewhere or pass --in-place to replace it.")
+    protected = [] if in_place else [src, *_external_files(src)]
+    prepare_output(target, protected=protected)  # a bad path is named before the rules run
     report = rewrite_model(src, rules, options)
     if report.changed:
-        report.path = save_model_atomic(report.model, target)
+        report.path = save_model_atomic(report.model, target, protected=protected)
     return report
+
+
+def _external_files(source: Path) -> list[Path]:
+    """The external data files the model file ``source`` refers to (none where it cannot be read)."""
+    import onnx
+
+    try:
+        model = onnx.load(source, load_external_data=False)
+    except Exception:
+        return []
+    found: set[Path] = set()
+
+    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    yield from tensors(sub)
+
+    for tensor in tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                found.add(source.parent / entry.value)
+    return sorted(found)

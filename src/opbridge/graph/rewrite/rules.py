@@ -271,10 +271,23 @@ class ReplaceOp(IRRule):
             if not sep or not old or not new_name or new_domain is None:
                 raise OpbridgeError(f"--map {item!r}: write Old=domain::New (e.g. Resize=acme::BicubicResize)")
             old_domain, old_name = _split_op(old)
-            maps.append((old_domain, old_name, new_domain, new_name))
+            maps.append((old_domain, old_name, "" if new_domain == "ai.onnx" else new_domain, new_name))
         if not maps:
             raise OpbridgeError("rule replace-op needs --map Old=domain::New")
         return maps
+
+    @staticmethod
+    def _version(options: Mapping[str, Any]) -> int:
+        from opbridge.errors import OpbridgeError
+
+        raw = options.get("version") or 1
+        try:
+            version = int(raw)
+        except (TypeError, ValueError):
+            version = 0
+        if not 1 <= version < 2**31:
+            raise OpbridgeError(f"--option version={raw}: the opset version is a whole number from 1, e.g. version=1")
+        return version
 
     def _renames(self, options: Mapping[str, Any]) -> dict[str, str]:
         from opbridge.errors import OpbridgeError
@@ -309,7 +322,8 @@ class ReplaceOp(IRRule):
         opdef = opbridge.find_op(domain, name)
         if opdef is None:
             return Check.success(
-                f"{domain}::{name} is not an opbridge op; attributes kept as they are", (domain, name, None)
+                f"{domain + '::' if domain else ''}{name} is not an opbridge op; attributes kept as they are",
+                (domain, name, None),
             )
         spec = opdef.spec
         declared = {a.name for a in spec.attributes}
@@ -339,9 +353,10 @@ class ReplaceOp(IRRule):
                 node.attributes[new_name] = ir.Attr(new_name, attr.type, attr.value)
                 renamed.append(f"{old_name}->{new_name}")
         node.domain, node.op_type, node.version = domain, name, None
-        _set_opset(model, domain, int(version or options.get("version") or 1))
+        if domain:  # an ONNX op keeps the model's own opset
+            _set_opset(model, domain, int(version or self._version(options)))
         extra = f", renamed {', '.join(renamed)}" if renamed else ""
-        return f"{old} -> {domain}::{name}{extra} ({check.reason})"
+        return f"{old} -> {domain + '::' if domain else ''}{name}{extra} ({check.reason})"
 
 
 class LegacyDomain(RewriteRule):

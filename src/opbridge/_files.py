@@ -1,0 +1,88 @@
+"""Writing files safely: a checked target path, a temporary file beside it, one rename.
+
+Every command that writes (export, rewrite, demo, verify --json, trt-build) goes through
+:func:`write_atomic`: a bad path is named before any work is written, a failed write leaves
+nothing behind, and the written file gets the permissions a plain ``open()`` would give (a file
+it replaces keeps its own), where ``tempfile`` alone would make it private (0600).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+from opbridge.errors import OutputPathError
+
+__all__ = ["prepare_output", "write_atomic"]
+
+
+def prepare_output(path: str | os.PathLike[str], *, protected: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """The file to write for ``path``, its folder created where missing; an :class:`OutputPathError`
+    naming the problem and the fix where it cannot be used. A symbolic link is written through (its
+    target is replaced, the link stays); ``protected``: files it must not be (the input's own).
+
+    Example:
+        >>> prepare_output("")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        OutputPathError: the output path is empty; give a file name, e.g. -o model.onnx.
+    """
+    if not os.fspath(path).strip():
+        raise OutputPathError("the output path is empty; give a file name, e.g. -o model.onnx.")
+    given = Path(path)
+    target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    if target.is_dir():
+        raise OutputPathError(f"{given} is a folder; give a file path, e.g. {given / 'model.onnx'}.")
+    for other in protected:
+        if target.exists() and Path(other).exists() and os.path.samefile(target, other):
+            raise OutputPathError(f"{given} is one of the input's own files ({other}); write elsewhere.")
+    parent = target.parent
+    for folder in [parent, *parent.parents]:
+        if folder.exists():
+            if not folder.is_dir():
+                raise OutputPathError(f"cannot write {given}: {folder} is a file, not a folder.")
+            break
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot create the folder {parent} for {given}: {exc.strerror or exc}.") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise OutputPathError(f"{given} is write-protected; remove it or choose another path.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot write {given}: no permission to write in {parent}.")
+    return target
+
+
+def _mode_for(target: Path) -> int:
+    if target.exists():
+        return target.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomic(
+    path: str | os.PathLike[str],
+    write: Callable[[IO[bytes]], object],
+    *,
+    protected: Iterable[str | os.PathLike[str]] = (),
+) -> Path:
+    """Write a file through ``write(fh)`` into a temporary file beside ``path``, then rename it into
+    place (see :func:`prepare_output`); the path written (a link's target for a link)."""
+    target = prepare_output(path, protected=protected)
+    mode = _mode_for(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise OutputPathError(f"cannot write in {target.parent}: {exc.strerror or exc}.") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
