@@ -321,3 +321,29 @@ def test_openvino_on_an_invalid_model_fails_instead_of_raising() -> None:
     model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("a", TensorProto.FLOAT, [2])])
     report = check_compat(model, "openvino")
     assert report.real_ok is False and not report.ok and report.notes[0].startswith("conversion raised")
+
+
+def test_ort_blames_nodes_by_their_quoted_names_only() -> None:
+    """A node named "error" is not blamed for ONNX Runtime's "Fatal error: ..." about another node."""
+    model = custom_node_model("Unknown")
+    model.graph.node[0].name = "error"
+    nodes = {n.node: n for n in check_compat(model, "onnxruntime").nodes}
+    assert nodes["error"].real == "no error reported"
+    assert nodes["custom"].real.startswith("fail")
+
+
+def test_resize_10_scales_are_its_second_input() -> None:
+    """Resize-10 takes (X, scales): scales computed at run time fail the TensorRT rule there too."""
+    nodes = [
+        helper.make_node("Concat", ["one_one", "s", "s"], ["scales"], axis=0, name="cat"),
+        helper.make_node("Resize", ["x", "scales"], ["y"], mode="nearest", name="r10"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [1, 1, 4, 4]), ("s", TensorProto.FLOAT, [1])],
+        [("y", TensorProto.FLOAT, None)],
+        initializers=[("one_one", np.ones(2, np.float32))],
+        opset=10,
+    )
+    nodes_by_name = {n.node: n for n in check_compat(model, "tensorrt", real=False).nodes}
+    assert nodes_by_name["r10"].verdict == "fail" and "trt-resize-scales-not-initializer" in nodes_by_name["r10"].rules

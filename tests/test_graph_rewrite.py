@@ -392,3 +392,31 @@ def test_replace_op_into_onnx_and_bad_versions(tmp_path: Path, capsys: pytest.Ca
         args = ["rewrite", str(src), "-o", str(out), "--rule", "replace-op", "--map", "Relu=acme::Swish"]
         assert main([*args, "--option", f"version={version}"]) == 2
         assert "the opset version is a whole number from 1" in capsys.readouterr().err
+
+
+def test_dynamic_resize_output_shape_follows_the_run_time_size() -> None:
+    """A frozen x2 Resize of a static 4x4 input, declared 8x8, made dynamic with a scale input: the
+    declared 8x8 would be stale (x3 gives 12x12), so the output's height and width become symbolic."""
+    model = resize_model("cubic", scales="initializer", shape=(1, 3, 4, 4))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3, 8, 8]))
+    report = rewrite_model(model, ["resize-cubic-to-dynamic-resize"], {"scale_input": "factor"})
+    dims = report.model.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims[:2]] == [1, 3]
+    assert all(d.HasField("dim_param") and not d.HasField("dim_value") for d in dims[2:])
+    x = np.random.default_rng(2).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    (y,) = opbridge.InferenceSession(report.model).run(None, {"X": x, "factor": np.array([3.0], np.float32)})
+    assert y.shape == (1, 3, 12, 12)
+
+
+def test_fold_resize_10_scales() -> None:
+    """Resize-10's scales (its second input) from a Constant fold into an initializer."""
+    values = onnx.numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], np.float32))
+    nodes = [
+        helper.make_node("Constant", [], ["scales"], value=values, name="c"),
+        helper.make_node("Resize", ["x", "scales"], ["y"], mode="nearest", name="r10"),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 1, 2, 2])], [("y", TensorProto.FLOAT, None)], opset=10)
+    report = rewrite_model(model, ["fold-resize-scales"])
+    assert report.changed and op_types(report.model) == ["Resize"]
+    init = {i.name: onnx.numpy_helper.to_array(i) for i in report.model.graph.initializer}
+    assert [a.tolist() for a in init.values()] == [[1.0, 1.0, 2.0, 2.0]]

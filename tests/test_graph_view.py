@@ -85,3 +85,16 @@ def test_cli_view_headless(tmp_path: Path, sigint: str) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_view_refuses_a_file_that_is_not_onnx_and_bad_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """view reads the file as the other commands do before serving it, and names a port out of range."""
+    text = tmp_path / "notes.onnx"
+    text.write_text("not a model")
+    assert main(["view", str(text), "--no-browser"]) == 2
+    assert "not a valid ONNX model" in capsys.readouterr().err
+    model = tmp_path / "m.onnx"
+    onnx.save(custom_node_model(), model)
+    for port in ("99999", "-1"):
+        assert main(["view", str(model), "--no-browser", "--port", port]) == 2
+        assert f"port {port}: give 0 (any free port) to 65535" in capsys.readouterr().err

@@ -453,3 +453,8 @@ def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> 
     assert main(["verify", str(path), "--reference", f"{factory}:build", "--backend", "openvino", "-q"]) == 2
     err = capsys.readouterr().err
     assert f"--reference {factory}:build: building the PyTorch model raised RuntimeError: weights file missing" in err
+    # export names it the same way (a traceback before), and writes nothing
+    target = tmp_path / "out.onnx"
+    assert main(["export", f"{factory}:build", "-o", str(target)]) == 2
+    assert "building the PyTorch model raised RuntimeError: weights file missing" in capsys.readouterr().err
+    assert not target.exists()

@@ -61,7 +61,12 @@ def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise OpbridgeError(f"--reference {target!r}: {module_part} has no callable {attr!r}.")
-    result = factory()
+    try:
+        result = factory()
+    except Exception as exc:
+        raise OpbridgeError(
+            f"--reference {target}: building the PyTorch model raised {type(exc).__name__}: {exc}"
+        ) from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise OpbridgeError(
             f"--reference {target!r}: the factory must return (model, example_inputs), got {type(result).__name__}."

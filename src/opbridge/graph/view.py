@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbridge.errors import BackendUnavailableError, ModelLoadError
+from opbridge.errors import BackendUnavailableError, OpbridgeError
 
 __all__ = ["NetronServer", "serve_model"]
 
@@ -72,17 +72,26 @@ def serve_model(
     """Serve ``model`` with Netron at ``host:port`` (a free port when ``port`` is 0; Netron's choice when None).
 
     Raises:
-        ModelLoadError: the file does not exist.
+        ModelLoadError: the file is missing or not an ONNX model.
+        OpbridgeError: the port is out of range or taken.
         BackendUnavailableError: netron is not installed.
     """
+    from opbridge.model_io import load_model
+
     path = Path(model)
-    if not path.is_file():
-        raise ModelLoadError(f"{path}: no such file; give the path of an .onnx model.")
+    load_model(path)  # a missing, unreadable or non-ONNX file is named here, as by the other commands
+    if port is not None and not 0 <= port <= 65535:
+        raise OpbridgeError(f"port {port}: give 0 (any free port) to 65535.")
     try:
         import netron
     except ImportError as exc:
         raise BackendUnavailableError("netron is not installed: pip install 'opbridge[view]'") from exc
-    address = netron.serve(str(path), None, address=(host, port), browse=browse)
+    try:
+        address = netron.serve(str(path), None, address=(host, port), browse=browse)
+    except OSError as exc:
+        raise OpbridgeError(
+            f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another --port (0: any free one)"
+        ) from None
     server = NetronServer(address[0], int(address[1]), path)
     logger.info("serving %s at %s", path, server.url)
     return server

@@ -103,7 +103,10 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True) -> CompatRep
     for n in nodes:
         real_verdict = "ok"
         if error is not None:
-            named = (n.node and n.node in error) or f":{n.op_type}(" in error or f" {n.op_type} " in error
+            # ONNX Runtime quotes node names ("Node (name)", "Name:'name'"); a bare substring blamed a
+            # node named "error" or "const" for any message holding that word
+            quoted = n.node and any(q in error for q in (f"({n.node})", f"'{n.node}'", f'"{n.node}"'))
+            named = quoted or f":{n.op_type}(" in error or f" {n.op_type} " in error
             real_verdict = f"fail: {error.splitlines()[0][:300]}" if named else "no error reported"
             blamed = blamed or bool(named)
         updated.append(NodeVerdict(n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules, real_verdict))

@@ -120,8 +120,10 @@ def _is_resize(ctx: NodeContext) -> bool:
 
 
 def _resize_scales(ctx: NodeContext) -> Any:
-    """The scales value of a Resize when used (no sizes input), else None."""
+    """The scales value of a Resize when used (no sizes input), else None (Resize-10 takes (X, scales))."""
     inputs = ctx.node.inputs
+    if ctx.version is not None and ctx.version < 11:
+        return inputs[1] if len(inputs) > 1 else None
     sizes = inputs[3] if len(inputs) > 3 else None
     scales = inputs[2] if len(inputs) > 2 else None
     if sizes is not None and sizes.name:

@@ -34,6 +34,14 @@ def _is_resize(node: ir.Node) -> bool:
     return node.op_type == "Resize" and node.domain in ("", "ai.onnx")
 
 
+def _resize_slots(node: ir.Node) -> tuple[tuple[int, str], ...]:
+    """(input index, name) of a Resize's scales and sizes: Resize-10 takes (X, scales), Resize-11 and
+    later (X, roi, scales, sizes)."""
+    graph = node.graph
+    version = node.version or (graph.opset_imports.get("", graph.opset_imports.get("ai.onnx")) if graph else None)
+    return ((1, "scales"),) if version is not None and version < 11 else ((2, "scales"), (3, "sizes"))
+
+
 def _input(node: ir.Node, index: int) -> ir.Value | None:
     """Input ``index`` of ``node``, or None when absent."""
     return node.inputs[index] if len(node.inputs) > index else None
@@ -198,6 +206,11 @@ class ResizeCubicToDynamicResize(IRRule):
         )
         new_nodes.append(resize)
         ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
+        out = resize.outputs[0]
+        if out.shape is not None and len(out.shape) == 4:
+            # the output's height and width now follow the run-time size: a static shape declared for
+            # them (a graph output's value_info) would be stale
+            out.shape = ir.Shape([out.shape[0], out.shape[1], f"{prefix}_height", f"{prefix}_width"])
         _set_opset(model, spec.domain, spec.version)
         return f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape (1, 1, H, W)"
 
@@ -213,9 +226,9 @@ class FoldResizeScales(IRRule):
         return [n for n in graph if _is_resize(n)]
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
-        folds: list[tuple[int, np.ndarray]] = []
+        folds: list[tuple[int, str, np.ndarray]] = []
         reasons = []
-        for index, what in ((2, "scales"), (3, "sizes")):
+        for index, what in _resize_slots(node):
             value = _input(node, index)
             if value is None or not value.name:
                 continue
@@ -226,17 +239,16 @@ class FoldResizeScales(IRRule):
             if arr is None:
                 reasons.append(f"{what} {value.name!r} cannot be folded: {why}")
                 continue
-            folds.append((index, arr))
+            folds.append((index, what, arr))
         if not folds:
             return Check.fail("; ".join(reasons) or "the Resize has neither scales nor sizes")
         return Check.success("; ".join(reasons), folds)
 
     def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
         done = []
-        for index, arr in check.data:
+        for index, what, arr in check.data:
             old = node.inputs[index]
             assert old is not None
-            what = "scales" if index == 2 else "sizes"
             new = _const(model.graph, arr, f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}")
             node.replace_input_with(index, new)
             done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
