@@ -98,3 +98,14 @@ def test_inspect_bad_file(tmp_path, capsys: pytest.CaptureFixture[str], content:
         inspect_model(path)
     assert main(["inspect", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_json_report_is_strict_json_with_non_finite_attributes() -> None:
+    """A NaN or infinite attribute comes out as "nan"/"inf"/"-inf": bare NaN and Infinity are not JSON."""
+    node = helper.make_node(
+        "Foo", ["x"], ["y"], domain="acme", alpha=float("nan"), beta=float("inf"), gamma=[float("-inf"), 1.0]
+    )
+    model = make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains={"acme": 1})
+    text = inspect_model(model).to_json()
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in the JSON"))
+    assert '"nan"' in text and '"inf"' in text and '"-inf"' in text

@@ -420,3 +420,18 @@ def test_fold_resize_10_scales() -> None:
     assert report.changed and op_types(report.model) == ["Resize"]
     init = {i.name: onnx.numpy_helper.to_array(i) for i in report.model.graph.initializer}
     assert [a.tolist() for a in init.values()] == [[1.0, 1.0, 2.0, 2.0]]
+
+
+def test_an_option_no_rule_reads_is_refused() -> None:
+    """A misspelt option (scale_inputs for scale_input) would be dropped silently."""
+    with pytest.raises(RewriteError, match=r"option\(s\) \['scale_inputs'\] are not read by rule\(s\)"):
+        rewrite_model(resize_model("cubic"), ["resize-cubic-to-dynamic-resize"], {"scale_inputs": "factor"})
+
+
+def test_a_path_ending_in_a_slash_names_a_folder(tmp_path: Path) -> None:
+    """ "out/" would become a file named out (pathlib drops the slash): it is refused."""
+    from opbridge._files import prepare_output
+
+    with pytest.raises(opbridge.OutputPathError, match=r"names a folder; give a file path"):
+        prepare_output(f"{tmp_path}/report/")
+    assert not (tmp_path / "report").exists()

@@ -368,6 +368,17 @@ def test_roi_align_bad_rois_are_named_by_every_path(path: str) -> None:
     assert out[0].isnan().all() and (out[1] == 0).all()
 
 
+def test_roi_align_sampling_ratio_past_int32_is_named() -> None:
+    """A sampling ratio past int32 (an attribute of 2**40): the native kernel declines it at session
+    creation (no OverflowError there) and the kernel names the RoI whose grid it makes too large."""
+    from opbridge.ops import _roialign_cpu
+
+    attrs = {"output_height": 2, "output_width": 2, "sampling_ratio": 2**40}
+    assert _roialign_cpu.native_kernel(attrs) is None
+    with pytest.raises(ValueError, match=r"RoI 0 \[0.0, 0.0, 3.0, 3.0\] needs a sampling grid"):
+        d.RoIAlign.kernel(np.ones((1, 1, 4, 4), np.float32), np.array([[0, 0, 0, 3, 3]], np.float32), **attrs)
+
+
 def test_roi_align_output_size_and_empty_inputs() -> None:
     feat = np.ones((1, 2, 6, 6), np.float32)
     rois = np.array([[0, 1, 1, 4, 4]], np.float32)

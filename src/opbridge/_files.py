@@ -29,9 +29,12 @@ def prepare_output(path: str | os.PathLike[str], *, protected: Iterable[str | os
         Traceback (most recent call last):
         OutputPathError: the output path is empty; give a file name, e.g. -o model.onnx.
     """
-    if not os.fspath(path).strip():
+    text = os.fspath(path)
+    if not text.strip():
         raise OutputPathError("the output path is empty; give a file name, e.g. -o model.onnx.")
     given = Path(path)
+    if text.endswith(("/", os.sep)):  # Path() drops the slash: "out/" would become a file named out
+        raise OutputPathError(f"{text} names a folder; give a file path, e.g. {given / 'model.onnx'}.")
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
     if target.is_dir():
         raise OutputPathError(f"{given} is a folder; give a file path, e.g. {given / 'model.onnx'}.")

@@ -40,13 +40,14 @@ def native_kernel(attrs: Mapping[str, Any]) -> Any:
     mode = attrs.get("mode", "avg")
     if module is None or mode not in ("avg", "max") or not (isinstance(height, int) and isinstance(width, int)):
         return None
-    if height < 1 or width < 1 or height * width >= 2**31 - 1:
+    sampling = attrs.get("sampling_ratio", 0)
+    if height < 1 or width < 1 or height * width >= 2**31 - 1 or not -(2**31) <= int(sampling) < 2**31:
         return None
     return module.roi_align_native(
         height,
         width,
         float(attrs.get("spatial_scale", 1.0)),
-        int(attrs.get("sampling_ratio", 0)),
+        int(sampling),
         mode == "max",
         bool(attrs.get("aligned", True)),
     )
@@ -91,7 +92,8 @@ def roi_align(
     threads = _cpu_native.threads_for(n * hw * c, 1 << 16)
     for i in range(n):
         _cpu_native.split(module.to_channels_last, (xs[i], xt[i], c, c, hw), hw, threads)
-    scale, sampling = float(spatial_scale), int(sampling_ratio)
+    # a ratio past int32 means the same as 2**31 - 1: a grid over ROI_MAX_SAMPLES, named per RoI
+    scale, sampling = float(spatial_scale), max(-(2**31), min(int(sampling_ratio), 2**31 - 1))
     args = (xt, boxes, target, n, c, h, w, r, ph, pw, scale, sampling, bool(pool_max), bool(aligned))
     _cpu_native.split(module.roi_align, args, r, _cpu_native.threads_for(r, _SPLIT_MIN))
     return target

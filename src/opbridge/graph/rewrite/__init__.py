@@ -118,6 +118,14 @@ def rewrite_model(
     unknown = [r for r in rules if r not in RULES]
     if unknown or not rules:
         raise RewriteError(f"unknown rule(s) {unknown or '(none given)'}; choose from {', '.join(RULES)}.")
+    # an option no chosen rule reads (a typo) would be dropped silently; empty ones are the CLI's defaults
+    accepted = {"map", "rename"} | {k for r in rules for k in getattr(RULES[r], "options", {})}
+    stray = sorted(k for k, v in (options or {}).items() if k not in accepted and v not in (None, [], ()))
+    if stray:
+        raise RewriteError(
+            f"option(s) {stray} are not read by rule(s) {list(rules)}; they take {sorted(accepted - {'map', 'rename'})}"
+            " (see opbridge rewrite --help)."
+        )
     current = onnx.ModelProto()
     current.CopyFrom(load_model(model))
     outcomes: list[RuleOutcome] = []
