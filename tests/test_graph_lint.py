@@ -84,7 +84,7 @@ def test_finding_triggers_and_not(code: str, severity: str, bad, good) -> None:
 
 
 def test_every_code_is_tested() -> None:
-    tested = {c[0] for c in CASES} | {"traced-python-value"}
+    tested = {c[0] for c in CASES} | {"traced-python-value", "invalid-model"}
     assert tested == set(LINT_CODES)
 
 
@@ -168,3 +168,21 @@ def test_export_runs_lint_with_tracer_warnings(tmp_path: Path) -> None:
     assert len(frozen) == 1 and frozen[0].severity == "warning"
     assert "TracerWarning" in frozen[0].message and "Python number" in frozen[0].message
     assert frozen[0].node == next(n.name for n in result.model.graph.node if n.op_type == "Resize")
+
+
+@pytest.mark.parametrize("defect", ["cycle", "dangling-input", "ir-version"])
+def test_invalid_model_is_an_error(defect: str) -> None:
+    """What every runtime refuses (a cycle, a value nothing produces, an IR version ONNX does not
+    know) is an error, where lint reported nothing before."""
+    if defect == "cycle":
+        nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
+        model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("a", TensorProto.FLOAT, [2])])
+    elif defect == "dangling-input":
+        nodes = [helper.make_node("Add", ["x", "ghost"], ["y"])]
+        model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    else:
+        model = custom_node_model()
+        model.ir_version = 99
+    (finding,) = [f for f in lint_model(model) if f.code == "invalid-model"]
+    assert finding.severity == "error" and finding.message.startswith("onnx.checker refuses the model: ")
+    assert "invalid-model" not in codes(custom_node_model())  # a valid model passes

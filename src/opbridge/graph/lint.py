@@ -17,6 +17,10 @@ the node it concerns, a message and a fix hint. The codes:
   narrows plugin fields to int32.
 * ``trt-tensor-attr-dtype`` (warning): a TENSOR attribute of int64, bool or
   uint8 on such a node; the parser rejects it.
+* ``invalid-model`` (error): ``onnx.checker`` (full check, opbridge's schemas
+  registered) refuses the model: a graph cycle, a value nothing produces, an
+  opset or IR version ONNX does not know, a recursive function, duplicate
+  names... Every runtime refuses such a model.
 
 Example:
     >>> from onnx import helper, TensorProto
@@ -64,9 +68,16 @@ LINT_CODES: dict[str, str] = {
     "traced-python-value": "a tracer warning no node explains",
     "trt-int-attr-overflow": "INT attribute outside int32 on a TensorRT plugin node",
     "trt-tensor-attr-dtype": "TENSOR attribute of int64/bool/uint8 on a TensorRT plugin node",
+    "invalid-model": "onnx.checker refuses the model",
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# checker messages left out: what custom-op-default-domain and domain-without-opset name already, and a
+# graph input or output declared without a shape, which the checker wants and ONNX Runtime does not
+_COVERED = re.compile(
+    r"No Op registered for .* with domain_version|No opset import for domain|opset_import"
+    r"|Field 'shape' of 'type' is required"
+)
 _TRACER_VALUE = re.compile(
     r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE
 )
@@ -119,6 +130,33 @@ def _coverage(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
     if node.domain not in ("", "ai.onnx") and _known_schema(node.domain, node.op_type, version):
         return "ONNX schema"
     return None
+
+
+def _check_valid(model: onnx.ModelProto) -> list[Finding]:
+    """``invalid-model``: the full checker with opbridge's schemas (custom ops without one are
+    skipped by it; the other codes name those)."""
+    import onnx
+
+    import opbridge
+
+    opbridge.register_onnx_schemas()
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        message = next((line for line in text if line.strip()), type(exc).__name__)[:400]
+        if _COVERED.search(message):  # a custom op in the default domain or a domain without opset
+            return []
+        return [
+            Finding(
+                "error",
+                "invalid-model",
+                "",
+                f"onnx.checker refuses the model: {message}",
+                "fix the graph (or re-export it); runtimes refuse what the checker refuses",
+            )
+        ]
+    return []
 
 
 def _check_domains(model: onnx.ModelProto) -> list[Finding]:
@@ -314,7 +352,8 @@ def lint_model(
     proto = load_model(model)
     if builtin_ops:
         ensure_builtin_ops()
-    findings = _check_domains(proto)
+    findings = _check_valid(proto)
+    findings += _check_domains(proto)
     findings += _check_unknown(proto)
     findings += _check_resize(proto, warnings)
     findings += _check_trt_attributes(proto)
