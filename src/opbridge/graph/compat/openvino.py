@@ -15,7 +15,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbridge.graph.compat._common import node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
@@ -73,9 +73,14 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport
 
     missing, error = unconverted_ops(model)
     bodies = {(f.domain, f.name): f for f in model.functions}
-    nodes = []
+    nodes: list[NodeVerdict] = []
     for ctx in node_contexts(model):
+
+        def add(verdict: Any, reason: str, ctx: Any = ctx) -> None:
+            nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, verdict, reason))
+
         key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
+        no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
         if ctx.has_function:
             body = bodies[(ctx.domain, ctx.op_type)]
             bad = sorted(
@@ -87,64 +92,21 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport
             )
             if bad and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
                 # opbridge's OpenVINO backend drops such a body and runs the op's Python kernel.
-                nodes.append(
-                    NodeVerdict(
-                        ctx.label,
-                        ctx.domain,
-                        ctx.op_type,
-                        "opbridge",
-                        f"body ops without conversion rule: {bad}; OpenVINO Python op from opbridge's backend",
-                    )
-                )
+                add("opbridge", f"body ops without conversion rule: {bad}; OpenVINO Python op from opbridge's backend")
             elif bad:
-                nodes.append(
-                    NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", f"body ops without conversion rule: {bad}")
-                )
+                add("fail", f"body ops without conversion rule: {bad}")
             else:
-                nodes.append(
-                    NodeVerdict(
-                        ctx.label,
-                        ctx.domain,
-                        ctx.op_type,
-                        "function",
-                        "model-local function, inlined before conversion",
-                    )
-                )
+                add("function", "model-local function, inlined before conversion")
         elif ctx.index < 0 and ctx.custom:
             # the frontend's partial conversion does not list subgraph nodes; the full one fails on them
-            nodes.append(
-                NodeVerdict(
-                    ctx.label,
-                    ctx.domain,
-                    ctx.op_type,
-                    "fail",
-                    f"No conversion rule found for operations: {ctx.domain}.{ctx.op_type} (inside a subgraph, "
-                    "where opbridge's OpenVINO ops do not reach)",
-                )
-            )
+            add("fail", f"{no_rule} (inside a subgraph, where opbridge's OpenVINO ops do not reach)")
         elif key in missing:
             if ctx.custom and ctx.opbridge_op() is not None:
-                nodes.append(
-                    NodeVerdict(
-                        ctx.label,
-                        ctx.domain,
-                        ctx.op_type,
-                        "opbridge",
-                        "OpenVINO Python op from opbridge's OpenVINO backend",
-                    )
-                )
+                add("opbridge", "OpenVINO Python op from opbridge's OpenVINO backend")
             else:
-                nodes.append(
-                    NodeVerdict(
-                        ctx.label,
-                        ctx.domain,
-                        ctx.op_type,
-                        "fail",
-                        f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}",
-                    )
-                )
+                add("fail", no_rule)
         else:
-            nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", "converted by the ONNX frontend"))
+            add("native", "converted by the ONNX frontend")
     report = CompatReport(
         "openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None
     )
