@@ -347,3 +347,30 @@ def test_resize_10_scales_are_its_second_input() -> None:
     )
     nodes_by_name = {n.node: n for n in check_compat(model, "tensorrt", real=False).nodes}
     assert nodes_by_name["r10"].verdict == "fail" and "trt-resize-scales-not-initializer" in nodes_by_name["r10"].rules
+
+
+def test_ort_opbridge_op_inside_a_subgraph_fails() -> None:
+    """opbridge's session bridges main-graph nodes only (it refuses the model): an opbridge op in an If
+    branch fails the onnxruntime target."""
+    import opbridge.ops.detection  # noqa: F401 - registers grid_sampler
+
+    then = helper.make_graph(
+        [helper.make_node("grid_sampler", ["x", "g"], ["t"], domain="mmdeploy", name="gs")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 1, 2, 2])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"], name="id")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 1, 2, 2])],
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
+        [("x", TensorProto.FLOAT, [1, 1, 2, 2]), ("g", TensorProto.FLOAT, [1, 2, 2, 2]), ("c", TensorProto.BOOL, [])],
+        [("y", TensorProto.FLOAT, [1, 1, 2, 2])],
+        domains={"mmdeploy": 1},
+    )
+    nodes = {n.node: n for n in check_compat(model, "onnxruntime", real=False).nodes}
+    assert nodes["if/then_branch/gs"].verdict == "fail" and "inside a subgraph" in nodes["if/then_branch/gs"].reason

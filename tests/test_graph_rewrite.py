@@ -343,7 +343,7 @@ def test_output_paths_that_cannot_be_used_are_named(tmp_path: Path, capsys: pyte
     for output, message in (
         (str(data), "is one of the input's own files"),
         ("", "the output path is empty"),
-        (str(tmp_path / "folder"), "is a folder; give a file path, e.g."),
+        (str(tmp_path / "folder"), "is a folder; give a file path inside it"),
         (str(src / "x.onnx"), "is a file, not a folder"),
     ):
         assert main(["rewrite", str(src), "-o", output, "--rule", "legacy-domain"]) == 2
@@ -435,3 +435,26 @@ def test_a_path_ending_in_a_slash_names_a_folder(tmp_path: Path) -> None:
     with pytest.raises(opbridge.OutputPathError, match=r"names a folder; give a file path"):
         prepare_output(f"{tmp_path}/report/")
     assert not (tmp_path / "report").exists()
+
+
+def test_output_paths_that_are_not_regular_files_or_are_the_factory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO (or a device) would be replaced by a file; export -o onto the factory's own source, an
+    empty verify --json path and demo --keep on a file are named too."""
+    import os
+
+    src = _legacy_model_with_external_data(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(["rewrite", str(src), "-o", str(fifo), "--rule", "legacy-domain"]) == 2
+    assert "is not a regular file" in capsys.readouterr().err and fifo.exists() and not fifo.is_file()
+    factory = tmp_path / "factory.py"
+    factory.write_text("def build():\n    raise RuntimeError('unused')\n")
+    assert main(["export", f"{factory}:build", "-o", str(factory)]) == 2
+    assert "is one of the input's own files" in capsys.readouterr().err
+    assert factory.read_text().startswith("def build")
+    assert main(["verify", str(src), "--reference", f"{factory}:build", "--json", ""]) == 2
+    assert "the output path is empty" in capsys.readouterr().err
+    assert main(["demo", "--keep", str(factory), "-q"]) == 2
+    assert "is a file; give --keep a folder" in capsys.readouterr().err

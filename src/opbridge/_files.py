@@ -34,10 +34,12 @@ def prepare_output(path: str | os.PathLike[str], *, protected: Iterable[str | os
         raise OutputPathError("the output path is empty; give a file name, e.g. -o model.onnx.")
     given = Path(path)
     if text.endswith(("/", os.sep)):  # Path() drops the slash: "out/" would become a file named out
-        raise OutputPathError(f"{text} names a folder; give a file path, e.g. {given / 'model.onnx'}.")
+        raise OutputPathError(f"{text} names a folder; give a file path inside it.")
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
     if target.is_dir():
-        raise OutputPathError(f"{given} is a folder; give a file path, e.g. {given / 'model.onnx'}.")
+        raise OutputPathError(f"{given} is a folder; give a file path inside it.")
+    if target.exists() and not target.is_file():  # a device or a FIFO would be replaced by a file
+        raise OutputPathError(f"{given} is not a regular file (a device or a pipe); give a file path.")
     for other in protected:
         if target.exists() and Path(other).exists() and os.path.samefile(target, other):
             raise OutputPathError(f"{given} is one of the input's own files ({other}); write elsewhere.")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opbridge.errors import OpbridgeError
+from opbridge.errors import OpbridgeError, OutputPathError
 
 __all__ = ["DemoResult", "DemoRow", "run_demo"]
 
@@ -122,6 +122,8 @@ def run_demo(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="opbridge_demo_") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
+        if root.exists() and not root.is_dir():
+            raise OutputPathError(f"{root} is a file; give --keep a folder (it is created where missing).")
         root.mkdir(parents=True, exist_ok=True)
         for seed in (by_name[m] for m in chosen):
             for exporter in exps:

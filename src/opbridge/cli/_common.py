@@ -6,7 +6,7 @@ import argparse
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["add_ops_argument", "parse_dims"]
+__all__ = ["add_ops_argument", "factory_file", "parse_dims"]
 
 
 def add_ops_argument(parser: argparse.ArgumentParser) -> None:
@@ -30,3 +30,12 @@ def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise OpbridgeError(f"{what} {text!r}: dims must be >= 0")
     return dims
+
+
+def factory_file(reference: str | None) -> list[str]:
+    """The source file of a ``path/to/file.py:factory`` reference (none for a module reference):
+    a file an output path must not be."""
+    if not reference:
+        return []
+    path, _, _ = reference.rpartition(":")
+    return [path] if path.endswith(".py") else []

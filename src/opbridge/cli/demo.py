@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from opbridge.demo import run_demo
     from opbridge.verify import write_json_atomic
 
-    if args.json:
+    if args.json is not None:
         prepare_output(args.json)  # a bad path is named before the run
     progress = _Progress(not args.quiet)
     try:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     print(result.table())
-    if args.json:
+    if args.json is not None:
         path = write_json_atomic(args.json, [r.to_dict() for r in result.records])
         print(f"records written to {path}", file=sys.stderr)
     return result.exit_code

@@ -17,7 +17,7 @@ import re
 import sys
 
 from opbridge.backends import backend_names
-from opbridge.cli._common import add_ops_argument, parse_dims
+from opbridge.cli._common import add_ops_argument, factory_file, parse_dims
 from opbridge.errors import OpbridgeError
 
 __all__ = ["add_parser", "parse_shape_sets", "parse_tolerances"]
@@ -169,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
     from opbridge._files import prepare_output
     from opbridge.verify import verify
 
-    if args.json:
-        prepare_output(args.json, protected=[args.model])  # a bad path is named before the run
+    if args.json is not None:  # a bad path (the model, the factory's file, "") is named before the run
+        prepare_output(args.json, protected=[args.model, *factory_file(args.reference)])
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)
     for value, flag in ((args.rtol, "--rtol"), (args.atol, "--atol")):
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     print(record.table())
-    if args.json:
+    if args.json is not None:
         path = record.write_json(args.json)
         print(f"record written to {path}")
     return record.exit_code

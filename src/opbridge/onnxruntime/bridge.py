@@ -184,9 +184,10 @@ def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
 
 
 def _pad(arrays: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    """The op's ``n`` inputs: absent ones None; past ``n`` only empty names can come (the arity check)."""
     if len(arrays) < n:
         return arrays + (None,) * (n - len(arrays))
-    return arrays
+    return arrays[:n]
 
 
 def _required_check(opdef: OpDef, label: str) -> Callable[[tuple[Any, ...]], None] | None:
@@ -415,9 +416,12 @@ def _check_arity(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
     left out, or an output left out (opbridge's kernels produce every output), are named when the
     session is created."""
     spec = opdef.spec
-    if len(node.input) > len(spec.inputs):
+    named = list(node.input)
+    while named and not named[-1]:  # trailing empty names: optional inputs left out
+        named.pop()
+    if len(named) > len(spec.inputs):
         raise OpDefinitionError(
-            f"{label} has {len(node.input)} inputs; the op takes at most {len(spec.inputs)} "
+            f"{label} has {len(named)} inputs; the op takes at most {len(spec.inputs)} "
             f"({', '.join(i.name for i in spec.inputs)}): re-export the model or fix the node."
         )
     given = list(node.input) + [""] * (len(spec.inputs) - len(node.input))

@@ -95,6 +95,11 @@ def _is_custom(node: onnx.NodeProto) -> bool:
     return node.domain not in _NATIVE_DOMAINS
 
 
+def _pending_signals() -> None:
+    """Nothing: calling a Python function lets the interpreter run pending signal handlers (a
+    KeyboardInterrupt a kernel's Ctrl-C left pending) at this point."""
+
+
 def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """(custom node, the If/Loop/Scan node whose body holds it) for every custom node in a subgraph
     that no model-local function defines."""
@@ -286,7 +291,11 @@ class InferenceSession:
             options = _copy_options(sess_options)
             threads = _intra_op_threads(options)
             descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound, threads))
-        source: str | bytes = self._large_model_file(model) if model.ByteSize() > _PROTO_LIMIT else b""
+        try:
+            large = model.ByteSize() > _PROTO_LIMIT
+        except Exception:  # protobuf refuses to size a message past 2 GiB
+            large = True
+        source: str | bytes = self._large_model_file(model) if large else b""
         try:
             self._session = ort.InferenceSession(
                 source or model.SerializeToString(),
@@ -452,7 +461,13 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[np.ndarray]:
         """Run the model, as ``onnxruntime.InferenceSession.run``: outputs in ``output_names`` order (all if None)."""
-        return self._session.run(None if output_names is None else list(output_names), dict(input_feed), run_options)
+        try:
+            return self._session.run(
+                None if output_names is None else list(output_names), dict(input_feed), run_options
+            )
+        except Exception:
+            _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
+            raise
 
     def get_inputs(self) -> list[Any]:
         """The model's inputs (onnxruntime NodeArgs: ``name``, ``shape``, ``type``)."""
