@@ -37,7 +37,7 @@ import numpy as np
 
 from opbridge.spec import Tolerance
 
-__all__ = ["ErrorStats", "OutputComparison", "compare_arrays"]
+__all__ = ["ErrorStats", "OutputComparison", "compare_arrays", "jsonable"]
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,20 @@ class OutputComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN/inf floats written as strings)."""
-        return _jsonable(asdict(self))
+        return jsonable(asdict(self))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` (dicts, lists, tuples, scalars) with NaN and infinite floats as the strings "nan",
+    "inf" and "-inf": JSON has no such numbers.
+
+    >>> jsonable({"e": [float("nan"), 1.0]})
+    {'e': ['nan', 1.0]}
+    """
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value

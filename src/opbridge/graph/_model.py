@@ -29,6 +29,7 @@ __all__ = [
     "load_model",
     "node_label",
     "opset_version",
+    "resize_input_slots",
 ]
 
 logger = logging.getLogger(__name__)
@@ -197,3 +198,9 @@ def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
     except Exception as exc:
         logger.debug("cannot evaluate %s: %s", node.op_type, exc)
         return None
+
+
+def resize_input_slots(version: int | None) -> tuple[tuple[int, str], ...]:
+    """(input index, name) of a Resize's scales and sizes under opset ``version``: Resize-10 takes
+    (X, scales), Resize-11 and later (X, roi, scales, sizes)."""
+    return ((1, "scales"),) if version is not None and version < 11 else ((2, "scales"), (3, "sizes"))

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -100,7 +99,9 @@ class ModelReport:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(_json_safe(self.to_dict()), indent=2, ensure_ascii=False, allow_nan=False)
+        from opbridge.compare import jsonable
+
+        return json.dumps(jsonable(self.to_dict()), indent=2, ensure_ascii=False, allow_nan=False)
 
     def format_text(self, *, max_initializers: int = 10) -> str:
         """A readable multi-line summary."""
@@ -242,15 +243,3 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
             for t in proto.graph.initializer
         ],
     )
-
-
-def _json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats (a NaN or infinite attribute) as the strings "nan", "inf" and
-    "-inf": JSON has no such numbers, and ``json.dumps`` would write bare NaN/Infinity."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if value != value else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value

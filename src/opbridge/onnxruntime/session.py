@@ -100,23 +100,17 @@ def _pending_signals() -> None:
     KeyboardInterrupt a kernel's Ctrl-C left pending) at this point."""
 
 
-def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """(custom node, the If/Loop/Scan node whose body holds it) for every custom node in a subgraph
-    that no model-local function defines."""
+def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[str]:
+    """Every custom node in a subgraph (an If branch, a Loop or Scan body) that no model-local
+    function defines, with its place."""
+    from opbridge.graph._model import all_nodes
+
     local = {(f.domain, f.name) for f in model.functions}
-    found: list[tuple[str, str]] = []
-
-    def walk(nodes: Sequence[onnx.NodeProto], owner: str | None) -> None:
-        for node in nodes:
-            label = f"{node.domain}::{node.op_type} {node.name!r}"
-            if owner is not None and _is_custom(node) and (node.domain, node.op_type) not in local:
-                found.append((label, owner))
-            for attr in node.attribute:
-                for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    walk(graph.node, f"{node.op_type} {node.name!r}")
-
-    walk(model.graph.node, None)
-    return found
+    return [
+        f"{node.domain}::{node.op_type} {node.name!r} in {prefix.rstrip('/')}"
+        for prefix, node in all_nodes(model)
+        if prefix and _is_custom(node) and (node.domain, node.op_type) not in local
+    ]
 
 
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
@@ -348,7 +342,7 @@ class InferenceSession:
         unknown: list[tuple[str, str, int, str]] = []
         nested = _subgraph_custom_nodes(model)
         if nested:
-            where = "; ".join(f"{n} in the body of {owner}" for n, owner in nested[:5])
+            where = "; ".join(nested[:5])
             raise OpbridgeError(
                 f"custom nodes inside If/Loop/Scan bodies are not bridged: {where}. Move them out of the "
                 "subgraph (compute them before the If or unroll the loop), or give their ops model-local "

@@ -657,8 +657,11 @@ static inline float cubic_outer(float x) {
     const float A = -0.75f;
     return fmaf(fmaf(A, x, -5.0f * A), x, 8.0f * A) * x - 4.0f * A;
 }
-static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)[4], float (*w)[4]) {
+static inline float cubic_inner(float x) {
     const float A = -0.75f;
+    return ((A + 2.0f) * x - (A + 3.0f)) * x * x + 1.0f;
+}
+static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)[4], float (*w)[4]) {
     const float scale = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : (float)in / (float)out;
     for (Py_ssize_t o = 0; o < out; ++o) {
         const float real = align ? scale * (float)o : (float)((double)scale * (double)((float)o + 0.5f) - 0.5);
@@ -669,8 +672,8 @@ static void resize_axis(Py_ssize_t in, Py_ssize_t out, int align, int32_t (*idx)
         t = t < 1.0f ? t : 1.0f;
         const float u = 1.0f - t;
         w[o][0] = cubic_outer(t + 1.0f);
-        w[o][1] = ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;
-        w[o][2] = ((A + 2.0f) * u - (A + 3.0f)) * u * u + 1.0f;
+        w[o][1] = cubic_inner(t);
+        w[o][2] = cubic_inner(u);
         w[o][3] = cubic_outer(u + 1.0f);
         for (int k = 0; k < 4; ++k) {
             Py_ssize_t j = i0 - 1 + k;

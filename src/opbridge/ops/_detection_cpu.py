@@ -206,7 +206,7 @@ def _grid_sizes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sampling grid (gh, gw) of each RoI: sampling_ratio, or ceil(roi size / bins) when <= 0; a
     ValueError names a RoI whose grid is not finite or over ``ROI_MAX_SAMPLES`` samples."""
-    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, roi_grid
+    from opbridge.ops._detection_ref import roi_grid
 
     fh: np.ndarray
     fw: np.ndarray
@@ -220,13 +220,7 @@ def _grid_sizes(
         if not aligned:  # np.where keeps NaN as NaN
             rw, rh = np.where(rw < 1, np.float32(1), rw), np.where(rh < 1, np.float32(1), rh)
         fh, fw = np.ceil(rh / np.float32(oh)), np.ceil(rw / np.float32(ow))
-    fh, fw = (np.where((f > 0) | np.isnan(f), f, 0).astype(np.float64) for f in (fh, fw))  # 0: an empty box
-    with np.errstate(invalid="ignore"):
-        bad = ~((fh <= ROI_MAX_SAMPLES) & (fw <= ROI_MAX_SAMPLES) & (fh * fw * (oh * ow) <= ROI_MAX_SAMPLES))
-    if bad.any():
-        r = int(np.argmax(bad))
-        roi_grid("mmdeploy::MMCVRoiAlign", r, rois[r, 1:], float(fh[r]), float(fw[r]), oh, ow)  # raises
-    return fh.astype(np.int64), fw.astype(np.int64)
+    return roi_grid("mmdeploy::MMCVRoiAlign", rois[:, 1:], fh, fw, oh, ow)
 
 
 def _roi_align_chunk(

@@ -264,18 +264,25 @@ def check_roi_batch(op: str, batch_index: Any, n: int) -> None:
         raise ValueError(f"{op}: RoI {r} has batch index {float(b[r])!r}, outside the feature batch of {n}.")
 
 
-def roi_grid(op: str, r: int, box: Any, fh: float, fw: float, out_h: int, out_w: int) -> tuple[int, int]:
-    """The sampling grid (gh, gw) of a bin of RoI ``r`` from its float sizes (0 for an empty box), or a
-    ValueError where it is not finite or over :data:`ROI_MAX_SAMPLES` samples in all."""
-    fh = fh if fh > 0 or math.isnan(fh) else 0.0
-    fw = fw if fw > 0 or math.isnan(fw) else 0.0
-    if not (fh <= ROI_MAX_SAMPLES and fw <= ROI_MAX_SAMPLES and fh * fw * out_h * out_w <= ROI_MAX_SAMPLES):
+def roi_grid(op: str, boxes: Any, fh: Any, fw: Any, out_h: int, out_w: int, first: int = 0) -> tuple[Any, Any]:
+    """The sampling grids (gh, gw) of a bin of each RoI from its float sizes ``fh``, ``fw`` (one per
+    RoI; 0 for an empty box), as int64 arrays; a ValueError names the first RoI (numbered from
+    ``first``; ``boxes``: their [x1, y1, x2, y2]) whose grid is not finite or over
+    :data:`ROI_MAX_SAMPLES` samples in all."""
+    import numpy as np
+
+    fh, fw = (np.asarray(f, np.float64) for f in (fh, fw))
+    fh, fw = (np.where((f > 0) | np.isnan(f), f, 0.0) for f in (fh, fw))
+    with np.errstate(invalid="ignore"):
+        bad = ~((fh <= ROI_MAX_SAMPLES) & (fw <= ROI_MAX_SAMPLES) & (fh * fw * (out_h * out_w) <= ROI_MAX_SAMPLES))
+    if bad.any():
+        r = int(np.argmax(bad))
         raise ValueError(
-            f"{op}: RoI {r} {[float(v) for v in box]} needs a sampling grid that is not finite or over "
-            f"{ROI_MAX_SAMPLES} samples (the bins times the samples of a bin); pass finite boxes on the "
+            f"{op}: RoI {first + r} {[float(v) for v in boxes[r]]} needs a sampling grid that is not finite or "
+            f"over {ROI_MAX_SAMPLES} samples (the bins times the samples of a bin); pass finite boxes on the "
             "feature map's scale or a smaller sampling_ratio > 0."
         )
-    return int(fh), int(fw)
+    return fh.astype(np.int64), fw.astype(np.int64)
 
 
 def _mmcv_bilinear(flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -340,7 +347,8 @@ def _roi_align_one(
         fh = fw = float(sampling_ratio)
     else:  # ceil in float32 (a NaN or infinite size stays so: roi_grid names the RoI)
         fh, fw = float(torch.ceil(rh / out_h)), float(torch.ceil(rw / out_w))
-    gh, gw = roi_grid("mmdeploy::MMCVRoiAlign", index, box, fh, fw, out_h, out_w)
+    grid_h, grid_w = roi_grid("mmdeploy::MMCVRoiAlign", [box], [fh], [fw], out_h, out_w, first=index)
+    gh, gw = int(grid_h[0]), int(grid_w[0])
     dev = flat.device
     if gh <= 0 or gw <= 0:
         fill = -_FLT_MAX if pool_max else 0.0

@@ -120,15 +120,15 @@ def _is_resize(ctx: NodeContext) -> bool:
 
 
 def _resize_scales(ctx: NodeContext) -> Any:
-    """The scales value of a Resize when used (no sizes input), else None (Resize-10 takes (X, scales))."""
+    """The scales value of a Resize when used (no sizes input), else None."""
+    from opbridge.graph._model import resize_input_slots
+
     inputs = ctx.node.inputs
-    if ctx.version is not None and ctx.version < 11:
-        return inputs[1] if len(inputs) > 1 else None
-    sizes = inputs[3] if len(inputs) > 3 else None
-    scales = inputs[2] if len(inputs) > 2 else None
+    given = {what: inputs[i] if len(inputs) > i else None for i, what in resize_input_slots(ctx.version)}
+    sizes = given.get("sizes")
     if sizes is not None and sizes.name:
         return None
-    return scales
+    return given["scales"]
 
 
 def _rule_cubic_unsupported(ctx: NodeContext, version: Version) -> Hit | None:

@@ -158,17 +158,16 @@ def rewrite_file(
     from opbridge.export import save_model_atomic
 
     src = Path(source)
+    target: str | os.PathLike[str] = src
     if in_place:
         if output is not None and Path(output).resolve() != src.resolve():
             raise RewriteError("give either -o OUT or --in-place, not both.")
-        target = src
     else:
         if output is None:
             raise RewriteError("give -o OUT.onnx (or --in-place to replace the input).")
-        prepare_output(output)  # an empty path or a folder, named as given
-        target = Path(output)
-        if target.exists() and target.resolve() == src.resolve():
-            raise RewriteError(f"{target} is the input file; write elsewhere or pass --in-place to replace it.")
+        if Path(output).exists() and Path(output).resolve() == src.resolve():
+            raise RewriteError(f"{output} is the input file; write elsewhere or pass --in-place to replace it.")
+        target = output  # as given: an empty path is named as such
     protected = [] if in_place else [src, *_external_files(src)]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
     report = rewrite_model(src, rules, options)

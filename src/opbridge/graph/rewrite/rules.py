@@ -35,11 +35,12 @@ def _is_resize(node: ir.Node) -> bool:
 
 
 def _resize_slots(node: ir.Node) -> tuple[tuple[int, str], ...]:
-    """(input index, name) of a Resize's scales and sizes: Resize-10 takes (X, scales), Resize-11 and
-    later (X, roi, scales, sizes)."""
+    """(input index, name) of a Resize node's scales and sizes, under its opset."""
+    from opbridge.graph._model import resize_input_slots
+
     graph = node.graph
     version = node.version or (graph.opset_imports.get("", graph.opset_imports.get("ai.onnx")) if graph else None)
-    return ((1, "scales"),) if version is not None and version < 11 else ((2, "scales"), (3, "sizes"))
+    return resize_input_slots(version)
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
