@@ -455,6 +455,39 @@ def test_custom_output_types_of_intermediate_values_come_from_the_op() -> None:
     np.testing.assert_array_equal(dets, want_dets)
 
 
+def test_nodes_of_one_op_with_other_output_types_each_get_theirs() -> None:
+    """Two nodes of one op whose outputs have other element types (a dtype attribute): ONNX Runtime
+    takes one output type per registered op, so the session registers one per set of types."""
+
+    @opbridge.kernel("AsType", domain="test.session.types")
+    def as_type(x: np.ndarray, to: int = 1) -> np.ndarray:
+        return x.astype(helper.tensor_dtype_to_np_dtype(to))
+
+    nodes = [
+        helper.make_node("AsType", ["x"], ["i"], domain="test.session.types", to=TensorProto.INT64),
+        helper.make_node("AsType", ["x"], ["f"], domain="test.session.types", to=TensorProto.FLOAT),
+        helper.make_node("AsType", ["x"], ["j"], domain="test.session.types", to=TensorProto.INT64),
+        helper.make_node("AsType", ["x"], ["d"], domain="test.session.types", to=TensorProto.DOUBLE),
+    ]
+    outputs = {"i": TensorProto.INT64, "f": TensorProto.FLOAT, "j": TensorProto.INT64, "d": TensorProto.DOUBLE}
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(name, t, [3]) for name, t in outputs.items()],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.session.types", 1)]
+    )
+    x = np.array([1.5, -2.0, 3.0], np.float32)
+    sess = opbridge.InferenceSession(model)
+    results = sess.run(None, {"x": x})
+    assert [r.dtype for r in results] == [np.int64, np.float32, np.int64, np.float64]
+    for r in results:
+        np.testing.assert_array_equal(r, x.astype(r.dtype))
+    assert {k.domain for k in sess.kernels.values()} == {"test.session.types"}
+
+
 def test_custom_node_inside_a_subgraph_is_named() -> None:
     """A custom node in an If branch is not bridged: the session says so, naming the node and the If,
     instead of ONNX Runtime's unregistered-op error."""

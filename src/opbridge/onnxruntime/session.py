@@ -69,6 +69,10 @@ _PROTO_LIMIT = 2**31 - 2**24
 # In-memory domain of nodes that run opbridge's kernel although their op's body is in the model.
 _KERNEL_DOMAIN_PREFIX = "opbridge.kernel."
 
+# In-memory domains of bridged nodes whose outputs have other element types than their op's first
+# node's (see InferenceSession._op_table).
+_TYPED_DOMAIN_PREFIX = "opbridge.types"
+
 # Domains whose ops ONNX Runtime implements itself.
 _NATIVE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft"})
 
@@ -421,21 +425,39 @@ class InferenceSession:
 
     @staticmethod
     def _op_table(model: onnx.ModelProto, bound: Mapping[int, BoundKernel]) -> list[tuple[str, str, int, list[int]]]:
-        """One entry per bridged (domain, op type): input count and output element types."""
+        """One entry per bridged (domain, op type, output element types): input count and output
+        element types. ONNX Runtime gives a registered op one element type per output, so nodes of
+        an op type whose outputs have other types than its first node's (an op with a dtype
+        attribute) move to a domain of their own, in memory, one per set of types."""
+        import onnx
+
         types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
-        groups: dict[tuple[str, str], list[onnx.NodeProto]] = {}
+        n_out = {}
+        for index in bound:
+            node = model.graph.node[index]
+            key = (node.domain, node.op_type)
+            n_out[key] = max(n_out.get(key, 0), len(node.output))
+        groups: dict[tuple[str, str, tuple[int, ...]], list[onnx.NodeProto]] = {}
         for index in sorted(bound):
             node = model.graph.node[index]
-            groups.setdefault((node.domain, node.op_type), []).append(node)
+            width = n_out[(node.domain, node.op_type)]
+            names = list(node.output) + [""] * (width - len(node.output))
+            signature = tuple(types.get(name, 0) if name else 0 for name in names)
+            groups.setdefault((node.domain, node.op_type, signature), []).append(node)
         table = []
-        for (domain, op_type), nodes in groups.items():
-            n_in = max(len(n.input) for n in nodes)
-            n_out = max(len(n.output) for n in nodes)
-            out_types = []
-            for i in range(n_out):
-                seen = {types.get(n.output[i], 0) if i < len(n.output) else 0 for n in nodes}
-                out_types.append(seen.pop() if len(seen) == 1 else 0)
-            table.append((domain, op_type, n_in, out_types))
+        seen: dict[tuple[str, str], int] = {}
+        opset = {o.domain for o in model.opset_import}
+        for (domain, op_type, signature), nodes in groups.items():
+            k = seen.get((domain, op_type), 0)
+            seen[(domain, op_type)] = k + 1
+            if k:
+                domain = f"{_TYPED_DOMAIN_PREFIX}{k}.{domain}"
+                for node in nodes:
+                    node.domain = domain
+                if domain not in opset:
+                    model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+                    opset.add(domain)
+            table.append((domain, op_type, max(len(n.input) for n in nodes), list(signature)))
         return table
 
     @staticmethod
