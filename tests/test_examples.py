@@ -21,3 +21,15 @@ def test_quickstart_runs(tmp_path: Path) -> None:
     assert "custom node(s) ['acme::ScaledSwish']" in done.stdout
     assert done.stdout.count("PASS") >= 2 and "FAIL" not in done.stdout
     assert (tmp_path / "dynamo.onnx").is_file() and (tmp_path / "torchscript.onnx").is_file()
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "opbridge", "plugins", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: opbridge plugins")

@@ -143,8 +143,12 @@ def test_myselu_parameter_and_constant(seed_export: Any) -> None:
         assert const is not None and const.tolist() == [3.0, 2.0, 1.0], "the constant stays a constant"
 
 
-def test_tracer_warning_captured(seed_export: Any) -> None:
-    result = seed_export("myselu", "torchscript")
+def test_tracer_warning_captured(tmp_path: Path) -> None:
+    class BuildsATensor(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scaled_swish(x + torch.tensor([1.0]))
+
+    result = opbridge.export(BuildsATensor(), (torch.ones(2, 3),), tmp_path / "w.onnx", exporter="torchscript")
     assert any(w.category == "TracerWarning" and "torch.tensor" in w.message for w in result.warnings)
 
 

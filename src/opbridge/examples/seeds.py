@@ -49,11 +49,12 @@ class MySELUModel(nn.Module):
         self.param = nn.Parameter(torch.arange(3).float())
         nn.init.ones_(self.conv.weight)
         nn.init.zeros_(self.conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias here
+        # the constant input (a buffer: a tensor built in forward would be traced as a constant with a warning)
+        self.register_buffer("const", torch.tensor([3.0, 2.0, 1.0]), persistent=False)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.conv(image)
-        const = torch.tensor([3.0, 2.0, 1.0])
-        return MySELU(x, self.param, const, attr1="这是字符串属性", attr2=[1, 2, 3], attr3=222.0)
+        return MySELU(x, self.param, self.const, attr1="这是字符串属性", attr2=[1, 2, 3], attr3=222.0)
 
 
 class MyStrangeNet(nn.Module):
