@@ -406,6 +406,13 @@ def test_multi_level_stride_count_must_match() -> None:
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid()[:2])
     with pytest.raises(ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"):
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid(), pool_mode=2)
+    rois = _roi(0, 0, 8, 8)
+    for strides in ([4.0, 0.0, 16.0, 32.0], [4.0, 8.0, -16.0, 32.0], [4.0, 8.0, 16.0, float("nan")]):
+        with pytest.raises(ValueError, match=r"featmap_strides must be finite and > 0 .* got \[4\.0, "):
+            d.MultiLevelRoiAlign.run_reference(rois, *_pyramid(), featmap_strides=strides)
+        bound = d.MultiLevelRoiAlign.spec.bind_attributes({"featmap_strides": strides})
+        with pytest.raises(ValueError, match=r"featmap_strides must be finite and > 0"):
+            d.MultiLevelRoiAlign.kernel(rois.numpy(), *(f.numpy() for f in _pyramid()), **bound)
 
 
 # --------------------------------------------------------------------------- BatchedNMS

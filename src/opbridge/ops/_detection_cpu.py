@@ -384,17 +384,13 @@ def multi_level_roi_align(
     aligned: bool = True,
 ) -> np.ndarray:
     """MMDet SingleRoIExtractor: level by sqrt(area), optional rescale, RoIAlign per level."""
-    from opbridge.ops._detection_ref import check_levels, check_rois
+    from opbridge.ops._detection_ref import check_levels, check_rois, check_strides
 
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
     feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
     check_rois(op, rois)
     check_levels(op, [f.shape for f in feats])
-    if len(featmap_strides) != len(feats):
-        raise ValueError(
-            f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
-            f"entries {list(featmap_strides)}; give one stride per feature map."
-        )
+    check_strides(op, featmap_strides, len(feats))
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")

@@ -427,6 +427,20 @@ def check_levels(op: str, shapes: list[tuple[int, ...]]) -> None:
         )
 
 
+def check_strides(op: str, featmap_strides: tuple[float, ...], levels: int) -> None:
+    """A ValueError unless ``featmap_strides`` gives each of the ``levels`` feature maps a finite stride > 0."""
+    if len(featmap_strides) != levels:
+        raise ValueError(
+            f"{op}: {levels} feature map(s) given but featmap_strides has {len(featmap_strides)} "
+            f"entries {list(featmap_strides)}; give one stride per feature map."
+        )
+    if not all(math.isfinite(s) and s > 0 for s in featmap_strides):
+        raise ValueError(
+            f"{op}: featmap_strides must be finite and > 0 (each feature map's stride in input pixels, "
+            f"e.g. [4, 8, 16, 32]); got {list(featmap_strides)}."
+        )
+
+
 def map_roi_levels(rois: torch.Tensor, num_levels: int, finest_scale: int) -> torch.Tensor:
     """FPN level of each RoI: floor(log2(sqrt(area) / finest_scale + 1e-6)) clamped to [0, L-1] (MMDet).
 
@@ -452,11 +466,7 @@ def multi_level_roi_align(
     """MMDet's ``SingleRoIExtractor``: map RoIs to levels, optionally rescale, RoIAlign on each level."""
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
     check_rois(op, rois)
-    if len(featmap_strides) != len(feats):
-        raise ValueError(
-            f"{op}: {len(feats)} feature map(s) given but featmap_strides has {len(featmap_strides)} "
-            f"entries {list(featmap_strides)}; give one stride per feature map."
-        )
+    check_strides(op, featmap_strides, len(feats))
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")

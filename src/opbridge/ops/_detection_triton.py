@@ -18,6 +18,7 @@ from triton.language.extra import libdevice
 from opbridge.ops._detection_ref import (
     ROI_MAX_SAMPLES,
     check_nms_inputs,
+    check_strides,
     deform_conv_geometry,
     map_roi_levels,
     rescale_rois,
@@ -1207,11 +1208,7 @@ def multi_level_roi_align(
     aligned: bool,
 ) -> None:
     """MMDet SingleRoIExtractor into ``out``: levels and rescale on the GPU, one RoIAlign launch per level."""
-    if len(featmap_strides) != len(feats):
-        raise ValueError(
-            f"mmdeploy::MMCVMultiLevelRoiAlign: {len(feats)} feature map(s) given but featmap_strides has "
-            f"{len(featmap_strides)} entries; give one stride per feature map."
-        )
+    check_strides("mmdeploy::MMCVMultiLevelRoiAlign", featmap_strides, len(feats))
     r32 = rois.float()
     levels = map_roi_levels(r32, len(feats), finest_scale).to(torch.int32)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
