@@ -1239,6 +1239,9 @@ def test_dynamic_resize_native_kernel_declines_and_runs_without_python(monkeypat
         sess.run(None, {"x": np.zeros((1, 2, 0, 5), np.float32), "size": size})
     with pytest.raises(Exception, match="output size 0x4"):
         sess.run(None, {"x": x.numpy(), "size": np.empty((1, 1, 0, 4), np.float32)})
+    with pytest.raises(Exception, match=r"the input \[1, 0, 6, 5\] has no channels"):  # as F.interpolate
+        sess.run(None, {"x": np.zeros((1, 0, 6, 5), np.float32), "size": size})
+    assert sess.run(None, {"x": np.zeros((0, 2, 6, 5), np.float32), "size": size})[0].shape == (0, 2, 9, 4)
 
     def fail(*args: Any, **kwargs: Any) -> bool:
         raise RuntimeError("the Python kernel ran")

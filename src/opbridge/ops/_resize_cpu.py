@@ -59,6 +59,10 @@ def resize_bicubic(
             f"resize_bicubic: a float32 CPU input (N, C, H, W) expected, got {tuple(x.shape)} {x.dtype} on {x.device}."
         )
     n, c, h, w = x.shape
+    if n and not c:  # F.interpolate takes an empty batch, not empty images
+        raise ValueError(
+            f"resize_bicubic: the input {list(x.shape)} has no channels (F.interpolate refuses it too); pass C >= 1."
+        )
     if height < 1 or width < 1:
         raise ValueError(f"resize_bicubic: output size {height}x{width}; both must be at least 1.")
     target = _cpu_native.output_buffer("resize_bicubic", out, (n, c, height, width))
