@@ -134,9 +134,10 @@ def deform_conv2d(
     if h == 0 or w == 0:  # an empty input: every sample is outside it
         cols.zero_()
     else:
-        gy = py * (2.0 / h) + (1.0 / h - 1.0)
-        gx = px * (2.0 / w) + (1.0 / w - 1.0)
-        grid = torch.stack((gx, gy), dim=-1)  # n, deform groups, k, hout, wout, 2
+        # in float64, rounded once: float32 arithmetic here would add errors of about H * 2**-24 pixels
+        gy = py.double() * (2.0 / h) + (1.0 / h - 1.0)
+        gx = px.double() * (2.0 / w) + (1.0 / w - 1.0)
+        grid = torch.stack((gx, gy), dim=-1).float()  # n, deform groups, k, hout, wout, 2
         for g in range(deform_groups):
             xg, gg = xf[:, g * cdg : (g + 1) * cdg], grid[:, g].reshape(n, k * hout, wout, 2)
             if _gridsample_cpu.applies(xg, gg, 0):  # opbridge's native bilinear sampler, enough channels
