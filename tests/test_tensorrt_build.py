@@ -12,6 +12,7 @@ from typing import Any
 
 import onnx
 import pytest
+from _detection_cases import CASES, _Call
 from conftest import EXPORTERS
 from onnx import TensorProto, helper
 
@@ -69,6 +70,32 @@ USER_OPS = textwrap.dedent(
     @opbridge.op("faults::TrimLast")
     def TrimLast(x: torch.Tensor) -> torch.Tensor:
         return x[..., :-1] * 1
+
+    @opbridge.op(
+        "mixed_trt::ArgTop",
+        shape=lambda x: (TensorInfo((x.shape[0], 1), x.dtype), TensorInfo((x.shape[0], 1), torch.int32)),
+    )
+    def ArgTop(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A floating-point value and an int32 index per row."""
+        v, i = x.max(dim=-1, keepdim=True)
+        return v, i.to(torch.int32)
+
+    @opbridge.op("mixed_trt::Take", shape=lambda x, idx: TensorInfo((idx.shape[0],), x.dtype))
+    def Take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Float data, int64 indices."""
+        return x[idx]
+
+    @opbridge.op("clash_a::Widen", shape=lambda x: TensorInfo((x.shape[0], x.shape[1] * 2), x.dtype))
+    def WidenA(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x], 1)
+
+    @opbridge.op("clash_b::Widen", shape=lambda x: TensorInfo((x.shape[0], x.shape[1] * 3), x.dtype))
+    def WidenB(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x, x], 1)
+
+    @opbridge.op("versioned_trt::Shrink", version=2, shape=lambda x: TensorInfo((x.shape[0], 1), x.dtype))
+    def ShrinkV2(x: torch.Tensor) -> torch.Tensor:
+        return x.sum(1, keepdim=True)
     '''
 )
 
@@ -242,6 +269,94 @@ def test_int_attribute_beyond_int32_is_refused(tmp_path: Path) -> None:
     report = parse_with_tensorrt(path)
     assert not report.ok
     assert "attribute 'int_attr1' holds 1099511627776, outside int32" in report.errors[0][2]
+
+
+def _model(path: Path, nodes: list[Any], inputs: list[Any], outputs: list[Any], domains: dict[str, int]) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, v) for d, v in domains.items()]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    return path
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["fp32", "fp16"])
+def test_integer_tensors_next_to_floating_point_ones_build(elem: int, user_ops_file: Path, tmp_path: Path) -> None:
+    """A plugin's integer outputs (indices, labels) and inputs (indices) keep their dtype; its
+    floating-point tensors take the kernel's dtypes."""
+    t = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("ArgTop", ["x"], ["v", "i"], domain="mixed_trt", name="argtop"),
+        helper.make_node("Take", ["x1", "idx"], ["y"], domain="mixed_trt", name="take"),
+    ]
+    model = _model(
+        tmp_path / "mixed.onnx",
+        nodes,
+        [t("x", elem, [4, 8]), t("x1", elem, [8]), t("idx", TensorProto.INT64, [3])],
+        [t("v", elem, None), t("i", TensorProto.INT32, None), t("y", elem, None)],
+        {"mixed_trt": 1},
+    )
+    report = build_engine(model, None, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["argtop"]["outputs"] == [[[4, 1], [4, 1]], [[4, 1], [4, 1]]]
+    assert report.plugin_shapes["take"]["outputs"] == [[[3], [3]]]
+
+
+def test_ops_of_one_name_in_two_domains_and_versions_above_1_build(user_ops_file: Path, tmp_path: Path) -> None:
+    """The parser looks for version "1" under namespace "" unless a node says otherwise: the build
+    tells it each node's domain and op version, so clash_b::Widen is not clash_a's and a version-2 op
+    is found."""
+    t = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Widen", ["x"], ["b"], domain="clash_b", name="widen_b"),
+        helper.make_node("Widen", ["x"], ["a"], domain="clash_a", name="widen_a"),
+        helper.make_node("Shrink", ["x"], ["s"], domain="versioned_trt", name="shrink"),
+    ]
+    model = _model(
+        tmp_path / "clash.onnx",
+        nodes,
+        [t("x", TensorProto.FLOAT, [2, 4])],
+        [t(n, TensorProto.FLOAT, None) for n in "bas"],
+        {"clash_a": 1, "clash_b": 1, "versioned_trt": 2},
+    )
+    report = build_engine(model, None, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    outputs = {node: shapes["outputs"] for node, shapes in report.plugin_shapes.items()}
+    assert outputs == {"widen_b": [[[2, 12], [2, 12]]], "widen_a": [[[2, 8], [2, 8]]], "shrink": [[[2, 1], [2, 1]]]}
+    assert not any(a.name.startswith("plugin_") for n in onnx.load(model).graph.node for a in n.attribute)
+
+
+def test_int_attribute_beyond_int32_in_a_subgraph_is_refused(tmp_path: Path) -> None:
+    node = helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge", int_attr1=2**40)
+    t = helper.make_tensor_value_info
+    branch = helper.make_graph([node], "then", [], [t("y", TensorProto.FLOAT, [2, 3])])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["a"], ["z"])], "else", [], [t("z", TensorProto.FLOAT, [2, 3])]
+    )
+    choose = helper.make_node("If", ["cond"], ["out"], then_branch=branch, else_branch=other, name="choose")
+    path = _model(
+        tmp_path / "wide_if.onnx",
+        [choose],
+        [t("cond", TensorProto.BOOL, [])] + [t(n, TensorProto.FLOAT, [2, 3]) for n in "abc"],
+        [t("out", TensorProto.FLOAT, [2, 3])],
+        {"opbridge": 1},
+    )
+    report = parse_with_tensorrt(path)
+    assert not report.ok
+    assert "attribute 'int_attr1' holds 1099511627776, outside int32" in report.errors[0][2]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_detection_op_builds_with_its_shape_rule(case: tuple[Any, ...], tmp_path: Path) -> None:
+    """Every detection op exports as a plugin node and builds; TensorRT's output shapes are the op's."""
+    name, opdef, args, attrs = case
+    model = _Call(opdef, attrs).eval()
+    result = opbridge.export(model, args, tmp_path / f"{name}.onnx", exporter="torchscript", functions=False)
+    report = build_engine(result.path, tmp_path / f"{name}.engine", isolate=False)
+    assert report.ok, report.describe()
+    eager = model(*args)
+    eager = eager if isinstance(eager, tuple) else (eager,)
+    (shapes,) = report.plugin_shapes.values()
+    assert shapes["op"] == name
+    assert shapes["outputs"] == [[list(e.shape), list(e.shape)] for e in eager]
 
 
 def test_parse_report_for_the_compat_tool(seed_export: Any) -> None:

@@ -164,7 +164,7 @@ def _run_in_process(
                 return
             self.lines.append((severity.name, msg))
 
-    pre = _precheck(model_path)
+    pre, tagged = _prepare(model_path)
     if pre:
         return {
             "backend": backend,
@@ -181,8 +181,10 @@ def _run_in_process(
         flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, tlog)
-    with open(model_path, "rb") as fh:
-        data = fh.read()
+    if tagged is None:
+        with open(model_path, "rb") as fh:
+            tagged = fh.read()
+    data = tagged
     parsed = bool(parser.parse(data, model_path)) if _takes_path(parser) else bool(parser.parse(data))
     errors: list[ErrorEntry] = []
     for i in range(parser.num_errors):
@@ -240,21 +242,32 @@ def _run_in_process(
 _INT32 = (-(2**31), 2**31 - 1)
 
 
-def _precheck(model_path: str) -> list[ErrorEntry]:
-    """Faults the parser would hide: INT/INTS attributes of opbridge ops beyond int32.
+def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
+    """Faults the parser would hide, and the model as the parser should read it.
 
-    TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word
-    (2**40 arrives as 0), so opbridge refuses such a model before parsing.
+    - INT/INTS attributes of opbridge ops beyond int32, in the main graph and in If/Loop/Scan bodies:
+      TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word (2**40
+      arrives as 0), so opbridge refuses such a model before parsing.
+    - Each node of an opbridge op gets, in memory, ``plugin_namespace`` = its domain and
+      ``plugin_version`` = its op's version (from the model's opset import), unless it sets them: the
+      parser otherwise looks for version "1" under namespace "", where an op of another domain with
+      the same name, or the op's other version, may be registered.
+
+    Returns the errors and the tagged model's bytes (None where no node was tagged).
     """
     import onnx
 
-    from opbridge.definition import all_ops
+    from opbridge.definition import all_ops, find_op
+    from opbridge.graph._model import all_nodes
 
     names = {op.spec.name for op in all_ops()}
     model = onnx.load(model_path, load_external_data=False)
+    opset = {o.domain: o.version for o in model.opset_import}
     errors: list[ErrorEntry] = []
-    for node in model.graph.node:
-        if node.op_type not in names:
+    tagged = False
+    for _, node in all_nodes(model):
+        opdef = find_op(node.domain, node.op_type, opset.get(node.domain, 1)) if node.domain else None
+        if opdef is None and node.op_type not in names:
             continue
         for attr in node.attribute:
             values = [attr.i] if attr.type == onnx.AttributeProto.INT else list(attr.ints)
@@ -266,7 +279,14 @@ def _precheck(model_path: str) -> list[ErrorEntry]:
                     "Keep INT attributes of ops meant for TensorRT within int32."
                 )
                 errors.append((node.name, node.op_type, message))
-    return errors
+        if opdef is None:
+            continue
+        present = {a.name for a in node.attribute}
+        for key, value in (("plugin_namespace", node.domain), ("plugin_version", str(opdef.spec.version))):
+            if key not in present:
+                node.attribute.append(onnx.helper.make_attribute(key, value))
+                tagged = True
+    return errors, (model.SerializeToString() if tagged and not errors else None)
 
 
 def _clean(message: str) -> str:

@@ -14,9 +14,11 @@ from opbridge.errors import OpDefinitionError
 from opbridge.shape import SymDim, TensorInfo, output_infos
 from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
 from opbridge.tensorrt._runtime import (
+    FLOAT_DTYPES,
     TRT_DTYPE_NAMES,
     KernelLauncher,
     TensorRef,
+    dtype_supported,
     kernel_dtypes,
 )
 from opbridge.tensorrt._shapes import TrtDim, to_expr, wrap_dim
@@ -116,6 +118,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             self.launcher = KernelLauncher(opdef, attrs)
             self.input_dtypes: list[str] | None = None
             self._serialized: Any = None
+            self._dtype_cache: dict[tuple[str, ...], list[str]] = {}
 
         # -- core
         def get_capability_interface(self, kind: Any) -> Any:
@@ -129,8 +132,21 @@ def make_classes(trt: Any) -> tuple[type, type]:
 
         # -- build
         def _rule_dtypes(self, dtypes: list[str]) -> list[str]:
+            key = tuple(dtypes)
+            known = self._dtype_cache.get(key)
+            if known is None:
+                known = self._dtype_cache[key] = self._probe_dtypes(dtypes)
+            return list(known)
+
+        def _probe_dtypes(self, dtypes: list[str]) -> list[str]:
             spec, rule = self.opdef.spec, self.opdef.shape_rule
             if rule is None:
+                if not dtypes:
+                    raise OpDefinitionError(
+                        f"{spec.qualname} has no inputs and no shape rule, so its outputs' dtypes are unknown; "
+                        f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
+                        "per output."
+                    )
                 return [dtypes[0]] * self.num_outputs
             # Ranks are not known yet (TensorRT asks for types before shapes): probe with rank-8 unknown dims.
             infos: list[Any] = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
@@ -147,12 +163,12 @@ def make_classes(trt: Any) -> tuple[type, type]:
         def get_output_data_types(self, input_types: Sequence[Any]) -> list[Any]:
             dtypes = [from_trt(t) for t in input_types]
             self.launcher.check_dtypes(dtypes, "input")
-            if len(set(dtypes)) > 1:
+            if len({d for d in dtypes if d in FLOAT_DTYPES}) > 1:
                 names = [p.name for p in self.opdef.spec.inputs]
                 raise OpDefinitionError(
-                    f"{self.opdef.spec.qualname}: inputs have different dtypes "
+                    f"{self.opdef.spec.qualname}: floating-point inputs of different dtypes "
                     f"({', '.join(f'{n}={d}' for n, d in zip(names, dtypes))}); the generated plugin runs its "
-                    "GPU kernel with one dtype for every tensor: cast the inputs to one dtype in the model."
+                    "GPU kernel in one floating-point dtype: cast them to one dtype in the model."
                 )
             self.input_dtypes = dtypes
             out = self._rule_dtypes(dtypes)
@@ -234,12 +250,20 @@ def make_classes(trt: Any) -> tuple[type, type]:
 
         @_guard
         def supports_format_combination(self, pos: int, in_out: Sequence[Any], num_inputs: int) -> bool:
+            """LINEAR tensors of dtypes the kernel takes: floating-point inputs of one dtype, and each
+            output of the dtype the shape rule gives for the inputs' dtypes (TensorRT settles the
+            positions before ``pos`` first)."""
             desc = in_out[pos].desc
             if desc.format != trt.TensorFormat.LINEAR:
                 return False
-            if from_trt(desc.type) not in kernel_dtypes(self.opdef):
+            dtype = from_trt(desc.type)
+            if not dtype_supported(self.opdef, dtype):
                 return False
-            return pos == 0 or desc.type == in_out[0].desc.type
+            if pos >= num_inputs:
+                wanted = self._rule_dtypes([from_trt(in_out[i].desc.type) for i in range(num_inputs)])
+                return dtype == wanted[pos - num_inputs]
+            floats = [from_trt(in_out[i].desc.type) for i in range(pos)]
+            return dtype not in FLOAT_DTYPES or all(d == dtype for d in floats if d in FLOAT_DTYPES)
 
         def configure_plugin(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
             def ranges(descs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

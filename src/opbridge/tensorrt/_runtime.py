@@ -23,7 +23,15 @@ if TYPE_CHECKING:
 
     from opbridge.definition import OpDef
 
-__all__ = ["DEFAULT_GPU_DTYPES", "KernelLauncher", "TensorRef", "as_torch", "kernel_dtypes"]
+__all__ = [
+    "DEFAULT_GPU_DTYPES",
+    "FLOAT_DTYPES",
+    "KernelLauncher",
+    "TensorRef",
+    "as_torch",
+    "dtype_supported",
+    "kernel_dtypes",
+]
 
 DEFAULT_GPU_DTYPES: tuple[str, ...] = ("float32", "float16")
 
@@ -88,9 +96,28 @@ def as_torch(ref: TensorRef, device: Any = None) -> torch.Tensor:
     return tensor
 
 
+# Floating-point dtypes: the ones a GPU kernel's declared dtypes choose among. Integer and bool
+# tensors (indices, labels, masks) reach the kernel as they are unless it declares integer dtypes.
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+
+
 def kernel_dtypes(opdef: OpDef) -> tuple[str, ...]:
     """The dtypes ``opdef``'s GPU kernel declares (float32/float16 when it declares none)."""
     return tuple(opdef.gpu_kernel_dtypes) or DEFAULT_GPU_DTYPES
+
+
+def dtype_supported(opdef: OpDef, dtype: str) -> bool:
+    """Whether ``opdef``'s GPU kernel takes a tensor of ``dtype``: a declared dtype, or an integer or
+    bool dtype where the kernel declares floating-point dtypes only (its index or label tensors).
+
+    >>> from opbridge.ops.detection import BatchedNMS
+    >>> [dtype_supported(BatchedNMS, d) for d in ("float16", "int32", "bfloat16")]
+    [True, True, False]
+    """
+    declared = kernel_dtypes(opdef)
+    if dtype in declared:
+        return True
+    return dtype not in FLOAT_DTYPES and all(d in FLOAT_DTYPES for d in declared)
 
 
 class KernelLauncher:
@@ -114,12 +141,12 @@ class KernelLauncher:
         self._streams: dict[tuple[int, int], Any] = {}
 
     def check_dtypes(self, dtypes: Sequence[str], what: str = "input") -> None:
-        """Raise :class:`OpDefinitionError` unless every dtype is one the kernel declares."""
+        """Raise :class:`OpDefinitionError` unless the kernel takes every dtype (:func:`dtype_supported`)."""
         allowed = kernel_dtypes(self.opdef)
         spec = self.opdef.spec
         names = [p.name for p in spec.inputs] if what == "input" else [o.name for o in spec.outputs]
         for i, dtype in enumerate(dtypes):
-            if dtype not in allowed:
+            if not dtype_supported(self.opdef, dtype):
                 name = names[i] if i < len(names) else str(i)
                 raise OpDefinitionError(
                     f"{spec.qualname}: {what} {name!r} is {dtype}, but the op's GPU kernel supports only "
