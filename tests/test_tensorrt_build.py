@@ -82,8 +82,10 @@ USER_OPS = textwrap.dedent(
 
     @opbridge.op("mixed_trt::Take", shape=lambda x, idx: TensorInfo((idx.shape[0],), x.dtype))
     def Take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Float data, int64 indices."""
+        """Float data, int64 indices (an input dtype its GPU kernel declares)."""
         return x[idx]
+
+    Take.register_gpu_kernel(lambda i, o, a, s: o[0].copy_(i[0][i[1]]), dtypes=("float32", "float16", "int64"))
 
     @opbridge.op("clash_a::Widen", shape=lambda x: TensorInfo((x.shape[0], x.shape[1] * 2), x.dtype))
     def WidenA(x: torch.Tensor) -> torch.Tensor:
@@ -280,8 +282,8 @@ def _model(path: Path, nodes: list[Any], inputs: list[Any], outputs: list[Any], 
 
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["fp32", "fp16"])
 def test_integer_tensors_next_to_floating_point_ones_build(elem: int, user_ops_file: Path, tmp_path: Path) -> None:
-    """A plugin's integer outputs (indices, labels) and inputs (indices) keep their dtype; its
-    floating-point tensors take the kernel's dtypes."""
+    """A plugin's integer outputs (indices, labels) have the dtype its shape rule gives, an integer
+    input one its kernel declares; its floating-point tensors take the kernel's dtypes."""
     t = helper.make_tensor_value_info
     nodes = [
         helper.make_node("ArgTop", ["x"], ["v", "i"], domain="mixed_trt", name="argtop"),

@@ -205,6 +205,13 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
         launcher.on_shape_change([((2,), "float64")] * 3, [((2,), "float64")])
     launcher.on_shape_change([((2, 3), "float16")] * 3, [((2, 3), "float16")])
     assert launcher.shapes == ([((2, 3), "float16")] * 3, [((2, 3), "float16")])
+    # integer tensors (NMS's int32 labels) pass a kernel that declares floating-point dtypes only
+    from opbridge.ops.detection import BatchedNMS
+
+    nms = KernelLauncher(BatchedNMS, BatchedNMS.spec.bind_attributes({"num_classes": 3}))
+    nms.on_shape_change([((1, 5, 1, 4), "float16"), ((1, 5, 3), "float16")], [((1, 5, 5), "float16"), ((1, 5), "int32")])
+    with pytest.raises(opbridge.OpDefinitionError, match=r"output 'dets' is float64"):
+        nms.on_shape_change([((1, 5, 1, 4), "float32")] * 2, [((1, 5, 5), "float64"), ((1, 5), "int32")])
     no_kernel = KernelLauncher(all_attrs, all_attrs.spec.bind_attributes({}))
     with pytest.raises(
         opbridge.OpDefinitionError, match=r"has no GPU kernel; attach one with AllAttrs.register_gpu_kernel"

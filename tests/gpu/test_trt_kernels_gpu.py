@@ -22,9 +22,9 @@ CASES = [(i, c) for i, c in enumerate(checks.cases())]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize(("index", "case"), CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[3][0]))}" for _, c in CASES])
 def test_kernel_through_launcher_matches_reference(index: int, case: Any, dtype: torch.dtype) -> None:
-    _, opdef, attrs, shapes, kind = case
-    ok, worst, _, _ = checks.run_case(opdef, attrs, shapes, kind, dtype, seed=100 + index)
-    assert ok, f"max abs error {worst} beyond rtol/atol {checks.TOL[dtype]}"
+    _, opdef, attrs, shapes, kind, tol = case
+    ok, worst, _, _ = checks.run_case(opdef, attrs, shapes, kind, dtype, seed=100 + index, tol=tol)
+    assert ok, f"max abs error {worst} beyond rtol/atol {tol[dtype]}"
 
 
 def test_launcher_reuses_wrapped_buffers_without_stale_results() -> None:

@@ -14,7 +14,7 @@ from opbridge.errors import OpDefinitionError
 from opbridge.shape import SymDim, TensorInfo, output_infos
 from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
 from opbridge.tensorrt._runtime import (
-    FLOAT_DTYPES,
+    INDEX_DTYPES,
     TRT_DTYPE_NAMES,
     KernelLauncher,
     TensorRef,
@@ -163,7 +163,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
         def get_output_data_types(self, input_types: Sequence[Any]) -> list[Any]:
             dtypes = [from_trt(t) for t in input_types]
             self.launcher.check_dtypes(dtypes, "input")
-            if len({d for d in dtypes if d in FLOAT_DTYPES}) > 1:
+            if len({d for d in dtypes if d not in INDEX_DTYPES}) > 1:
                 names = [p.name for p in self.opdef.spec.inputs]
                 raise OpDefinitionError(
                     f"{self.opdef.spec.qualname}: floating-point inputs of different dtypes "
@@ -257,13 +257,13 @@ def make_classes(trt: Any) -> tuple[type, type]:
             if desc.format != trt.TensorFormat.LINEAR:
                 return False
             dtype = from_trt(desc.type)
-            if not dtype_supported(self.opdef, dtype):
+            if not dtype_supported(self.opdef, dtype, output=pos >= num_inputs):
                 return False
             if pos >= num_inputs:
                 wanted = self._rule_dtypes([from_trt(in_out[i].desc.type) for i in range(num_inputs)])
                 return dtype == wanted[pos - num_inputs]
             floats = [from_trt(in_out[i].desc.type) for i in range(pos)]
-            return dtype not in FLOAT_DTYPES or all(d == dtype for d in floats if d in FLOAT_DTYPES)
+            return dtype in INDEX_DTYPES or all(d == dtype for d in floats if d not in INDEX_DTYPES)
 
         def configure_plugin(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
             def ranges(descs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

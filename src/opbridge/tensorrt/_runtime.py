@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_GPU_DTYPES",
-    "FLOAT_DTYPES",
+    "INDEX_DTYPES",
     "KernelLauncher",
     "TensorRef",
     "as_torch",
@@ -96,9 +96,9 @@ def as_torch(ref: TensorRef, device: Any = None) -> torch.Tensor:
     return tensor
 
 
-# Floating-point dtypes: the ones a GPU kernel's declared dtypes choose among. Integer and bool
-# tensors (indices, labels, masks) reach the kernel as they are unless it declares integer dtypes.
-FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+# Integer and bool dtypes. An output of one of these (TRTBatchedNMS's int32 labels) has the dtype its
+# op's shape rule gives it, whatever floating-point dtypes the GPU kernel declares.
+INDEX_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "int32", "int64"})
 
 
 def kernel_dtypes(opdef: OpDef) -> tuple[str, ...]:
@@ -106,18 +106,17 @@ def kernel_dtypes(opdef: OpDef) -> tuple[str, ...]:
     return tuple(opdef.gpu_kernel_dtypes) or DEFAULT_GPU_DTYPES
 
 
-def dtype_supported(opdef: OpDef, dtype: str) -> bool:
-    """Whether ``opdef``'s GPU kernel takes a tensor of ``dtype``: a declared dtype, or an integer or
-    bool dtype where the kernel declares floating-point dtypes only (its index or label tensors).
+def dtype_supported(opdef: OpDef, dtype: str, output: bool = False) -> bool:
+    """Whether ``opdef``'s GPU kernel takes a tensor of ``dtype``: one it declares, or for an output
+    an integer or bool dtype (which the op's shape rule gives it).
 
     >>> from opbridge.ops.detection import BatchedNMS
-    >>> [dtype_supported(BatchedNMS, d) for d in ("float16", "int32", "bfloat16")]
-    [True, True, False]
+    >>> [dtype_supported(BatchedNMS, d) for d in ("float16", "int32", "float64")]
+    [True, False, False]
+    >>> dtype_supported(BatchedNMS, "int32", output=True)
+    True
     """
-    declared = kernel_dtypes(opdef)
-    if dtype in declared:
-        return True
-    return dtype not in FLOAT_DTYPES and all(d in FLOAT_DTYPES for d in declared)
+    return dtype in kernel_dtypes(opdef) or (output and dtype in INDEX_DTYPES)
 
 
 class KernelLauncher:
@@ -146,7 +145,7 @@ class KernelLauncher:
         spec = self.opdef.spec
         names = [p.name for p in spec.inputs] if what == "input" else [o.name for o in spec.outputs]
         for i, dtype in enumerate(dtypes):
-            if not dtype_supported(self.opdef, dtype):
+            if not dtype_supported(self.opdef, dtype, output=what == "output"):
                 name = names[i] if i < len(names) else str(i)
                 raise OpDefinitionError(
                     f"{spec.qualname}: {what} {name!r} is {dtype}, but the op's GPU kernel supports only "
