@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -231,6 +232,46 @@ def test_lost_op_fails_loudly(tmp_path: Path, exporter: str) -> None:
     with pytest.raises(ExportError, match=r"dropped or inlined custom op\(s\) acme::ScaledSwish v1"):
         opbridge.export(Dropped(), (torch.randn(2),), target, exporter=exporter)
     assert not target.exists(), "a failed export writes nothing"
+
+
+@opbridge.op("acme.versions::Act", version=1)
+def act_v1(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@opbridge.op("acme.versions::Act", version=2)
+def act_v2(x: torch.Tensor) -> torch.Tensor:
+    return x * 100
+
+
+@opbridge.op("acme.versions::Other", version=2)
+def other_v2(x: torch.Tensor) -> torch.Tensor:
+    return x - 1
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_domain_is_imported_at_the_called_version(tmp_path: Path, exporter: str) -> None:
+    """With Act v1 and v2 defined, a model calling v1 imports the domain at version 1 (at 2 every
+    runtime would run v2); calling v1 beside another op's v2 cannot be written and is refused."""
+
+    class CallsV1(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return act_v1(x)
+
+    x = torch.ones(2, 3)
+    result = opbridge.export(CallsV1(), (x,), tmp_path / "v1.onnx", exporter=exporter)
+    assert {o.domain: o.version for o in result.model.opset_import}["acme.versions"] == 1
+    sess = opbridge.InferenceSession(result.path)
+    np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], np.full((2, 3), 2.0))
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return other_v2(act_v1(x))
+
+    target = tmp_path / "mixed.onnx"
+    with pytest.raises(ExportError, match=r"calls acme.versions::Act v1, but its domain is imported at version 2"):
+        opbridge.export(Mixed(), (x,), target, exporter=exporter)
+    assert not target.exists()
 
 
 def test_unknown_exporter(tmp_path: Path) -> None:

@@ -415,17 +415,36 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
 
 
 def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
+    """Import each custom domain of the graph at the highest version of ``ops`` (the ops the model
+    called) in it; an ExportError where a called op would then resolve to another version of itself."""
+    from opbridge.definition import find_op
+
     used = {n.domain for n in model.graph.node}
-    have = {o.domain: o for o in model.opset_import}
+    wanted: dict[str, int] = {}
     for opdef in ops:
         domain = opdef.spec.domain
-        if domain not in used:
+        if domain in used:
+            wanted[domain] = max(wanted.get(domain, 0), opdef.spec.version)
+    for opdef in ops:
+        version = wanted.get(opdef.spec.domain)
+        if version is None:
             continue
+        resolved = find_op(opdef.spec.domain, opdef.spec.name, version)
+        if resolved is not opdef:
+            other = "another definition" if resolved is None else f"v{resolved.spec.version}"
+            raise ExportError(
+                f"the model calls {opdef.spec.qualname} v{opdef.spec.version}, but its domain is imported at "
+                f"version {version} (for the other ops of {opdef.spec.domain!r} it calls), where runtimes would "
+                f"run {other} of it: a model imports one version of a domain, so call the versions of its ops "
+                "that belong together."
+            )
+    have = {o.domain: o for o in model.opset_import}
+    for domain, version in wanted.items():
         if domain in have:
-            have[domain].version = max(have[domain].version, opdef.spec.version)
+            have[domain].version = max(have[domain].version, version)
         else:
             entry = model.opset_import.add()
-            entry.domain, entry.version = domain, opdef.spec.version
+            entry.domain, entry.version = domain, version
             have[domain] = entry
 
 
@@ -441,13 +460,26 @@ def save_model_atomic(
     return write_atomic(path, lambda fh: fh.write(data), protected=protected)
 
 
+def _called_ops(model: onnx.ModelProto) -> list[OpDef]:
+    """The defined ops of the graph's custom nodes, at the highest version each domain's import allows."""
+    from opbridge.definition import find_op
+
+    opset = {o.domain: o.version for o in model.opset_import}
+    found = {}
+    for node in custom_nodes(model):
+        opdef = find_op(node.domain, node.op_type, opset.get(node.domain))
+        if opdef is not None:
+            found[opdef.spec.key] = opdef
+    return list(found.values())
+
+
 def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, check: bool = True) -> onnx.ModelProto:
-    """Run opbridge's post-export steps on a model: opset imports, shape inference, full check."""
+    """Run opbridge's post-export steps on a model: opset imports (each custom domain at the version
+    of ``ops``, the ops the model called; by default those its nodes name), shape inference, full check."""
     import onnx
 
-    ops = all_ops() if ops is None else ops
-    register_onnx_schemas(ops)
-    _fix_opset_imports(model, ops)
+    register_onnx_schemas(all_ops() if ops is None else ops)
+    _fix_opset_imports(model, _called_ops(model) if ops is None else ops)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:
@@ -558,7 +590,7 @@ def export(
         from opbridge.functions import attach_functions
 
         attach_functions(proto, used)
-    final = finalize_model(proto, ops, check=check)
+    final = finalize_model(proto, used, check=check)
     path = save_model_atomic(final, f)
     result = ExportResult(
         path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured
