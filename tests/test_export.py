@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -272,6 +275,39 @@ def test_domain_is_imported_at_the_called_version(tmp_path: Path, exporter: str)
     with pytest.raises(ExportError, match=r"calls acme.versions::Act v1, but its domain is imported at version 2"):
         opbridge.export(Mixed(), (x,), target, exporter=exporter)
     assert not target.exists()
+
+
+def test_dynamo_exports_beside_ops_named_like_standard_or_other_domains_ops(tmp_path: Path) -> None:
+    """onnx.reference, which the dynamo exporter imports, refuses two schemas of one op name; in a
+    fresh process (where it is not imported yet) ops named like a standard op, or like another
+    domain's op, still export."""
+    script = tmp_path / "names.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import torch, opbridge
+
+            @opbridge.op("names_a::Gelu")
+            def gelu(x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+
+            @opbridge.op("names_b::Gelu")
+            def other_gelu(x: torch.Tensor) -> torch.Tensor:
+                return x * 3
+
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    return other_gelu(gelu(x))
+
+            result = opbridge.export(M(), (torch.ones(2, 3),), {str(tmp_path / "names.onnx")!r}, exporter="dynamo")
+            print(sorted((n.domain, n.op_type) for n in result.custom_nodes))
+            """
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[('names_a', 'Gelu'), ('names_b', 'Gelu')]"
 
 
 def test_unknown_exporter(tmp_path: Path) -> None:

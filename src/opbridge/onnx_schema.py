@@ -164,12 +164,15 @@ def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
 
     Idempotent: an op whose schema is already registered from the same spec is
     skipped; a redefined op replaces its earlier schema. Returns the qualified
-    names of the ops whose schemas are now registered.
+    names of the ops whose schemas are now registered. ``onnx.reference`` (which
+    onnxscript, and so the dynamo exporter, imports) is imported first, without
+    opbridge's schemas (:func:`import_onnx_reference`).
     """
     from onnx import defs
 
     from opbridge.definition import all_ops
 
+    import_onnx_reference()
     done: list[str] = []
     with _LOCK:
         for opdef in list(ops) if ops is not None else all_ops():
