@@ -310,6 +310,29 @@ def test_dynamo_exports_beside_ops_named_like_standard_or_other_domains_ops(tmp_
     assert done.stdout.strip().splitlines()[-1] == "[('names_a', 'Gelu'), ('names_b', 'Gelu')]"
 
 
+@opbridge.op("acme::EmptyLists")
+def empty_lists(x: torch.Tensor, fs: list[float] = [], is_: list[int] = [], ss: list[str] = []) -> torch.Tensor:  # noqa: B006
+    return x + len(fs) + 2 * len(is_) + 4 * len(ss)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_empty_list_attributes_keep_their_type(tmp_path: Path, exporter: str) -> None:
+    class Empty(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return empty_lists(x, fs=[], is_=[], ss=[])
+
+    x = torch.zeros(2)
+    result = opbridge.export(Empty(), (x,), tmp_path / "empty.onnx", exporter=exporter)
+    (node,) = result.custom_nodes
+    assert {a.name: _attr(a) for a in node.attribute} == {
+        "fs": ("FLOATS", []),
+        "is_": ("INTS", []),
+        "ss": ("STRINGS", []),
+    }
+    sess = opbridge.InferenceSession(result.path)
+    np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], np.zeros(2))
+
+
 def test_unknown_exporter(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
         opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]

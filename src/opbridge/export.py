@@ -97,6 +97,17 @@ class ExportResult:
 # --------------------------------------------------------------------------- dynamo
 
 
+def _attr_value(attr: Any, value: Any) -> Any:
+    """An attribute's value for onnxscript; an empty list as a typed attribute (onnxscript would type
+    a bare ``[]`` as INTS, wrong for FLOATS and STRINGS)."""
+    onnx_value = attr.to_onnx_value(value)
+    if isinstance(onnx_value, (list, tuple)) and not onnx_value:
+        import onnx_ir as ir
+
+        return ir.Attr(attr.name, ir.AttributeType[attr.type.onnx_name], [])
+    return onnx_value
+
+
 def _translation(opdef: OpDef) -> Any:
     """The dynamo exporter's translation for one op: emit ``domain::Name`` via onnxscript."""
     from onnxscript import values
@@ -110,7 +121,7 @@ def _translation(opdef: OpDef) -> Any:
         raw = list(args[n:])
         for a in spec.attributes[len(raw) :]:
             raw.append(kwargs[a.name])
-        attrs = {a.name: a.to_onnx_value(_decode_attr(a, v)) for a, v in zip(spec.attributes, raw)}
+        attrs = {a.name: _attr_value(a, _decode_attr(a, v)) for a, v in zip(spec.attributes, raw)}
         while inputs and inputs[-1] is None:
             inputs.pop()
         return getattr(opset, spec.name)(*inputs, **attrs)
