@@ -333,6 +333,30 @@ def test_empty_list_attributes_keep_their_type(tmp_path: Path, exporter: str) ->
     np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], np.zeros(2))
 
 
+@opbridge.op("acme::Affine")
+def affine(
+    x: torch.Tensor,
+    w: Optional[torch.Tensor] = None,  # noqa: UP045 - the Optional spelling is what is tested
+    b: Optional[torch.Tensor] = None,  # noqa: UP045
+) -> torch.Tensor:
+    y = x * w if w is not None else x.clone()
+    return y + b if b is not None else y
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_omitted_optional_input_before_a_given_one(tmp_path: Path, exporter: str) -> None:
+    class SkipsW(torch.nn.Module):
+        def forward(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return affine(x, None, b)
+
+    x, b = torch.randn(2, 3, generator=torch.Generator().manual_seed(3)), torch.full((2, 3), 0.5)
+    result = opbridge.export(SkipsW(), (x, b), tmp_path / "skip.onnx", exporter=exporter, input_names=["x", "b"])
+    (node,) = result.custom_nodes
+    assert list(node.input)[1] == "" and len(node.input) == 3
+    sess = opbridge.InferenceSession(result.path)
+    np.testing.assert_array_equal(sess.run(None, {"x": x.numpy(), "b": b.numpy()})[0], (x + b).numpy())
+
+
 def test_unknown_exporter(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
         opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]

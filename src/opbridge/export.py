@@ -305,15 +305,22 @@ def _set_output_types(opdef: OpDef, inputs: list[Any], outputs: Sequence[Any], a
     The TorchScript exporter cannot infer a custom node's outputs (and says so on
     stderr); the ONNX shape inference after export is what the file relies on.
     """
+    import torch
+
     from opbridge.shape import SymDim, TensorInfo, output_infos
 
-    template = next((v.type() for v in inputs if v is not None and hasattr(v.type(), "varyingSizes")), None)
+    def tensor_type(value: Any) -> Any:
+        """The value's TensorType, or None (an omitted optional input is a value of NoneType)."""
+        kind = value.type() if value is not None else None
+        return kind if isinstance(kind, torch._C.TensorType) else None
+
+    template = next((t for t in map(tensor_type, inputs) if t is not None), None)
     if template is None:
         return
     infos: list[TensorInfo | None] = []
     for value in inputs:
-        kind = value.type() if value is not None else None
-        if kind is None or not hasattr(kind, "varyingSizes"):
+        kind = tensor_type(value)
+        if kind is None:
             infos.append(None)
             continue
         sizes, dtype = kind.varyingSizes(), kind.dtype()
