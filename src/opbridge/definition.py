@@ -433,14 +433,12 @@ def _define_torch_op(opdef: OpDef) -> Any:
     schema = _torch_schema(spec)
     with _LOCK:
         previous = _TORCH_IMPLS.get(qual)
-        _TORCH_IMPLS[qual] = opdef
         if previous is not None:
             if _torch_schema(previous.spec) != schema:
-                raise OpDefinitionError(
-                    f"{spec.qualname} v{spec.version} is already defined with another signature "
-                    f"({_torch_schema(previous.spec)}); bump version= or use another name."
-                )
+                raise _signature_error(spec, previous.spec)
+            _TORCH_IMPLS[qual] = opdef
             return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+        _TORCH_IMPLS[qual] = opdef
 
         def decode(args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
             current = _TORCH_IMPLS[qual]
@@ -467,6 +465,14 @@ def _define_torch_op(opdef: OpDef) -> Any:
         lib.impl(opname, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(qual, fake, lib=lib)
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _signature_error(spec: OpSpec, previous: OpSpec) -> OpDefinitionError:
+    return OpDefinitionError(
+        f"{spec.qualname} v{spec.version} is already defined with another signature "
+        f"({_torch_schema(previous)}, now {_torch_schema(spec)}) and PyTorch has its op: bump version= or use "
+        "another name (the earlier definition stays)."
+    )
 
 
 def _fresh(t: Any, inputs: list[Any]) -> Any:
@@ -516,7 +522,15 @@ def op(
     def decorate(fn: Callable[..., Any]) -> OpDef:
         spec = spec_from_function(fn, qualname, version, outputs, tolerances)
         opdef = OpDef(spec, fn, shape=shape)
+        qual = f"{_TORCH_NAMESPACE}::{_torch_op_name(spec)}"
         with _LOCK:
+            defined = _TORCH_IMPLS.get(qual)
+            if defined is not None:
+                # PyTorch keeps an op's schema for the process: the new definition must fit it, and from
+                # now on the op (called through either object) runs the new definition
+                if _torch_schema(defined.spec) != _torch_schema(spec):
+                    raise _signature_error(spec, defined.spec)
+                _TORCH_IMPLS[qual] = opdef
             old = _OPS.get(spec.key)
             if old is not None:
                 logger.info("redefining op %s v%d", spec.qualname, spec.version)
