@@ -252,3 +252,28 @@ def test_derived_shape_rule_for_onnx() -> None:
     assert dims[0].dim_value == 3 and dims[1].dim_param == "N" and dims[2].dim_value == 4
     assert not dims[3].HasField("dim_param") and not dims[3].HasField("dim_value"), "W/2 is unknown, not W"
     assert TensorInfo((SymDim("a"), 2), torch.float32).rank == 2
+
+    # min(16, batch) is 16 at both large probe sizes, and batch + 12 at the first two probes is the
+    # second input's probes: the small third run shows both are neither static nor that input's dim
+    @opbridge.op("tests.def::TopRows")
+    def top_rows(x: torch.Tensor, k: int = 16) -> torch.Tensor:
+        return x[: min(k, x.shape[0])] * 2
+
+    @opbridge.op("tests.def::PadAdd")
+    def pad_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, 0, 0, 12)) + y.sum()
+
+    (rows,) = infer_onnx(top_rows.spec, None, top_rows.reference, [tp(["batch", 3])], {"k": 16})
+    (padded,) = infer_onnx(pad_add.spec, None, pad_add.reference, [tp(["batch", 3]), tp(["seq", 3])], {})
+    for out in (rows, padded):
+        first, second = out.tensor_type.shape.dim
+        assert not first.HasField("dim_param") and not first.HasField("dim_value"), first
+        assert second.dim_value == 3
+
+    # a reference that fails on the small sizes keeps the two large runs' dims
+    @opbridge.op("tests.def::NeedsEight")
+    def needs_eight(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool1d(x, 8)
+
+    (pooled,) = infer_onnx(needs_eight.spec, None, needs_eight.reference, [tp(["n", 3, "L"])], {})
+    assert [d.dim_param or d.dim_value for d in pooled.tensor_type.shape.dim] == ["n", 3, 0]  # L // 8 unknown
