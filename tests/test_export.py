@@ -357,6 +357,31 @@ def test_omitted_optional_input_before_a_given_one(tmp_path: Path, exporter: str
     np.testing.assert_array_equal(sess.run(None, {"x": x.numpy(), "b": b.numpy()})[0], (x + b).numpy())
 
 
+@opbridge.op("acme::RepeatRows")
+def repeat_rows(x: torch.Tensor, n: int = 1) -> torch.Tensor:
+    return x.repeat(n, 1)
+
+
+def test_dynamic_dim_made_static_is_refused(tmp_path: Path) -> None:
+    """A dynamic size passed to an int attribute fails torch.export's first trace, and torch.onnx's
+    strict retry specializes the dim: the export says so instead of writing a static input."""
+
+    class SizeAsAttribute(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return repeat_rows(x, n=x.shape[0])
+
+    target = tmp_path / "symint.onnx"
+    with pytest.raises(ExportError, match=r"input 'x' dim 0 \(batch\) was asked to be dynamic, but .* static \(2\)"):
+        opbridge.export(
+            SizeAsAttribute(),
+            (torch.ones(2, 3),),
+            target,
+            exporter="dynamo",
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+        )
+    assert not target.exists()
+
+
 def test_unknown_exporter(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
         opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]

@@ -175,6 +175,32 @@ def _axes_from_dims(
     return axes
 
 
+def _check_dims_kept(
+    proto: onnx.ModelProto, model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, shapes: Any
+) -> None:
+    """An ExportError where a dim ``shapes`` names with a ``torch.export.Dim`` came out static: torch.onnx
+    falls back to a strict trace, which specializes dims, when the first trace fails."""
+    import torch
+
+    names = list(input_names) if input_names else _forward_names(model, len(args))
+    items = [shapes.get(n) for n in names] if isinstance(shapes, Mapping) else list(shapes)
+    graph_inputs = {i.name: i for i in proto.graph.input}
+    for name, entry in zip(names, items):
+        if not entry or name not in graph_inputs:
+            continue
+        dims = graph_inputs[name].type.tensor_type.shape.dim
+        pairs = entry.items() if isinstance(entry, Mapping) else enumerate(entry)
+        for axis, dim in pairs:
+            axis = int(axis)
+            if isinstance(dim, torch.export.Dim) and axis < len(dims) and dims[axis].HasField("dim_value"):
+                raise ExportError(
+                    f"input {name!r} dim {axis} ({dim.__name__}) was asked to be dynamic, but the exported model "
+                    f"has it static ({dims[axis].dim_value}): the model specialized it, e.g. by passing a size to "
+                    "an op's int attribute (attributes are constants in the file). Pass the size as a tensor input, "
+                    "or read it from a tensor inside the op's reference."
+                )
+
+
 def _forward_names(model: Any, count: int) -> list[str]:
     forward = getattr(model, "forward", model)
     params = [
@@ -579,6 +605,8 @@ def export(
                 if dynamic_axes:
                     shapes = _dims_from_axes(model, args, input_names, dynamic_axes)
                 proto = _export_dynamo(model, args, kwargs, ops, opset_version, input_names, output_names, shapes)
+                if shapes is not None:
+                    _check_dims_kept(proto, model, args, input_names, shapes)
             else:
                 axes = dynamic_axes
                 if dynamic_shapes is not None:
