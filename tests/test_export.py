@@ -382,6 +382,40 @@ def test_dynamic_dim_made_static_is_refused(tmp_path: Path) -> None:
     assert not target.exists()
 
 
+@opbridge.op("acme::Positives", shape=lambda x: opbridge.TensorInfo((opbridge.SymDim(),), x.dtype))
+def positives(x: torch.Tensor) -> torch.Tensor:
+    """An output size that depends on the data: the rule says so with SymDim()."""
+    return x[x > 0]
+
+
+@opbridge.op("acme::PositivesNoRule")
+def positives_no_rule(x: torch.Tensor) -> torch.Tensor:
+    return x[x > 0]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_data_dependent_output_size(tmp_path: Path, exporter: str) -> None:
+    class Keep(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return positives(x) * 2
+
+    x = torch.tensor([1.0, -2.0, 3.0, 0.0, 5.0])
+    result = opbridge.export(Keep(), (x,), tmp_path / "dd.onnx", exporter=exporter, input_names=["x"])
+    (dim,) = result.model.graph.output[0].type.tensor_type.shape.dim
+    assert not dim.HasField("dim_value"), "the size is not static"
+    sess = opbridge.InferenceSession(result.path)
+    for values in ([1.0, -2.0, 3.0, 0.0, 5.0], [-1.0, 4.0, -1.0, -1.0, -1.0], [-3.0] * 5):
+        feed = np.array(values, np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], feed[feed > 0] * 2)
+
+    class NoRule(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return positives_no_rule(x)
+
+    with pytest.raises(ExportError, match=r"acme::PositivesNoRule declares no shape rule, and its reference cannot"):
+        opbridge.export(NoRule(), (x,), tmp_path / "dd_no_rule.onnx", exporter=exporter)
+
+
 def test_unknown_exporter(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
         opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]

@@ -161,7 +161,12 @@ def fake_outputs(
     else:
         items = _as_infos(rule(*args, **attrs), spec, "the shape rule")
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        out = [torch.empty(tuple(t.shape), dtype=t.dtype, device=device) for t in items]
+
+        def size(d: Any) -> Any:
+            # a SymDim from the rule (a size that depends on the data): a fresh size torch knows nothing of
+            return torch.library.get_ctx().new_dynamic_size() if isinstance(d, SymDim) else d
+
+        out = [torch.empty(tuple(size(d) for d in t.shape), dtype=t.dtype, device=device) for t in items]
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -222,7 +227,16 @@ def _derive_with_meta(
         return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
 
     probes: list[Sequence[int]] = list(_PROBES)
-    runs = [run(probe) for probe in probes]
+    try:
+        runs = [run(probe) for probe in probes]
+    except OpDefinitionError:
+        raise
+    except Exception as exc:
+        raise OpDefinitionError(
+            f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to derive "
+            f"one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes with "
+            f"@{spec.name}.register_shape (an output size that depends on the data as opbridge.SymDim())."
+        ) from None
     if symbols:
         try:
             small = run(_SMALL_PROBE)
@@ -241,9 +255,7 @@ def _derive_with_meta(
             if len(set(values)) == 1:
                 dims.append(int(values[0]))
                 continue
-            match = [
-                s for i, s in enumerate(symbols) if all(p[i] == v for p, v in zip(probes, values, strict=True))
-            ]
+            match = [s for i, s in enumerate(symbols) if all(p[i] == v for p, v in zip(probes, values, strict=True))]
             dims.append(SymDim(match[0].name) if match else SymDim(None))
         out.append(TensorInfo(tuple(dims), results[0].dtype))
     return out

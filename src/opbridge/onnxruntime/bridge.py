@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from opbridge.definition import OpDef, find_op
 from opbridge.errors import OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
+from opbridge.shape import SymDim
 
 if TYPE_CHECKING:
     import onnx
@@ -235,8 +236,13 @@ def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[t
         got = list(result) if isinstance(result, (tuple, list)) else [result]
         for i, (w, g) in enumerate(zip(want, got)):
             shape = getattr(g, "shape", None)
-            wshape = tuple(int(d) for d in getattr(w, "shape", ()))
-            if shape is not None and tuple(shape) != wshape:
+            # a SymDim (a size that depends on the data) matches any size
+            wshape = tuple(d if isinstance(d, SymDim) else int(d) for d in getattr(w, "shape", ()))
+            if shape is not None and (
+                len(shape) != len(wshape)
+                or any(not isinstance(b, SymDim) and int(a) != b for a, b in zip(shape, wshape))
+            ):
+                wshape = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
                 raise ValueError(
                     f"{label}: output {i} ({opdef.spec.outputs[i].name!r}) has shape {tuple(shape)}, "
                     f"but the op's shape rule gives {wshape} for these inputs"
@@ -297,6 +303,8 @@ def _output_shapes(
         try:
             infos = rule(*arrays, **attrs)
             items = list(infos) if isinstance(infos, (tuple, list)) else [infos]
+            if any(isinstance(d, SymDim) for info in items for d in info.shape):
+                return None  # a size that depends on the data: the kernel's result is copied
             found = [tuple(int(d) for d in info.shape) for info in items]
         except Exception as exc:
             _rule_failed(state, exc, label, "out= path (results copied)")

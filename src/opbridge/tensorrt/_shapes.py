@@ -87,6 +87,13 @@ def to_expr(dim: Any, builder: Any) -> Any:
         if dim < 0:
             raise TypeError(f"output dim {dim} is negative")
         return builder.constant(int(dim))
+    from opbridge.shape import SymDim
+
+    if isinstance(dim, SymDim):
+        raise TypeError(
+            "the size depends on the data (SymDim()), which the generated plugins cannot give TensorRT; "
+            "give the op a fixed-size output (padded, as TRTBatchedNMS does) for TensorRT"
+        )
     try:
         import operator
 
