@@ -441,14 +441,23 @@ def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 
 def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
+    from opbridge.definition import find_op
+
     present = {(n.domain, n.op_type) for n in model.graph.node}
     lost = [key for key in calls if (key[0], key[1]) not in present]
     if lost:
         names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
+        constant = [f"{d}::{n}" for d, n, v in lost if (op := find_op(d, n, v)) is not None and not op.spec.inputs]
+        hint = (
+            f" {', '.join(constant)} takes no tensor inputs, so the TorchScript tracer records its result as a "
+            "constant: export with exporter='dynamo', or give the op a tensor input."
+            if constant and exporter == "torchscript"
+            else ""
+        )
         raise ExportError(
             f"the {exporter} exporter dropped or inlined custom op(s) {names}: they were called while "
             "tracing but are not in the exported graph. Make sure the model calls the op object returned "
-            "by @opbridge.op, not its reference function."
+            f"by @opbridge.op, not its reference function.{hint}"
         )
     stray = default_domain_custom_nodes(model)
     if stray:
