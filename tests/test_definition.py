@@ -277,3 +277,28 @@ def test_derived_shape_rule_for_onnx() -> None:
 
     (pooled,) = infer_onnx(needs_eight.spec, None, needs_eight.reference, [tp(["n", 3, "L"])], {})
     assert [d.dim_param or d.dim_value for d in pooled.tensor_type.shape.dim] == ["n", 3, 0]  # L // 8 unknown
+
+
+def test_reference_disagreeing_with_its_shape_rule_is_named() -> None:
+    """Exports and runtimes follow the shape rule; an eager call shows where the reference differs."""
+
+    @opbridge.op("tests.def::Count", shape=lambda x: opbridge.TensorInfo(x.shape[:1], x.dtype))
+    def count(x: torch.Tensor) -> torch.Tensor:
+        return (x > 0).sum(-1)
+
+    with pytest.raises(
+        OpDefinitionError,
+        match=r"the shape rule declares output 0 \('output'\) as \[3\] torch.float32, but the reference returned "
+        r"\[3\] torch.int64",
+    ):
+        count(torch.ones(3, 4))
+
+    @opbridge.op("tests.def::Rows", shape=lambda x: opbridge.TensorInfo((x.shape[0] + 1, opbridge.SymDim()), x.dtype))
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x[:, x[0] > 0]
+
+    with pytest.raises(OpDefinitionError, match=r"as \[4, '\?'\] torch.float32, but the reference returned \[3, 2\]"):
+        rows(torch.tensor([[1.0, -1.0, 2.0]] * 3))
+    fits = opbridge.TensorInfo((3, opbridge.SymDim()), torch.float32)
+    rows.register_shape(lambda x: fits)
+    assert rows(torch.tensor([[1.0, -1.0, 2.0]] * 3)).shape == (3, 2), "a SymDim takes any size"

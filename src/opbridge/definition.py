@@ -409,6 +409,30 @@ class OpDef:
             )
         return result if n > 1 else items[0]
 
+    def _check_rule(self, tensors: list[Any], attrs: dict[str, Any], result: Any) -> None:
+        """An OpDefinitionError where the reference's outputs are not what the shape rule declares
+        for these inputs (the rule is what exports and runtimes see)."""
+        from opbridge.shape import SymDim, _as_infos
+
+        if self.shape_rule is None:
+            return
+        spec = self.spec
+        infos = _as_infos(self.shape_rule(*tensors, **attrs), spec, "the shape rule")
+        results = result if isinstance(result, tuple) else (result,)
+        for i, (info, tensor) in enumerate(zip(infos, results)):
+            shape = tuple(info.shape)
+            same = len(shape) == tensor.dim() and all(
+                isinstance(d, SymDim) or int(d) == n for d, n in zip(shape, tensor.shape)
+            )
+            if not same or info.dtype != tensor.dtype:
+                declared = [d if not isinstance(d, SymDim) else "?" for d in shape]
+                raise OpDefinitionError(
+                    f"{spec.qualname}: the shape rule declares output {i} ({spec.outputs[i].name!r}) as "
+                    f"{declared} {info.dtype}, but the reference returned {list(tensor.shape)} {tensor.dtype} for "
+                    f"these inputs; exports and runtimes follow the rule, so make the two agree "
+                    f"(@{spec.name}.register_shape)."
+                )
+
     # ------------------------------------------------------------------ torch.library
 
     @property
@@ -450,6 +474,7 @@ def _define_torch_op(opdef: OpDef) -> Any:
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
             result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+            current._check_rule(tensors, attrs, result)
             # torch.library ops must not return views or aliases of their inputs.
             if isinstance(result, tuple):
                 return tuple(_fresh(r, tensors) for r in result)
