@@ -98,6 +98,26 @@ USER_OPS = textwrap.dedent(
     @opbridge.op("versioned_trt::Shrink", version=2, shape=lambda x: TensorInfo((x.shape[0], 1), x.dtype))
     def ShrinkV2(x: torch.Tensor) -> torch.Tensor:
         return x.sum(1, keepdim=True)
+
+    @opbridge.op("rules_trt::AddSame")
+    def AddSame(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+
+    @AddSame.register_shape
+    def _same(x, y):
+        if x.shape[0] != y.shape[0]:  # one named ONNX dim: TensorRT proves them equal
+            raise ValueError(f"batch {x.shape[0]} != {y.shape[0]}")
+        return TensorInfo(x.shape, x.dtype)
+
+    @opbridge.op("rules_trt::Halves")
+    def Halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ceil-division by unary minus, and a remainder."""
+        return x[:, ::2] * 1, x[:, : x.shape[1] % 3] * 1
+
+    @Halves.register_shape
+    def _halves(x):
+        n, w = x.shape
+        return TensorInfo((n, -(-w // 2)), x.dtype), TensorInfo((n, w % 3), x.dtype)
     '''
 )
 
@@ -324,6 +344,28 @@ def test_ops_of_one_name_in_two_domains_and_versions_above_1_build(user_ops_file
     outputs = {node: shapes["outputs"] for node, shapes in report.plugin_shapes.items()}
     assert outputs == {"widen_b": [[[2, 12], [2, 12]]], "widen_a": [[[2, 8], [2, 8]]], "shrink": [[[2, 1], [2, 1]]]}
     assert not any(a.name.startswith("plugin_") for n in onnx.load(model).graph.node for a in n.attribute)
+
+
+def test_shape_rules_compare_and_negate_tensorrt_dims(user_ops_file: Path, tmp_path: Path) -> None:
+    """``!=`` on dims TensorRT proves equal (one named ONNX dim), unary minus and ``%`` in rules."""
+    t = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("AddSame", ["x", "y"], ["z"], domain="rules_trt", name="add"),
+        helper.make_node("Halves", ["z"], ["h", "r"], domain="rules_trt", name="halves"),
+    ]
+    model = _model(
+        tmp_path / "rules.onnx",
+        nodes,
+        [t("x", TensorProto.FLOAT, ["N", "W"]), t("y", TensorProto.FLOAT, ["N", "W"])],
+        [t("h", TensorProto.FLOAT, None), t("r", TensorProto.FLOAT, None)],
+        {"rules_trt": 1},
+    )
+    profile = ((1, 3), (2, 5), (4, 10))
+    report = build_engine(model, None, profiles={"x": profile, "y": profile}, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["add"]["outputs"] == [[[1, 3], [4, 10]]]
+    # ceil(W / 2) over W in 3..10, and W % 3
+    assert report.plugin_shapes["halves"]["outputs"] == [[[1, 2], [4, 5]], [[1, 0], [4, 2]]]
 
 
 def test_int_attribute_beyond_int32_in_a_subgraph_is_refused(tmp_path: Path) -> None:

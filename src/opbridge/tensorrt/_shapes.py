@@ -26,7 +26,8 @@ def _binary(name: str, reflected: bool = False) -> Any:
 
 
 class TrtDim:
-    """A dynamic TensorRT dim inside a shape rule; supports ``+ - * //`` with ints and dims."""
+    """A dynamic TensorRT dim inside a shape rule; supports ``+ - * // %``, unary ``-`` and ``==`` with
+    ints and dims (equal where TensorRT proves it)."""
 
     __slots__ = ("builder", "expr", "ops")
 
@@ -54,6 +55,33 @@ class TrtDim:
     __rmul__ = _binary("PROD", True)
     __floordiv__ = _binary("FLOOR_DIV")
     __rfloordiv__ = _binary("FLOOR_DIV", True)
+
+    def __neg__(self) -> Any:
+        return self._op("SUB", self.builder.constant(0), self.expr)
+
+    def __mod__(self, other: Any) -> Any:
+        if self._other(other) is None:
+            return NotImplemented
+        return self - (self // other) * other
+
+    def __rmod__(self, other: Any) -> Any:
+        if self._other(other) is None:
+            return NotImplemented
+        return other - (other // self) * self
+
+    def __eq__(self, other: object) -> bool:
+        """True where TensorRT proves the dims equal (dims of one named ONNX dim, say), else False:
+        as a SymDim, whose unknown dims compare unequal."""
+        expr = self._other(other)
+        if expr is None:
+            return False
+        same = self.builder.operation(self.ops.EQUAL, self.expr, expr)
+        return bool(same.is_constant() and same.get_constant_value() == 1)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
         raise TypeError(
