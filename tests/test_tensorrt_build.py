@@ -368,6 +368,35 @@ def test_shape_rules_compare_and_negate_tensorrt_dims(user_ops_file: Path, tmp_p
     assert report.plugin_shapes["halves"]["outputs"] == [[[1, 2], [4, 5]], [[1, 0], [4, 2]]]
 
 
+def test_nodes_the_plugin_cannot_serve_are_named(tmp_path: Path) -> None:
+    """A node with fewer outputs than its op, or an optional input skipped before a given one
+    (TensorRT passes plugin inputs without gaps), is named before TensorRT's own error."""
+    import opbridge.ops.detection  # noqa: F401 - MMCVMultiLevelRoiAlign
+
+    t = helper.make_tensor_value_info
+    fewer = _model(
+        tmp_path / "fewer.onnx",
+        [helper.make_node("MyStrangeOp", ["a", "b", "c"], ["y"], domain="opbridge", name="strange")],
+        [t(n, TensorProto.FLOAT, [2, 3]) for n in "abc"],
+        [t("y", TensorProto.FLOAT, None)],
+        {"opbridge": 1},
+    )
+    report = parse_with_tensorrt(fewer)
+    assert not report.ok
+    assert report.errors[0][:2] == ("strange", "MyStrangeOp")
+    assert "the node has 1 output(s), but opbridge::MyStrangeOp has 2" in report.errors[0][2]
+    gap = _model(
+        tmp_path / "gap.onnx",
+        [helper.make_node("MMCVMultiLevelRoiAlign", ["rois", "f0", "", "f2"], ["y"], domain="mmdeploy", name="mlra")],
+        [t("rois", TensorProto.FLOAT, [4, 5])] + [t(f"f{i}", TensorProto.FLOAT, [1, 8, 16, 16]) for i in (0, 2)],
+        [t("y", TensorProto.FLOAT, None)],
+        {"mmdeploy": 1},
+    )
+    report = parse_with_tensorrt(gap)
+    assert not report.ok
+    assert "optional input(s) ['feat1'] are skipped before a given one" in report.errors[0][2]
+
+
 def test_int_attribute_beyond_int32_in_a_subgraph_is_refused(tmp_path: Path) -> None:
     node = helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge", int_attr1=2**40)
     t = helper.make_tensor_value_info

@@ -281,6 +281,32 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
                 errors.append((node.name, node.op_type, message))
         if opdef is None:
             continue
+        spec = opdef.spec
+        outputs = list(node.output)
+        if len(outputs) != len(spec.outputs):
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: the node has {len(outputs)} output(s), but {spec.qualname} has {len(spec.outputs)} "
+                    f"({[o.name for o in spec.outputs]}), which its plugin writes; give the node every output "
+                    "(unused ones may have any name).",
+                )
+            )
+        inputs = list(node.input)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        skipped = [spec.inputs[i].name for i, name in enumerate(inputs) if not name and i < len(spec.inputs)]
+        if skipped:
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: optional input(s) {skipped} are skipped before a given one; TensorRT hands a "
+                    "plugin its inputs by position without gaps, so the plugin cannot tell which are missing. "
+                    "Give them, or reorder the op's inputs so that optional ones come last.",
+                )
+            )
         present = {a.name for a in node.attribute}
         for key, value in (("plugin_namespace", node.domain), ("plugin_version", str(opdef.spec.version))):
             if key not in present:
