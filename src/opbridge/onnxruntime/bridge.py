@@ -242,10 +242,10 @@ def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[t
                 len(shape) != len(wshape)
                 or any(not isinstance(b, SymDim) and int(a) != b for a, b in zip(shape, wshape))
             ):
-                wshape = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
+                shown = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
                 raise ValueError(
                     f"{label}: output {i} ({opdef.spec.outputs[i].name!r}) has shape {tuple(shape)}, "
-                    f"but the op's shape rule gives {wshape} for these inputs"
+                    f"but the op's shape rule gives {shown} for these inputs"
                 )
 
     return check

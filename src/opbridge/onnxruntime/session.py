@@ -432,7 +432,7 @@ class InferenceSession:
         import onnx
 
         types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
-        n_out = {}
+        n_out: dict[tuple[str, str], int] = {}
         for index in bound:
             node = model.graph.node[index]
             key = (node.domain, node.op_type)
