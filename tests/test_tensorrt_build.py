@@ -6,6 +6,8 @@ fault builds run through the default child process, so an abort could not end th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -395,6 +397,37 @@ def test_nodes_the_plugin_cannot_serve_are_named(tmp_path: Path) -> None:
     report = parse_with_tensorrt(gap)
     assert not report.ok
     assert "optional input(s) ['feat1'] are skipped before a given one" in report.errors[0][2]
+
+
+def test_op_defined_in_main_is_named_when_the_child_cannot_see_it(tmp_path: Path) -> None:
+    script = tmp_path / "main_ops.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import onnx, torch, opbridge
+            from onnx import TensorProto, helper
+            from opbridge.tensorrt import parse_with_tensorrt
+
+            @opbridge.op("main_trt::Twice")
+            def twice(x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+
+            node = helper.make_node("Twice", ["x"], ["y"], domain="main_trt")
+            t = helper.make_tensor_value_info
+            graph = helper.make_graph([node], "g", [t("x", TensorProto.FLOAT, [2])], [t("y", TensorProto.FLOAT, None)])
+            opsets = [helper.make_opsetid("", 17), helper.make_opsetid("main_trt", 1)]
+            onnx.save(helper.make_model(graph, opset_imports=opsets), {str(tmp_path / "m.onnx")!r})
+            report = parse_with_tensorrt({str(tmp_path / "m.onnx")!r})
+            print(report.ok, report.errors[0][2])
+            """
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("False ") and "main_trt::Twice is defined in __main__" in last, last
+    assert "no op named" not in last
 
 
 def test_int_attribute_beyond_int32_in_a_subgraph_is_refused(tmp_path: Path) -> None:

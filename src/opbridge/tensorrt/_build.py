@@ -349,6 +349,7 @@ def _op_modules(model_path: str) -> list[str]:
                 "move it to a module or pass isolate=False.",
                 opdef.spec.qualname,
             )
+            _MAIN_OPS[opdef.spec.name] = opdef.spec.qualname
             continue
         file = getattr(module, "__file__", None)
         target = file if name.startswith("_opbridge_user_") and file else name
@@ -357,7 +358,24 @@ def _op_modules(model_path: str) -> list[str]:
     return targets
 
 
+# op type -> qualified name of the ops of the model that the calling process defined in __main__
+_MAIN_OPS: dict[str, str] = {}
+
+
+def _name_main_ops(result: dict[str, Any]) -> dict[str, Any]:
+    """Where the child found no plugin for an op the caller defined in ``__main__``, say why."""
+    for entry in result.get("errors", []):
+        qualname = _MAIN_OPS.get(entry[1])
+        if qualname and "Plugin not found" in entry[2]:
+            entry[2] = entry[2].split(" (opbridge: no op named", 1)[0] + (
+                f" (opbridge: {qualname} is defined in __main__, which the TensorRT child process cannot import: "
+                "define it in a module, or pass isolate=False)"
+            )
+    return result
+
+
 def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    _MAIN_OPS.clear()
     with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request = dict(request, auto_ops=_op_modules(request["model"]))
@@ -380,7 +398,7 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
                 "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]],
             }
         if res_path.exists():
-            return json.loads(res_path.read_text())
+            return _name_main_ops(json.loads(res_path.read_text()))
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
         return {
             "ok": False,
