@@ -383,7 +383,8 @@ class OpDef:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, attrs = self.bind(args, kwargs)
         counts = getattr(_TRACE_STATE, "counts", None)
-        if counts is not None:
+        if counts is not None and not getattr(_TRACE_STATE, "inside", 0):
+            # (a call inside another op's reference is that op's business, not a node of the graph)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
         torch_op = self.torch_op()
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
@@ -473,7 +474,8 @@ def _define_torch_op(opdef: OpDef) -> Any:
         def impl(*args: Any) -> Any:
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
-            result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+            with inside_reference():
+                result = current._check_result(current.reference(*tensors, **attrs), "the reference")
             current._check_rule(tensors, attrs, result)
             # torch.library ops must not return views or aliases of their inputs.
             if isinstance(result, tuple):
@@ -483,13 +485,24 @@ def _define_torch_op(opdef: OpDef) -> Any:
         def fake(*args: Any) -> Any:
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
-            return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
+            with inside_reference():
+                return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
 
         lib = _library()
         lib.define(opname + schema)
         lib.impl(opname, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(qual, fake, lib=lib)
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+@contextmanager
+def inside_reference() -> Iterator[None]:
+    """Mark this thread as running an op's reference (op calls there are not the traced model's)."""
+    _TRACE_STATE.inside = getattr(_TRACE_STATE, "inside", 0) + 1
+    try:
+        yield
+    finally:
+        _TRACE_STATE.inside -= 1
 
 
 def _signature_error(spec: OpSpec, previous: OpSpec) -> OpDefinitionError:

@@ -213,6 +213,8 @@ def _derive_with_meta(
         # Identity first: unnamed dims are distinct even though they compare unequal.
         return next(i for i, s in enumerate(symbols) if s is d or s == d)
 
+    from opbridge.definition import inside_reference
+
     def run(probe: Sequence[int]) -> list[Any]:
         args = [
             None
@@ -224,7 +226,8 @@ def _derive_with_meta(
             )
             for info in infos
         ]
-        return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
+        with inside_reference():
+            return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
 
     probes: list[Sequence[int]] = list(_PROBES)
     try:
