@@ -14,8 +14,6 @@ from opbridge.onnx_schema import attribute_values
 EXPORTERS = ("dynamo", "torchscript")
 
 
-
-
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_export_emits_typed_custom_node(case: tuple, exporter: str, tmp_path: Path) -> None:

@@ -209,7 +209,9 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
     from opbridge.ops.detection import BatchedNMS
 
     nms = KernelLauncher(BatchedNMS, BatchedNMS.spec.bind_attributes({"num_classes": 3}))
-    nms.on_shape_change([((1, 5, 1, 4), "float16"), ((1, 5, 3), "float16")], [((1, 5, 5), "float16"), ((1, 5), "int32")])
+    nms.on_shape_change(
+        [((1, 5, 1, 4), "float16"), ((1, 5, 3), "float16")], [((1, 5, 5), "float16"), ((1, 5), "int32")]
+    )
     with pytest.raises(opbridge.OpDefinitionError, match=r"output 'dets' is float64"):
         nms.on_shape_change([((1, 5, 1, 4), "float32")] * 2, [((1, 5, 5), "float64"), ((1, 5), "int32")])
     no_kernel = KernelLauncher(all_attrs, all_attrs.spec.bind_attributes({}))
