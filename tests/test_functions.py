@@ -15,9 +15,11 @@ from onnxscript import opset18 as op
 from onnxscript import script
 
 import opbridge
-from opbridge.functions import function_proto, make_body, ref_attr
+from opbridge.functions import attach_functions, function_proto, make_body, ref_attr
 from opbridge.ops import DynamicResize
+from opbridge.ops.detection import GridSample
 from opbridge.reference import ReferenceSession
+from opbridge.spec import AttrSpec, AttrType
 
 TOLERANCE = SEED_TOLERANCE
 
@@ -34,6 +36,20 @@ def eager(model: torch.nn.Module, inputs: list[torch.Tensor]) -> np.ndarray:
 def ort_session(model: onnx.ModelProto | str) -> ort.InferenceSession:
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+
+def _onnx_default(attr: AttrSpec) -> object:
+    """``attr``'s default as ``helper.get_attribute_value`` reads it back (strings as bytes)."""
+    value = attr.to_onnx_value(attr.default)
+    if attr.type is AttrType.FLOAT:
+        return float(np.float32(value))
+    if attr.type is AttrType.FLOATS:
+        return [float(np.float32(v)) for v in value]
+    if attr.type is AttrType.STRING:
+        return value.encode()
+    if attr.type is AttrType.STRINGS:
+        return [v.encode() for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------- seed models
@@ -53,7 +69,10 @@ def test_seed_export_carries_bodies(seed_export, name: str, exporter: str) -> No
         fn, spec = functions[domain, name_], opbridge.find_op(domain, name_).spec
         assert list(fn.input) == [p.name for p in spec.inputs]
         assert list(fn.output) == [o.name for o in spec.outputs]
-        assert list(fn.attribute) == [a.name for a in spec.attributes]
+        assert list(fn.attribute) == [a.name for a in spec.attributes if a.required]
+        assert {a.name: helper.get_attribute_value(a) for a in fn.attribute_proto} == {
+            a.name: _onnx_default(a) for a in spec.attributes if not a.required
+        }
         assert [(o.domain, o.version) for o in fn.opset_import] == [("", default_opset)]
         assert all(n.domain == "" for n in fn.node)
     onnx.checker.check_model(str(result.path), full_check=True)
@@ -336,7 +355,54 @@ BAD_BODIES = {
             "differently there (version 11 vs 13)"
         ),
     ),
+    "output_never_produced": (
+        lambda spec: _body([helper.make_node("Add", ["a", "b"], ["outptu"])], ["a", "b"], ["output"], ["gain"]),
+        (
+            "tests.functions::Pair: function body output(s) ['output'] are never produced: no node writes them "
+            "(values computed but never read: ['outptu']); name the output of the node that computes it after the "
+            "body's output."
+        ),
+    ),
+    "undefined_input": (
+        lambda spec: _body([helper.make_node("Add", ["a", "c"], ["output"])], ["a", "b"], ["output"], ["gain"]),
+        (
+            "tests.functions::Pair: function body node Add (unnamed) reads 'c', which is neither a function input "
+            "['a', 'b'] nor the output of an earlier node; write the nodes in order and name the value as the node "
+            "that computes it does (or '' for an omitted optional input)."
+        ),
+    ),
+    "nodes_out_of_order": (
+        lambda spec: _body(
+            [helper.make_node("Neg", ["ab"], ["output"], name="neg"), helper.make_node("Add", ["a", "b"], ["ab"])],
+            ["a", "b"],
+            ["output"],
+            ["gain"],
+        ),
+        "function body node Neg (neg) reads 'ab', which is neither a function input ['a', 'b'] nor the output",
+    ),
+    "undefined_in_subgraph": (
+        lambda spec: _body(
+            [
+                helper.make_node("Constant", [], ["flag"], value=helper.make_tensor("f", TensorProto.BOOL, [], [True])),
+                helper.make_node(
+                    "If",
+                    ["flag"],
+                    ["output"],
+                    then_branch=_branch(helper.make_node("Add", ["a", "b"], ["sum"]), "sum"),
+                    else_branch=_branch(helper.make_node("Sub", ["a", "bb"], ["diff"]), "diff"),
+                ),
+            ],
+            ["a", "b"],
+            ["output"],
+            ["gain"],
+        ),
+        "function body node Sub (unnamed) reads 'bb', which is neither a function input ['a', 'b'] nor the output",
+    ),
 }
+
+
+def _branch(node: onnx.NodeProto, output: str) -> onnx.GraphProto:
+    return helper.make_graph([node], "branch", [], [helper.make_value_info(output, onnx.TypeProto())])
 
 
 def _constant_ref(attr: str) -> onnx.NodeProto:
@@ -389,6 +455,102 @@ def test_body_moves_to_the_model_opset_when_its_ops_agree() -> None:
         pair.function_builder = None
 
 
+def _resize_node(*inputs: str) -> onnx.NodeProto:
+    return helper.make_node("Resize", list(inputs), ["output"], mode="cubic")
+
+
+# (nodes, opset written for, model opset, message)
+REFUSED_MOVES = {
+    "softmax_up": (
+        [helper.make_node("Softmax", ["a"], ["output"], axis=1)],
+        11,
+        13,
+        (
+            "tests.functions::Pair: the function body is written for ONNX opset 11, but the model uses opset 13, and "
+            "Softmax means something else there (version 11 vs 13): it changed at version 13: it normalises along "
+            "'axis' alone, no longer over all dims from 'axis' on. Register a builder with an 'opset' parameter "
+            "that builds the body for the model's opset, or export with opset_version=11."
+        ),
+    ),
+    "softmax_down": (
+        [helper.make_node("Softmax", ["a"], ["output"], axis=1)],
+        13,
+        12,
+        "Softmax means something else there (version 13 vs 11): it changed at version 13",
+    ),
+    "logsoftmax_up": (
+        [helper.make_node("LogSoftmax", ["a"], ["output"])],
+        12,
+        18,
+        "LogSoftmax means something else there (version 11 vs 13): it changed at version 13",
+    ),
+    "hardmax_down": (
+        [helper.make_node("Hardmax", ["a"], ["output"], axis=-1)],
+        17,
+        11,
+        "Hardmax means something else there (version 13 vs 11): it changed at version 13",
+    ),
+    "group_norm_down": (
+        [helper.make_node("GroupNormalization", ["a", "b", "b"], ["output"], num_groups=2)],
+        21,
+        20,
+        "GroupNormalization means something else there (version 21 vs 18): it changed at version 21: scale and "
+        "bias are per channel, no longer per group",
+    ),
+    "deprecated_version": (
+        [helper.make_node("Upsample", ["a", "b"], ["output"])],
+        9,
+        10,
+        "Upsample means something else there (version 9 vs 10): version 10 is deprecated in onnx's schema history",
+    ),
+    "default_changed": (
+        [helper.make_node("Selu", ["a"], ["output"])],
+        5,
+        6,
+        "Selu means something else there (version 1 vs 6): the node leaves attribute 'alpha' unset, whose default "
+        "is 1.673200011253357 in version 1 and 1.6732631921768188 in version 6",
+    ),
+    "required_input_left_empty": (
+        [_resize_node("a", "", "", "b")],
+        13,
+        11,
+        "and Resize is defined differently there (version 13 vs 11)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_MOVES))
+def test_body_is_not_moved_across_a_change_of_meaning(case: str) -> None:
+    nodes, written, opset, message = REFUSED_MOVES[case]
+    pair.register_function(lambda spec: _body(nodes, ["a", "b"], ["output"], ["gain"], opset=written))
+    try:
+        with pytest.raises(opbridge.OpDefinitionError) as info:
+            function_proto(pair, opset=opset)
+    finally:
+        pair.function_builder = None
+    assert message in str(info.value)
+
+
+# (nodes, opset written for, model opset)
+ACCEPTED_MOVES = {
+    "softmax_same_version": ([helper.make_node("Softmax", ["a"], ["output"], axis=1)], 13, 20),
+    "softmax_negative_axes_added": ([helper.make_node("Softmax", ["a"], ["output"], axis=1)], 9, 12),
+    "resize_new_optional_attributes": ([_resize_node("a", "", "", "b")], 13, 19),
+    "resize_down": ([_resize_node("a", "", "", "b")], 19, 13),
+    "add_down": ([helper.make_node("Add", ["a", "b"], ["output"])], 18, 13),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED_MOVES))
+def test_body_is_moved_up_or_down_when_its_ops_mean_the_same(case: str) -> None:
+    nodes, written, opset = ACCEPTED_MOVES[case]
+    pair.register_function(lambda spec: _body(nodes, ["a", "b"], ["output"], ["gain"], opset=written))
+    try:
+        assert [o.version for o in function_proto(pair, opset=opset).opset_import] == [opset]
+    finally:
+        pair.function_builder = None
+
+
 # --------------------------------------------------------------------------- a user's onnxscript body
 
 
@@ -426,6 +588,12 @@ def test_user_onnxscript_body(tmp_path, exporter: str) -> None:
     np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], expected, rtol=1e-5, atol=1e-6)
 
 
+@opbridge.op("tests.functions::Scale")
+def scale(x: torch.Tensor, factor: float, offset: float = 0.25, names: list[str] = []) -> torch.Tensor:  # noqa: B006
+    """x * factor + offset (``factor`` has no default)."""
+    return x * factor + offset
+
+
 def test_make_body_declares_the_spec() -> None:
     fn = make_body(pair.spec, [helper.make_node("Add", ["a", "b"], ["output"])], 17)
     assert (fn.domain, fn.name, list(fn.input), list(fn.output), list(fn.attribute)) == (
@@ -433,8 +601,137 @@ def test_make_body_declares_the_spec() -> None:
         "Pair",
         ["a", "b"],
         ["output"],
-        ["gain"],
+        [],
     )
+    assert [(a.name, a.type, a.f) for a in fn.attribute_proto] == [("gain", onnx.AttributeProto.FLOAT, 1.0)]
+
+
+def test_make_body_declares_defaults_and_keeps_required_attributes_required() -> None:
+    fn = make_body(scale.spec, [helper.make_node("Identity", ["x"], ["output"])], 18)
+    assert list(fn.attribute) == ["factor"]
+    assert [(a.name, a.type) for a in fn.attribute_proto] == [
+        ("offset", onnx.AttributeProto.FLOAT),
+        ("names", onnx.AttributeProto.STRINGS),
+    ]
+    assert fn.attribute_proto[0].f == 0.25 and list(fn.attribute_proto[1].strings) == []
+
+
+def test_bodies_declaring_names_only_get_the_op_defaults() -> None:
+    """A builder that declares attributes by name (helper.make_function) gets the spec's defaults."""
+    pair.register_function(
+        lambda spec: _body([helper.make_node("Add", ["a", "b"], ["output"])], ["a", "b"], ["output"], ["gain"])
+    )
+    try:
+        fn = function_proto(pair, opset=18)
+    finally:
+        pair.function_builder = None
+    assert list(fn.attribute) == []
+    assert [(a.name, a.type, a.f) for a in fn.attribute_proto] == [("gain", onnx.AttributeProto.FLOAT, 1.0)]
+    grid = function_proto(GridSample, opset=20)
+    assert list(grid.attribute) == []
+    assert {a.name: (a.type, a.i) for a in grid.attribute_proto} == {
+        "interpolation_mode": (onnx.AttributeProto.INT, 0),
+        "padding_mode": (onnx.AttributeProto.INT, 0),
+        "align_corners": (onnx.AttributeProto.INT, 0),
+    }
+
+
+def test_body_default_must_be_the_op_default() -> None:
+    pair.register_function(
+        lambda spec: helper.make_function(
+            "x",
+            "y",
+            ["a", "b"],
+            ["output"],
+            [helper.make_node("Add", ["a", "b"], ["output"])],
+            [helper.make_opsetid("", 18)],
+            attribute_protos=[helper.make_attribute("gain", 2.0)],
+        )
+    )
+    try:
+        with pytest.raises(opbridge.OpDefinitionError) as info:
+            function_proto(pair, opset=18)
+    finally:
+        pair.function_builder = None
+    assert str(info.value) == (
+        "tests.functions::Pair: the function body declares attribute 'gain' with default 2.0, the op's default "
+        "is 1.0 (float); give the body the op's default, or none."
+    )
+
+
+# --------------------------------------------------------------------------- nodes that omit attributes
+
+
+@opbridge.op("tests.functions::Leaky")
+def leaky(x: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """leaky_relu(x, alpha); ONNX's LeakyRelu defaults alpha to 0.01."""
+    return F.leaky_relu(x, alpha)
+
+
+@leaky.register_function
+def _leaky_body(spec: object, opset: int) -> onnx.FunctionProto:
+    node = helper.make_node("LeakyRelu", ["x"], ["output"])
+    node.attribute.append(ref_attr("alpha", "alpha", onnx.AttributeProto.FLOAT))
+    return make_body(leaky.spec, [node], opset)
+
+
+def custom_node_model(
+    opdef: opbridge.OpDef, feed: dict[str, np.ndarray], opset: int, **attrs: object
+) -> onnx.ModelProto:
+    """One node of ``opdef`` setting only ``attrs``, its body attached as a model file would get it."""
+    spec = opdef.spec
+    node = helper.make_node(spec.name, list(feed), ["y"], domain=spec.domain, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(v.shape)) for name, v in feed.items()],
+        [
+            helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [f"d{i}" for i in range(next(iter(feed.values())).ndim)]
+            )
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(spec.domain, 1)]
+    )
+    assert attach_functions(model, [opdef]) == [spec.qualname]
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_omitted_attribute_takes_the_op_default_in_onnxruntime() -> None:
+    x = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
+    got = ort_session(custom_node_model(leaky, {"x": x}, 18)).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, [-1.0, -0.5, 1.0, 2.0])
+    got = ort_session(custom_node_model(leaky, {"x": x}, 18, alpha=0.25)).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, [-0.5, -0.25, 1.0, 2.0])
+
+
+def _builtin_feed(name: str) -> tuple[opbridge.OpDef, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    if name == "DynamicTRTResize":
+        return DynamicResize, {"input": x, "size_tensor": np.zeros((1, 1, 8, 7), np.float32)}
+    return GridSample, {"input": x, "grid": rng.uniform(-1.1, 1.1, (1, 3, 6, 2)).astype(np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("name", "opset"), [("DynamicTRTResize", 11), ("DynamicTRTResize", 18), ("grid_sampler", 16), ("grid_sampler", 20)]
+)
+def test_builtin_bodies_apply_the_op_defaults(name: str, opset: int) -> None:
+    """A node that omits every attribute runs the body as the node that sets the op's defaults does."""
+    opdef, feed = _builtin_feed(name)
+    defaults = {a.name: a.to_onnx_value(a.default) for a in opdef.spec.attributes}
+    bare = custom_node_model(opdef, feed, opset)
+    got = ort_session(bare).run(None, feed)[0]
+    np.testing.assert_array_equal(
+        got, ort_session(custom_node_model(opdef, feed, opset, **defaults)).run(None, feed)[0]
+    )
+    expected = opdef.run_reference(*(torch.from_numpy(v) for v in feed.values())).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5)
+    if name == "DynamicTRTResize" or opset >= 20:  # the evaluator's GridSample knows opset 20's mode names only
+        got_ref = ReferenceSession(bare, prefer="function").run(None, feed)[0]
+        np.testing.assert_allclose(got_ref, expected, rtol=1e-4, atol=2e-5)
 
 
 def test_opset11_torchscript_export_runs_the_body(tmp_path) -> None:
@@ -463,3 +760,46 @@ def test_resize_body_refuses_opsets_before_cubic_resize() -> None:
         opbridge.OpDefinitionError, match=r"needs ONNX opset 11 or later \(cubic Resize\), the model uses opset 10"
     ):
         function_proto(DynamicResize, opset=10)
+
+
+@opbridge.op("tests.nested::Inner")
+def nested_inner(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
+    return x * k
+
+
+@nested_inner.register_function
+def _nested_inner_body(spec, opset):  # type: ignore[no-untyped-def]
+    k = helper.make_node("Constant", [], ["kk"])
+    k.attribute.extend([ref_attr("value_float", "k", onnx.AttributeProto.FLOAT)])
+    return make_body(spec, [k, helper.make_node("Mul", ["x", "kk"], ["output"])], opset)
+
+
+@opbridge.op("tests.nested::Outer")
+def nested_outer(x: torch.Tensor, k: float = 3.0) -> torch.Tensor:
+    return nested_inner(x, k=k) + 1
+
+
+@nested_outer.register_function
+def _nested_outer_body(spec, opset):  # type: ignore[no-untyped-def]
+    inner = helper.make_node("Inner", ["x"], ["t"], domain="tests.nested")
+    inner.attribute.extend([ref_attr("k", "k", onnx.AttributeProto.FLOAT)])
+    one = helper.make_node("Constant", [], ["one"], value_float=1.0)
+    nodes = [inner, one, helper.make_node("Add", ["t", "one"], ["output"])]
+    return make_body(spec, nodes, opset, extra_opsets={"tests.nested": 1})
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_op_whose_reference_calls_another_op_exports_with_both_bodies(tmp_path, exporter: str) -> None:
+    """The inner call belongs to the outer op's reference, not to the graph: the export keeps one
+    node, and attaches the inner op's body too, which plain ONNX Runtime needs."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nested_outer(x, k=5.0)
+
+    x = torch.tensor([1.0, 2.0, 3.0])
+    result = opbridge.export(Model(), (x,), tmp_path / "nested.onnx", exporter=exporter, input_names=["x"])
+    assert [(n.domain, n.op_type) for n in result.custom_nodes] == [("tests.nested", "Outer")]
+    assert sorted(f.name for f in result.model.functions) == ["Inner", "Outer"]
+    got = ort.InferenceSession(str(result.path)).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_array_equal(got, [6.0, 11.0, 16.0])

@@ -49,10 +49,10 @@ def full_check(model: onnx.ModelProto) -> None:
 def test_dynamic_resize_body_is_attached() -> None:
     report = rewrite_model(resize_model("cubic", scales="input"), ["resize-cubic-to-dynamic-resize"])
     (body,) = [f for f in report.model.functions if f.name == "DynamicTRTResize"]
-    assert (body.domain, list(body.input), list(body.attribute)) == (
+    assert (body.domain, list(body.input), [(a.name, a.i) for a in body.attribute_proto]) == (
         "Test",
         ["input", "size_tensor"],
-        ["align_corners"],
+        [("align_corners", 0)],  # declared with the op's default
     )
     assert sum(n.op_type == "Resize" for n in walk_nodes(body.node)) == 2, "one Resize per align_corners value"
 

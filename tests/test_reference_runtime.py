@@ -237,6 +237,127 @@ def test_custom_node_inside_a_function_gets_referenced_attributes() -> None:
     np.testing.assert_allclose(session.run(None, {"x": np.array([1.0, 2.0], np.float32)})[0], [-1.0, 6.0])
 
 
+FN = "tests.reference.fn"
+
+
+def _function(name: str, nodes: list[onnx.NodeProto], k: float | None) -> onnx.FunctionProto:
+    """``FN::name(u) -> v`` with attribute ``k`` (its default, or required when None)."""
+    return helper.make_function(
+        FN,
+        name,
+        ["u"],
+        ["v"],
+        nodes,
+        [helper.make_opsetid("", 18), helper.make_opsetid(FN, 1)],
+        attributes=["k"] if k is None else [],
+        attribute_protos=[] if k is None else [helper.make_attribute("k", k)],
+    )
+
+
+def _call(op_type: str, inputs: list[str], outputs: list[str], pass_k: bool) -> onnx.NodeProto:
+    node = helper.make_node(op_type, inputs, outputs, domain=FN)
+    if pass_k:
+        node.attribute.append(ref_attr("k", "k", onnx.AttributeProto.FLOAT))
+    return node
+
+
+def _nested_functions(pass_k: bool) -> list[onnx.FunctionProto]:
+    """Outer(u; k=3) = Inner(u; k) + 1 and Inner(u; k=2) = u * k, the caller listed first.
+
+    Without ``pass_k`` Outer calls Inner without k, so Inner's default applies.
+    """
+    kk = helper.make_node("Constant", [], ["kk"])
+    kk.attribute.append(ref_attr("value_float", "k", onnx.AttributeProto.FLOAT))
+    inner = _function("Inner", [kk, helper.make_node("Mul", ["u", "kk"], ["v"])], 2.0)
+    outer = _function(
+        "Outer",
+        [
+            _call("Inner", ["u"], ["t"], pass_k),
+            helper.make_node("Constant", [], ["one"], value_float=1.0),
+            helper.make_node("Add", ["t", "one"], ["v"]),
+        ],
+        3.0,
+    )
+    return [outer, inner]
+
+
+def _function_model(node: onnx.NodeProto, functions: list[onnx.FunctionProto]) -> onnx.ModelProto:
+    model = one_node_model([node], [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])], {FN: 1}, functions)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+X3 = np.array([1.0, 2.0, -3.0], np.float32)
+
+
+@pytest.mark.parametrize("order", ["caller_first", "callee_first"])
+def test_nested_functions_run_in_either_order(order: str) -> None:
+    """ONNX Runtime accepts a function listed before the functions it calls; so does the session."""
+    functions = _nested_functions(pass_k=True)
+    if order == "callee_first":
+        functions.reverse()
+    model = _function_model(helper.make_node("Outer", ["x"], ["y"], domain=FN, k=5.0), functions)
+    session = ReferenceSession(model, prefer="function")
+    assert session.implementations == {(FN, "Outer"): "function", (FN, "Inner"): "function"}
+    got = session.run(None, {"x": X3})[0]
+    np.testing.assert_array_equal(got, X3 * 5 + 1)
+    np.testing.assert_array_equal(got, ort.InferenceSession(model.SerializeToString()).run(None, {"x": X3})[0])
+
+
+@pytest.mark.parametrize(("pass_k", "factor"), [(True, 3.0), (False, 2.0)], ids=["outer_default", "inner_default"])
+def test_nodes_omitting_an_attribute_get_the_function_default(pass_k: bool, factor: float) -> None:
+    """A node without k gets Outer's default 3; Outer's call of Inner without k gets Inner's default 2."""
+    model = _function_model(helper.make_node("Outer", ["x"], ["y"], domain=FN), _nested_functions(pass_k))
+    got = ReferenceSession(model, prefer="function").run(None, {"x": X3})[0]
+    np.testing.assert_array_equal(got, X3 * factor + 1)
+    np.testing.assert_array_equal(got, ort.InferenceSession(model.SerializeToString()).run(None, {"x": X3})[0])
+
+
+def test_spec_default_applies_when_the_spec_runs_the_node() -> None:
+    """A model's function may default an attribute otherwise than the op: each path applies its own."""
+    offset = helper.make_node("Constant", [], ["off"])
+    offset.attribute.append(ref_attr("value_float", "offset", onnx.AttributeProto.FLOAT))
+    body = helper.make_function(
+        "tests.reference",
+        "Cube",
+        ["x"],
+        ["y"],
+        [
+            helper.make_node("Mul", ["x", "x"], ["x2"]),
+            helper.make_node("Mul", ["x2", "x"], ["x3"]),
+            offset,
+            helper.make_node("Add", ["x3", "off"], ["y"]),
+        ],
+        [helper.make_opsetid("", 18)],
+        attribute_protos=[helper.make_attribute("offset", 7.0)],
+    )
+    node = helper.make_node("Cube", ["x"], ["y"], domain="tests.reference")
+    model = one_node_model(
+        [node], [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])], {"tests.reference": 1}, [body]
+    )
+    np.testing.assert_array_equal(ReferenceSession(model).run(None, {"x": X3})[0], X3**3)
+    np.testing.assert_array_equal(ReferenceSession(model, prefer="function").run(None, {"x": X3})[0], X3**3 + 7)
+
+
+def test_functions_calling_each_other_in_a_cycle_are_reported() -> None:
+    ping = _function("Ping", [_call("Pong", ["u"], ["v"], pass_k=False)], 1.0)
+    pong = _function("Pong", [_call("Ping", ["u"], ["v"], pass_k=False)], 1.0)
+    model = one_node_model(
+        [helper.make_node("Ping", ["x"], ["y"], domain=FN)],
+        [("x", TensorProto.FLOAT, [3])],
+        [("y", TensorProto.FLOAT, [3])],
+        {FN: 1},
+        [ping, pong],
+    )
+    with pytest.raises(opbridge.ModelLoadError) as info:
+        ReferenceSession(model, prefer="function")
+    assert str(info.value) == (
+        "the ONNX reference evaluator cannot load the model: the model's local functions call each other in a "
+        f"cycle ({FN}::Ping -> {FN}::Pong -> {FN}::Ping); ONNX functions cannot recurse: remove the call that "
+        "closes the cycle."
+    )
+
+
 def test_kernel_with_wrong_output_count_is_reported() -> None:
     cube.register_kernel(lambda x, offset: (x, x), kind="numpy")
     try:

@@ -15,12 +15,17 @@ At export the body is attached to the model as a model-local function named
 custom node with no registration at all (``opbridge.export(...,
 functions=False)`` leaves bodies out, e.g. for a TensorRT plugin target).
 
+The body declares the op's attributes with the spec's defaults
+(``FunctionProto.attribute_proto``; attributes without a default stay required,
+in ``FunctionProto.attribute``), so a node that omits an attribute gets the
+op's default in every runtime, not the default of the ONNX op inside the body.
+
 A body's default-domain opset must agree with the model's: the ONNX checker
 rejects a function whose ops resolve to another schema version than the
-model's. A body written for another opset is moved to the model's opset when
-every op it uses has the same definition in both, or a later one that accepts
-the node as written with the same meaning (a wider type list, new optional
-attributes: e.g. Constant 13 -> 19, Resize 13 -> 19); otherwise
+model's. A body written for another opset is moved to the model's opset, up or
+down, when every op it uses has the same definition in both, or another one
+that accepts the node as written with the same meaning (a wider type list, new
+optional attributes: e.g. Constant 13 -> 19, Resize 13 -> 19); otherwise
 :func:`function_proto` raises :class:`~opbridge.errors.OpDefinitionError`
 naming the op (write the builder with an ``opset`` parameter instead).
 
@@ -34,7 +39,7 @@ Example:
     ... def _twice_body(spec, opset):
     ...     return make_body(spec, [helper.make_node("Add", ["x", "x"], ["output"])], opset)
     >>> fn = function_proto(twice, opset=17)
-    >>> fn.domain, fn.name, list(fn.input), list(fn.attribute), fn.opset_import[0].version
+    >>> fn.domain, fn.name, list(fn.input), [a.name for a in fn.attribute_proto], fn.opset_import[0].version
     ('doc.fn', 'Twice', ['x'], ['tag'], 17)
 """
 
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import OpDefinitionError
@@ -52,7 +57,7 @@ if TYPE_CHECKING:
     import onnx
 
     from opbridge.definition import OpDef
-    from opbridge.spec import OpSpec
+    from opbridge.spec import AttrSpec, OpSpec
 
 __all__ = ["DEFAULT_BODY_OPSET", "attach_functions", "function_proto", "make_body", "ref_attr"]
 
@@ -76,7 +81,9 @@ def make_body(
 
     The nodes read the op's inputs and write its outputs by their spec names,
     and refer to the op's attributes with :func:`ref_attr`. Every attribute of
-    the spec is declared, so nodes of the op may carry any of them.
+    the spec is declared, so nodes of the op may carry any of them: those with
+    a default as ``attribute_proto`` entries holding the spec's default (a node
+    that omits one gets the op's default), the others by name (required).
 
     Args:
         spec: the op's spec (``opdef.spec``).
@@ -106,9 +113,56 @@ def make_body(
         [o.name for o in spec.outputs],
         list(nodes),
         imports,
-        attributes=[a.name for a in spec.attributes],
+        attributes=[a.name for a in spec.attributes if a.required],
+        attribute_protos=[_default_attribute(a) for a in spec.attributes if not a.required],
         doc_string=doc or spec.doc,
     )
+
+
+def _default_attribute(attr: AttrSpec) -> onnx.AttributeProto:
+    """``attr``'s default as an ONNX attribute of its declared type."""
+    import onnx
+    from onnx import helper
+
+    kind = onnx.AttributeProto.AttributeType.Value(attr.type.onnx_name)
+    return helper.make_attribute(attr.name, attr.to_onnx_value(attr.default), attr_type=kind)
+
+
+def _attribute_value(attr: onnx.AttributeProto) -> Any:
+    """An attribute's value, lists as lists (comparable across containers)."""
+    from onnx import helper
+
+    value = helper.get_attribute_value(attr)
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _declare_defaults(fn: onnx.FunctionProto, spec: OpSpec) -> None:
+    """Declare every attribute of ``fn`` that has a default in ``spec`` with that default.
+
+    Names in ``fn.attribute`` (no default) move to ``fn.attribute_proto``;
+    defaults ``fn`` declares itself must equal the spec's.
+    """
+    by_name = {a.name: a for a in spec.attributes}
+    for given in fn.attribute_proto:
+        attr = by_name[given.name]
+        if attr.required:
+            continue
+        want = _default_attribute(attr)
+        if given.type != want.type or _attribute_value(given) != _attribute_value(want):
+            raise OpDefinitionError(
+                f"{spec.qualname}: the function body declares attribute {given.name!r} with default "
+                f"{_attribute_value(given)!r}, the op's default is {_attribute_value(want)!r} "
+                f"({attr.type.value}); give the body the op's default, or none."
+            )
+    with_default = {a.name for a in fn.attribute_proto}
+    plain = list(fn.attribute)
+    del fn.attribute[:]
+    for name in plain:
+        attr = by_name[name]
+        if attr.required:
+            fn.attribute.append(name)
+        elif name not in with_default:
+            fn.attribute_proto.append(_default_attribute(attr))
 
 
 def ref_attr(name: str, ref: str, attr_type: onnx.AttributeProto.AttributeType) -> onnx.AttributeProto:
@@ -138,17 +192,54 @@ def _wants_opset(builder: Any) -> bool:
         return False
 
 
-_MEANING_CHANGED = frozenset({("GroupNormalization", 18, 21)})
+# Versions at which an op's meaning changed while a node written for the previous version stays
+# valid: a body is not moved across them, in either direction. Default changes of an existing
+# attribute and deprecated versions are read from onnx's schema history instead (see _meaning_change).
+_MEANING_CHANGED: dict[str, dict[int, str]] = {
+    "Softmax": {13: "it normalises along 'axis' alone, no longer over all dims from 'axis' on"},
+    "LogSoftmax": {13: "it normalises along 'axis' alone, no longer over all dims from 'axis' on"},
+    "Hardmax": {13: "it takes the max along 'axis' alone, no longer over all dims from 'axis' on"},
+    "GroupNormalization": {21: "scale and bias are per channel, no longer per group"},
+    "RoiAlign": {16: "its new coordinate_transformation_mode defaults to half_pixel, unlike version 10"},
+    "GridSample": {20: "its modes are named linear/cubic, no longer bilinear/bicubic"},
+    "DFT": {20: "the axis moved from an attribute (default 1) to an input (default -2)"},
+    "Split": {18: "splitting into equal parts needs the num_outputs attribute"},
+    "Scan": {9: "the batch axis and the sequence_lens input were removed"},
+}
 
 
-def _node_fits(node: onnx.NodeProto, written: int, opset: int) -> bool:
-    """Whether ``node`` is valid, with unchanged meaning, under ``opset``'s schema of its op.
+def _default(attr: Any) -> Any:
+    """The default of a schema attribute as a Python value (None: no default)."""
+    value = attr.default_value
+    return _attribute_value(value) if value.type else None
 
-    The later schema must accept the node as written: every attribute it sets
-    exists there with the same type, every required attribute is set, and its
-    input and output counts are allowed. Versions that only widen the type list
-    or add optional attributes pass; the few known changes of meaning under an
-    unchanged signature are refused.
+
+def _meaning_change(node: onnx.NodeProto, here: Any, there: Any) -> str | None:
+    """Why ``node`` (valid under schema ``here``) would compute something else under ``there``; None if it would not."""
+    low, high = sorted((here.since_version, there.since_version))
+    for version, why in sorted(_MEANING_CHANGED.get(node.op_type, {}).items()):
+        if low < version <= high:
+            return f"it changed at version {version}: {why}"
+    for schema in (here, there):
+        if schema.deprecated:
+            return f"version {schema.since_version} is deprecated in onnx's schema history"
+    given = {a.name for a in node.attribute}
+    for name in sorted((set(here.attributes) & set(there.attributes)) - given):
+        before, after = _default(here.attributes[name]), _default(there.attributes[name])
+        if before != after:
+            return (
+                f"the node leaves attribute {name!r} unset, whose default is {before!r} in version "
+                f"{here.since_version} and {after!r} in version {there.since_version}"
+            )
+    return None
+
+
+def _node_fits(node: onnx.NodeProto, opset: int) -> bool:
+    """Whether ``node`` is valid as written under ``opset``'s schema of its op.
+
+    That schema must accept the node as written: every attribute it sets
+    exists there with the same type, every required attribute is set, its
+    input and output counts are allowed, and no required input is left empty.
     """
     import onnx
 
@@ -164,7 +255,13 @@ def _node_fits(node: onnx.NodeProto, written: int, opset: int) -> bool:
         return False
     if not (schema.min_output <= len(node.output) <= schema.max_output):
         return False
-    return (node.op_type, written, schema.since_version) not in _MEANING_CHANGED
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    for name, formal in zip(node.input, schema.inputs):
+        if formal.option != single:
+            break
+        if not name:
+            return False
+    return True
 
 
 def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
@@ -178,24 +275,35 @@ def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
     written = entry.version
     if written == opset:
         return
+    fix = (
+        "Register a builder with an 'opset' parameter that builds the body for the model's opset, "
+        f"or export with opset_version={written}."
+    )
     for node in walk_nodes(fn.node):
         if node.domain not in _DEFAULT_DOMAINS:
             continue
         try:
-            here = onnx.defs.get_schema(node.op_type, written, "").since_version
+            here = onnx.defs.get_schema(node.op_type, written, "")
         except onnx.defs.SchemaError:
             here = None
         try:
-            there = onnx.defs.get_schema(node.op_type, opset, "").since_version
+            there = onnx.defs.get_schema(node.op_type, opset, "")
         except onnx.defs.SchemaError:
             there = None
-        if here is None or there is None or (here != there and not _node_fits(node, here, opset)):
+        if here is None or there is None or (here.since_version != there.since_version and not _node_fits(node, opset)):
             raise OpDefinitionError(
                 f"{qualname}: the function body is written for ONNX opset {written}, but the model uses opset "
-                f"{opset}, and {node.op_type} is defined differently there (version {here} vs {there}). "
-                "Register a builder with an 'opset' parameter that builds the body for the model's opset, "
-                f"or export with opset_version={written}."
+                f"{opset}, and {node.op_type} is defined differently there (version "
+                f"{here.since_version if here else None} vs {there.since_version if there else None}). {fix}"
             )
+        if here.since_version != there.since_version:
+            why = _meaning_change(node, here, there)
+            if why is not None:
+                raise OpDefinitionError(
+                    f"{qualname}: the function body is written for ONNX opset {written}, but the model uses opset "
+                    f"{opset}, and {node.op_type} means something else there (version {here.since_version} vs "
+                    f"{there.since_version}): {why}. {fix}"
+                )
     logger.debug("%s: body moved from opset %d to the model's opset %d", qualname, written, opset)
     entry.version = opset
 
@@ -209,6 +317,48 @@ def _check_ref_attrs(fn: onnx.FunctionProto, qualname: str, declared: set[str]) 
                     f"attribute {attr.ref_attr_name!r}, which the op does not declare; declare it as a "
                     "parameter of the op or remove the reference."
                 )
+
+
+def _undefined_inputs(nodes: Sequence[onnx.NodeProto], defined: set[str]) -> Iterator[tuple[onnx.NodeProto, str]]:
+    """``(node, name)`` for each input that no earlier value in scope defines (subgraphs included).
+
+    ``defined`` grows by the outputs of ``nodes``.
+    """
+    import onnx
+
+    for node in nodes:
+        for name in node.input:
+            if name and name not in defined:
+                yield node, name
+        for attr in node.attribute:
+            graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for graph in graphs:
+                inner = defined | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+                yield from _undefined_inputs(graph.node, inner)
+                for out in graph.output:
+                    if out.name not in inner:
+                        yield node, out.name
+        defined.update(name for name in node.output if name)
+
+
+def _check_dataflow(fn: onnx.FunctionProto, qualname: str) -> None:
+    """Every node input is defined before it is read, and every output of ``fn`` is produced."""
+    defined = set(fn.input)
+    for node, name in _undefined_inputs(fn.node, defined):
+        raise OpDefinitionError(
+            f"{qualname}: function body node {node.op_type} ({node.name or 'unnamed'}) reads {name!r}, which is "
+            f"neither a function input {list(fn.input)} nor the output of an earlier node; write the nodes in "
+            "order and name the value as the node that computes it does (or '' for an omitted optional input)."
+        )
+    missing = [name for name in fn.output if name not in defined]
+    if missing:
+        read = {name for node in walk_nodes(fn.node) for name in node.input}
+        unused = sorted(name for node in fn.node for name in node.output if name and name not in read)
+        raise OpDefinitionError(
+            f"{qualname}: function body output(s) {missing} are never produced: no node writes them "
+            f"(values computed but never read: {unused}); name the output of the node that computes it "
+            "after the body's output."
+        )
 
 
 def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto | None:
@@ -225,7 +375,9 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
 
     Raises:
         OpDefinitionError: the body's inputs, outputs or attributes do not match
-            the op's spec, or it cannot be expressed in ``opset``.
+            the op's spec (attribute defaults included), a node reads a value that
+            nothing defines before it, an output is never produced, or the body
+            cannot be expressed in ``opset``.
     """
     import onnx
 
@@ -263,6 +415,8 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
             f"{spec.qualname}: function body uses attribute(s) {sorted(names - declared)} the op does not declare."
         )
     _check_ref_attrs(fn, spec.qualname, names)
+    _check_dataflow(fn, spec.qualname)
+    _declare_defaults(fn, spec)
     if opset is not None:
         _adapt_opset(fn, opset, spec.qualname)
     return fn
@@ -276,20 +430,32 @@ def attach_functions(model: onnx.ModelProto, ops: Iterable[OpDef]) -> list[str]:
     """Attach the bodies of ``ops`` to ``model`` as local functions (in place).
 
     Ops without a body, and ops whose function is already in the model, are
-    skipped. Bodies are built for (or moved to) the model's default opset, and
-    opset imports they need in other domains are added. Returns the qualified
-    names of the functions attached.
+    skipped. A body that calls other opbridge ops brings their bodies along. Bodies
+    are built for (or moved to) the model's default opset, and opset imports they
+    need in other domains are added. Returns the qualified names of the functions
+    attached.
     """
+    from opbridge.definition import find_op
+
     have = {(f.domain, f.name) for f in model.functions}
     imports = {o.domain: o for o in model.opset_import}
     opset = _model_opset(model)
     attached: list[str] = []
-    for opdef in ops:
+    pending = list(ops)
+    while pending:
+        opdef = pending.pop(0)
         if (opdef.spec.domain, opdef.spec.name) in have:
             continue
         fn = function_proto(opdef, opset)
         if fn is None:
             continue
+        versions = {o.domain: o.version for o in fn.opset_import}
+        for node in walk_nodes(fn.node):
+            if node.domain in _DEFAULT_DOMAINS or (node.domain, node.op_type) in have:
+                continue
+            callee = find_op(node.domain, node.op_type, versions.get(node.domain))
+            if callee is not None and callee not in pending:
+                pending.append(callee)
         for entry in fn.opset_import:
             if entry.domain in _DEFAULT_DOMAINS and opset is not None:
                 continue

@@ -219,7 +219,15 @@ def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]],
 
     def _run(self: Any, *inputs: Any, **linked: Any) -> tuple[Any, ...]:
         node = self.onnx_node
-        results = runner(node, inputs, linked)
+        try:
+            results = runner(node, inputs, linked)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            raise OpbridgeError(
+                f"{domain}::{op_type} ({source}) node {node.name!r} wrote into one of its inputs ({exc}), which "
+                "other nodes and the caller may still read; write the result into a new array (e.g. x = x.copy())."
+            ) from None
         if len(results) != len(node.output):
             raise OpbridgeError(
                 f"{domain}::{op_type} ({source}) returned {len(results)} output(s) for a node with "
@@ -231,18 +239,77 @@ def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]],
     return type(op_type, (OpRun,), {"op_domain": domain, "op_schema": None, "_run": _run, "__doc__": source})
 
 
+def _callees_first(functions: Sequence[onnx.FunctionProto]) -> list[onnx.FunctionProto]:
+    """``functions`` ordered so that every function comes after the local functions it calls.
+
+    Raises:
+        ValueError: the functions call each other in a cycle (ONNX functions cannot recurse).
+    """
+    by_key = {(f.domain, f.name): f for f in functions}
+    order: list[onnx.FunctionProto] = []
+    done: set[tuple[str, str]] = set()
+
+    def visit(key: tuple[str, str], path: list[tuple[str, str]]) -> None:
+        if key in done:
+            return
+        if key in path:
+            cycle = " -> ".join(f"{d}::{n}" for d, n in [*path[path.index(key) :], key])
+            raise ValueError(
+                f"the model's local functions call each other in a cycle ({cycle}); ONNX functions cannot "
+                "recurse: remove the call that closes the cycle."
+            )
+        fn = by_key[key]
+        for node in walk_nodes(fn.node):
+            callee = (node.domain, node.op_type)
+            if callee in by_key:
+                visit(callee, [*path, key])
+        done.add(key)
+        order.append(fn)
+
+    for fn in functions:
+        visit((fn.domain, fn.name), [])
+    return order
+
+
+def _fill_function_defaults(proto: onnx.ModelProto, skip: set[tuple[str, str]]) -> None:
+    """Write each local function's attribute defaults into the nodes calling it that omit them (in place).
+
+    The reference evaluator ignores ``FunctionProto.attribute_proto``; ONNX Runtime
+    applies these defaults. Nodes of ops in ``skip`` (run by a spec or kernel,
+    which apply their own defaults) are left as they are.
+    """
+    defaults = {
+        (f.domain, f.name): list(f.attribute_proto)
+        for f in proto.functions
+        if f.attribute_proto and (f.domain, f.name) not in skip
+    }
+    if not defaults:
+        return
+    bodies = [fn.node for fn in proto.functions]
+    for nodes in [proto.graph.node, *bodies]:
+        for node in walk_nodes(nodes):
+            wanted = defaults.get((node.domain, node.op_type))
+            if not wanted:
+                continue
+            given = {a.name for a in node.attribute}
+            node.attribute.extend(a for a in wanted if a.name not in given)
+
+
 def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
     """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
 
     ``ReferenceEvaluator(model, new_ops=...)`` gives the custom ops to the main
     graph only; a function body calling a custom op would not find it. The
-    functions are built here, in order, each with the ops and the functions
-    before it, and the main graph is evaluated with them.
+    functions are built here, callees first, each with the ops and the functions
+    built before it, and the main graph is evaluated with them. The functions'
+    attribute defaults are first written into the nodes that call them (in
+    place: ``proto`` is the session's own copy).
     """
     from onnx.reference import ReferenceEvaluator
 
+    _fill_function_defaults(proto, {(getattr(cls, "op_domain", ""), cls.__name__) for cls in new_ops})
     functions: list[Any] = []
-    for fn in proto.functions:
+    for fn in _callees_first(proto.functions):
         functions.append(ReferenceEvaluator(fn, functions=list(functions), new_ops=new_ops, verbose=verbose))
     opsets = {o.domain: o.version for o in proto.opset_import}
     return ReferenceEvaluator(proto.graph, opsets=opsets, functions=functions, new_ops=new_ops, verbose=verbose)
@@ -367,7 +434,10 @@ class ReferenceSession:
     ) -> list[np.ndarray]:
         """Run the model: ``output_names`` (None = all) from ``input_feed`` ({input name: array}).
 
-        ``run_options`` is accepted for ONNX Runtime compatibility and ignored.
+        ``run_options`` is accepted for ONNX Runtime compatibility and ignored. Kernels get
+        read-only views of the input arrays: a numpy kernel that writes into its input raises
+        numpy's read-only error (torch kernels share the memory, see the module doc). Outputs
+        are arrays of their own, never views of an input.
 
         Raises:
             ValueError: an input is missing, unknown, or has another dtype than the model declares.
@@ -383,7 +453,10 @@ class ReferenceSession:
             )
         feed: dict[str, Any] = {}
         for name, value in input_feed.items():
-            array = np.asarray(value)
+            # A read-only view, no copy: the evaluator hands graph inputs to kernels as they are,
+            # and a numpy kernel that writes into its input fails instead of changing the caller's array.
+            array = np.asarray(value).view()
+            array.flags.writeable = False
             want = expected[name].type
             got = _onnx_type_name(array.dtype)
             if got is not None and want.startswith("tensor(") and want != "tensor(undefined)" and got != want:
@@ -396,4 +469,5 @@ class ReferenceSession:
                 f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}."
             )
         results = self._evaluator.run(names, feed)
-        return [np.asarray(r) for r in results]
+        out = [np.asarray(r) for r in results]
+        return [r if r.flags.writeable else r.copy() for r in out]

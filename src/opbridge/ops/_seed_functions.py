@@ -6,7 +6,10 @@ FunctionProto written with standard ops for that opset. The elementwise bodies
 opsets 11 and later (the node list below is the one for opset 15+; earlier
 opsets slice the shapes with Slice, pass empty roi/scales to Resize-11, and in
 opset 11, whose Constant has no int attribute, read the flag from
-``EyeLike(k=@align_corners)``).
+``EyeLike(k=@align_corners)``). :func:`~opbridge.functions.make_body` declares each
+op's attributes with the op's defaults, so a node that omits one (a hand-written
+file, another exporter) runs the body with the op's default, e.g.
+``align_corners=False`` selects the ``half_pixel`` branch.
 
 ``Test::DynamicTRTResize`` decomposes into::
 
