@@ -343,3 +343,133 @@ def test_openvino_results_survive_the_next_request(seed_export) -> None:
         second = runner.infer({"image": np.full((1, 1, 4, 4), -3.0, np.float32)})["output"]
     np.testing.assert_array_equal(first, kept)
     assert not np.array_equal(first, second)
+
+
+# --------------------------------------------------------------------------- kernel dtypes under OpenVINO
+
+# What the Retype kernel returns, set per test: "ok" or the name of a wrong dtype for one output.
+_RETYPE: dict[str, str] = {"mode": "ok"}
+_RETYPE_SEEN: list[tuple[str, ...]] = []
+
+
+@opbridge.op("tests.backends::Retype")
+def retype(x: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x * mask + idx, idx + 1): a float32 and an int64 output."""
+    return x * mask.to(x.dtype) + idx.to(x.dtype), idx + 1
+
+
+@retype.register_kernel
+def _retype_numpy(x: np.ndarray, idx: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    _RETYPE_SEEN.append((str(x.dtype), str(idx.dtype), str(mask.dtype)))
+    y = (x * mask + idx).astype(np.float32)
+    nxt = (idx + 1).astype(np.int64)
+    mode = _RETYPE["mode"]
+    if mode == "float64":
+        return y.astype(np.float64), nxt
+    if mode == "int32":
+        return y, nxt.astype(np.int32)
+    if mode == "float-for-int":
+        return y, nxt + 0.4
+    return y, nxt
+
+
+class _RetypeModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return retype(x, idx, mask)
+
+
+@pytest.fixture
+def retype_runner(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    _needs("openvino")
+    monkeypatch.setitem(_RETYPE, "mode", "ok")
+    path = tmp_path / "retype.onnx"
+    args = (torch.randn(2, 3), torch.randint(0, 10, (2, 3)), torch.rand(2, 3) < 0.5)
+    opbridge.export(_RetypeModel(), args, path, exporter="torchscript", input_names=["x", "idx", "mask"])
+    feed = {
+        "x": np.full((2, 3), 0.5, np.float32),
+        "idx": np.array([[1, 2, 3], [4, 5, 6]], np.int64),
+        "mask": np.array([[True, False, True], [False, True, False]]),
+    }
+    with OpenVINORunner(path) as runner:
+        yield runner, feed
+
+
+def test_openvino_kernel_gets_its_inputs_in_the_model_dtypes(retype_runner) -> None:
+    """The CPU plugin runs int64 as int32 and bool as uint8 inside; the kernel still sees the model's dtypes."""
+    runner, feed = retype_runner
+    _RETYPE_SEEN.clear()
+    out = list(runner.infer(feed).values())
+    assert _RETYPE_SEEN == [("float32", "int64", "bool")]
+    np.testing.assert_array_equal(out[1], feed["idx"] + 1)
+    assert out[1].dtype == np.int64 and out[0].dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("float64", "returned dtype float64 for output 0, but the node's output type is float32; return an array of "
+         r"dtype float32 \(e.g. result.astype\(np.float32\)\)"),
+        ("int32", "returned dtype int32 for output 1, but the node's output type is int64; return an array of "
+         r"dtype int64 \(e.g. result.astype\(np.int64\)\)"),
+        ("float-for-int", "returned dtype float64 for output 1, but the node's output type is int64"),
+    ],
+)  # fmt: skip
+def test_openvino_refuses_a_kernel_result_of_another_dtype(retype_runner, monkeypatch, mode: str, message: str) -> None:
+    runner, feed = retype_runner
+    monkeypatch.setitem(_RETYPE, "mode", mode)
+    with pytest.raises(opbridge.OpbridgeError, match=r"^openvino: tests.backends::Retype: the numpy kernel " + message):
+        runner.infer(feed)
+    monkeypatch.setitem(_RETYPE, "mode", "ok")  # the request survives
+    assert list(runner.infer(feed).values())[1].dtype == np.int64
+
+
+# --------------------------------------------------------------------------- the reference evaluator's feed
+
+
+@opbridge.op("tests.backends::Scribble")
+def scribble(x: torch.Tensor) -> torch.Tensor:
+    """2 * x, but the numpy kernel also writes into its input."""
+    return 2 * x
+
+
+@scribble.register_kernel
+def _scribble_numpy(x: np.ndarray) -> np.ndarray:
+    y = 2 * x
+    x[...] = 0
+    return y
+
+
+def test_reference_session_kernels_cannot_write_into_the_callers_input() -> None:
+    from opbridge.reference import ReferenceSession
+
+    graph = helper.make_graph(
+        [helper.make_node("Scribble", ["x"], ["y"], domain="tests.backends")],
+        "scribble",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.backends", 1)]
+    )
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"tests.backends::Scribble .* wrote into one of its inputs \(.*read-only"
+    ):
+        ReferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+
+
+def test_reference_session_outputs_are_not_views_of_the_input() -> None:
+    from opbridge.reference import ReferenceSession
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],  # numpy's reshape: a view of x
+        "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+        [helper.make_tensor("shape", TensorProto.INT64, [1], [6])],
+    )
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (y,) = ReferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])).run(None, {"x": x})
+    assert y.flags.writeable and not np.shares_memory(x, y)
+    np.testing.assert_array_equal(y, np.arange(6, dtype=np.float32))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -121,3 +122,73 @@ def test_record_is_json_ready_with_nonfinite_values() -> None:
     r = compare_arrays(np.array([NAN, 1.0]), np.array([1.0, 1.0]), TOL, "y")
     text = json.dumps(r.to_dict(), allow_nan=False)
     assert '"worst_actual": "nan"' in text and '"name": "y"' in text
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "dtype"),
+    [
+        ([2**53 + 1, 7], [2**53, 7], np.int64),
+        ([2**63 + 1, 7], [2**63, 7], np.uint64),
+        ([-(2**62) - 1, 7], [-(2**62), 7], np.int64),
+    ],
+    ids=["int64-above-2**53", "uint64-above-2**63", "int64-negative"],
+)
+def test_large_integers_differing_by_one_fail(actual, expected, dtype) -> None:
+    r = compare_arrays(np.array(actual, dtype), np.array(expected, dtype), TOL, "idx")
+    assert not r.passed and r.mismatched == 1 and r.worst_index == (0,)
+    assert (r.worst_actual, r.worst_expected) == (actual[0], expected[0])  # exact, not rounded to float64
+    assert r.reason.endswith(f"worst at [0]: {actual[0]} vs reference {expected[0]}")
+    assert r.abs.max == 1.0
+    assert compare_arrays(np.array(expected, dtype), np.array(expected, dtype), TOL).passed
+
+
+def test_integer_error_spanning_the_whole_int64_range_is_exact() -> None:
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    r = compare_arrays(np.array([lo, 0], np.int64), np.array([hi, 0], np.int64), TOL)
+    assert not r.passed and r.mismatched == 1
+    assert r.abs.max == float(2**64 - 1)  # no wrap-around in the statistics
+
+
+def test_complex_compares_the_imaginary_part_too() -> None:
+    expected = np.array([1 + 0j, 2 - 1j], np.complex64)
+    r = compare_arrays(np.array([1 + 5j, 2 - 1j], np.complex64), expected, TOL, "z")
+    assert not r.passed and r.mismatched == 1 and r.worst_index == (0,)
+    assert r.abs.max == 5.0
+    assert "worst at [0]: (1+5j) vs reference (1+0j)" in r.reason
+    data = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    assert (data["worst_actual"], data["worst_expected"]) == ("(1+5j)", "(1+0j)")
+    tol = Tolerance(rtol=0.0, atol=2.0**-10)
+    assert compare_arrays(expected + np.complex64(2.0**-11 * 1j), expected, tol).passed
+    assert not compare_arrays(expected + np.complex64(2.0**-9 * 1j), expected, tol).passed
+
+
+def test_complex_nan_and_inf_rules() -> None:
+    inf_j = complex(0.0, INF)
+    assert compare_arrays(np.array([inf_j]), np.array([inf_j]), TOL).passed
+    assert compare_arrays(np.array([inf_j]), np.array([-inf_j]), TOL).inf_mismatched == 1
+    r = compare_arrays(np.array([complex(1.0, NAN)]), np.array([1 + 0j]), TOL)
+    assert not r.passed and r.nan_mismatched == 1
+
+
+def test_strings_compare_by_value_whatever_their_numpy_dtype() -> None:
+    unicode = np.array([["a", "bc"], ["d", ""]])  # <U2, as the reference evaluator returns
+    objects = np.array([["a", "bc"], ["d", ""]], dtype=object)  # as ONNX Runtime returns
+    r = compare_arrays(unicode, objects, TOL, "s")
+    assert r.passed and r.reason == "" and (r.dtype, r.actual_dtype) == ("object", "<U2")
+    r = compare_arrays(np.array([["a", "bd"], ["d", "e"]]), objects, TOL, "s")
+    assert not r.passed and r.mismatched == 2 and r.worst_index == (0, 1)
+    assert r.reason == "2 of 4 string(s) differ; first at [0, 1]: 'bd' vs reference 'bc'"
+    assert compare_arrays(unicode, objects[:1], TOL).reason == "shape 2x2 != reference 1x2"
+
+
+@pytest.mark.parametrize(("rtol", "atol"), [(INF, 0.0), (0.0, INF), (NAN, 0.0), (0.0, -INF), (-1e-3, 0.0)], ids=str)
+def test_non_finite_or_negative_tolerance_is_refused(rtol: float, atol: float) -> None:
+    with pytest.raises(ValueError, match=r"tolerances must be finite numbers >= 0 \(an infinite one would pass"):
+        Tolerance(rtol=rtol, atol=atol)
+
+
+def test_nan_bound_never_passes() -> None:
+    """inf * 0 is NaN: a bound that is not a number fails the element instead of passing it."""
+    unchecked = SimpleNamespace(rtol=INF, atol=0.0)  # what Tolerance refuses, handed over unchecked
+    r = compare_arrays(np.array([5.0, 1.0]), np.array([0.0, 1.0]), unchecked)
+    assert not r.passed and r.mismatched == 1 and r.worst_index == (0,)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from conftest import seed_by_name
@@ -208,6 +209,12 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         (["--reference", MYSELU, "--shape", "image:2x1x8"], "has rank 4 (batchx1xheightxwidth); give 4 dims"),
         (["--reference", MYSELU, "--tol", "output:fast"], "--tol 'output:fast': write OUTPUT:RTOL,ATOL"),
         (["--reference", MYSELU, "--tol", "logits:1e-3,1e-5"], "the model has no output 'logits'"),
+        (
+            ["--reference", MYSELU, "--tol", "output:1e-3,inf"],
+            "--tol 'output:1e-3,inf': write OUTPUT:RTOL,ATOL with finite numbers >= 0",
+        ),
+        (["--reference", MYSELU, "--rtol", "inf"], "--rtol inf: a tolerance must be a finite number >= 0"),
+        (["--reference", MYSELU, "--atol", "nan"], "--atol nan: a tolerance must be a finite number >= 0"),
     ],
     ids=[
         "factory-missing-file",
@@ -217,6 +224,9 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         "rank",
         "bad-tol",
         "unknown-output",
+        "infinite-tol",
+        "infinite-rtol",
+        "nan-atol",
     ],
 )
 def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message: str) -> None:
@@ -291,6 +301,35 @@ def test_tolerance_parsing() -> None:
     assert parse_tolerances(["y:1e-2,1e-4", "z:0,0"]) == {"y": (1e-2, 1e-4), "z": (0.0, 0.0)}
     with pytest.raises(opbridge.OpbridgeError, match="numbers >= 0"):
         parse_tolerances(["y:-1,0"])
+    for item in ("y:inf,0", "y:0,inf", "y:1e-3,-inf", "y:nan,0"):
+        with pytest.raises(opbridge.OpbridgeError, match="with finite numbers >= 0"):
+            parse_tolerances([item])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rtol": float("inf")}, "--rtol inf: a tolerance must be a finite number >= 0"),
+        ({"atol": float("inf")}, "--atol inf: a tolerance must be a finite number >= 0"),
+        ({"tolerances": {"y": (0.0, float("inf"))}}, r"--tol y:0.0,inf: Tolerance\(rtol=0.0, atol=inf\): tolerances "),
+    ],
+    ids=["rtol", "atol", "tol"],
+)
+def test_verify_refuses_infinite_tolerances(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(opbridge.OpbridgeError, match=message):
+        opbridge.verify(_silu_model(tmp_path), SILU_REFERENCE, backends=["openvino"], **kwargs)
+
+
+def test_shared_named_dim_given_two_sizes_is_refused() -> None:
+    meta = [TensorMeta("x", np.dtype("float32"), ("b", 3)), TensorMeta("idx", np.dtype("int64"), ("b", 3))]
+    with pytest.raises(
+        opbridge.OpbridgeError,
+        match=r"^--shape idx:4x3: dim 0 of 'idx' is the named dim 'b', which x:3x3 sets to 3; inputs that share "
+        r"a named dim must give it one size \(make 'b' 3 or 4 in both\)\.$",
+    ):
+        resolve_shape_sets(meta, [{"x": (3, 3), "idx": (4, 3)}])
+    assert resolve_shape_sets(meta, [{"x": (4, 3), "idx": (4, 3)}]) == [{"x": (4, 3), "idx": (4, 3)}]
+    assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3), "idx": (5, 3)}]
 
 
 def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
@@ -308,7 +347,14 @@ def test_without_pytorch_reference_the_first_backend_is_the_reference(tmp_path: 
     assert [(r.backend, r.status) for r in record.runs] == [("reference", "reference"), ("openvino", "pass")]
     assert record.exit_code == 0 and "REFERENCE" in record.table()
     alone = opbridge.verify(path, None, backends=["openvino"], shapes=[{"x": (3, 8)}])
-    assert alone.exit_code == 2  # nothing was compared
+    assert alone.exit_code == 2  # nothing was compared, and the record says why
+    why = (
+        "nothing to compare against: with no PyTorch reference the first backend to run (openvino) only gives "
+        "the reference outputs; pass reference=(model, example_inputs) or a factory, or name a second backend."
+    )
+    assert alone.errors == [why]
+    assert f"error: {why}" in alone.table()
+    assert record.errors == []
 
 
 OPS_FILE = """
@@ -458,3 +504,121 @@ def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> 
     assert main(["export", f"{factory}:build", "-o", str(target)]) == 2
     assert "building the PyTorch model raised RuntimeError: weights file missing" in capsys.readouterr().err
     assert not target.exists()
+
+
+# --------------------------------------------------------------------------- feeds, declared tolerances, strings
+
+
+@opbridge.op("tests.verify::Scribble", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def scribble(x: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x); its torch kernel also zeroes its input."""
+    return x * torch.sigmoid(x)
+
+
+@scribble.register_function
+def _scribble_body(spec: opbridge.OpSpec, opset: int) -> onnx.FunctionProto:
+    from onnx import helper
+
+    from opbridge.functions import make_body
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], [spec.outputs[0].name])]
+    return make_body(spec, nodes, opset)
+
+
+def _scribble_kernel(x: torch.Tensor) -> torch.Tensor:
+    y = x * torch.sigmoid(x)
+    x.zero_()  # writes into its input
+    return y
+
+
+scribble.register_kernel(_scribble_kernel, kind="torch")
+
+
+class _Scribbles(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scribble(x)
+
+
+def test_a_kernel_writing_into_its_input_cannot_change_the_next_backends_feed(tmp_path: Path) -> None:
+    """The reference evaluator hands this torch kernel its feed's memory; openvino (running the body) follows."""
+    path = tmp_path / "scribble.onnx"
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    opbridge.export(_Scribbles(), (x,), path, exporter="torchscript", input_names=["x"], output_names=["y"])
+    record = opbridge.verify(path, (_Scribbles(), (x,)), backends=["reference", "openvino"])
+    assert [(r.backend, r.status) for r in record.runs] == [("reference", "pass"), ("openvino", "pass")], record.table()
+    assert record.exit_code == 0
+
+
+@opbridge.op("tests.verify::Loose", tolerances={"float32": Tolerance(rtol=1e-2, atol=2e-2)})
+def loose(x: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x), with an ONNX body and a declared float32 tolerance."""
+    return x * torch.sigmoid(x)
+
+
+@loose.register_function
+def _loose_body(spec: opbridge.OpSpec, opset: int) -> onnx.FunctionProto:
+    from onnx import helper
+
+    from opbridge.functions import make_body
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], [spec.outputs[0].name])]
+    return make_body(spec, nodes, opset)
+
+
+class _Loose(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return loose(x)
+
+
+@pytest.mark.parametrize("functions", [True, False], ids=["with-body", "without-body"])
+def test_declared_tolerance_applies_whether_or_not_the_op_has_its_body(tmp_path: Path, functions: bool) -> None:
+    path = tmp_path / "loose.onnx"
+    x = torch.randn(2, 3)
+    opbridge.export(_Loose(), (x,), path, exporter="torchscript", output_names=["y"], functions=functions)
+    assert any(f.name == "Loose" for f in onnx.load(str(path)).functions) is functions
+    record = opbridge.verify(path, (_Loose(), (x,)), backends=["openvino"])
+    assert record.tolerances == {"y": (Tolerance(1e-2, 2e-2), "declared by tests.verify::Loose")}
+    assert record.exit_code == 0, record.table()
+
+
+def _string_model(tmp_path: Path) -> Path:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["y"])],
+        "strings",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+    )
+    path = tmp_path / "strings.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_string_input_asks_for_an_npz_and_string_outputs_compare_by_value(tmp_path: Path) -> None:
+    path = _string_model(tmp_path)
+    backends = [b for b in ("onnxruntime", "reference") if BACKENDS[b].available()]
+    if len(backends) < 2:
+        pytest.skip("needs onnxruntime and the reference evaluator")
+    with pytest.raises(
+        opbridge.OpbridgeError,
+        match=r"^input 's' has ONNX type string, which verify cannot fill with random values; give its values with "
+        r"--inputs FILE.npz",
+    ):
+        opbridge.verify(path, None, backends=backends)
+    npz = tmp_path / "strings.npz"
+    np.savez(npz, s=np.array(["a", "bc"]))
+    record = opbridge.verify(path, None, backends=backends, inputs=npz)
+    assert [r.status for r in record.runs] == ["reference", "pass"], record.table()
+    assert record.exit_code == 0
+
+
+def test_make_inputs_refuses_types_it_cannot_fill() -> None:
+    from opbridge.verify import make_inputs
+
+    meta = [TensorMeta("x", np.dtype("float32"), (2,)), TensorMeta("s", None, (2,)), TensorMeta("u", None, (2,))]
+    shapes = {"x": (2,), "s": (2,), "u": (2,)}
+    with pytest.raises(opbridge.OpbridgeError, match="^input 's' has ONNX type string, "):
+        make_inputs(meta, shapes, 0, {"s": "string"})
+    feed = make_inputs(meta, shapes, 0)  # an input of unknown type is float32
+    assert [feed[k].dtype for k in ("x", "s", "u")] == [np.float32] * 3

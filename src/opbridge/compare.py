@@ -7,7 +7,14 @@ relative errors. The rules:
 * **Pass criterion** (per element, as ``numpy.isclose``):
   ``|actual - expected| <= atol + rtol * |expected|``. Every element must pass.
 * **Shapes and dtypes** must be equal; a difference fails with its reason.
-* **Integer and bool outputs** are compared exactly (rtol = atol = 0).
+* **Integer and bool outputs** are compared exactly (rtol = atol = 0), in
+  integer arithmetic: int64 / uint64 values beyond 2**53 that differ by 1 fail.
+* **Complex outputs**: the error is the modulus ``|actual - expected|``, so the
+  real and the imaginary part both count.
+* **String outputs** are compared by value, element by element; numpy's
+  ``<U`` strings and object arrays of ``str`` compare equal when their values do.
+* **Tolerances** are finite (see :class:`~opbridge.spec.Tolerance`); an element
+  whose bound is not a number (NaN) fails.
 * **NaN**: NaN on one side only always fails. NaN on both sides at the same
   position counts as agreement (the reference produced it too), is left out of
   the statistics, and is reported in ``nan_both`` and in the table's note, so it
@@ -79,8 +86,8 @@ class OutputComparison:
     inf_mismatched: int = 0
     zero_reference: int = 0
     worst_index: tuple[int, ...] | None = None
-    worst_actual: float | None = None
-    worst_expected: float | None = None
+    worst_actual: float | int | complex | str | None = None
+    worst_expected: float | int | complex | str | None = None
 
     @property
     def note(self) -> str:
@@ -98,7 +105,7 @@ class OutputComparison:
 
 def jsonable(value: Any) -> Any:
     """``value`` (dicts, lists, tuples, scalars) with NaN and infinite floats as the strings "nan",
-    "inf" and "-inf": JSON has no such numbers.
+    "inf" and "-inf", and complex numbers as strings ("(1+2j)"): JSON has no such numbers.
 
     >>> jsonable({"e": [float("nan"), 1.0]})
     {'e': ['nan', 1.0]}
@@ -109,11 +116,17 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, complex):
+        return str(value)
     return value
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
+def _fmt(v: float | int | complex | str) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, complex):
+        return f"({v.real:.6g}{v.imag:+.6g}j)"
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 def compare_arrays(
@@ -124,7 +137,7 @@ def compare_arrays(
     e = np.asarray(expected)
     tol = tolerance or Tolerance()
     exact = e.dtype.kind in "biu" and a.dtype.kind in "biu"
-    rtol, atol = (0.0, 0.0) if exact else (tol.rtol, tol.atol)
+    rtol, atol = (0.0, 0.0) if exact else (float(tol.rtol), float(tol.atol))
     base: dict[str, Any] = dict(
         name=name,
         rtol=rtol,
@@ -137,6 +150,8 @@ def compare_arrays(
     )
     if a.shape != e.shape:
         return OutputComparison(passed=False, reason=f"shape {_shape(a.shape)} != reference {_shape(e.shape)}", **base)
+    if _is_text(a) and _is_text(e):
+        return _compare_text(a, e, base)
     if a.dtype != e.dtype:
         return OutputComparison(passed=False, reason=f"dtype {a.dtype} != reference {e.dtype}", **base)
     if a.dtype.kind not in "biufc":
@@ -144,24 +159,91 @@ def compare_arrays(
         return OutputComparison(
             passed=bool(equal), reason="" if equal else "values differ", mismatched=0 if equal else int(e.size), **base
         )
-
+    if exact:
+        return _compare_integers(a, e, base)
+    wide = np.complex128 if e.dtype.kind == "c" else np.float64
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _compare_values(a.astype(np.float64), e.astype(np.float64), rtol, atol, base)
+        return _compare_values(a.astype(wide), e.astype(wide), rtol, atol, base)
+
+
+def _is_text(x: np.ndarray) -> bool:
+    """Whether ``x`` holds strings: a ``<U``/``S`` array, or an object array of ``str``/``bytes``."""
+    if x.dtype.kind in "US":
+        return True
+    return x.dtype.kind == "O" and all(isinstance(v, (str, bytes)) for v in x.flat)
+
+
+def _compare_text(a: np.ndarray, e: np.ndarray, base: dict[str, Any]) -> OutputComparison:
+    """String arrays, element by element by value (``<U`` and object arrays alike)."""
+    bad = np.array([x != y for x, y in zip(a.flat, e.flat)], dtype=bool).reshape(e.shape)
+    mismatched = int(bad.sum())
+    if not mismatched:
+        return OutputComparison(passed=True, reason="", **base)
+    flat = int(np.flatnonzero(bad)[0])
+    index = tuple(int(i) for i in np.unravel_index(flat, e.shape))
+    got, want = (v.item() if isinstance(v, np.generic) else v for v in (a.flat[flat], e.flat[flat]))
+    return OutputComparison(
+        passed=False,
+        reason=f"{mismatched} of {e.size} string(s) differ; first at {list(index)}: {got!r} vs reference {want!r}",
+        mismatched=mismatched,
+        worst_index=index,
+        worst_actual=str(got),
+        worst_expected=str(want),
+        **base,
+    )
+
+
+def _compare_integers(a: np.ndarray, e: np.ndarray, base: dict[str, Any]) -> OutputComparison:
+    """Integer or bool arrays of one dtype: exact, in integer arithmetic (no float64 rounding)."""
+    bad = a != e
+    # |a - e| exactly: the difference of the two's-complement uint64 images, taken the right way round.
+    au = a.astype(np.int64 if a.dtype.kind == "b" else a.dtype).astype(np.uint64)
+    eu = e.astype(np.int64 if e.dtype.kind == "b" else e.dtype).astype(np.uint64)
+    diff = np.where(a >= e, au - eu, eu - au)
+    ref_abs = np.abs(e.astype(np.float64))
+    nonzero = ref_abs > 0
+    rel_err = diff[nonzero].astype(np.float64) / ref_abs[nonzero]
+    mismatched = int(bad.sum())
+    worst_index: tuple[int, ...] | None = None
+    worst_a: int | None = None
+    worst_e: int | None = None
+    reason = ""
+    if mismatched:
+        flat = int(np.argmax(diff))
+        worst_index = tuple(int(i) for i in np.unravel_index(flat, e.shape))
+        worst_a, worst_e = int(a.flat[flat]), int(e.flat[flat])
+        reason = (
+            f"{mismatched} of {e.size} element(s) differ ({mismatched} beyond tolerance); worst at "
+            f"{list(worst_index)}: {worst_a} vs reference {worst_e}"
+        )
+    return OutputComparison(
+        passed=mismatched == 0,
+        reason=reason,
+        abs=ErrorStats.of(diff),
+        rel=ErrorStats.of(rel_err),
+        mismatched=mismatched,
+        zero_reference=int((~nonzero).sum()),
+        worst_index=worst_index,
+        worst_actual=worst_a,
+        worst_expected=worst_e,
+        **base,
+    )
 
 
 def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, base: dict[str, Any]) -> OutputComparison:
+    """Float (float64) or complex (complex128) arrays under ``atol + rtol * |expected|``."""
     e = ef
     a_nan, e_nan = np.isnan(af), np.isnan(ef)
     nan_both = a_nan & e_nan
     nan_bad = a_nan ^ e_nan
     a_inf, e_inf = np.isinf(af), np.isinf(ef)
-    inf_match = a_inf & e_inf & (np.sign(af) == np.sign(ef))
-    inf_bad = (a_inf | e_inf) & ~inf_match & ~nan_bad
+    # An infinity matches only the same value (same sign; for complex, both parts equal).
+    inf_bad = (a_inf | e_inf) & ~(af == ef) & ~(a_nan | e_nan)
     finite = ~(a_nan | e_nan | a_inf | e_inf)
 
     diff = np.abs(af - ef)
     bound = atol + rtol * np.abs(ef)
-    bad_value = finite & (diff > bound)
+    bad_value = finite & ~(diff <= bound)  # a NaN bound (inf * 0) never passes
     bad = bad_value | nan_bad | inf_bad
 
     abs_err = diff[finite]
@@ -179,10 +261,10 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
         elif inf_bad.any():
             flat = int(np.flatnonzero(inf_bad)[0])
         else:
-            excess = np.where(bad_value, diff - bound, -np.inf)
+            excess = np.where(bad_value, np.nan_to_num(diff - bound, nan=np.inf), -np.inf)
             flat = int(np.argmax(excess))
         worst_index = tuple(int(i) for i in np.unravel_index(flat, e.shape))
-        worst_a, worst_e = float(af.flat[flat]), float(ef.flat[flat])
+        worst_a, worst_e = af.flat[flat].item(), ef.flat[flat].item()
         parts = []
         if int(nan_bad.sum()):
             parts.append(f"{int(nan_bad.sum())} NaN on one side only")

@@ -169,14 +169,24 @@ class OutputSpec:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Comparison tolerance: ``|a - b| <= atol + rtol * |b|``."""
+    """Comparison tolerance: ``|a - b| <= atol + rtol * |b|``; both finite and >= 0.
+
+    An infinite tolerance would pass any value (and ``inf * 0`` is NaN), so it is refused.
+    """
 
     rtol: float = 1e-3
     atol: float = 1e-5
 
     def __post_init__(self) -> None:
-        if not (self.rtol >= 0 and self.atol >= 0) or math.isnan(self.rtol + self.atol):
-            raise ValueError(f"tolerances must be >= 0, got rtol={self.rtol}, atol={self.atol}")
+        try:
+            ok = all(not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in (self.rtol, self.atol))
+        except TypeError:  # not a real number
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"Tolerance(rtol={self.rtol!r}, atol={self.atol!r}): tolerances must be finite numbers >= 0 "
+                "(an infinite one would pass any value); give e.g. Tolerance(rtol=1e-3, atol=1e-5)."
+            )
 
 
 def parse_qualname(qualname: str) -> tuple[str, str]:

@@ -2,15 +2,18 @@
 
 For each shape set, inputs are made once (seeded random data, or the arrays of
 an ``.npz``), the PyTorch reference runs on them, then every backend runs the
-ONNX model on the same arrays and each output is compared
+ONNX model on the same values (each run gets its own copy of the arrays, so a
+kernel that writes into its input cannot change what the next backend sees)
+and each output is compared
 (:func:`opbridge.compare.compare_arrays`). The result is a :class:`VerifyRecord`:
 per backend and shape set, per output statistics, tolerance and verdict.
 
 Shape sets: each is a dict ``{input name: dims}``. Inputs a set does not name
 take the reference's example shape, with every dynamic dim whose ONNX name
 (``dim_param``) a named input fixed taking that value (``batch`` given for one
-input applies to every input whose dim is called ``batch``). Without shape sets,
-the example inputs' shapes are the one set.
+input applies to every input whose dim is called ``batch``; two named inputs
+that give one such dim different sizes are an error). Without shape sets, the
+example inputs' shapes are the one set.
 
 Tolerance of an output, first that applies: ``tolerances[output]``; ``rtol`` /
 ``atol`` given; the loosest tolerance that the model's custom ops declare for the
@@ -18,7 +21,8 @@ output's dtype (``OpSpec.tolerances``); the default (rtol 1e-3, atol 1e-5).
 
 Exit code (:attr:`VerifyRecord.exit_code`): 0 when every comparison passed, 1
 on a mismatch, 2 when a backend could not load or run the model (the other
-backends still run), or when no backend ran.
+backends still run), or when nothing was compared (no backend ran, or with no
+PyTorch reference only one did).
 
 Example:
     >>> import opbridge
@@ -52,6 +56,7 @@ __all__ = [
     "RunReport",
     "VerifyRecord",
     "make_inputs",
+    "onnx_input_types",
     "resolve_shape_sets",
     "verify",
     "write_json_atomic",
@@ -266,6 +271,7 @@ def resolve_shape_sets(
                 f"--shape {unknown[0]}:...: the model has no input {unknown[0]!r}; its inputs are {list(by_name)}."
             )
         bound: dict[str, int] = {}
+        bound_by: dict[str, str] = {}
         for name, given_dims in given.items():
             dims = tuple(int(d) for d in given_dims)
             m = by_name[name]
@@ -283,7 +289,16 @@ def resolve_shape_sets(
                             f"({format_shape(m.shape)}); only dynamic dims may change."
                         )
                     if isinstance(want, str):
+                        if want in bound and bound[want] != d:
+                            other = bound_by[want]
+                            raise OpbridgeError(
+                                f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is the named dim "
+                                f"{want!r}, which {other}:{format_shape(tuple(given[other]))} sets to {bound[want]}; "
+                                f"inputs that share a named dim must give it one size (make {want!r} {bound[want]} "
+                                f"or {d} in both)."
+                            )
                         bound.setdefault(want, d)
+                        bound_by.setdefault(want, name)
         full: dict[str, tuple[int, ...]] = {}
         for m in meta:
             if m.name in given:
@@ -313,12 +328,27 @@ def resolve_shape_sets(
     return out
 
 
-def make_inputs(meta: Sequence[TensorMeta], shapes: Mapping[str, Sequence[int]], seed: int) -> dict[str, np.ndarray]:
-    """Seeded random arrays for ``meta`` at ``shapes``: normal floats, ints in [0, 10), random bools."""
+def make_inputs(
+    meta: Sequence[TensorMeta],
+    shapes: Mapping[str, Sequence[int]],
+    seed: int,
+    onnx_types: Mapping[str, str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Seeded random arrays for ``meta`` at ``shapes``: normal floats, ints in [0, 10), random bools.
+
+    An input whose ``dtype`` is None is float32, unless ``onnx_types`` names its ONNX type
+    (e.g. ``{"s": "string"}``, see :func:`onnx_input_types`): such an input is refused,
+    its values must come from ``--inputs FILE.npz``.
+    """
     rng = np.random.default_rng(seed)
     feed: dict[str, np.ndarray] = {}
     for m in meta:
         shape = tuple(shapes[m.name])
+        if m.dtype is None and onnx_types and m.name in onnx_types:
+            raise OpbridgeError(
+                f"input {m.name!r} has ONNX type {onnx_types[m.name]}, which verify cannot fill with random values; "
+                f"give its values with --inputs FILE.npz (inputs=), e.g. numpy.savez(path, {m.name}=numpy.array(...))."
+            )
         dtype = m.dtype if m.dtype is not None else np.dtype(np.float32)
         if dtype.kind == "f":
             feed[m.name] = rng.standard_normal(shape).astype(dtype)
@@ -329,6 +359,26 @@ def make_inputs(meta: Sequence[TensorMeta], shapes: Mapping[str, Sequence[int]],
         else:
             raise OpbridgeError(f"input {m.name!r} has dtype {dtype}; give its values with --inputs FILE.npz.")
     return feed
+
+
+def onnx_input_types(model: Any, meta: Sequence[TensorMeta]) -> dict[str, str]:
+    """``{input: ONNX type name}`` for the inputs of ``meta`` that have no numpy dtype but a known
+    ONNX type (``"string"``, ``"bfloat16"``, ``"sequence"``...); undefined types are left out."""
+    import onnx
+
+    graph_inputs = {vi.name: vi.type for vi in model.graph.input}
+    out: dict[str, str] = {}
+    for m in meta:
+        if m.dtype is not None or m.name not in graph_inputs:
+            continue
+        tp = graph_inputs[m.name]
+        kind = tp.WhichOneof("value")
+        if kind == "tensor_type":
+            if tp.tensor_type.elem_type:
+                out[m.name] = onnx.TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()
+        elif kind:
+            out[m.name] = kind.removesuffix("_type")
+    return out
 
 
 def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta]) -> dict[str, np.ndarray]:
@@ -363,12 +413,14 @@ def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[
 
 
 def _declared_tolerances(model: Any) -> list[tuple[str, Mapping[str, Tolerance]]]:
-    from opbridge.backends._custom import custom_nodes, domain_versions
+    """``(op qualname, its OpSpec.tolerances)`` for every custom op of the model that declares some,
+    wherever its nodes are (calls of model-local function bodies included)."""
+    from opbridge.backends._custom import custom_op_nodes, domain_versions
     from opbridge.definition import find_op
 
     versions = domain_versions(model)
     found: dict[str, Mapping[str, Tolerance]] = {}
-    for node in custom_nodes(model):
+    for node in custom_op_nodes(model):
         opdef = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain else None
         if opdef is not None and opdef.spec.tolerances:
             found[opdef.spec.qualname] = opdef.spec.tolerances
@@ -382,7 +434,18 @@ def _output_tolerances(
     rtol: float | None,
     atol: float | None,
 ) -> dict[str, tuple[Tolerance, str]]:
-    given = {k: v if isinstance(v, Tolerance) else Tolerance(*v) for k, v in (tolerances or {}).items()}
+    given: dict[str, Tolerance] = {}
+    for k, v in (tolerances or {}).items():
+        try:
+            given[k] = v if isinstance(v, Tolerance) else Tolerance(*v)
+        except (TypeError, ValueError) as exc:
+            raise OpbridgeError(f"--tol {k}:{_tol_text(v)}: {exc}") from None
+    for value, flag in ((rtol, "--rtol"), (atol, "--atol")):
+        if value is not None and not _is_tolerance(value):
+            raise OpbridgeError(
+                f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
+                f"e.g. {flag} 1e-3"
+            )
     unknown = sorted(set(given) - {o.name for o in outputs})
     if unknown:
         raise OpbridgeError(
@@ -409,6 +472,22 @@ def _output_tolerances(
             else:
                 out[o.name] = (default, "default")
     return out
+
+
+def _is_tolerance(value: float) -> bool:
+    """Whether ``value`` is a valid rtol or atol (finite, >= 0)."""
+    try:
+        Tolerance(value, 0.0)
+    except ValueError:
+        return False
+    return True
+
+
+def _tol_text(value: Any) -> str:
+    """A ``tolerances=`` value written as ``--tol`` would take it (``rtol,atol``)."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 # --------------------------------------------------------------------------- the run
@@ -490,8 +569,9 @@ def verify(
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})
     if shapes or inputs is None:
+        onnx_types = onnx_input_types(proto, meta)
         for full in resolve_shape_sets(meta, shapes, example):
-            feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds))))
+            feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds)), onnx_types))
             sets.append(full)
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
@@ -513,7 +593,7 @@ def verify(
             continue
         say(f"torch reference, set {i + 1}/{len(feeds)}")
         try:
-            expected.append(torch_ref.infer(feed))
+            expected.append(torch_ref.infer(_copy_feed(feed)))
         except Exception as exc:
             expected.append(f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}")
     if torch_ref is not None:
@@ -547,7 +627,18 @@ def verify(
                 record.runs.append(_run_one(runner, name, i, feed, expected, tol))
         finally:
             runner.close()
+    ran = [b.name for b in record.backends if b.status == "ran"]
+    if torch_ref is None and len(ran) == 1 and any(r.status == "reference" for r in record.runs):
+        record.errors.append(
+            f"nothing to compare against: with no PyTorch reference the first backend to run ({ran[0]}) only gives "
+            "the reference outputs; pass reference=(model, example_inputs) or a factory, or name a second backend."
+        )
     return record
+
+
+def _copy_feed(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A copy of every array of ``feed``: each run gets arrays of its own to read (or scribble on)."""
+    return {k: np.array(v, copy=True) for k, v in feed.items()}
 
 
 def _set_seed(seed: int, index: int) -> int:
@@ -567,7 +658,7 @@ def _run_one(
         return RunReport(name, index, "error", error=ref)
     start = time.perf_counter()
     try:
-        got = runner.infer(feed)
+        got = runner.infer(_copy_feed(feed))
     except Exception as exc:
         text = _strip(name, exc) if isinstance(exc, OpbridgeError) else f"{type(exc).__name__}: {_one_line(exc)}"
         return RunReport(name, index, "error", error=text, seconds=time.perf_counter() - start)

@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from opbridge.definition import OpDef
     from opbridge.kernels import KernelDef
 
-__all__ = ["CustomKernel", "custom_nodes", "domain_versions", "find_custom_kernel", "is_custom_node"]
+__all__ = [
+    "CustomKernel",
+    "custom_nodes",
+    "custom_op_nodes",
+    "domain_versions",
+    "find_custom_kernel",
+    "is_custom_node",
+]
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
@@ -48,6 +55,18 @@ def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Main-graph nodes that no runtime knows by itself (local-function calls excluded)."""
     local = {(f.domain, f.name) for f in model.functions}
     return [n for n in model.graph.node if is_custom_node(n, local)]
+
+
+def custom_op_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Every node of a non-standard op anywhere in the model: the main graph, subgraphs and
+    model-local function bodies, calls of model-local functions included (an op exported with
+    its ONNX body is such a call)."""
+    from opbridge.model_io import walk_nodes
+
+    nodes = list(walk_nodes(model.graph.node))
+    for fn in model.functions:
+        nodes.extend(walk_nodes(fn.node))
+    return [n for n in nodes if is_custom_node(n)]
 
 
 def _attrs_generic(node: onnx.NodeProto) -> dict[str, Any]:

@@ -16,7 +16,8 @@ Loading a model:
 4. Output shapes and dtypes come from the op's shape rule (or its reference run
    on meta tensors) in ``validate_and_infer_types``; dims the rule cannot tell
    stay dynamic. Ops known only by a kernel get the dtype and rank ONNX shape
-   inference recorded for them, with dynamic dims.
+   inference recorded for them, with dynamic dims. A kernel result whose dtype
+   differs from its output's is an error (never cast), as in the ONNX Runtime bridge.
 
 Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
 shared input buffer after the call returns, and a freed one crashed the process.
@@ -143,6 +144,10 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
     from opbridge.shape import infer_onnx
 
+    # Per node index: the (input, output) dtypes of the ONNX node, recorded when the node is
+    # converted, before the CPU plugin lowers precisions (int64 -> int32, bool -> uint8).
+    model_dtypes: dict[int, tuple[list[np.dtype | None], list[np.dtype | None]]] = {}
+
     class _CustomOp(ov.Op):
         def __init__(self, inputs: Any = None, node_index: int = -1) -> None:
             # Set before Op.__init__, which may already call validate_and_infer_types.
@@ -174,8 +179,14 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             return result
 
         def validate_and_infer_types(self) -> None:
-            for i, (etype, pshape) in enumerate(self._infer_outputs()):
+            result = self._infer_outputs()
+            for i, (etype, pshape) in enumerate(result):
                 self.set_output_type(i, etype, pshape)
+            if self._index >= 0 and self._index not in model_dtypes:
+                model_dtypes[self._index] = (
+                    [_np_dtype(t) for t, _ in self._input_types()],
+                    [_np_dtype(t) for t, _ in result],
+                )
 
         def clone_with_new_inputs(self, new_inputs: Any) -> Any:
             return type(self)(new_inputs, self._index)
@@ -197,7 +208,10 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
             info = nodes[self._index]
             kernel = info.kernel
-            arrays: list[np.ndarray | None] = [_readonly(t.data) for t in inputs]
+            in_types, out_types = model_dtypes.get(self._index, ([], []))
+            arrays: list[np.ndarray | None] = [
+                _kernel_input(t.data, in_types[i] if i < len(in_types) else None) for i, t in enumerate(inputs)
+            ]
             if kernel.opdef is not None:
                 arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
             try:
@@ -214,13 +228,40 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                         f"{'x'.join(map(str, value.shape))} for output {i}, but its shape rule gives {declared}; "
                         "fix the kernel or the rule registered with register_shape."
                     )
-                value = np.ascontiguousarray(value, dtype=out.get_element_type().to_dtype())
+                buffer = np.dtype(out.get_element_type().to_dtype())
+                want = out_types[i] if i < len(out_types) and out_types[i] is not None else buffer
+                if value.dtype != want:
+                    raise RuntimeError(
+                        f"{_MARK}{kernel.qualname}: the {kernel.source} returned dtype {value.dtype} for output {i}, "
+                        f"but the node's output type is {want}; return an array of dtype {want} "
+                        f"(e.g. result.astype(np.{want}))."
+                    )
+                # The plugin's own buffer may hold a lowered precision (int32 for int64).
+                value = np.ascontiguousarray(value, dtype=buffer)
                 out.shape = value.shape
                 out.data[...] = value
             return True
 
     _CustomOp.__name__ = _CustomOp.__qualname__ = f"opbridge_{op_type}"
     return _CustomOp
+
+
+def _np_dtype(etype: Any) -> np.dtype | None:
+    """The numpy dtype of an OpenVINO element type, or None (dynamic or without numpy equivalent)."""
+    try:
+        return np.dtype(etype.to_dtype())
+    except Exception:
+        return None
+
+
+def _kernel_input(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
+    """An input as the kernel sees it: the ONNX model's dtype (a read-only copy where the plugin
+    lowered it, e.g. int32 back to int64), else a read-only view of OpenVINO's buffer."""
+    if dtype is None or array.dtype == dtype:
+        return _readonly(array)
+    restored = array.astype(dtype)
+    restored.flags.writeable = False
+    return restored
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ the inputs that were given.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 
@@ -133,14 +134,19 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
             if not sep or not name or len(parts) != 2:
                 raise ValueError
             rtol, atol = float(parts[0]), float(parts[1])
-            if not (rtol >= 0 and atol >= 0):
+            if not (_valid_tolerance(rtol) and _valid_tolerance(atol)):
                 raise ValueError
         except ValueError:
             raise OpbridgeError(
-                f"--tol {item!r}: write OUTPUT:RTOL,ATOL with numbers >= 0, e.g. out:1e-3,1e-5"
+                f"--tol {item!r}: write OUTPUT:RTOL,ATOL with finite numbers >= 0, e.g. out:1e-3,1e-5"
             ) from None
         out[name] = (rtol, atol)
     return out
+
+
+def _valid_tolerance(value: float) -> bool:
+    """Finite and >= 0: an infinite tolerance would pass any value."""
+    return math.isfinite(value) and value >= 0
 
 
 class _Progress:
@@ -174,8 +180,11 @@ def run(args: argparse.Namespace) -> int:
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)
     for value, flag in ((args.rtol, "--rtol"), (args.atol, "--atol")):
-        if value is not None and not value >= 0:
-            raise OpbridgeError(f"{flag} {value}: a tolerance must be >= 0")
+        if value is not None and not _valid_tolerance(value):
+            raise OpbridgeError(
+                f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
+                f"e.g. {flag} 1e-3"
+            )
     progress = _Progress(not args.quiet)
     try:
         record = verify(
