@@ -302,3 +302,25 @@ def test_reference_disagreeing_with_its_shape_rule_is_named() -> None:
     fits = opbridge.TensorInfo((3, opbridge.SymDim()), torch.float32)
     rows.register_shape(lambda x: fits)
     assert rows(torch.tensor([[1.0, -1.0, 2.0]] * 3)).shape == (3, 2), "a SymDim takes any size"
+
+
+def test_output_names_and_attribute_ranges_are_checked() -> None:
+    for outputs, why in ((("lo", ""), r"bad: \['lo', ''\]|bad: \[''\]"), (("x", "y"), r"repeated: \['x'\]")):
+        with pytest.raises(OpDefinitionError, match=why):
+
+            @opbridge.op("tests.def::Outs", outputs=outputs)
+            def outs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return x, x
+
+    @opbridge.op("tests.def::Ranges")
+    def ranges(x: torch.Tensor, f: float = 1.0, i: int = 0, fs: list[float] = [1.0]) -> torch.Tensor:  # noqa: B006
+        return x
+
+    x = torch.ones(1)
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'f' = 1e\+300 is beyond float32"):
+        ranges(x, f=1e300)
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'i' = 18446744073709551615 is beyond int64"):
+        ranges(x, i=2**64 - 1)
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'fs' = -1e\+39 is beyond float32"):
+        ranges(x, fs=[1.0, -1e39])
+    assert ranges(x, f=float("inf"), i=-(2**63)).tolist() == [1.0], "inf is a float32 value, -2**63 an int64 one"

@@ -71,15 +71,23 @@ class AttrType(enum.Enum):
         }[self]
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _check_scalar(kind: AttrType, value: Any) -> Any:
     """Return ``value`` normalised to ``kind``'s scalar Python type, or raise TypeError."""
     if kind in (AttrType.FLOAT, AttrType.FLOATS):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError
-        return float(value)
+        value = float(value)
+        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+            raise OverflowError(f"{value!r} is beyond float32, which ONNX FLOAT attributes hold")
+        return value
     if kind in (AttrType.INT, AttrType.INTS):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError
+        if not -(2**63) <= value < 2**63:
+            raise OverflowError(f"{value} is beyond int64, which ONNX INT attributes hold")
         return int(value)
     if kind is AttrType.BOOL:
         if not isinstance(value, bool):
@@ -115,6 +123,11 @@ class AttrSpec:
                     raise TypeError
                 return tuple(_check_scalar(self.type, v) for v in value)
             return _check_scalar(self.type, value)
+        except OverflowError as exc:
+            where = f"{op}: " if op else ""
+            raise OpCallError(
+                f"{where}attribute {self.name!r} = {exc}; pass a value within that range (or a tensor input)."
+            ) from None
         except TypeError:
             where = f"{op}: " if op else ""
             raise OpCallError(
@@ -249,6 +262,15 @@ class OpSpec:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise OpDefinitionError(f"{self.qualname}: parameter names repeat: {sorted(dup)}")
+        outs = [o.name for o in self.outputs]
+        bad = [n for n in outs if not isinstance(n, str) or not n.strip()]
+        clash = sorted({n for n in outs if outs.count(n) > 1} | (set(outs) & {p.name for p in self.inputs}))
+        if bad or clash:
+            raise OpDefinitionError(
+                f"{self.qualname}: output names {outs} must be distinct non-empty names, none an input's name "
+                "(they name the values of the op's ONNX schema and function body); "
+                f"{'bad: ' + repr(bad) if bad else 'repeated: ' + repr(clash)}. Pass e.g. outputs=('values', 'indices')."
+            )
 
     @property
     def qualname(self) -> str:
