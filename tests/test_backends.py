@@ -227,7 +227,7 @@ def test_feed_check_accepts_dynamic_dims() -> None:
 
 
 def test_registry() -> None:
-    assert backend_names()[:3] == ["onnxruntime", "reference", "openvino"]
+    assert backend_names()[:4] == ["onnxruntime", "onnxruntime-kernels", "reference", "openvino"]
     assert set(available_backends()) <= set(backend_names())
     with pytest.raises(opbridge.OpbridgeError, match=r"unknown backend 'tensorrtt'; choose from onnxruntime"):
         get_backend("tensorrtt")

@@ -189,7 +189,7 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
     code = main(["verify", str(path), "--reference", MYSELU, "--backend", "tensorrtt", "--backend", "openvino", "-q"])
     text = capsys.readouterr().out
     assert code == 2
-    assert "error: tensorrtt: unknown backend 'tensorrtt'; choose from onnxruntime, reference, openvino" in text
+    assert "error: tensorrtt: unknown backend 'tensorrtt'; choose from onnxruntime, onnxruntime-kernels, reference, openvino" in text
     assert any(line.startswith("openvino") and line.rstrip().endswith("PASS") for line in text.splitlines())
 
 
@@ -622,3 +622,41 @@ def test_make_inputs_refuses_types_it_cannot_fill() -> None:
         make_inputs(meta, shapes, 0, {"s": "string"})
     feed = make_inputs(meta, shapes, 0)  # an input of unknown type is float32
     assert [feed[k].dtype for k in ("x", "s", "u")] == [np.float32] * 3
+
+
+@opbridge.op("tests.verify::Swish", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def swish(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+@swish.register_function(prefer_kernel=True)
+def _swish_body(spec, opset):  # type: ignore[no-untyped-def]
+    from onnx import helper
+
+    from opbridge.functions import make_body
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["output"])]
+    return make_body(spec, nodes, opset)
+
+
+swish.register_kernel(lambda x: (x * 2).astype(x.dtype))  # wrong: what the onnxruntime-kernels backend is for
+
+
+class SwishModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return swish(x)
+
+
+def swish_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return SwishModel(), (torch.randn(2, 3, generator=torch.Generator().manual_seed(1)),)
+
+
+def test_kernels_the_session_runs_in_place_of_bodies_are_verified(tmp_path: Path) -> None:
+    """The file's body is right, the op's kernel (which opbridge.InferenceSession prefers) is wrong:
+    onnxruntime runs the body and passes, onnxruntime-kernels runs the kernel and fails."""
+    path = tmp_path / "swish.onnx"
+    model, args = swish_model()
+    opbridge.export(model, args, path, exporter="torchscript", input_names=["x"])
+    record = opbridge.verify(path, (model, args), backends=["onnxruntime", "onnxruntime-kernels"])
+    assert [(r.backend, r.status) for r in record.runs] == [("onnxruntime", "pass"), ("onnxruntime-kernels", "fail")]
+    assert record.exit_code == 1

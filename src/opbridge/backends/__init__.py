@@ -5,14 +5,15 @@ of its own that imports its runtime lazily, so a missing optional backend is
 reported (:class:`~opbridge.errors.BackendUnavailableError`, or ``available()``
 being false), never an import error.
 
-========== ============================================== ==========================
-name       runs                                           custom nodes run by
-========== ============================================== ==========================
-torch      the PyTorch model from a factory (reference)   the ops' PyTorch code
-onnxruntime ONNX Runtime, CPU                             opbridge.onnxruntime
-reference  ``onnx.reference``                             opbridge.reference
-openvino   OpenVINO, CPU                                  generated ``openvino.Op``
-========== ============================================== ==========================
+=================== ============================================ =====================================
+name                runs                                         custom nodes run by
+=================== ============================================ =====================================
+torch               the PyTorch model from a factory (reference) the ops' PyTorch code
+onnxruntime         ONNX Runtime, CPU                            their bodies, else opbridge's kernels
+onnxruntime-kernels ONNX Runtime, CPU                            opbridge's kernels (native or Python)
+reference           ``onnx.reference``                           opbridge.reference
+openvino            OpenVINO, CPU                                generated ``openvino.Op``
+=================== ============================================ =====================================
 
 Example:
     >>> from opbridge.backends import backend_names, get_backend
@@ -25,7 +26,7 @@ Example:
 from __future__ import annotations
 
 from opbridge.backends.base import BackendRunError, InputError, Runner, TensorMeta
-from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
+from opbridge.backends.onnxruntime_backend import OnnxRuntimeKernelsRunner, OnnxRuntimeRunner
 from opbridge.backends.openvino_backend import OpenVINORunner
 from opbridge.backends.reference_backend import ReferenceRunner
 from opbridge.backends.torch_backend import TorchRunner
@@ -47,12 +48,13 @@ __all__ = [
 BACKENDS: dict[str, type[Runner]] = {
     "torch": TorchRunner,
     "onnxruntime": OnnxRuntimeRunner,
+    "onnxruntime-kernels": OnnxRuntimeKernelsRunner,
     "reference": ReferenceRunner,
     "openvino": OpenVINORunner,
 }
 
 #: Backends that run ONNX models, in the order ``opbridge verify`` runs them.
-ONNX_BACKENDS: tuple[str, ...] = ("onnxruntime", "reference", "openvino")
+ONNX_BACKENDS: tuple[str, ...] = ("onnxruntime", "onnxruntime-kernels", "reference", "openvino")
 
 
 def backend_names() -> list[str]:

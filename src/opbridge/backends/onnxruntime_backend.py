@@ -2,9 +2,11 @@
 
 ``opbridge.onnxruntime.InferenceSession(model, providers=None)`` runs each
 custom node through its model-local function body or its opbridge kernel. The
-runner runs every body the model carries (``bodies="always"``), as any ONNX
-Runtime does with the file, so that verification checks the bodies too; pass
-``bodies="auto"`` to check what ``opbridge.InferenceSession`` runs by default.
+``onnxruntime`` runner runs every body the model carries (``bodies="always"``),
+as any ONNX Runtime does with the file; the ``onnxruntime-kernels`` runner runs
+opbridge's kernel for every op opbridge knows (``bodies="never"``: the native C
+kernels, the Python kernels, else the PyTorch reference), the paths
+``opbridge.InferenceSession`` takes in place of bodies. Together they check both.
 
 Example:
     >>> from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
@@ -22,7 +24,7 @@ import numpy as np
 from opbridge.backends.base import OnnxRunner, TensorMeta
 from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError, UnknownOpError
 
-__all__ = ["OnnxRuntimeRunner", "node_arg_meta"]
+__all__ = ["OnnxRuntimeKernelsRunner", "OnnxRuntimeRunner", "node_arg_meta"]
 
 _TYPES = {
     "tensor(float)": "float32",
@@ -98,6 +100,20 @@ class OnnxRuntimeRunner(OnnxRunner):
 
     def _close(self) -> None:
         self._session = None
+
+
+class OnnxRuntimeKernelsRunner(OnnxRuntimeRunner):
+    """ONNX Runtime with opbridge's kernel for every custom node opbridge knows, bodies or not.
+
+    Args:
+        model: path, serialized bytes or ``onnx.ModelProto``.
+        providers: execution providers (default: CPU).
+    """
+
+    name = "onnxruntime-kernels"
+
+    def __init__(self, model: Any, providers: Sequence[str] | None = None) -> None:
+        super().__init__(model, providers, bodies="never")
 
 
 def _short(exc: BaseException, limit: int = 400) -> str:
