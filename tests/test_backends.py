@@ -473,3 +473,36 @@ def test_reference_session_outputs_are_not_views_of_the_input() -> None:
     (y,) = ReferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])).run(None, {"x": x})
     assert y.flags.writeable and not np.shares_memory(x, y)
     np.testing.assert_array_equal(y, np.arange(6, dtype=np.float32))
+
+
+def test_openvino_explains_a_kernel_only_op_the_model_does_not_type() -> None:
+    """A kernel-only op (no spec) whose output has no value_info: OpenVINO is given its first input's
+    type and rank, and a result of another dtype is explained with the fix."""
+    _needs("openvino")
+
+    @opbridge.kernel("ArgMaxLast", domain="tests.backends.untyped")
+    def arg_max_last(x: np.ndarray) -> np.ndarray:
+        return np.argmax(x, axis=-1)
+
+    nodes = [
+        helper.make_node("ArgMaxLast", ["x"], ["i"], domain="tests.backends.untyped"),
+        helper.make_node("Cast", ["i"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.backends.untyped", 1)]
+    )
+    with (
+        OpenVINORunner(model) as runner,
+        pytest.raises(
+            opbridge.OpbridgeError,
+            match=r"ArgMaxLast: the numpy kernel returned (shape 2|dtype int64) for output 0, .*no value_info.*"
+            r"define the op with @opbridge.op",
+        ),
+    ):
+        runner.infer({"x": np.ones((2, 3), np.float32)})

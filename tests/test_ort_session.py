@@ -554,3 +554,36 @@ def test_model_over_the_protobuf_limit_runs_from_a_temporary_file(
     del sess
     gc.collect()
     assert not folders[0].exists()
+
+
+def test_unknown_output_type_of_a_kernel_only_op_is_explained() -> None:
+    """A kernel-only op's int64 output feeding another node, with no value_info: ONNX Runtime takes the
+    node's input type, and its type error gets opbridge's explanation and fix."""
+
+    @opbridge.kernel("ArgMaxLast", domain="test.session.untyped")
+    def arg_max_last(x: np.ndarray) -> np.ndarray:
+        return np.argmax(x, axis=-1)
+
+    nodes = [
+        helper.make_node("ArgMaxLast", ["x"], ["i"], domain="test.session.untyped"),
+        helper.make_node("Identity", ["i"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.session.untyped", 1)]
+    )
+    with pytest.raises(
+        opbridge.ModelLoadError,
+        match=r"could not tell the element type of test.session.untyped::ArgMaxLast output 'i' .* value_info",
+    ):
+        opbridge.InferenceSession(model)
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model)
+    typed.graph.value_info.append(helper.make_tensor_value_info("i", TensorProto.INT64, [2]))
+    x = np.array([[1.0, 3.0, 2.0], [5.0, 0.0, 1.0]], np.float32)
+    np.testing.assert_array_equal(opbridge.InferenceSession(typed).run(None, {"x": x})[0], [1, 0])

@@ -222,19 +222,31 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 ) from exc
             for i, (out, value) in enumerate(zip(outputs, results)):
                 declared = self.get_output_partial_shape(i)
+                # without a spec, and without ONNX shape inference's word, type and rank are its first input's
+                guessed = kernel.opdef is None and i < len(info.onnx_outputs) and None in info.onnx_outputs[i]
+                unknown = (
+                    "the model gives no type or rank for it (no value_info) and the op no spec, so its first "
+                    "input's were assumed: give the model value_info for it, or define the op with @opbridge.op "
+                    "and a shape rule."
+                )
                 if not declared.compatible(ov.PartialShape(list(value.shape))):
                     raise RuntimeError(
                         f"{_MARK}{kernel.qualname}: the {kernel.source} returned shape "
-                        f"{'x'.join(map(str, value.shape))} for output {i}, but its shape rule gives {declared}; "
-                        "fix the kernel or the rule registered with register_shape."
+                        f"{'x'.join(map(str, value.shape))} for output {i}, but "
+                        + (
+                            f"OpenVINO expects {declared}: {unknown}"
+                            if guessed
+                            else f"its shape rule gives {declared}; fix the kernel or the rule registered with "
+                            "register_shape."
+                        )
                     )
                 buffer = np.dtype(out.get_element_type().to_dtype())
                 want = out_types[i] if i < len(out_types) and out_types[i] is not None else buffer
                 if value.dtype != want:
+                    fix = unknown if guessed else f"return an array of dtype {want} (e.g. result.astype(np.{want}))."
                     raise RuntimeError(
                         f"{_MARK}{kernel.qualname}: the {kernel.source} returned dtype {value.dtype} for output {i}, "
-                        f"but the node's output type is {want}; return an array of dtype {want} "
-                        f"(e.g. result.astype(np.{want}))."
+                        f"but the node's output type is {want}; {fix}"
                     )
                 # The plugin's own buffer may hold a lowered precision (int32 for int64).
                 value = np.ascontiguousarray(value, dtype=buffer)
@@ -315,7 +327,8 @@ def _spec_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]], infer_onnx: An
 
 
 def _fallback_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """Dtype and rank from ONNX shape inference (else the first input's), every dim dynamic."""
+    """Dtype and rank from ONNX shape inference (else the first input's: OpenVINO's CPU plugin takes
+    no output of dynamic rank), every dim dynamic."""
     import openvino as ov
 
     first_type, first_shape = inputs[0] if inputs else (ov.Type.f32, ov.PartialShape([]))

@@ -281,6 +281,7 @@ class InferenceSession:
 
             model = onnx.inliner.inline_local_functions(model)
         self.kernels: dict[str, NodeKernel] = {}
+        self._untyped: list[str] = []
         bound = self._plan(model)
         self.model = model
         options = sess_options
@@ -288,7 +289,8 @@ class InferenceSession:
         if bound:
             options = _copy_options(sess_options)
             threads = _intra_op_threads(options)
-            descriptors = register_ops(options, self._op_table(model, bound), self._resolver(bound, threads))
+            table, self._untyped = self._op_table(model, bound)
+            descriptors = register_ops(options, table, self._resolver(bound, threads))
         try:
             large = model.ByteSize() > _PROTO_LIMIT
         except Exception:  # protobuf refuses to size a message past 2 GiB
@@ -303,6 +305,14 @@ class InferenceSession:
         except Exception as exc:
             if type(exc).__name__ == "InvalidProtobuf":
                 raise ModelLoadError(f"ONNX Runtime cannot parse the model: {exc}") from None
+            untyped = self._untyped
+            if untyped and "Type Error" in str(exc):
+                raise ModelLoadError(
+                    f"ONNX Runtime could not load the model: {str(exc).rstrip('.')}. opbridge could not tell the element type of "
+                    f"{', '.join(untyped)} (no value_info in the model, and no op spec with a shape rule), so ONNX "
+                    "Runtime took its node's first input's type; give the model value_info for those values, or "
+                    "define the op with @opbridge.op and a shape rule."
+                ) from exc
             raise
         finally:
             for d in descriptors:
@@ -424,13 +434,17 @@ class InferenceSession:
         return opdef.prefers_kernel(attrs)
 
     @staticmethod
-    def _op_table(model: onnx.ModelProto, bound: Mapping[int, BoundKernel]) -> list[tuple[str, str, int, list[int]]]:
+    def _op_table(
+        model: onnx.ModelProto, bound: Mapping[int, BoundKernel]
+    ) -> tuple[list[tuple[str, str, int, list[int]]], list[str]]:
         """One entry per bridged (domain, op type, output element types): input count and output
-        element types. ONNX Runtime gives a registered op one element type per output, so nodes of
-        an op type whose outputs have other types than its first node's (an op with a dtype
-        attribute) move to a domain of their own, in memory, one per set of types."""
+        element types; and the outputs whose type is unknown. ONNX Runtime gives a registered op one
+        element type per output, so nodes of an op type whose outputs have other types than its first
+        node's (an op with a dtype attribute) move to a domain of their own, in memory, one per set of
+        types."""
         import onnx
 
+        untyped: list[str] = []
         types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
         n_out: dict[tuple[str, str], int] = {}
         for index in bound:
@@ -444,6 +458,9 @@ class InferenceSession:
             names = list(node.output) + [""] * (width - len(node.output))
             signature = tuple(types.get(name, 0) if name else 0 for name in names)
             groups.setdefault((node.domain, node.op_type, signature), []).append(node)
+            untyped.extend(
+                f"{node.domain}::{node.op_type} output {name!r}" for name in names if name and not types.get(name)
+            )
         table = []
         seen: dict[tuple[str, str], int] = {}
         opset = {o.domain for o in model.opset_import}
@@ -458,7 +475,7 @@ class InferenceSession:
                     model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
                     opset.add(domain)
             table.append((domain, op_type, max(len(n.input) for n in nodes), list(signature)))
-        return table
+        return table, untyped
 
     @staticmethod
     def _resolver(bound: Mapping[int, BoundKernel], threads: int) -> Any:
