@@ -437,6 +437,18 @@ def test_a_path_ending_in_a_slash_names_a_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "report").exists()
 
 
+def test_folders_are_created_when_the_file_is_written_not_before(tmp_path: Path) -> None:
+    """A command that fails after checking its output path leaves no new folders behind."""
+    src = tmp_path / "m.onnx"
+    onnx.save(resize_model("cubic", scales="input"), src)
+    deep = tmp_path / "a" / "b" / "out.onnx"
+    bad_option = ["--option", "scale_inputs=factor"]  # refused once the rules run, after the path check
+    assert main(["rewrite", str(src), "-o", str(deep), "--rule", "resize-cubic-to-dynamic-resize", *bad_option]) == 2
+    assert not (tmp_path / "a").exists()
+    assert main(["rewrite", str(src), "-o", str(deep), "--rule", "resize-cubic-to-dynamic-resize"]) == 0
+    assert deep.is_file()
+
+
 def test_output_paths_that_are_not_regular_files_or_are_the_factory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

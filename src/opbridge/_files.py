@@ -19,10 +19,13 @@ from opbridge.errors import OutputPathError
 __all__ = ["prepare_output", "write_atomic"]
 
 
-def prepare_output(path: str | os.PathLike[str], *, protected: Iterable[str | os.PathLike[str]] = ()) -> Path:
-    """The file to write for ``path``, its folder created where missing; an :class:`OutputPathError`
-    naming the problem and the fix where it cannot be used. A symbolic link is written through (its
-    target is replaced, the link stays); ``protected``: files it must not be (the input's own).
+def prepare_output(
+    path: str | os.PathLike[str], *, protected: Iterable[str | os.PathLike[str]] = (), create: bool = False
+) -> Path:
+    """The file to write for ``path``; an :class:`OutputPathError` naming the problem and the fix
+    where it cannot be used. A symbolic link is written through (its target is replaced, the link
+    stays); ``protected``: files it must not be (the input's own). Missing folders are created only
+    with ``create`` (as the write does), so a check made before the work leaves nothing behind.
 
     Example:
         >>> prepare_output("")  # doctest: +IGNORE_EXCEPTION_DETAIL
@@ -44,19 +47,22 @@ def prepare_output(path: str | os.PathLike[str], *, protected: Iterable[str | os
         if target.exists() and Path(other).exists() and os.path.samefile(target, other):
             raise OutputPathError(f"{given} is one of the input's own files ({other}); write elsewhere.")
     parent = target.parent
+    existing = parent
     for folder in [parent, *parent.parents]:
         if folder.exists():
             if not folder.is_dir():
                 raise OutputPathError(f"cannot write {given}: {folder} is a file, not a folder.")
+            existing = folder
             break
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputPathError(f"cannot create the folder {parent} for {given}: {exc.strerror or exc}.") from None
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputPathError(f"{given} is write-protected; remove it or choose another path.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputPathError(f"cannot write {given}: no permission to write in {parent}.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot write {given}: no permission to write in {existing}.")
+    if create:
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputPathError(f"cannot create the folder {parent} for {given}: {exc.strerror or exc}.") from None
     return target
 
 
@@ -76,7 +82,7 @@ def write_atomic(
 ) -> Path:
     """Write a file through ``write(fh)`` into a temporary file beside ``path``, then rename it into
     place (see :func:`prepare_output`); the path written (a link's target for a link)."""
-    target = prepare_output(path, protected=protected)
+    target = prepare_output(path, protected=protected, create=True)
     mode = _mode_for(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
