@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -93,6 +94,23 @@ _COPIED_OPTIONS = (
     "profile_file_prefix",
     "use_deterministic_compute",
 )
+
+
+# Suffix of the in-memory op type of a bridged node named like an op ONNX Runtime implements.
+_RENAMED_SUFFIX = ".opbridge"
+
+
+@functools.cache
+def _runtime_op_names() -> frozenset[str]:
+    """Op types ONNX Runtime knows in any domain (ONNX's, its contrib ops'); empty where it cannot list them."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+        return frozenset(str(schema.name) for schema in state.get_all_operator_schema())
+    except Exception:  # an ONNX Runtime build without the schema list: ONNX's own names
+        import onnx
+
+        return frozenset(schema.name for schema in onnx.defs.get_all_schemas_with_history())
 
 
 def _is_custom(node: onnx.NodeProto) -> bool:
@@ -441,11 +459,18 @@ class InferenceSession:
         element types; and the outputs whose type is unknown. ONNX Runtime gives a registered op one
         element type per output, so nodes of an op type whose outputs have other types than its first
         node's (an op with a dtype attribute) move to a domain of their own, in memory, one per set of
-        types."""
+        types; and a node named like an op ONNX Runtime knows gets an op type of its own."""
         import onnx
 
         untyped: list[str] = []
         types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
+        taken = _runtime_op_names()
+        for i in bound:
+            node = model.graph.node[i]
+            if node.op_type in taken:
+                # ONNX Runtime's graph optimizers match some ops by type alone: a bridged acme::Conv
+                # with one input aborted the process in a Conv fusion. In memory it gets a name of its own.
+                node.op_type = f"{node.op_type}{_RENAMED_SUFFIX}"
         n_out: dict[tuple[str, str], int] = {}
         for index in bound:
             node = model.graph.node[index]
