@@ -136,6 +136,10 @@ def test_empty_or_reserved_domain() -> None:
         opbridge.op("::Op")
     with pytest.raises(OpDefinitionError, match=r"domain 'ai.onnx' is ONNX's own"):
         opbridge.op("ai.onnx::Op")
+    with pytest.raises(OpDefinitionError, match=r"domain 'com.microsoft' is ONNX Runtime's own"):
+        opbridge.op("com.microsoft::Gelu")
+    with pytest.raises(OpDefinitionError, match=r"domain 'ai.onnx.ml' is ONNX's own"):
+        opbridge.op("ai.onnx.ml::Scaler")
 
 
 def test_unsupported_annotation() -> None:

@@ -212,9 +212,11 @@ def parse_qualname(qualname: str) -> tuple[str, str]:
     domain, name = qualname.split("::")
     if not domain:
         raise OpDefinitionError(f"op name {qualname!r} has an empty domain; write it as 'mydomain::{name}'.")
-    if domain in ("ai.onnx", "onnx"):
+    if domain in ("ai.onnx", "onnx", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training", "com.microsoft"):
+        owner = "ONNX Runtime's" if domain == "com.microsoft" else "ONNX's"
         raise OpDefinitionError(
-            f"op name {qualname!r}: domain {domain!r} is ONNX's own; choose a domain of your own, e.g. 'acme::{name}'."
+            f"op name {qualname!r}: domain {domain!r} is {owner} own (runtimes run their own ops there); choose a "
+            f"domain of your own, e.g. 'acme::{name}'."
         )
     if not name.isidentifier():
         raise OpDefinitionError(f"op name {qualname!r}: {name!r} is not a valid op type; use letters, digits and '_'.")
