@@ -267,6 +267,19 @@ def test_derived_shape_rule_for_onnx() -> None:
     def pad_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(x, (0, 0, 0, 12)) + y.sum()
 
+    @opbridge.op("tests.def::Longer")
+    def longer(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(max(a.shape[0], b.shape[0]), a.shape[1])
+
+    @opbridge.op("tests.def::First64")
+    def first64(x: torch.Tensor) -> torch.Tensor:
+        return x[:, :64] * 1
+
+    # max of two dims is neither of them (probes in opposite orders); a clamp at 64 is not the input dim
+    (both,) = infer_onnx(longer.spec, None, longer.reference, [tp(["n", 3]), tp(["m", 3])], {})
+    (clamped,) = infer_onnx(first64.spec, None, first64.reference, [tp([2, "L"])], {})
+    assert [d.dim_param or d.dim_value for d in both.tensor_type.shape.dim] == [0, 3]  # 0: unknown
+    assert [d.dim_param or d.dim_value for d in clamped.tensor_type.shape.dim] == [2, 0]
     (rows,) = infer_onnx(top_rows.spec, None, top_rows.reference, [tp(["batch", 3])], {"k": 16})
     (padded,) = infer_onnx(pad_add.spec, None, pad_add.reference, [tp(["batch", 3]), tp(["seq", 3])], {})
     for out in (rows, padded):
