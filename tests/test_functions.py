@@ -803,3 +803,31 @@ def test_op_whose_reference_calls_another_op_exports_with_both_bodies(tmp_path, 
     assert sorted(f.name for f in result.model.functions) == ["Inner", "Outer"]
     got = ort.InferenceSession(str(result.path)).run(None, {"x": x.numpy()})[0]
     np.testing.assert_array_equal(got, [6.0, 11.0, 16.0])
+
+
+@opbridge.op("tests.fn.optional::ScaleAdd", shape=lambda x, b=None, **_: opbridge.TensorInfo(x.shape, x.dtype))
+def scale_add(x: torch.Tensor, b: torch.Tensor | None = None, alpha: float = 1.0) -> torch.Tensor:
+    y = x * alpha
+    return y + b if b is not None else y
+
+
+@scale_add.register_function
+def _scale_add_body(spec, opset):  # type: ignore[no-untyped-def]
+    alpha = helper.make_node("Constant", [], ["a"])
+    alpha.attribute.extend([ref_attr("value_float", "alpha", onnx.AttributeProto.FLOAT)])
+    nodes = [alpha, helper.make_node("Mul", ["x", "a"], ["y"]), helper.make_node("Add", ["y", "b"], ["output"])]
+    return make_body(spec, nodes, opset)  # reads b whether the node gives it or not
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_body_reading_an_omitted_optional_input_is_refused_at_export(tmp_path, exporter: str) -> None:
+    """Valid as written, the model breaks once ONNX Runtime inlines the body for the call without b."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scale_add(x, alpha=0.5)
+
+    target = tmp_path / "omitted.onnx"
+    with pytest.raises(opbridge.ExportError, match=r"not once its function bodies are inlined.*optional input"):
+        opbridge.export(Model(), (torch.ones(2, 3),), target, exporter=exporter)
+    assert not target.exists()

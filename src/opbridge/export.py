@@ -542,7 +542,27 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
             onnx.checker.check_model(inferred, full_check=True)
         except Exception as exc:
             raise ExportError(f"the exported model fails onnx.checker (full_check): {exc}") from exc
+        if inferred.functions:
+            _check_inlined(inferred)
     return inferred
+
+
+def _check_inlined(model: onnx.ModelProto) -> None:
+    """An ExportError where the model, valid as written, is not once its function bodies are inlined,
+    as runtimes run them (a body reading an optional input that a node omits, say)."""
+    import onnx
+    import onnx.inliner
+
+    try:
+        inlined = onnx.inliner.inline_local_functions(model)
+        onnx.checker.check_model(inlined, full_check=True)
+    except Exception as exc:
+        message = " ".join(str(exc).split())
+        raise ExportError(
+            f"the exported model is valid as written, but not once its function bodies are inlined, as ONNX "
+            f"Runtime runs them: {message}. A body must work for every call of its op: one that reads an "
+            "optional input must handle its absence (an op called without it needs a body that does not read it)."
+        ) from exc
 
 
 # --------------------------------------------------------------------------- API
