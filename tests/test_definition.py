@@ -341,3 +341,17 @@ def test_output_names_and_attribute_ranges_are_checked() -> None:
     with pytest.raises(opbridge.OpCallError, match=r"attribute 'fs' = -1e\+39 is beyond float32"):
         ranges(x, fs=[1.0, -1e39])
     assert ranges(x, f=float("inf"), i=-(2**63)).tolist() == [1.0], "inf is a float32 value, -2**63 an int64 one"
+
+
+def test_rule_check_leaves_autocast_precision_alone() -> None:
+    """Under autocast the reference's matmul runs in bfloat16 while the rule declares the input's dtype:
+    not a disagreement of the two (shapes are still checked)."""
+
+    @opbridge.op("tests.def::Project", shape=lambda x, w: opbridge.TensorInfo((x.shape[0], w.shape[1]), x.dtype))
+    def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w
+
+    x, w = torch.ones(2, 3), torch.ones(3, 4)
+    assert project(x, w).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert project(x, w).dtype == torch.bfloat16
