@@ -506,3 +506,28 @@ def test_openvino_explains_a_kernel_only_op_the_model_does_not_type() -> None:
         ),
     ):
         runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+@opbridge.op("tests.backends::Count", shape=lambda x, k=0: opbridge.TensorInfo(x.shape, torch.int64))
+def count_plus(x: torch.Tensor, k: int = 0) -> torch.Tensor:
+    return torch.full(x.shape, x.numel() + k, dtype=torch.int64)
+
+
+class _Counts(torch.nn.Module):
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return count_plus(x, k=self.k) + count_plus(x, k=2)
+
+
+def test_openvino_int64_output_of_custom_nodes_stays_int64(tmp_path) -> None:
+    """OpenVINO's CPU plugin computes int64 in int32: the model's int64 output comes back as int64."""
+    _needs("openvino")
+    path = tmp_path / "counts.onnx"
+    opbridge.export(_Counts(1), (torch.ones(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with OpenVINORunner(path) as runner:
+        (out,) = runner.infer({"x": np.ones((2, 3), np.float32)}).values()
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, np.full((2, 3), 6 + 1 + 6 + 2))

@@ -249,6 +249,14 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                         f"but the node's output type is {want}; {fix}"
                     )
                 # The plugin's own buffer may hold a lowered precision (int32 for int64).
+                if buffer != value.dtype and value.dtype.kind in "iu" and buffer.kind in "iu" and value.size:
+                    info32 = np.iinfo(buffer)
+                    if value.min() < info32.min or value.max() > info32.max:
+                        raise RuntimeError(
+                            f"{_MARK}{kernel.qualname}: output {i} holds values beyond {buffer} (e.g. "
+                            f"{int(value.max()) if value.max() > info32.max else int(value.min())}), which OpenVINO's "
+                            f"CPU plugin computes {value.dtype} in; keep them within {buffer} for OpenVINO."
+                        )
                 value = np.ascontiguousarray(value, dtype=buffer)
                 out.shape = value.shape
                 out.data[...] = value
@@ -364,6 +372,7 @@ class OpenVINORunner(OnnxRunner):
         self._request: Any = None
         self._core: Any = None
         self._out_index: dict[str, int] = {}
+        self._out_dtypes: dict[str, np.dtype] = {}
         #: The custom ops' Python code, one entry per custom node (after inlining).
         self.kernels: list[CustomKernel] = []
         #: The converted ``openvino.Model`` (set by ``load``), e.g. for ``openvino.save_model``.
@@ -391,6 +400,16 @@ class OpenVINORunner(OnnxRunner):
                 drop |= more
         if moved:
             logger.info("openvino: moved default-domain custom ops %s into a domain of their own", moved)
+        import onnx
+
+        self._out_dtypes = {}
+        for vi in prepared.graph.output:
+            elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+            if elem:
+                try:
+                    self._out_dtypes[vi.name] = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+                except Exception:  # no numpy equivalent (bfloat16, float8...)
+                    continue
         self.kernels = [n.kernel for n in nodes]
         try:
             config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
@@ -431,7 +450,13 @@ class OpenVINORunner(OnnxRunner):
             marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
             raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
         values = list(results.values())
-        return {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
+        out = {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
+        # the CPU plugin computes int64 in int32: the model's outputs come back in their declared dtype
+        for name, value in out.items():
+            want = self._out_dtypes.get(name)
+            if want is not None and value.dtype != want and value.dtype.kind in "iu" and want.kind in "iu":
+                out[name] = value.astype(want)
+        return out
 
     def _close(self) -> None:
         self._request = None
