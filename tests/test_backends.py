@@ -531,3 +531,31 @@ def test_openvino_int64_output_of_custom_nodes_stays_int64(tmp_path) -> None:
         (out,) = runner.infer({"x": np.ones((2, 3), np.float32)}).values()
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out, np.full((2, 3), 6 + 1 + 6 + 2))
+
+
+@opbridge.op("tests.backends::Opt", shape=lambda x, *_, **__: opbridge.TensorInfo(x.shape, x.dtype))
+def optional_inputs(
+    x: torch.Tensor,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    c: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r = x + a if a is not None else x * 1
+    r = r * b if b is not None else r
+    return r - c if c is not None else r
+
+
+class _Gaps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return optional_inputs(x, None, x + 1, None) + optional_inputs(x, c=x * 3)
+
+
+def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> None:
+    _needs("openvino")
+    path = tmp_path / "gaps.onnx"
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    opbridge.export(_Gaps(), (x,), path, exporter="torchscript", input_names=["x"])
+    assert [list(n.input)[:3] for n in onnx.load(path).graph.node if n.op_type == "Opt"][0][1] == ""
+    with OpenVINORunner(path) as runner:
+        (out,) = runner.infer({"x": x.numpy()}).values()
+    np.testing.assert_array_equal(out, _Gaps()(x).numpy())

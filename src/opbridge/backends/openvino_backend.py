@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,18 @@ class _NodeInfo:
     num_outputs: int
     # (numpy dtype or None, rank or None) per output, from ONNX shape inference.
     onnx_outputs: list[tuple[np.dtype | None, int | None]]
+    # The op's input position of each input the OpenVINO node has (omitted optional inputs are left
+    # out of it: OpenVINO's CPU plugin cannot compile an empty input).
+    positions: list[int] = field(default_factory=list)
+
+    def expand(self, values: list[Any]) -> list[Any]:
+        """``values`` of the node's inputs at the op's input positions, None where one was omitted."""
+        if not self.positions:
+            return list(values)
+        out: list[Any] = [None] * (max(self.positions) + 1 if self.positions else 0)
+        for pos, value in zip(self.positions, values):
+            out[pos] = value
+        return out
 
 
 def prepare_model(
@@ -109,9 +121,20 @@ def prepare_model(
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
             kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))
+        positions = [i for i, name in enumerate(node.input) if name]
+        if len(positions) != len(node.input):  # omitted optional inputs: the node gets the given ones only
+            given = [node.input[i] for i in positions]
+            del node.input[:]
+            node.input.extend(given)
+        else:
+            positions = []
         infos.append(
             _NodeInfo(
-                kernel, kernel.attributes(node), len(node.output), [types.get(o, (None, None)) for o in node.output]
+                kernel,
+                kernel.attributes(node),
+                len(node.output),
+                [types.get(o, (None, None)) for o in node.output],
+                positions,
             )
         )
         node.attribute.append(onnx.helper.make_attribute(_NODE_ATTR, len(infos) - 1))
@@ -209,9 +232,9 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             info = nodes[self._index]
             kernel = info.kernel
             in_types, out_types = model_dtypes.get(self._index, ([], []))
-            arrays: list[np.ndarray | None] = [
-                _kernel_input(t.data, in_types[i] if i < len(in_types) else None) for i, t in enumerate(inputs)
-            ]
+            arrays: list[np.ndarray | None] = info.expand(
+                [_kernel_input(t.data, in_types[i] if i < len(in_types) else None) for i, t in enumerate(inputs)]
+            )
             if kernel.opdef is not None:
                 arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
             try:
@@ -317,7 +340,7 @@ def _spec_outputs(info: _NodeInfo, inputs: list[tuple[Any, Any]], infer_onnx: An
     opdef = info.kernel.opdef
     assert opdef is not None
     try:
-        types = [_type_proto(t, s) for t, s in inputs]
+        types = info.expand([_type_proto(t, s) for t, s in inputs])
         types += [None] * (len(opdef.spec.inputs) - len(types))
         protos = infer_onnx(opdef.spec, opdef.shape_rule, opdef.reference, types, info.attrs)
     except Exception as exc:
