@@ -614,3 +614,26 @@ def test_custom_ops_named_like_onnx_runtime_ops_run(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_run_time_dtype_error_of_an_untyped_kernel_only_output_is_explained() -> None:
+    @opbridge.kernel("Widen", domain="test.session.untyped")
+    def widen(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64)
+
+    nodes = [
+        helper.make_node("Widen", ["x"], ["w"], domain="test.session.untyped"),
+        helper.make_node("Cast", ["w"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.session.untyped", 1)]
+    )
+    sess = opbridge.InferenceSession(model)
+    with pytest.raises(Exception, match=r"has dtype float64, .*could not tell the element type of .*Widen output 'w'"):
+        sess.run(None, {"x": np.ones(2, np.float32)})

@@ -323,18 +323,21 @@ class InferenceSession:
         except Exception as exc:
             if type(exc).__name__ == "InvalidProtobuf":
                 raise ModelLoadError(f"ONNX Runtime cannot parse the model: {exc}") from None
-            untyped = self._untyped
-            if untyped and "Type Error" in str(exc):
+            if self._untyped and "Type Error" in str(exc):
                 raise ModelLoadError(
-                    f"ONNX Runtime could not load the model: {str(exc).rstrip('.')}. opbridge could not tell the element type of "
-                    f"{', '.join(untyped)} (no value_info in the model, and no op spec with a shape rule), so ONNX "
-                    "Runtime took its node's first input's type; give the model value_info for those values, or "
-                    "define the op with @opbridge.op and a shape rule."
+                    f"ONNX Runtime could not load the model: {str(exc).rstrip('.')}. {self._untyped_hint()}"
                 ) from exc
             raise
         finally:
             for d in descriptors:
                 d.release()
+
+    def _untyped_hint(self) -> str:
+        return (
+            f"opbridge could not tell the element type of {', '.join(self._untyped)} (no value_info in the model, "
+            "and no op spec with a shape rule), so ONNX Runtime took its node's first input's type; give the "
+            "model value_info for those values, or define the op with @opbridge.op and a shape rule."
+        )
 
     def _large_model_file(self, model: onnx.ModelProto) -> str:
         """Write a model over protobuf's 2 GiB limit to a temporary directory (removed with the
@@ -523,8 +526,15 @@ class InferenceSession:
             return self._session.run(
                 None if output_names is None else list(output_names), dict(input_feed), run_options
             )
-        except Exception:
+        except Exception as exc:
             _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
+            if self._untyped and "but the node's output type is" in str(exc):
+                # the kernel may be right and the type a guess: say so, with the same exception type
+                try:
+                    hinted = type(exc)(f"{exc} {self._untyped_hint()}")
+                except Exception:  # an exception type that takes other arguments
+                    raise exc from None
+                raise hinted from exc
             raise
 
     def get_inputs(self) -> list[Any]:
