@@ -195,9 +195,11 @@ def _check_dims_kept(
             if isinstance(dim, torch.export.Dim) and axis < len(dims) and dims[axis].HasField("dim_value"):
                 raise ExportError(
                     f"input {name!r} dim {axis} ({dim.__name__}) was asked to be dynamic, but the exported model "
-                    f"has it static ({dims[axis].dim_value}): the model specialized it, e.g. by passing a size to "
-                    "an op's int attribute (attributes are constants in the file). Pass the size as a tensor input, "
-                    "or read it from a tensor inside the op's reference."
+                    f"has it static ({dims[axis].dim_value}): the traced model fixed its size. Causes: a size passed "
+                    "to an op's int attribute (attributes are constants in the file: pass it as a tensor input, or "
+                    "read it from a tensor inside the op's reference), or an operation with a fixed-size tensor "
+                    "(adding a torch.ones(4, 3), say); torch.export's own message names the line where it "
+                    "specializes: export with torch.export.export(..., dynamic_shapes=...) to see it."
                 )
 
 
