@@ -74,6 +74,8 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
     report = rewrite_model(original, ["resize-cubic-to-dynamic-resize"])
     (outcome,) = report.outcomes
     assert outcome.applied and "computed at run time" in outcome.reason
+    # a scale that is not whole on the input's size samples other points: the report says so
+    assert ("WARNING: exact where height and width times the scale are whole" in outcome.reason) == (scales == "input")
     types = op_types(report.model)
     assert "Resize" not in types and types.count("Test::DynamicTRTResize") == 1 and "ConstantOfShape" in types
     resize = next(n for n in report.model.graph.node if n.op_type == "DynamicTRTResize")

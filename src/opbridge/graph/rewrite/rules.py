@@ -70,6 +70,15 @@ def _set_opset(model: ir.Model, domain: str, version: int) -> None:
         model.opset_imports[domain] = version
 
 
+# Resize with scales samples at (x + 0.5) / scale - 0.5 (PyTorch's scale_factor too); DynamicResize, like
+# F.interpolate(size=...), at (x + 0.5) * in / out - 0.5: the same points where in * scale is whole.
+_SCALES_CAVEAT = (
+    "; WARNING: exact where height and width times the scale are whole numbers (x2, x3, x4 on any input); "
+    "elsewhere DynamicResize samples with the in/out size ratio (F.interpolate(size=...)) where Resize with "
+    "scales uses 1/scale, and the values differ (check with opbridge verify at the scales you run)"
+)
+
+
 class ResizeCubicToDynamicResize(IRRule):
     """Cubic ``Resize`` with run-time scales/sizes -> opbridge ``DynamicResize`` (``Test::DynamicTRTResize``)."""
 
@@ -117,7 +126,8 @@ class ResizeCubicToDynamicResize(IRRule):
         frozen, _ = evaluate_constant(source)
         if frozen is None:
             return Check.success(
-                f"{what} {source.name!r} computed at run time", {"align": align, "kind": what, "src": source}
+                f"{what} {source.name!r} computed at run time" + (_SCALES_CAVEAT if what == "scales" else ""),
+                {"align": align, "kind": what, "src": source},
             )
         scale_input = options.get("scale_input")
         if not scale_input:
@@ -132,7 +142,7 @@ class ResizeCubicToDynamicResize(IRRule):
         if len(flat) != 4 or flat[0] != 1.0 or flat[1] != 1.0 or flat[2] != flat[3]:
             return Check.fail(f"frozen scales {flat} are not (1, 1, s, s); scale_input gives one factor for H and W")
         return Check.success(
-            f"frozen scales {flat} replaced by graph input {scale_input!r}",
+            f"frozen scales {flat} replaced by graph input {scale_input!r}{_SCALES_CAVEAT}",
             {"align": align, "kind": "scale_input", "name": str(scale_input)},
         )
 
