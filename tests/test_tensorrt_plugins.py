@@ -41,7 +41,7 @@ EXACT = {
     "steps": 2**40,
     "flip": False,
     "tag": "",
-    "weights": [0.1, -0.0, 1e300],
+    "weights": [0.1, -0.0, 3.4028234663852886e38],  # float64 values up to float32's largest
     "dims": [],
     "names": ["", "x", "日本語"],
 }
