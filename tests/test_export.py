@@ -416,6 +416,18 @@ def test_data_dependent_output_size(tmp_path: Path, exporter: str) -> None:
         opbridge.export(NoRule(), (x,), tmp_path / "dd_no_rule.onnx", exporter=exporter)
 
 
+def test_dynamo_keeps_the_forward_parameter_names(tmp_path: Path) -> None:
+    """torch.onnx lower-cases them (inputTensor -> inputtensor) unless told; the CLI's --shape and
+    --dynamic name them as the forward does."""
+
+    class Camel(torch.nn.Module):
+        def forward(self, inputTensor: torch.Tensor, otherInput: torch.Tensor) -> torch.Tensor:  # noqa: N803
+            return scaled_swish(inputTensor) + otherInput
+
+    result = opbridge.export(Camel(), (torch.ones(2), torch.ones(2)), tmp_path / "camel.onnx", exporter="dynamo")
+    assert [i.name for i in result.model.graph.input] == ["inputTensor", "otherInput"]
+
+
 def test_unknown_exporter(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"unknown exporter 'onnx'; use 'dynamo' or 'torchscript'"):
         opbridge.export(Swish(), (torch.randn(2),), tmp_path / "x.onnx", exporter="onnx")  # type: ignore[arg-type]

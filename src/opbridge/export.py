@@ -635,9 +635,13 @@ def export(
                 shapes = dynamic_shapes
                 if dynamic_axes:
                     shapes = _dims_from_axes(model, args, input_names, dynamic_axes)
-                proto = _export_dynamo(model, args, kwargs, ops, opset_version, input_names, output_names, shapes)
+                names = input_names
+                if not names and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+                    # the forward's parameter names, as written (torch.onnx would lower-case them)
+                    names = _forward_names(model, len(args))
+                proto = _export_dynamo(model, args, kwargs, ops, opset_version, names, output_names, shapes)
                 if shapes is not None:
-                    _check_dims_kept(proto, model, args, input_names, shapes)
+                    _check_dims_kept(proto, model, args, names, shapes)
             else:
                 axes = dynamic_axes
                 if dynamic_shapes is not None:
