@@ -421,7 +421,7 @@ def test_dynamo_keeps_the_forward_parameter_names(tmp_path: Path) -> None:
     --dynamic name them as the forward does."""
 
     class Camel(torch.nn.Module):
-        def forward(self, inputTensor: torch.Tensor, otherInput: torch.Tensor) -> torch.Tensor:  # noqa: N803
+        def forward(self, inputTensor: torch.Tensor, otherInput: torch.Tensor) -> torch.Tensor:
             return scaled_swish(inputTensor) + otherInput
 
     result = opbridge.export(Camel(), (torch.ones(2), torch.ones(2)), tmp_path / "camel.onnx", exporter="dynamo")
