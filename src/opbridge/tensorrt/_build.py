@@ -248,10 +248,12 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
     - INT/INTS attributes of opbridge ops beyond int32, in the main graph and in If/Loop/Scan bodies:
       TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word (2**40
       arrives as 0), so opbridge refuses such a model before parsing.
-    - Each node of an opbridge op gets, in memory, ``plugin_namespace`` = its domain and
-      ``plugin_version`` = its op's version (from the model's opset import), unless it sets them: the
-      parser otherwise looks for version "1" under namespace "", where an op of another domain with
-      the same name, or the op's other version, may be registered.
+    - Each node of an opbridge op without a model-local function body gets, in memory,
+      ``plugin_namespace`` = its domain and ``plugin_version`` = its op's version (from the model's
+      opset import), unless it sets them: the parser otherwise looks for version "1" under namespace
+      "", where an op of another domain with the same name, or the op's other version, may be
+      registered. Nodes with a body are left as they are: the parser imports the body (a
+      ``plugin_namespace`` attribute would make it take the plugin instead).
 
     Returns the errors and the tagged model's bytes (None where no node was tagged).
     """
@@ -263,6 +265,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
     names = {op.spec.name for op in all_ops()}
     model = onnx.load(model_path, load_external_data=False)
     opset = {o.domain: o.version for o in model.opset_import}
+    local = {f.name for f in model.functions}  # the parser finds local functions by op type alone
     errors: list[ErrorEntry] = []
     tagged = False
     for _, node in all_nodes(model):
@@ -307,6 +310,8 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
                     "Give them, or reorder the op's inputs so that optional ones come last.",
                 )
             )
+        if node.op_type in local:  # the parser imports the function body (a plugin_namespace would override it)
+            continue
         present = {a.name for a in node.attribute}
         for key, value in (("plugin_namespace", node.domain), ("plugin_version", str(opdef.spec.version))):
             if key not in present:
