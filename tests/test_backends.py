@@ -559,3 +559,17 @@ def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> No
     with OpenVINORunner(path) as runner:
         (out,) = runner.infer({"x": x.numpy()}).values()
     np.testing.assert_array_equal(out, _Gaps()(x).numpy())
+
+
+def test_openvino_runs_kernels_where_bodies_do_not_convert(tmp_path) -> None:
+    """DynamicResize's body at opset 11 (Resize-11 with empty roi and scales) does not convert in
+    OpenVINO: the op runs through its kernel instead, and the model still matches PyTorch."""
+    _needs("openvino")
+    from opbridge.examples.seeds import super_resolution_net
+
+    model, args = super_resolution_net()
+    path = tmp_path / "sr11.onnx"
+    result = opbridge.export(model, args, path, exporter="torchscript", opset_version=11)
+    assert [f.name for f in result.model.functions] == ["DynamicTRTResize"]
+    record = opbridge.verify(path, (model, args), backends=["openvino"])
+    assert [r.status for r in record.runs] == ["pass"], record.table()

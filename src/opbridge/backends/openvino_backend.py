@@ -414,13 +414,30 @@ class OpenVINORunner(OnnxRunner):
             prepared, nodes, moved = prepare_model(self.model, drop)
             try:
                 self.ov_model = ov_model = self._read(ov, ConversionExtension, prepared, nodes)
-                break
             except RuntimeError as exc:
                 more = _bodies_using(self.model, _unconverted_ops(str(exc))) - drop
+                if not more:  # not an op without a rule: the bodies of the ops opbridge can run, if any
+                    more = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
                 if not more:
                     raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
                 logger.info("openvino: running %s through their kernels (their bodies do not convert)", sorted(more))
                 drop |= more
+                continue
+            try:
+                config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
+                self._compiled = self._core.compile_model(ov_model, self.device, config)
+                break
+            except RuntimeError as exc:
+                # a body that converts but does not compile (Resize-11's empty inputs, say): the ops' kernels
+                bodies = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
+                if not bodies:
+                    raise ModelLoadError(f"openvino could not compile the model: {_first_line(exc)}") from None
+                logger.info(
+                    "openvino: running %s through their kernels (the model with their bodies does not compile: %s)",
+                    sorted(bodies),
+                    _first_line(exc),
+                )
+                drop |= bodies
         if moved:
             logger.info("openvino: moved default-domain custom ops %s into a domain of their own", moved)
         import onnx
@@ -434,11 +451,6 @@ class OpenVINORunner(OnnxRunner):
                 except Exception:  # no numpy equivalent (bfloat16, float8...)
                     continue
         self.kernels = [n.kernel for n in nodes]
-        try:
-            config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
-            self._compiled = self._core.compile_model(ov_model, self.device, config)
-        except RuntimeError as exc:
-            raise ModelLoadError(f"openvino could not compile the model: {_first_line(exc)}") from None
         self._request = self._compiled.create_infer_request()
         self._out_index = {}
         for i, port in enumerate(self._compiled.outputs):
@@ -486,6 +498,23 @@ class OpenVINORunner(OnnxRunner):
         self._compiled = None
         self._core = None
         self.ov_model = None
+
+
+def _model_functions(model: Any) -> list[Any]:
+    """The model-local functions of ``model`` (a path, bytes or ModelProto) whose ops opbridge can run."""
+    from opbridge.backends._custom import find_custom_kernel
+    from opbridge.model_io import load_model
+
+    proto = load_model(model)
+    versions = {o.domain: o.version for o in proto.opset_import}
+    out = []
+    for f in proto.functions:
+        try:
+            find_custom_kernel(f.domain, f.name, versions.get(f.domain))
+        except Exception:  # no kernel: the body is the only way to run it
+            continue
+        out.append(f)
+    return out
 
 
 def _unconverted_ops(message: str) -> set[str]:
