@@ -544,3 +544,21 @@ def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None
     )
     assert proc.returncode == 2, proc.stderr
     assert "TensorRT is not installed" in proc.stderr and "tensorrt-rtx-cu13" in proc.stderr
+
+
+def test_build_warns_of_a_plugin_without_gpu_kernel(
+    user_ops_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The engine builds (TensorRT does not run enqueue at build time) but could never run: say so."""
+    t = helper.make_tensor_value_info
+    model = _model(
+        tmp_path / "nokernel.onnx",
+        [helper.make_node("AddSame", ["x", "y"], ["z"], domain="rules_trt", name="add")],
+        [t("x", TensorProto.FLOAT, [2, 5]), t("y", TensorProto.FLOAT, [2, 5])],
+        [t("z", TensorProto.FLOAT, None)],
+        {"rules_trt": 1},
+    )
+    with caplog.at_level("WARNING", logger="opbridge.tensorrt._build"):
+        report = build_engine(model, None, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert any("rules_trt::AddSame, which have no GPU kernel" in r.getMessage() for r in caplog.records)

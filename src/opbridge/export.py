@@ -36,6 +36,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -650,7 +651,8 @@ def export(
         except ExportError:
             raise
         except Exception as exc:
-            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {exc}") from exc
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch.onnx colours its messages for a terminal
+            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}") from exc
     for w in caught:
         category = w.category.__name__
         if issubclass(w.category, (DeprecationWarning, FutureWarning)) or "torch/onnx" in w.filename:

@@ -486,6 +486,8 @@ def build_engine(
         profiles={k: [list(map(int, s)) for s in v] for k, v in (profiles or {}).items()},
     )
     result = _run_isolated(request, timeout) if isolate else _work(request)
+    if result.get("ok"):
+        _warn_kernelless(request["model"])
     return BuildReport(
         bool(result["ok"]),
         str(result["backend"]),
@@ -495,6 +497,34 @@ def build_engine(
         list(result.get("log", [])),
         dict(result.get("plugin_shapes", {})),
     )
+
+
+def _warn_kernelless(model_path: str) -> None:
+    """Warn of plugin nodes whose op has no GPU kernel: the engine builds, and fails at its first enqueue."""
+    import onnx
+
+    from opbridge.definition import find_op
+    from opbridge.graph._model import all_nodes
+
+    model = onnx.load(model_path, load_external_data=False)
+    opset = {o.domain: o.version for o in model.opset_import}
+    local = {f.name for f in model.functions}
+    missing = sorted(
+        {
+            opdef.spec.qualname
+            for _, node in all_nodes(model)
+            if node.domain
+            and node.op_type not in local
+            and (opdef := find_op(node.domain, node.op_type, opset.get(node.domain, 1))) is not None
+            and opdef.gpu_kernel is None
+        }
+    )
+    if missing:
+        logger.warning(
+            "the engine holds plugins of %s, which have no GPU kernel: it fails at its first enqueue; "
+            "register one with <op>.register_gpu_kernel(fn, dtypes=...)",
+            ", ".join(missing),
+        )
 
 
 def _work(request: dict[str, Any]) -> dict[str, Any]:
