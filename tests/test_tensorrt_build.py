@@ -562,3 +562,30 @@ def test_build_warns_of_a_plugin_without_gpu_kernel(
         report = build_engine(model, None, ops=[str(user_ops_file)], isolate=False)
     assert report.ok, report.describe()
     assert any("rules_trt::AddSame, which have no GPU kernel" in r.getMessage() for r in caplog.records)
+
+
+def test_profiles_of_inputs_that_share_named_dims(tmp_path: Path) -> None:
+    """Two inputs share 'batch': one profile gives the other its own; two profiles that
+    give 'batch' different ranges are refused."""
+    from opbridge.tensorrt import check_profiles
+
+    path = tmp_path / "shared.onnx"
+    t = helper.make_tensor_value_info
+    nodes = [helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge", name="s2")]
+    _model(
+        path,
+        nodes,
+        [t("a", TensorProto.FLOAT, ["batch", 3, 4]), t("b", TensorProto.FLOAT, ["batch", 3, 4])]
+        + [t("c", TensorProto.FLOAT, [1, 3, 4])],
+        [t("y", TensorProto.FLOAT, None)],
+        {"opbridge": 1},
+    )
+    completed = check_profiles(path, {"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4))})
+    assert completed["b"] == ((1, 3, 4), (2, 3, 4), (8, 3, 4)) and "c" not in completed
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"--profile b: axis 0 is the named dim 'batch', which --profile a"
+    ):
+        check_profiles(path, {"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4)), "b": ((1, 3, 4), (2, 3, 4), (4, 3, 4))})
+    report = build_engine(path, None, profiles={"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4))}, isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["s2"]["inputs"][1] == [[1, 3, 4], [8, 3, 4]]

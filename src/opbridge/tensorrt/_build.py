@@ -94,28 +94,25 @@ def _fmt(dims: Sequence[Any]) -> str:
     return "x".join(str(d) if isinstance(d, int) else "N" for d in dims)
 
 
-def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None) -> None:
-    """Raise :class:`OpbridgeError` unless ``profiles`` fits the model's inputs (names, ranks, static dims).
+def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None) -> dict[str, Any]:
+    """The profiles for the model's inputs, checked (names, ranks, static dims, ``min <= opt <= max``)
+    and completed; an :class:`OpbridgeError` naming the problem otherwise.
 
-    Every input with a dynamic dim needs a profile ``(min, opt, max)`` with ``min <= opt <= max``.
+    Every input with a dynamic dim needs a profile ``(min, opt, max)``. An input whose dynamic dims
+    are all named dims (``batch``) that another input's profile sets gets its profile from there;
+    two profiles that give one named dim different ranges are refused.
     """
     path = Path(model_path)
     inputs = _model_inputs(path)
-    profiles = dict(profiles or {})
-    for name in profiles:
+    given: dict[str, tuple[tuple[int, ...], ...]] = {
+        name: tuple(tuple(int(v) for v in shape) for shape in triple) for name, triple in (profiles or {}).items()
+    }
+    for name in given:
         if name not in inputs:
             raise OpbridgeError(f"--profile {name}: the model has no input {name!r}; its inputs are {sorted(inputs)}.")
-    for name, dims in inputs.items():
-        dynamic = any(not isinstance(d, int) for d in dims)
-        if name not in profiles:
-            if dynamic:
-                example = _fmt([d if isinstance(d, int) else 1 for d in dims])
-                raise OpbridgeError(
-                    f"input {name!r} has dynamic dims ({_fmt(dims)}): give its range as "
-                    f"--profile {name}:MIN,OPT,MAX, e.g. --profile {name}:{example},{example},{example}."
-                )
-            continue
-        triple = profiles[name]
+    named: dict[str, tuple[tuple[int, int, int], str]] = {}  # dim name -> (min, opt, max), the input setting it
+    for name, triple in given.items():
+        dims = inputs[name]
         if len(triple) != 3:
             raise OpbridgeError(f"--profile {name}: give three shapes MIN,OPT,MAX.")
         for label, shape in zip(("min", "opt", "max"), triple):
@@ -133,6 +130,31 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
         lo, mid, hi = triple
         if not all(a <= b <= c for a, b, c in zip(lo, mid, hi)):
             raise OpbridgeError(f"--profile {name}: need MIN <= OPT <= MAX on every axis, got {lo}, {mid}, {hi}.")
+        for axis, d in enumerate(dims):
+            if isinstance(d, str):
+                span = (lo[axis], mid[axis], hi[axis])
+                if d in named and named[d][0] != span:
+                    other_span, other = named[d]
+                    raise OpbridgeError(
+                        f"--profile {name}: axis {axis} is the named dim {d!r}, which --profile {other} gives the "
+                        f"range {other_span} (min, opt, max); inputs that share a named dim need one range: give "
+                        f"{d!r} {span} or {other_span} in both."
+                    )
+                named.setdefault(d, (span, name))
+    out: dict[str, Any] = dict(given)
+    for name, dims in inputs.items():
+        if name in out or all(isinstance(d, int) for d in dims):
+            continue
+        if all(isinstance(d, int) or (isinstance(d, str) and d in named) for d in dims):
+            out[name] = tuple(tuple(d if isinstance(d, int) else named[str(d)][0][k] for d in dims) for k in range(3))
+            logger.info("profile of %s from its named dims: %s", name, out[name])
+            continue
+        example = _fmt([d if isinstance(d, int) else 1 for d in dims])
+        raise OpbridgeError(
+            f"input {name!r} has dynamic dims ({_fmt(dims)}): give its range as "
+            f"--profile {name}:MIN,OPT,MAX, e.g. --profile {name}:{example},{example},{example}."
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- in-process work
@@ -477,7 +499,7 @@ def build_engine(
         True
     """
     request = _request(path, ops)
-    check_profiles(request["model"], profiles)
+    profiles = check_profiles(request["model"], profiles)
     if output is not None and Path(output).resolve() == Path(request["model"]):
         raise OpbridgeError(f"-o {output}: that is the input model; choose another path for the engine.")
     request.update(
