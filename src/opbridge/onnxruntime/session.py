@@ -102,7 +102,7 @@ _RENAMED_SUFFIX = ".opbridge"
 
 @functools.cache
 def _runtime_op_names() -> frozenset[str]:
-    """Op types ONNX Runtime knows in any domain (ONNX's, its contrib ops'); empty where it cannot list them."""
+    """Op types ONNX Runtime knows in any domain (ONNX's, its contrib ops'); ONNX's where it cannot list them."""
     try:
         from onnxruntime.capi import onnxruntime_pybind11_state as state
 
@@ -468,6 +468,7 @@ class InferenceSession:
         untyped: list[str] = []
         types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
         taken = _runtime_op_names()
+        original = {i: model.graph.node[i].op_type for i in bound}
         for i in bound:
             node = model.graph.node[i]
             if node.op_type in taken:
@@ -487,7 +488,7 @@ class InferenceSession:
             signature = tuple(types.get(name, 0) if name else 0 for name in names)
             groups.setdefault((node.domain, node.op_type, signature), []).append(node)
             untyped.extend(
-                f"{node.domain}::{node.op_type} output {name!r}" for name in names if name and not types.get(name)
+                f"{node.domain}::{original[index]} output {name!r}" for name in names if name and not types.get(name)
             )
         table = []
         seen: dict[tuple[str, str], int] = {}
