@@ -472,3 +472,33 @@ def test_output_paths_that_are_not_regular_files_or_are_the_factory(
     assert "the output path is empty" in capsys.readouterr().err
     assert main(["demo", "--keep", str(factory), "-q"]) == 2
     assert "is a file; give --keep a folder" in capsys.readouterr().err
+
+
+def test_rewrite_keeps_the_weights_in_an_external_data_file(tmp_path: Path) -> None:
+    """A model whose weights are in an external data file is written the same way: the graph in the
+    output, the weights in <output>.data beside it; the input's files are left as they were."""
+    from onnx.external_data_helper import uses_external_data
+
+    weight = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [1, 32])], [("y", TensorProto.FLOAT, [1, 32])], initializers=[("w", weight)]
+    )
+    src = tmp_path / "model.onnx"
+    onnx.save_model(model, src, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    before = (_digest(src), _digest(tmp_path / "weights.bin"))
+    out = tmp_path / "out" / "rewritten.onnx"
+    assert main(["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain"]) == 0
+    assert (_digest(src), _digest(tmp_path / "weights.bin")) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rewritten.onnx", "rewritten.onnx.data"]
+    light = onnx.load(out, load_external_data=False)
+    assert uses_external_data(light.graph.initializer[0])
+    assert out.stat().st_size < weight.nbytes
+    full = onnx.load(out)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(full.graph.initializer[0]), weight)
+    assert full.graph.node[1].domain == "opbridge.legacy"
+    # in place: the model and a data file of its own name; the old data file is left beside it
+    assert main(["rewrite", str(src), "--in-place", "--rule", "legacy-domain"]) == 0
+    again = onnx.load(src)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(again.graph.initializer[0]), weight)
+    assert (tmp_path / "model.onnx.data").is_file()

@@ -168,12 +168,51 @@ def rewrite_file(
         if Path(output).exists() and Path(output).resolve() == src.resolve():
             raise RewriteError(f"{output} is the input file; write elsewhere or pass --in-place to replace it.")
         target = output  # as given: an empty path is named as such
-    protected = [] if in_place else [src, *_external_files(src)]
+    external = _external_files(src)
+    protected = [] if in_place else [src, *external]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
+    if external:  # the output keeps its weights beside it, in <output>.data
+        prepare_output(f"{os.fspath(target)}.data", protected=protected)
     report = rewrite_model(src, rules, options)
     if report.changed:
-        report.path = save_model_atomic(report.model, target, protected=protected)
+        if external:
+            report.path = _save_with_external_data(report.model, target, protected)
+        else:
+            report.path = save_model_atomic(report.model, target, protected=protected)
     return report
+
+
+def _save_with_external_data(model: onnx.ModelProto, target: str | os.PathLike[str], protected: Sequence[Path]) -> Path:
+    """Write ``model`` as the input was laid out: the graph in ``target``, its tensors of 1 KiB or more
+    in one external data file ``<target>.data`` beside it. Both are written to a temporary folder
+    there, then moved into place, the data file first."""
+    import shutil
+    import tempfile
+
+    import onnx
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    from opbridge._files import _mode_for, prepare_output
+
+    path = prepare_output(target, protected=protected, create=True)
+    data = prepare_output(path.with_name(f"{path.name}.data"), protected=protected, create=True)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # the report keeps its model with the tensors in it
+    convert_model_to_external_data(copy, all_tensors_to_one_file=True, location=data.name, size_threshold=1024)
+    modes = (_mode_for(path), _mode_for(data))
+    folder = tempfile.mkdtemp(prefix=".opbridge-rewrite-", dir=path.parent)
+    try:
+        staged = Path(folder) / path.name
+        onnx.save_model(copy, staged)
+        staged_data = Path(folder) / data.name
+        os.chmod(staged, modes[0])
+        if staged_data.exists():  # (every tensor under the size threshold: nothing to put beside it)
+            os.chmod(staged_data, modes[1])
+            os.replace(staged_data, data)
+        os.replace(staged, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return path
 
 
 def _external_files(source: Path) -> list[Path]:
