@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,3 +71,14 @@ def seed_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., opbri
         return cache[key]
 
     return get
+
+
+def run_script(folder: Path, source: str, timeout: float = 300) -> str:
+    """Run ``source`` (dedented) as a script in a fresh Python process, so that process-wide state
+    (imports, registries) starts empty or an abort cannot end the test run; its stdout, once it
+    exited 0."""
+    script = folder / "script.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import EXPORTERS, SEED_IDS, seed_by_name
+from conftest import EXPORTERS, SEED_IDS, run_script, seed_by_name
 
 import opbridge
 from opbridge import ExportError
@@ -281,33 +278,28 @@ def test_dynamo_exports_beside_ops_named_like_standard_or_other_domains_ops(tmp_
     """onnx.reference, which the dynamo exporter imports, refuses two schemas of one op name; in a
     fresh process (where it is not imported yet) ops named like a standard op, or like another
     domain's op, still export."""
-    script = tmp_path / "names.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import torch, opbridge
+    stdout = run_script(
+        tmp_path,
+        f"""
+        import torch, opbridge
 
-            @opbridge.op("names_a::Gelu")
-            def gelu(x: torch.Tensor) -> torch.Tensor:
-                return x * 2
+        @opbridge.op("names_a::Gelu")
+        def gelu(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
 
-            @opbridge.op("names_b::Gelu")
-            def other_gelu(x: torch.Tensor) -> torch.Tensor:
-                return x * 3
+        @opbridge.op("names_b::Gelu")
+        def other_gelu(x: torch.Tensor) -> torch.Tensor:
+            return x * 3
 
-            class M(torch.nn.Module):
-                def forward(self, x):
-                    return other_gelu(gelu(x))
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return other_gelu(gelu(x))
 
-            result = opbridge.export(M(), (torch.ones(2, 3),), {str(tmp_path / "names.onnx")!r}, exporter="dynamo")
-            print(sorted((n.domain, n.op_type) for n in result.custom_nodes))
-            """
-        ),
-        encoding="utf-8",
+        result = opbridge.export(M(), (torch.ones(2, 3),), {str(tmp_path / "names.onnx")!r}, exporter="dynamo")
+        print(sorted((n.domain, n.op_type) for n in result.custom_nodes))
+        """,
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[('names_a', 'Gelu'), ('names_b', 'Gelu')]"
+    assert stdout.strip().splitlines()[-1] == "[('names_a', 'Gelu'), ('names_b', 'Gelu')]"
 
 
 @opbridge.op("acme::EmptyLists")

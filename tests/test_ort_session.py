@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import run_script
 from onnx import TensorProto, helper
 from torch import nn
 
@@ -593,8 +594,8 @@ def test_custom_ops_named_like_onnx_runtime_ops_run(tmp_path: Path) -> None:
     """ONNX Runtime's optimizers match some ops by type alone (a one-input acme::Conv aborted the
     process in a fusion): bridged nodes named like its ops run under an in-memory name of their own.
     In a child process, so that an abort cannot end the test run."""
-    script = tmp_path / "std_names.py"
-    script.write_text(
+    stdout = run_script(
+        tmp_path,
         "import numpy as np, onnx, opbridge\n"
         "from onnx import TensorProto, helper\n"
         "for name in ('Conv', 'Gemm', 'Add', 'Where', 'Gelu'):\n"
@@ -609,11 +610,8 @@ def test_custom_ops_named_like_onnx_runtime_ops_run(tmp_path: Path) -> None:
         "    assert (sess.run(None, {'x': x})[0] == 2 * x).all(), name\n"
         "    assert sess.kernels['n'].op_type == name\n"
         "print('ok')\n",
-        encoding="utf-8",
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok"
+    assert stdout.strip() == "ok"
 
 
 def test_run_time_dtype_error_of_an_untyped_kernel_only_output_is_explained() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 import pytest
 from _detection_cases import CASES, _Call
-from conftest import EXPORTERS
+from conftest import EXPORTERS, run_script
 from onnx import TensorProto, helper
 
 import opbridge
@@ -400,32 +400,27 @@ def test_nodes_the_plugin_cannot_serve_are_named(tmp_path: Path) -> None:
 
 
 def test_op_defined_in_main_is_named_when_the_child_cannot_see_it(tmp_path: Path) -> None:
-    script = tmp_path / "main_ops.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import onnx, torch, opbridge
-            from onnx import TensorProto, helper
-            from opbridge.tensorrt import parse_with_tensorrt
+    stdout = run_script(
+        tmp_path,
+        f"""
+        import onnx, torch, opbridge
+        from onnx import TensorProto, helper
+        from opbridge.tensorrt import parse_with_tensorrt
 
-            @opbridge.op("main_trt::Twice")
-            def twice(x: torch.Tensor) -> torch.Tensor:
-                return x * 2
+        @opbridge.op("main_trt::Twice")
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
 
-            node = helper.make_node("Twice", ["x"], ["y"], domain="main_trt")
-            t = helper.make_tensor_value_info
-            graph = helper.make_graph([node], "g", [t("x", TensorProto.FLOAT, [2])], [t("y", TensorProto.FLOAT, None)])
-            opsets = [helper.make_opsetid("", 17), helper.make_opsetid("main_trt", 1)]
-            onnx.save(helper.make_model(graph, opset_imports=opsets), {str(tmp_path / "m.onnx")!r})
-            report = parse_with_tensorrt({str(tmp_path / "m.onnx")!r})
-            print(report.ok, report.errors[0][2])
-            """
-        ),
-        encoding="utf-8",
+        node = helper.make_node("Twice", ["x"], ["y"], domain="main_trt")
+        t = helper.make_tensor_value_info
+        graph = helper.make_graph([node], "g", [t("x", TensorProto.FLOAT, [2])], [t("y", TensorProto.FLOAT, None)])
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("main_trt", 1)]
+        onnx.save(helper.make_model(graph, opset_imports=opsets), {str(tmp_path / "m.onnx")!r})
+        report = parse_with_tensorrt({str(tmp_path / "m.onnx")!r})
+        print(report.ok, report.errors[0][2])
+        """,
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = stdout.strip().splitlines()[-1]
     assert last.startswith("False ") and "main_trt::Twice is defined in __main__" in last, last
     assert "no op named" not in last
 
@@ -528,8 +523,6 @@ def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) 
 def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:
     """With no usable TensorRT, the commands exit 2 and say what to install."""
     import os
-    import subprocess
-    import sys
 
     env = dict(os.environ, OPBRIDGE_TENSORRT_BACKEND="tensorrt", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     if backend_name() == "tensorrt":
