@@ -661,3 +661,28 @@ def test_kernels_the_session_runs_in_place_of_bodies_are_verified(tmp_path: Path
     record = opbridge.verify(path, (model, args), backends=["onnxruntime", "onnxruntime-kernels"])
     assert [(r.backend, r.status) for r in record.runs] == [("onnxruntime", "pass"), ("onnxruntime-kernels", "fail")]
     assert record.exit_code == 1
+
+
+@opbridge.op("tests.verify::FirstRows")
+def first_rows(x: torch.Tensor, k: int = 16) -> torch.Tensor:
+    return x[: min(k, x.shape[0])] * 1
+
+
+class FirstRowsModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return first_rows(x)
+
+
+def test_output_shape_other_than_the_model_declares_fails(tmp_path: Path) -> None:
+    """Without a shape rule, torch's trace at batch 20 fixes min(16, batch) at 16 in the file: at batch
+    9 every backend gives 9 rows, as PyTorch does, but a runtime trusting the file would not."""
+    path = tmp_path / "rows.onnx"
+    x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
+    opbridge.export(FirstRowsModel(), (x,), path, exporter="dynamo", dynamic_shapes=({0: torch.export.Dim("batch")},))
+    declared = [d.dim_value or d.dim_param for d in onnx.load(path).graph.output[0].type.tensor_type.shape.dim]
+    record = opbridge.verify(path, (FirstRowsModel(), (x,)), backends=["onnxruntime"], shapes=[{"x": (9, 3)}])
+    assert declared == [16, 3]  # torch 2.13's trace specializes min(16, batch) at the example's 20
+    assert record.exit_code == 1
+    (run,) = record.runs
+    assert run.status == "fail" and "declares this output as 16x3, but it is 9x3 here" in run.outputs[0].reason
+    assert run.outputs[0].abs.max == 0.0, "the values themselves agree"

@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -542,6 +543,7 @@ def verify(
     say = progress or (lambda _msg: None)
     load_ops(list(ops) if ops else None)
     proto = load_model(model)
+    declared = _declared_dims(proto)
     meta, out_meta = onnx_io_meta(proto)
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
     tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
@@ -624,7 +626,7 @@ def verify(
         try:
             for i, feed in enumerate(feeds):
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
-                record.runs.append(_run_one(runner, name, i, feed, expected, tol))
+                record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared))
         finally:
             runner.close()
     ran = [b.name for b in record.backends if b.status == "ran"]
@@ -645,6 +647,35 @@ def _set_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
+def _declared_dims(model: Any) -> dict[str, tuple[int | None, ...]]:
+    """``{output: dims}`` as the model declares its outputs (None for a symbolic or unknown dim)."""
+    out: dict[str, tuple[int | None, ...]] = {}
+    for vi in model.graph.output:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            out[vi.name] = tuple(
+                int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim
+            )
+    return out
+
+
+def _against_declared(comparison: OutputComparison, shape: tuple[int, ...], declared: Any) -> OutputComparison:
+    """``comparison`` failed where the output's shape is not the one the model declares (static dims)."""
+    if declared is None or not comparison.passed:
+        return comparison
+    if len(declared) == len(shape) and all(d is None or d == n for d, n in zip(declared, shape)):
+        return comparison
+    shown = "x".join("?" if d is None else str(d) for d in declared)
+    return dataclasses.replace(
+        comparison,
+        passed=False,
+        reason=(
+            f"the model declares this output as {shown or 'a scalar'}, but it is {'x'.join(map(str, shape))} here: "
+            "a runtime that trusts the declaration (TensorRT, say) sizes it wrong; declare the op's shape rule "
+            "(register_shape) and export again"
+        ),
+    )
+
+
 def _run_one(
     runner: Any,
     name: str,
@@ -652,6 +683,7 @@ def _run_one(
     feed: dict[str, np.ndarray],
     expected: list[dict[str, np.ndarray] | str],
     tol: Mapping[str, tuple[Tolerance, str]],
+    declared: Mapping[str, tuple[int | None, ...]] | None = None,
 ) -> RunReport:
     ref = expected[index]
     if isinstance(ref, str):
@@ -684,7 +716,8 @@ def _run_one(
                 )
             )
             continue
-        outputs.append(compare_arrays(got[out_name], want, tolerance, out_name))
+        compared = compare_arrays(got[out_name], want, tolerance, out_name)
+        outputs.append(_against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name)))
     status = "pass" if all(o.passed for o in outputs) else "fail"
     return RunReport(name, index, status, outputs, seconds=seconds)
 
