@@ -355,3 +355,12 @@ def test_rule_check_leaves_autocast_precision_alone() -> None:
     assert project(x, w).dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert project(x, w).dtype == torch.bfloat16
+
+
+def test_shape_rule_with_a_dtype_name_is_named() -> None:
+    @opbridge.op("tests.def::NamedDtype", shape=lambda x: opbridge.TensorInfo(x.shape, "float32"))
+    def named_dtype(x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    with pytest.raises(OpDefinitionError, match=r"gives output 0 the dtype 'float32' \(str\); give a torch dtype"):
+        named_dtype(torch.ones(2))

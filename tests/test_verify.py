@@ -686,3 +686,9 @@ def test_output_shape_other_than_the_model_declares_fails(tmp_path: Path) -> Non
     (run,) = record.runs
     assert run.status == "fail" and "declares this output as 16x3, but it is 9x3 here" in run.outputs[0].reason
     assert run.outputs[0].abs.max == 0.0, "the values themselves agree"
+
+
+def test_reference_without_example_inputs_is_named(tmp_path: Path) -> None:
+    path = _silu_model(tmp_path)
+    with pytest.raises(opbridge.OpbridgeError, match=r"the reference is a SwishModel; give \(model, example_inputs\)"):
+        opbridge.verify(path, SwishModel(), backends=["openvino"])  # type: ignore[arg-type]

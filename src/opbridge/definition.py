@@ -425,6 +425,11 @@ class OpDef:
         # under autocast the reference's ops compute in lower precision than the rule declares
         autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
         for i, (info, tensor) in enumerate(zip(infos, results)):
+            if not isinstance(info.dtype, torch.dtype):
+                raise OpDefinitionError(
+                    f"{spec.qualname}: the shape rule gives output {i} the dtype {info.dtype!r} "
+                    f"({type(info.dtype).__name__}); give a torch dtype, e.g. torch.float32 or x.dtype."
+                )
             shape = tuple(info.shape)
             same = len(shape) == tensor.dim() and all(
                 isinstance(d, SymDim) or int(d) == n for d, n in zip(shape, tensor.shape)

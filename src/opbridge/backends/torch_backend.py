@@ -65,6 +65,11 @@ class TorchRunner(Runner):
 
             self.module, self.example_inputs = load_factory(self.reference)
         else:
+            if not (isinstance(self.reference, (tuple, list)) and len(self.reference) == 2):
+                raise OpbridgeError(
+                    f"torch: the reference is a {type(self.reference).__name__}; give (model, example_inputs), e.g. "
+                    "reference=(model, (x,)), or a factory 'file.py:fn' returning that pair."
+                )
             model, example = self.reference
             self.module, self.example_inputs = model, tuple(example)
         if hasattr(self.module, "eval"):
