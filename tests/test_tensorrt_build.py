@@ -582,3 +582,22 @@ def test_profiles_of_inputs_that_share_named_dims(tmp_path: Path) -> None:
     report = build_engine(path, None, profiles={"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4))}, isolate=False)
     assert report.ok, report.describe()
     assert report.plugin_shapes["s2"]["inputs"][1] == [[1, 3, 4], [8, 3, 4]]
+
+
+def test_missing_profiles_are_named_together(tmp_path: Path) -> None:
+    from opbridge.tensorrt import check_profiles
+
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "two.onnx",
+        [helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge")],
+        [t("a", TensorProto.FLOAT, ["n", 3]), t("b", TensorProto.FLOAT, ["m", 3]), t("c", TensorProto.FLOAT, [1, 3])],
+        [t("y", TensorProto.FLOAT, None)],
+        {"opbridge": 1},
+    )
+    with pytest.raises(
+        opbridge.OpbridgeError,
+        match=r"input 'a' has dynamic dims \(Nx3\) and 1 other input\(s\): .*--profile a:1x3,1x3,1x3 "
+        r"--profile b:1x3,1x3,1x3",
+    ):
+        check_profiles(path, {})

@@ -142,6 +142,7 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
                     )
                 named.setdefault(d, (span, name))
     out: dict[str, Any] = dict(given)
+    missing: list[str] = []
     for name, dims in inputs.items():
         if name in out or all(isinstance(d, int) for d in dims):
             continue
@@ -150,9 +151,14 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
             logger.info("profile of %s from its named dims: %s", name, out[name])
             continue
         example = _fmt([d if isinstance(d, int) else 1 for d in dims])
+        missing.append(f"--profile {name}:{example},{example},{example}")
+        if len(missing) == 1:
+            first = f"input {name!r} has dynamic dims ({_fmt(dims)})"
+    if missing:
+        others = f" and {len(missing) - 1} other input(s)" if len(missing) > 1 else ""
         raise OpbridgeError(
-            f"input {name!r} has dynamic dims ({_fmt(dims)}): give its range as "
-            f"--profile {name}:MIN,OPT,MAX, e.g. --profile {name}:{example},{example},{example}."
+            f"{first}{others}: give each its range as --profile NAME:MIN,OPT,MAX, e.g. {' '.join(missing)} "
+            "(an input whose dynamic dims are all named dims another profile sets takes their range)."
         )
     return out
 
