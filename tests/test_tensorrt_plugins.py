@@ -178,6 +178,8 @@ def test_decode_without_tensorrt_fills_defaults_and_names_bad_fields() -> None:
     assert decode_fields(spec, [("plugin_version", "CHAR", np.frombuffer(b"1\0", np.int8))]) == spec.bind_attributes({})
     with pytest.raises(opbridge.OpDefinitionError, match=r"attribute 'bogus', which the op does not declare"):
         decode_fields(spec, [("bogus", "INT32", np.array([1], np.int32))])
+    # an INT attribute where the op declares a float one: taken, as ONNX shape inference and the bridge take it
+    assert decode_fields(spec, [("alpha", "INT32", np.array([3], np.int32))])["alpha"] == 3.0
     with pytest.raises(opbridge.OpDefinitionError, match=r"'alpha' expects float but its plugin field has type CHAR"):
         decode_fields(spec, [("alpha", "CHAR", np.frombuffer(b"x\0", np.int8))])
     with pytest.raises(opbridge.OpDefinitionError, match=r"'steps' is a single int but its plugin field holds 2"):

@@ -89,7 +89,8 @@ def _decode(spec: OpSpec, attr: AttrSpec, type_name: str, data: np.ndarray) -> A
     kind = attr.type
     flat = np.asarray(data).reshape(-1)
     if kind in (AttrType.FLOAT, AttrType.FLOATS):
-        if type_name not in _FLOAT_TYPES:
+        # an INT/INTS attribute for a float one is taken, as on the ONNX side (onnx_schema.attribute_values)
+        if type_name not in _FLOAT_TYPES and type_name not in _INT_TYPES:
             raise OpDefinitionError(
                 f"{spec.qualname}: attribute {attr.name!r} expects {kind.value} but its plugin field has type "
                 f"{type_name}; store it as an ONNX FLOAT/FLOATS attribute."
