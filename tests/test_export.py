@@ -464,3 +464,19 @@ def test_opset_the_exporter_cannot_reach_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"opset 99 was asked for, but the dynamo exporter wrote opset \d+"):
         opbridge.export(model, inputs, target, exporter="dynamo", opset_version=99)
     assert not target.exists()
+
+
+def test_dynamo_renaming_an_output_dim_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    x = torch.randn(2, 3)
+    with caplog.at_level("WARNING", logger="opbridge.export"):
+        result = opbridge.export(
+            Swish(),
+            (x,),
+            tmp_path / "names.onnx",
+            exporter="dynamo",
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "rows"}},
+        )
+    assert _dims(result.model.graph.output[0])[0] == "batch"
+    assert any("output 'y' dim 0 is named 'batch' in the file, not 'rows'" in r.getMessage() for r in caplog.records)

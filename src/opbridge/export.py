@@ -204,6 +204,31 @@ def _check_dims_kept(
                 )
 
 
+def _note_output_dim_names(
+    proto: onnx.ModelProto, dynamic_axes: Mapping[str, Any], output_names: Sequence[str]
+) -> None:
+    """Log where the dynamo exporter named an output dim otherwise than ``dynamic_axes`` asks: it names
+    an output dim after the input dim it equals (torch.export's symbols), and drops the output's names."""
+    outputs = {o.name: o for o in proto.graph.output}
+    for name in output_names:
+        axes = dynamic_axes.get(name)
+        if not isinstance(axes, Mapping) or name not in outputs:
+            continue
+        dims = outputs[name].type.tensor_type.shape.dim
+        for axis, wanted in axes.items():
+            axis = int(axis)
+            if axis < len(dims) and dims[axis].dim_param and dims[axis].dim_param != str(wanted):
+                logger.warning(
+                    "output %r dim %d is named %r in the file, not %r as dynamic_axes asks: the dynamo exporter "
+                    "names an output dim after the input dim it equals (use that name, or exporter='torchscript', "
+                    "which keeps the given names)",
+                    name,
+                    axis,
+                    dims[axis].dim_param,
+                    wanted,
+                )
+
+
 def _forward_names(model: Any, count: int) -> list[str]:
     forward = getattr(model, "forward", model)
     params = [
@@ -643,6 +668,8 @@ def export(
                 proto = _export_dynamo(model, args, kwargs, ops, opset_version, names, output_names, shapes)
                 if shapes is not None:
                     _check_dims_kept(proto, model, args, names, shapes)
+                if dynamic_axes and output_names:
+                    _note_output_dim_names(proto, dynamic_axes, output_names)
             else:
                 axes = dynamic_axes
                 if dynamic_shapes is not None:
