@@ -34,6 +34,7 @@ __all__ = [
     "OutputSpec",
     "Tolerance",
     "parse_qualname",
+    "valid_tolerance",
 ]
 
 _NO_DEFAULT: Any = object()
@@ -180,6 +181,18 @@ class OutputSpec:
     name: str
 
 
+def valid_tolerance(value: object) -> bool:
+    """Whether ``value`` can be an rtol or atol: a real number, finite and >= 0.
+
+    >>> [valid_tolerance(v) for v in (1e-3, 0, float("inf"), -1.0, True)]
+    [True, True, False, False, False]
+    """
+    try:
+        return not isinstance(value, bool) and math.isfinite(value) and value >= 0  # type: ignore[arg-type,operator]
+    except TypeError:  # not a real number
+        return False
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """Comparison tolerance: ``|a - b| <= atol + rtol * |b|``; both finite and >= 0.
@@ -191,11 +204,7 @@ class Tolerance:
     atol: float = 1e-5
 
     def __post_init__(self) -> None:
-        try:
-            ok = all(not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in (self.rtol, self.atol))
-        except TypeError:  # not a real number
-            ok = False
-        if not ok:
+        if not (valid_tolerance(self.rtol) and valid_tolerance(self.atol)):
             raise ValueError(
                 f"Tolerance(rtol={self.rtol!r}, atol={self.atol!r}): tolerances must be finite numbers >= 0 "
                 "(an infinite one would pass any value); give e.g. Tolerance(rtol=1e-3, atol=1e-5)."

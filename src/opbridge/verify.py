@@ -50,7 +50,7 @@ from opbridge.backends.base import TensorMeta, format_shape, onnx_io_meta
 from opbridge.compare import OutputComparison, compare_arrays
 from opbridge.errors import BackendUnavailableError, OpbridgeError
 from opbridge.model_io import load_model
-from opbridge.spec import Tolerance
+from opbridge.spec import Tolerance, valid_tolerance
 
 __all__ = [
     "BackendReport",
@@ -442,7 +442,7 @@ def _output_tolerances(
         except (TypeError, ValueError) as exc:
             raise OpbridgeError(f"--tol {k}:{_tol_text(v)}: {exc}") from None
     for value, flag in ((rtol, "--rtol"), (atol, "--atol")):
-        if value is not None and not _is_tolerance(value):
+        if value is not None and not valid_tolerance(value):
             raise OpbridgeError(
                 f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
                 f"e.g. {flag} 1e-3"
@@ -473,15 +473,6 @@ def _output_tolerances(
             else:
                 out[o.name] = (default, "default")
     return out
-
-
-def _is_tolerance(value: float) -> bool:
-    """Whether ``value`` is a valid rtol or atol (finite, >= 0)."""
-    try:
-        Tolerance(value, 0.0)
-    except ValueError:
-        return False
-    return True
 
 
 def _tol_text(value: Any) -> str:

@@ -13,13 +13,13 @@ the inputs that were given.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 
 from opbridge.backends import backend_names
 from opbridge.cli._common import add_ops_argument, factory_file, parse_dims
 from opbridge.errors import OpbridgeError
+from opbridge.spec import valid_tolerance
 
 __all__ = ["add_parser", "parse_shape_sets", "parse_tolerances"]
 
@@ -134,7 +134,7 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
             if not sep or not name or len(parts) != 2:
                 raise ValueError
             rtol, atol = float(parts[0]), float(parts[1])
-            if not (_valid_tolerance(rtol) and _valid_tolerance(atol)):
+            if not (valid_tolerance(rtol) and valid_tolerance(atol)):
                 raise ValueError
         except ValueError:
             raise OpbridgeError(
@@ -142,11 +142,6 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
             ) from None
         out[name] = (rtol, atol)
     return out
-
-
-def _valid_tolerance(value: float) -> bool:
-    """Finite and >= 0: an infinite tolerance would pass any value."""
-    return math.isfinite(value) and value >= 0
 
 
 class _Progress:
@@ -178,13 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:  # a bad path (the model, the factory's file, "") is named before the run
         prepare_output(args.json, protected=[args.model, *factory_file(args.reference)])
     shapes = parse_shape_sets(args.shape)
-    tolerances = parse_tolerances(args.tol)
-    for value, flag in ((args.rtol, "--rtol"), (args.atol, "--atol")):
-        if value is not None and not _valid_tolerance(value):
-            raise OpbridgeError(
-                f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
-                f"e.g. {flag} 1e-3"
-            )
+    tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
     progress = _Progress(not args.quiet)
     try:
         record = verify(
