@@ -192,7 +192,7 @@ def _run_in_process(
                 return
             self.lines.append((severity.name, msg))
 
-    pre, tagged = _prepare(model_path)
+    pre, tagged, kernelless = _prepare(model_path)
     if pre:
         return {
             "backend": backend,
@@ -224,7 +224,13 @@ def _run_in_process(
                 "plugin for it; define it with @opbridge.op and pass its file with --ops)"
             )
         errors.append((str(err.node_name()), str(err.node_operator()), desc))
-    report: dict[str, Any] = {"backend": backend, "ok": parsed, "engine_bytes": 0, "engine_path": None}
+    report: dict[str, Any] = {
+        "backend": backend,
+        "ok": parsed,
+        "engine_bytes": 0,
+        "engine_path": None,
+        "kernelless": kernelless,
+    }
     report["output_shapes"] = (
         {network.get_output(i).name: [int(d) for d in network.get_output(i).shape] for i in range(network.num_outputs)}
         if parsed
@@ -270,7 +276,7 @@ def _run_in_process(
 _INT32 = (-(2**31), 2**31 - 1)
 
 
-def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
+def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]]:
     """Faults the parser would hide, and the model as the parser should read it.
 
     - INT/INTS attributes of opbridge ops beyond int32, in the main graph and in If/Loop/Scan bodies:
@@ -283,7 +289,8 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
       registered. Nodes with a body are left as they are: the parser imports the body (a
       ``plugin_namespace`` attribute would make it take the plugin instead).
 
-    Returns the errors and the tagged model's bytes (None where no node was tagged).
+    Returns the errors, the tagged model's bytes (None where no node was tagged) and the plugin
+    ops without a GPU kernel (an engine holding them builds, and fails at its first enqueue).
     """
     import onnx
 
@@ -295,6 +302,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
     opset = {o.domain: o.version for o in model.opset_import}
     local = {f.name for f in model.functions}  # the parser finds local functions by op type alone
     errors: list[ErrorEntry] = []
+    kernelless: set[str] = set()
     tagged = False
     for _, node in all_nodes(model):
         opdef = find_op(node.domain, node.op_type, opset.get(node.domain, 1)) if node.domain else None
@@ -340,12 +348,14 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None]:
             )
         if node.op_type in local:  # the parser imports the function body (a plugin_namespace would override it)
             continue
+        if opdef.gpu_kernel is None:
+            kernelless.add(spec.qualname)
         present = {a.name for a in node.attribute}
         for key, value in (("plugin_namespace", node.domain), ("plugin_version", str(opdef.spec.version))):
             if key not in present:
                 node.attribute.append(onnx.helper.make_attribute(key, value))
                 tagged = True
-    return errors, (model.SerializeToString() if tagged and not errors else None)
+    return errors, (model.SerializeToString() if tagged and not errors else None), sorted(kernelless)
 
 
 def _clean(message: str) -> str:
@@ -514,8 +524,12 @@ def build_engine(
         profiles={k: [list(map(int, s)) for s in v] for k, v in (profiles or {}).items()},
     )
     result = _run_isolated(request, timeout) if isolate else _work(request)
-    if result.get("ok"):
-        _warn_kernelless(request["model"])
+    if result.get("ok") and result.get("kernelless"):
+        logger.warning(
+            "the engine holds plugins of %s, which have no GPU kernel: it fails at its first enqueue; "
+            "register one with <op>.register_gpu_kernel(fn, dtypes=...)",
+            ", ".join(result["kernelless"]),
+        )
     return BuildReport(
         bool(result["ok"]),
         str(result["backend"]),
@@ -525,34 +539,6 @@ def build_engine(
         list(result.get("log", [])),
         dict(result.get("plugin_shapes", {})),
     )
-
-
-def _warn_kernelless(model_path: str) -> None:
-    """Warn of plugin nodes whose op has no GPU kernel: the engine builds, and fails at its first enqueue."""
-    import onnx
-
-    from opbridge.definition import find_op
-    from opbridge.graph._model import all_nodes
-
-    model = onnx.load(model_path, load_external_data=False)
-    opset = {o.domain: o.version for o in model.opset_import}
-    local = {f.name for f in model.functions}
-    missing = sorted(
-        {
-            opdef.spec.qualname
-            for _, node in all_nodes(model)
-            if node.domain
-            and node.op_type not in local
-            and (opdef := find_op(node.domain, node.op_type, opset.get(node.domain, 1))) is not None
-            and opdef.gpu_kernel is None
-        }
-    )
-    if missing:
-        logger.warning(
-            "the engine holds plugins of %s, which have no GPU kernel: it fails at its first enqueue; "
-            "register one with <op>.register_gpu_kernel(fn, dtypes=...)",
-            ", ".join(missing),
-        )
 
 
 def _work(request: dict[str, Any]) -> dict[str, Any]:
