@@ -534,8 +534,11 @@ def verify(
     say = progress or (lambda _msg: None)
     load_ops(list(ops) if ops else None)
     proto = load_model(model)
-    declared = _declared_dims(proto)
     meta, out_meta = onnx_io_meta(proto)
+    # each output's dims as the file declares them (None: symbolic or unknown)
+    declared = {
+        m.name: tuple(d if isinstance(d, int) else None for d in m.shape) for m in out_meta if m.shape is not None
+    }
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
     tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
 
@@ -636,17 +639,6 @@ def _copy_feed(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _set_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-
-
-def _declared_dims(model: Any) -> dict[str, tuple[int | None, ...]]:
-    """``{output: dims}`` as the model declares its outputs (None for a symbolic or unknown dim)."""
-    out: dict[str, tuple[int | None, ...]] = {}
-    for vi in model.graph.output:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            out[vi.name] = tuple(
-                int(d.dim_value) if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim
-            )
-    return out
 
 
 def _against_declared(comparison: OutputComparison, shape: tuple[int, ...], declared: Any) -> OutputComparison:
