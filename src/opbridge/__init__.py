@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opbridge.definition import OpDef, all_ops, find_op, op
+from opbridge.definition import BackwardContext, OpDef, all_ops, find_op, op
 from opbridge.errors import (
     BackendUnavailableError,
     ExportError,
@@ -54,6 +54,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AttrSpec",
     "AttrType",
+    "BackwardContext",
     "BackendUnavailableError",
     "ExportError",
     "ExportResult",

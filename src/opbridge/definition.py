@@ -6,7 +6,8 @@ like the function (eagerly, inside any ``nn.Module``, under either ONNX
 exporter) and carries a frozen :class:`~opbridge.spec.OpSpec`. Further facets
 attach by method, as with ``torch.library``: ``register_shape``,
 ``register_kernel`` (a numpy/CPU kernel for runtimes), ``register_function``
-(an ONNX decomposition) and ``register_gpu_kernel``.
+(an ONNX decomposition), ``register_gpu_kernel`` and ``register_autograd`` (a
+backward formula; without one, gradients come from the reference, run again).
 
 Example:
     >>> import torch, opbridge
@@ -37,7 +38,7 @@ from opbridge.errors import OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
 
-__all__ = ["OpDef", "all_ops", "find_op", "op"]
+__all__ = ["BackwardContext", "OpDef", "all_ops", "find_op", "op"]
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +201,13 @@ def _torch_schema(spec: OpSpec) -> str:
     return f"({', '.join(params)}) -> {rets}"
 
 
+def _torch_grad_schema(spec: OpSpec) -> str:
+    """The schema of the op that differentiates the reference: the needed inputs' gradients."""
+    params = ["Tensor?[] inputs__", "Tensor?[] grad_outputs__", "bool[] needs__"]
+    params += [f"{_torch_type(a)} {a.name}" for a in spec.attributes]
+    return f"({', '.join(params)}) -> Tensor[]"
+
+
 def _torch_op_name(spec: OpSpec) -> str:
     return f"{spec.domain.replace('.', '_')}__{spec.name}_v{spec.version}"
 
@@ -218,6 +226,20 @@ def _decode_attr(attr: AttrSpec, value: Any) -> Any:
     if attr.type.is_list:
         return tuple(value)
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardContext:
+    """What a backward formula (:meth:`OpDef.register_autograd`) gets besides the gradients.
+
+    ``inputs`` holds the op's tensor inputs (None for an omitted optional one), ``outputs`` its
+    outputs, ``attrs`` its attribute values by name, ``needs_input_grad`` one flag per tensor input.
+    """
+
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    attrs: Mapping[str, Any]
+    needs_input_grad: tuple[bool, ...]
 
 
 class OpDef:
@@ -242,6 +264,7 @@ class OpDef:
         self.function_prefers_kernel: bool | Callable[[Mapping[str, Any]], bool] = False
         self.gpu_kernel: Callable[..., Any] | None = None
         self.gpu_kernel_dtypes: tuple[str, ...] = ()
+        self.backward: Callable[..., Any] | None = None
         self.__doc__ = reference.__doc__
         self.__name__ = getattr(reference, "__name__", spec.name)
         self.__wrapped__ = reference
@@ -351,6 +374,38 @@ class OpDef:
             return f
 
         return attach(fn) if fn is not None else attach
+
+    def register_autograd(self, backward: Callable[..., Any]) -> Callable[..., Any]:
+        """Attach a backward formula ``backward(ctx, *grad_outputs)``, one gradient per output.
+
+        ``ctx`` is a :class:`BackwardContext`; return one gradient (a tensor or None) per tensor
+        input, a single value where the op has one input. Without a formula the op is still
+        differentiable: its backward runs the reference again with autograd on (as activation
+        checkpointing does) and differentiates that, so a formula saves that second forward and
+        is needed where the reference leaves autograd (numpy, ``.item()``, ``.detach()``).
+        Usable as a decorator; the formula must be traceable for ``torch.compile``.
+
+        Example:
+            >>> import torch, opbridge
+            >>> @opbridge.op("doc.grad::Cube")
+            ... def cube(x: torch.Tensor) -> torch.Tensor:
+            ...     return x * x * x
+            >>> @cube.register_autograd
+            ... def _(ctx, grad):
+            ...     (x,) = ctx.inputs
+            ...     return grad * 3 * x * x
+            >>> x = torch.tensor([2.0], requires_grad=True)
+            >>> cube(x).sum().backward()
+            >>> x.grad.tolist()
+            [12.0]
+        """
+        if not callable(backward):
+            raise OpDefinitionError(
+                f"{self.spec.qualname}: register_autograd takes a function backward(ctx, *grad_outputs), "
+                f"got {type(backward).__name__}."
+            )
+        self.backward = backward
+        return backward
 
     # ------------------------------------------------------------------ calling
 
@@ -497,11 +552,124 @@ def _define_torch_op(opdef: OpDef) -> Any:
             with inside_reference():
                 return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
 
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            n = len(_TORCH_IMPLS[qual].spec.inputs)
+            outputs = output if isinstance(output, tuple) else (output,)
+            ctx.save_for_backward(*inputs[:n], *outputs)
+            ctx.opbridge_args = inputs
+
+        def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+            current = _TORCH_IMPLS[qual]
+            n = len(current.spec.inputs)
+            saved = ctx.saved_tensors
+            tensors, attrs = decode(tuple(saved[:n]) + tuple(ctx.opbridge_args[n:]))
+            needs = tuple(bool(f) for f in ctx.needs_input_grad[:n])
+            context = BackwardContext(tuple(tensors), tuple(saved[n:]), attrs, needs)
+            if current.backward is not None:
+                result = _checked_grads(current, current.backward(context, *grads), context)
+            elif torch.is_grad_enabled():
+                # create_graph: differentiate the reference where the gradients can be differentiated again
+                result = _recomputed_grads(current, context, grads)
+            else:
+                # an op of its own, so that torch.compile runs the reference eagerly instead of tracing it
+                found = iter(grad_op(list(tensors), list(grads), list(needs), *ctx.opbridge_args[n:]))
+                result = [next(found) if need else None for need in needs]
+            return (*result, *([None] * (len(ctx.opbridge_args) - n)))
+
+        def grad_impl(inputs: list[Any], grads: list[Any], needs: list[bool], *encoded: Any) -> list[Any]:
+            current = _TORCH_IMPLS[qual]
+            tensors, attrs = decode((*inputs, *encoded))
+            context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
+            result = _recomputed_grads(current, context, tuple(grads))
+            given = [t for t in (*inputs, *grads) if t is not None]
+            return [
+                _fresh(g, given) if g is not None else torch.zeros_like(x)
+                for x, g, need in zip(inputs, result, needs)
+                if need
+            ]
+
+        def grad_fake(inputs: list[Any], grads: list[Any], needs: list[bool], *encoded: Any) -> list[Any]:
+            return [torch.empty_like(x) for x, need in zip(inputs, needs) if need]
+
         lib = _library()
         lib.define(opname + schema)
         lib.impl(opname, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(qual, fake, lib=lib)
+        torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=lib)
+        lib.define(opname + "_grad" + _torch_grad_schema(spec))
+        lib.impl(opname + "_grad", grad_impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(qual + "_grad", grad_fake, lib=lib)
+        grad_op = getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname + "_grad").default
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _checked_grads(opdef: OpDef, result: Any, ctx: BackwardContext) -> list[Any]:
+    """A backward formula's result as one gradient (or None) per tensor input, checked."""
+    import torch
+
+    spec = opdef.spec
+    n = len(spec.inputs)
+    grads = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(grads) != n:
+        raise OpDefinitionError(
+            f"{spec.qualname}: the backward formula returned {len(grads)} value(s) for {n} tensor input(s) "
+            f"{[p.name for p in spec.inputs]}; return one gradient (or None) per input."
+        )
+    for p, x, g in zip(spec.inputs, ctx.inputs, grads):
+        if g is None:
+            continue
+        if not isinstance(g, torch.Tensor) or x is None or g.shape != x.shape:
+            got = f"{list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+            want = "None (the input was omitted)" if x is None else f"a tensor of shape {list(x.shape)}"
+            raise OpDefinitionError(
+                f"{spec.qualname}: the backward formula's gradient for input {p.name!r} is {got}; it must be {want}."
+            )
+    return grads
+
+
+def _recomputed_grads(opdef: OpDef, ctx: BackwardContext, grads: tuple[Any, ...]) -> list[Any]:
+    """Gradients of the tensor inputs by running the reference again with autograd on."""
+    import torch
+
+    spec = opdef.spec
+    wanted = [
+        i
+        for i, (x, need) in enumerate(zip(ctx.inputs, ctx.needs_input_grad))
+        if need and x is not None and (x.is_floating_point() or x.is_complex())
+    ]
+    result: list[Any] = [None] * len(spec.inputs)
+    if not wanted:
+        return result
+    # With create_graph (grad mode on in a backward), the inputs stay in the outer graph so that the
+    # gradients can be differentiated again; otherwise the reference runs on detached leaves.
+    higher = torch.is_grad_enabled()
+    args = list(ctx.inputs)
+    for i in wanted:
+        if not (higher and args[i].requires_grad):
+            args[i] = args[i].detach().requires_grad_(True)
+    with torch.enable_grad(), inside_reference():
+        outputs = opdef.reference(*args, **ctx.attrs)
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    pairs = [
+        (o, g) for o, g in zip(outputs, grads) if g is not None and isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    if not pairs:
+        raise OpDefinitionError(
+            f"{spec.qualname}: its reference gives no output that autograd can differentiate with respect to "
+            f"{[spec.inputs[i].name for i in wanted]} (it leaves autograd, e.g. through numpy, .item() or "
+            f".detach()); attach a backward formula with @{spec.name}.register_autograd, or call the op "
+            "under torch.no_grad()."
+        )
+    found = torch.autograd.grad(
+        [o for o, _ in pairs],
+        [args[i] for i in wanted],
+        [g for _, g in pairs],
+        allow_unused=True,
+        create_graph=higher,
+    )
+    for i, g in zip(wanted, found):
+        result[i] = g
+    return result
 
 
 @contextmanager

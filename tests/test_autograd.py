@@ -1,0 +1,225 @@
+"""Ops are differentiable: the reference's gradients by default, a registered formula otherwise,
+eagerly, twice over and under torch.compile, with no autograd fallback warning."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from _detection_cases import CASES
+
+import opbridge
+from opbridge import OpDefinitionError
+from opbridge.definition import _encode_attr
+from opbridge.ops import DynamicResize, MySELU, MyStrangeOp, MyStrangeOp2
+from opbridge.ops import detection as d
+
+Case = tuple[str, opbridge.OpDef, tuple[torch.Tensor, ...], dict[str, Any]]
+
+
+def _seed_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(1)
+    return [
+        ("MySELU", MySELU, (torch.randn(2, 3, generator=g), torch.randn(3, generator=g), torch.ones(3)), {}),
+        (
+            "MyStrangeOp",
+            MyStrangeOp,
+            (torch.randn(2, 3, generator=g), torch.randn(3, generator=g), torch.randn(2, 1, generator=g)),
+            {},
+        ),
+        (
+            "MyStrangeOp2",
+            MyStrangeOp2,
+            (torch.randn(4, 1, generator=g), torch.randn(1, 5, generator=g), torch.randn(5, generator=g)),
+            {"int_attr1": 3},
+        ),
+        (
+            "DynamicTRTResize",
+            DynamicResize,
+            (torch.randn(1, 2, 5, 4, generator=g), torch.zeros(1, 1, 7, 9)),
+            {"align_corners": True},
+        ),
+    ]
+
+
+ALL_CASES = _seed_cases() + list(CASES)
+IDS = [c[0] for c in ALL_CASES]
+
+
+def _leaves(args: tuple[torch.Tensor, ...], dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """Fresh copies; floating-point ones require grad (in ``dtype`` where given)."""
+    out = []
+    for a in args:
+        a = a.detach().clone()
+        if a.is_floating_point():
+            a = (a if dtype is None else a.to(dtype)).requires_grad_()
+        out.append(a)
+    return tuple(out)
+
+
+def _loss(outputs: Any) -> torch.Tensor:
+    """A weighted sum of the floating-point outputs (fixed weights: every element's gradient differs)."""
+    items = outputs if isinstance(outputs, tuple) else (outputs,)
+    total = torch.zeros((), dtype=torch.float64)
+    for o in items:
+        if o.is_floating_point():
+            w = torch.linspace(-1.0, 2.0, o.numel(), dtype=o.dtype).reshape(o.shape)
+            total = total + (o * w).sum().double()
+    return total
+
+
+def _grads(fn: Callable[..., Any], args: tuple[torch.Tensor, ...], attrs: dict[str, Any]) -> list[Any]:
+    leaves = _leaves(args)
+    _loss(fn(*leaves, **attrs)).backward()
+    return [a.grad if a.requires_grad else None for a in leaves]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=IDS)
+def test_gradients_are_the_references(case: Case) -> None:
+    """The op's gradients equal those of its reference called as a plain function (bit for bit)."""
+    _, op, args, attrs = case
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the autograd-not-implemented fallback warns
+        ours = _grads(op, args, attrs)
+    theirs = _grads(op.reference, args, attrs)
+    assert any(g is not None and g.abs().sum() > 0 for g in ours), "no input got a gradient"
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if b is None:
+            assert a is None or not a.any(), f"input {i}"
+        else:
+            assert a is not None and torch.equal(a, b), f"input {i}"
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=IDS)
+def test_opcheck(case: Case) -> None:
+    """torch.library's conformance checks: schema, autograd registration, fake tensors, and
+    torch.compile's AOT dispatch with dynamic shapes (which runs forward and backward)."""
+    _, op, args, attrs = case
+    tensors, checked = op.bind(_leaves(args), attrs)
+    encoded = [_encode_attr(a, checked[a.name]) for a in op.spec.attributes]
+    torch.library.opcheck(op.torch_op(), (*tensors, *encoded))
+
+
+# References that compute in their inputs' dtype: float64 gradients checked against finite differences.
+GRADCHECK = [c for c in _seed_cases()] + [
+    (
+        f"grid_sampler-{m}-{p}-{ac}",
+        d.GridSample,
+        CASES[0][2],
+        {"interpolation_mode": m, "padding_mode": p, "align_corners": ac},
+    )
+    for m in (0, 2)
+    for p in (0, 1, 2)
+    for ac in (False, True)
+]
+
+
+@pytest.mark.parametrize("case", GRADCHECK, ids=[c[0] for c in GRADCHECK])
+def test_gradcheck(case: Case) -> None:
+    _, op, args, attrs = case
+    leaves = _leaves(args, torch.float64)
+    assert torch.autograd.gradcheck(lambda *a: op(*a, **attrs), leaves, eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("case", [GRADCHECK[0], GRADCHECK[1], GRADCHECK[4]], ids=lambda c: c[0])
+def test_second_derivatives(case: Case) -> None:
+    _, op, args, attrs = case
+    leaves = _leaves(args, torch.float64)
+    assert torch.autograd.gradgradcheck(lambda *a: op(*a, **attrs), leaves, eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+class _Head(torch.nn.Module):
+    """A conv, then RoIAlign, whose reference walks the RoIs in Python (torch.compile cannot trace it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        y = MySELU(self.conv(x), torch.zeros(1), torch.zeros(1))
+        return d.RoIAlign(y, rois, output_height=3, output_width=2, spatial_scale=0.5, sampling_ratio=2)
+
+
+def test_compiled_training_step_equals_eager() -> None:
+    """Under torch.compile (AOT autograd), the backward runs the reference eagerly as an op of its own."""
+    x = torch.randn(2, 3, 16, 16)
+    rois = torch.tensor([[0.0, 1, 2, 20, 24], [1.0, 3, 1, 9, 6]])
+    grads = []
+    for compiled in (False, True):
+        model = _Head()
+        run = torch.compile(model, backend="aot_eager", fullgraph=True) if compiled else model
+        _loss(run(x, rois)).backward()
+        grads.append([p.grad for p in model.parameters()])
+    for eager, compiled in zip(*grads):
+        torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+
+
+@opbridge.op("tests.grad::Cube")
+def _cube(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    return scale * x * x * x
+
+
+def test_registered_formula_replaces_the_reference() -> None:
+    calls: list[str] = []
+
+    @opbridge.op("tests.grad::Square")
+    def square(x: torch.Tensor, bias: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        calls.append("reference")
+        return scale * x * x + (0 if bias is None else bias)
+
+    @square.register_autograd
+    def _(ctx: opbridge.BackwardContext, grad: torch.Tensor) -> tuple[Any, Any]:
+        calls.append("formula")
+        x, bias = ctx.inputs
+        assert ctx.needs_input_grad == (True, False) and bias is None and len(ctx.outputs) == 1
+        return grad * 2 * ctx.attrs["scale"] * x, None
+
+    x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    square(x, scale=0.5).sum().backward()
+    assert calls == ["reference", "formula"]
+    assert x.grad is not None and x.grad.tolist() == [1.0, -2.0, 3.0]
+
+
+def test_bad_formulas_are_named() -> None:
+    @opbridge.op("tests.grad::Twice")
+    def twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return 2 * x + y
+
+    x, y = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    twice.register_autograd(lambda ctx, g: 2 * g)
+    with pytest.raises(OpDefinitionError, match=r"returned 1 value\(s\) for 2 tensor input\(s\) \['x', 'y'\]"):
+        twice(x, y).sum().backward()
+    twice.register_autograd(lambda ctx, g: (2 * g, g[:2]))
+    with pytest.raises(OpDefinitionError, match=r"gradient for input 'y' is \[2\]; it must be a tensor of shape \[3\]"):
+        twice(x, y).sum().backward()
+    with pytest.raises(OpDefinitionError, match="register_autograd takes a function"):
+        twice.register_autograd("backward")  # type: ignore[arg-type]
+
+
+def test_reference_leaving_autograd_is_named() -> None:
+    @opbridge.op("tests.grad::NumpySin")
+    def numpy_sin(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.sin(x.detach().numpy()))
+
+    x = torch.linspace(0, 1, 5, requires_grad=True)
+    with pytest.raises(
+        OpDefinitionError, match=r"tests.grad::NumpySin: .*leaves autograd.*@NumpySin.register_autograd"
+    ):
+        numpy_sin(x).sum().backward()
+
+    numpy_sin.register_autograd(lambda ctx, g: g * torch.cos(ctx.inputs[0]))
+    numpy_sin(x).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()), rtol=0, atol=0)
+
+
+def test_gradients_of_inputs_that_only_give_a_shape_are_zero() -> None:
+    x, size = torch.randn(1, 1, 3, 3, requires_grad=True), torch.zeros(1, 1, 5, 5, requires_grad=True)
+    DynamicResize(x, size).sum().backward()
+    assert size.grad is not None and not size.grad.any()
+    assert x.grad is not None and x.grad.abs().sum() > 0
