@@ -233,7 +233,8 @@ class BackwardContext:
     """What a backward formula (:meth:`OpDef.register_autograd`) gets besides the gradients.
 
     ``inputs`` holds the op's tensor inputs (None for an omitted optional one), ``outputs`` its
-    outputs, ``attrs`` its attribute values by name, ``needs_input_grad`` one flag per tensor input.
+    outputs (saved by the forward only while a formula is registered), ``attrs`` its attribute
+    values by name, ``needs_input_grad`` one flag per tensor input.
     """
 
     inputs: tuple[Any, ...]
@@ -553,28 +554,32 @@ def _define_torch_op(opdef: OpDef) -> Any:
                 return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
 
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            n = len(_TORCH_IMPLS[qual].spec.inputs)
-            outputs = output if isinstance(output, tuple) else (output,)
+            current = _TORCH_IMPLS[qual]
+            n = len(current.spec.inputs)
+            # the outputs only for a formula: the reference's own backward recomputes them
+            outputs = (output if isinstance(output, tuple) else (output,)) if current.backward is not None else ()
             ctx.save_for_backward(*inputs[:n], *outputs)
-            ctx.opbridge_args = inputs
+            ctx.opbridge_attrs = inputs[n:]
+            ctx.opbridge_outputs = len(outputs)
 
         def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
             current = _TORCH_IMPLS[qual]
             n = len(current.spec.inputs)
             saved = ctx.saved_tensors
-            tensors, attrs = decode(tuple(saved[:n]) + tuple(ctx.opbridge_args[n:]))
+            encoded = tuple(ctx.opbridge_attrs)
+            tensors, attrs = decode(tuple(saved[:n]) + encoded)
             needs = tuple(bool(f) for f in ctx.needs_input_grad[:n])
             context = BackwardContext(tuple(tensors), tuple(saved[n:]), attrs, needs)
-            if current.backward is not None:
+            if current.backward is not None and ctx.opbridge_outputs:
                 result = _checked_grads(current, current.backward(context, *grads), context)
             elif torch.is_grad_enabled():
                 # create_graph: differentiate the reference where the gradients can be differentiated again
                 result = _recomputed_grads(current, context, grads)
             else:
                 # an op of its own, so that torch.compile runs the reference eagerly instead of tracing it
-                found = iter(grad_op(list(tensors), list(grads), list(needs), *ctx.opbridge_args[n:]))
+                found = iter(grad_op(list(tensors), list(grads), list(needs), *encoded))
                 result = [next(found) if need else None for need in needs]
-            return (*result, *([None] * (len(ctx.opbridge_args) - n)))
+            return (*result, *([None] * len(encoded)))
 
         def grad_impl(inputs: list[Any], grads: list[Any], needs: list[bool], *encoded: Any) -> list[Any]:
             current = _TORCH_IMPLS[qual]
