@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import run_script
 from onnx import TensorProto, helper
 
 import opbridge
@@ -385,6 +386,43 @@ def test_ctrl_c_inside_a_kernel_still_interrupts() -> None:
     assert "interrupted in run" in proc.stdout and "not interrupted" not in proc.stdout, proc.stdout + proc.stderr
     assert "KeyboardInterrupt" in proc.stderr
     assert proc.returncode != 0
+
+
+def test_keyboard_interrupt_raised_by_a_kernel_off_the_main_thread_stays_in_its_run(tmp_path: Path) -> None:
+    """Ctrl-C reaches the main thread only: a KeyboardInterrupt that a kernel raises on another thread
+    fails that thread's run and is not raised again in the main thread."""
+    out = run_script(
+        tmp_path,
+        """
+        import threading, time, numpy as np, opbridge
+        from onnx import helper, TensorProto as T
+
+        @opbridge.kernel("Raises", domain="test.interrupt")
+        def raises(x):
+            raise KeyboardInterrupt
+
+        node = helper.make_node("Raises", ["x"], ["y"], domain="test.interrupt")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                                  [helper.make_tensor_value_info("y", T.FLOAT, [1])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.interrupt", 1)])
+        sess = opbridge.InferenceSession(model)
+
+        def worker():
+            try:
+                sess.run(None, {"x": np.ones(1, np.float32)})
+            except Exception as exc:
+                print("worker:", "KeyboardInterrupt" in str(exc))
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        for _ in range(50):
+            time.sleep(0.01)  # a stray SIGINT would be delivered here
+        print("main thread not interrupted")
+        """,
+        timeout=120,
+    )
+    assert out.split("\n")[:2] == ["worker: True", "main thread not interrupted"], out
 
 
 def test_wrong_dtype_is_reported() -> None:

@@ -99,6 +99,20 @@ static const char *opb_elem_name(int elem) {
 }
 
 /* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
+/* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
+static int opb_on_main_thread(void) {
+    int on_main = 0;
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+    if (ident && PyLong_Check(ident)) on_main = PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
+    Py_XDECREF(ident);
+    Py_XDECREF(main);
+    Py_XDECREF(threading);
+    PyErr_Clear();
+    return on_main;
+}
+
 static void opb_format_exception(char *buf, size_t n) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
@@ -928,10 +942,12 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
     if (res == NULL) {
         char exc[1536];
         /* Ctrl-C inside a kernel: the run fails (ONNX Runtime cannot carry the exception), and SIGINT is
-           raised again for Python to deliver once the run has returned, so that it still interrupts */
+           raised again for Python to deliver once the run has returned, so that it still interrupts.
+           Only on the main thread, where Ctrl-C arrives: elsewhere a KeyboardInterrupt is the kernel's
+           own exception, and the run's error carries it. */
         const int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
         opb_format_exception(exc, sizeof exc);
-        if (interrupted) PyErr_SetInterrupt();
+        if (interrupted && opb_on_main_thread()) PyErr_SetInterrupt();
         snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
         result = opb_status(err);
         goto done;
