@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import Optional
 
 import pytest
 import torch
+from conftest import run_script
 
 import opbridge
 from opbridge import AttrType, OpDefinitionError
@@ -364,3 +367,39 @@ def test_shape_rule_with_a_dtype_name_is_named() -> None:
 
     with pytest.raises(OpDefinitionError, match=r"gives output 0 the dtype 'float32' \(str\); give a torch dtype"):
         named_dtype(torch.ones(2))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
+def test_forked_child_finds_ops_while_another_thread_held_the_registry(tmp_path: Path) -> None:
+    """A registry lock held by another thread at the fork would never be released in the child."""
+    out = run_script(
+        tmp_path,
+        """
+        import os, threading, time
+        import opbridge
+        from opbridge import definition
+
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with definition._LOCK:
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal_exit = threading.Timer(20, lambda: os._exit(3))  # a hang ends the child with 3
+            signal_exit.start()
+            found = opbridge.find_op("opbridge", "MySELU") is not None
+            os._exit(0 if found else 2)
+        release.set()
+        t.join()
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        """,
+        timeout=120,
+    )
+    assert out.strip() == "child exit 0", out

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
@@ -43,7 +44,7 @@ __all__ = ["BackwardContext", "OpDef", "all_ops", "find_op", "op"]
 logger = logging.getLogger(__name__)
 
 _TORCH_NAMESPACE = "opbridge"
-_LOCK = threading.RLock()
+_LOCK = ForkSafeLock(reentrant=True)
 # (domain, name, version) -> OpDef: the ops defined in this process, for runtimes
 # and exporters to look up. Only opbridge reads it.
 _OPS: dict[tuple[str, str, int], OpDef] = {}

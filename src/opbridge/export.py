@@ -38,7 +38,6 @@ import logging
 import os
 import re
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
 from opbridge.errors import ExportError
 from opbridge.legacy_domain import default_domain_custom_nodes
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 Exporter = Literal["dynamo", "torchscript"]
 
-_TS_LOCK = threading.Lock()
+_TS_LOCK = ForkSafeLock()
 _TS_REGISTERED: dict[str, OpDef] = {}
 
 

@@ -16,16 +16,16 @@ Example (seed 000's script writes ``MYSELU`` in the default domain; the doc uses
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpDefinitionError
 
 __all__ = ["KernelDef", "all_kernels", "find_kernel", "kernel"]
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 _KERNELS: dict[tuple[str, str, int], KernelDef] = {}
 
 

@@ -21,11 +21,11 @@ Example:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from opbridge._locks import ForkSafeLock
 from opbridge.spec import AttrType, OpSpec
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ __all__ = ["attribute_values", "import_onnx_reference", "make_schema", "register
 
 logger = logging.getLogger(__name__)
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 # (domain, name, version) -> the spec whose schema is registered in onnx.defs.
 _REGISTERED: dict[tuple[str, str, int], OpSpec] = {}
 # The schema objects registered, to put them back after import_onnx_reference().

@@ -47,11 +47,11 @@ Example:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, find_op
 from opbridge.errors import OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
@@ -76,7 +76,7 @@ logger = logging.getLogger(__name__)
 #: Name of the int attribute that tells the native bridge which node a kernel serves.
 NODE_ATTRIBUTE = "__opbridge_node"
 
-_REGISTER_LOCK = threading.Lock()
+_REGISTER_LOCK = ForkSafeLock()
 
 KernelFn = Callable[..., Any]
 

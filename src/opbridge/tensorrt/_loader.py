@@ -20,16 +20,16 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from types import ModuleType
 
+from opbridge._locks import ForkSafeLock
 from opbridge.errors import BackendUnavailableError
 
 __all__ = ["backend_name", "load_tensorrt"]
 
 logger = logging.getLogger(__name__)
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 _LOADED: tuple[ModuleType, str] | None = None
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpDefinitionError
 from opbridge.shape import SymDim, TensorInfo, output_infos
 from opbridge.tensorrt._fields import decode_fields, encode_attrs, field_names
@@ -27,7 +27,7 @@ __all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors
 
 logger = logging.getLogger(__name__)
 
-_ERRORS_LOCK = threading.Lock()
+_ERRORS_LOCK = ForkSafeLock()
 # (node name, op type, message): what generated plugins raised inside TensorRT's callbacks.
 # TensorRT reports a failed Python callback only vaguely, so opbridge keeps the message.
 _ERRORS: list[tuple[str, str, str]] = []

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, all_ops
 from opbridge.tensorrt._fields import field_names
 from opbridge.tensorrt._loader import load_tensorrt
@@ -17,7 +17,7 @@ __all__ = ["PluginInfo", "list_plugins", "register_plugins"]
 
 logger = logging.getLogger(__name__)
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 # (name, version, namespace) -> (OpDef, creator). Holding the creators keeps them alive for TensorRT.
 _REGISTERED: dict[tuple[str, str, str], tuple[OpDef, Any]] = {}
 
