@@ -161,6 +161,23 @@ def roi_align_bad_rois() -> float:
     return max(_err(out[: len(good)], want), 0.0 if out[len(good) :].isnan().all() else float("inf"))
 
 
+def roi_align_non_finite() -> float:
+    """A box with an infinite corner and a fixed sampling ratio puts NaN sample coordinates in the
+    kernel: NaN bins, as the reference, on one-pixel-high and one-pixel-wide features too."""
+    worst = 0.0
+    inf = float("inf")
+    rois = torch.tensor([[0.0, 0.0, 0.0, 2.0, inf], [0.0, 0.0, 0.0, inf, 2.0], [0.0, 1.0, 0.0, 3.0, 1.0]])
+    for h, w in ((1, 4), (5, 1), (1, 1), (4, 6)):
+        feat = torch.arange(1.0, 1.0 + 2 * h * w).reshape(1, 2, h, w)
+        for mode in ("avg", "max"):
+            want = ref.roi_align(feat, rois, 2, 2, 1.0, 2, mode, True)
+            out = torch.full_like(want, -7.0)
+            tk.roi_align(feat, rois, out, 1.0, 2, mode == "max", True)
+            same_nan = torch.equal(out.isnan(), want.isnan()) and bool(want[:2].isnan().any())
+            worst = max(worst, _err(out.nan_to_num(nan=0.0), want.nan_to_num(nan=0.0)) if same_nan else inf)
+    return worst
+
+
 def multi_level_roi_align() -> float:
     g = _gen()
     feats = [torch.randn(2, 3, 256 // s, 256 // s, generator=g) for s in (4, 8, 16, 32)]
@@ -214,6 +231,7 @@ CASES: dict[str, tuple[Callable[[], float], float]] = {
     "roi-align-avg": (lambda: roi_align("avg"), ATOL),
     "roi-align-max": (lambda: roi_align("max"), ATOL),
     "roi-align-bad-rois": (roi_align_bad_rois, ATOL),
+    "roi-align-non-finite": (roi_align_non_finite, ATOL),
     "multi-level-roi-align": (multi_level_roi_align, ATOL),
     "batched-nms": (batched_nms, 0.0),
 }

@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_script
 from onnx import TensorProto, helper
 
 import opbridge
@@ -263,6 +264,53 @@ def test_native_roi_align_non_finite_boxes_and_values() -> None:
             assert (got[1, 1] == float("-inf")).all()
     empty = _roialign_cpu.roi_align(feat.numpy(), np.array([[0, 3, 3, 3, 3]], np.float32), 2, 2, 1.0, 0, True, True)
     assert (empty == np.float32(-3.4028234663852886e38)).all()
+
+
+@pytest.mark.parametrize("hw", [(1, 4), (5, 1), (1, 1)], ids=lambda hw: f"{hw[0]}x{hw[1]}")
+def test_roi_align_nan_samples_on_one_pixel_axes(hw: tuple[int, int]) -> None:
+    """An infinite box with a fixed sampling ratio gives NaN sample coordinates: NaN bins in every path,
+    on features one pixel high or wide too (the last-pixel rule made them pixel 0 in the reference)."""
+    from opbridge.ops import _detection_cpu, _roialign_cpu
+
+    h, w = hw
+    feat = torch.arange(1.0, 1.0 + 2 * h * w).reshape(1, 2, h, w)
+    rois = torch.tensor([[0.0, 0.0, 0.0, 2.0, float("inf")], [0.0, 0.0, 0.0, 3.0, 1.0]])
+    for mode in ("avg", "max"):
+        want = d.RoIAlign.run_reference(feat, rois, output_height=1, output_width=1, sampling_ratio=1, mode=mode)
+        assert want[0].isnan().all() and want[1].isfinite().all()
+        native = _roialign_cpu.roi_align(feat.numpy(), rois.numpy(), 1, 1, 1.0, 1, mode == "max", True)
+        plain = _detection_cpu._roi_align_numpy(feat.numpy(), rois.numpy(), 1, 1, 1.0, 1, mode, True)
+        for got in (native, plain):
+            torch.testing.assert_close(torch.from_numpy(got), want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_native_roi_align_on_planes_wider_than_float_precision(tmp_path: Path) -> None:
+    """A sample at x = 2**31 on a plane 2**31 - 2 pixels wide ((float)W rounds up to 2**31): the last
+    pixel, as the reference's rule; the int cast of floor(x) read 8 GiB before the features."""
+    out = run_script(
+        tmp_path,
+        """
+        import numpy as np
+        from opbridge.ops import _cpu_kernels
+
+        W = 2**31 - 2
+        try:
+            xt = np.zeros(W + 1, np.float32)  # channels-last (H * W + 1, C), calloc'ed: untouched pages
+        except MemoryError:
+            print("no address space")
+            raise SystemExit(0)
+        xt[W - 1] = 5.0
+        x1 = np.float32(2147483520.0)  # one sample, at x1 + 128 = 2**31
+        rois = np.array([[0, x1, 0, x1 + 256, 1]], np.float32)
+        out = np.zeros((1, 1, 1, 1), np.float32)
+        _cpu_kernels.roi_align(xt, rois, out, 1, 1, 1, W, 1, 1, 1, 1.0, 1, False, False, 0, 1)
+        print(float(out[0, 0, 0, 0]))
+        """,
+        timeout=120,
+    )
+    if out.strip() == "no address space":
+        pytest.skip("needs 8 GiB of address space for a lazily zeroed plane")
+    assert out.strip() == "5.0"
 
 
 def test_native_roi_align_writes_out_and_splits_over_threads() -> None:
@@ -846,8 +894,32 @@ def test_native_grid_sample_rejects_bad_calls() -> None:
         _cpu_kernels.grid_sample(xt[:-1], g, out, 4, 4, 6, 6, 4, 2, 0, False, 0, 4)
     with pytest.raises(ValueError, match="xt holds 592 bytes, 296 float32 values"):  # S = 8 needs 8 per pixel
         _cpu_kernels.grid_sample(xt, g, out, 4, 8, 6, 6, 4, 2, 0, False, 0, 4)
-    with pytest.raises(ValueError, match="channel stride S=5 for C=4; S is C, or a multiple of 4 above C"):
+    with pytest.raises(
+        ValueError, match="channel stride S=5 for C=4 and 36 pixels; S is C, or a multiple of 4 above C"
+    ):
         _cpu_kernels.grid_sample(xt, g, out, 4, 5, 6, 6, 4, 2, 0, False, 0, 4)
+    # a stride whose byte count wraps around 2**64 (to 32 bytes here) is refused, not read past
+    huge = 2**61 + 4
+    with pytest.raises(
+        ValueError, match=r"S=2305843009213693956 for C=1 and 1 pixels; .* S \* \(pixels \+ 1\) <= 1e15"
+    ):
+        _cpu_kernels.grid_sample(
+            np.zeros(8, np.float32),
+            np.zeros(2, np.float32),
+            np.zeros(1, np.float32),
+            1,
+            huge,
+            1,
+            1,
+            1,
+            0,
+            0,
+            False,
+            0,
+            1,
+        )
+    with pytest.raises(ValueError, match="to_channels_last: channel stride S=2305843009213693956"):
+        _cpu_kernels.to_channels_last(np.zeros(1, np.float32), np.zeros(8, np.float32), 1, huge, 1, 0, 1)
     with pytest.raises(ValueError, match="channel_stride: C=0; C >= 1 expected"):
         _cpu_kernels.channel_stride(0)
     with pytest.raises(ValueError, match="channel stride S=4 for C=5"):

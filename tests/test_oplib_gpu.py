@@ -128,6 +128,24 @@ def test_roi_align_gpu_bad_rois_stay_unwritten(dtype: torch.dtype) -> None:
     assert (out[len(good) :] == 7).all()  # _run's fill value
 
 
+@pytest.mark.parametrize("hw", [(1, 4), (5, 1), (1, 1), (4, 6)], ids=lambda hw: f"{hw[0]}x{hw[1]}")
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_gpu_nan_samples(mode: str, hw: tuple[int, int]) -> None:
+    """An infinite box with a fixed sampling ratio gives NaN sample coordinates: NaN bins, as the
+    reference and the CPU kernels, on one-pixel axes too, and in max mode (NaN wins)."""
+    h, w = hw
+    feat = torch.arange(1.0, 1.0 + 2 * h * w, device="cuda").reshape(1, 2, h, w)
+    inf = float("inf")
+    rois = torch.tensor(
+        [[0.0, 0.0, 0.0, 2.0, inf], [0.0, 0.0, 0.0, inf, 2.0], [0.0, 1.0, 0.0, 3.0, 1.0]], device="cuda"
+    )
+    attrs = {"output_height": 2, "output_width": 2, "spatial_scale": 1.0, "sampling_ratio": 2, "mode": mode}
+    (out,) = _run(d.RoIAlign, [feat, rois], attrs)
+    want = d.RoIAlign.run_reference(feat, rois, **attrs)
+    assert want[:2].isnan().any()
+    torch.testing.assert_close(out, want, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_roi_align_gpu(dtype: torch.dtype) -> None:
     g = _gen()

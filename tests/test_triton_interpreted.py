@@ -33,6 +33,7 @@ CASES = [
     "roi-align-avg",
     "roi-align-max",
     "roi-align-bad-rois",
+    "roi-align-non-finite",
     "multi-level-roi-align",
     "batched-nms",
 ]

@@ -786,7 +786,8 @@ static inline roi_tap_t roi_tap(float v, int size) {
     if (!(v >= -1.0f && v <= (float)size)) return t;
     t.in = 1;
     v = v > 0.0f ? v : 0.0f;
-    int lo = (int)floorf(v);
+    /* (float)size may round up to 2**31 on the widest planes: floor(v) is then past any int index */
+    int lo = v < 2147483648.0f ? (int)floorf(v) : INT_MAX;
     if (lo >= size - 1) {
         lo = size - 1;
         v = (float)lo;
@@ -904,10 +905,14 @@ static int grid_mode_ok(const char *fn, int mode, int padding) {
     return 1;
 }
 
-static int stride_ok(const char *fn, Py_ssize_t C, Py_ssize_t S) {
-    if (!(S == C || (S > C && S % 4 == 0))) {
-        PyErr_Format(PyExc_ValueError, "%s: channel stride S=%zd for C=%zd; S is C, or a multiple of 4 above C", fn,
-                     S, C);
+/* S values per pixel of an image of HW pixels plus the zero row: within the element bound of
+   grid_sizes_valid, so that the byte counts the buffers are checked against cannot wrap */
+static int stride_ok(const char *fn, Py_ssize_t C, Py_ssize_t S, Py_ssize_t HW) {
+    if (!(S == C || (S > C && S % 4 == 0)) || (double)S * ((double)HW + 1) > 1e15) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: channel stride S=%zd for C=%zd and %zd pixels; S is C, or a multiple of 4 above C, "
+                     "and S * (pixels + 1) <= 1e15",
+                     fn, S, C, HW);
         return 0;
     }
     return 1;
@@ -949,7 +954,7 @@ static PyObject *py_to_channels_last(PyObject *self, PyObject *args) {
     Py_ssize_t C, S, HW, r0, r1;
     if (!PyArg_ParseTuple(args, "y*w*nnnnn", &xb, &tb, &C, &S, &HW, &r0, &r1)) return NULL;
     PyObject *result = NULL;
-    if (sizes_ok("to_channels_last", C, 1, HW, 0) && stride_ok("to_channels_last", C, S) &&
+    if (sizes_ok("to_channels_last", C, 1, HW, 0) && stride_ok("to_channels_last", C, S, HW) &&
         range_ok("to_channels_last", r0, r1, HW) && check_len("to_channels_last", &xb, "x", C * HW) &&
         check_len("to_channels_last", &tb, "xt", (HW + 1) * S)) {
         Py_BEGIN_ALLOW_THREADS;
@@ -978,7 +983,7 @@ static PyObject *py_grid_sample(PyObject *self, PyObject *args) {
                           &p1))
         return NULL;
     PyObject *result = NULL;
-    if (!sizes_ok("grid_sample", C, H, W, P) || !stride_ok("grid_sample", C, S) ||
+    if (!sizes_ok("grid_sample", C, H, W, P) || !stride_ok("grid_sample", C, S, H * W) ||
         !range_ok("grid_sample", p0, p1, P)) {
         /* error set */
     } else if (!grid_mode_ok("grid_sample", mode, padding)) {

@@ -178,21 +178,22 @@ def _axis_samples(
     """
     bin_size = size / pooled
     g = np.maximum(grid, 1).astype(np.float32)
-    pos = (
-        start[:, None, None]
-        + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
-        + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5) * (bin_size / g)[:, None, None]
-    ).astype(np.float32)
+    with np.errstate(invalid="ignore"):  # an infinite box: NaN positions, as in the other paths
+        pos = (
+            start[:, None, None]
+            + np.arange(pooled, dtype=np.float32)[None, :, None] * bin_size[:, None, None]
+            + (np.arange(gmax, dtype=np.float32)[None, None, :] + 0.5) * (bin_size / g)[:, None, None]
+        ).astype(np.float32)
     inside = ~((pos < -1.0) | (pos > limit))  # a NaN position is not outside (MMCV's test)
     # beyond `limit` the sample is outside; the bound keeps the index in range. A NaN position (a NaN
     # box with a fixed sampling ratio) reads pixel 0 with NaN weights: NaN
     pos = np.minimum(np.maximum(pos, 0), np.float32(limit))
     with np.errstate(invalid="ignore"):
         low = np.nan_to_num(np.floor(pos)).astype(np.int64)
-    last = low >= limit - 1
+    last = (low >= limit - 1) & ~np.isnan(pos)  # NaN keeps its weights on a one-pixel axis too
     low = np.where(last, limit - 1, low)
     pos = np.where(last, low.astype(np.float32), pos)
-    high = np.where(last, low, low + 1)
+    high = np.minimum(np.where(last, low, low + 1), limit - 1)
     frac = (pos - low).astype(np.float32)
     return low, high, 1 - frac, frac, inside
 

@@ -295,14 +295,16 @@ def _mmcv_bilinear(flat: torch.Tensor, h: int, w: int, y: torch.Tensor, x: torch
     x = x.clamp(min=0, max=w)
     y0 = torch.floor(y).nan_to_num(0.0).long()
     x0 = torch.floor(x).nan_to_num(0.0).long()
-    ylast = y0 >= h - 1
-    xlast = x0 >= w - 1
+    # a NaN coordinate keeps its NaN weights on a one-pixel axis too (the last-pixel rule would
+    # replace it with pixel 0); its other tap is clamped into the plane
+    ylast = (y0 >= h - 1) & ~y.isnan()
+    xlast = (x0 >= w - 1) & ~x.isnan()
     y0 = torch.where(ylast, torch.full_like(y0, h - 1), y0)
     x0 = torch.where(xlast, torch.full_like(x0, w - 1), x0)
     y = torch.where(ylast, y0.to(y.dtype), y)
     x = torch.where(xlast, x0.to(x.dtype), x)
-    y1 = torch.where(ylast, y0, y0 + 1)
-    x1 = torch.where(xlast, x0, x0 + 1)
+    y1 = torch.where(ylast, y0, y0 + 1).clamp(max=h - 1)
+    x1 = torch.where(xlast, x0, x0 + 1).clamp(max=w - 1)
     ly, lx = y - y0, x - x0
     hy, hx = 1 - ly, 1 - lx
     shape = y.shape

@@ -1091,23 +1091,27 @@ def _roi_align_kernel(
     for iy in range(gh):
         y = y1 + ph.to(tl.float32) * bh + (iy + 0.5) * step_h
         youts = (y < -1.0) | (y > Hf)
-        y = tl.maximum(y, 0.0)
-        y0 = y.to(tl.int32)
-        ylast = y0 >= H - 1
+        # a NaN coordinate (an infinite box with a fixed sampling ratio) reads pixel 0 with NaN
+        # weights, as the CPU kernels: kept out of max(), the int cast and the last-pixel rule
+        ynan = y != y
+        y = tl.where(ynan, y, tl.maximum(y, 0.0))
+        y0 = tl.where(ynan, 0.0, y).to(tl.int32)
+        ylast = (y0 >= H - 1) & ~ynan
         y0 = tl.where(ylast, H - 1, y0)
         y = tl.where(ylast, y0.to(tl.float32), y)
-        y1i = tl.where(ylast, y0, y0 + 1)
+        y1i = tl.minimum(tl.where(ylast, y0, y0 + 1), H - 1)
         ly = y - y0.to(tl.float32)
         hy = 1.0 - ly
         for ix in range(gw):
             x = x1 + pw.to(tl.float32) * bw + (ix + 0.5) * step_w
             outs = youts | (x < -1.0) | (x > Wf)
-            x = tl.maximum(x, 0.0)
-            x0 = x.to(tl.int32)
-            xlast = x0 >= W - 1
+            xnan = x != x
+            x = tl.where(xnan, x, tl.maximum(x, 0.0))
+            x0 = tl.where(xnan, 0.0, x).to(tl.int32)
+            xlast = (x0 >= W - 1) & ~xnan
             x0 = tl.where(xlast, W - 1, x0)
             x = tl.where(xlast, x0.to(tl.float32), x)
-            x1i = tl.where(xlast, x0, x0 + 1)
+            x1i = tl.minimum(tl.where(xlast, x0, x0 + 1), W - 1)
             lx = x - x0.to(tl.float32)
             hx = 1.0 - lx
             lm = em & ~outs
@@ -1118,7 +1122,8 @@ def _roi_align_kernel(
             val = hy * hx * v00 + hy * lx * v01 + ly * hx * v10 + ly * lx * v11
             val = tl.where(outs, 0.0, val)
             if POOL_MAX:
-                acc = tl.maximum(acc, val)
+                # NaN wins, as in the reference and the CPU kernels (max() would drop it)
+                acc = tl.where((val != val) | (acc != acc), acc + val, tl.maximum(acc, val))
             else:
                 acc += val
     if not POOL_MAX:
