@@ -218,6 +218,22 @@ def test_reference_leaving_autograd_is_named() -> None:
     torch.testing.assert_close(x.grad, torch.cos(x.detach()), rtol=0, atol=0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("case", ALL_CASES, ids=IDS)
+def test_gradients_on_the_gpu(case: Case) -> None:
+    """On CUDA tensors the gradients are those of the reference there too (up to the order of the
+    atomic additions of CUDA's backward kernels)."""
+    _, op, args, attrs = case
+    args = tuple(a.cuda() for a in args)
+    ours, theirs = _grads(op, args, attrs), _grads(op.reference, args, attrs)
+    for a, b in zip(ours, theirs):
+        if b is None:
+            assert a is None or not a.any()
+        else:
+            assert a is not None and a.is_cuda
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_gradients_of_inputs_that_only_give_a_shape_are_zero() -> None:
     x, size = torch.randn(1, 1, 3, 3, requires_grad=True), torch.zeros(1, 1, 5, 5, requires_grad=True)
     DynamicResize(x, size).sum().backward()
