@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -239,3 +240,161 @@ def test_gradients_of_inputs_that_only_give_a_shape_are_zero() -> None:
     DynamicResize(x, size).sum().backward()
     assert size.grad is not None and not size.grad.any()
     assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+@opbridge.op("tests.grad::Mix")
+def _mix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a * b + b
+
+
+def test_second_order_with_inputs_that_share_a_tensor() -> None:
+    """With create_graph, each input's gradient counts only the paths through it: the same tensor given
+    twice, or one input computed from another, as the reference called directly."""
+    a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for b_of in (lambda t: t, lambda t: 2 * t):
+        grads = []
+        for fn in (_mix, _mix.reference):
+            (g,) = torch.autograd.grad(fn(a, b_of(a)).sum(), a, create_graph=True)
+            (gg,) = torch.autograd.grad(g.sum(), a)
+            grads.append((g.detach(), gg))
+        assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+@opbridge.op("tests.grad::Dropout")
+def _dropout(x: torch.Tensor, p: float = 0.5) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, p, training=True)
+
+
+def test_reference_drawing_random_numbers() -> None:
+    """Eagerly, the backward's second run starts from the forward's random state (the forward's mask)
+    and leaves the global random state as the forward left it; under torch.compile, where that state
+    is not kept, the backward refuses instead of differentiating other random numbers."""
+    torch.manual_seed(3)
+    x = torch.ones(64, requires_grad=True)
+    y = _dropout(x)
+    after_forward = torch.get_rng_state()
+    y.sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, (y != 0).float() * 2)
+    assert torch.equal(torch.get_rng_state(), after_forward)
+
+    compiled = torch.compile(lambda t: _dropout(t), backend="aot_eager", fullgraph=True)
+    with pytest.raises(
+        OpDefinitionError, match=r"tests.grad::Dropout: its reference draws random numbers.*register_autograd"
+    ):
+        compiled(torch.ones(8, requires_grad=True)).sum().backward()
+
+
+def test_backward_replays_the_forwards_autocast() -> None:
+    """A forward under autocast (bfloat16) and its backward outside it: the reference's gradients."""
+
+    @opbridge.op("tests.grad::TanhMatmul")
+    def tanh_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ w)
+
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
+    grads = []
+    for fn in (tanh_matmul, tanh_matmul.reference):
+        leaves = [t.clone().requires_grad_() for t in (x, w)]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fn(*leaves)
+        out.float().sum().backward()
+        grads.append([t.grad for t in leaves])
+    for ours, theirs in zip(*grads):
+        assert torch.equal(ours, theirs)
+
+
+def test_outputs_never_alias_each_other_or_inputs() -> None:
+    @opbridge.op("tests.grad::Twin", outputs=("a", "b"))
+    def twin(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return y, y
+
+    x = torch.tensor([1.0, 10.0], requires_grad=True)
+    a, b = twin(x)
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+    a.mul_(3)
+    b.sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [2.0, 2.0]
+    torch.library.opcheck(twin.torch_op(), (torch.randn(3, requires_grad=True),))
+
+
+def test_reference_writing_its_input_is_named() -> None:
+    @opbridge.op("tests.grad::AddOneInPlace")
+    def add_one(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y.add_(1)
+        return x + y
+
+    y = torch.ones(2)
+    with pytest.raises(OpDefinitionError, match=r"changed its input 'y' in place.*y = y.clone\(\)"):
+        add_one(torch.ones(2), y)
+
+
+def test_inputs_the_reference_ignores_get_zero_gradients() -> None:
+    """MySELU's parameter input p rides along: a model training only p gets zeros, not an error."""
+    p = torch.nn.Parameter(torch.randn(3))
+    MySELU(torch.randn(2, 3), p, torch.ones(3)).sum().backward()
+    assert p.grad is not None and not p.grad.any()
+
+
+def test_backward_runs_the_definition_its_forward_ran() -> None:
+    @opbridge.op("tests.grad::Redefined")
+    def first(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    x = torch.ones(2, requires_grad=True)
+    y = first(x)
+
+    @opbridge.op("tests.grad::Redefined")
+    def second(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    y.sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [2.0, 2.0]
+    assert second(x).tolist() == [3.0, 3.0]
+
+
+def test_batched_gradients() -> None:
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    p, c = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    eye = torch.eye(3, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(MySELU(x, p, c), x, eye, is_grads_batched=True)
+    (theirs,) = torch.autograd.grad(MySELU.reference(x, p, c), x, eye, is_grads_batched=True)
+    assert torch.equal(ours, theirs)
+
+
+@opbridge.op("tests.grad::RowScale", shape=lambda x, s, **_: opbridge.TensorInfo(x.shape, x.dtype))
+def _row_scale(x: torch.Tensor, s: torch.Tensor, names: list[str] = ["a", "b"]) -> torch.Tensor:  # noqa: B006
+    return x * s + len(names)
+
+
+@opbridge.op("tests.grad::SumTwice")
+def _sum_twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x + y) * 2  # autograd gives x and y one gradient tensor
+
+
+def test_inductor_training_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile's default backend: outputs and gradients of inputs of any layout (the shape rule's
+    outputs are contiguous), two inputs whose gradients autograd gives as one tensor (compiled code
+    reuses memory), a list[str] attribute, and an op whose first call is inside the compiled region."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    @opbridge.op("tests.grad::FirstCalledCompiled")
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * 1.5
+
+    def model(a: torch.Tensor, s: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        x = _row_scale(a.t(), s.t(), names=["p", "q", "r"])
+        return scaled(_sum_twice(torch.mm(x, w), torch.sin(x)))
+
+    g = torch.Generator().manual_seed(5)
+    a, s, w = torch.randn(4, 3, generator=g), torch.randn(4, 1, generator=g), torch.randn(4, 4, generator=g)
+    results = []
+    for fn in (model, torch.compile(model, fullgraph=True)):
+        leaves = [t.clone().requires_grad_() for t in (a, s, w)]
+        out = fn(*leaves)
+        (out * torch.arange(12.0).view(3, 4)).sum().backward()
+        results.append((out.detach(), [t.grad for t in leaves]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-5)
+    for compiled, eager in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)

@@ -27,6 +27,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import sys
 import threading
 import types
 import typing
@@ -34,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from opbridge._autograd import BackwardContext
 from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
@@ -50,6 +52,8 @@ _LOCK = ForkSafeLock(reentrant=True)
 _OPS: dict[tuple[str, str, int], OpDef] = {}
 # torch op name -> the OpDef whose reference the torch op currently runs.
 _TORCH_IMPLS: dict[str, OpDef] = {}
+# Every OpDef a torch op has run, by its _definition_index (a backward runs the forward's definition).
+_DEFINITIONS: list[OpDef] = []
 # Calls seen while an export is tracing: op key -> count (see ``tracing_calls``).
 _TRACE_STATE = threading.local()
 
@@ -202,23 +206,20 @@ def _torch_schema(spec: OpSpec) -> str:
     return f"({', '.join(params)}) -> {rets}"
 
 
-def _torch_grad_schema(spec: OpSpec) -> str:
-    """The schema of the op that differentiates the reference: the needed inputs' gradients."""
-    params = ["Tensor?[] inputs__", "Tensor?[] grad_outputs__", "bool[] needs__"]
-    params += [f"{_torch_type(a)} {a.name}" for a in spec.attributes]
-    return f"({', '.join(params)}) -> Tensor[]"
-
-
 def _torch_op_name(spec: OpSpec) -> str:
     return f"{spec.domain.replace('.', '_')}__{spec.name}_v{spec.version}"
 
 
 def _encode_attr(attr: AttrSpec, value: Any) -> Any:
     if attr.type is AttrType.STRINGS:
-        return json.dumps(list(value), ensure_ascii=False)
+        return _encode_strings(tuple(value))
     if attr.type.is_list:
         return list(value)
     return value
+
+
+def _encode_strings(value: tuple[str, ...]) -> str:
+    return json.dumps(list(value), ensure_ascii=False)
 
 
 def _decode_attr(attr: AttrSpec, value: Any) -> Any:
@@ -227,21 +228,6 @@ def _decode_attr(attr: AttrSpec, value: Any) -> Any:
     if attr.type.is_list:
         return tuple(value)
     return value
-
-
-@dataclasses.dataclass(frozen=True)
-class BackwardContext:
-    """What a backward formula (:meth:`OpDef.register_autograd`) gets besides the gradients.
-
-    ``inputs`` holds the op's tensor inputs (None for an omitted optional one), ``outputs`` its
-    outputs (saved by the forward only while a formula is registered), ``attrs`` its attribute
-    values by name, ``needs_input_grad`` one flag per tensor input.
-    """
-
-    inputs: tuple[Any, ...]
-    outputs: tuple[Any, ...]
-    attrs: Mapping[str, Any]
-    needs_input_grad: tuple[bool, ...]
 
 
 class OpDef:
@@ -267,6 +253,7 @@ class OpDef:
         self.gpu_kernel: Callable[..., Any] | None = None
         self.gpu_kernel_dtypes: tuple[str, ...] = ()
         self.backward: Callable[..., Any] | None = None
+        self._definition_index = -1
         self.__doc__ = reference.__doc__
         self.__name__ = getattr(reference, "__name__", spec.name)
         self.__wrapped__ = reference
@@ -467,6 +454,17 @@ class OpDef:
             )
         return result if n > 1 else items[0]
 
+    def _check_unchanged(self, tensors: list[Any], versions: list[Any]) -> None:
+        """An OpDefinitionError where the reference wrote one of its inputs in place (torch.library ops
+        do not; a backward's second run of the reference would write it again)."""
+        for p, t, v in zip(self.spec.inputs, tensors, versions):
+            if t is not None and t._version != v:
+                raise OpDefinitionError(
+                    f"{self.spec.qualname}: the reference changed its input {p.name!r} in place; an op must "
+                    f"leave its inputs as they are: work on a copy ({p.name} = {p.name}.clone()) or use "
+                    "out-of-place operations."
+                )
+
     def _check_rule(self, tensors: list[Any], attrs: dict[str, Any], result: Any) -> None:
         """An OpDefinitionError where the reference's outputs are not what the shape rule declares
         for these inputs (the rule is what exports and runtimes see)."""
@@ -518,35 +516,39 @@ def _define_torch_op(opdef: OpDef) -> Any:
     """Define (or rebind) the torch.library op that runs ``opdef``'s reference."""
     import torch
 
+    from opbridge import _autograd
+
     spec = opdef.spec
     opname = _torch_op_name(spec)
     qual = f"{_TORCH_NAMESPACE}::{opname}"
     schema = _torch_schema(spec)
+    # string lists travel as JSON: a constant for torch.compile, which cannot trace json's encoder
+    # (the function is marked in place; its result depends on its constant arguments alone)
+    torch.compiler.assume_constant_result(_encode_strings)
     with _LOCK:
         previous = _TORCH_IMPLS.get(qual)
         if previous is not None:
             if _torch_schema(previous.spec) != schema:
                 raise _signature_error(spec, previous.spec)
-            _TORCH_IMPLS[qual] = opdef
+            _make_current(qual, opdef)
             return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
-        _TORCH_IMPLS[qual] = opdef
+        _make_current(qual, opdef)
 
         def decode(args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
-            current = _TORCH_IMPLS[qual]
-            n = len(current.spec.inputs)
-            attrs = {a.name: _decode_attr(a, v) for a, v in zip(current.spec.attributes, args[n:])}
-            return list(args[:n]), attrs
+            return _decode(_TORCH_IMPLS[qual], args)
 
         def impl(*args: Any) -> Any:
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
+            versions = [None if t is None else t._version for t in tensors]
+            rng = _autograd.rng_before(tensors)
             with inside_reference():
                 result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+            current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
-            # torch.library ops must not return views or aliases of their inputs.
-            if isinstance(result, tuple):
-                return tuple(_fresh(r, tensors) for r in result)
-            return _fresh(result, tensors)
+            outputs = _fresh_outputs(result if isinstance(result, tuple) else (result,), tensors, current.shape_rule)
+            _autograd.note_forward(rng, tensors, outputs[0])
+            return outputs if isinstance(result, tuple) else outputs[0]
 
         def fake(*args: Any) -> Any:
             current = _TORCH_IMPLS[qual]
@@ -554,128 +556,53 @@ def _define_torch_op(opdef: OpDef) -> Any:
             with inside_reference():
                 return fake_outputs(current.spec, current.shape_rule, current.reference, tensors, attrs)
 
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            current = _TORCH_IMPLS[qual]
-            n = len(current.spec.inputs)
-            # the outputs only for a formula: the reference's own backward recomputes them
-            outputs = (output if isinstance(output, tuple) else (output,)) if current.backward is not None else ()
-            ctx.save_for_backward(*inputs[:n], *outputs)
-            ctx.opbridge_attrs = inputs[n:]
-            ctx.opbridge_outputs = len(outputs)
-
-        def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-            current = _TORCH_IMPLS[qual]
-            n = len(current.spec.inputs)
-            saved = ctx.saved_tensors
-            encoded = tuple(ctx.opbridge_attrs)
-            tensors, attrs = decode(tuple(saved[:n]) + encoded)
-            needs = tuple(bool(f) for f in ctx.needs_input_grad[:n])
-            context = BackwardContext(tuple(tensors), tuple(saved[n:]), attrs, needs)
-            if current.backward is not None and ctx.opbridge_outputs:
-                result = _checked_grads(current, current.backward(context, *grads), context)
-            elif torch.is_grad_enabled():
-                # create_graph: differentiate the reference where the gradients can be differentiated again
-                result = _recomputed_grads(current, context, grads)
-            else:
-                # an op of its own, so that torch.compile runs the reference eagerly instead of tracing it
-                found = iter(grad_op(list(tensors), list(grads), list(needs), *encoded))
-                result = [next(found) if need else None for need in needs]
-            return (*result, *([None] * len(encoded)))
-
-        def grad_impl(inputs: list[Any], grads: list[Any], needs: list[bool], *encoded: Any) -> list[Any]:
-            current = _TORCH_IMPLS[qual]
-            tensors, attrs = decode((*inputs, *encoded))
-            context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
-            result = _recomputed_grads(current, context, tuple(grads))
-            given = [t for t in (*inputs, *grads) if t is not None]
-            return [
-                _fresh(g, given) if g is not None else torch.zeros_like(x)
-                for x, g, need in zip(inputs, result, needs)
-                if need
-            ]
-
-        def grad_fake(inputs: list[Any], grads: list[Any], needs: list[bool], *encoded: Any) -> list[Any]:
-            return [torch.empty_like(x) for x, need in zip(inputs, needs) if need]
-
         lib = _library()
         lib.define(opname + schema)
         lib.impl(opname, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(qual, fake, lib=lib)
-        torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=lib)
-        lib.define(opname + "_grad" + _torch_grad_schema(spec))
-        lib.impl(opname + "_grad", grad_impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(qual + "_grad", grad_fake, lib=lib)
-        grad_op = getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname + "_grad").default
+        _autograd.define(
+            lib,
+            qual,
+            opname,
+            ", ".join(f"{_torch_type(a)} {a.name}" for a in spec.attributes),
+            current=lambda: _TORCH_IMPLS[qual],
+            definition=_DEFINITIONS.__getitem__,
+            decode=_decode,
+            inside=inside_reference,
+        )
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
 
 
-def _checked_grads(opdef: OpDef, result: Any, ctx: BackwardContext) -> list[Any]:
-    """A backward formula's result as one gradient (or None) per tensor input, checked."""
-    import torch
-
-    spec = opdef.spec
-    n = len(spec.inputs)
-    grads = list(result) if isinstance(result, (tuple, list)) else [result]
-    if len(grads) != n:
-        raise OpDefinitionError(
-            f"{spec.qualname}: the backward formula returned {len(grads)} value(s) for {n} tensor input(s) "
-            f"{[p.name for p in spec.inputs]}; return one gradient (or None) per input."
-        )
-    for p, x, g in zip(spec.inputs, ctx.inputs, grads):
-        if g is None:
-            continue
-        if not isinstance(g, torch.Tensor) or x is None or g.shape != x.shape:
-            got = f"{list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
-            want = "None (the input was omitted)" if x is None else f"a tensor of shape {list(x.shape)}"
-            raise OpDefinitionError(
-                f"{spec.qualname}: the backward formula's gradient for input {p.name!r} is {got}; it must be {want}."
-            )
-    return grads
+def _make_current(qual: str, opdef: OpDef) -> None:
+    """``opdef`` is what the torch op ``qual`` runs from now on (its index: a backward's way back to it)."""
+    if opdef._definition_index < 0:
+        opdef._definition_index = len(_DEFINITIONS)
+        _DEFINITIONS.append(opdef)
+    _TORCH_IMPLS[qual] = opdef
 
 
-def _recomputed_grads(opdef: OpDef, ctx: BackwardContext, grads: tuple[Any, ...]) -> list[Any]:
-    """Gradients of the tensor inputs by running the reference again with autograd on."""
-    import torch
+def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
+    """A torch op's arguments as (tensor inputs, attribute values by name)."""
+    n = len(opdef.spec.inputs)
+    attrs = {a.name: _decode_attr(a, v) for a, v in zip(opdef.spec.attributes, args[n:])}
+    return list(args[:n]), attrs
 
-    spec = opdef.spec
-    wanted = [
-        i
-        for i, (x, need) in enumerate(zip(ctx.inputs, ctx.needs_input_grad))
-        if need and x is not None and (x.is_floating_point() or x.is_complex())
-    ]
-    result: list[Any] = [None] * len(spec.inputs)
-    if not wanted:
-        return result
-    # With create_graph (grad mode on in a backward), the inputs stay in the outer graph so that the
-    # gradients can be differentiated again; otherwise the reference runs on detached leaves.
-    higher = torch.is_grad_enabled()
-    args = list(ctx.inputs)
-    for i in wanted:
-        if not (higher and args[i].requires_grad):
-            args[i] = args[i].detach().requires_grad_(True)
-    with torch.enable_grad(), inside_reference():
-        outputs = opdef.reference(*args, **ctx.attrs)
-    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    pairs = [
-        (o, g) for o, g in zip(outputs, grads) if g is not None and isinstance(o, torch.Tensor) and o.requires_grad
-    ]
-    if not pairs:
-        raise OpDefinitionError(
-            f"{spec.qualname}: its reference gives no output that autograd can differentiate with respect to "
-            f"{[spec.inputs[i].name for i in wanted]} (it leaves autograd, e.g. through numpy, .item() or "
-            f".detach()); attach a backward formula with @{spec.name}.register_autograd, or call the op "
-            "under torch.no_grad()."
-        )
-    found = torch.autograd.grad(
-        [o for o, _ in pairs],
-        [args[i] for i in wanted],
-        [g for _, g in pairs],
-        allow_unused=True,
-        create_graph=higher,
-    )
-    for i, g in zip(wanted, found):
-        result[i] = g
-    return result
+
+def _fresh_outputs(outputs: tuple[Any, ...], inputs: list[Any], rule: Any) -> tuple[Any, ...]:
+    """A torch.library op's outputs: no views or aliases of its inputs or of each other; contiguous where
+    a shape rule gives them (its fake outputs are)."""
+    fresh: list[Any] = []
+    for t in outputs:
+        if rule is not None and not t.is_contiguous():
+            t = t.contiguous()
+        elif any(x is not None and _shares_memory(t, x) for x in (*inputs, *fresh)):
+            t = t.clone()
+        fresh.append(t)
+    return tuple(fresh)
+
+
+def _shares_memory(a: Any, b: Any) -> bool:
+    return a is b or (a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 
 @contextmanager
@@ -694,15 +621,6 @@ def _signature_error(spec: OpSpec, previous: OpSpec) -> OpDefinitionError:
         f"({_torch_schema(previous)}, now {_torch_schema(spec)}) and PyTorch has its op: bump version= or use "
         "another name (the earlier definition stays)."
     )
-
-
-def _fresh(t: Any, inputs: list[Any]) -> Any:
-    for x in inputs:
-        if x is not None and (
-            t is x or (t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and t.numel())
-        ):
-            return t.clone()
-    return t
 
 
 _LIB: Any = None
@@ -751,11 +669,14 @@ def op(
                 # now on the op (called through either object) runs the new definition
                 if _torch_schema(defined.spec) != _torch_schema(spec):
                     raise _signature_error(spec, defined.spec)
-                _TORCH_IMPLS[qual] = opdef
+                _make_current(qual, opdef)
             old = _OPS.get(spec.key)
             if old is not None:
                 logger.info("redefining op %s v%d", spec.qualname, spec.version)
             _OPS[spec.key] = opdef
+        if "torch" in sys.modules:
+            # defined now, where a first call inside torch.compile's tracing could not define it
+            opdef.torch_op()
         return opdef
 
     return decorate

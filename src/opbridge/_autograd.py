@@ -1,0 +1,320 @@
+"""Gradients of opbridge ops: a registered formula, or the reference's own, by running it again.
+
+Without a formula (``OpDef.register_autograd``) the backward runs the reference again with autograd
+on and differentiates it, as activation checkpointing does: under the autocast state of the forward
+and, for a reference that drew random numbers in an eager forward, from the random state the forward
+started from. Under ``torch.compile`` that run is an op of its own (``<op>_grad``), which compiled
+code calls instead of tracing the reference (which may walk its data in Python).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from opbridge.errors import OpDefinitionError
+
+__all__ = ["BackwardContext", "define", "note_forward", "rng_before"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardContext:
+    """What a backward formula (:meth:`OpDef.register_autograd`) gets besides the gradients.
+
+    ``inputs`` holds the op's tensor inputs (None for an omitted optional one), ``outputs`` its
+    outputs (saved by the forward only while a formula is registered), ``attrs`` its attribute
+    values by name, ``needs_input_grad`` one flag per tensor input.
+    """
+
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    attrs: Mapping[str, Any]
+    needs_input_grad: tuple[bool, ...]
+
+
+# ------------------------------------------------------------------ the forward's random state
+
+_FORWARD = threading.local()
+
+
+def rng_before(tensors: Sequence[Any]) -> dict[str, Any] | None:
+    """The random states a forward starts from, where one of its inputs requires grad (else None)."""
+    if not any(t is not None and t.requires_grad for t in tensors):
+        return None
+    return _rng_states(tensors)
+
+
+def note_forward(before: dict[str, Any] | None, tensors: Sequence[Any], output: Any) -> None:
+    """After an eager forward: keep ``before`` for its backward where the reference drew random numbers."""
+    if before is not None and not _same_states(before, _rng_states(tensors)):
+        _FORWARD.random = (weakref.ref(output), before)
+
+
+def _take_forward_rng(output: Any) -> dict[str, Any]:
+    """The states :func:`note_forward` kept for ``output`` (a forward's first output), once."""
+    kept = getattr(_FORWARD, "random", None)
+    if kept is None or kept[0]() is not output:
+        return {}
+    _FORWARD.random = None
+    return kept[1]
+
+
+def _rng_states(tensors: Sequence[Any]) -> dict[str, Any]:
+    import torch
+
+    states = {"cpu": torch.get_rng_state()}
+    for device in sorted({str(t.device) for t in tensors if t is not None and t.is_cuda}):
+        states[device] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def _same_states(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ------------------------------------------------------------------ autocast of the forward
+
+
+def _autocast_state() -> str:
+    """The autocast state as ``"cpu:torch.bfloat16,cuda:torch.float16"`` (the enabled devices)."""
+    import torch
+
+    return ",".join(
+        f"{device}:{torch.get_autocast_dtype(device)}"
+        for device in ("cpu", "cuda")
+        if torch.is_autocast_enabled(device)
+    )
+
+
+@contextmanager
+def _replaying(autocast: str, rng: Mapping[str, Any]) -> Iterator[None]:
+    """Autocast as ``autocast`` says and the random states ``rng`` (restored afterwards)."""
+    import torch
+
+    enabled = dict(item.split(":") for item in autocast.split(",") if item)
+    devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    with ExitStack() as stack:
+        if rng:
+            cuda = [k for k in rng if k != "cpu"]
+            stack.enter_context(torch.random.fork_rng(devices=cuda))
+            torch.set_rng_state(rng["cpu"])
+            for device in cuda:
+                torch.cuda.set_rng_state(rng[device], device)
+        for device in devices:
+            dtype = getattr(torch, enabled[device].removeprefix("torch.")) if device in enabled else None
+            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=dtype is not None))
+        yield
+
+
+# ------------------------------------------------------------------ registration
+
+
+def define(
+    lib: Any,
+    qual: str,
+    opname: str,
+    attr_params: str,
+    *,
+    current: Callable[[], Any],
+    definition: Callable[[int], Any],
+    decode: Callable[[Any, tuple[Any, ...]], tuple[list[Any], dict[str, Any]]],
+    inside: Callable[[], Any],
+) -> None:
+    """Register the backward of the torch op ``qual`` (defined in ``lib`` as ``opname``) and its
+    ``<opname>_grad`` op. ``current()`` gives the OpDef the op runs now, ``definition(i)`` the one
+    with index i, ``decode(opdef, args)`` splits the op's arguments into (tensors, attrs),
+    ``inside()`` marks a reference's run."""
+    import torch
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        opdef = current()
+        n = len(opdef.spec.inputs)
+        outputs = output if isinstance(output, tuple) else (output,)
+        # the outputs only for a formula: the reference's own backward recomputes them
+        ctx.save_for_backward(*inputs[:n], *(outputs if opdef.backward is not None else ()))
+        ctx.opbridge_saved_outputs = opdef.backward is not None
+        ctx.opbridge_attrs = inputs[n:]
+        ctx.opbridge_definition = opdef._definition_index
+        ctx.opbridge_autocast = _autocast_state()
+        rng = _take_forward_rng(outputs[0])
+        ctx.opbridge_rng = (",".join(rng), list(rng.values()))
+
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        opdef = definition(ctx.opbridge_definition)
+        n = len(opdef.spec.inputs)
+        saved = ctx.saved_tensors
+        encoded = tuple(ctx.opbridge_attrs)
+        tensors, attrs = decode(opdef, tuple(saved[:n]) + encoded)
+        needs = tuple(bool(f) for f in ctx.needs_input_grad[:n])
+        context = BackwardContext(tuple(tensors), tuple(saved[n:]), attrs, needs)
+        devices, states = ctx.opbridge_rng
+        if opdef.backward is not None and ctx.opbridge_saved_outputs:
+            result = _checked_grads(opdef, opdef.backward(context, *grads), context)
+        elif not _traced((*tensors, *grads)):
+            rng = dict(zip(devices.split(","), states)) if devices else {}
+            result = _recomputed_grads(opdef, context, grads, ctx.opbridge_autocast, rng, inside)
+        else:
+            # traced (torch.compile): an op of its own, which compiled code calls (the reference may
+            # walk its data in Python, which tracing cannot follow)
+            found = iter(
+                grad_op(
+                    list(tensors),
+                    list(grads),
+                    list(needs),
+                    ctx.opbridge_definition,
+                    ctx.opbridge_autocast,
+                    devices,
+                    list(states),
+                    *encoded,
+                )
+            )
+            result = [next(found) if need else None for need in needs]
+        return (*result, *([None] * len(encoded)))
+
+    def grad_impl(
+        inputs: list[Any],
+        grads: list[Any],
+        needs: list[bool],
+        index: int,
+        autocast: str,
+        devices: str,
+        states: list[Any],
+        *encoded: Any,
+    ) -> list[Any]:
+        opdef = definition(index)
+        tensors, attrs = decode(opdef, (*inputs, *encoded))
+        context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
+        rng = dict(zip(devices.split(","), states)) if devices else {}
+        found = _recomputed_grads(opdef, context, tuple(grads), autocast, rng, inside)
+        out: list[Any] = []
+        for x, g, need in zip(inputs, found, needs):
+            if not need:
+                continue
+            g = torch.zeros(x.shape, dtype=x.dtype, device=x.device) if g is None else g.contiguous()
+            # an op's outputs alias neither its inputs nor each other (autograd may hand two inputs one
+            # tensor, and compiled code then reuses one output's memory while the other is read)
+            if any(_shares_memory(g, t) for t in (*inputs, *grads, *out) if t is not None):
+                g = g.clone()
+            out.append(g)
+        return out
+
+    def grad_fake(inputs: list[Any], grads: list[Any], needs: list[bool], *_: Any) -> list[Any]:
+        return [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x, need in zip(inputs, needs) if need]
+
+    torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=lib)
+    grad_params = (
+        "Tensor?[] inputs__, Tensor?[] grad_outputs__, bool[] needs__, int definition__, str autocast__, "
+        "str rng_devices__, Tensor[] rng_states__"
+    )
+    lib.define(f"{opname}_grad({grad_params}{', ' + attr_params if attr_params else ''}) -> Tensor[]")
+    lib.impl(f"{opname}_grad", grad_impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{qual}_grad", grad_fake, lib=lib)
+    namespace, _ = qual.split("::")
+    grad_op = getattr(getattr(torch.ops, namespace), f"{opname}_grad").default
+
+
+def _traced(tensors: Sequence[Any]) -> bool:
+    """Whether a backward is being traced (torch.compile, AOT autograd, make_fx): its tensors are then
+    fake or functional ones, where an eager backward (legacy vmap's batched tensors too) has plain ones."""
+    import torch
+
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return torch.compiler.is_compiling() or any(t is not None and type(t) not in plain for t in tensors)
+
+
+def _shares_memory(a: Any, b: Any) -> bool:
+    return a is b or (a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
+def _checked_grads(opdef: Any, result: Any, ctx: BackwardContext) -> list[Any]:
+    """A backward formula's result as one gradient (or None) per tensor input, checked."""
+    import torch
+
+    spec = opdef.spec
+    n = len(spec.inputs)
+    grads = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(grads) != n:
+        raise OpDefinitionError(
+            f"{spec.qualname}: the backward formula returned {len(grads)} value(s) for {n} tensor input(s) "
+            f"{[p.name for p in spec.inputs]}; return one gradient (or None) per input."
+        )
+    for p, x, g in zip(spec.inputs, ctx.inputs, grads):
+        if g is None:
+            continue
+        if not isinstance(g, torch.Tensor) or x is None or g.shape != x.shape:
+            got = f"{list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+            want = "None (the input was omitted)" if x is None else f"a tensor of shape {list(x.shape)}"
+            raise OpDefinitionError(
+                f"{spec.qualname}: the backward formula's gradient for input {p.name!r} is {got}; it must be {want}."
+            )
+    return grads
+
+
+def _recomputed_grads(
+    opdef: Any,
+    ctx: BackwardContext,
+    grads: tuple[Any, ...],
+    autocast: str,
+    rng: Mapping[str, Any],
+    inside: Callable[[], Any],
+) -> list[Any]:
+    """Gradients of the tensor inputs by running the reference again with autograd on."""
+    import torch
+
+    spec = opdef.spec
+    differentiable = [
+        i for i, x in enumerate(ctx.inputs) if x is not None and (x.is_floating_point() or x.is_complex())
+    ]
+    wanted = [i for i in differentiable if ctx.needs_input_grad[i]]
+    result: list[Any] = [None] * len(spec.inputs)
+    if not wanted:
+        return result
+    # Every floating-point input takes part (an output that none of them reaches has left autograd).
+    # With create_graph (grad mode on in a backward) the wanted inputs enter as views of themselves:
+    # still in the outer graph, so that the gradients can be differentiated again, and apart from any
+    # other input they feed (the same tensor given twice, one input computed from another).
+    higher = torch.is_grad_enabled()
+    args = list(ctx.inputs)
+    for i in differentiable:
+        x = args[i]
+        args[i] = x.view_as(x) if higher and x.requires_grad and i in wanted else x.detach().requires_grad_(True)
+    before = None if rng else _rng_states(ctx.inputs)
+    with torch.enable_grad(), _replaying(autocast, rng), inside():
+        outputs = opdef.reference(*args, **ctx.attrs)
+    if before is not None and not _same_states(before, _rng_states(ctx.inputs)):
+        raise OpDefinitionError(
+            f"{spec.qualname}: its reference draws random numbers, and its gradient by running it again would "
+            "use other ones (the forward's random state is kept in eager mode only, not under torch.compile); "
+            f"attach a backward formula with @{spec.name}.register_autograd."
+        )
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    tracked = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not tracked and any(isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) for o in outputs):
+        raise OpDefinitionError(
+            f"{spec.qualname}: its reference gives no output that autograd can differentiate with respect to "
+            f"its inputs (it leaves autograd, e.g. through numpy, .item() or .detach()); attach a backward "
+            f"formula with @{spec.name}.register_autograd, or call the op under torch.no_grad()."
+        )
+    pairs = [
+        (o, g) for o, g in zip(outputs, grads) if g is not None and isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    found: Sequence[Any] = [None] * len(wanted)
+    if pairs:
+        found = torch.autograd.grad(
+            [o for o, _ in pairs],
+            [args[i] for i in wanted],
+            [g for _, g in pairs],
+            allow_unused=True,
+            create_graph=higher,
+        )
+    # an input the outputs do not depend on gets zeros, eagerly as from the op torch.compile calls
+    for i, g in zip(wanted, found):
+        x = ctx.inputs[i]
+        result[i] = g if g is not None else torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    return result
