@@ -65,10 +65,10 @@ def _leaves(args: tuple[torch.Tensor, ...], dtype: torch.dtype | None = None) ->
 def _loss(outputs: Any) -> torch.Tensor:
     """A weighted sum of the floating-point outputs (fixed weights: every element's gradient differs)."""
     items = outputs if isinstance(outputs, tuple) else (outputs,)
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=items[0].device)
     for o in items:
         if o.is_floating_point():
-            w = torch.linspace(-1.0, 2.0, o.numel(), dtype=o.dtype).reshape(o.shape)
+            w = torch.linspace(-1.0, 2.0, o.numel(), dtype=o.dtype, device=o.device).reshape(o.shape)
             total = total + (o * w).sum().double()
     return total
 
