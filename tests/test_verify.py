@@ -580,6 +580,16 @@ def test_declared_tolerance_applies_whether_or_not_the_op_has_its_body(tmp_path:
     record = opbridge.verify(path, (_Loose(), (x,)), backends=["openvino"])
     assert record.tolerances == {"y": (Tolerance(1e-2, 2e-2), "declared by tests.verify::Loose")}
     assert record.exit_code == 0, record.table()
+    if functions:
+        return
+    # one of --rtol / --atol given: the other stays the declared one
+    for kwargs, want in (
+        ({"rtol": 0.5}, (Tolerance(0.5, 2e-2), "--rtol; atol declared by tests.verify::Loose")),
+        ({"atol": 0.5}, (Tolerance(1e-2, 0.5), "--atol; rtol declared by tests.verify::Loose")),
+        ({"rtol": 0.5, "atol": 0.25}, (Tolerance(0.5, 0.25), "--rtol/--atol")),
+    ):
+        record = opbridge.verify(path, (_Loose(), (x,)), backends=["onnxruntime"], **kwargs)
+        assert record.tolerances == {"y": want}
 
 
 def _string_model(tmp_path: Path) -> Path:

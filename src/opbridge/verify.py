@@ -459,19 +459,21 @@ def _output_tolerances(
     for o in outputs:
         if o.name in given:
             out[o.name] = (given[o.name], "--tol")
-        elif rtol is not None or atol is not None:
-            out[o.name] = (
-                Tolerance(default.rtol if rtol is None else rtol, default.atol if atol is None else atol),
-                "--rtol/--atol",
-            )
+            continue
+        dtype = str(o.dtype) if o.dtype is not None else "float32"
+        hits = [(q, t[dtype]) for q, t in declared if dtype in t]
+        base, source = default, "default"
+        if hits:
+            base = Tolerance(max(t.rtol for _, t in hits), max(t.atol for _, t in hits))
+            source = "declared by " + ", ".join(q for q, _ in hits)
+        if rtol is not None and atol is not None:
+            out[o.name] = (Tolerance(rtol, atol), "--rtol/--atol")
+        elif rtol is not None:  # the other one stays what would apply without the flag
+            out[o.name] = (Tolerance(rtol, base.atol), f"--rtol; atol {source}")
+        elif atol is not None:
+            out[o.name] = (Tolerance(base.rtol, atol), f"--atol; rtol {source}")
         else:
-            dtype = str(o.dtype) if o.dtype is not None else "float32"
-            hits = [(q, t[dtype]) for q, t in declared if dtype in t]
-            if hits:
-                tol = Tolerance(max(t.rtol for _, t in hits), max(t.atol for _, t in hits))
-                out[o.name] = (tol, "declared by " + ", ".join(q for q, _ in hits))
-            else:
-                out[o.name] = (default, "default")
+            out[o.name] = (base, source)
     return out
 
 
