@@ -130,6 +130,12 @@ def test_gradcheck(case: Case) -> None:
 def test_second_derivatives(case: Case) -> None:
     _, op, args, attrs = case
     leaves = _leaves(args, torch.float64)
+    try:  # the reference's own second derivative first: older torch builds lack some (grid_sampler_2d's)
+        torch.autograd.gradgradcheck(lambda *a: op.reference(*a, **attrs), leaves, eps=1e-6, atol=1e-5, rtol=1e-3)
+    except RuntimeError as exc:
+        if "not implemented" not in str(exc):
+            raise
+        pytest.skip(f"torch {torch.__version__} cannot differentiate the reference twice: {exc}")
     assert torch.autograd.gradgradcheck(lambda *a: op(*a, **attrs), leaves, eps=1e-6, atol=1e-5, rtol=1e-3)
 
 
