@@ -18,7 +18,7 @@ from typing import Any
 
 from opbridge.errors import OpDefinitionError
 
-__all__ = ["BackwardContext", "define", "note_forward", "rng_before"]
+__all__ = ["BackwardContext", "define", "note_forward", "rng_before", "shares_memory"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +199,7 @@ def define(
             g = torch.zeros(x.shape, dtype=x.dtype, device=x.device) if g is None else g.contiguous()
             # an op's outputs alias neither its inputs nor each other (autograd may hand two inputs one
             # tensor, and compiled code then reuses one output's memory while the other is read)
-            if any(_shares_memory(g, t) for t in (*inputs, *grads, *out) if t is not None):
+            if any(shares_memory(g, t) for t in (*inputs, *grads, *out) if t is not None):
                 g = g.clone()
             out.append(g)
         return out
@@ -228,7 +228,8 @@ def _traced(tensors: Sequence[Any]) -> bool:
     return torch.compiler.is_compiling() or any(t is not None and type(t) not in plain for t in tensors)
 
 
-def _shares_memory(a: Any, b: Any) -> bool:
+def shares_memory(a: Any, b: Any) -> bool:
+    """Whether tensors ``a`` and ``b`` are one tensor or views of one storage (``a`` not empty)."""
     return a is b or (a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from opbridge._autograd import BackwardContext
+from opbridge._autograd import BackwardContext, shares_memory
 from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
@@ -595,14 +595,10 @@ def _fresh_outputs(outputs: tuple[Any, ...], inputs: list[Any], rule: Any) -> tu
     for t in outputs:
         if rule is not None and not t.is_contiguous():
             t = t.contiguous()
-        elif any(x is not None and _shares_memory(t, x) for x in (*inputs, *fresh)):
+        elif any(x is not None and shares_memory(t, x) for x in (*inputs, *fresh)):
             t = t.clone()
         fresh.append(t)
     return tuple(fresh)
-
-
-def _shares_memory(a: Any, b: Any) -> bool:
-    return a is b or (a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 
 @contextmanager
