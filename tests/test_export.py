@@ -234,6 +234,22 @@ def test_lost_op_fails_loudly(tmp_path: Path, exporter: str) -> None:
     assert not target.exists(), "a failed export writes nothing"
 
 
+def test_op_on_a_constant_made_in_forward_names_torchscripts_folding(tmp_path: Path) -> None:
+    """TorchScript folds an op whose inputs are all trace-time constants: the error says so (the model
+    does call the op object), and dynamo keeps the node."""
+
+    class OnConstant(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + scaled_swish(torch.arange(3, dtype=torch.float32), beta=5.0)
+
+    with pytest.raises(
+        ExportError, match=r"folds an op whose inputs are all constants at trace time.*exporter='dynamo'"
+    ):
+        opbridge.export(OnConstant(), (torch.randn(2, 3),), tmp_path / "c.onnx", exporter="torchscript")
+    result = opbridge.export(OnConstant(), (torch.randn(2, 3),), tmp_path / "c.onnx", exporter="dynamo")
+    assert [f"{n.domain}::{n.op_type}" for n in result.custom_nodes] == ["acme::ScaledSwish"]
+
+
 @opbridge.op("acme.versions::Act", version=1)
 def act_v1(x: torch.Tensor) -> torch.Tensor:
     return x + 1
@@ -480,3 +496,48 @@ def test_dynamo_renaming_an_output_dim_is_logged(tmp_path: Path, caplog: pytest.
         )
     assert _dims(result.model.graph.output[0])[0] == "batch"
     assert any("output 'y' dim 0 is named 'batch' in the file, not 'rows'" in r.getMessage() for r in caplog.records)
+
+
+@opbridge.op("tests.export::AddMaybe", shape=lambda x, b, **_: opbridge.TensorInfo(x.shape, x.dtype))
+def _add_maybe(x: torch.Tensor, b: torch.Tensor | None = None, k: float = 1.0) -> torch.Tensor:
+    return x * k if b is None else x * k + b
+
+
+class _KeywordInput(torch.nn.Module):
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return _add_maybe(x, bias, k=2.0)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("form", ["dynamic_axes", "dynamic_shapes"])
+def test_keyword_tensor_inputs_keep_their_names_and_dynamic_dims(tmp_path: Path, exporter: str, form: str) -> None:
+    """A tensor passed as a keyword input is a graph input named after the keyword, with the dims that
+    dynamic_axes / dynamic_shapes give it (TorchScript named it after the op and kept it static)."""
+    x, bias = torch.randn(2, 3), torch.randn(2, 3)
+    batch = torch.export.Dim("batch")
+    dims = (
+        {"dynamic_axes": {"x": {0: "batch"}, "bias": {0: "batch"}}}
+        if form == "dynamic_axes"
+        else {"dynamic_shapes": {"x": {0: batch}, "bias": {0: batch}}}
+    )
+    path = tmp_path / "kw.onnx"
+    opbridge.export(_KeywordInput(), (x,), path, exporter=exporter, kwargs={"bias": bias}, **dims)
+    model = onnx.load(str(path))
+    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    assert shapes == {"x": ["batch", 3], "bias": ["batch", 3]}
+    x4, b4 = torch.randn(4, 3), torch.randn(4, 3)
+    (y,) = opbridge.InferenceSession(path).run(None, {"x": x4.numpy(), "bias": b4.numpy()})
+    np.testing.assert_allclose(y, (x4 * 2 + b4).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_op_inside_torch_cond_is_named(tmp_path: Path) -> None:
+    """Custom ops are exported in the main graph only: one inside torch.cond's branch is named as such."""
+
+    class Branching(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cond(x.sum() > 0, lambda t: scaled_swish(t, beta=3.0), lambda t: t - 1.0, (x,))
+
+    target = tmp_path / "cond.onnx"
+    with pytest.raises(ExportError, match=r"calls a custom op inside a branch or body of control flow.*torch.where"):
+        opbridge.export(Branching(), (torch.randn(2, 3).abs(),), target, exporter="dynamo")
+    assert not target.exists()

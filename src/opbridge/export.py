@@ -132,37 +132,54 @@ def _translation(opdef: OpDef) -> Any:
 
 
 def _dims_from_axes(
-    model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, dynamic_axes: Mapping[str, Any]
-) -> tuple[Any, ...]:
-    """Convert TorchScript-style ``dynamic_axes`` into ``dynamic_shapes`` for torch.export."""
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    input_names: Sequence[str] | None,
+    dynamic_axes: Mapping[str, Any],
+) -> Any:
+    """Convert TorchScript-style ``dynamic_axes`` into ``dynamic_shapes`` for torch.export (a tuple for
+    positional inputs; with keyword inputs a dict by the forward's parameter names)."""
     import torch
 
     names = list(input_names) if input_names else _forward_names(model, len(args))
     dims: dict[str, Any] = {}
-    shapes: list[Any] = []
-    for i, arg in enumerate(args):
-        axes = dynamic_axes.get(names[i]) if i < len(names) else None
-        if axes is None or not isinstance(arg, torch.Tensor):
-            shapes.append(None)
-            continue
+
+    def entry(name: str, value: Any) -> Any:
+        axes = dynamic_axes.get(name)
+        if axes is None or not isinstance(value, torch.Tensor):
+            return None
         if not isinstance(axes, Mapping):
-            axes = {int(a): f"{names[i]}_dim{a}" for a in axes}
-        entry = {}
+            axes = {int(a): f"{name}_dim{a}" for a in axes}
+        out = {}
         for axis, dim_name in axes.items():
             if dim_name not in dims:
                 dims[dim_name] = torch.export.Dim(str(dim_name))
-            entry[int(axis)] = dims[dim_name]
-        shapes.append(entry)
-    return tuple(shapes)
+            out[int(axis)] = dims[dim_name]
+        return out
+
+    positional = [entry(names[i], arg) if i < len(names) else None for i, arg in enumerate(args)]
+    if not kwargs:
+        return tuple(positional)
+    params = _forward_names(model, len(args))
+    shapes = dict(zip(params, positional))
+    shapes.update({k: entry(k, kwargs[k]) for k in _keyword_order(model, kwargs)})
+    return shapes
 
 
 def _axes_from_dims(
-    model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, dynamic_shapes: Any
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    input_names: Sequence[str] | None,
+    dynamic_shapes: Any,
 ) -> dict[str, dict[int, str]]:
-    """Convert torch.export-style ``dynamic_shapes`` into TorchScript ``dynamic_axes``."""
-    names = list(input_names) if input_names else _forward_names(model, len(args))
+    """Convert torch.export-style ``dynamic_shapes`` into TorchScript ``dynamic_axes`` (keyword inputs'
+    by their names)."""
+    names = _input_names(model, args, kwargs, input_names)
     if isinstance(dynamic_shapes, Mapping):
-        items = [dynamic_shapes.get(n) for n in names]
+        params = _forward_names(model, len(args)) + names[len(args) :]
+        items = [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
     else:
         items = list(dynamic_shapes)
     axes: dict[str, dict[int, str]] = {}
@@ -227,6 +244,24 @@ def _note_output_dim_names(
                     dims[axis].dim_param,
                     wanted,
                 )
+
+
+def _input_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, input_names: Sequence[str] | None
+) -> list[str]:
+    """The graph's input names: ``input_names`` or the forward's parameter names for ``args``, then the
+    tensor keyword inputs by name, in the forward's parameter order (as both exporters take them)."""
+    import torch
+
+    names = list(input_names) if input_names else _forward_names(model, len(args))
+    return names + [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+
+
+def _keyword_order(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
+    if not kwargs:
+        return []
+    params = list(inspect.signature(getattr(model, "forward", model)).parameters)
+    return [p for p in params if p in kwargs] + [k for k in kwargs if k not in params]
 
 
 def _forward_names(model: Any, count: int) -> list[str]:
@@ -432,7 +467,7 @@ def _export_torchscript(
             raw_path,
             dynamo=False,
             opset_version=opset,
-            input_names=list(input_names) if input_names else _forward_names(model, len(args)),
+            input_names=_input_names(model, args, kwargs, input_names),
             output_names=list(output_names) if output_names else None,
             dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
             do_constant_folding=True,
@@ -476,16 +511,23 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
     if lost:
         names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
         constant = [f"{d}::{n}" for d, n, v in lost if (op := find_op(d, n, v)) is not None and not op.spec.inputs]
-        hint = (
-            f" {', '.join(constant)} takes no tensor inputs, so the TorchScript tracer records its result as a "
-            "constant: export with exporter='dynamo', or give the op a tensor input."
-            if constant and exporter == "torchscript"
-            else ""
-        )
+        if exporter == "torchscript" and constant:
+            hint = (
+                f"{', '.join(constant)} takes no tensor inputs, so the TorchScript tracer records its result as "
+                "a constant: export with exporter='dynamo', or give the op a tensor input."
+            )
+        elif exporter == "torchscript":
+            hint = (
+                "The TorchScript tracer folds an op whose inputs are all constants at trace time (tensors made "
+                "inside forward, such as torch.arange(3)) into a constant: export with exporter='dynamo', or "
+                "feed such tensors as model inputs; else make sure the model calls the op object returned by "
+                "@opbridge.op, not its reference function."
+            )
+        else:
+            hint = "Make sure the model calls the op object returned by @opbridge.op, not its reference function."
         raise ExportError(
             f"the {exporter} exporter dropped or inlined custom op(s) {names}: they were called while "
-            "tracing but are not in the exported graph. Make sure the model calls the op object returned "
-            f"by @opbridge.op, not its reference function.{hint}"
+            f"tracing but are not in the exported graph. {hint}"
         )
     stray = default_domain_custom_nodes(model)
     if stray:
@@ -645,13 +687,12 @@ def export(
         raise ExportError("give either dynamic_shapes or dynamic_axes, not both.")
     if dynamic_axes and (exporter == "dynamo" or output_names):
         # (TorchScript's outputs without output_names have names of its own, which axes may name)
-        known = list(input_names) if input_names else _forward_names(model, len(args))
-        known += list(output_names or [])
-        unknown = sorted(set(dynamic_axes) - set(known))
+        inputs = _input_names(model, args, kwargs, input_names)
+        unknown = sorted(set(dynamic_axes) - set(inputs) - set(output_names or []))
         if unknown:
             raise ExportError(
                 f"dynamic_axes names {unknown}, which the model has no input (or named output) of; "
-                f"its inputs are {known[: len(args)]}: name one of them (or pass input_names)."
+                f"its inputs are {inputs}: name one of them (or pass input_names)."
             )
     captured: list[CapturedWarning] = []
     with tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
@@ -660,7 +701,7 @@ def export(
             if exporter == "dynamo":
                 shapes = dynamic_shapes
                 if dynamic_axes:
-                    shapes = _dims_from_axes(model, args, input_names, dynamic_axes)
+                    shapes = _dims_from_axes(model, args, kwargs, input_names, dynamic_axes)
                 names = input_names
                 if not names and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
                     # the forward's parameter names, as written (torch.onnx would lower-case them)
@@ -673,12 +714,20 @@ def export(
             else:
                 axes = dynamic_axes
                 if dynamic_shapes is not None:
-                    axes = _axes_from_dims(model, args, input_names, dynamic_shapes)
+                    axes = _axes_from_dims(model, args, kwargs, input_names, dynamic_shapes)
                 proto = _export_torchscript(model, args, kwargs, ops, opset_version, input_names, output_names, axes)
         except ExportError:
             raise
         except Exception as exc:
             text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch.onnx colours its messages for a terminal
+            if "UncapturedHigherOrderOpError" in text and "opbridge/definition.py" in text.replace(os.sep, "/"):
+                raise ExportError(
+                    f"{exporter} export of {type(model).__name__} failed: the model calls a custom op inside a "
+                    "branch or body of control flow (torch.cond, torch.while_loop, torch.map), and opbridge "
+                    "exports custom ops in the main graph only. Call the op outside the control flow (e.g. on "
+                    "both branches' inputs, then select the result with torch.where). torch.export's message: "
+                    f"{text}"
+                ) from exc
             raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}") from exc
     for w in caught:
         category = w.category.__name__

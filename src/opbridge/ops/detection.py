@@ -69,7 +69,9 @@ _HALF = {"float16": Tolerance(rtol=1e-2, atol=1e-2)}
 # --------------------------------------------------------------------------- grid_sampler
 
 
-@opbridge.op(f"{DOMAIN}::grid_sampler", tolerances=_HALF)
+# PyTorch's float16 grid_sample on the CPU rounds its intermediates to float16: up to 0.016 from the
+# float32 result on values of a few units (bilinear and bicubic), where runtimes compute in float32
+@opbridge.op(f"{DOMAIN}::grid_sampler", tolerances={"float16": Tolerance(rtol=1e-2, atol=2e-2)})
 def GridSample(
     input: torch.Tensor,
     grid: torch.Tensor,
