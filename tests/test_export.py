@@ -541,3 +541,33 @@ def test_op_inside_torch_cond_is_named(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"calls a custom op inside a branch or body of control flow.*torch.where"):
         opbridge.export(Branching(), (torch.randn(2, 3).abs(),), target, exporter="dynamo")
     assert not target.exists()
+
+
+@opbridge.op("tests.export::Gate")
+def _gate(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    return x * g  # no shape rule: derived from the reference
+
+
+class _GatedConv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, image: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return _gate(self.conv(image), gate)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_derived_rule_with_dims_onnx_inference_left_unnamed(tmp_path: Path, exporter: str) -> None:
+    """A Conv's output dims come out of ONNX shape inference unnamed (unk__N): a derived rule sizes them
+    like the named dims they broadcast against (distinct probe sizes made the reference fail)."""
+    torch.manual_seed(0)
+    model = _GatedConv().eval()
+    x, g = torch.randn(2, 3, 6, 5), torch.randn(2, 4, 6, 5)
+    axes = {"image": {0: "batch", 2: "height", 3: "width"}, "gate": {0: "batch", 2: "height", 3: "width"}}
+    path = tmp_path / "gated.onnx"
+    opbridge.export(model, (x, g), path, exporter=exporter, dynamic_axes=axes)
+    x2, g2 = torch.randn(3, 3, 9, 7), torch.randn(3, 4, 9, 7)
+    (y,) = opbridge.InferenceSession(path).run(None, {"image": x2.numpy(), "gate": g2.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model(x2, g2).numpy(), rtol=1e-5, atol=1e-5)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,6 +174,10 @@ def fake_outputs(
 # --------------------------------------------------------------------------- ONNX side
 
 
+# The names ONNX's shape inference gives dims it cannot name: unknown dims, not named ones.
+_ONNX_MADE_UP = re.compile(r"unk__\d+")
+
+
 def _dims_from_type(tp: onnx.TypeProto) -> tuple[Any, ...] | None:
     if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
         return None
@@ -180,7 +185,7 @@ def _dims_from_type(tp: onnx.TypeProto) -> tuple[Any, ...] | None:
     for d in tp.tensor_type.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
-        elif d.HasField("dim_param"):
+        elif d.HasField("dim_param") and not _ONNX_MADE_UP.fullmatch(d.dim_param):
             dims.append(SymDim(d.dim_param))
         else:
             dims.append(SymDim(None))
@@ -200,8 +205,6 @@ def _derive_with_meta(
     spec: OpSpec, reference: Callable[..., Any], infos: list[TensorInfo | None], attrs: dict[str, Any]
 ) -> list[TensorInfo]:
     """Run the reference twice on meta tensors to recover output dims (see module doc)."""
-    import torch
-
     symbols: list[SymDim] = []
     for info in infos:
         for d in info.shape if info is not None else ():
@@ -210,9 +213,64 @@ def _derive_with_meta(
     if len(symbols) > len(_PROBES[0]):
         raise OpDefinitionError(f"{spec.qualname}: too many dynamic dims to derive a shape rule; declare one")
 
-    def position(d: SymDim) -> int:
+    def own(d: SymDim) -> int:
         # Identity first: unnamed dims are distinct even though they compare unequal.
         return next(i for i, s in enumerate(symbols) if s is d or s == d)
+
+    try:
+        return _derive_runs(spec, reference, infos, attrs, symbols, own)
+    except _ProbeError as failed:
+        # An unnamed dim (ONNX inference lost its name, e.g. after a Conv) may be one that a named dim
+        # of another input equals: try again with each unnamed dim sized like the symbolic dim at its
+        # place (counted from the right, as broadcasting aligns) in another input.
+        shared = _shared_positions(infos, symbols, own)
+        if shared is None:
+            raise failed.error from None
+        try:
+            return _derive_runs(spec, reference, infos, attrs, symbols, shared)
+        except _ProbeError:
+            raise failed.error from None
+
+
+class _ProbeError(Exception):
+    def __init__(self, error: OpDefinitionError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _shared_positions(
+    infos: list[TensorInfo | None], symbols: list[SymDim], own: Callable[[SymDim], int]
+) -> Callable[[SymDim], int] | None:
+    """Probe positions where each unnamed dim takes the position of a symbolic dim at its place in
+    another input (None when no unnamed dim has such a partner)."""
+    merged: dict[int, int] = {}
+    for i, info in enumerate(infos):
+        if info is None:
+            continue
+        for k, d in enumerate(reversed(info.shape)):
+            if not isinstance(d, SymDim) or d.name is not None:
+                continue
+            for j, other in enumerate(infos):
+                if j == i or other is None or k >= len(other.shape):
+                    continue
+                partner = other.shape[len(other.shape) - 1 - k]
+                if isinstance(partner, SymDim) and own(partner) != own(d):
+                    merged.setdefault(own(d), merged.get(own(partner), own(partner)))
+                    break
+    if not merged:
+        return None
+    return lambda d: merged.get(own(d), own(d))
+
+
+def _derive_runs(
+    spec: OpSpec,
+    reference: Callable[..., Any],
+    infos: list[TensorInfo | None],
+    attrs: dict[str, Any],
+    symbols: list[SymDim],
+    position: Callable[[SymDim], int],
+) -> list[TensorInfo]:
+    import torch
 
     from opbridge.definition import inside_reference
 
@@ -236,10 +294,12 @@ def _derive_with_meta(
     except OpDefinitionError:
         raise
     except Exception as exc:
-        raise OpDefinitionError(
-            f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to derive "
-            f"one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes with "
-            f"@{spec.name}.register_shape (an output size that depends on the data as opbridge.SymDim())."
+        raise _ProbeError(
+            OpDefinitionError(
+                f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to derive "
+                f"one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes with "
+                f"@{spec.name}.register_shape (an output size that depends on the data as opbridge.SymDim())."
+            )
         ) from None
     if symbols:
         try:
@@ -259,7 +319,8 @@ def _derive_with_meta(
             if len(set(values)) == 1:
                 dims.append(int(values[0]))
                 continue
-            match = [s for i, s in enumerate(symbols) if all(p[i] == v for p, v in zip(probes, values, strict=True))]
+            match = [s for s in symbols if all(p[position(s)] == v for p, v in zip(probes, values, strict=True))]
+            match.sort(key=lambda s: s.name is None)  # a named dim before an unnamed one it was sized like
             dims.append(SymDim(match[0].name) if match else SymDim(None))
         out.append(TensorInfo(tuple(dims), results[0].dtype))
     return out
