@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -573,3 +575,55 @@ def test_openvino_runs_kernels_where_bodies_do_not_convert(tmp_path) -> None:
     assert [f.name for f in result.model.functions] == ["DynamicTRTResize"]
     record = opbridge.verify(path, (model, args), backends=["openvino"])
     assert [r.status for r in record.runs] == ["pass"], record.table()
+
+
+@opbridge.op("tests.degenerate::Twice")
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+_twice.register_kernel(lambda x: x * 2)
+
+
+@opbridge.op("tests.degenerate::Thrice")
+def _thrice(x: torch.Tensor) -> torch.Tensor:
+    return x * 3  # no kernel: runtimes run this reference through torch
+
+
+class _ThriceModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _thrice(x)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_scalar_inputs_pass_verify_on_every_backend(tmp_path: Path, exporter: str) -> None:
+    """A 0-d input stays 0-d in every backend (the reference evaluator's torch path made it shape (1,))."""
+    path = tmp_path / "scalar.onnx"
+    opbridge.export(_ThriceModel(), (torch.tensor(1.5),), path, exporter=exporter)
+    record = opbridge.verify(path, (_ThriceModel(), (torch.tensor(1.5),)))
+    assert record.exit_code == 0, record.table()
+    assert {r.backend for r in record.runs} >= {"onnxruntime", "reference"}
+
+
+@pytest.mark.skipif(not BACKENDS["openvino"].available(), reason="openvino is not installed")
+def test_openvino_refuses_bfloat16_custom_nodes(tmp_path: Path) -> None:
+    """OpenVINO's Python API passes bfloat16 buffers to Python ops as float16: such a node is refused
+    by name (its numbers came out wrong, silently)."""
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+        helper.make_node("Twice", ["xb"], ["yb"], domain="tests.degenerate"),
+        helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.degenerate", 1)], ir_version=9
+    )
+    path = tmp_path / "bf16.onnx"
+    onnx.save(model, str(path))
+    with get_backend("openvino")(path) as runner, pytest.raises(Exception, match="tests.degenerate::Twice: a bfloat16"):
+        runner.infer({"x": np.array([1.5, -2.25, 3.0], np.float32)})

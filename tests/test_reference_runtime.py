@@ -494,3 +494,27 @@ def test_ops_sharing_a_name_across_domains(tmp_path) -> None:
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_kernel_type_error_names_the_node_and_keeps_its_message() -> None:
+    """onnx.reference reports a kernel's TypeError as "Issues with types ..."; the session keeps the
+    kernel's own message and names the node, as ONNX Runtime's bridge does."""
+    from onnx import TensorProto, helper
+
+    @opbridge.op("tests.ref::RaisesTypeError")
+    def raises(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    def kernel(x: np.ndarray) -> np.ndarray:
+        raise TypeError("x must be float32, got something else")
+
+    raises.register_kernel(kernel)
+    graph = helper.make_graph(
+        [helper.make_node("RaisesTypeError", ["x"], ["y"], domain="tests.ref", name="mynode")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
+    with pytest.raises(opbridge.OpbridgeError, match=r"node 'mynode' raised TypeError: x must be float32, got"):
+        opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})

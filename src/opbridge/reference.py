@@ -155,7 +155,6 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
 
 
 def _to_torch(arrays: Sequence[Any]) -> list[Any]:
-    import numpy as np
     import torch
 
     out = []
@@ -163,7 +162,8 @@ def _to_torch(arrays: Sequence[Any]) -> list[Any]:
         # Read-only arrays (initializers) are only read by the kernel.
         warnings.filterwarnings("ignore", message=".*non-writable.*", category=UserWarning)
         for a in arrays:
-            out.append(None if a is None else torch.from_numpy(np.ascontiguousarray(a)))
+            # (np.ascontiguousarray would make a 0-d array 1-d)
+            out.append(None if a is None else torch.from_numpy(a if a.flags.c_contiguous else a.copy(order="C")))
     return out
 
 
@@ -228,6 +228,9 @@ def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]],
                 f"{domain}::{op_type} ({source}) node {node.name!r} wrote into one of its inputs ({exc}), which "
                 "other nodes and the caller may still read; write the result into a new array (e.g. x = x.copy())."
             ) from None
+        except TypeError as exc:
+            # onnx.reference reports a TypeError as "Issues with types ...", without the kernel's message
+            raise OpbridgeError(f"{domain}::{op_type} ({source}) node {node.name!r} raised TypeError: {exc}") from exc
         if len(results) != len(node.output):
             raise OpbridgeError(
                 f"{domain}::{op_type} ({source}) returned {len(results)} output(s) for a node with "

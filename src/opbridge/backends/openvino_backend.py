@@ -231,6 +231,13 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
             info = nodes[self._index]
             kernel = info.kernel
+            # OpenVINO's Python API hands bfloat16 buffers over as float16 ones (the bits would be misread)
+            if any(t.get_element_type() == ov.Type.bf16 for t in (*inputs, *outputs)):
+                raise RuntimeError(
+                    f"{_MARK}{kernel.qualname}: a bfloat16 input or output, which OpenVINO's Python API passes to "
+                    "Python ops as float16 (other bits): opbridge does not run such nodes in OpenVINO; cast to "
+                    "float32 around the op for OpenVINO."
+                )
             in_types, out_types = model_dtypes.get(self._index, ([], []))
             arrays: list[np.ndarray | None] = info.expand(
                 [_kernel_input(t.data, in_types[i] if i < len(in_types) else None) for i, t in enumerate(inputs)]
@@ -280,7 +287,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                             f"{int(value.max()) if value.max() > info32.max else int(value.min())}), which OpenVINO's "
                             f"CPU plugin computes {value.dtype} in; keep them within {buffer} for OpenVINO."
                         )
-                value = np.ascontiguousarray(value, dtype=buffer)
+                value = np.asarray(value, dtype=buffer, order="C")  # (0-d stays 0-d)
                 out.shape = value.shape
                 out.data[...] = value
             return True
