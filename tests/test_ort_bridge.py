@@ -865,3 +865,53 @@ def test_trailing_empty_optional_inputs_are_not_extra_inputs() -> None:
     """["x", "y", ""]: the empty name at the end is an optional input left out, not a third input."""
     model = make_model("MaybeAdd", [("x", F, [2])], [("z", F, [2])], node_inputs=["x", "", ""], scale=3.0)
     np.testing.assert_array_equal(InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})[0], np.full(2, 3.0))
+
+
+@opbridge.op("test.ortbridge.messages::WritesOut", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _writes_out(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_writes_out.register_kernel
+def _(x: np.ndarray, out: np.ndarray | None = None) -> None:
+    np.multiply(x, 2, out=out)  # writes `out` and forgets to return it
+
+
+@opbridge.op("test.ortbridge.messages::Shrinks", shape=lambda x: opbridge.TensorInfo((x.shape[0] - 1,), x.dtype))
+def _shrinks(x: torch.Tensor) -> torch.Tensor:
+    return x[1:]
+
+
+@_shrinks.register_kernel
+def _(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    # takes `out`: the bridge allocates the outputs from the shape rule before the kernel runs
+    if out is None:
+        return x[1:]
+    out[...] = x[1:]
+    return out
+
+
+def test_kernel_result_messages_say_what_to_return_and_which_dim_is_bad() -> None:
+    x = np.ones(3, np.float32)
+    sess = opbridge.InferenceSession(_op_model(_writes_out))
+    with pytest.raises(
+        _fail_type(), match=r"output 0 is a NoneType, not an array; .*a kernel that writes `out` returns it"
+    ):
+        sess.run(None, {"x": x})
+    sess = opbridge.InferenceSession(_op_model(_shrinks))
+    assert sess.run(None, {"x": x})[0].shape == (2,)
+    with pytest.raises(
+        _fail_type(), match=r"the shape rule gave output 0 a dim 0 of -1 for these inputs; sizes are >= 0"
+    ):
+        sess.run(None, {"x": np.ones(0, np.float32)})
+
+
+def _op_model(opdef: opbridge.OpDef) -> onnx.ModelProto:
+    spec = opdef.spec
+    graph = helper.make_graph(
+        [helper.make_node(spec.name, ["x"], ["y"], domain=spec.domain)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(spec.domain, 1)])

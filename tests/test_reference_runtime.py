@@ -518,3 +518,26 @@ def test_kernel_type_error_names_the_node_and_keeps_its_message() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
     with pytest.raises(opbridge.OpbridgeError, match=r"node 'mynode' raised TypeError: x must be float32, got"):
         opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_kernel_returning_none_is_refused() -> None:
+    """A kernel returning None (or another non-array) is refused as in ONNX Runtime's bridge, instead of
+    becoming an object array."""
+    from onnx import TensorProto, helper
+
+    @opbridge.op("tests.ref::ReturnsNone")
+    def returns_none(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    returns_none.register_kernel(lambda x: None)
+    graph = helper.make_graph(
+        [helper.make_node("ReturnsNone", ["x"], ["y"], domain="tests.ref", name="n0")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"node 'n0' raised TypeError: output 0 is a NoneType, not an array"
+    ):
+        opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})

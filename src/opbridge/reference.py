@@ -172,9 +172,12 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
 
     items = values if isinstance(values, (tuple, list)) else (values,)
     out = []
-    for v in items:
+    for i, v in enumerate(items):
         if hasattr(v, "detach"):
             v = v.detach().cpu().numpy()
+        if not isinstance(v, (np.ndarray, np.generic)) or np.asarray(v).dtype == object:
+            # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
+            raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")
         out.append(np.asarray(v))
     return tuple(out)
 

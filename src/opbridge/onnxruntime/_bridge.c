@@ -674,17 +674,28 @@ static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *
         Py_ssize_t rank = dims_seq ? PySequence_Fast_GET_SIZE(dims_seq) : -1;
         int64_t dims[OPB_MAX_RANK];
         npy_intp shape[OPB_MAX_RANK];
-        int bad = rank < 0 || rank > OPB_MAX_RANK;
+        int bad = rank < 0 || rank > OPB_MAX_RANK, not_int = 0;
+        Py_ssize_t bad_dim = -1;
+        long long bad_value = 0;
         for (Py_ssize_t d = 0; !bad && d < rank; d++) {
             long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims_seq, d));
-            bad = (v == -1 && PyErr_Occurred()) || v < 0;
+            not_int = v == -1 && PyErr_Occurred() != NULL;
+            if (not_int || v < 0) {
+                bad = 1;
+                bad_dim = d;
+                bad_value = v;
+            }
             dims[d] = (int64_t)v;
             shape[d] = (npy_intp)v;
         }
         Py_XDECREF(dims_seq);
         if (bad) {
             PyErr_Clear();
-            snprintf(err, n, "%s: the shape rule gave a bad shape for output %zu", k->label, i);
+            if (bad_dim < 0 || not_int)
+                snprintf(err, n, "%s: the shape rule gave a bad shape for output %zu", k->label, i);
+            else
+                snprintf(err, n, "%s: the shape rule gave output %zu a dim %zd of %lld for these inputs; sizes are >= 0",
+                         k->label, i, bad_dim, bad_value);
             Py_CLEAR(outs);
             break;
         }
@@ -729,8 +740,8 @@ static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, 
     int fresh = opb_fresh(obj);
     PyArrayObject *dst = (PyArrayObject *)target;
     if (!(PyArray_Check(obj) || PyArray_IsScalar(obj, Generic))) {
-        snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays", k->label, i,
-                 Py_TYPE(obj)->tp_name);
+        snprintf(err, n, "%s: output %zu is a %s, not an array; return numpy arrays (a kernel that writes `out` "
+                 "returns it)", k->label, i, Py_TYPE(obj)->tp_name);
         return -1;
     }
     PyArrayObject *arr = (PyArrayObject *)PyArray_FROM_O(obj);
