@@ -915,3 +915,12 @@ def _op_model(opdef: opbridge.OpDef) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(spec.domain, 1)])
+
+
+def test_registered_kernel_node_with_an_unnamed_output_is_named_at_load() -> None:
+    """ONNX lets a node leave an output unnamed; the kernel produces every output, so the session names
+    the node when it is created (ONNX Runtime said it "could not allocate output 1" at run time)."""
+    model = make_model("Split2", [("x", F, [2]), ("y", F, [2])], [("s", F, [2])], name="split_node")
+    model.graph.node[0].output.append("")
+    with pytest.raises(opbridge.OpDefinitionError, match=r"Split2 node 'split_node' leaves output\(s\) \[1\] unnamed"):
+        InferenceSession(model)

@@ -702,3 +702,18 @@ def test_reference_without_example_inputs_is_named(tmp_path: Path) -> None:
     path = _silu_model(tmp_path)
     with pytest.raises(opbridge.OpbridgeError, match=r"the reference is a SwishModel; give \(model, example_inputs\)"):
         opbridge.verify(path, SwishModel(), backends=["openvino"])  # type: ignore[arg-type]
+
+
+def test_bfloat16_inputs_are_refused_with_the_way_out(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])],
+    )
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    with pytest.raises(opbridge.OpbridgeError, match=r"input 'x' is bfloat16, which verify does not feed.*float32"):
+        opbridge.verify(path, None, backends=["onnxruntime", "reference"])

@@ -345,6 +345,8 @@ def make_inputs(
     feed: dict[str, np.ndarray] = {}
     for m in meta:
         shape = tuple(shapes[m.name])
+        if m.dtype is None and onnx_types and onnx_types.get(m.name) == "bfloat16":
+            raise OpbridgeError(_bfloat16_refusal(m.name))
         if m.dtype is None and onnx_types and m.name in onnx_types:
             raise OpbridgeError(
                 f"input {m.name!r} has ONNX type {onnx_types[m.name]}, which verify cannot fill with random values; "
@@ -382,6 +384,14 @@ def onnx_input_types(model: Any, meta: Sequence[TensorMeta]) -> dict[str, str]:
     return out
 
 
+def _bfloat16_refusal(name: str) -> str:
+    return (
+        f"input {name!r} is bfloat16, which verify does not feed (numpy has no bfloat16, and neither the PyTorch "
+        "reference nor the backends take its arrays from numpy): export the model in float32 (or float16), or cast "
+        "the input to bfloat16 inside the model."
+    )
+
+
 def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta]) -> dict[str, np.ndarray]:
     """Arrays for every input from an ``.npz`` (or a dict); raise naming a missing or mistyped input."""
     what = "inputs"
@@ -400,6 +410,8 @@ def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[
                 f"--inputs {what}: no array named {m.name!r}; it holds {sorted(arrays)}, the model takes "
                 f"{[x.name for x in meta]}. Save one array per input, e.g. numpy.savez(path, {m.name}=...)."
             )
+        if arrays[m.name].dtype.name == "bfloat16":  # (ml_dtypes' numpy dtype)
+            raise OpbridgeError(_bfloat16_refusal(m.name))
         if m.dtype is not None and arrays[m.name].dtype != m.dtype:
             raise OpbridgeError(
                 f"--inputs {what}: array {m.name!r} is {arrays[m.name].dtype}, the model expects {m.dtype}."

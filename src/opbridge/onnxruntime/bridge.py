@@ -489,6 +489,11 @@ def kernel_for_node(
         fn = _torch_adapter(opdef.reference, attrs, n_inputs, checks, label)
         return BoundKernel("reference", "torch", fn, label, attrs)
     if registered is not None:
+        if "" in node.output:
+            raise OpDefinitionError(
+                f"{label} leaves output(s) {[i for i, o in enumerate(node.output) if not o]} unnamed; the kernel "
+                "produces every output of the node: name each of them (an unused one may go unread)."
+            )
         attrs = node_attributes(node)
         n_inputs = len(node.input)
         no_checks: tuple[Any, Any] = (None, None)
