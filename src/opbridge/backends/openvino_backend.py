@@ -260,14 +260,18 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                     "and a shape rule."
                 )
                 if not declared.compatible(ov.PartialShape(list(value.shape))):
+                    ruled = kernel.opdef is not None and kernel.opdef.shape_rule is not None
                     raise RuntimeError(
                         f"{_MARK}{kernel.qualname}: the {kernel.source} returned shape "
-                        f"{'x'.join(map(str, value.shape))} for output {i}, but "
+                        f"{'x'.join(map(str, value.shape)) or '() (a scalar)'} for output {i}, but "
                         + (
                             f"OpenVINO expects {declared}: {unknown}"
                             if guessed
                             else f"its shape rule gives {declared}; fix the kernel or the rule registered with "
                             "register_shape."
+                            if ruled
+                            else f"the shape derived from the op's reference is {declared}; fix the kernel, or "
+                            "declare the shape with register_shape."
                         )
                     )
                 buffer = np.dtype(out.get_element_type().to_dtype())
