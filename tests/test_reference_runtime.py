@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import onnx
@@ -496,48 +497,31 @@ def test_ops_sharing_a_name_across_domains(tmp_path) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
-def test_kernel_type_error_names_the_node_and_keeps_its_message() -> None:
-    """onnx.reference reports a kernel's TypeError as "Issues with types ..."; the session keeps the
-    kernel's own message and names the node, as ONNX Runtime's bridge does."""
+def _raises_type_error(x: np.ndarray) -> np.ndarray:
+    raise TypeError("x must be float32, got something else")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "message"),
+    [(_raises_type_error, "x must be float32"), (lambda x: None, "output 0 is a NoneType, not an array")],
+    ids=["raises-TypeError", "returns-None"],
+)
+def test_kernel_errors_name_the_node(kernel: Any, message: str) -> None:
+    """onnx.reference reports a kernel's TypeError as "Issues with types ..." (and made None an object
+    array): the session keeps the kernel's own message and names the node, as ONNX Runtime's bridge."""
     from onnx import TensorProto, helper
 
-    @opbridge.op("tests.ref::RaisesTypeError")
-    def raises(x: torch.Tensor) -> torch.Tensor:
+    @opbridge.op("tests.ref::FailingKernel")
+    def failing(x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
-    def kernel(x: np.ndarray) -> np.ndarray:
-        raise TypeError("x must be float32, got something else")
-
-    raises.register_kernel(kernel)
+    failing.register_kernel(kernel)
     graph = helper.make_graph(
-        [helper.make_node("RaisesTypeError", ["x"], ["y"], domain="tests.ref", name="mynode")],
+        [helper.make_node("FailingKernel", ["x"], ["y"], domain="tests.ref", name="mynode")],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
-    with pytest.raises(opbridge.OpbridgeError, match=r"node 'mynode' raised TypeError: x must be float32, got"):
-        opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
-
-
-def test_kernel_returning_none_is_refused() -> None:
-    """A kernel returning None (or another non-array) is refused as in ONNX Runtime's bridge, instead of
-    becoming an object array."""
-    from onnx import TensorProto, helper
-
-    @opbridge.op("tests.ref::ReturnsNone")
-    def returns_none(x: torch.Tensor) -> torch.Tensor:
-        return x + 1
-
-    returns_none.register_kernel(lambda x: None)
-    graph = helper.make_graph(
-        [helper.make_node("ReturnsNone", ["x"], ["y"], domain="tests.ref", name="n0")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
-    with pytest.raises(
-        opbridge.OpbridgeError, match=r"node 'n0' raised TypeError: output 0 is a NoneType, not an array"
-    ):
+    with pytest.raises(opbridge.OpbridgeError, match=rf"node 'mynode' raised TypeError: {message}"):
         opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
