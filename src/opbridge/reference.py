@@ -155,6 +155,7 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
 
 
 def _to_torch(arrays: Sequence[Any]) -> list[Any]:
+    import numpy as np
     import torch
 
     out = []
@@ -163,7 +164,7 @@ def _to_torch(arrays: Sequence[Any]) -> list[Any]:
         warnings.filterwarnings("ignore", message=".*non-writable.*", category=UserWarning)
         for a in arrays:
             # (np.ascontiguousarray would make a 0-d array 1-d)
-            out.append(None if a is None else torch.from_numpy(a if a.flags.c_contiguous else a.copy(order="C")))
+            out.append(None if a is None else torch.from_numpy(np.asarray(a, order="C")))
     return out
 
 

@@ -98,7 +98,6 @@ static const char *opb_elem_name(int elem) {
     return "an unsupported element type";
 }
 
-/* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
 /* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
 static int opb_on_main_thread(void) {
     int on_main = 0;
@@ -113,6 +112,7 @@ static int opb_on_main_thread(void) {
     return on_main;
 }
 
+/* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
 static void opb_format_exception(char *buf, size_t n) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
