@@ -142,7 +142,7 @@ def _dims_from_axes(
     positional inputs; with keyword inputs a dict by the forward's parameter names)."""
     import torch
 
-    names = list(input_names) if input_names else _forward_names(model, len(args))
+    names = _positional_names(model, args, input_names)
     dims: dict[str, Any] = {}
 
     def entry(name: str, value: Any) -> Any:
@@ -200,7 +200,7 @@ def _check_dims_kept(
     falls back to a strict trace, which specializes dims, when the first trace fails."""
     import torch
 
-    names = list(input_names) if input_names else _forward_names(model, len(args))
+    names = _positional_names(model, args, input_names)
     items = [shapes.get(n) for n in names] if isinstance(shapes, Mapping) else list(shapes)
     graph_inputs = {i.name: i for i in proto.graph.input}
     for name, entry in zip(names, items):
@@ -253,8 +253,13 @@ def _input_names(
     tensor keyword inputs by name, in the forward's parameter order (as both exporters take them)."""
     import torch
 
-    names = list(input_names) if input_names else _forward_names(model, len(args))
+    names = _positional_names(model, args, input_names)
     return names + [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+
+
+def _positional_names(model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None) -> list[str]:
+    """The names of the positional inputs: ``input_names``, else the forward's parameter names."""
+    return list(input_names) if input_names else _forward_names(model, len(args))
 
 
 def _keyword_order(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
