@@ -136,6 +136,16 @@ def _shape_checked_kernel(x):
     return x[:1]  # wrong: drops rows
 
 
+@opbridge.op(f"{DOMAIN}::ShapeDerived")
+def shape_derived(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@shape_derived.register_kernel
+def _shape_derived_kernel(x):
+    return x[:1]  # wrong: drops rows; the op has no rule, its reference gives the shape
+
+
 @opbridge.op(f"{DOMAIN}::Silu")
 def silu(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(x)
@@ -447,12 +457,17 @@ def test_non_array_result_is_reported() -> None:
         InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
 
 
-def test_wrong_shape_against_shape_rule_is_reported() -> None:
-    model = make_model("ShapeChecked", [("x", F, ["n", 2])], [("y", F, ["n", 2])])
+@pytest.mark.parametrize(
+    ("op_type", "source"),
+    [("ShapeChecked", "op's shape rule gives"), ("ShapeDerived", r"op's reference gives \(on meta tensors\)")],
+    ids=["rule", "derived"],
+)
+def test_wrong_shape_is_reported(op_type: str, source: str) -> None:
+    """A kernel's result shapes are checked against the op's shape rule, or where it has none, against
+    what its reference gives for the inputs' sizes."""
+    model = make_model(op_type, [("x", F, ["n", 2])], [("y", F, ["n", 2])])
     with pytest.raises(
-        _fail_type(),
-        match=r"ShapeChecked node .*output 0 \('output'\) has shape \(1, 2\), but the "
-        r"op's shape rule gives \(3, 2\)",
+        _fail_type(), match=rf"{op_type} node .*output 0 \('output'\) has shape \(1, 2\), but the {source} \(3, 2\)"
     ):
         InferenceSession(model).run(None, {"x": np.ones((3, 2), np.float32)})
 

@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError
@@ -21,7 +22,9 @@ from opbridge.errors import ModelLoadError
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["load_model", "walk_nodes"]
+__all__ = ["elem_types", "load_model", "walk_nodes"]
+
+logger = logging.getLogger(__name__)
 
 
 def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> onnx.ModelProto:
@@ -83,3 +86,27 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from walk_nodes(g.node)
+
+
+def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
+    """Element type of each value the graph declares; where a ``wanted`` value is not declared (a
+    custom node's output feeding another node), ONNX shape inference with opbridge's schemas gives it."""
+    types: dict[str, int] = {}
+
+    def collect(graph: onnx.GraphProto) -> None:
+        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+
+    collect(model.graph)
+    if any(name not in types for name in wanted):
+        import onnx
+
+        import opbridge
+
+        try:
+            opbridge.register_onnx_schemas()
+            collect(onnx.shape_inference.infer_shapes(model).graph)
+        except Exception as exc:  # the types stay unknown
+            logger.debug("shape inference could not type the custom nodes' outputs: %s", exc)
+    return types

@@ -47,12 +47,14 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
-from opbridge.model_io import load_model, walk_nodes
+from opbridge.model_io import elem_types, load_model, walk_nodes
+from opbridge.shape import result_check
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,6 +70,8 @@ logger = logging.getLogger(__name__)
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
 
 Prefer = Literal["spec", "function"]
+
+_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -186,18 +190,34 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
 def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
     """Run a node with the op's numpy kernel, torch kernel or PyTorch reference."""
 
+    checks: dict[tuple[str, str], Any] = {}  # result checks per node and attribute values
+
     def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
         attrs = _spec_attributes(opdef, node, linked)
         args = list(inputs) + [None] * (len(opdef.spec.inputs) - len(inputs))
         if opdef.kernel is not None and opdef.kernel_kind == "numpy":
-            return _to_numpy(opdef.kernel(*args, **attrs))
-        import torch
+            results = _to_numpy(opdef.kernel(*args, **attrs))
+        else:
+            import torch
 
-        tensors = _to_torch(args)
-        with torch.no_grad():
-            if opdef.kernel is not None:
-                return _to_numpy(opdef.kernel(*tensors, **attrs))
-            return _to_numpy(opdef.run_reference(*tensors, **attrs))
+            tensors = _to_torch(args)
+            with torch.no_grad():
+                found = (
+                    opdef.kernel(*tensors, **attrs)
+                    if opdef.kernel is not None
+                    else opdef.run_reference(*tensors, **attrs)
+                )
+            results = _to_numpy(found)
+        key = (node.name, repr(sorted(attrs.items())))
+        check = checks.get(key, _UNSET)
+        if check is _UNSET:
+            if len(checks) >= 256:
+                checks.clear()
+            label = f"{opdef.spec.qualname} node {node.name!r}"
+            check = checks[key] = result_check(opdef, attrs, label, derive=opdef.kernel is not None)
+        if check is not None:
+            check(tuple(args), results)
+        return results
 
     return run
 
@@ -217,8 +237,37 @@ def _kernel_runner(kernel: KernelDef) -> Callable[..., tuple[Any, ...]]:
     return run
 
 
-def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]], source: str) -> type:
-    """An ``OpRun`` subclass for ``domain::op_type`` that calls ``runner``."""
+def _check_dtypes(results: Sequence[Any], node: onnx.NodeProto, types: Mapping[str, int], label: str) -> None:
+    """Raise where a result's dtype is not the element type the model gives the node's output."""
+    import onnx
+
+    for i, (name, result) in enumerate(zip(node.output, results)):
+        want = types.get(name) if name else None
+        if not want:
+            continue
+        got = _onnx_type_name(result.dtype)
+        want_name = f"tensor({onnx.TensorProto.DataType.Name(want).lower()})"
+        if got is None or got == want_name:
+            continue
+        try:
+            np_name = onnx.helper.tensor_dtype_to_np_dtype(want).name
+        except (KeyError, TypeError, ValueError):
+            np_name = want_name
+        raise OpbridgeError(
+            f"{label}: output {i} ({name!r}) has dtype {result.dtype}, but the node's output type is {want_name}; "
+            f"return an array of dtype {np_name} (e.g. result.astype(np.{np_name}))."
+        )
+
+
+def _op_class(
+    domain: str,
+    op_type: str,
+    runner: Callable[..., tuple[Any, ...]],
+    source: str,
+    types: Mapping[str, int],
+) -> type:
+    """An ``OpRun`` subclass for ``domain::op_type`` that calls ``runner``; ``types`` are the element
+    types the model gives the outputs of its nodes (where known), which the results must have."""
     from onnx.reference.op_run import OpRun
 
     def _run(self: Any, *inputs: Any, **linked: Any) -> tuple[Any, ...]:
@@ -240,6 +289,7 @@ def _op_class(domain: str, op_type: str, runner: Callable[..., tuple[Any, ...]],
                 f"{domain}::{op_type} ({source}) returned {len(results)} output(s) for a node with "
                 f"{len(node.output)}; return one array per output."
             )
+        _check_dtypes(results, node, types, f"{domain}::{op_type} ({source}) node {node.name!r}")
         return results
 
     # op_schema = None: attribute defaults come from the op spec, not from onnx.defs.
@@ -394,6 +444,18 @@ class ReferenceSession:
             if node.domain not in _STANDARD_DOMAINS:
                 seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
                 names.setdefault((node.domain, node.op_type), []).append(node.name)
+        # Element types of the main graph's custom-node outputs, where the model or shape inference
+        # gives them; a name that several nodes (subgraphs, function bodies) produce is left out.
+        produced = Counter(name for node in nodes for name in node.output if name)
+        wanted = [
+            name
+            for node in proto.graph.node
+            if node.domain not in _STANDARD_DOMAINS
+            for name in node.output
+            if name and produced[name] == 1
+        ]
+        known = elem_types(proto, wanted) if wanted else {}
+        types = {name: known[name] for name in wanted if name in known}
         classes: list[type] = []
         unknown: list[tuple[str, str, int]] = []
         for (domain, op_type), version in sorted(seen.items()):
@@ -408,14 +470,14 @@ class ReferenceSession:
                     if opdef.kernel_kind == "numpy" and opdef.kernel
                     else ("torch kernel" if opdef.kernel is not None else "PyTorch reference")
                 )
-                classes.append(_op_class(domain, op_type, _spec_runner(opdef), f"{opdef.spec.qualname} {how}"))
+                classes.append(_op_class(domain, op_type, _spec_runner(opdef), f"{opdef.spec.qualname} {how}", types))
                 self.implementations[domain, op_type] = how
                 continue
             kern = find_kernel(domain, op_type, version)
             if kern is None and (domain, op_type) in self._legacy:
                 kern = find_kernel("", op_type, None)
             if kern is not None:
-                classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}"))
+                classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}", types))
                 self.implementations[domain, op_type] = "kernel"
                 continue
             if has_body:

@@ -33,6 +33,7 @@ from opbridge.errors import OpDefinitionError
 if TYPE_CHECKING:
     import onnx
 
+    from opbridge.definition import OpDef
     from opbridge.spec import OpSpec
 
 __all__ = ["ShapeRule", "SymDim", "TensorInfo"]
@@ -386,3 +387,80 @@ def infer_onnx(
                 dim.dim_value = operator.index(d)
         out.append(tp)
     return out
+
+
+def rule_failed(state: dict[str, bool], exc: Exception, label: str, what: str) -> None:
+    """A shape rule raised on a call's arrays. A rule that ran on arrays before, or that raised a
+    ValueError (an op's rules name inputs they refuse so), refused these inputs: skip it for this
+    call only. Otherwise it does not run on numpy arrays: turn ``what`` off for the session."""
+    if state["ran"] or isinstance(exc, ValueError):
+        logger.debug("%s: the shape rule refused these inputs (%s); no %s for this call", label, exc, what)
+        return
+    logger.debug("%s: the shape rule does not run on numpy inputs (%s); %s off", label, exc, what)
+    state["usable"] = False
+
+
+def result_check(
+    opdef: OpDef, attrs: dict[str, Any], label: str, *, derive: bool = True
+) -> Callable[[tuple[Any, ...], Any], None] | None:
+    """``check(arrays, result)``: raises ValueError where a kernel's result shapes (numpy inputs
+    ``arrays``) are not what the op's shape rule gives, or, for an op without one and with ``derive``,
+    what its reference gives on meta tensors of the inputs' sizes (derived once per input signature).
+    ``None`` where there is nothing to check against (no rule, and ``derive`` off: the reference's own
+    results)."""
+    rule = opdef.shape_rule
+    if rule is None and not derive:
+        return None
+    names = [p.name for p in opdef.spec.outputs]
+    state = {"usable": True, "ran": False}
+    # (input signature -> expected shapes: ints, or SymDim for a size that depends on the data)
+    derived: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+
+    def expected(arrays: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        if rule is not None:
+            found = rule(*arrays, **attrs)
+            items = list(found) if isinstance(found, (tuple, list)) else [found]
+            return [tuple(d if isinstance(d, SymDim) else int(d) for d in getattr(w, "shape", ())) for w in items]
+        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
+        shapes = derived.get(key)
+        if shapes is None:
+            from opbridge._dtypes import numpy_to_onnx, onnx_to_torch
+
+            infos = [
+                None if a is None else TensorInfo(tuple(a.shape), onnx_to_torch(numpy_to_onnx(a.dtype))) for a in arrays
+            ]
+            if len(derived) >= 64:  # inputs of ever new sizes: keep the cache bounded
+                derived.clear()
+            shapes = [
+                tuple(d if isinstance(d, SymDim) else int(d) for d in i.shape)
+                for i in _derive_with_meta(opdef.spec, opdef.reference, infos, attrs)
+            ]
+            derived[key] = shapes
+        return shapes
+
+    def check(arrays: tuple[Any, ...], result: Any) -> None:
+        if not state["usable"]:
+            return
+        try:
+            want = expected(arrays)
+        except Exception as exc:
+            rule_failed(state, exc, label, "shape check")
+            return
+        state["ran"] = True
+        got = result if isinstance(result, (tuple, list)) else (result,)
+        for i, (wshape, g) in enumerate(zip(want, got)):
+            shape = getattr(g, "shape", None)
+            if shape is None or shape == wshape:
+                continue
+            # a SymDim (a size that depends on the data) matches any size
+            if len(shape) == len(wshape) and all(isinstance(b, SymDim) or a == b for a, b in zip(shape, wshape)):
+                continue
+            shown = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
+            source = "the op's shape rule gives" if rule is not None else "the op's reference gives (on meta tensors)"
+            raise ValueError(
+                f"{label}: output {i} ({names[i]!r}) has shape {tuple(shape)}, but {source} {shown} for "
+                "these inputs"
+                + ("" if rule is not None else "; fix the kernel, or declare the shape with register_shape")
+            )
+
+    return check

@@ -55,7 +55,7 @@ from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, find_op
 from opbridge.errors import OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
-from opbridge.shape import SymDim
+from opbridge.shape import SymDim, result_check, rule_failed
 
 if TYPE_CHECKING:
     import onnx
@@ -205,52 +205,6 @@ def _required_check(opdef: OpDef, label: str) -> Callable[[tuple[Any, ...]], Non
     return check
 
 
-def _rule_failed(state: dict[str, bool], exc: Exception, label: str, what: str) -> None:
-    """A shape rule raised on a call's arrays. A rule that ran on arrays before, or that raised a
-    ValueError (an op's rules name inputs they refuse so), refused these inputs: skip it for this
-    call only. Otherwise it does not run on numpy arrays: turn ``what`` off for the session."""
-    if state["ran"] or isinstance(exc, ValueError):
-        logger.debug("%s: the shape rule refused these inputs (%s); no %s for this call", label, exc, what)
-        return
-    logger.debug("%s: the shape rule does not run on numpy inputs (%s); %s off", label, exc, what)
-    state["usable"] = False
-
-
-def _shape_check(opdef: OpDef, attrs: dict[str, Any], label: str) -> Callable[[tuple[Any, ...], Any], None] | None:
-    """A check of result shapes against the op's shape rule (``None`` when it has none)."""
-    rule = opdef.shape_rule
-    if rule is None:
-        return None
-    state = {"usable": True, "ran": False}
-
-    def check(arrays: tuple[Any, ...], result: Any) -> None:
-        if not state["usable"]:
-            return
-        try:
-            expected = rule(*arrays, **attrs)
-        except Exception as exc:
-            _rule_failed(state, exc, label, "shape check")
-            return
-        state["ran"] = True
-        want = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-        got = list(result) if isinstance(result, (tuple, list)) else [result]
-        for i, (w, g) in enumerate(zip(want, got)):
-            shape = getattr(g, "shape", None)
-            # a SymDim (a size that depends on the data) matches any size
-            wshape = tuple(d if isinstance(d, SymDim) else int(d) for d in getattr(w, "shape", ()))
-            if shape is not None and (
-                len(shape) != len(wshape)
-                or any(not isinstance(b, SymDim) and int(a) != b for a, b in zip(shape, wshape))
-            ):
-                shown = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
-                raise ValueError(
-                    f"{label}: output {i} ({opdef.spec.outputs[i].name!r}) has shape {tuple(shape)}, "
-                    f"but the op's shape rule gives {shown} for these inputs"
-                )
-
-    return check
-
-
 def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any]) -> KernelFn:
     required, shape = checks
     if required is None and shape is None:
@@ -307,7 +261,7 @@ def _output_shapes(
                 return None  # a size that depends on the data: the kernel's result is copied
             found = [tuple(int(d) for d in info.shape) for info in items]
         except Exception as exc:
-            _rule_failed(state, exc, label, "out= path (results copied)")
+            rule_failed(state, exc, label, "out= path (results copied)")
             return None
         state["ran"] = True
         return found
@@ -469,7 +423,7 @@ def kernel_for_node(
     if opdef is not None and (opdef.kernel is not None or registered is None):
         _check_arity(opdef, node, label)
         attrs = spec_attributes(opdef, node)
-        checks = (_required_check(opdef, label), _shape_check(opdef, attrs, label))
+        checks = (_required_check(opdef, label), result_check(opdef, attrs, label))
         n_inputs = len(opdef.spec.inputs)
         if opdef.kernel is not None:
             kind = opdef.kernel_kind or "numpy"
@@ -486,6 +440,8 @@ def kernel_for_node(
                 else _torch_adapter(opdef.kernel, attrs, n_inputs, checks, label)
             )
             return BoundKernel("kernel", kind, fn, label, attrs, native=capsule)
+        # (the reference's own results: checked against a declared rule only)
+        checks = (checks[0], result_check(opdef, attrs, label, derive=False))
         fn = _torch_adapter(opdef.reference, attrs, n_inputs, checks, label)
         return BoundKernel("reference", "torch", fn, label, attrs)
     if registered is not None:

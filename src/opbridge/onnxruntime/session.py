@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
-from opbridge.model_io import load_model
+from opbridge.model_io import elem_types, load_model
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -138,30 +138,6 @@ def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[str]:
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
     local = {(f.domain, f.name) for f in model.functions}
     return any(_is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node)
-
-
-def _elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
-    """Element type of each value the graph declares; where a ``wanted`` value is not declared (a
-    custom node's output feeding another node), ONNX shape inference with opbridge's schemas gives it."""
-    types: dict[str, int] = {}
-
-    def collect(graph: onnx.GraphProto) -> None:
-        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-
-    collect(model.graph)
-    if any(name not in types for name in wanted):
-        import onnx
-
-        import opbridge
-
-        try:
-            opbridge.register_onnx_schemas()
-            collect(onnx.shape_inference.infer_shapes(model).graph)
-        except Exception as exc:  # the types stay unknown: ONNX Runtime takes them from input 0
-            logger.debug("shape inference could not type the custom nodes' outputs: %s", exc)
-    return types
 
 
 # Session config entries carried over when set (SessionOptions cannot list its entries).
@@ -466,7 +442,7 @@ class InferenceSession:
         import onnx
 
         untyped: list[str] = []
-        types = _elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
+        types = elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
         taken = _runtime_op_names()
         original = {i: model.graph.node[i].op_type for i in bound}
         for i in bound:
