@@ -299,6 +299,42 @@ def test_derived_shape_rule_for_onnx() -> None:
     assert [d.dim_param or d.dim_value for d in pooled.tensor_type.shape.dim] == ["n", 3, 0]  # L // 8 unknown
 
 
+_SCALE = torch.tensor([0.5, 2.0, -1.0])  # a module-level tensor the next op's reference reads
+
+
+@opbridge.op("tests.def::ScaleByConstant")
+def scale_by_constant(x: torch.Tensor) -> torch.Tensor:
+    return x * _SCALE
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_reference_reading_a_module_level_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: str
+) -> None:
+    """Without a shape rule, the shapes come from the reference on tensors without data; a real tensor
+    it reads from outside its arguments failed there ("not on the expected device meta", and under
+    torch.compile's fake tensors). It is taken as a constant: compile, both exporters and a run agree."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scale_by_constant(x) + 1
+
+    x = torch.randn(4, 3)
+    expected = x * _SCALE + 1
+    compiled = torch.compile(Model(), fullgraph=True, dynamic=True, backend="eager")
+    torch.testing.assert_close(compiled(x), expected, rtol=0, atol=0)
+    path = tmp_path / "m.onnx"
+    if exporter == "dynamo":
+        opbridge.export(Model(), (x,), path, dynamic_shapes=({0: torch.export.Dim("n")},))
+    else:
+        opbridge.export(Model(), (x,), path, exporter="torchscript", dynamic_axes={"x": {0: "n"}})
+    session = opbridge.InferenceSession(str(path))
+    x5 = torch.randn(5, 3)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x5.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), x5 * _SCALE + 1, rtol=1e-6, atol=1e-6)
+
+
 def test_reference_disagreeing_with_its_shape_rule_is_named() -> None:
     """Exports and runtimes follow the shape rule; an eager call shows where the reference differs."""
 

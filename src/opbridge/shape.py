@@ -150,6 +150,21 @@ def _as_infos(result: Any, spec: OpSpec, where: str) -> list[Any]:
 # --------------------------------------------------------------------------- torch side
 
 
+def _reference_on_fakes(reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]) -> Any:
+    """The reference run on fake tensors. A tensor the reference reads from outside its arguments (a
+    module-level constant) is real: the fake mode is let to take it, as a constant, for this call."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode(args)
+    if mode is None or mode.allow_non_fake_inputs:
+        return reference(*args, **attrs)
+    mode.allow_non_fake_inputs = True
+    try:
+        return reference(*args, **attrs)
+    finally:
+        mode.allow_non_fake_inputs = False
+
+
 def fake_outputs(
     spec: OpSpec, rule: ShapeRule | None, reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]
 ) -> Any:
@@ -157,7 +172,7 @@ def fake_outputs(
     import torch
 
     if rule is None:
-        result = reference(*args, **attrs)
+        result = _reference_on_fakes(reference, args, attrs)
         items = _as_infos(result, spec, "the reference")
         out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
     else:
@@ -272,22 +287,26 @@ def _derive_runs(
     position: Callable[[SymDim], int],
 ) -> list[TensorInfo]:
     import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from opbridge.definition import inside_reference
 
+    # Tensors without data (meta tensors under a fake mode, on the CPU): a real tensor the reference
+    # reads from outside its arguments (a module-level constant) is taken as a constant.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
     def run(probe: Sequence[int]) -> list[Any]:
-        args = [
-            None
-            if info is None
-            else torch.empty(
-                [probe[position(d)] if isinstance(d, SymDim) else int(d) for d in info.shape],
-                dtype=info.dtype,
-                device="meta",
-            )
-            for info in infos
-        ]
-        with inside_reference():
-            return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
+        with mode:
+            args = [
+                None
+                if info is None
+                else torch.empty(
+                    [probe[position(d)] if isinstance(d, SymDim) else int(d) for d in info.shape], dtype=info.dtype
+                )
+                for info in infos
+            ]
+            with inside_reference():
+                return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
 
     probes: list[Sequence[int]] = list(_PROBES)
     try:
