@@ -48,6 +48,30 @@ def _tensor_attr(dtype) -> onnx.ModelProto:
     return custom_node_model(table=numpy_helper.from_array(np.array([1, 0], dtype)))
 
 
+def _constant(**attrs) -> onnx.ModelProto:
+    node = helper.make_node("Constant", [], ["y"], name="const", **attrs)
+    elem = TensorProto.STRING if "value_strings" in attrs else TensorProto.FLOAT
+    return make_model([node], [], [("y", elem, [2])])
+
+
+def _nested_function_model(innermost: onnx.NodeProto, domains: dict[str, int]) -> onnx.ModelProto:
+    """x -> acme::Outer -> y; Outer calls acme::Inner, whose body is ``innermost``."""
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)]
+    inner = helper.make_function(
+        "acme", "Inner", ["x"], ["y"], [innermost], imports + [helper.make_opsetid(d, v) for d, v in domains.items()]
+    )
+    outer = helper.make_function(
+        "acme", "Outer", ["x"], ["y"], [helper.make_node("Inner", ["x"], ["y"], domain="acme")], imports
+    )
+    return make_model(
+        [helper.make_node("Outer", ["x"], ["y"], domain="acme", name="outer")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        domains={"acme": 1, **domains},
+        functions=[outer, inner],
+    )
+
+
 # (rule code, version, triggering model, node, expected verdict, text in reason, clean model)
 TRT_CASES = [
     (
@@ -112,6 +136,15 @@ TRT_CASES = [
         "fail",
         "of int64 is rejected",
         lambda: _tensor_attr(np.int32),
+    ),
+    (
+        "trt-constant-attribute",
+        "10.8",
+        lambda: _constant(value_strings=["a", "b"]),
+        "const",
+        "fail",
+        "Constant with 'value_strings'",
+        lambda: _constant(value_floats=[1.0, 2.0]),
     ),
     (
         "trt-op-type-shadows-importer",
@@ -374,3 +407,32 @@ def test_ort_opbridge_op_inside_a_subgraph_fails() -> None:
     )
     nodes = {n.node: n for n in check_compat(model, "onnxruntime", real=False).nodes}
     assert nodes["if/then_branch/gs"].verdict == "fail" and "inside a subgraph" in nodes["if/then_branch/gs"].reason
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_a_function_body_two_calls_deep_decides_the_verdict(target: str) -> None:
+    """A node whose local function calls another, whose body holds an op nothing runs, fails on every
+    target (the body's nodes were not looked at: "function"); with a standard op there it is "function"."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+    bad = _nested_function_model(helper.make_node("Baz", ["x"], ["y"], domain="zzz"), {"zzz": 1})
+    (node,) = check_compat(bad, target, real=False).nodes
+    assert node.verdict == "fail" and "Baz" in node.reason
+    good = _nested_function_model(helper.make_node("Relu", ["x"], ["y"]), {})
+    assert [n.verdict for n in check_compat(good, target, real=False).nodes] == ["function"]
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_a_sparse_constant_gets_verdicts_not_a_traceback(target: str) -> None:
+    """onnx-ir does not read sparse tensors: the rules that need it are skipped, the rest answer."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+    values = numpy_helper.from_array(np.array([5.0], np.float32))
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([1], np.int64)), [2])
+    nodes = [
+        helper.make_node("Constant", [], ["c"], sparse_value=sparse, name="const"),
+        helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    verdicts = {n.node: n.verdict for n in check_compat(model, target, real=False).nodes}
+    assert verdicts == {"const": "fail" if target == "tensorrt" else "native", "add": "native"}

@@ -109,3 +109,48 @@ def test_json_report_is_strict_json_with_non_finite_attributes() -> None:
     text = inspect_model(model).to_json()
     json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in the JSON"))
     assert '"nan"' in text and '"inf"' in text and '"-inf"' in text
+
+
+def test_function_bodies_and_unusual_attributes_and_packed_sizes() -> None:
+    """Custom nodes inside local functions are listed with their path; TYPE_PROTO and SPARSE_TENSOR
+    attributes come out as JSON; int4 initializers count half a byte per element."""
+    inner = helper.make_function(
+        "acme",
+        "Wrap",
+        ["x"],
+        ["y"],
+        [helper.make_node("Baz", ["x"], ["y"], domain="zzz", name="baz")],
+        [helper.make_opsetid("", 17), helper.make_opsetid("zzz", 3)],
+    )
+    values = numpy_helper.from_array(np.array([5.0], np.float32))
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([1], np.int64)), [4])
+    node = helper.make_node(
+        "Wrap",
+        ["x"],
+        ["y"],
+        domain="acme",
+        name="wrap",
+        tp=helper.make_tensor_type_proto(TensorProto.FLOAT, [2]),
+        sp=sparse,
+    )
+    packed = helper.make_tensor("q", TensorProto.INT4, [5], [1, -1, 2, 3, 0])
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains={"acme": 1}, functions=[inner]
+    )
+    model.graph.initializer.append(packed)
+    report = inspect_model(model)
+    listed = {(c.graph_path, c.name, c.domain, c.version) for c in report.custom_nodes}
+    assert listed == {("", "wrap", "acme", 1), ("acme::Wrap/", "baz", "zzz", 3)}
+    assert report.op_counts == {"acme::Wrap": 1}  # the graph's nodes, not the bodies'
+    data = json.loads(report.to_json())
+    attrs = {a["name"]: a for a in data["custom_nodes"][0]["attributes"]}
+    assert attrs["tp"]["type"] == "TYPE_PROTO" and "FLOAT" in attrs["tp"]["value"]
+    assert attrs["sp"]["value"] == {"dtype": "float", "shape": [4], "sparse": True}
+    assert [(i.name, i.nbytes) for i in report.initializers] == [("q", 3)]
+
+
+def test_bytes_input_has_no_path() -> None:
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+    assert inspect_model(model.SerializeToString()).path == ""

@@ -42,6 +42,41 @@ def _float_tensor_attr() -> onnx.ModelProto:
     return custom_node_model("Foo", "acme", table=numpy_helper.from_array(np.array([1, 2], np.float32)))
 
 
+_NEWEST = onnx.defs.onnx_opset_version()
+
+
+def _named_twice(name: str) -> onnx.ModelProto:
+    """Two Relu nodes named ``name`` (ONNX Runtime refuses two of one name; two without are fine)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name=name), helper.make_node("Relu", ["a"], ["y"], name=name)]
+    return make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+
+
+def _relu(opset: int) -> onnx.ModelProto:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    return make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], opset=opset)
+
+
+def _calls(body: list[onnx.NodeProto], domains: dict[str, int] | None = None) -> onnx.ModelProto:
+    """x -> acme::Outer(x) -> y, where Outer calls acme::Inner, whose body is ``body`` (x -> y)."""
+    imports = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, v) for d, v in (domains or {}).items())]
+    inner = helper.make_function("acme", "Inner", ["x"], ["y"], body, [*imports, helper.make_opsetid("acme", 1)])
+    outer = helper.make_function(
+        "acme",
+        "Outer",
+        ["x"],
+        ["y"],
+        [helper.make_node("Inner", ["x"], ["y"], domain="acme")],
+        imports + [helper.make_opsetid("acme", 1)],
+    )
+    return make_model(
+        [helper.make_node("Outer", ["x"], ["y"], domain="acme", name="outer")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        domains={"acme": 1, **(domains or {})},
+        functions=[outer, inner],
+    )
+
+
 # (code, severity, triggering model, clean model)
 CASES = [
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
@@ -71,6 +106,8 @@ CASES = [
         lambda: custom_node_model(big=2**31 - 1),
     ),
     ("trt-tensor-attr-dtype", "warning", _int64_tensor_attr, _float_tensor_attr),
+    ("duplicate-node-name", "error", lambda: _named_twice("twin"), lambda: _named_twice("")),
+    ("opset-too-new", "error", lambda: _relu(_NEWEST + 1), lambda: _relu(_NEWEST)),
 ]
 
 
@@ -186,3 +223,24 @@ def test_invalid_model_is_an_error(defect: str) -> None:
     (finding,) = [f for f in lint_model(model) if f.code == "invalid-model"]
     assert finding.severity == "error" and finding.message.startswith("onnx.checker refuses the model: ")
     assert "invalid-model" not in codes(custom_node_model())  # a valid model passes
+
+
+def test_function_bodies_are_linted() -> None:
+    """Nodes inside model-local functions (and functions they call) are checked like the graph's: an op no
+    one covers two calls deep, and a default-domain custom op in a body."""
+    unknown = _calls([helper.make_node("Baz", ["x"], ["y"], domain="zzz")], {"zzz": 1})
+    found = [(f.code, f.node) for f in lint_model(unknown)]
+    assert ("unknown-custom-op", "acme::Inner/Baz#0") in found
+    legacy = _calls([helper.make_node("MYSELU", ["x"], ["y"])])
+    assert ("custom-op-default-domain", "acme::Inner/MYSELU#0") in [(f.code, f.node) for f in lint_model(legacy)]
+    clean = _calls([helper.make_node("Relu", ["x"], ["y"])])
+    assert not lint_model(clean)
+
+
+def test_onnxruntime_contrib_ops_are_known() -> None:
+    """com.microsoft ops run in ONNX Runtime without a plugin: not an unknown op."""
+    node = helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain="com.microsoft", name="fmm")
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2, 2])], [("y", TensorProto.FLOAT, [2, 2])], domains={"com.microsoft": 1}
+    )
+    assert "unknown-custom-op" not in codes(model)

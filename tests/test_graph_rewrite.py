@@ -96,8 +96,13 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
         (lambda: resize_model("cubic", scales="input", coord="asymmetric"), {}, "'asymmetric' has no DynamicResize"),
         (lambda: resize_model("cubic", scale_values=(1, 1, 2, 3)), {"scale_input": "k"}, "one factor for H and W"),
         (lambda: custom_node_model(), {}, "no Resize node in the graph"),
+        (
+            lambda: resize_model("cubic", scales="initializer"),
+            {"scale_input": "scales"},
+            "scale_input 'scales' names an initializer, which other nodes read",
+        ),
     ],
-    ids=["linear", "constant-scales", "asymmetric", "unequal-frozen-scales", "no-resize"],
+    ids=["linear", "constant-scales", "asymmetric", "unequal-frozen-scales", "no-resize", "scale-input-taken"],
 )
 def test_resize_to_dynamic_resize_negative(model, options: dict, reason: str) -> None:
     report = rewrite_model(model(), ["resize-cubic-to-dynamic-resize"], options)
@@ -497,8 +502,196 @@ def test_rewrite_keeps_the_weights_in_an_external_data_file(tmp_path: Path) -> N
     full = onnx.load(out)
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(full.graph.initializer[0]), weight)
     assert full.graph.node[1].domain == "opbridge.legacy"
-    # in place: the model and a data file of its own name; the old data file is left beside it
+    # in place: the weights stay in the model's one data file; a file named <model>.data beside it,
+    # which is not the model's, is left alone
+    notes = tmp_path / "model.onnx.data"
+    notes.write_text("the user's notes")
     assert main(["rewrite", str(src), "--in-place", "--rule", "legacy-domain"]) == 0
     again = onnx.load(src)
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(again.graph.initializer[0]), weight)
-    assert (tmp_path / "model.onnx.data").is_file()
+    light = onnx.load(src, load_external_data=False)
+    assert [e.value for e in light.graph.initializer[0].external_data if e.key == "location"] == ["weights.bin"]
+    assert notes.read_text() == "the user's notes"
+
+
+def test_in_place_rewrite_of_a_model_with_several_data_files_keeps_other_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Weights in one file per tensor: an in-place rewrite writes them to <model>.data, and refuses where
+    a file of that name, not the model's, is there."""
+    weights = {n: np.full((16, 16), k, np.float32) for k, n in enumerate(("w1", "w2"))}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["a"]),
+        helper.make_node("MatMul", ["a", "w2"], ["b"]),
+        helper.make_node("MYSELU", ["b"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [1, 16])],
+        [("y", TensorProto.FLOAT, [1, 16])],
+        initializers=list(weights.items()),
+    )
+    src = tmp_path / "model.onnx"
+    onnx.save_model(model, src, save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    notes = tmp_path / "model.onnx.data"
+    notes.write_text("the user's notes")
+    assert main(["rewrite", str(src), "--in-place", "--rule", "legacy-domain"]) == 2
+    assert "model.onnx.data exists and is not one of model.onnx's data files" in capsys.readouterr().err
+    assert notes.read_text() == "the user's notes"
+    assert onnx.load(src).graph.node[2].domain == ""  # not rewritten
+    notes.unlink()
+    assert main(["rewrite", str(src), "--in-place", "--rule", "legacy-domain"]) == 0
+    again = onnx.load(src)
+    assert again.graph.node[2].domain == "opbridge.legacy"
+    for init in again.graph.initializer:
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(init), weights[init.name])
+
+
+def test_two_resize_nodes_without_names_get_names_of_their_own() -> None:
+    """Two cubic Resize nodes without names: the values each rewrite adds are named apart (they collided:
+    "Data for input 0 already exists")."""
+    model = resize_model("cubic", scales="input", shape=(1, 2, "H", "W"))
+    first = model.graph.node[-1]
+    first.name = ""
+    second = onnx.NodeProto()
+    second.CopyFrom(first)
+    second.input[0], second.output[0] = "Y", "Z"
+    model.graph.node.append(second)
+    model.graph.output[0].name = "Z"
+    report = rewrite_model(model, ["resize-cubic-to-dynamic-resize"])
+    assert [o.applied for o in report.outcomes] == [True, True]
+    full_check(report.model)
+    feeds = {"X": RNG.standard_normal((1, 2, 3, 4)).astype(np.float32), "s": np.array([2.0], np.float32)}
+    (expected,) = run_ort(model, feeds)
+    (got,) = run_rewritten(report.model, feeds)
+    assert got.shape == expected.shape == (1, 2, 12, 16)
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_rewrite_keeps_idle_initializers_and_training_info() -> None:
+    """The clean-up after a rewrite removes what the rewrite left unused, not the user's initializers that no
+    node read before, nor the model's training_info (onnx-ir does not carry it)."""
+    model = resize_model("nearest", scales="constant")
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(3, dtype=np.float32), "idle"))
+    model.training_info.add().algorithm.name = "kept"
+    report = rewrite_model(model, ["fold-resize-scales"])
+    assert report.changed
+    assert "idle" in {i.name for i in report.model.graph.initializer}
+    assert "scales_const" not in {n.name for n in report.model.graph.node}  # the folded Constant is gone
+    assert [t.algorithm.name for t in report.model.training_info] == ["kept"]
+
+
+def test_sparse_initializers_are_named_not_misread() -> None:
+    """onnx-ir drops sparse initializers; a rule over it said "not topologically sorted"."""
+    model = custom_node_model("MYSELU", "")
+    values = onnx.numpy_helper.from_array(np.array([5.0], np.float32), "sp")
+    indices = onnx.numpy_helper.from_array(np.array([1], np.int64))
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [2]))
+    with pytest.raises(RewriteError, match=r"does not read sparse initializers \(sp\); make them dense"):
+        rewrite_model(model, ["replace-op"], {"map": ["MYSELU=acme::MySelu"]})
+
+
+def test_legacy_domain_reaches_subgraphs_and_function_bodies() -> None:
+    """Default-domain custom nodes inside a Loop body and inside a model-local function move too, with the
+    opset import in the function; lint then finds nothing."""
+    from opbridge.graph import lint_model
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("MYSELU", ["x"], ["inner"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("inner", TensorProto.FLOAT, [2]),
+        ],
+    )
+    fn = helper.make_function(
+        "acme", "Wrap", ["a"], ["b"], [helper.make_node("MYSELU", ["a"], ["b"])], [helper.make_opsetid("", OPSET)]
+    )
+    nodes = [
+        helper.make_node("Loop", ["n", "c"], ["scan"], body=body, name="loop"),
+        helper.make_node("Wrap", ["x"], ["y"], domain="acme", name="wrap"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [2]), ("n", TensorProto.INT64, []), ("c", TensorProto.BOOL, [])],
+        [("y", TensorProto.FLOAT, [2]), ("scan", TensorProto.FLOAT, [None, 2])],
+        domains={"acme": 1},
+        functions=[fn],
+    )
+    assert [f.node for f in lint_model(model) if f.code == "custom-op-default-domain"] == [
+        "loop/body/MYSELU#1",
+        "acme::Wrap/MYSELU#0",
+    ]
+    report = rewrite_model(model, ["legacy-domain"])
+    assert [o.applied for o in report.outcomes] == [True, True]
+    moved = [
+        n for n in walk_nodes([*report.model.graph.node, *report.model.functions[0].node]) if n.op_type == "MYSELU"
+    ]
+    assert [n.domain for n in moved] == ["opbridge.legacy", "opbridge.legacy"]
+    assert "opbridge.legacy" in {o.domain for o in report.model.functions[0].opset_import}
+    assert not [f for f in lint_model(report.model) if f.severity == "error"]
+
+
+def test_rules_reach_nodes_inside_if_branches() -> None:
+    """fold-resize-scales and replace-op rewrite the nodes of If branches too (they looked at the main
+    graph only), and the result runs like the original."""
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
+
+    def branch(name: str, mode: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [
+                helper.make_node("Constant", [], [f"{name}_s"], value=scales, name=f"{name}_const"),
+                helper.make_node("Resize", ["X", "", f"{name}_s"], [f"{name}_y"], mode=mode, name=f"{name}_resize"),
+                helper.make_node("Relu", [f"{name}_y"], [f"{name}_out"], name=f"{name}_relu"),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 1, 6, 6])],
+        )
+
+    node = helper.make_node(
+        "If", ["c"], ["Y"], then_branch=branch("then", "nearest"), else_branch=branch("else", "linear"), name="if"
+    )
+    model = make_model(
+        [node], [("X", TensorProto.FLOAT, [1, 1, 3, 3]), ("c", TensorProto.BOOL, [])], [("Y", TensorProto.FLOAT, None)]
+    )
+    folded = rewrite_model(model, ["fold-resize-scales"])
+    assert sorted((o.node, o.applied) for o in folded.outcomes) == [("else_resize", True), ("then_resize", True)]
+    branches = [a.g for a in folded.model.graph.node[0].attribute]
+    assert all(n.op_type != "Constant" for g in branches for n in g.node)
+    assert all(len(g.initializer) == 1 for g in branches)
+    x = RNG.standard_normal((1, 1, 3, 3)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"X": x, "c": np.array(cond)}
+        np.testing.assert_array_equal(run_ort(folded.model, feeds)[0], run_ort(model, feeds)[0])
+    replaced = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::R"]})
+    assert sorted(o.node for o in replaced.outcomes if o.applied) == ["else_relu", "then_relu"]
+    assert {n.domain for n in walk_nodes(replaced.model.graph.node) if n.op_type == "R"} == {"acme"}
+
+
+def test_models_too_large_for_one_message_are_checked_as_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewritten model of 2 GiB or more cannot be serialized in one piece for the checker: it is checked
+    through a file with external data, and keeps its tensors (the limit lowered here to run that path)."""
+    import opbridge.graph.rewrite as rewrite
+
+    monkeypatch.setattr(rewrite, "_PROTO_LIMIT", 1024)
+    weight = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [1, 64])], [("y", TensorProto.FLOAT, [1, 64])], initializers=[("w", weight)]
+    )
+    report = rewrite_model(model, ["legacy-domain"])
+    assert report.model.graph.node[1].domain == "opbridge.legacy"
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(report.model.graph.initializer[0]), weight)
+    assert not report.model.graph.initializer[0].external_data
+    assert {v.name for v in report.model.graph.value_info} == {"a"}  # the inferred value infos
+    broken = onnx.ModelProto()
+    broken.CopyFrom(report.model)
+    broken.graph.node[0].input[1] = "missing"
+    with pytest.raises(RewriteError, match="the rewritten model is not valid"):
+        rewrite.check_rewritten(broken)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(broken.graph.initializer[0]), weight)

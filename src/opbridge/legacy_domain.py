@@ -41,30 +41,47 @@ def is_standard_op(op_type: str) -> bool:
 
 
 def default_domain_custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Nodes of the main graph in the default domain whose op type ONNX does not define."""
-    return [n for n in model.graph.node if n.domain in ("", "ai.onnx") and not is_standard_op(n.op_type)]
+    """Nodes in the default domain whose op type ONNX does not define: of the main graph, its subgraphs
+    (If/Loop/Scan bodies) and the model-local functions' bodies. A call of a model-local function
+    of the default domain is not one."""
+    from opbridge.model_io import walk_nodes
+
+    local = {(f.domain, f.name) for f in model.functions}
+    bodies = [model.graph.node, *(f.node for f in model.functions)]
+    return [
+        n
+        for nodes in bodies
+        for n in walk_nodes(nodes)
+        if n.domain in ("", "ai.onnx") and not is_standard_op(n.op_type) and ("", n.op_type) not in local
+    ]
 
 
 def move_default_domain_ops(
     model: onnx.ModelProto, domain: str = DEFAULT_LEGACY_DOMAIN, version: int = 1, *, copy: bool = True
 ) -> tuple[onnx.ModelProto, list[str]]:
-    """Move default-domain custom nodes into ``domain`` and add its opset import.
+    """Move default-domain custom nodes into ``domain`` and add its opset import (to the model, and to
+    each local function whose body holds one).
 
     Returns the (copied, unless ``copy=False``) model and the sorted op types moved.
     """
     import onnx
+
+    from opbridge.model_io import walk_nodes
 
     if copy:
         fixed = onnx.ModelProto()
         fixed.CopyFrom(model)
     else:
         fixed = model
-    moved = sorted({n.op_type for n in default_domain_custom_nodes(fixed)})
+    nodes = default_domain_custom_nodes(fixed)
+    moved = sorted({n.op_type for n in nodes})
     if not moved:
         return fixed, []
-    for node in default_domain_custom_nodes(fixed):
+    for node in nodes:
         node.domain = domain
-    if not any(o.domain == domain for o in fixed.opset_import):
-        entry = fixed.opset_import.add()
-        entry.domain, entry.version = domain, version
+    owners = [fixed, *(f for f in fixed.functions if any(n.domain == domain for n in walk_nodes(f.node)))]
+    for owner in owners:
+        if not any(o.domain == domain for o in owner.opset_import):
+            entry = owner.opset_import.add()
+            entry.domain, entry.version = domain, version
     return fixed, moved

@@ -55,23 +55,47 @@ def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> o
             raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}. Pass a serialized ModelProto.") from None
     elif isinstance(model, (str, os.PathLike)):
         where = os.fspath(model)
+        if os.path.isdir(where):
+            raise ModelLoadError(f"{where} is a folder; give the path of an .onnx model file.")
         if not os.path.isfile(where):
             raise ModelLoadError(f"{where}: no such file; give the path of an .onnx model.")
         try:
-            loaded = onnx.load(where)
+            loaded = onnx.load(where, load_external_data=False)
         except Exception as exc:
             raise ModelLoadError(
                 f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
                 "or corrupt. Export it again."
             ) from None
+        _load_external_data(loaded, where)
     else:
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
-    if loaded.ir_version <= 0 or not loaded.HasField("graph") or not loaded.graph.output:
+    if loaded.ir_version <= 0 or not loaded.HasField("graph"):
         raise ModelLoadError(
             f"{where}: not a usable ONNX model (ir_version {loaded.ir_version}, {len(loaded.graph.node)} node(s), "
             f"{len(loaded.graph.output)} output(s)); the file may be truncated or corrupt. Export it again."
         )
+    if not loaded.graph.output:
+        raise ModelLoadError(
+            f"{where}: the model's graph has no outputs ({len(loaded.graph.node)} node(s)); a model computes "
+            "nothing without one: declare the values it returns as graph outputs."
+        )
     return loaded
+
+
+def _load_external_data(model: onnx.ModelProto, path: str) -> None:
+    """Read the tensors ``model`` (loaded from ``path``) keeps in external data files, naming a file that
+    is missing or out of reach."""
+    from onnx.external_data_helper import load_external_data_for_model
+
+    base = os.path.dirname(path)
+    try:
+        load_external_data_for_model(model, base)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path}: the model keeps tensors in external data files, and one cannot be read ({type(exc).__name__}: "
+            f"{exc}). The model file itself is fine: put its data files where it says, beside it (a location "
+            f"relative to {base or '.'}, inside that folder)."
+        ) from None
 
 
 def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:

@@ -8,7 +8,7 @@ an initializer, a Constant or computable from constants alone (and its value).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from opbridge.model_io import load_model
@@ -25,6 +25,7 @@ __all__ = [
     "ensure_builtin_ops",
     "evaluate_constant",
     "function_keys",
+    "labelled_nodes",
     "is_custom_node",
     "load_model",
     "node_label",
@@ -44,21 +45,40 @@ def ensure_builtin_ops() -> None:
     importlib.import_module("opbridge.ops")
 
 
-def all_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:
-    """Every node of the main graph and its subgraphs, with a path prefix (``""`` for the main graph)."""
+def _walk(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, onnx.NodeProto, int]]:
+    """``(prefix, node, index in its own graph)`` for ``nodes`` and, recursively, their subgraphs' nodes."""
     import onnx
 
-    def walk(graph: onnx.GraphProto, prefix: str) -> Iterator[tuple[str, onnx.NodeProto]]:
-        for node in graph.node:
-            yield prefix, node
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    yield from walk(attr.g, f"{prefix}{node.name or node.op_type}/{attr.name}/")
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for i, g in enumerate(attr.graphs):
-                        yield from walk(g, f"{prefix}{node.name or node.op_type}/{attr.name}[{i}]/")
+    for index, node in enumerate(nodes):
+        yield prefix, node, index
+        owner = node_label(node, index)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(attr.g.node, f"{prefix}{owner}/{attr.name}/")
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for i, g in enumerate(attr.graphs):
+                    yield from _walk(g.node, f"{prefix}{owner}/{attr.name}[{i}]/")
 
-    yield from walk(model.graph, "")
+
+def all_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:
+    """Every node of the main graph and its subgraphs, with a path prefix (``""`` for the main graph)."""
+    for prefix, node, _ in _walk(model.graph.node, ""):
+        yield prefix, node
+
+
+def labelled_nodes(
+    model: onnx.ModelProto, *, functions: bool = True
+) -> Iterator[tuple[str, onnx.NodeProto, onnx.FunctionProto | None]]:
+    """``(label, node, function)`` for every node of the main graph and its subgraphs (function None),
+    then, with ``functions``, of the model-local functions' bodies. A label is the node's path
+    (``loop/body/name``, ``domain::Function/name``) ending in its name, or ``op_type#index`` (its
+    place in its own graph) where it has none."""
+    for prefix, node, index in _walk(model.graph.node, ""):
+        yield prefix + node_label(node, index), node, None
+    if functions:
+        for fn in model.functions:
+            for prefix, node, index in _walk(fn.node, f"{fn.domain}::{fn.name}/"):
+                yield prefix + node_label(node, index), node, fn
 
 
 def is_custom_node(node: onnx.NodeProto) -> bool:
@@ -77,8 +97,9 @@ def node_label(node: onnx.NodeProto, index: int | None = None) -> str:
     return f"{node.op_type}#{index}" if index is not None else node.op_type
 
 
-def opset_version(model: onnx.ModelProto, domain: str) -> int | None:
-    """The version the model imports for ``domain`` (``""`` and ``"ai.onnx"`` are the same), or None."""
+def opset_version(model: onnx.ModelProto | onnx.FunctionProto, domain: str) -> int | None:
+    """The version the model (or function) imports for ``domain`` (``""`` and ``"ai.onnx"`` are the
+    same), or None."""
     aliases = {"", "ai.onnx"} if domain in ("", "ai.onnx") else {domain}
     versions = [o.version for o in model.opset_import if o.domain in aliases]
     return max(versions) if versions else None

@@ -23,7 +23,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph._model import all_nodes, function_keys, is_custom_node, load_model, node_label, opset_version
+from opbridge.graph._model import (
+    function_keys,
+    is_custom_node,
+    labelled_nodes,
+    load_model,
+    opset_version,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -162,15 +168,24 @@ def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
 
     kind = onnx.AttributeProto.AttributeType.Name(attr.type)
     value: Any
-    if attr.type == onnx.AttributeProto.TENSOR:
-        arr = numpy_helper.to_array(attr.t)
-        value = {"dtype": _dtype_name(attr.t.data_type), "shape": list(arr.shape)}
-        if arr.size <= 16:
-            value["value"] = arr.tolist()
+    if attr.ref_attr_name:
+        value = f"<ref {attr.ref_attr_name}>"
+    elif attr.type == onnx.AttributeProto.TENSOR:
+        value = {"dtype": _dtype_name(attr.t.data_type), "shape": list(attr.t.dims)}
+        if _element_count(attr.t) <= 16 and not attr.t.external_data:
+            value["value"] = numpy_helper.to_array(attr.t).tolist()
+    elif attr.type == onnx.AttributeProto.TENSORS:
+        value = [{"dtype": _dtype_name(t.data_type), "shape": list(t.dims)} for t in attr.tensors]
+    elif attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS):
+        sparse = [attr.sparse_tensor] if attr.type == onnx.AttributeProto.SPARSE_TENSOR else list(attr.sparse_tensors)
+        items = [{"dtype": _dtype_name(t.values.data_type), "shape": list(t.dims), "sparse": True} for t in sparse]
+        value = items[0] if attr.type == onnx.AttributeProto.SPARSE_TENSOR else items
+    elif attr.type in (onnx.AttributeProto.TYPE_PROTO, onnx.AttributeProto.TYPE_PROTOS):
+        protos = [attr.tp] if attr.type == onnx.AttributeProto.TYPE_PROTO else list(attr.type_protos)
+        names = [onnx.helper.printable_type(tp) for tp in protos]
+        value = names[0] if attr.type == onnx.AttributeProto.TYPE_PROTO else names
     elif attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
         value = f"<{kind.lower()}>"
-    elif attr.ref_attr_name:
-        value = f"<ref {attr.ref_attr_name}>"
     else:
         raw = onnx.helper.get_attribute_value(attr)
         if isinstance(raw, bytes):
@@ -182,14 +197,29 @@ def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
     return AttributeInfo(attr.name, kind, value)
 
 
+def _element_count(t: onnx.TensorProto) -> int:
+    count = 1
+    for d in t.dims:
+        count *= int(d)
+    return count
+
+
 def _tensor_nbytes(t: onnx.TensorProto) -> int:
+    """The tensor's size in bytes as stored: 4-bit types packed two to a byte, strings by their lengths."""
     import numpy as np
     import onnx
 
-    count = int(np.prod(t.dims)) if len(t.dims) else 1
+    count = _element_count(t)
+    T = onnx.TensorProto
+    if t.data_type == T.STRING:
+        return sum(len(v) for v in t.string_data)
+    packed = {getattr(T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2") if hasattr(T, n)}
+    if t.data_type in packed:
+        per_byte = 4 if t.data_type in {getattr(T, n) for n in ("INT2", "UINT2") if hasattr(T, n)} else 2
+        return (count + per_byte - 1) // per_byte
     try:
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):  # string or unknown element types
+    except (KeyError, TypeError, ValueError):  # unknown element types
         itemsize = 1
     return count * itemsize
 
@@ -202,26 +232,30 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     """
     import onnx
 
-    path = "" if isinstance(model, onnx.ModelProto) else str(model)
+    path = "" if isinstance(model, (onnx.ModelProto, bytes, bytearray)) else str(model)
     proto = load_model(model)
     functions = function_keys(proto)
     counts: Counter[str] = Counter()
     custom: list[CustomNodeInfo] = []
-    for index, (prefix, node) in enumerate(all_nodes(proto)):
+    # the graphs' nodes (counted), then the local functions' bodies (their custom nodes listed too)
+    for label, node, fn in labelled_nodes(proto):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-        counts[key] += 1
+        if fn is None:
+            counts[key] += 1
         if is_custom_node(node):
+            version = opset_version(fn, node.domain) if fn is not None else None
+            prefix, _, name = label.rpartition("/")
             custom.append(
                 CustomNodeInfo(
-                    name=node_label(node, index),
+                    name=name,
                     domain=node.domain,
                     op_type=node.op_type,
-                    version=opset_version(proto, node.domain),
+                    version=version if version is not None else opset_version(proto, node.domain),
                     attributes=[attribute_info(a) for a in node.attribute],
                     num_inputs=len(node.input),
                     num_outputs=len(node.output),
                     has_function=(node.domain, node.op_type) in functions,
-                    graph_path=prefix,
+                    graph_path=prefix + "/" if prefix else "",
                 )
             )
     opsets: dict[str, int] = {}

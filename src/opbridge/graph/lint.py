@@ -5,8 +5,15 @@ the node it concerns, a message and a fix hint. The codes:
 
 * ``custom-op-default-domain`` (error): a custom op in ONNX's default domain.
 * ``domain-without-opset`` (error): a node's domain has no opset import.
-* ``unknown-custom-op`` (warning): a custom node with no ONNX schema, model
-  function, opbridge op or opbridge kernel behind it.
+* ``duplicate-node-name`` (error): two nodes of one graph share a name; ONNX Runtime refuses
+  the model (the checker does not look at node names).
+* ``opset-too-new`` (error): the model imports an ONNX opset newer than the installed onnx
+  knows; runtimes refuse it.
+* ``unknown-custom-op`` (warning): a custom node with no ONNX schema (nor an ONNX Runtime
+  contrib schema), model function, opbridge op or opbridge kernel behind it.
+
+Nodes inside If/Loop/Scan bodies and inside model-local functions' bodies are checked too
+(labelled ``owner/attribute/node`` and ``domain::Function/node``).
 * ``frozen-resize-scale`` (warning with export context, info without): a
   ``Resize`` whose scales/sizes are constants although the PyTorch source
   computed them from a tensor (a TracerWarning was raised while tracing), or,
@@ -41,13 +48,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.graph._model import (
-    all_nodes,
     ensure_builtin_ops,
     evaluate_constant,
     function_keys,
     is_custom_node,
+    labelled_nodes,
     load_model,
-    node_label,
     opset_version,
 )
 
@@ -63,6 +69,8 @@ Severity = Literal["error", "warning", "info"]
 LINT_CODES: dict[str, str] = {
     "custom-op-default-domain": "a custom op in ONNX's default domain",
     "domain-without-opset": "a node's domain has no opset import",
+    "duplicate-node-name": "two nodes of one graph share a name",
+    "opset-too-new": "an ONNX opset newer than the installed onnx knows",
     "unknown-custom-op": "a custom node with no schema, function body, opbridge op or kernel",
     "frozen-resize-scale": "Resize scales/sizes frozen to constants at export",
     "traced-python-value": "a tracer warning no node explains",
@@ -129,7 +137,19 @@ def _coverage(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
         return "opbridge kernel"
     if node.domain not in ("", "ai.onnx") and _known_schema(node.domain, node.op_type, version):
         return "ONNX schema"
+    if node.domain not in ("", "ai.onnx") and _ort_schema(node.domain, node.op_type):
+        return "ONNX Runtime schema"
     return None
+
+
+def _ort_schema(domain: str, op_type: str) -> bool:
+    """Whether the installed onnxruntime defines ``domain::op_type`` (its contrib ops; False without it)."""
+    try:
+        from opbridge.graph.compat.onnxruntime import ort_schemas
+
+        return (domain, op_type) in ort_schemas()
+    except ImportError:
+        return False
 
 
 def _check_valid(model: onnx.ModelProto) -> list[Finding]:
@@ -164,11 +184,19 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
     from opbridge.legacy_domain import is_standard_op
 
     findings: list[Finding] = []
-    imported = {"" if o.domain == "ai.onnx" else o.domain for o in model.opset_import}
-    missing: dict[str, list[str]] = {}
-    for index, (prefix, node) in enumerate(all_nodes(model)):
-        label = prefix + node_label(node, index)
-        if node.domain in ("", "ai.onnx") and not is_standard_op(node.op_type):
+
+    def imports(owner: Any) -> set[str]:
+        return {"" if o.domain == "ai.onnx" else o.domain for o in owner.opset_import}
+
+    def key(fn: Any) -> Any:
+        return None if fn is None else (fn.domain, fn.name, getattr(fn, "overload", ""))
+
+    imported = {None: imports(model)} | {key(f): imports(f) for f in model.functions}
+    local = function_keys(model)
+    missing: dict[tuple[str, str], list[str]] = {}
+    for label, node, fn in labelled_nodes(model):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain == "" and not is_standard_op(node.op_type) and ("", node.op_type) not in local:
             findings.append(
                 Finding(
                     "error",
@@ -179,25 +207,84 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                     "opbridge rewrite MODEL -o OUT --rule legacy-domain, or define the op as @opbridge.op('domain::Name')",
                 )
             )
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if domain not in imported:
-            missing.setdefault(domain, []).append(label)
-    for domain, labels in missing.items():
+        if domain not in imported[key(fn)]:
+            owner = "the model" if fn is None else f"function {fn.domain}::{fn.name}"
+            missing.setdefault((owner, domain), []).append(label)
+    for (owner, domain), labels in missing.items():
         findings.append(
             Finding(
                 "error",
                 "domain-without-opset",
                 labels[0],
-                f"domain {domain or 'ai.onnx'!r} is used by {len(labels)} node(s) but the model has no opset import for it.",
-                f"add opset_import {{domain: {domain!r}, version: 1}} (opbridge.export adds it for opbridge ops)",
+                f"domain {domain or 'ai.onnx'!r} is used by {len(labels)} node(s) but {owner} has no opset import "
+                "for it.",
+                f"add opset_import {{domain: {domain!r}, version: 1}} to {owner} (opbridge.export adds it for "
+                "opbridge ops)",
             )
         )
+    known = _newest_onnx_opset()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and known is not None and entry.version > known:
+            findings.append(
+                Finding(
+                    "error",
+                    "opset-too-new",
+                    "opset_import ai.onnx",
+                    f"the model imports ONNX opset {entry.version}; the installed onnx knows opsets up to {known}, "
+                    "and runtimes refuse opsets they do not know.",
+                    f"export with opset_version <= {known}, or update onnx and the runtimes",
+                )
+            )
+    return findings
+
+
+def _newest_onnx_opset() -> int | None:
+    import onnx
+
+    try:
+        return int(onnx.defs.onnx_opset_version())
+    except Exception:  # pragma: no cover - every onnx release has it
+        return None
+
+
+def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
+    """``duplicate-node-name``: two nodes of one graph (the main graph, a subgraph or a function body) with
+    one name. ONNX Runtime refuses such a model ("two nodes with same node name")."""
+    import onnx
+
+    findings: list[Finding] = []
+
+    def graph_check(nodes: Sequence[onnx.NodeProto], where: str) -> None:
+        seen: dict[str, int] = {}
+        for node in nodes:
+            if node.name:
+                seen[node.name] = seen.get(node.name, 0) + 1
+            for attr in node.attribute:
+                subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+                for g in subgraphs:
+                    graph_check(g.node, f"{where}{node.name or node.op_type}/{attr.name}/")
+        for name, count in seen.items():
+            if count > 1:
+                findings.append(
+                    Finding(
+                        "error",
+                        "duplicate-node-name",
+                        where + name,
+                        f"{count} nodes{' of ' + where.rstrip('/') if where else ''} are named {name!r}; ONNX Runtime "
+                        "refuses the model (the ONNX checker does not check node names).",
+                        "give each node a name of its own (or clear the names)",
+                    )
+                )
+
+    graph_check(model.graph.node, "")
+    for fn in model.functions:
+        graph_check(fn.node, f"{fn.domain}::{fn.name}/")
     return findings
 
 
 def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     findings = []
-    for index, (prefix, node) in enumerate(all_nodes(model)):
+    for label, node, _ in labelled_nodes(model):
         if node.domain in ("", "ai.onnx") or not is_custom_node(node):
             continue
         if _coverage(model, node) is None:
@@ -205,7 +292,7 @@ def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
                 Finding(
                     "warning",
                     "unknown-custom-op",
-                    prefix + node_label(node, index),
+                    label,
                     f"{node.domain}::{node.op_type} has no ONNX schema, no function body in the model, and no "
                     "opbridge op or kernel; no runtime can run it without a plugin of its own.",
                     "load the op's definition with --ops FILE, attach a function body, or register @opbridge.kernel",
@@ -295,10 +382,9 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
     import onnx
 
     findings: list[Finding] = []
-    for index, (prefix, node) in enumerate(all_nodes(model)):
+    for label, node, _ in labelled_nodes(model):
         if not is_custom_node(node):
             continue
-        label = prefix + node_label(node, index)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.INT:
                 bad = [attr.i] if not _INT32_MIN <= attr.i <= _INT32_MAX else []
@@ -355,6 +441,7 @@ def lint_model(
         ensure_builtin_ops()
     findings = _check_valid(proto)
     findings += _check_domains(proto)
+    findings += _check_node_names(proto)
     findings += _check_unknown(proto)
     findings += _check_resize(proto, warnings)
     findings += _check_trt_attributes(proto)

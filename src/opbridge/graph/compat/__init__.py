@@ -56,7 +56,7 @@ def check_compat(
     from opbridge.graph._model import ensure_builtin_ops, load_model
 
     ensure_builtin_ops()
-    path = None if isinstance(model, onnx.ModelProto) else str(model)
+    path = None if isinstance(model, (onnx.ModelProto, bytes, bytearray, memoryview)) else str(model)
     proto = load_model(model)
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt
@@ -69,7 +69,7 @@ def check_compat(
             raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime") from exc
         from opbridge.graph.compat.onnxruntime import check_onnxruntime
 
-        return check_onnxruntime(proto, real=real)
+        return check_onnxruntime(proto, real=real, path=path)
     if target == "openvino":
         try:
             import openvino  # noqa: F401
@@ -77,5 +77,5 @@ def check_compat(
             raise BackendUnavailableError("openvino is not installed: pip install 'opbridge[openvino]'") from exc
         from opbridge.graph.compat.openvino import check_openvino
 
-        return check_openvino(proto, real=real)
+        return check_openvino(proto, real=real, path=path)
     raise OpbridgeError(f"unknown compat target {target!r}; choose one of {', '.join(TARGETS)}.")

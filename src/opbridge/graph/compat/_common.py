@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -9,22 +10,27 @@ if TYPE_CHECKING:
     import onnx
     import onnx_ir as ir
 
-__all__ = ["NodeContext", "node_contexts"]
+__all__ = ["NodeContext", "body_contexts", "node_contexts"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class NodeContext:
-    """One node (of the main graph or a subgraph) with what the rules look at; ``index``: its place
-    in the main graph, -1 in a subgraph."""
+    """One node (of the main graph, a subgraph or a function body) with what the rules look at;
+    ``index``: its place in the main graph, -1 elsewhere. ``node`` is None where onnx-ir cannot read
+    the model (sparse tensors); ``function``: ``domain::name`` of the function body it sits in."""
 
     index: int
     label: str
     proto: onnx.NodeProto
-    node: ir.Node
+    node: ir.Node | None
     model: onnx.ModelProto
     version: int | None
     has_function: bool
     custom: bool
+    function: str = ""
+    ir_model: ir.Model | None = None
 
     @property
     def domain(self) -> str:
@@ -54,40 +60,106 @@ class NodeContext:
         return default
 
 
-def node_contexts(model: onnx.ModelProto) -> list[NodeContext]:
-    """A context for every node of the main graph, in graph order, each followed by the nodes of
-    its subgraphs (If branches, Loop and Scan bodies; labelled ``owner/attribute/node``), which a
-    runtime must run too."""
+def _ir_model(model: onnx.ModelProto) -> ir.Model | None:
     import onnx_ir as ir
 
+    try:
+        return ir.from_proto(model)
+    except Exception as exc:  # e.g. sparse tensors, which onnx-ir does not read
+        logger.info("onnx-ir cannot read the model (%s); rules that evaluate constants are skipped", exc)
+        return None
+
+
+def _walk(
+    out: list[NodeContext],
+    model: onnx.ModelProto,
+    irm: ir.Model | None,
+    protos: Any,
+    nodes: Any,
+    prefix: str,
+    owner: Any,
+    function: str,
+) -> None:
+    """Contexts for ``protos`` (with their onnx-ir twins ``nodes``, or None) and their subgraphs' nodes."""
     from opbridge.graph._model import function_keys, is_custom_node, node_label, opset_version
 
     functions = function_keys(model)
-    out: list[NodeContext] = []
-
-    def walk(protos: Any, nodes: Any, prefix: str) -> None:
-        for index, (proto, node) in enumerate(zip(protos, nodes)):
-            label = prefix + node_label(proto, index)
-            out.append(
-                NodeContext(
-                    index=index if not prefix else -1,
-                    label=label,
-                    proto=proto,
-                    node=node,
-                    model=model,
-                    version=opset_version(model, proto.domain),
-                    has_function=(proto.domain, proto.op_type) in functions,
-                    custom=is_custom_node(proto),
-                )
+    for index, (proto, node) in enumerate(zip(protos, nodes if nodes is not None else [None] * len(protos))):
+        label = prefix + node_label(proto, index)
+        version = opset_version(owner, proto.domain)
+        out.append(
+            NodeContext(
+                index=index if not prefix else -1,
+                label=label,
+                proto=proto,
+                node=node,
+                model=model,
+                version=version if version is not None else opset_version(model, proto.domain),
+                has_function=(proto.domain, proto.op_type) in functions,
+                custom=is_custom_node(proto),
+                function=function,
+                ir_model=irm,
             )
-            for attr in proto.attribute:
-                subgraphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
-                if not subgraphs:
-                    continue
-                value = node.attributes[attr.name].value
-                for k, (sub, sub_ir) in enumerate(zip(subgraphs, value if isinstance(value, list) else [value])):
-                    name = attr.name if len(subgraphs) == 1 else f"{attr.name}[{k}]"
-                    walk(sub.node, sub_ir, f"{label}/{name}/")
+        )
+        for attr in proto.attribute:
+            subgraphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            if not subgraphs:
+                continue
+            value = node.attributes[attr.name].value if node is not None else None
+            subs_ir = value if isinstance(value, list) else [value] * len(subgraphs)
+            for k, (sub, sub_ir) in enumerate(zip(subgraphs, subs_ir)):
+                name = attr.name if len(subgraphs) == 1 else f"{attr.name}[{k}]"
+                _walk(
+                    out,
+                    model,
+                    irm,
+                    sub.node,
+                    None if sub_ir is None else list(sub_ir),
+                    f"{label}/{name}/",
+                    owner,
+                    function,
+                )
 
-    walk(model.graph.node, ir.from_proto(model).graph, "")
+
+def node_contexts(model: onnx.ModelProto) -> list[NodeContext]:
+    """A context for every node of the main graph, in graph order, each followed by the nodes of
+    its subgraphs (If branches, Loop and Scan bodies; labelled ``owner/attribute/node``), which a
+    runtime must run too. Function bodies: :func:`body_contexts`."""
+    irm = _ir_model(model)
+    out: list[NodeContext] = []
+    _walk(out, model, irm, model.graph.node, None if irm is None else list(irm.graph), "", model, "")
+    return out
+
+
+def body_contexts(ctx: NodeContext) -> list[NodeContext]:
+    """Contexts for the nodes of the model-local function ``ctx`` calls, and of the functions those
+    call in turn (labelled ``<ctx label>/<domain::function>/<node>``): what a runtime runs where it
+    expands the function."""
+    out: list[NodeContext] = []
+    by_key = {(f.domain, f.name): f for f in ctx.model.functions}
+
+    def expand(caller: NodeContext, seen: tuple[tuple[str, str], ...]) -> None:
+        key = (caller.domain, caller.op_type)
+        fn = by_key.get(key)
+        if fn is None or key in seen:  # (a cycle: the checker names it)
+            return
+        fn_ir = None
+        if caller.ir_model is not None:
+            fn_ir = next((f for f in caller.ir_model.functions.values() if (f.domain, f.name) == key), None)
+        start = len(out)
+        _walk(
+            out,
+            ctx.model,
+            caller.ir_model,
+            fn.node,
+            None if fn_ir is None else list(fn_ir),
+            f"{caller.label}/{fn.domain}::{fn.name}/",
+            fn,
+            f"{fn.domain}::{fn.name}",
+        )
+        for inner in out[start:]:
+            if inner.has_function:
+                expand(inner, (*seen, key))
+
+    expand(ctx, ())
     return out

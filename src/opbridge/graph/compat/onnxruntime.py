@@ -16,7 +16,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from opbridge.graph.compat._common import NodeContext, node_contexts
+from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
 
 if TYPE_CHECKING:
@@ -55,6 +55,16 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
             f"onnxruntime defines {ctx.op_type} only from opset {versions[0]}, the model imports {ctx.version}",
         )
     if ctx.has_function:
+        if not ctx.function:  # ONNX Runtime expands the body (body_contexts: nested calls' too)
+            failed = [v for v in map(_verdict, body_contexts(ctx)) if v.verdict == "fail"]
+            if failed:
+                return NodeVerdict(
+                    ctx.label,
+                    ctx.domain,
+                    ctx.op_type,
+                    "fail",
+                    f"model-local function body, whose node {failed[0].node} fails: {failed[0].reason}",
+                )
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
     if ctx.index < 0 and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
         return NodeVerdict(
@@ -83,27 +93,31 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
     )
 
 
-def _session_error(model: onnx.ModelProto) -> str | None:
+def _session_error(model: onnx.ModelProto, path: str | None) -> str | None:
+    """The error of a plain session on the model (its file where given: a model of 2 GiB or more cannot
+    be serialized in one piece, and ONNX Runtime reads its external data from beside the file)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        source = path if path is not None else model.SerializeToString()
+        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         return str(exc).strip()
     return None
 
 
-def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True) -> CompatReport:
-    """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's bridge)."""
+def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
+    """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's
+    bridge) on ``path``, the model's file, where given."""
     import onnxruntime as ort
 
     nodes = [_verdict(ctx) for ctx in node_contexts(model)]
     report = CompatReport("onnxruntime", f"onnxruntime {ort.__version__}", nodes)
     if not real:
         return report
-    error = _session_error(model)
+    error = _session_error(model, path)
     report.real_backend = f"InferenceSession (onnxruntime {ort.__version__}, no opbridge bridge)"
     report.real_ok = error is None
     report.real_includes_opbridge = False

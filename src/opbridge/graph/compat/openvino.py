@@ -17,9 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import node_contexts
+from opbridge.graph.compat._common import body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
-from opbridge.model_io import walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -29,8 +28,10 @@ __all__ = ["check_openvino", "unconverted_ops"]
 logger = logging.getLogger(__name__)
 
 
-def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str | None]:
-    """``(domain, op_type)`` the OpenVINO ONNX frontend leaves unconverted, and a conversion error if it raised."""
+def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[set[tuple[str, str]], str | None]:
+    """``(domain, op_type)`` the OpenVINO ONNX frontend leaves unconverted, and a conversion error if it
+    raised. ``path``: the model's file, converted as it is where the model has no local functions to
+    inline (a model of 2 GiB or more cannot be written again in one piece)."""
     import onnx.inliner
     from openvino.frontend import FrontEndManager
 
@@ -40,8 +41,9 @@ def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str |
     try:
         # an invalid model (a cycle, a dangling input, a recursive function) is a conversion error too
         try:
-            inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
-            path = save_model_atomic(inlined, Path(tmp) / "model.onnx")
+            if path is None or len(model.functions):
+                inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
+                path = str(save_model_atomic(inlined, Path(tmp) / "model.onnx"))
             fe = FrontEndManager().load_by_framework("onnx")
             # Keep the input model referenced while the converted one lives: the frontend does not own it.
             input_model = fe.load(str(path))
@@ -64,15 +66,14 @@ def unconverted_ops(model: onnx.ModelProto) -> tuple[set[tuple[str, str]], str |
         os.rmdir(tmp)
 
 
-def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport:
+def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node OpenVINO verdicts from a partial conversion by OpenVINO's ONNX frontend.
 
     ``real`` is accepted for symmetry: the verdicts already come from OpenVINO itself.
     """
     import openvino
 
-    missing, error = unconverted_ops(model)
-    bodies = {(f.domain, f.name): f for f in model.functions}
+    missing, error = unconverted_ops(model, path)
     nodes: list[NodeVerdict] = []
     for ctx in node_contexts(model):
 
@@ -82,12 +83,12 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True) -> CompatReport
         key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
         no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
         if ctx.has_function:
-            body = bodies[(ctx.domain, ctx.op_type)]
+            # the body's ops, and those of the functions it calls, as inlined
             bad = sorted(
                 {
-                    n.op_type
-                    for n in walk_nodes(body.node)
-                    if ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in missing
+                    c.op_type
+                    for c in body_contexts(ctx)
+                    if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in missing and not c.has_function
                 }
             )
             if bad and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):

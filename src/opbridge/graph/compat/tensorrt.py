@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import NodeContext, node_contexts
+from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ def _resize_scales(ctx: NodeContext) -> Any:
     """The scales value of a Resize when used (no sizes input), else None."""
     from opbridge.graph._model import resize_input_slots
 
+    if ctx.node is None:  # (onnx-ir could not read the model)
+        return None
     inputs = ctx.node.inputs
     given = {what: inputs[i] if len(inputs) > i else None for i, what in resize_input_slots(ctx.version)}
     sizes = given.get("sizes")
@@ -156,6 +158,8 @@ def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
         return None
     from opbridge.graph._model import evaluate_constant
 
+    if ctx.node is None:  # (onnx-ir could not read the model)
+        return None
     inputs = ctx.node.inputs
     for idx, _what in ((3, "sizes"), (2, "scales")):
         value = inputs[idx] if len(inputs) > idx else None
@@ -319,10 +323,31 @@ def _rule_op_type_shadows(ctx: NodeContext, version: Version) -> Hit | None:
     return Hit("fail", f"{ctx.domain}::{ctx.op_type} would be imported by the built-in {ctx.op_type} importer")
 
 
+def _rule_constant_attributes(ctx: NodeContext, version: Version) -> Hit | None:
+    """A Constant given by ``sparse_value``, ``value_string`` or ``value_strings`` is refused.
+
+    The Constant importer asserts that none of these attributes is present ("This version of
+    TensorRT does not support the sparse_value, value_string and value_strings attributes.").
+    """
+    if ctx.op_type != "Constant" or ctx.domain not in ("", "ai.onnx"):
+        return None
+    found = [a.name for a in ctx.proto.attribute if a.name in ("sparse_value", "value_string", "value_strings")]
+    if found:
+        return Hit("fail", f"Constant with {found[0]!r}: TensorRT supports none of sparse_value, value_string(s)")
+    return None
+
+
 _DOCS = "onnx-tensorrt docs/operators.md"
 _IMPORTER = "onnx-tensorrt builtin_op_importers.cpp importResize"
 TRT_RULES: tuple[TrtRule, ...] = (
     TrtRule("trt-op-type-shadows-importer", (7, 0), None, "onnx-tensorrt ModelImporter.cpp", _rule_op_type_shadows),
+    TrtRule(
+        "trt-constant-attribute",
+        (7, 0),
+        None,
+        "onnx-tensorrt builtin_op_importers.cpp importConstant",
+        _rule_constant_attributes,
+    ),
     TrtRule(
         "trt-resize-cubic-unsupported",
         (7, 0),
@@ -388,6 +413,12 @@ def _static_verdict(ctx: NodeContext, version: Version) -> NodeVerdict:
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "native", "has a TensorRT importer")
     worst = max(hits, key=lambda h: _SEVERITY[h[1].verdict])[1].verdict
     reason = "; ".join(h.reason for _, h in hits if h.verdict == worst)
+    if worst == "function" and not ctx.function:
+        # the parser imports the body's nodes (body_contexts: nested calls' too): the node fails where one does
+        failed = [v for v in (_static_verdict(c, version) for c in body_contexts(ctx)) if v.verdict == "fail"]
+        if failed:
+            worst = "fail"
+            reason = f"{reason}; but its body's node {failed[0].node} fails: {failed[0].reason}"
     return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, worst, reason, tuple(code for code, _ in hits))
 
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import OpbridgeError
-from opbridge.graph.rewrite._base import Check, IRRule, RewriteRule, RuleOutcome
+from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome
 from opbridge.graph.rewrite.rules import FoldResizeScales, LegacyDomain, ReplaceOp, ResizeCubicToDynamicResize
 
 if TYPE_CHECKING:
@@ -51,10 +50,6 @@ RULES: dict[str, type[RewriteRule]] = {
 }
 
 
-class RewriteError(OpbridgeError):
-    """A rewrite was asked for that cannot be done, or its result is not a valid model."""
-
-
 @dataclass
 class RewriteReport:
     """The rewritten (and checked) model and what each rule did."""
@@ -78,24 +73,71 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
     return attach_functions(model, ops)
 
 
+#: protobuf serializes messages below 2 GiB only; larger models are checked through files
+_PROTO_LIMIT = 2**31 - 2**24
+
+
 def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model."""
+    """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model.
+
+    A model of 2 GiB or more (its tensors in memory) is checked as files: written to a temporary
+    folder with its tensors in an external data file, checked there, and read back.
+    """
     import onnx
 
     import opbridge
 
     opbridge.register_onnx_schemas()
     try:
+        if model.ByteSize() >= _PROTO_LIMIT:
+            return _check_as_files(model)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(inferred, full_check=True)
+    except RewriteError:
+        raise
     except Exception as exc:
         raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
     return inferred
 
 
+def _check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
+    """:func:`check_rewritten` for a model too large for one protobuf message. ``model`` is left as it
+    was (its tensors go out to the file and are read back); it is returned with the inferred value infos."""
+    import shutil
+    import tempfile
+
+    import onnx
+    from onnx.external_data_helper import convert_model_to_external_data, load_external_data_for_model
+
+    folder = tempfile.mkdtemp(prefix="opbridge-check-")
+    try:
+        path = os.path.join(folder, "model.onnx")
+        convert_model_to_external_data(
+            model, all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024
+        )
+        try:
+            onnx.save_model(model, path)
+        finally:
+            load_external_data_for_model(model, folder)  # the caller's model holds its tensors again
+        inferred_path = os.path.join(folder, "inferred.onnx")
+        try:
+            onnx.shape_inference.infer_shapes_path(
+                path, inferred_path, check_type=True, strict_mode=True, data_prop=True
+            )
+            onnx.checker.check_model(inferred_path, full_check=True)
+        except Exception as exc:
+            raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
+        light = onnx.load(inferred_path, load_external_data=False)
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(light.graph.value_info)
+        return model
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def rewrite_model(
     model: str | os.PathLike[str] | onnx.ModelProto,
-    rules: Sequence[str],
+    rules: Sequence[str] | str,
     options: Mapping[str, Any] | None = None,
     *,
     check: bool = True,
@@ -104,7 +146,7 @@ def rewrite_model(
 
     Args:
         model: a path or a loaded model (never modified).
-        rules: rule names, e.g. ``["fold-resize-scales"]``.
+        rules: rule names, e.g. ``["fold-resize-scales"]`` (or one name).
         options: rule options (``map``, ``rename``, ``scale_input``, ``domain``, ``version``).
         check: run :func:`check_rewritten` on the result.
 
@@ -115,6 +157,8 @@ def rewrite_model(
 
     from opbridge.graph._model import load_model
 
+    if isinstance(rules, str):  # one rule by name, not its letters
+        rules = [rules]
     unknown = [r for r in rules if r not in RULES]
     if unknown or not rules:
         raise RewriteError(f"unknown rule(s) {unknown or '(none given)'}; choose from {', '.join(RULES)}.")
@@ -171,20 +215,41 @@ def rewrite_file(
     external = _external_files(src)
     protected = [] if in_place else [src, *external]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
-    if external:  # the output keeps its weights beside it, in <output>.data
-        prepare_output(f"{os.fspath(target)}.data", protected=protected)
+    data_name = f"{Path(target).name}.data"  # the output keeps its weights beside it, in <output>.data
+    if external and in_place:
+        data_name = _in_place_data_name(src, external)
+    if external:
+        prepare_output(Path(target).with_name(data_name), protected=protected)
     report = rewrite_model(src, rules, options)
     if report.changed:
         if external:
-            report.path = _save_with_external_data(report.model, target, protected)
+            report.path = _save_with_external_data(report.model, target, protected, data_name)
         else:
             report.path = save_model_atomic(report.model, target, protected=protected)
     return report
 
 
-def _save_with_external_data(model: onnx.ModelProto, target: str | os.PathLike[str], protected: Sequence[Path]) -> Path:
+def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
+    """The data file an in-place rewrite of ``source`` writes: the one file the model keeps its tensors
+    in (beside it), else ``<source>.data``, which must then be free or one of the model's own files:
+    an unrelated file of that name is not overwritten."""
+    if len(external) == 1 and external[0].parent.resolve() == source.parent.resolve():
+        return external[0].name
+    data = source.with_name(f"{source.name}.data")
+    own = any(data.exists() and f.exists() and os.path.samefile(data, f) for f in external)
+    if data.exists() and not own:
+        raise RewriteError(
+            f"{data} exists and is not one of {source.name}'s data files ({', '.join(str(f) for f in external)}), "
+            "which an in-place rewrite would write there; move it away, or write the result elsewhere with -o."
+        )
+    return data.name
+
+
+def _save_with_external_data(
+    model: onnx.ModelProto, target: str | os.PathLike[str], protected: Sequence[Path], data_name: str
+) -> Path:
     """Write ``model`` as the input was laid out: the graph in ``target``, its tensors of 1 KiB or more
-    in one external data file ``<target>.data`` beside it. Both are written to a temporary folder
+    in one external data file ``data_name`` beside it. Both are written to a temporary folder
     there, then moved into place, the data file first."""
     import shutil
     import tempfile
@@ -195,7 +260,7 @@ def _save_with_external_data(model: onnx.ModelProto, target: str | os.PathLike[s
     from opbridge._files import _mode_for, prepare_output
 
     path = prepare_output(target, protected=protected, create=True)
-    data = prepare_output(path.with_name(f"{path.name}.data"), protected=protected, create=True)
+    data = prepare_output(path.with_name(data_name), protected=protected, create=True)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)  # the report keeps its model with the tensors in it
     convert_model_to_external_data(copy, all_tensors_to_one_file=True, location=data.name, size_threshold=1024)

@@ -6,11 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from opbridge.errors import OpbridgeError
+
 if TYPE_CHECKING:
     import onnx
     import onnx_ir as ir
 
-__all__ = ["Check", "IRRule", "RewriteRule", "RuleOutcome"]
+__all__ = ["Check", "IRRule", "RewriteError", "RewriteRule", "RuleOutcome"]
+
+
+class RewriteError(OpbridgeError):
+    """A rewrite was asked for that cannot be done, or its result is not a valid model."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class IRRule(RewriteRule):
 
     #: what the rule looks for, for the "found none" reason (``looking_for`` on an instance overrides it).
     looks_for: ClassVar[str] = ""
+    #: the main graph of the model being rewritten (set by :meth:`apply`)
+    root: ir.Graph
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         raise NotImplementedError
@@ -79,7 +87,25 @@ class IRRule(RewriteRule):
         import onnx_ir as ir
         from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-        irm = ir.from_proto(model)
+        if len(model.graph.sparse_initializer):
+            raise RewriteError(
+                f"rule {self.name} edits the graph through onnx-ir, which does not read sparse initializers "
+                f"({', '.join(t.values.name for t in model.graph.sparse_initializer)}); make them dense "
+                "initializers first."
+            )
+        try:
+            irm = ir.from_proto(model)
+        except Exception as exc:  # onnx-ir's SerdeError wraps e.g. "Sparse tensors are not supported yet"
+            cause: BaseException = exc
+            while cause.__cause__ is not None:  # the innermost error says what onnx-ir cannot do
+                cause = cause.__cause__
+            raise RewriteError(
+                f"rule {self.name} edits the graph through onnx-ir, which cannot read this model "
+                f"({type(cause).__name__}: {cause})."
+            ) from exc
+        # initializers no node read before the rewrite are the user's: kept (the clean-up below would drop them)
+        idle = [v for v in irm.graph.initializers.values() if not v.uses() and not v.is_graph_input()]
+        self.root = irm.graph  # (for checks of nodes in subgraphs, which need the main graph)
         found = self.candidates(irm.graph, options)
         if not found:
             what = getattr(self, "looking_for", "") or self.looks_for
@@ -95,5 +121,10 @@ class IRRule(RewriteRule):
         if not any(o.applied for o in outcomes):
             return model, outcomes
         RemoveUnusedNodesPass()(irm)
+        for value in idle:
+            if value.name not in irm.graph.initializers:
+                irm.graph.register_initializer(value)
         irm.graph.sort()
-        return ir.to_proto(irm), outcomes
+        out = ir.to_proto(irm)
+        out.training_info.extend(model.training_info)  # (onnx-ir does not carry it)
+        return out, outcomes

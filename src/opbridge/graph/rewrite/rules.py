@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from opbridge.graph._model import evaluate_constant
-from opbridge.graph.rewrite._base import Check, IRRule, RewriteRule, RuleOutcome
+from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome
 
 if TYPE_CHECKING:
     import onnx
@@ -43,20 +43,52 @@ def _resize_slots(node: ir.Node) -> tuple[tuple[int, str], ...]:
     return resize_input_slots(version)
 
 
+def _every_node(graph: ir.Graph) -> list[ir.Node]:
+    """The graph's nodes and those of its subgraphs (If branches, Loop and Scan bodies)."""
+    import onnx_ir as ir
+
+    return list(ir.traversal.RecursiveGraphIterator(graph))
+
+
 def _input(node: ir.Node, index: int) -> ir.Value | None:
     """Input ``index`` of ``node``, or None when absent."""
     return node.inputs[index] if len(node.inputs) > index else None
 
 
-def _const(graph: ir.Graph, array: np.ndarray, name: str) -> ir.Value:
-    """A new initializer holding ``array``."""
+def _graph_values(graph: ir.Graph) -> list[ir.Value]:
+    """The graph's inputs, initializers and node outputs (subgraphs' too)."""
     import onnx_ir as ir
 
-    taken = {v.name for v in graph.initializers.values()}
+    values = [*graph.inputs, *graph.initializers.values()]
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        values.extend(node.outputs)
+    return values
+
+
+def _taken_names(graph: ir.Graph) -> set[str]:
+    """The names of the graph's values and nodes (subgraphs' too)."""
+    import onnx_ir as ir
+
+    names = {v.name for v in _graph_values(graph)} | {n.name for n in ir.traversal.RecursiveGraphIterator(graph)}
+    return {n for n in names if n}
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_1``, ``name_2``... where ``taken`` holds it; the name returned is added."""
     base, k = name, 0
     while name in taken:
         k += 1
         name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _const(graph: ir.Graph, array: np.ndarray, name: str, taken: set[str] | None = None) -> ir.Value:
+    """A new initializer holding ``array``, under a name the graph does not use yet (``taken``: the names
+    in use, when the caller keeps them)."""
+    import onnx_ir as ir
+
+    name = _unique(name, _taken_names(graph) if taken is None else taken)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     value.shape = ir.Shape(array.shape)
     value.dtype = ir.DataType.from_numpy(array.dtype)
@@ -91,7 +123,7 @@ class ResizeCubicToDynamicResize(IRRule):
     looks_for = "Resize node"
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
-        return [n for n in graph if _is_resize(n)]
+        return [n for n in _every_node(graph) if _is_resize(n)]
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
         attrs = node.attributes
@@ -141,6 +173,17 @@ class ResizeCubicToDynamicResize(IRRule):
         flat = [float(v) for v in frozen.ravel()]
         if len(flat) != 4 or flat[0] != 1.0 or flat[1] != 1.0 or flat[2] != flat[3]:
             return Check.fail(f"frozen scales {flat} are not (1, 1, s, s); scale_input gives one factor for H and W")
+        graph = self.root
+        if not any(v.name == scale_input for v in graph.inputs):
+            # a value of that name that is not a graph input: an initializer or a node's output, which
+            # other nodes read; a graph input of that name would shadow it (or be shadowed by it)
+            clash = next((v for v in _graph_values(graph) if v.name == scale_input), None)
+            if clash is not None:
+                what = "an initializer" if clash.is_initializer() else "a value computed in the graph"
+                return Check.fail(
+                    f"scale_input {scale_input!r} names {what}, which other nodes read; choose a name the graph does "
+                    "not use (or an existing graph input)"
+                )
         return Check.success(
             f"frozen scales {flat} replaced by graph input {scale_input!r}{_SCALES_CAVEAT}",
             {"align": align, "kind": "scale_input", "name": str(scale_input)},
@@ -151,18 +194,25 @@ class ResizeCubicToDynamicResize(IRRule):
 
         from opbridge.ops import DynamicResize
 
-        graph = model.graph
+        graph = node.graph or model.graph  # (a subgraph's node is rewritten in its subgraph)
         x = node.inputs[0]
         assert x is not None
         data = check.data
         prefix = (node.name or "resize").strip("/").replace("/", "_")
         new_nodes: list[ir.Node] = []
 
+        # names of their own: two rewritten Resize nodes without names (or of one name) would collide
+        taken = _taken_names(model.graph)
+
         def op(op_type: str, inputs: list[ir.Value], **attrs: Any) -> ir.Value:
-            n = ir.node(op_type, inputs, attributes=attrs or None, name=f"{prefix}/{op_type}_{len(new_nodes)}")
-            n.outputs[0].name = f"{prefix}/{op_type}_{len(new_nodes)}_out"
+            name = _unique(f"{prefix}/{op_type}_{len(new_nodes)}", taken)
+            n = ir.node(op_type, inputs, attributes=attrs or None, name=name)
+            n.outputs[0].name = _unique(f"{name}_out", taken)
             new_nodes.append(n)
             return n.outputs[0]
+
+        def const(array: np.ndarray, name: str) -> ir.Value:
+            return _const(graph, array, name, taken)
 
         def hw_from_scale(scale: ir.Value) -> ir.Value:
             shape = op("Shape", [x])
@@ -170,8 +220,8 @@ class ResizeCubicToDynamicResize(IRRule):
                 "Slice",
                 [
                     shape,
-                    _const(graph, np.array([2], np.int64), f"{prefix}_start"),
-                    _const(graph, np.array([4], np.int64), f"{prefix}_end"),
+                    const(np.array([2], np.int64), f"{prefix}_start"),
+                    const(np.array([4], np.int64), f"{prefix}_end"),
                 ],
             )
             scaled = op("Mul", [op("Cast", [hw_in], to=ir.DataType.FLOAT), scale])
@@ -182,8 +232,8 @@ class ResizeCubicToDynamicResize(IRRule):
                 "Slice",
                 [
                     data["src"],
-                    _const(graph, np.array([-2], np.int64), f"{prefix}_start"),
-                    _const(graph, np.array([2**62], np.int64), f"{prefix}_end"),
+                    const(np.array([-2], np.int64), f"{prefix}_start"),
+                    const(np.array([2**62], np.int64), f"{prefix}_end"),
                 ],
             )
         elif data["kind"] == "scales":
@@ -191,20 +241,20 @@ class ResizeCubicToDynamicResize(IRRule):
                 "Slice",
                 [
                     data["src"],
-                    _const(graph, np.array([2], np.int64), f"{prefix}_sstart"),
-                    _const(graph, np.array([4], np.int64), f"{prefix}_send"),
+                    const(np.array([2], np.int64), f"{prefix}_sstart"),
+                    const(np.array([4], np.int64), f"{prefix}_send"),
                 ],
             )
             hw = hw_from_scale(scales_hw)
         else:
-            scale = next((v for v in graph.inputs if v.name == data["name"]), None)
-            if scale is None:
+            scale = next((v for v in model.graph.inputs if v.name == data["name"]), None)
+            if scale is None:  # (an input of the model, which a subgraph reads from the outer scope)
                 scale = ir.Value(name=data["name"], shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.FLOAT))
-                graph.inputs.append(scale)
+                model.graph.inputs.append(scale)
             if scale.dtype != ir.DataType.FLOAT:
                 scale = op("Cast", [scale], to=ir.DataType.FLOAT)
             hw = hw_from_scale(scale)
-        shape4 = op("Concat", [_const(graph, np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
+        shape4 = op("Concat", [const(np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
         fill = ir.tensor(np.zeros(1, dtype=(x.dtype or ir.DataType.FLOAT).numpy()))
         size_tensor = op("ConstantOfShape", [shape4], value=fill)
         spec = DynamicResize.spec
@@ -213,7 +263,7 @@ class ResizeCubicToDynamicResize(IRRule):
             [x, size_tensor],
             attributes={"align_corners": int(data["align"])},
             domain=spec.domain,
-            name=node.name or f"{prefix}/DynamicResize",
+            name=node.name or _unique(f"{prefix}/DynamicResize", taken),
         )
         new_nodes.append(resize)
         ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
@@ -221,7 +271,8 @@ class ResizeCubicToDynamicResize(IRRule):
         if out.shape is not None and len(out.shape) == 4:
             # the output's height and width now follow the run-time size: a static shape declared for
             # them (a graph output's value_info) would be stale
-            out.shape = ir.Shape([out.shape[0], out.shape[1], f"{prefix}_height", f"{prefix}_width"])
+            dims = [_unique(f"{prefix}_{d}", taken) for d in ("height", "width")]
+            out.shape = ir.Shape([out.shape[0], out.shape[1], *dims])
         _set_opset(model, spec.domain, spec.version)
         return f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape (1, 1, H, W)"
 
@@ -234,7 +285,7 @@ class FoldResizeScales(IRRule):
     looks_for = "Resize node"
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
-        return [n for n in graph if _is_resize(n)]
+        return [n for n in _every_node(graph) if _is_resize(n)]
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
         folds: list[tuple[int, str, np.ndarray]] = []
@@ -260,7 +311,9 @@ class FoldResizeScales(IRRule):
         for index, what, arr in check.data:
             old = node.inputs[index]
             assert old is not None
-            new = _const(model.graph, arr, f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}")
+            new = _const(
+                node.graph or model.graph, arr, f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}"
+            )
             node.replace_input_with(index, new)
             done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
         return "; ".join(done + ([check.reason] if check.reason else []))
@@ -326,7 +379,7 @@ class ReplaceOp(IRRule):
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         maps = self._maps(options)
         self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
-        return [n for n in graph if self._target(n, maps) is not None]
+        return [n for n in _every_node(graph) if self._target(n, maps) is not None]
 
     @staticmethod
     def _target(node: ir.Node, maps: list[tuple[str | None, str, str, str]]) -> tuple[str, str] | None:
@@ -393,6 +446,11 @@ class LegacyDomain(RewriteRule):
         from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, default_domain_custom_nodes, move_default_domain_ops
 
         domain = str(options.get("domain") or DEFAULT_LEGACY_DOMAIN)
+        if domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training") or domain.startswith("ai.onnx."):
+            raise RewriteError(
+                f"--option domain={domain}: that is one of ONNX's own domains, which has no custom ops; name a "
+                "domain of your own, e.g. domain=acme.legacy."
+            )
         names = [n.name or n.op_type for n in default_domain_custom_nodes(model)]
         if not names:
             return model, [self.outcome("", False, "no custom op in the default domain")]
