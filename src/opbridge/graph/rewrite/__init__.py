@@ -89,7 +89,7 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
 
     opbridge.register_onnx_schemas()
     try:
-        if model.ByteSize() >= _PROTO_LIMIT:
+        if _too_large(model):
             return _check_as_files(model)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(inferred, full_check=True)
@@ -98,6 +98,14 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as exc:
         raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
     return inferred
+
+
+def _too_large(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` is too large for one protobuf message (whose size protobuf will not even count)."""
+    try:
+        return model.ByteSize() >= _PROTO_LIMIT
+    except Exception:  # EncodeError: "Failed to serialize proto"
+        return True
 
 
 def _check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
