@@ -521,22 +521,42 @@ def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) 
 
 
 def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:
-    """With no usable TensorRT, the commands exit 2 and say what to install."""
+    """With no usable TensorRT, the commands exit 2 and say what to install: trt-build too, whose child
+    process reported it as a failed build (exit 1), and compat's real parser is "not available"."""
     import os
 
     env = dict(os.environ, OPBRIDGE_TENSORRT_BACKEND="tensorrt", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     if backend_name() == "tensorrt":
         pytest.skip("NVIDIA tensorrt is installed here, so forcing it does not make TensorRT unavailable")
-    proc = subprocess.run(
-        [sys.executable, "-m", "opbridge.cli", "plugins"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
+    model = tmp_path / "relu.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
-    assert proc.returncode == 2, proc.stderr
-    assert "TensorRT is not installed" in proc.stderr and "tensorrt-rtx-cu13" in proc.stderr
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    commands = [
+        ["plugins"],
+        ["trt-build", str(model), "-o", str(tmp_path / "relu.engine")],
+        ["compat", "--target", "tensorrt", str(model), "--json"],
+    ]
+    for argv in commands:
+        proc = subprocess.run(
+            [sys.executable, "-m", "opbridge.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        if argv[0] == "compat":
+            assert proc.returncode == 0, proc.stderr  # every node runs natively; the real parser is not there
+            assert '"real_ok": null' in proc.stdout and "TensorRT is not installed" in proc.stdout
+        else:
+            assert proc.returncode == 2, (argv, proc.stderr)
+            assert "TensorRT is not installed" in proc.stderr and "opbridge[tensorrt-rtx]" in proc.stderr
+    assert not (tmp_path / "relu.engine").exists()
 
 
 def test_build_warns_of_a_plugin_without_gpu_kernel(

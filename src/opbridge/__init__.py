@@ -42,6 +42,11 @@ _LAZY = {
 }
 
 
+def __dir__() -> list[str]:
+    """The public names (the lazy ones too), and the module's dunders; not the helpers it imports."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:

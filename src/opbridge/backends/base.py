@@ -137,6 +137,8 @@ class Runner(abc.ABC):
     name: ClassVar[str] = "?"
     #: The Python module whose presence makes this backend available.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: how to install what ``requires`` names (shown where it is missing)
+    install: ClassVar[str] = ""
 
     def __init__(self) -> None:
         self._loaded = False
@@ -160,7 +162,8 @@ class Runner(abc.ABC):
             except (ImportError, ValueError):
                 found = False
             if not found:
-                return f"{cls.name} backend is not installed: Python module {module!r} not found"
+                hint = f"; {cls.install}" if cls.install else ""
+                return f"{cls.name} backend is not installed: Python module {module!r} not found{hint}"
         return None
 
     # ------------------------------------------------------------------ lifecycle

@@ -62,6 +62,7 @@ class OnnxRuntimeRunner(OnnxRunner):
 
     name = "onnxruntime"
     requires = ("onnxruntime",)
+    install = "pip install onnxruntime"
 
     def __init__(self, model: Any, providers: Sequence[str] | None = None, bodies: str = "always") -> None:
         if bodies not in ("auto", "always", "never"):
@@ -73,6 +74,8 @@ class OnnxRuntimeRunner(OnnxRunner):
 
     def _load(self) -> None:
         try:
+            import onnxruntime  # noqa: F401  (the session imports it when created)
+
             from opbridge.onnxruntime import InferenceSession
         except ImportError as exc:
             raise BackendUnavailableError(

@@ -397,6 +397,7 @@ class OpenVINORunner(OnnxRunner):
 
     name = "openvino"
     requires = ("openvino",)
+    install = "pip install 'opbridge[openvino]'"
 
     def __init__(self, model: Any, device: str = "CPU", precision: str | None = "f32") -> None:
         super().__init__(model)

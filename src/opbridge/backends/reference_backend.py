@@ -28,6 +28,7 @@ class ReferenceRunner(OnnxRunner):
 
     name = "reference"
     requires = ("onnx",)
+    install = "pip install onnx"
 
     def __init__(self, model: Any) -> None:
         super().__init__(model)

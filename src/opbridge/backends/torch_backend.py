@@ -41,6 +41,7 @@ class TorchRunner(Runner):
 
     name = "torch"
     requires = ("torch",)
+    install = "pip install torch (a CPU-only build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 
     def __init__(
         self,
@@ -59,7 +60,7 @@ class TorchRunner(Runner):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            raise BackendUnavailableError(f"torch backend is not installed ({exc}); pip install torch.") from None
+            raise BackendUnavailableError(f"torch backend is not installed ({exc}); {self.install}.") from None
         if isinstance(self.reference, str):
             from opbridge._loading import load_factory
 

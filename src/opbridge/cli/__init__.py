@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from opbridge import __version__
 from opbridge.errors import OpbridgeError
 
 __all__ = ["COMMANDS", "main"]
@@ -36,6 +37,7 @@ COMMANDS: tuple[str, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opbridge", description="Custom ops across PyTorch, ONNX and runtimes.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"opbridge.cli.{name.replace('-', '_')}").add_parser(sub)

@@ -417,6 +417,17 @@ def _name_main_ops(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _raise_usage_error(result: dict[str, Any]) -> None:
+    """Raise in this process the opbridge error the child raised (TensorRT not installed, a model it
+    cannot read): a usage error, not a parse or build failure."""
+    from opbridge import errors
+
+    kind = getattr(errors, str(result.get("error_type", "")), None)
+    if not (isinstance(kind, type) and issubclass(kind, errors.OpbridgeError)):
+        kind = errors.OpbridgeError
+    raise kind(result["errors"][0][2])
+
+
 def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
     _MAIN_OPS.clear()
     with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
@@ -441,7 +452,10 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
                 "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]],
             }
         if res_path.exists():
-            return _name_main_ops(json.loads(res_path.read_text()))
+            result = json.loads(res_path.read_text())
+            if result.get("usage_error"):
+                _raise_usage_error(result)
+            return _name_main_ops(result)
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
         return {
             "ok": False,

@@ -96,7 +96,8 @@ def load_tensorrt() -> tuple[ModuleType, str]:
                 errors.append(f"tensorrt_rtx: {exc}")
         raise BackendUnavailableError(
             "TensorRT is not installed (" + "; ".join(errors or [f"OPBRIDGE_TENSORRT_BACKEND={forced!r}"]) + "). "
-            "Install NVIDIA's 'tensorrt' on a GPU machine, or 'tensorrt-rtx-cu13' for CPU-only build checks."
+            "Install NVIDIA's 'tensorrt' on a GPU machine, or TensorRT-RTX for CPU-only build checks: "
+            "pip install 'opbridge[tensorrt-rtx]'."
         )
 
 

@@ -17,7 +17,14 @@ def main(argv: list[str]) -> int:
     try:
         result = _work(request)
     except OpbridgeError as exc:
-        result = {"ok": False, "backend": "?", "errors": [["", "", str(exc)]], "usage_error": True}
+        # raised again in the calling process as the same kind of error (TensorRT missing, a bad model...)
+        result = {
+            "ok": False,
+            "backend": "?",
+            "errors": [["", "", str(exc)]],
+            "usage_error": True,
+            "error_type": type(exc).__name__,
+        }
     result_path.write_text(json.dumps(result))
     return 0
 
