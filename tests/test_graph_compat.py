@@ -420,6 +420,18 @@ def test_a_function_body_two_calls_deep_decides_the_verdict(target: str) -> None
     assert node.verdict == "fail" and "Baz" in node.reason
     good = _nested_function_model(helper.make_node("Relu", ["x"], ["y"]), {})
     assert [n.verdict for n in check_compat(good, target, real=False).nodes] == ["function"]
+    # an opbridge op in the body: ONNX Runtime's bridge and TensorRT's plugins serve it where the body
+    # is expanded; OpenVINO runs it as a Python op once the body is inlined
+    bridged = _nested_function_model(helper.make_node("Scale", ["x"], ["y"], domain="test.compat"), {"test.compat": 1})
+    expected = "opbridge" if target == "openvino" else "function"
+    assert [n.verdict for n in check_compat(bridged, target, real=False).nodes] == [expected]
+    if target != "tensorrt":  # and it runs so
+        from opbridge.backends import get_backend
+
+        x = np.array([1.5, -2.0], np.float32)
+        runner = get_backend(target)(bridged)
+        runner.load()
+        np.testing.assert_array_equal(runner.infer({"x": x})["y"], x * 2)
 
 
 @pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])

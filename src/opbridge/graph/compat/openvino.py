@@ -84,18 +84,20 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
         no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
         if ctx.has_function:
             # the body's ops, and those of the functions it calls, as inlined
-            bad = sorted(
-                {
-                    c.op_type
-                    for c in body_contexts(ctx)
-                    if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in missing and not c.has_function
-                }
-            )
+            unconverted = [
+                c
+                for c in body_contexts(ctx)
+                if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in missing and not c.has_function
+            ]
+            bad = sorted({c.op_type for c in unconverted})
+            uncovered = [c for c in unconverted if c.opbridge_op() is None and c.opbridge_kernel() is None]
             if bad and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
                 # opbridge's OpenVINO backend drops such a body and runs the op's Python kernel.
                 add("opbridge", f"body ops without conversion rule: {bad}; OpenVINO Python op from opbridge's backend")
+            elif bad and not uncovered:
+                add("opbridge", f"body ops {bad} run as OpenVINO Python ops from opbridge's OpenVINO backend")
             elif bad:
-                add("fail", f"body ops without conversion rule: {bad}")
+                add("fail", f"body ops without conversion rule: {sorted({c.op_type for c in uncovered})}")
             else:
                 add("function", "model-local function, inlined before conversion")
         elif ctx.index < 0 and ctx.custom:
