@@ -530,17 +530,54 @@ def test_keyword_tensor_inputs_keep_their_names_and_dynamic_dims(tmp_path: Path,
     np.testing.assert_allclose(y, (x4 * 2 + b4).numpy(), rtol=1e-6, atol=1e-6)
 
 
-def test_op_inside_torch_cond_is_named(tmp_path: Path) -> None:
-    """Custom ops are exported in the main graph only: one inside torch.cond's branch is named as such."""
+class _Branching(torch.nn.Module):
+    """torch.cond with a custom op in each branch."""
 
-    class Branching(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.cond(x.sum() > 0, lambda t: scaled_swish(t, beta=3.0), lambda t: t - 1.0, (x,))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(
+            x.sum() > 0, lambda t: scaled_swish(t, beta=3.0), lambda t: scaled_swish(t - 1.0, beta=0.5), (x,)
+        )
 
-    target = tmp_path / "cond.onnx"
-    with pytest.raises(ExportError, match=r"calls a custom op inside a branch or body of control flow.*torch.where"):
-        opbridge.export(Branching(), (torch.randn(2, 3).abs(),), target, exporter="dynamo")
-    assert not target.exists()
+
+class _Looping(torch.nn.Module):
+    """torch.while_loop whose body calls a custom op three times."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def cond_fn(i: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return i < 3
+
+        def body_fn(i: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, scaled_swish(t, beta=2.0)
+
+        from torch._higher_order_ops import while_loop
+
+        return while_loop(cond_fn, body_fn, (torch.tensor(0), x))[1]
+
+
+@pytest.mark.parametrize("model", [_Branching, _Looping], ids=["torch.cond", "torch.while_loop"])
+def test_ops_inside_control_flow_export_and_run_everywhere(tmp_path: Path, model: type[torch.nn.Module]) -> None:
+    """A custom op inside torch.cond's branches or torch.while_loop's body is a node of the If or Loop
+    body (torch.export traced the call; counting it was a side effect dynamo refused there). ONNX
+    Runtime's bridge, the reference evaluator and OpenVINO run it: both branches, every iteration."""
+    path = tmp_path / "flow.onnx"
+    result = opbridge.export(model(), (torch.randn(2, 3),), path, dynamic_shapes=({0: torch.export.Dim("n")},))
+    loaded = onnx.load(str(path))
+    assert [n.op_type for n in loaded.graph.node][-1] in ("If", "Loop")
+    assert not result.custom_nodes  # (the main graph's)
+    from opbridge.model_io import walk_nodes
+
+    assert {(n.domain, n.op_type) for n in walk_nodes(loaded.graph.node) if n.domain} == {("acme", "ScaledSwish")}
+    inputs = [torch.linspace(0.5, 2.0, 12).reshape(4, 3), -torch.linspace(0.5, 2.0, 15).reshape(5, 3)]
+    record = opbridge.verify(path, (model(), (inputs[0],)), inputs={"x": inputs[0].numpy()}, shapes=[{"x": (5, 3)}])
+    assert record.runs and all(r.status == "pass" for r in record.runs), [(r.backend, r.error) for r in record.runs]
+    from opbridge.backends import available_backends
+
+    assert {r.backend for r in record.runs} == set(available_backends())  # OpenVINO's too, where installed
+    for x in inputs:  # both directions of the condition, on each backend
+        expected = model()(x).numpy()
+        for session in (opbridge.InferenceSession(str(path)), opbridge.ReferenceSession(str(path))):
+            (got,) = session.run(None, {"x": x.numpy()})
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 @opbridge.op("tests.export::Gate")

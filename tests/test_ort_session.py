@@ -489,11 +489,15 @@ def test_nodes_of_one_op_with_other_output_types_each_get_theirs() -> None:
     assert {k.domain for k in sess.kernels.values()} == {"test.session.types"}
 
 
-def test_custom_node_inside_a_subgraph_is_named() -> None:
-    """A custom node in an If branch is not bridged: the session says so, naming the node and the If,
-    instead of ONNX Runtime's unregistered-op error."""
+def test_custom_node_inside_a_subgraph_is_bridged() -> None:
+    """A custom node in an If branch runs through the bridge like one of the main graph."""
+
+    @opbridge.op("test.session.sub::Silu")
+    def silu(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)
+
     branch = helper.make_graph(
-        [helper.make_node("MySiLU", ["x"], ["t"], domain="opbridge", name="act")],
+        [helper.make_node("Silu", ["x"], ["t"], domain="test.session.sub", name="act")],
         "then",
         [],
         [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
@@ -514,9 +518,16 @@ def test_custom_node_inside_a_subgraph_is_named() -> None:
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opbridge", 1)])
-    with pytest.raises(opbridge.OpbridgeError, match=r"opbridge::MySiLU 'act' in choose/then_branch"):
-        opbridge.InferenceSession(model)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.session.sub", 1)]
+    )
+    session = opbridge.InferenceSession(model)
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    (taken,) = session.run(None, {"c": np.array(True), "x": x})
+    np.testing.assert_allclose(taken, x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
+    (other,) = session.run(None, {"c": np.array(False), "x": x})
+    np.testing.assert_array_equal(other, x)
+    assert session.kernels["act"].path in ("kernel", "reference")
 
 
 def test_model_over_the_protobuf_limit_runs_from_a_temporary_file(

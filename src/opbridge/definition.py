@@ -427,7 +427,9 @@ class OpDef:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, attrs = self.bind(args, kwargs)
         counts = getattr(_TRACE_STATE, "counts", None)
-        if counts is not None and not getattr(_TRACE_STATE, "inside", 0):
+        if counts is not None and not getattr(_TRACE_STATE, "inside", 0) and not _dynamo_tracing():
+            # (under dynamo, which traces control flow's branches, a write here is a side effect it
+            # refuses there; export finds those calls in the graph it wrote)
             # (a call inside another op's reference is that op's business, not a node of the graph)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
         torch_op = self.torch_op()
@@ -710,6 +712,12 @@ def all_ops() -> list[OpDef]:
     _ensure_builtins()
     with _LOCK:
         return sorted(_OPS.values(), key=lambda d: (d.spec.domain, d.spec.name, d.spec.version))
+
+
+def _dynamo_tracing() -> bool:
+    import torch
+
+    return bool(torch.compiler.is_dynamo_compiling())
 
 
 @contextmanager

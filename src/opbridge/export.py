@@ -49,6 +49,7 @@ from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
 from opbridge.errors import ExportError
 from opbridge.legacy_domain import default_domain_custom_nodes
+from opbridge.model_io import walk_nodes
 from opbridge.onnx_schema import register_onnx_schemas
 from opbridge.spec import AttrType
 
@@ -727,11 +728,11 @@ def export(
             text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch.onnx colours its messages for a terminal
             if "UncapturedHigherOrderOpError" in text and "opbridge/definition.py" in text.replace(os.sep, "/"):
                 raise ExportError(
-                    f"{exporter} export of {type(model).__name__} failed: the model calls a custom op inside a "
-                    "branch or body of control flow (torch.cond, torch.while_loop, torch.map), and opbridge "
-                    "exports custom ops in the main graph only. Call the op outside the control flow (e.g. on "
-                    "both branches' inputs, then select the result with torch.where). torch.export's message: "
-                    f"{text}"
+                    f"{exporter} export of {type(model).__name__} failed: torch.export could not capture the "
+                    "control flow (torch.cond, torch.while_loop, torch.map) around a custom op call; its message "
+                    "names what it could not trace. If that is the op itself, call it outside the control flow "
+                    "(e.g. on both branches' inputs, then select the result with torch.where). torch.export's "
+                    f"message: {text}"
                 ) from exc
             raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}") from exc
     for w in caught:
@@ -750,6 +751,14 @@ def export(
         )
     _check_ops_present(proto, calls, exporter)
     used = [d for d in ops if d.spec.key in calls]
+    # calls inside control flow's branches, which dynamo traces without the count: found in the graph
+    counted = {(d.spec.domain, d.spec.name) for d in used}
+    for node in walk_nodes(proto.graph.node):
+        if (node.domain, node.op_type) not in counted:
+            same = [d for d in ops if (d.spec.domain, d.spec.name) == (node.domain, node.op_type)]
+            if same:
+                used.append(max(same, key=lambda d: d.spec.version))
+                counted.add((node.domain, node.op_type))
     if functions:
         from opbridge.functions import attach_functions
 

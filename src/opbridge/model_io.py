@@ -113,14 +113,19 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
 
 
 def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
-    """Element type of each value the graph declares; where a ``wanted`` value is not declared (a
-    custom node's output feeding another node), ONNX shape inference with opbridge's schemas gives it."""
+    """Element type of each value the graph (and its subgraphs) declares; where a ``wanted`` value is not
+    declared (a custom node's output feeding another node), ONNX shape inference with opbridge's schemas
+    gives it."""
     types: dict[str, int] = {}
 
     def collect(graph: onnx.GraphProto) -> None:
         for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 types[vi.name] = vi.type.tensor_type.elem_type
+        for node in graph.node:  # and the If/Loop/Scan bodies' values
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    collect(sub)
 
     collect(model.graph)
     if any(name not in types for name in wanted):

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opbridge.backends._custom import CustomKernel, custom_nodes, domain_versions, find_custom_kernel
+from opbridge.backends._custom import CustomKernel, domain_versions, find_custom_kernel, is_custom_node
 from opbridge.backends.base import BackendRunError, OnnxRunner
 from opbridge.errors import BackendUnavailableError, ModelLoadError
 
@@ -77,6 +77,16 @@ class _NodeInfo:
         return out
 
 
+def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The If/Loop/Scan bodies in ``graph``, and theirs, depth first."""
+    out = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                out += [sub, *_subgraphs(sub)]
+    return out
+
+
 def prepare_model(
     model: onnx.ModelProto, drop_functions: frozenset[tuple[str, str]] = frozenset()
 ) -> tuple[onnx.ModelProto, list[_NodeInfo], list[str]]:
@@ -107,7 +117,8 @@ def prepare_model(
     except Exception:
         inferred = fixed
     types: dict[str, tuple[np.dtype | None, int | None]] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+    graphs = [inferred.graph, *_subgraphs(inferred.graph)]
+    for vi in [v for g in graphs for v in (*g.value_info, *g.output)]:
         tt = vi.type.tensor_type
         try:
             dtype = onnx_to_numpy(tt.elem_type) if tt.elem_type else None
@@ -116,7 +127,9 @@ def prepare_model(
         types[vi.name] = (dtype, len(tt.shape.dim) if tt.HasField("shape") else None)
     versions = domain_versions(fixed)
     infos: list[_NodeInfo] = []
-    for node in custom_nodes(fixed):
+    # the main graph's custom nodes and those of its If/Loop/Scan bodies (torch.cond's branches)
+    local = {(f.domain, f.name) for f in fixed.functions}
+    for node in [n for g in [fixed.graph, *_subgraphs(fixed.graph)] for n in g.node if is_custom_node(n, local)]:
         if node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved:
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
@@ -477,7 +490,7 @@ class OpenVINORunner(OnnxRunner):
 
         self._core = core = ov.Core()
         seen: dict[tuple[str, str], type] = {}
-        for node in prepared.graph.node:
+        for node in [n for g in [prepared.graph, *_subgraphs(prepared.graph)] for n in g.node]:
             if not any(a.name == _NODE_ATTR for a in node.attribute):
                 continue
             key = (node.domain, node.op_type)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
-from opbridge.model_io import elem_types, load_model
+from opbridge.model_io import elem_types, load_model, walk_nodes
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -120,19 +120,6 @@ def _is_custom(node: onnx.NodeProto) -> bool:
 def _pending_signals() -> None:
     """Nothing: calling a Python function lets the interpreter run pending signal handlers (a
     KeyboardInterrupt a kernel's Ctrl-C left pending) at this point."""
-
-
-def _subgraph_custom_nodes(model: onnx.ModelProto) -> list[str]:
-    """Every custom node in a subgraph (an If branch, a Loop or Scan body) that no model-local
-    function defines, with its place."""
-    from opbridge.graph._model import all_nodes
-
-    local = {(f.domain, f.name) for f in model.functions}
-    return [
-        f"{node.domain}::{node.op_type} {node.name!r} in {prefix.rstrip('/')}"
-        for prefix, node in all_nodes(model)
-        if prefix and _is_custom(node) and (node.domain, node.op_type) not in local
-    ]
 
 
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
@@ -283,7 +270,7 @@ class InferenceSession:
         if bound:
             options = _copy_options(sess_options)
             threads = _intra_op_threads(options)
-            table, self._untyped = self._op_table(model, bound)
+            table, self._untyped = self._op_table(model, bound, self._nodes)
             descriptors = register_ops(options, table, self._resolver(bound, threads))
         try:
             large = model.ByteSize() > _PROTO_LIMIT
@@ -351,17 +338,12 @@ class InferenceSession:
         moved = set(self.moved_ops)
         bound: dict[int, BoundKernel] = {}
         unknown: list[tuple[str, str, int, str]] = []
-        nested = _subgraph_custom_nodes(model)
-        if nested:
-            where = "; ".join(nested[:5])
-            raise OpbridgeError(
-                f"custom nodes inside If/Loop/Scan bodies are not bridged: {where}. Move them out of the "
-                "subgraph (compute them before the If or unroll the loop), or give their ops model-local "
-                "function bodies (opbridge.functions.attach_functions), which ONNX Runtime runs anywhere."
-            )
-        names = {n.name for n in model.graph.node if n.name}
+        # the main graph's nodes and those of its If/Loop/Scan bodies (torch.cond's branches): a node's id
+        # is its place in this walk, which ONNX Runtime hands back when it creates the node's kernel
+        self._nodes = nodes = list(walk_nodes(model.graph.node))
+        names = {n.name for n in nodes if n.name}
         counters: dict[str, int] = {}
-        for index, node in enumerate(model.graph.node):
+        for index, node in enumerate(nodes):
             if not _is_custom(node):
                 continue
             if not node.name or node.name in self.kernels:
@@ -408,7 +390,7 @@ class InferenceSession:
             )
         if unknown:
             raise UnknownOpError(unknown_ops_message(unknown))
-        for domain in {model.graph.node[i].domain for i in bound}:
+        for domain in {nodes[i].domain for i in bound}:
             if domain not in opset:
                 model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
         return bound
@@ -432,7 +414,7 @@ class InferenceSession:
 
     @staticmethod
     def _op_table(
-        model: onnx.ModelProto, bound: Mapping[int, BoundKernel]
+        model: onnx.ModelProto, bound: Mapping[int, BoundKernel], nodes: Sequence[onnx.NodeProto]
     ) -> tuple[list[tuple[str, str, int, list[int]]], list[str]]:
         """One entry per bridged (domain, op type, output element types): input count and output
         element types; and the outputs whose type is unknown. ONNX Runtime gives a registered op one
@@ -442,23 +424,23 @@ class InferenceSession:
         import onnx
 
         untyped: list[str] = []
-        types = elem_types(model, [name for i in bound for name in model.graph.node[i].output if name])
+        types = elem_types(model, [name for i in bound for name in nodes[i].output if name])
         taken = _runtime_op_names()
-        original = {i: model.graph.node[i].op_type for i in bound}
+        original = {i: nodes[i].op_type for i in bound}
         for i in bound:
-            node = model.graph.node[i]
+            node = nodes[i]
             if node.op_type in taken:
                 # ONNX Runtime's graph optimizers match some ops by type alone: a bridged acme::Conv
                 # with one input aborted the process in a Conv fusion. In memory it gets a name of its own.
                 node.op_type = f"{node.op_type}{_RENAMED_SUFFIX}"
         n_out: dict[tuple[str, str], int] = {}
         for index in bound:
-            node = model.graph.node[index]
+            node = nodes[index]
             key = (node.domain, node.op_type)
             n_out[key] = max(n_out.get(key, 0), len(node.output))
         groups: dict[tuple[str, str, tuple[int, ...]], list[onnx.NodeProto]] = {}
         for index in sorted(bound):
-            node = model.graph.node[index]
+            node = nodes[index]
             width = n_out[(node.domain, node.op_type)]
             names = list(node.output) + [""] * (width - len(node.output))
             signature = tuple(types.get(name, 0) if name else 0 for name in names)

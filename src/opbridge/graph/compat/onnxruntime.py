@@ -66,15 +66,6 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
                     f"model-local function body, whose node {failed[0].node} fails: {failed[0].reason}",
                 )
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
-    if ctx.index < 0 and not ctx.function and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
-        return NodeVerdict(
-            ctx.label,
-            ctx.domain,
-            ctx.op_type,
-            "fail",
-            "inside a subgraph, where opbridge's session does not bridge kernels: move it out of the If/Loop "
-            "body or give the op a model-local function body",
-        )
     if ctx.opbridge_op() is not None:
         return NodeVerdict(
             ctx.label, ctx.domain, ctx.op_type, "opbridge", "opbridge op: runs through opbridge's ORT bridge"
