@@ -216,6 +216,7 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         ),
         (["--reference", MYSELU, "--rtol", "inf"], "--rtol inf: a tolerance must be a finite number >= 0"),
         (["--reference", MYSELU, "--atol", "nan"], "--atol nan: a tolerance must be a finite number >= 0"),
+        (["--reference", MYSELU, "--seed", "-5"], "--seed -5: the seed is a whole number >= 0"),
     ],
     ids=[
         "factory-missing-file",
@@ -228,6 +229,7 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         "infinite-tol",
         "infinite-rtol",
         "nan-atol",
+        "negative-seed",
     ],
 )
 def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message: str) -> None:
@@ -717,3 +719,115 @@ def test_bfloat16_inputs_are_refused_with_the_way_out(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     with pytest.raises(opbridge.OpbridgeError, match=r"input 'x' is bfloat16, which verify does not feed.*float32"):
         opbridge.verify(path, None, backends=["onnxruntime", "reference"])
+
+
+def test_inputs_files_are_checked_up_front_and_never_overwritten(seed_export, tmp_path: Path, capsys) -> None:
+    """--inputs takes an .npz whose arrays fit the model's inputs (checked as --shape sets are: before any
+    backend runs); --json never replaces a file the command reads (the --ops file, the --inputs arrays)."""
+    path = str(seed_export("myselu", "torchscript").path)
+    base = ["verify", path, "--reference", MYSELU, "--backend", "onnxruntime", "-q"]
+    npy = tmp_path / "image.npy"
+    np.save(npy, np.zeros((1, 1, 4, 4), np.float32))
+    assert main([*base, "--inputs", str(npy)]) == 2
+    assert "a single array (.npy), not an archive" in capsys.readouterr().err
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, image=np.zeros((1, 4, 4), np.float32))
+    assert main([*base, "--inputs", str(wrong)]) == 2
+    assert f"--inputs {wrong}: array image:1x4x4: the model's input 'image' has rank 4" in capsys.readouterr().err
+    good = tmp_path / "good.npz"
+    np.savez(good, image=np.ones((2, 1, 5, 5), np.float32))
+    ops = tmp_path / "ops.py"
+    ops.write_text("# no ops here\n")
+    before = (good.read_bytes(), ops.read_text())
+    for target in (good, ops):
+        assert main([*base, "--inputs", str(good), "--ops", str(ops), "--json", str(target)]) == 2
+        assert "is one of the input's own files" in capsys.readouterr().err
+    assert (good.read_bytes(), ops.read_text()) == before
+
+
+def test_api_arguments_are_checked() -> None:
+    """A seed, shape set or backend list of the wrong kind is an OpbridgeError saying how to write it."""
+    model = str(Path(__file__).parent / "data" / "missing.onnx")  # (refused before the model is read)
+    with pytest.raises(opbridge.OpbridgeError, match="the seed is a whole number >= 0"):
+        opbridge.verify(model, seed=-1)
+    meta = [TensorMeta("x", np.dtype("float32"), ("n", 5))]
+    for bad in ((-1, 5), "2x5", (2.5, 5)):
+        with pytest.raises(opbridge.OpbridgeError, match="give its dims as whole numbers >= 0"):
+            resolve_shape_sets(meta, [{"x": bad}])
+
+
+def _argmax_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    class ArgMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x.argmax(dim=1), torch.relu(x)
+
+    return ArgMax(), (torch.randn(3, 4),)
+
+
+def test_integer_outputs_are_exact_and_say_so(tmp_path: Path) -> None:
+    """An integer output is compared exactly: the record says so, and a --tol for it is refused (it was
+    accepted, recorded and not applied)."""
+    path = tmp_path / "argmax.onnx"
+    opbridge.export(*_argmax_model(), path, output_names=["index", "act"])
+    ref = (_argmax_model()[0], _argmax_model()[1])
+    record = opbridge.verify(path, ref, backends=["onnxruntime"], rtol=0.5)
+    assert record.tolerances["index"] == (Tolerance(0.0, 0.0), "exact (int64 output)")
+    assert record.tolerances["act"][0] == Tolerance(0.5, Tolerance().atol)
+    with pytest.raises(opbridge.OpbridgeError, match="output 'index' is int64, which verify compares exactly"):
+        opbridge.verify(path, ref, backends=["onnxruntime"], tolerances={"index": (1.0, 5.0)})
+
+
+def test_an_input_without_a_declared_shape_is_not_a_scalar(tmp_path: Path) -> None:
+    """ONNX Runtime describes an input whose shape the model leaves out as shape []: it was taken for a
+    scalar, and every set was refused."""
+    path = tmp_path / "relu.onnx"
+    opbridge.export(*_argmax_model(), path, output_names=["index", "act"], dynamic_shapes=({0: torch.export.Dim("n")},))
+    model = onnx.load(path)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(model, path)
+    record = opbridge.verify(path, _argmax_model(), backends=["onnxruntime", "reference"], shapes=[{"x": (5, 4)}])
+    assert [r.status for r in record.runs] == ["pass", "pass"], [r.error for r in record.runs]
+
+
+def test_declared_tolerances_are_checked_at_definition() -> None:
+    """An op's tolerances are keyed by dtype name (a typo was never looked up) and given as Tolerance or an
+    (rtol, atol) pair (a pair failed later, in verify)."""
+    with pytest.raises(opbridge.OpDefinitionError, match="got 'fp32'"):
+
+        @opbridge.op("tests.verify::TolTypo", tolerances={"fp32": Tolerance(1e-2, 1e-3)})
+        def typo(x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    @opbridge.op("tests.verify::TolPair", tolerances={"float32": (1e-2, 1e-3)})
+    def pair(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    assert pair.spec.tolerances == {"float32": Tolerance(1e-2, 1e-3)}
+
+
+def test_records_say_how_each_custom_op_ran(tmp_path: Path) -> None:
+    """Each backend's record lists how it ran each custom op; where onnxruntime-kernels ran a body because
+    no @opbridge.op is defined for it here, it says so (it then checked no kernel)."""
+    from onnx import TensorProto, helper
+
+    body = helper.make_function(
+        "tests.undefined", "Act", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])], [helper.make_opsetid("", 17)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Act", ["x"], ["y"], domain="tests.undefined")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.undefined", 1)], functions=[body]
+    )
+    path = tmp_path / "act.onnx"
+    onnx.save(model, path)
+    record = opbridge.verify(path, backends=["onnxruntime", "onnxruntime-kernels", "reference"])
+    reports = {b.name: b for b in record.backends}
+    assert reports["onnxruntime"].custom_ops == ["tests.undefined::Act (function body)"]
+    assert reports["reference"].custom_ops == ["tests.undefined::Act (function)"]
+    assert "no @opbridge.op is defined for it in this process" in reports["onnxruntime-kernels"].message
+    assert reports["onnxruntime"].message == ""
+    assert "note: onnxruntime-kernels: tests.undefined::Act" in record.table()

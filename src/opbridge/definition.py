@@ -181,9 +181,37 @@ def spec_from_function(
         inputs=tuple(inputs),
         outputs=outputs,
         attributes=tuple(attrs),
-        tolerances=dict(tolerances or {}),
+        tolerances=_checked_tolerances(qualname, tolerances),
         doc=doc.splitlines()[0] if doc else "",
     )
+
+
+# dtype names a tolerance can be declared for: the floating-point types verify compares with tolerances
+_TOLERANCE_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _checked_tolerances(qualname: str, tolerances: Mapping[str, Any] | None) -> dict[str, Tolerance]:
+    """``tolerances`` as ``{dtype name: Tolerance}``; an ``(rtol, atol)`` pair is taken as one, and a
+    dtype name verify never looks up (a typo such as ``"fp32"``) is refused."""
+    out: dict[str, Tolerance] = {}
+    for key, value in (tolerances or {}).items():
+        if key not in _TOLERANCE_DTYPES:
+            raise OpDefinitionError(
+                f"{qualname}: tolerances are declared per floating-point dtype name, one of {list(_TOLERANCE_DTYPES)}; "
+                f"got {key!r} (integer and bool outputs are compared exactly)."
+            )
+        if isinstance(value, Tolerance):
+            out[key] = value
+            continue
+        try:
+            rtol, atol = value
+            out[key] = Tolerance(float(rtol), float(atol))
+        except (TypeError, ValueError) as exc:
+            raise OpDefinitionError(
+                f"{qualname}: the tolerance for {key} is {value!r}; give opbridge.Tolerance(rtol, atol) or an "
+                f"(rtol, atol) pair ({exc})."
+            ) from None
+    return out
 
 
 def _torch_type(attr: AttrSpec) -> str:

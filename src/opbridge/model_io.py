@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError
@@ -22,7 +23,7 @@ from opbridge.errors import ModelLoadError
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["elem_types", "load_model", "walk_nodes"]
+__all__ = ["elem_types", "external_files", "load_model", "walk_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,3 +140,30 @@ def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, 
         except Exception as exc:  # the types stay unknown
             logger.debug("shape inference could not type the custom nodes' outputs: %s", exc)
     return types
+
+
+def external_files(source: Path) -> list[Path]:
+    """The external data files the model file ``source`` refers to (none where it cannot be read)."""
+    import onnx
+
+    try:
+        model = onnx.load(source, load_external_data=False)
+    except Exception:
+        return []
+    found: set[Path] = set()
+
+    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    yield from tensors(sub)
+
+    for tensor in tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                found.add(source.parent / entry.value)
+    return sorted(found)

@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 import operator
 import re
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +280,31 @@ def _shared_positions(
     return lambda d: merged.get(own(d), own(d))
 
 
+_QUIET = threading.local()
+_FILTER_LOCK = threading.Lock()
+_filter_installed = False
+
+
+def _drop_while_probing(record: logging.LogRecord) -> bool:
+    return not getattr(_QUIET, "depth", 0)
+
+
+@contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """Torch's fake tensors log every op that fails on them, with its traceback, before raising; a probe
+    run that fails (sizes a reference refuses) is expected here: not logged, in this thread."""
+    global _filter_installed
+    with _FILTER_LOCK:
+        if not _filter_installed:
+            logging.getLogger("torch._subclasses.fake_tensor").addFilter(_drop_while_probing)
+            _filter_installed = True
+    _QUIET.depth = getattr(_QUIET, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _QUIET.depth -= 1
+
+
 def _derive_runs(
     spec: OpSpec,
     reference: Callable[..., Any],
@@ -296,7 +323,7 @@ def _derive_runs(
     mode = FakeTensorMode(allow_non_fake_inputs=True)
 
     def run(probe: Sequence[int]) -> list[Any]:
-        with mode:
+        with mode, _quiet_fake_tensor_log():
             args = [
                 None
                 if info is None

@@ -100,9 +100,10 @@ class RunReport:
 class BackendReport:
     """A backend's state.
 
-    ``ran``; ``error`` (unknown name, or it could not load the model, e.g. a custom
-    op it cannot run); ``unavailable`` (requested but not installed); ``not
-    installed`` (not requested, listed for information only).
+    ``ran`` (``message``: a note on the paths it took, if any); ``error`` (unknown name, or it could
+    not load the model, e.g. a custom op it cannot run); ``unavailable`` (requested but not installed);
+    ``not installed`` (not requested, listed for information only). ``custom_ops``: how each custom op
+    ran, e.g. ``"acme::Op (function body)"``, ``"acme::Op (numpy kernel)"``.
     """
 
     name: str
@@ -216,6 +217,8 @@ class VerifyRecord:
                 lines.append(f"error: {b.name}: {b.message}")
             elif b.status != "ran":
                 lines.append(f"{b.name}: {b.status}" + (f" ({b.message})" if b.message else ""))
+            elif b.message:  # a note on the paths it took
+                lines.append(f"note: {b.name}: {b.message}")
         for note in notes:
             lines.append(f"  {note}")
         for err in self.errors:
@@ -257,6 +260,22 @@ def _columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 # --------------------------------------------------------------------------- shapes and inputs
 
 
+def _whole_dims(name: str, given: Any) -> tuple[int, ...]:
+    """``given`` (a shape set's dims for input ``name``) as ints >= 0, or an OpbridgeError saying how
+    to write them."""
+    import numbers
+
+    ok = isinstance(given, (tuple, list)) and all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 0 for d in given
+    )
+    if not ok:
+        raise OpbridgeError(
+            f"shape set for {name!r}: {given!r}; give its dims as whole numbers >= 0, e.g. {{{name!r}: (1, 3, 64, 64)}} "
+            "(on the command line: --shape NAME:1x3x64x64)."
+        )
+    return tuple(int(d) for d in given)
+
+
 def resolve_shape_sets(
     meta: Sequence[TensorMeta],
     sets: Sequence[ShapeSet] | None,
@@ -274,7 +293,7 @@ def resolve_shape_sets(
         bound: dict[str, int] = {}
         bound_by: dict[str, str] = {}
         for name, given_dims in given.items():
-            dims = tuple(int(d) for d in given_dims)
+            dims = _whole_dims(name, given_dims)
             m = by_name[name]
             if m.shape is not None:
                 if len(dims) != len(m.shape):
@@ -400,10 +419,19 @@ def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[
     else:
         what = str(source)
         try:
-            with np.load(source, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
+            loaded = np.load(source, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise OpbridgeError(f"--inputs {what}: cannot read it as .npz ({exc}); save it with numpy.savez.") from None
+            raise OpbridgeError(
+                f"--inputs {what}: cannot read it as .npz (not a numpy archive: {type(exc).__name__}); save the "
+                "arrays with numpy.savez(path, NAME=array, ...)."
+            ) from None
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise OpbridgeError(
+                f"--inputs {what}: a single array (.npy), not an archive of arrays by input name; save them with "
+                "numpy.savez(path, NAME=array, ...)."
+            )
+        with loaded as data:
+            arrays = {k: data[k] for k in data.files}
     for m in meta:
         if m.name not in arrays:
             raise OpbridgeError(
@@ -469,6 +497,14 @@ def _output_tolerances(
     out: dict[str, tuple[Tolerance, str]] = {}
     default = Tolerance()
     for o in outputs:
+        if o.dtype is not None and o.dtype.kind in "biuUSO":  # compared exactly, whatever was asked
+            if o.name in given:
+                raise OpbridgeError(
+                    f"--tol {o.name}:{_tol_text(given[o.name])}: output {o.name!r} is {o.dtype}, which verify compares "
+                    "exactly; tolerances apply to floating-point outputs."
+                )
+            out[o.name] = (Tolerance(0.0, 0.0), f"exact ({o.dtype} output)")
+            continue
         if o.name in given:
             out[o.name] = (given[o.name], "--tol")
             continue
@@ -491,6 +527,8 @@ def _output_tolerances(
 
 def _tol_text(value: Any) -> str:
     """A ``tolerances=`` value written as ``--tol`` would take it (``rtol,atol``)."""
+    if isinstance(value, Tolerance):
+        return f"{value.rtol:g},{value.atol:g}"
     if isinstance(value, (tuple, list)):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -546,6 +584,10 @@ def verify(
     from opbridge.backends.torch_backend import TorchRunner
 
     say = progress or (lambda _msg: None)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise OpbridgeError(f"--seed {seed!r}: the seed is a whole number >= 0, e.g. --seed 0")
+    if isinstance(backends, str):  # one backend by name, not its letters
+        backends = [backends]
     load_ops(list(ops) if ops else None)
     proto = load_model(model)
     meta, out_meta = onnx_io_meta(proto)
@@ -576,6 +618,14 @@ def verify(
     sets: list[dict[str, tuple[int, ...]]] = []
     if inputs is not None:
         feed = load_npz(inputs, meta)
+        given = {m.name: tuple(feed[m.name].shape) for m in meta}
+        try:  # the arrays' shapes against the model's, as --shape sets are
+            resolve_shape_sets(meta, [given], example)
+        except OpbridgeError as exc:
+            where = str(inputs) if isinstance(inputs, (str, os.PathLike)) else "arrays"
+            raise OpbridgeError(
+                f"--inputs {where}: {str(exc).replace('--shape ', 'array ', 1)} (the arrays' shapes)"
+            ) from None
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})
     if shapes or inputs is None:
@@ -629,8 +679,11 @@ def verify(
         except Exception as exc:
             record.backends.append(BackendReport(name, "error", _strip(name, exc)))
             continue
-        kernels = [f"{k.qualname} ({k.source})" for k in getattr(runner, "kernels", [])]
-        record.backends.append(BackendReport(name, "ran", custom_ops=sorted(set(kernels))))
+        used = getattr(runner, "custom_ops", None)
+        if used is None:
+            used = [f"{k.qualname} ({k.source})" for k in getattr(runner, "kernels", [])]
+        notes = list(getattr(runner, "notes", []))
+        record.backends.append(BackendReport(name, "ran", "; ".join(notes), custom_ops=sorted(set(used))))
         try:
             for i, feed in enumerate(feeds):
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")

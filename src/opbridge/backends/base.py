@@ -263,3 +263,9 @@ class OnnxRunner(Runner):
 
     def _outputs(self) -> Sequence[str]:
         return [m.name for m in self._graph_outputs]
+
+    def _rank_as_declared(self, metas: Sequence[TensorMeta]) -> list[TensorMeta]:
+        """A session's input metadata, with the rank unknown where the graph declares no shape (ONNX
+        Runtime reports such an input with shape ``[]``, which reads as a scalar)."""
+        unknown = {m.name for m in self._graph_inputs if m.shape is None}
+        return [TensorMeta(m.name, m.dtype, None) if m.name in unknown else m for m in metas]

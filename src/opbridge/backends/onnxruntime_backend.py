@@ -91,7 +91,7 @@ class OnnxRuntimeRunner(OnnxRunner):
             raise ModelLoadError(f"onnxruntime could not load the model: {_short(exc)}") from None
 
     def _inputs(self) -> Sequence[TensorMeta]:
-        return [node_arg_meta(a) for a in self._session.get_inputs()]
+        return self._rank_as_declared([node_arg_meta(a) for a in self._session.get_inputs()])
 
     def _outputs(self) -> Sequence[str]:
         return [o.name for o in self._session.get_outputs()]
@@ -103,6 +103,21 @@ class OnnxRuntimeRunner(OnnxRunner):
 
     def _close(self) -> None:
         self._session = None
+
+    @property
+    def custom_ops(self) -> list[str]:
+        """How each custom op of the model ran: ``"acme::Op (function body)"``, ``"(numpy kernel)"``..."""
+        how = {"function": "function body", "registered": "@opbridge.kernel", "reference": "PyTorch reference"}
+        found = set()
+        for k in (self._session.kernels if self._session is not None else {}).values():
+            what = how.get(k.path) or f"{k.kind} kernel{', native' if k.native else ''}"
+            found.add(f"{k.domain}::{k.op_type} ({what})")
+        return sorted(found)
+
+    @property
+    def notes(self) -> list[str]:
+        """What a user should know about the paths taken (none here)."""
+        return []
 
 
 class OnnxRuntimeKernelsRunner(OnnxRuntimeRunner):
@@ -117,6 +132,19 @@ class OnnxRuntimeKernelsRunner(OnnxRuntimeRunner):
 
     def __init__(self, model: Any, providers: Sequence[str] | None = None) -> None:
         super().__init__(model, providers, bodies="never")
+
+    @property
+    def notes(self) -> list[str]:
+        """The ops that ran their function body here because no @opbridge.op is defined for them in this
+        process for them: this backend then checks nothing the ``onnxruntime`` one does not."""
+        kernels = self._session.kernels.values() if self._session is not None else []
+        bodies = sorted({f"{k.domain}::{k.op_type}" for k in kernels if k.path == "function"})
+        if not bodies:
+            return []
+        return [
+            f"{', '.join(bodies)}: no @opbridge.op is defined for it in this process, so its function body "
+            "ran here too (load its definition, e.g. with --ops FILE, to check its kernel)"
+        ]
 
 
 def _short(exc: BaseException, limit: int = 400) -> str:

@@ -47,7 +47,7 @@ class ReferenceRunner(OnnxRunner):
             ) from None
 
     def _inputs(self) -> Sequence[TensorMeta]:
-        return [node_arg_meta(a) for a in self._session.get_inputs()]
+        return self._rank_as_declared([node_arg_meta(a) for a in self._session.get_inputs()])
 
     def _outputs(self) -> Sequence[str]:
         return [o.name for o in self._session.get_outputs()]
@@ -58,3 +58,9 @@ class ReferenceRunner(OnnxRunner):
 
     def _close(self) -> None:
         self._session = None
+
+    @property
+    def custom_ops(self) -> list[str]:
+        """How each custom op of the model ran: ``"acme::Op (numpy kernel)"``, ``"(function)"``..."""
+        found = self._session.implementations.items() if self._session is not None else []
+        return sorted(f"{domain}::{op} ({how})" for (domain, op), how in found)

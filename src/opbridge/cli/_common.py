@@ -6,7 +6,7 @@ import argparse
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["add_ops_argument", "factory_file", "parse_dims"]
+__all__ = ["add_ops_argument", "factory_file", "parse_dims", "user_files"]
 
 
 def add_ops_argument(parser: argparse.ArgumentParser) -> None:
@@ -39,3 +39,14 @@ def factory_file(reference: str | None) -> list[str]:
         return []
     path, _, _ = reference.rpartition(":")
     return [path] if path.endswith(".py") else []
+
+
+def user_files(args: argparse.Namespace) -> list[str]:
+    """The files a command reads that its outputs must never replace: the model, the factory's
+    source, ``--ops`` files and the ``--inputs`` arrays (whichever the command takes)."""
+    import os
+
+    found = [getattr(args, "model", None), *factory_file(getattr(args, "reference", None))]
+    found += [o for o in getattr(args, "ops", None) or [] if os.path.isfile(o)]
+    found.append(getattr(args, "inputs", None))
+    return [f for f in found if isinstance(f, str) and f]

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from opbridge._loading import load_factory, load_ops
-from opbridge.cli._common import add_ops_argument, factory_file
+from opbridge.cli._common import add_ops_argument, user_files
 
 __all__ = ["add_parser"]
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import opbridge
     from opbridge._files import prepare_output
 
-    prepare_output(args.output, protected=factory_file(args.reference))  # named before the export
+    prepare_output(args.output, protected=user_files(args))  # named before the export
     load_ops(args.ops)
     model, inputs = load_factory(args.reference)
     result = opbridge.export(

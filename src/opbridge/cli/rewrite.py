@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from opbridge.cli._common import add_ops_argument
+from opbridge.cli._common import add_ops_argument, user_files
 from opbridge.errors import OpbridgeError
 
 __all__ = ["add_parser"]
@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from opbridge.graph.rewrite import rewrite_file
 
     load_ops(args.ops)
+    if args.output is not None:  # (rewrite_file guards the model's own files)
+        from opbridge._files import prepare_output
+
+        prepare_output(args.output, protected=[o for o in user_files(args) if o != args.model])
     report = rewrite_file(args.model, args.output, args.rule, _options(args), in_place=args.in_place)
     for outcome in report.outcomes:
         print(outcome)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from opbridge.cli._common import add_ops_argument, parse_dims
+from opbridge.cli._common import add_ops_argument, parse_dims, user_files
 from opbridge.errors import OpbridgeError
 
 __all__ = ["add_parser", "parse_profile", "run"]
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         if name in profiles:
             raise OpbridgeError(f"--profile {name}: given twice; give one MIN,OPT,MAX per input.")
         profiles[name] = triple
-    prepare_output(args.output)  # a bad path is named before the build (build_engine refuses the input)
+    # a bad path is named before the build (build_engine guards the model and its data files)
+    prepare_output(args.output, protected=[f for f in user_files(args) if f != args.model])
     load_ops(args.ops)
     report = build_engine(args.model, args.output, profiles=profiles, ops=args.ops, isolate=not args.in_process)
     print(report.describe())

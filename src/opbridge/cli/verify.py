@@ -17,7 +17,7 @@ import re
 import sys
 
 from opbridge.backends import backend_names
-from opbridge.cli._common import add_ops_argument, factory_file, parse_dims
+from opbridge.cli._common import add_ops_argument, parse_dims, user_files
 from opbridge.errors import OpbridgeError
 from opbridge.spec import valid_tolerance
 
@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
     from opbridge._files import prepare_output
     from opbridge.verify import verify
 
-    if args.json is not None:  # a bad path (the model, the factory's file, "") is named before the run
-        prepare_output(args.json, protected=[args.model, *factory_file(args.reference)])
+    if args.json is not None:  # a bad path (one of the files read, "") is named before the run
+        prepare_output(args.json, protected=user_files(args))
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
     progress = _Progress(not args.quiet)

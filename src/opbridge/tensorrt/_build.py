@@ -532,6 +532,12 @@ def build_engine(
     profiles = check_profiles(request["model"], profiles)
     if output is not None and Path(output).resolve() == Path(request["model"]):
         raise OpbridgeError(f"-o {output}: that is the input model; choose another path for the engine.")
+    if output is not None:
+        from opbridge._files import prepare_output
+        from opbridge.model_io import external_files
+
+        # the model's external data files: an engine written over one corrupts the model
+        prepare_output(output, protected=external_files(Path(request["model"])))
     request.update(
         build=True,
         engine=None if output is None else str(Path(output).resolve()),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,6 +208,7 @@ def rewrite_file(
     """
     from opbridge._files import prepare_output
     from opbridge.export import save_model_atomic
+    from opbridge.model_io import external_files
 
     src = Path(source)
     target: str | os.PathLike[str] = src
@@ -220,7 +221,7 @@ def rewrite_file(
         if Path(output).exists() and Path(output).resolve() == src.resolve():
             raise RewriteError(f"{output} is the input file; write elsewhere or pass --in-place to replace it.")
         target = output  # as given: an empty path is named as such
-    external = _external_files(src)
+    external = external_files(src)
     protected = [] if in_place else [src, *external]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
     data_name = f"{Path(target).name}.data"  # the output keeps its weights beside it, in <output>.data
@@ -286,30 +287,3 @@ def _save_with_external_data(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return path
-
-
-def _external_files(source: Path) -> list[Path]:
-    """The external data files the model file ``source`` refers to (none where it cannot be read)."""
-    import onnx
-
-    try:
-        model = onnx.load(source, load_external_data=False)
-    except Exception:
-        return []
-    found: set[Path] = set()
-
-    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    yield from tensors(sub)
-
-    for tensor in tensors(model.graph):
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                found.add(source.parent / entry.value)
-    return sorted(found)
