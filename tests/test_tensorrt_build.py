@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from _detection_cases import CASES, _Call
@@ -443,6 +444,152 @@ def test_int_attribute_beyond_int32_in_a_subgraph_is_refused(tmp_path: Path) -> 
     report = parse_with_tensorrt(path)
     assert not report.ok
     assert "attribute 'int_attr1' holds 1099511627776, outside int32" in report.errors[0][2]
+
+
+def _with_functions(path: Path, functions: list[onnx.FunctionProto]) -> Path:
+    model = onnx.load(path)
+    model.functions.extend(functions)
+    onnx.save(model, path)
+    return path
+
+
+def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file: Path, tmp_path: Path) -> None:
+    """The parser finds local functions by op type alone: clash_b::Widen, next to a body of clash_a::Widen,
+    took clash_a's body (x2 for x3), silently; tagged with its namespace it is clash_b's plugin. Inside a
+    function body the parser takes the local function even so: refused, naming the fix. Without the body
+    of clash_a::Widen, clash_b::Widen inside a body is clash_b's plugin."""
+    t = helper.make_tensor_value_info
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("clash_a", 1), helper.make_opsetid("clash_b", 1)]
+    body_a = helper.make_function(
+        "clash_a", "Widen", ["x"], ["y"], [helper.make_node("Concat", ["x", "x"], ["y"], axis=1)], opsets
+    )
+    outer = helper.make_function(
+        "clash_a", "Outer", ["x"], ["y"], [helper.make_node("Widen", ["x"], ["y"], domain="clash_b")], opsets
+    )
+    nodes = [
+        helper.make_node("Widen", ["x"], ["a"], domain="clash_a", name="widen_a"),
+        helper.make_node("Widen", ["x"], ["b"], domain="clash_b", name="widen_b"),
+        helper.make_node("Outer", ["x"], ["o"], domain="clash_a", name="outer"),
+    ]
+    path = _model(
+        tmp_path / "bodies.onnx",
+        nodes,
+        [t("x", TensorProto.FLOAT, [2, 4])],
+        [t(n, TensorProto.FLOAT, None) for n in "abo"],
+        {"clash_a": 1, "clash_b": 1},
+    )
+    _with_functions(path, [body_a, outer])
+    report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert (
+        "sits in the body of clash_a::Outer, and the model has a local function clash_a::Widen" in report.errors[0][2]
+    )
+    model = onnx.load(path)
+    del model.graph.node[2]
+    del model.graph.output[2]
+    onnx.save(model, path)
+    report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+    assert report.ok, report.errors
+    assert report.output_shapes == {"a": [2, 8], "b": [2, 12]}
+    model.graph.node.append(helper.make_node("Outer", ["x"], ["o"], domain="clash_a", name="outer"))
+    model.graph.output.append(t("o", TensorProto.FLOAT, None))
+    del model.functions[0]  # (clash_a::Widen's body: it is its plugin now)
+    onnx.save(model, path)
+    report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+    assert report.ok, report.errors
+    assert report.output_shapes == {"a": [2, 8], "b": [2, 12], "o": [2, 12]}
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"alpah": 0.5}, "attribute(s) ['alpah'] that acme_trt::Blend does not declare"),
+        ({"steps": 2**40}, "attribute 'steps' holds 1099511627776, outside int32"),
+    ],
+    ids=["misspelt", "beyond-int32"],
+)
+def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies_too(
+    user_ops_file: Path, tmp_path: Path, attrs: dict[str, Any], message: str
+) -> None:
+    """An attribute the op does not declare would be dropped by the parser (the plugin then uses its default);
+    one beyond int32 narrowed. Both are refused, in the graph and inside a local function's body."""
+    t = helper.make_tensor_value_info
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("acme_trt", 1), helper.make_opsetid("wrap", 1)]
+    for inside in (False, True):
+        blend = helper.make_node("Blend", ["x", "x"], ["y"], domain="acme_trt", name="blend", **attrs)
+        if inside:
+            body = helper.make_function("wrap", "Wrap", ["x"], ["y"], [blend], opsets)
+            node = helper.make_node("Wrap", ["x"], ["y"], domain="wrap", name="wrap")
+        else:
+            node = blend
+        path = _model(
+            tmp_path / f"attrs_{inside}.onnx",
+            [node],
+            [t("x", TensorProto.FLOAT, [2, 3])],
+            [t("y", TensorProto.FLOAT, None)],
+            {"acme_trt": 1, "wrap": 1},
+        )
+        if inside:
+            _with_functions(path, [body])
+        report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+        assert not report.ok and message in report.errors[0][2], (inside, report.errors)
+
+
+def test_the_child_process_imports_ops_used_only_inside_an_if_branch(user_ops_file: Path, tmp_path: Path) -> None:
+    """The parsing child imports the modules that defined the caller's ops the model uses: those of If
+    branches too (it looked at the main graph only, and the plugin was "not found")."""
+    from opbridge._loading import load_module
+
+    load_module(str(user_ops_file))  # defined in this process only, not passed as ops=
+    t = helper.make_tensor_value_info
+    branch = helper.make_graph(
+        [helper.make_node("Repeat2", ["x"], ["r"], domain="acme_trt", name="repeat")],
+        "then",
+        [],
+        [t("r", TensorProto.FLOAT, [2, 6])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["c"], axis=1)], "else", [], [t("c", TensorProto.FLOAT, [2, 6])]
+    )
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other, name="choose")
+    path = _model(
+        tmp_path / "if_repeat.onnx",
+        [node],
+        [t("cond", TensorProto.BOOL, []), t("x", TensorProto.FLOAT, [2, 3])],
+        [t("y", TensorProto.FLOAT, [2, 6])],
+        {"acme_trt": 1},
+    )
+    report = parse_with_tensorrt(path)
+    assert report.ok, report.errors
+
+
+def test_profile_dims_beyond_int32_and_engines_over_data_files_are_refused(user_ops_file: Path, tmp_path: Path) -> None:
+    """TensorRT's dims are int32: a larger profile dim is a usage error, not a crash of the child process.
+    An engine is never written over the model's external data file."""
+    model = _single_node_model(tmp_path / "repeat.onnx", "Repeat2", "acme_trt")
+    with pytest.raises(opbridge.OpbridgeError, match="has a dim outside 0..2147483647"):
+        build_engine(model, None, profiles={"x": ((1, 3, 5), (2, 3, 5), (2**31, 3, 5))}, ops=[str(user_ops_file)])
+    weights = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    t = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [t("x", TensorProto.FLOAT, [1, 64])],
+        [t("y", TensorProto.FLOAT, [1, 64])],
+        [weights],
+    )
+    path = tmp_path / "ext.onnx"
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        path,
+        save_as_external_data=True,
+        location="ext.data",
+        size_threshold=0,
+    )
+    before = (tmp_path / "ext.data").read_bytes()
+    with pytest.raises(opbridge.OutputPathError, match="one of the input's own files"):
+        build_engine(path, tmp_path / "ext.data")
+    assert (tmp_path / "ext.data").read_bytes() == before
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

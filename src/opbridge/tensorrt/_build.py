@@ -116,6 +116,11 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
         if len(triple) != 3:
             raise OpbridgeError(f"--profile {name}: give three shapes MIN,OPT,MAX.")
         for label, shape in zip(("min", "opt", "max"), triple):
+            if any(not 0 <= v <= _INT32[1] for v in shape):  # TensorRT's dims are int32
+                raise OpbridgeError(
+                    f"--profile {name}: the {label} shape {_fmt(shape)} has a dim outside 0..{_INT32[1]}, the sizes "
+                    "TensorRT's dims hold."
+                )
             if len(shape) != len(dims):
                 raise OpbridgeError(
                     f"--profile {name}: the {label} shape {_fmt(shape)} has rank {len(shape)}, "
@@ -276,10 +281,27 @@ def _run_in_process(
 _INT32 = (-(2**31), 2**31 - 1)
 
 
+def _called_functions(model: Any) -> set[tuple[str, str]]:
+    """``(domain, name)`` of the local functions the graph calls, directly or through other functions."""
+    from opbridge.model_io import walk_nodes
+
+    bodies = {(f.domain, f.name): f for f in model.functions}
+    called: set[tuple[str, str]] = set()
+    todo = [n for n in walk_nodes(model.graph.node) if (n.domain, n.op_type) in bodies]
+    while todo:
+        node = todo.pop()
+        key = (node.domain, node.op_type)
+        if key not in called:
+            called.add(key)
+            todo += [n for n in walk_nodes(bodies[key].node) if (n.domain, n.op_type) in bodies]
+    return called
+
+
 def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]]:
     """Faults the parser would hide, and the model as the parser should read it.
 
-    - INT/INTS attributes of opbridge ops beyond int32, in the main graph and in If/Loop/Scan bodies:
+    - INT/INTS attributes of opbridge ops beyond int32, in the main graph, in If/Loop/Scan bodies and in
+      the bodies of the local functions it calls:
       TensorRT's ONNX parser narrows INT attributes to int32 plugin fields without a word (2**40
       arrives as 0), so opbridge refuses such a model before parsing.
     - Each node of an opbridge op without a model-local function body gets, in memory,
@@ -287,7 +309,11 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
       opset import), unless it sets them: the parser otherwise looks for version "1" under namespace
       "", where an op of another domain with the same name, or the op's other version, may be
       registered. Nodes with a body are left as they are: the parser imports the body (a
-      ``plugin_namespace`` attribute would make it take the plugin instead).
+      ``plugin_namespace`` attribute would make it take the plugin instead). A node named like a local
+      function of another domain is tagged too (the parser finds local functions by op type alone); inside
+      a function body the parser takes that function even so, and such a node is refused.
+    - Attributes the op does not declare (the parser passes a plugin only the fields its creator names:
+      a misspelt one would vanish) and more inputs than the op takes are refused.
 
     Returns the errors, the tagged model's bytes (None where no node was tagged) and the plugin
     ops without a GPU kernel (an engine holding them builds, and fails at its first enqueue).
@@ -295,17 +321,23 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     import onnx
 
     from opbridge.definition import all_ops, find_op
-    from opbridge.graph._model import all_nodes
+    from opbridge.graph._model import labelled_nodes
 
     names = {op.spec.name for op in all_ops()}
     model = onnx.load(model_path, load_external_data=False)
     opset = {o.domain: o.version for o in model.opset_import}
-    local = {f.name for f in model.functions}  # the parser finds local functions by op type alone
+    local = {(f.domain, f.name) for f in model.functions}
     errors: list[ErrorEntry] = []
     kernelless: set[str] = set()
     tagged = False
-    for _, node in all_nodes(model):
-        opdef = find_op(node.domain, node.op_type, opset.get(node.domain, 1)) if node.domain else None
+    called = _called_functions(model)
+    # the graph, its If/Loop/Scan bodies and the bodies of the local functions it calls, which the parser
+    # imports too
+    for _, node, fn in labelled_nodes(model):
+        if fn is not None and (fn.domain, fn.name) not in called:
+            continue
+        versions = opset if fn is None else {**opset, **{o.domain: o.version for o in fn.opset_import}}
+        opdef = find_op(node.domain, node.op_type, versions.get(node.domain, 1)) if node.domain else None
         if opdef is None and node.op_type not in names:
             continue
         for attr in node.attribute:
@@ -346,8 +378,44 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                     "Give them, or reorder the op's inputs so that optional ones come last.",
                 )
             )
-        if node.op_type in local:  # the parser imports the function body (a plugin_namespace would override it)
+        declared = {a.name for a in spec.attributes}
+        stray = sorted(a.name for a in node.attribute if a.name not in declared and not a.name.startswith("plugin_"))
+        if stray:  # the parser hands the plugin only the fields its creator names: these would vanish
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: the node has attribute(s) {stray} that {spec.qualname} does not declare (it takes "
+                    f"{sorted(declared)}); TensorRT would drop them and the plugin use its defaults. Fix the names.",
+                )
+            )
+        if len(inputs) > len(spec.inputs):
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: the node has {len(inputs)} inputs, but {spec.qualname} takes {len(spec.inputs)} "
+                    f"({[i.name for i in spec.inputs]}).",
+                )
+            )
+        if (node.domain, node.op_type) in local:
+            continue  # the parser imports the function body (a plugin_namespace would override it)
+        twins = sorted(f"{d}::{n}" for d, n in local if n == node.op_type)
+        if fn is not None and twins:
+            # inside a function body the parser takes the local function of that op type even over a
+            # plugin_namespace (TensorRT-RTX 1.7): the node would run another op's body
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: this {spec.qualname} node sits in the body of {fn.domain}::{fn.name}, and the model "
+                    f"has a local function {twins[0]} of that name, which TensorRT's parser would import in its "
+                    "place; export without function bodies (functions=False) or give the ops different names.",
+                )
+            )
             continue
+        # (a node named like another domain's local function is tagged: the parser finds local functions by
+        # op type alone, and would import that function's body in its place)
         if opdef.gpu_kernel is None:
             kernelless.add(spec.qualname)
         present = {a.name for a in node.attribute}
@@ -376,8 +444,9 @@ def _op_modules(model_path: str) -> list[str]:
     import onnx
 
     from opbridge.definition import all_ops
+    from opbridge.graph._model import labelled_nodes
 
-    used = {n.op_type for n in onnx.load(model_path, load_external_data=False).graph.node}
+    used = {n.op_type for _, n, _ in labelled_nodes(onnx.load(model_path, load_external_data=False))}
     targets: list[str] = []
     for opdef in all_ops():
         if opdef.spec.name not in used:
