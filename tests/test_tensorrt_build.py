@@ -102,6 +102,10 @@ USER_OPS = textwrap.dedent(
     def ShrinkV2(x: torch.Tensor) -> torch.Tensor:
         return x.sum(1, keepdim=True)
 
+    @opbridge.op("versioned_trt::Halve", version=2, shape=lambda x: TensorInfo(x.shape, x.dtype))
+    def HalveV2(x: torch.Tensor) -> torch.Tensor:
+        return x * 0.5
+
     @opbridge.op("rules_trt::AddSame")
     def AddSame(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x + y
@@ -505,8 +509,9 @@ def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file
     [
         ({"alpah": 0.5}, "attribute(s) ['alpah'] that acme_trt::Blend does not declare"),
         ({"steps": 2**40}, "attribute 'steps' holds 1099511627776, outside int32"),
+        ({"names": ["a\x00b", "c"]}, "attribute 'names' holds a string with a NUL character"),
     ],
-    ids=["misspelt", "beyond-int32"],
+    ids=["misspelt", "beyond-int32", "nul-in-strings"],
 )
 def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies_too(
     user_ops_file: Path, tmp_path: Path, attrs: dict[str, Any], message: str
@@ -533,6 +538,15 @@ def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies
             _with_functions(path, [body])
         report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
         assert not report.ok and message in report.errors[0][2], (inside, report.errors)
+
+
+def test_an_op_defined_at_another_version_than_the_model_imports_is_named(user_ops_file: Path, tmp_path: Path) -> None:
+    """versioned_trt::Halve is defined at version 2; a model importing versioned_trt at 1 gets no plugin,
+    and the report says which versions exist instead of "no op named Halve is defined"."""
+    model = _single_node_model(tmp_path / "halve_v1.onnx", "Halve", "versioned_trt")
+    report = parse_with_tensorrt(model, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert any("['versioned_trt::Halve v2'], none at the version the model imports" in m for _, _, m in report.errors)
 
 
 def test_the_child_process_imports_ops_used_only_inside_an_if_branch(user_ops_file: Path, tmp_path: Path) -> None:

@@ -338,7 +338,9 @@ def test_shared_named_dim_given_two_sizes_is_refused() -> None:
 def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
     with pytest.raises(
-        opbridge.OpbridgeError, match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:nx3"
+        opbridge.OpbridgeError,
+        match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:DIMS \(the model declares "
+        r"nx3: e.g. --shape x:4x3\)",
     ):
         resolve_shape_sets(meta, None, None)
     assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3)}]

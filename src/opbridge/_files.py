@@ -30,11 +30,11 @@ def prepare_output(
     Example:
         >>> prepare_output("")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        OutputPathError: the output path is empty; give a file name after -o.
+        OutputPathError: the output path is empty; give a file name.
     """
     text = os.fspath(path)
     if not text.strip():
-        raise OutputPathError("the output path is empty; give a file name after -o.")
+        raise OutputPathError("the output path is empty; give a file name.")
     given = Path(path)
     if text.endswith(("/", os.sep)):  # Path() drops the slash: "out/" would become a file named out
         raise OutputPathError(f"{text} names a folder; give a file path inside it.")

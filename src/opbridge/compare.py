@@ -272,9 +272,12 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
             parts.append(f"{int(inf_bad.sum())} inf not matched")
         if int(bad_value.sum()):
             parts.append(f"{int(bad_value.sum())} beyond tolerance")
+        shown_a, shown_e = _fmt(worst_a), _fmt(worst_e)
+        if shown_a == shown_e:  # they differ past 6 digits: as many as tell them apart
+            shown_a, shown_e = repr(worst_a), repr(worst_e)
         reason = (
             f"{mismatched} of {e.size} element(s) differ ({', '.join(parts)}); worst at "
-            f"{list(worst_index)}: {_fmt(worst_a)} vs reference {_fmt(worst_e)}"
+            f"{list(worst_index)}: {shown_a} vs reference {shown_e}"
         )
     return OutputComparison(
         passed=mismatched == 0,

@@ -339,9 +339,11 @@ def resolve_shape_sets(
                 elif start is not None and axis < len(start):
                     resolved.append(int(start[axis]))
                 else:
+                    example_dims = "x".join(str(d) if isinstance(d, int) else "4" for d in m.shape)
                     raise OpbridgeError(
                         f"input {m.name!r} dim {axis} ({want or '?'}) is dynamic and has no size; give it with "
-                        f"--shape {m.name}:{format_shape(m.shape)}."
+                        f"--shape {m.name}:DIMS (the model declares {format_shape(m.shape)}: e.g. "
+                        f"--shape {m.name}:{example_dims})."
                     )
             full[m.name] = tuple(resolved)
         out.append(full)

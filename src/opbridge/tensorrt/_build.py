@@ -224,10 +224,7 @@ def _run_in_process(
         err = parser.get_error(i)
         desc = str(err.desc())
         if "Plugin not found" in desc:
-            desc += (
-                f" (opbridge: no op named {err.node_operator()} is defined and no other library registered a "
-                "plugin for it; define it with @opbridge.op and pass its file with --ops)"
-            )
+            desc += f" (opbridge: {_plugin_not_found(str(err.node_operator()))})"
         errors.append((str(err.node_name()), str(err.node_operator()), desc))
     report: dict[str, Any] = {
         "backend": backend,
@@ -279,6 +276,22 @@ def _run_in_process(
 
 
 _INT32 = (-(2**31), 2**31 - 1)
+
+
+def _plugin_not_found(op_type: str) -> str:
+    """Why no plugin serves ``op_type``: an op of that name at another version than the model imports, or none."""
+    from opbridge.definition import all_ops
+
+    versions = sorted({f"{d.spec.qualname} v{d.spec.version}" for d in all_ops() if d.spec.name == op_type})
+    if versions:
+        return (
+            f"the ops named {op_type} defined here are {versions}, none at the version the model imports for its "
+            "domain (its opset_import); export again, or import the op's version"
+        )
+    return (
+        f"no op named {op_type} is defined and no other library registered a plugin for it; define it with "
+        "@opbridge.op and pass its file with --ops"
+    )
 
 
 def _called_functions(model: Any) -> set[tuple[str, str]]:
@@ -341,6 +354,17 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
         if opdef is None and node.op_type not in names:
             continue
         for attr in node.attribute:
+            texts = [attr.s] if attr.type == onnx.AttributeProto.STRING else list(attr.strings)
+            if any(b"\x00" in t for t in texts):
+                errors.append(
+                    (
+                        node.name,
+                        node.op_type,
+                        f"opbridge: attribute {attr.name!r} holds a string with a NUL character; TensorRT passes "
+                        "string fields NUL-terminated, so the plugin would see it cut or split. Keep NUL out of "
+                        "attributes of ops meant for TensorRT.",
+                    )
+                )
             values = [attr.i] if attr.type == onnx.AttributeProto.INT else list(attr.ints)
             bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
             if bad:
