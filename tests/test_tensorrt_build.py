@@ -102,6 +102,15 @@ USER_OPS = textwrap.dedent(
     def ShrinkV2(x: torch.Tensor) -> torch.Tensor:
         return x.sum(1, keepdim=True)
 
+    @opbridge.op("rules_trt::RowArgmax")
+    def RowArgmax(x: torch.Tensor) -> torch.Tensor:
+        return x.argmax(1).to(torch.int32)
+
+    @RowArgmax.register_shape
+    def _row_argmax(x):
+        n, c = x.shape  # a rule for rank 2 only
+        return TensorInfo((n,), torch.int32)
+
     @opbridge.op("versioned_trt::Halve", version=2, shape=lambda x: TensorInfo(x.shape, x.dtype))
     def HalveV2(x: torch.Tensor) -> torch.Tensor:
         return x * 0.5
@@ -538,6 +547,22 @@ def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies
             _with_functions(path, [body])
         report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
         assert not report.ok and message in report.errors[0][2], (inside, report.errors)
+
+
+def test_a_rule_for_one_rank_gives_its_output_dtype(user_ops_file: Path, tmp_path: Path) -> None:
+    """TensorRT asks for output dtypes before shapes: a rule that unpacks a rank-2 shape failed the rank-8
+    probe, and its int32 output was called "float32 when ranks are unknown". Other ranks are probed."""
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "row_argmax.onnx",
+        [helper.make_node("RowArgmax", ["x"], ["i"], domain="rules_trt", name="argmax")],
+        [t("x", TensorProto.FLOAT, [3, 5])],
+        [t("i", TensorProto.INT32, None)],
+        {"rules_trt": 1},
+    )
+    report = build_engine(path, None, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["argmax"]["outputs"] == [[[3], [3]]]
 
 
 def test_an_op_defined_at_another_version_than_the_model_imports_is_named(user_ops_file: Path, tmp_path: Path) -> None:

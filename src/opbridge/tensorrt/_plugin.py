@@ -148,16 +148,19 @@ def make_classes(trt: Any) -> tuple[type, type]:
                         "per output."
                     )
                 return [dtypes[0]] * self.num_outputs
-            # Ranks are not known yet (TensorRT asks for types before shapes): probe with rank-8 unknown dims.
-            infos: list[Any] = [TensorInfo((SymDim(None),) * 8, _torch_dtype(d)) for d in dtypes]
-            infos += [None] * (len(spec.inputs) - len(infos))
-            try:
-                results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
-            except OpDefinitionError:
-                raise
-            except Exception:
-                return [dtypes[0]] * self.num_outputs
-            return [_dtype_name(r.dtype) for r in results]
+            # Ranks are not known yet (TensorRT asks for types before shapes): probe with unknown dims, rank 8
+            # first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes.
+            for rank in (8, 4, 2, 3, 1, 5, 6, 7, 0):
+                infos: list[Any] = [TensorInfo((SymDim(None),) * rank, _torch_dtype(d)) for d in dtypes]
+                infos += [None] * (len(spec.inputs) - len(infos))
+                try:
+                    results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+                except OpDefinitionError:
+                    raise
+                except Exception:
+                    continue
+                return [_dtype_name(r.dtype) for r in results]
+            return [dtypes[0]] * self.num_outputs
 
         @_guard
         def get_output_data_types(self, input_types: Sequence[Any]) -> list[Any]:
