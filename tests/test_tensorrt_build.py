@@ -519,8 +519,12 @@ def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file
         ({"alpah": 0.5}, "attribute(s) ['alpah'] that acme_trt::Blend does not declare"),
         ({"steps": 2**40}, "attribute 'steps' holds 1099511627776, outside int32"),
         ({"names": ["a\x00b", "c"]}, "attribute 'names' holds a string with a NUL character"),
+        (
+            {"alpha": onnx.numpy_helper.from_array(np.array([0.5], np.float32))},
+            "attribute 'alpha' is TENSOR in the node; the op declares it float",
+        ),
     ],
-    ids=["misspelt", "beyond-int32", "nul-in-strings"],
+    ids=["misspelt", "beyond-int32", "nul-in-strings", "tensor-for-float"],
 )
 def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies_too(
     user_ops_file: Path, tmp_path: Path, attrs: dict[str, Any], message: str

@@ -335,6 +335,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
 
     from opbridge.definition import all_ops, find_op
     from opbridge.graph._model import labelled_nodes
+    from opbridge.onnx_schema import attribute_values
 
     names = {op.spec.name for op in all_ops()}
     model = onnx.load(model_path, load_external_data=False)
@@ -413,6 +414,10 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                     f"{sorted(declared)}); TensorRT would drop them and the plugin use its defaults. Fix the names.",
                 )
             )
+        try:  # each attribute of the type the op declares (a TENSOR or GRAPH one fails in the plugin's creator)
+            attribute_values(spec, node)
+        except ValueError as exc:
+            errors.append((node.name, node.op_type, f"opbridge: {exc}"))
         if len(inputs) > len(spec.inputs):
             errors.append(
                 (
