@@ -80,7 +80,8 @@ def test_inf_must_match_position_and_sign(actual, expected, passed) -> None:
     r = compare_arrays(np.array(actual), np.array(expected), TOL)
     assert r.passed is passed
     if passed:
-        assert r.abs.max == 0.0  # matched infinities are not measured
+        assert r.abs.max == 0.0  # matched infinities are not measured, but counted
+        assert r.inf_both == 2 and r.to_dict()["inf_both"] == 2
     else:
         assert r.inf_mismatched == 1 and "inf not matched" in r.reason
 

@@ -20,7 +20,8 @@ relative errors. The rules:
   the statistics, and is reported in ``nan_both`` and in the table's note, so it
   never passes unseen.
 * **inf**: an infinity must be matched by an infinity of the same sign at the
-  same position; matched infinities are left out of the statistics.
+  same position; matched infinities are left out of the statistics and counted
+  in ``inf_both``.
 * **Relative error** is ``|actual - expected| / |expected|``; where the
   reference is 0 it is undefined, so those positions are left out of the
   relative statistics (their count is ``zero_reference``) and only ``atol``
@@ -83,6 +84,7 @@ class OutputComparison:
     mismatched: int = 0
     nan_both: int = 0
     nan_mismatched: int = 0
+    inf_both: int = 0
     inf_mismatched: int = 0
     zero_reference: int = 0
     worst_index: tuple[int, ...] | None = None
@@ -287,6 +289,7 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
         mismatched=mismatched,
         nan_both=int(nan_both.sum()),
         nan_mismatched=int(nan_bad.sum()),
+        inf_both=int(((a_inf | e_inf) & (af == ef)).sum()),
         inf_mismatched=int(inf_bad.sum()),
         zero_reference=int((~nonzero).sum()),
         worst_index=worst_index,
