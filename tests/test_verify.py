@@ -833,3 +833,19 @@ def test_records_say_how_each_custom_op_ran(tmp_path: Path) -> None:
     assert "no @opbridge.op is defined for it in this process" in reports["onnxruntime-kernels"].message
     assert reports["onnxruntime"].message == ""
     assert "note: onnxruntime-kernels: tests.undefined::Act" in record.table()
+
+
+def test_a_factory_importing_a_sibling_module_when_called(tmp_path: Path) -> None:
+    """The factory's folder is on sys.path while it runs, as while its file was imported: an import inside
+    the factory finds the modules beside it (it raised ModuleNotFoundError)."""
+    (tmp_path / "sibling_net.py").write_text("import torch\n\ndef build():\n    return torch.nn.ReLU()\n")
+    (tmp_path / "factory.py").write_text(
+        "import torch\n\ndef make():\n    import sibling_net\n\n    return sibling_net.build(), (torch.randn(2, 3),)\n"
+    )
+    path = tmp_path / "relu.onnx"
+    opbridge.export(torch.nn.ReLU(), (torch.randn(2, 3),), path)
+    record = opbridge.verify(path, f"{tmp_path / 'factory.py'}:make", backends=["onnxruntime"])
+    assert [r.status for r in record.runs] == ["pass"]
+    import sys
+
+    assert str(tmp_path) not in sys.path  # taken off again

@@ -61,12 +61,21 @@ def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise OpbridgeError(f"--reference {target!r}: {module_part} has no callable {attr!r}.")
+    # the factory's own folder, as while its file was imported: an import inside the factory finds its siblings
+    folder = (
+        str(Path(module.__file__).parent) if module.__name__.startswith("_opbridge_user_") and module.__file__ else None
+    )
+    if folder is not None:
+        sys.path.insert(0, folder)
     try:
         result = factory()
     except Exception as exc:
         raise OpbridgeError(
             f"--reference {target}: building the PyTorch model raised {type(exc).__name__}: {exc}"
         ) from exc
+    finally:
+        if folder is not None:
+            sys.path.remove(folder)
     if not (isinstance(result, tuple) and len(result) == 2):
         raise OpbridgeError(
             f"--reference {target!r}: the factory must return (model, example_inputs), got {type(result).__name__}."
