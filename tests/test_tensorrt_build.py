@@ -606,6 +606,16 @@ def test_the_child_process_imports_ops_used_only_inside_an_if_branch(user_ops_fi
     assert report.ok, report.errors
 
 
+def test_an_input_without_a_shape_is_named(user_ops_file: Path, tmp_path: Path) -> None:
+    """An input the model gives no shape (not even a rank) was taken for a scalar: "input 'x' is  (rank 0)"."""
+    model = _single_node_model(tmp_path / "norank.onnx", "Repeat2", "acme_trt")
+    proto = onnx.load(model)
+    proto.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(proto, model)
+    with pytest.raises(opbridge.OpbridgeError, match="input 'x' has no shape in the model"):
+        build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])
+
+
 def test_profile_dims_beyond_int32_and_engines_over_data_files_are_refused(user_ops_file: Path, tmp_path: Path) -> None:
     """TensorRT's dims are int32: a larger profile dim is a usage error, not a crash of the child process.
     An engine is never written over the model's external data file."""

@@ -83,6 +83,11 @@ def _model_inputs(model_path: Path) -> dict[str, tuple[int | str | None, ...]]:
     for value in model.graph.input:
         if value.name in initializers:
             continue
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            raise OpbridgeError(
+                f"{model_path}: input {value.name!r} has no shape in the model (not even a rank), which TensorRT "
+                "needs to build; declare it (export with its shape, or set the graph input's dims)."
+            )
         dims = []
         for d in value.type.tensor_type.shape.dim:
             dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None))
