@@ -307,6 +307,8 @@ def test_tolerance_parsing() -> None:
     for item in ("y:inf,0", "y:0,inf", "y:1e-3,-inf", "y:nan,0"):
         with pytest.raises(opbridge.OpbridgeError, match="with finite numbers >= 0"):
             parse_tolerances([item])
+    with pytest.raises(opbridge.OpbridgeError, match=r"--tol y: given twice \(0.01,0.0001 and 0.1,0\)"):
+        parse_tolerances(["y:1e-2,1e-4", "y:0.1,0"])  # (the last one was kept, silently)
 
 
 @pytest.mark.parametrize(

@@ -77,9 +77,8 @@ def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
         if folder is not None:
             sys.path.remove(folder)
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise OpbridgeError(
-            f"--reference {target!r}: the factory must return (model, example_inputs), got {type(result).__name__}."
-        )
+        got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+        raise OpbridgeError(f"--reference {target!r}: the factory must return (model, example_inputs), got {got}.")
     model, inputs = result
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)

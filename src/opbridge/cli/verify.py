@@ -140,6 +140,10 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
             raise OpbridgeError(
                 f"--tol {item!r}: write OUTPUT:RTOL,ATOL with finite numbers >= 0, e.g. out:1e-3,1e-5"
             ) from None
+        if name in out and out[name] != (rtol, atol):
+            raise OpbridgeError(
+                f"--tol {name}: given twice ({out[name][0]:g},{out[name][1]:g} and {rest}); give it once."
+            )
         out[name] = (rtol, atol)
     return out
 

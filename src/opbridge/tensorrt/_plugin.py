@@ -244,10 +244,15 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     for a, b in zip(info.shape, first.shape)
                 )
                 if not same or _dtype_name(info.dtype) != _dtype_name(first.dtype):
+                    what = (
+                        f"is not shaped like input 0 ({[getattr(d, 'name', d) for d in first.shape]})"
+                        if not same
+                        else f"is {_dtype_name(info.dtype)} where input 0 is {_dtype_name(first.dtype)}"
+                    )
                     raise OpDefinitionError(
                         f"{spec.qualname} declares no shape rule and its output {i} "
-                        f"({[getattr(d, 'name', d) for d in info.shape]}, {_dtype_name(info.dtype)}) is not shaped "
-                        f"like input 0 ({[getattr(d, 'name', d) for d in first.shape]}); declare one with "
+                        f"({[getattr(d, 'name', d) for d in info.shape]}, {_dtype_name(info.dtype)}) {what}: a plugin "
+                        f"without a rule takes input 0's shape and dtype; declare one with "
                         f"@{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) per output."
                     )
 
