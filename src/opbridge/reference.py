@@ -444,12 +444,13 @@ class ReferenceSession:
             if node.domain not in _STANDARD_DOMAINS:
                 seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
                 names.setdefault((node.domain, node.op_type), []).append(node.name)
-        # Element types of the main graph's custom-node outputs, where the model or shape inference
-        # gives them; a name that several nodes (subgraphs, function bodies) produce is left out.
+        # Element types of the custom-node outputs of the main graph and its If/Loop/Scan bodies, where
+        # the model or shape inference gives them; a name several nodes produce (a function body's local
+        # names) is left out.
         produced = Counter(name for node in nodes for name in node.output if name)
         wanted = [
             name
-            for node in proto.graph.node
+            for node in walk_nodes(proto.graph.node)
             if node.domain not in _STANDARD_DOMAINS
             for name in node.output
             if name and produced[name] == 1
