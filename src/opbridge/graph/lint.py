@@ -11,9 +11,6 @@ the node it concerns, a message and a fix hint. The codes:
   knows; runtimes refuse it.
 * ``unknown-custom-op`` (warning): a custom node with no ONNX schema (nor an ONNX Runtime
   contrib schema), model function, opbridge op or opbridge kernel behind it.
-
-Nodes inside If/Loop/Scan bodies and inside model-local functions' bodies are checked too
-(labelled ``owner/attribute/node`` and ``domain::Function/node``).
 * ``frozen-resize-scale`` (warning with export context, info without): a
   ``Resize`` whose scales/sizes are constants although the PyTorch source
   computed them from a tensor (a TracerWarning was raised while tracing), or,
@@ -26,8 +23,11 @@ Nodes inside If/Loop/Scan bodies and inside model-local functions' bodies are ch
   uint8 on such a node; the parser rejects it.
 * ``invalid-model`` (error): ``onnx.checker`` (full check, opbridge's schemas
   registered) refuses the model: a graph cycle, a value nothing produces, an
-  opset or IR version ONNX does not know, a recursive function, duplicate
+  IR version ONNX does not know, a recursive function, duplicate
   names... Every runtime refuses such a model.
+
+Nodes inside If/Loop/Scan bodies and inside model-local functions' bodies are checked too
+(labelled ``owner/attribute/node`` and ``domain::Function/node``).
 
 Example:
     >>> from onnx import helper, TensorProto
