@@ -456,9 +456,9 @@ class OpDef:
         tensors, attrs = self.bind(args, kwargs)
         counts = getattr(_TRACE_STATE, "counts", None)
         if counts is not None and not getattr(_TRACE_STATE, "inside", 0) and not _dynamo_tracing():
-            # (under dynamo, which traces control flow's branches, a write here is a side effect it
-            # refuses there; export finds those calls in the graph it wrote)
-            # (a call inside another op's reference is that op's business, not a node of the graph)
+            # (a call inside another op's reference is that op's business, not a node of the graph; under
+            # dynamo, which traces control flow's branches, a write here is a side effect it refuses there:
+            # export finds those calls in the graph it wrote)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
         torch_op = self.torch_op()
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
