@@ -586,8 +586,11 @@ def verify(
     from opbridge.backends.torch_backend import TorchRunner
 
     say = progress or (lambda _msg: None)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
         raise OpbridgeError(f"--seed {seed!r}: the seed is a whole number >= 0, e.g. --seed 0")
+    seed = int(seed)
     if isinstance(backends, str):  # one backend by name, not its letters
         backends = [backends]
     load_ops(list(ops) if ops else None)
