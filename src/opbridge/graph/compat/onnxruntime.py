@@ -84,6 +84,12 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
     )
 
 
+def _clip(text: str, limit: int = 300) -> str:
+    """``text`` for a table cell: cut at ``limit`` characters, with a mark where it was cut (the report's
+    notes keep it whole)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _session_error(model: onnx.ModelProto, path: str | None) -> str | None:
     """The error of a plain session on the model (its file where given: a model of 2 GiB or more cannot
     be serialized in one piece, and ONNX Runtime reads its external data from beside the file)."""
@@ -121,10 +127,10 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | 
             # node named "error" or "const" for any message holding that word
             quoted = n.node and any(q in error for q in (f"({n.node})", f"'{n.node}'", f'"{n.node}"'))
             named = quoted or f":{n.op_type}(" in error or f" {n.op_type} " in error
-            real_verdict = f"fail: {error.splitlines()[0][:300]}" if named else "no error reported"
+            real_verdict = f"fail: {_clip(error.splitlines()[0])}" if named else "no error reported"
             blamed = blamed or bool(named)
         updated.append(NodeVerdict(n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules, real_verdict))
     report.nodes = updated
-    if error is not None and not blamed:
-        report.notes.append(f"session failed: {error.splitlines()[0][:300]}")
+    if error is not None and (not blamed or _clip(error.splitlines()[0]) != error.splitlines()[0]):
+        report.notes.append(f"session failed: {error.splitlines()[0]}")  # (whole, where a cell cut it)
     return report

@@ -119,5 +119,5 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
     )
     if error is not None:
         report.real_ok = False
-        report.notes.append(f"conversion raised: {error.splitlines()[0][:300]}")
+        report.notes.append(f"conversion raised: {error.splitlines()[0]}")
     return report
