@@ -404,3 +404,25 @@ def test_inductor_training_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-5)
     for compiled, eager in zip(results[1][1], results[0][1]):
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_forward_mode_ad_is_refused_not_zero() -> None:
+    """torch.library ops carry no forward-mode formula: through them torch.func.jvp gave zero tangents and
+    forward_ad's dual tensors lost theirs, silently. Both are refused by name; reverse mode works."""
+    import torch.autograd.forward_ad as fwad
+
+    x = torch.randn(4, dtype=torch.float64)
+    ride = torch.ones(1, dtype=torch.float64)
+
+    def selu(t: torch.Tensor) -> torch.Tensor:
+        return MySELU(t, ride, ride)
+
+    with pytest.raises(opbridge.OpCallError, match=r"forward-mode AD \(torch.func.jvp / jacfwd\)"):
+        torch.func.jvp(selu, (x,), (torch.ones_like(x),))
+    with fwad.dual_level(), pytest.raises(opbridge.OpCallError, match=r"forward-mode AD \(torch.autograd.forward_ad\)"):
+        selu(fwad.make_dual(x, torch.ones_like(x)))
+    jac = torch.autograd.functional.jacobian(selu, x)
+    torch.testing.assert_close(
+        jac, torch.diag(torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))), rtol=1e-10, atol=1e-12
+    )
+    assert torch.func.vmap(selu)(x.reshape(2, 2)).shape == (2, 2)

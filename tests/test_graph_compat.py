@@ -167,6 +167,13 @@ def test_trt_rule_triggers_and_not(code, version, bad, node, expected, text, goo
     assert code not in verdict(good(), node, version).rules
 
 
+def test_a_node_named_like_an_onnx_op_is_not_also_sent_down_the_plugin_path() -> None:
+    """acme::Resize goes to the built-in Resize importer: only that rule fires (the plugin-path rules said
+    "no importer; plugin path looks up creator 'Resize'" beside it)."""
+    (node,) = [n for n in trt(custom_node_model("Resize", "acme"), "10.0").nodes if n.node == "custom"]
+    assert node.rules == ("trt-op-type-shadows-importer",)
+
+
 def test_every_trt_rule_is_tested_and_documented() -> None:
     assert {c[0] for c in TRT_CASES} == {r.code for r in TRT_RULES}
     for rule in TRT_RULES:

@@ -249,6 +249,12 @@ def test_replace_op_checks_the_opbridge_signature() -> None:
     assert report.changed and "matches test.rewrite::SpecSwish's signature" in report.outcomes[0].reason
     attrs = {a.name: a.f for a in report.model.graph.node[1].attribute}
     assert attrs == {"alpha": pytest.approx(1.7)}
+    # a node missing an input the op requires is skipped with the reason (it failed the final check)
+    report = rewrite_model(
+        custom_node_model("MYSELU", "legacy"), ["replace-op"], {"map": ["legacy::MYSELU=opbridge::MySELU"]}
+    )
+    assert not report.changed
+    assert "the node gives no ['p', 'c'] input(s), which opbridge::MySELU requires" in report.outcomes[0].reason
 
 
 def test_replace_op_negative_and_bad_options() -> None:

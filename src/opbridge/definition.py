@@ -31,7 +31,7 @@ import sys
 import threading
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -460,6 +460,13 @@ class OpDef:
             # dynamo, which traces control flow's branches, a write here is a side effect it refuses there:
             # export finds those calls in the graph it wrote)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
+        forward_ad = _forward_mode_ad(tensors)
+        if forward_ad:
+            raise OpCallError(
+                f"{self.spec.qualname}: called under forward-mode AD ({forward_ad}), which opbridge ops do not "
+                "carry: the tangents would come out as zeros or None. Differentiate in reverse mode "
+                "(torch.autograd.grad, torch.func.jacrev) instead."
+            )
         torch_op = self.torch_op()
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
         return torch_op(*tensors, *encoded)
@@ -740,6 +747,26 @@ def all_ops() -> list[OpDef]:
     _ensure_builtins()
     with _LOCK:
         return sorted(_OPS.values(), key=lambda d: (d.spec.domain, d.spec.name, d.spec.version))
+
+
+def _forward_mode_ad(tensors: Sequence[Any]) -> str:
+    """Which forward-mode AD the call runs under (``torch.func.jvp``/``jacfwd``, or dual tensors of
+    ``torch.autograd.forward_ad``), else ``""``. torch.library ops have no forward-mode formula: through
+    them ``jvp`` gives zero tangents and dual tensors lose theirs, silently."""
+    import torch
+    from torch.autograd import forward_ad
+
+    if torch.compiler.is_compiling():
+        return ""
+    functorch = torch._C._functorch
+    if functorch.peek_interpreter_stack() is not None:
+        if any(i.key() == functorch.TransformType.Jvp for i in functorch.get_interpreter_stack()):
+            return "torch.func.jvp / jacfwd"
+    if getattr(forward_ad, "_current_level", -1) >= 0:
+        for t in tensors:
+            if t is not None and forward_ad.unpack_dual(t).tangent is not None:
+                return "torch.autograd.forward_ad"
+    return ""
 
 
 def _dynamo_tracing() -> bool:

@@ -231,6 +231,13 @@ def plugin_lookup(ctx: NodeContext, version: Version) -> tuple[str, str, str]:
     return ctx.op_type, str(plugin_version), str(namespace)
 
 
+def _shadowed(ctx: NodeContext) -> bool:
+    """A custom-domain node named like an ONNX op, which that op's importer takes (by op type alone)."""
+    from opbridge.legacy_domain import is_standard_op
+
+    return ctx.domain not in ("", "ai.onnx", "ai.onnx.ml") and is_standard_op(ctx.op_type)
+
+
 def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     """An op with no importer goes to the plugin path, looked up by op_type, plugin_version and namespace.
 
@@ -243,6 +250,8 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     plugin override is on). Unsupported standard ops: docs/operators.md (8.5) "N" rows.
     """
     if not (ctx.custom or _standard_no_importer(ctx, version)):
+        return None
+    if _shadowed(ctx):  # an ONNX op's importer takes it (trt-op-type-shadows-importer): no plugin path
         return None
     if ctx.custom and ctx.has_function and version >= (10, 0):
         return Hit("function", "no importer; imported through the model-local function body (LocalFunctionImporter)")
@@ -263,7 +272,7 @@ def _rule_plugin_namespace(ctx: NodeContext, version: Version) -> Hit | None:
     """
     if not ctx.custom or ctx.domain in ("", "ai.onnx") or ctx.attr("plugin_namespace") is not None:
         return None
-    if ctx.has_function and version >= (10, 0):
+    if (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
         return None
     return Hit(
         "fail" if ctx.opbridge_op() is None else "opbridge",
@@ -316,9 +325,7 @@ def _rule_op_type_shadows(ctx: NodeContext, version: Version) -> Hit | None:
     The parser looks importers up by ``op_type`` only (ModelImporter.cpp:
     ``opImporters.count(node.op_type())``), so ``acme::Resize`` is imported as ONNX Resize.
     """
-    from opbridge.legacy_domain import is_standard_op
-
-    if ctx.domain in ("", "ai.onnx", "ai.onnx.ml") or not is_standard_op(ctx.op_type):
+    if not _shadowed(ctx):
         return None
     return Hit("fail", f"{ctx.domain}::{ctx.op_type} would be imported by the built-in {ctx.op_type} importer")
 

@@ -412,6 +412,16 @@ class ReplaceOp(IRRule):
             return Check.fail(f"{spec.qualname} requires attribute(s) {missing} the node lacks")
         if len(node.inputs) > len(spec.inputs):
             return Check.fail(f"the node has {len(node.inputs)} inputs, {spec.qualname} takes {len(spec.inputs)}")
+        missing_inputs = [
+            p.name
+            for i, p in enumerate(spec.inputs)
+            if not p.optional and (i >= len(node.inputs) or node.inputs[i] is None or not node.inputs[i].name)
+        ]
+        if missing_inputs:
+            return Check.fail(
+                f"the node gives no {missing_inputs} input(s), which {spec.qualname} requires (it takes "
+                f"{[p.name for p in spec.inputs]})"
+            )
         if len(node.outputs) != len(spec.outputs):
             return Check.fail(f"the node has {len(node.outputs)} outputs, {spec.qualname} has {len(spec.outputs)}")
         return Check.success(f"matches {spec.qualname}'s signature", (domain, name, spec.version))
