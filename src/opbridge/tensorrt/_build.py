@@ -284,14 +284,15 @@ _INT32 = (-(2**31), 2**31 - 1)
 
 
 def _plugin_not_found(op_type: str) -> str:
-    """Why no plugin serves ``op_type``: an op of that name at another version than the model imports, or none."""
+    """Why no plugin serves ``op_type``: ops of that name in another domain or at another version than the
+    model imports, or none."""
     from opbridge.definition import all_ops
 
     versions = sorted({f"{d.spec.qualname} v{d.spec.version}" for d in all_ops() if d.spec.name == op_type})
     if versions:
         return (
-            f"the ops named {op_type} defined here are {versions}, none at the version the model imports for its "
-            "domain (its opset_import); export again, or import the op's version"
+            f"the ops named {op_type} defined here are {versions}, none of the node's domain at the version the "
+            "model imports for it (its opset_import); export again, or define the op the node names"
         )
     return (
         f"no op named {op_type} is defined and no other library registered a plugin for it; define it with "
