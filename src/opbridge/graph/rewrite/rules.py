@@ -412,10 +412,9 @@ class ReplaceOp(IRRule):
             return Check.fail(f"{spec.qualname} requires attribute(s) {missing} the node lacks")
         if len(node.inputs) > len(spec.inputs):
             return Check.fail(f"the node has {len(node.inputs)} inputs, {spec.qualname} takes {len(spec.inputs)}")
+        given = [bool(v is not None and v.name) for v in node.inputs]
         missing_inputs = [
-            p.name
-            for i, p in enumerate(spec.inputs)
-            if not p.optional and (i >= len(node.inputs) or node.inputs[i] is None or not node.inputs[i].name)
+            p.name for i, p in enumerate(spec.inputs) if not p.optional and not given[i : i + 1] == [True]
         ]
         if missing_inputs:
             return Check.fail(
