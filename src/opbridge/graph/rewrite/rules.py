@@ -414,7 +414,7 @@ class ReplaceOp(IRRule):
             return Check.fail(f"the node has {len(node.inputs)} inputs, {spec.qualname} takes {len(spec.inputs)}")
         given = [bool(v is not None and v.name) for v in node.inputs]
         missing_inputs = [
-            p.name for i, p in enumerate(spec.inputs) if not p.optional and not given[i : i + 1] == [True]
+            p.name for i, p in enumerate(spec.inputs) if not p.optional and not (i < len(given) and given[i])
         ]
         if missing_inputs:
             return Check.fail(
