@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STANDARD_DOMAINS",
-    "all_nodes",
     "const_array",
     "ensure_builtin_ops",
     "evaluate_constant",
@@ -60,25 +59,16 @@ def _walk(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, o
                     yield from _walk(g.node, f"{prefix}{owner}/{attr.name}[{i}]/")
 
 
-def all_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:
-    """Every node of the main graph and its subgraphs, with a path prefix (``""`` for the main graph)."""
-    for prefix, node, _ in _walk(model.graph.node, ""):
-        yield prefix, node
-
-
-def labelled_nodes(
-    model: onnx.ModelProto, *, functions: bool = True
-) -> Iterator[tuple[str, onnx.NodeProto, onnx.FunctionProto | None]]:
-    """``(label, node, function)`` for every node of the main graph and its subgraphs (function None),
-    then, with ``functions``, of the model-local functions' bodies. A label is the node's path
-    (``loop/body/name``, ``domain::Function/name``) ending in its name, or ``op_type#index`` (its
-    place in its own graph) where it has none."""
+def labelled_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.NodeProto, onnx.FunctionProto | None]]:
+    """``(path, name, node, function)`` for every node of the main graph and its subgraphs (function None),
+    then of the model-local functions' bodies. ``path`` is the node's place (``""`` in the main graph,
+    ``loop/body/``, ``domain::Function/``), ``name`` its name, or ``op_type#index`` (its place in its own
+    graph) where it has none; ``path + name`` labels it (a name may itself hold slashes)."""
     for prefix, node, index in _walk(model.graph.node, ""):
-        yield prefix + node_label(node, index), node, None
-    if functions:
-        for fn in model.functions:
-            for prefix, node, index in _walk(fn.node, f"{fn.domain}::{fn.name}/"):
-                yield prefix + node_label(node, index), node, fn
+        yield prefix, node_label(node, index), node, None
+    for fn in model.functions:
+        for prefix, node, index in _walk(fn.node, f"{fn.domain}::{fn.name}/"):
+            yield prefix, node_label(node, index), node, fn
 
 
 def is_custom_node(node: onnx.NodeProto) -> bool:

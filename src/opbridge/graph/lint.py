@@ -194,7 +194,8 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
     imported = {None: imports(model)} | {key(f): imports(f) for f in model.functions}
     local = function_keys(model)
     missing: dict[tuple[str, str], list[str]] = {}
-    for label, node, fn in labelled_nodes(model):
+    for path, name, node, fn in labelled_nodes(model):
+        label = path + name
         domain = "" if node.domain == "ai.onnx" else node.domain
         if domain == "" and not is_standard_op(node.op_type) and ("", node.op_type) not in local:
             findings.append(
@@ -284,7 +285,7 @@ def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
 
 def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     findings = []
-    for label, node, _ in labelled_nodes(model):
+    for path, name, node, _ in labelled_nodes(model):
         if node.domain in ("", "ai.onnx") or not is_custom_node(node):
             continue
         if _coverage(model, node) is None:
@@ -292,7 +293,7 @@ def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
                 Finding(
                     "warning",
                     "unknown-custom-op",
-                    label,
+                    path + name,
                     f"{node.domain}::{node.op_type} has no ONNX schema, no function body in the model, and no "
                     "opbridge op or kernel; no runtime can run it without a plugin of its own.",
                     "load the op's definition with --ops FILE, attach a function body, or register @opbridge.kernel",
@@ -382,9 +383,10 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
     import onnx
 
     findings: list[Finding] = []
-    for label, node, _ in labelled_nodes(model):
+    for path, name, node, _ in labelled_nodes(model):
         if not is_custom_node(node):
             continue
+        label = path + name
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.INT:
                 bad = [attr.i] if not _INT32_MIN <= attr.i <= _INT32_MAX else []

@@ -353,7 +353,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     called = _called_functions(model)
     # the graph, its If/Loop/Scan bodies and the bodies of the local functions it calls, which the parser
     # imports too
-    for _, node, fn in labelled_nodes(model):
+    for _, _, node, fn in labelled_nodes(model):
         if fn is not None and (fn.domain, fn.name) not in called:
             continue
         versions = opset if fn is None else {**opset, **{o.domain: o.version for o in fn.opset_import}}
@@ -481,7 +481,7 @@ def _op_modules(model_path: str) -> list[str]:
     from opbridge.definition import all_ops
     from opbridge.graph._model import labelled_nodes
 
-    used = {n.op_type for _, n, _ in labelled_nodes(onnx.load(model_path, load_external_data=False))}
+    used = {n.op_type for _, _, n, _ in labelled_nodes(onnx.load(model_path, load_external_data=False))}
     targets: list[str] = []
     for opdef in all_ops():
         if opdef.spec.name not in used:
