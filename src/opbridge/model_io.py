@@ -23,7 +23,7 @@ from opbridge.errors import ModelLoadError
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["elem_types", "external_files", "load_model", "walk_nodes"]
+__all__ = ["elem_types", "external_files", "load_model", "subgraphs", "walk_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,16 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
                     yield from walk_nodes(g.node)
 
 
+def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The If/Loop/Scan bodies in ``graph``, and theirs, depth first."""
+    out = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                out += [sub, *subgraphs(sub)]
+    return out
+
+
 def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
     """Element type of each value the graph (and its subgraphs) declares; where a ``wanted`` value is not
     declared (a custom node's output feeding another node), ONNX shape inference with opbridge's schemas
@@ -120,13 +130,10 @@ def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, 
     types: dict[str, int] = {}
 
     def collect(graph: onnx.GraphProto) -> None:
-        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-        for node in graph.node:  # and the If/Loop/Scan bodies' values
-            for attr in node.attribute:
-                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    collect(sub)
+        for g in [graph, *subgraphs(graph)]:  # (the If/Loop/Scan bodies' values too)
+            for vi in list(g.value_info) + list(g.output) + list(g.input):
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                    types[vi.name] = vi.type.tensor_type.elem_type
 
     collect(model.graph)
     if any(name not in types for name in wanted):

@@ -41,6 +41,7 @@ import numpy as np
 from opbridge.backends._custom import CustomKernel, domain_versions, find_custom_kernel, is_custom_node
 from opbridge.backends.base import BackendRunError, OnnxRunner
 from opbridge.errors import BackendUnavailableError, ModelLoadError
+from opbridge.model_io import subgraphs, walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -77,16 +78,6 @@ class _NodeInfo:
         return out
 
 
-def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """The If/Loop/Scan bodies in ``graph``, and theirs, depth first."""
-    out = []
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                out += [sub, *_subgraphs(sub)]
-    return out
-
-
 def prepare_model(
     model: onnx.ModelProto, drop_functions: frozenset[tuple[str, str]] = frozenset()
 ) -> tuple[onnx.ModelProto, list[_NodeInfo], list[str]]:
@@ -117,7 +108,7 @@ def prepare_model(
     except Exception:
         inferred = fixed
     types: dict[str, tuple[np.dtype | None, int | None]] = {}
-    graphs = [inferred.graph, *_subgraphs(inferred.graph)]
+    graphs = [inferred.graph, *subgraphs(inferred.graph)]
     for vi in [v for g in graphs for v in (*g.value_info, *g.output)]:
         tt = vi.type.tensor_type
         try:
@@ -129,7 +120,7 @@ def prepare_model(
     infos: list[_NodeInfo] = []
     # the main graph's custom nodes and those of its If/Loop/Scan bodies (torch.cond's branches)
     local = {(f.domain, f.name) for f in fixed.functions}
-    for node in [n for g in [fixed.graph, *_subgraphs(fixed.graph)] for n in g.node if is_custom_node(n, local)]:
+    for node in [n for n in walk_nodes(fixed.graph.node) if is_custom_node(n, local)]:
         if node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved:
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
@@ -490,7 +481,7 @@ class OpenVINORunner(OnnxRunner):
 
         self._core = core = ov.Core()
         seen: dict[tuple[str, str], type] = {}
-        for node in [n for g in [prepared.graph, *_subgraphs(prepared.graph)] for n in g.node]:
+        for node in walk_nodes(prepared.graph.node):
             if not any(a.name == _NODE_ATTR for a in node.attribute):
                 continue
             key = (node.domain, node.op_type)
@@ -553,8 +544,6 @@ def _unconverted_ops(message: str) -> set[str]:
 
 def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple[str, str]]:
     """The model-local functions whose nodes (or nested subgraphs) use one of ``op_types``."""
-    from opbridge.model_io import walk_nodes
-
     return frozenset(
         (f.domain, f.name) for f in model.functions if any(n.op_type in op_types for n in walk_nodes(f.node))
     )
