@@ -251,36 +251,22 @@ def _newest_onnx_opset() -> int | None:
 def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
     """``duplicate-node-name``: two nodes of one graph (the main graph, a subgraph or a function body) with
     one name. ONNX Runtime refuses such a model ("two nodes with same node name")."""
-    import onnx
+    from collections import Counter
 
-    findings: list[Finding] = []
-
-    def graph_check(nodes: Sequence[onnx.NodeProto], where: str) -> None:
-        seen: dict[str, int] = {}
-        for node in nodes:
-            if node.name:
-                seen[node.name] = seen.get(node.name, 0) + 1
-            for attr in node.attribute:
-                subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-                for g in subgraphs:
-                    graph_check(g.node, f"{where}{node.name or node.op_type}/{attr.name}/")
-        for name, count in seen.items():
-            if count > 1:
-                findings.append(
-                    Finding(
-                        "error",
-                        "duplicate-node-name",
-                        where + name,
-                        f"{count} nodes{' of ' + where.rstrip('/') if where else ''} are named {name!r}; ONNX Runtime "
-                        "refuses the model (the ONNX checker does not check node names).",
-                        "give each node a name of its own (or clear the names)",
-                    )
-                )
-
-    graph_check(model.graph.node, "")
-    for fn in model.functions:
-        graph_check(fn.node, f"{fn.domain}::{fn.name}/")
-    return findings
+    # a node's path names its graph
+    seen = Counter((path, node.name) for path, _, node, _ in labelled_nodes(model) if node.name)
+    return [
+        Finding(
+            "error",
+            "duplicate-node-name",
+            where + name,
+            f"{count} nodes{' of ' + where.rstrip('/') if where else ''} are named {name!r}; ONNX Runtime "
+            "refuses the model (the ONNX checker does not check node names).",
+            "give each node a name of its own (or clear the names)",
+        )
+        for (where, name), count in seen.items()
+        if count > 1
+    ]
 
 
 def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
