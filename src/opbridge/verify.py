@@ -280,15 +280,18 @@ def resolve_shape_sets(
     meta: Sequence[TensorMeta],
     sets: Sequence[ShapeSet] | None,
     example: Mapping[str, Sequence[int]] | None = None,
+    *,
+    given_as: str = "--shape",
 ) -> list[dict[str, tuple[int, ...]]]:
-    """Complete each shape set to every input (see the module doc); raise on a violated static dim."""
+    """Complete each shape set to every input (see the module doc); raise on a violated static dim.
+    ``given_as`` names where the sets come from in the errors (``--shape NAME:DIMS: ...``)."""
     by_name = {m.name: m for m in meta}
     out: list[dict[str, tuple[int, ...]]] = []
     for given in sets or [{}]:
         unknown = [n for n in given if n not in by_name]
         if unknown:
             raise OpbridgeError(
-                f"--shape {unknown[0]}:...: the model has no input {unknown[0]!r}; its inputs are {list(by_name)}."
+                f"{given_as} {unknown[0]}:...: the model has no input {unknown[0]!r}; its inputs are {list(by_name)}."
             )
         bound: dict[str, int] = {}
         bound_by: dict[str, str] = {}
@@ -298,13 +301,13 @@ def resolve_shape_sets(
             if m.shape is not None:
                 if len(dims) != len(m.shape):
                     raise OpbridgeError(
-                        f"--shape {name}:{format_shape(dims)}: the model's input {name!r} has rank {len(m.shape)} "
+                        f"{given_as} {name}:{format_shape(dims)}: the model's input {name!r} has rank {len(m.shape)} "
                         f"({format_shape(m.shape)}); give {len(m.shape)} dims."
                     )
                 for axis, (d, want) in enumerate(zip(dims, m.shape)):
                     if isinstance(want, int) and d != want:
                         raise OpbridgeError(
-                            f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is static {want} "
+                            f"{given_as} {name}:{format_shape(dims)}: dim {axis} of {name!r} is static {want} "
                             "in the model "
                             f"({format_shape(m.shape)}); only dynamic dims may change."
                         )
@@ -312,7 +315,7 @@ def resolve_shape_sets(
                         if want in bound and bound[want] != d:
                             other = bound_by[want]
                             raise OpbridgeError(
-                                f"--shape {name}:{format_shape(dims)}: dim {axis} of {name!r} is the named dim "
+                                f"{given_as} {name}:{format_shape(dims)}: dim {axis} of {name!r} is the named dim "
                                 f"{want!r}, which {other}:{format_shape(tuple(given[other]))} sets to {bound[want]}; "
                                 f"inputs that share a named dim must give it one size (make {want!r} {bound[want]} "
                                 f"or {d} in both)."
@@ -623,14 +626,11 @@ def verify(
     sets: list[dict[str, tuple[int, ...]]] = []
     if inputs is not None:
         feed = load_npz(inputs, meta)
-        given = {m.name: tuple(feed[m.name].shape) for m in meta}
-        try:  # the arrays' shapes against the model's, as --shape sets are
-            resolve_shape_sets(meta, [given], example)
-        except OpbridgeError as exc:
-            where = str(inputs) if isinstance(inputs, (str, os.PathLike)) else "arrays"
-            raise OpbridgeError(
-                f"--inputs {where}: {str(exc).replace('--shape ', 'array ', 1)} (the arrays' shapes)"
-            ) from None
+        where = str(inputs) if isinstance(inputs, (str, os.PathLike)) else "arrays"
+        # the arrays' shapes against the model's, as --shape sets are
+        resolve_shape_sets(
+            meta, [{m.name: tuple(feed[m.name].shape) for m in meta}], example, given_as=f"--inputs {where}: array"
+        )
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})
     if shapes or inputs is None:
