@@ -116,7 +116,15 @@ def test_shape_and_dtype_mismatches_fail_with_reason() -> None:
 def test_integers_compare_exactly() -> None:
     r = compare_arrays(np.array([1, 2, 3]), np.array([1, 2, 4]), Tolerance(rtol=0.5, atol=1.0))
     assert not r.passed and (r.rtol, r.atol) == (0.0, 0.0)
+    assert r.reason == "1 of 3 element(s) differ (int64 is compared exactly); worst at [2]: 3 vs reference 4"
     assert compare_arrays(np.array([True, False]), np.array([True, False]), TOL).passed
+
+
+def test_bools_name_their_first_difference_as_bools() -> None:
+    r = compare_arrays(np.array([True, False, False]), np.array([True, True, False]), TOL, "mask")
+    assert not r.passed and r.mismatched == 1
+    assert r.reason == "1 of 3 element(s) differ (bool is compared exactly); first at [1]: False vs reference True"
+    assert "tolerance" not in r.reason
 
 
 def test_record_is_json_ready_with_nonfinite_values() -> None:

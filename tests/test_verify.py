@@ -513,6 +513,29 @@ def test_cli_factory_that_raises_exit_2(seed_export, tmp_path: Path, capsys) -> 
     assert not target.exists()
 
 
+class _NoBatchOfThree(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.shape[0] == 3:
+            raise ValueError("no batch of 3")
+        return torch.relu(x), x + 0.5
+
+
+def test_a_reference_failing_on_one_set_is_said_once_and_that_set_is_not_compared(wrong_model: Path) -> None:
+    reference = (_NoBatchOfThree(), (torch.randn(2, 4),))
+    record = opbridge.verify(
+        wrong_model,
+        reference,
+        backends=["reference", "openvino"],
+        shapes=[{"x": (2, 4)}, {"x": (3, 4)}],
+    )
+    assert record.exit_code == 2
+    assert record.errors == [
+        "set 2 (x:3x4): the PyTorch reference failed: ValueError: no batch of 3; no backend was compared on it."
+    ]
+    assert [(r.backend, r.shape_set) for r in record.runs] == [("reference", 0), ("openvino", 0)]
+    assert record.table().count("no batch of 3") == 1
+
+
 # --------------------------------------------------------------------------- feeds, declared tolerances, strings
 
 
@@ -851,3 +874,33 @@ def test_a_factory_importing_a_sibling_module_when_called(tmp_path: Path) -> Non
     import sys
 
     assert str(tmp_path) not in sys.path  # taken off again
+
+
+class _SameTwice(torch.nn.Module):
+    def __init__(self, last: float = 1.0) -> None:
+        super().__init__()
+        self.last = last
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = torch.sigmoid(x)
+        return a, x + 1, (a if self.last == 1.0 else a * self.last)
+
+
+def test_an_output_listed_twice_is_compared_once_and_must_be_one_value(tmp_path: Path) -> None:
+    """TorchScript lists ``(a, b, a)`` as outputs ``['1', '3', '1']``: one value, compared once, with a
+    note; a PyTorch model returning different tensors at those places does not match the file."""
+    path = tmp_path / "same_twice.onnx"
+    example = (torch.randn(2, 4),)
+    opbridge.export(_SameTwice(), example, path, exporter="torchscript")
+    names = [o.name for o in onnx.load(str(path)).graph.output]
+    assert len(names) == 3 and names[0] == names[2] != names[1]
+    record = opbridge.verify(path, (_SameTwice(), example), backends=["onnxruntime"])
+    assert record.exit_code == 0, record.table()
+    assert [o.name for o in record.runs[0].outputs] == names[:2]
+    note = f"output {names[0]!r} is listed at positions [0, 2] of the model's outputs: one value, compared once"
+    assert record.notes == [note]
+    assert record.to_dict()["notes"] == record.notes
+    wrong = opbridge.verify(path, (_SameTwice(last=3.0), example), backends=["onnxruntime"])
+    assert wrong.exit_code == 2 and not wrong.runs
+    assert f"the model lists output {names[0]!r} at positions 0 and 2" in wrong.errors[0]
+    assert "export it again from this model" in wrong.errors[0]

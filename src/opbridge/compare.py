@@ -213,9 +213,10 @@ def _compare_integers(a: np.ndarray, e: np.ndarray, base: dict[str, Any]) -> Out
     if mismatched:
         flat = int(np.argmax(diff))
         worst_index = tuple(int(i) for i in np.unravel_index(flat, e.shape))
-        worst_a, worst_e = int(a.flat[flat]), int(e.flat[flat])
+        worst_a, worst_e = a.flat[flat].item(), e.flat[flat].item()
+        which = "first" if e.dtype.kind == "b" else "worst"
         reason = (
-            f"{mismatched} of {e.size} element(s) differ ({mismatched} beyond tolerance); worst at "
+            f"{mismatched} of {e.size} element(s) differ ({e.dtype} is compared exactly); {which} at "
             f"{list(worst_index)}: {worst_a} vs reference {worst_e}"
         )
     return OutputComparison(

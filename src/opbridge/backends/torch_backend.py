@@ -107,7 +107,26 @@ class TorchRunner(Runner):
             raise InputError(
                 f"torch: the reference returned {len(flat)} tensor(s), the model has {len(names)} output(s) {names}."
             )
-        return {n: t.detach().cpu().numpy() for n, t in zip(names, flat)}
+        out: dict[str, np.ndarray] = {}
+        for i, (n, t) in enumerate(zip(names, flat)):
+            value = t.detach().cpu().numpy()
+            if n in out and not _same(out[n], value):
+                # the graph lists one value at both positions; the reference gives two different ones
+                first = names.index(n)
+                raise InputError(
+                    f"torch: the model lists output {n!r} at positions {first} and {i}, one value returned twice, "
+                    f"but the reference returns different tensors there; the ONNX file does not match the "
+                    "PyTorch model: export it again from this model."
+                )
+            out[n] = value
+        return out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shapes, dtypes and values (NaN equal to NaN where the dtype has it)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _np_dtype(tensor: Any) -> np.dtype | None:
