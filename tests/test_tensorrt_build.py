@@ -6,6 +6,7 @@ fault builds run through the default child process, so an abort could not end th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -717,9 +718,14 @@ def test_cli_trt_build_exit_codes(seed_export: Any, user_ops_file: Path, tmp_pat
 def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) -> None:
     assert cli_main(["plugins", "--ops", str(user_ops_file)]) == 0
     out = capsys.readouterr().out
-    assert "DynamicTRTResize v1 namespace='Test' fields=[align_corners:INT32]" in out
-    assert "MySELU v1 namespace='' fields=[attr1:CHAR, attr2:INT32, attr3:FLOAT32]" in out
+    assert "DynamicTRTResize v1 namespace='Test' fields=[align_corners:BOOL as INT32]" in out
+    assert "MySELU v1 namespace='' fields=[attr1:STRING as CHAR, attr2:INTS as INT32, attr3:FLOAT as FLOAT32]" in out
+    assert "stride:INTS as INT32" in out  # a list tells itself from one value
     assert "Blend v1 namespace='acme_trt'" in out
+    assert cli_main(["plugins", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["plugins"]
+    dcn = next(p for p in listed if p["name"] == "MMCVModulatedDeformConv2d")
+    assert dcn["fields"][0] == {"name": "stride", "type": "INT32", "attribute": "INTS"}
 
 
 def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:

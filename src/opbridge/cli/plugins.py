@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
                             "version": i.version,
                             "namespace": i.namespace,
                             "op": i.op,
-                            "fields": [{"name": n, "type": t} for n, t in i.fields],
+                            "fields": [
+                                {"name": n, "type": t, "attribute": a}
+                                for (n, t), a in zip(i.fields, i.attributes or (None,) * len(i.fields))
+                            ],
                         }
                         for i in infos
                     ],

@@ -31,9 +31,13 @@ class PluginInfo:
     namespace: str
     fields: tuple[tuple[str, str], ...]
     op: str | None = None  # the opbridge op's "domain::Name", None for creators opbridge did not make
+    attributes: tuple[str, ...] = ()  # each field's ONNX attribute type (INT, INTS...), for opbridge's creators
 
     def describe(self) -> str:
-        fields = ", ".join(f"{n}:{t}" for n, t in self.fields) or "-"
+        """One line: ``stride:INTS as INT32`` for an opbridge field (the attribute type, then the
+        field type the parser sends), ``name:TYPE`` for another creator's."""
+        kinds = self.attributes or ("",) * len(self.fields)
+        fields = ", ".join(f"{n}:{a} as {t}" if a else f"{n}:{t}" for (n, t), a in zip(self.fields, kinds)) or "-"
         origin = f" (opbridge {self.op})" if self.op else ""
         return f"{self.name} v{self.version} namespace={self.namespace!r} fields=[{fields}]{origin}"
 
@@ -99,9 +103,7 @@ def register_plugins(ops: Iterable[OpDef] | None = None) -> list[PluginInfo]:
                         )
                         continue
                     _REGISTERED[key] = (opdef, creator)
-                infos.append(
-                    PluginInfo(spec.name, str(spec.version), namespace, tuple(field_names(spec)), spec.qualname)
-                )
+                infos.append(_info(spec.name, str(spec.version), namespace, opdef))
     return infos
 
 
@@ -115,14 +117,12 @@ def list_plugins(include_all: bool = False) -> list[PluginInfo]:
         if op is None and not include_all:
             continue
         # Reading a built-in creator's fields can print internal errors (RTX's Myelin plugin): skip them.
-        fields = tuple(field_names(op.spec)) if op is not None else ()
-        out.append(
-            PluginInfo(
-                str(creator.name),
-                str(creator.plugin_version),
-                str(creator.plugin_namespace),
-                fields,
-                op.spec.qualname if op is not None else None,
-            )
-        )
+        out.append(_info(str(creator.name), str(creator.plugin_version), str(creator.plugin_namespace), op))
     return out
+
+
+def _info(name: str, version: str, namespace: str, op: OpDef | None) -> PluginInfo:
+    if op is None:
+        return PluginInfo(name, version, namespace, ())
+    attributes = tuple(a.type.name for a in op.spec.attributes)
+    return PluginInfo(name, version, namespace, tuple(field_names(op.spec)), op.spec.qualname, attributes)
