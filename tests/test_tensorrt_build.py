@@ -829,3 +829,76 @@ def test_missing_profiles_are_named_together(tmp_path: Path) -> None:
         r"--profile b:1x3,1x3,1x3",
     ):
         check_profiles(path, {})
+
+
+ABORTING_OPS = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    import opbridge
+    from opbridge import TensorInfo
+
+    @opbridge.op("crash_trt::Abort")
+    def Abort(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    @Abort.register_shape
+    def _abort(x):
+        if "_worker" in sys.argv[0]:  # TensorRT's child process only, never the caller's
+            os.abort()
+        return TensorInfo(x.shape, x.dtype)
+    """
+)
+
+
+def test_a_worker_that_aborts_is_named_with_its_signal_and_last_step(tmp_path: Path) -> None:
+    """A native abort in the child (here: a shape rule calling abort()) is a failed parse that says how the
+    process ended and what it was doing, not an exit code and an empty tail."""
+    ops = tmp_path / "aborting_ops.py"
+    ops.write_text(ABORTING_OPS, encoding="utf-8")
+    model = _single_node_model(tmp_path / "abort.onnx", "Abort", "crash_trt")
+    report = parse_with_tensorrt(model, ops=[str(ops)])
+    assert not report.ok
+    message = report.errors[0][2]
+    assert message.startswith("TensorRT's process ended (killed by SIGABRT, exit code -6) before reporting"), message
+    assert f"opbridge: parsing {model.resolve()}" in message, message
+
+
+def test_an_ops_module_that_builds_when_imported_cannot_start_workers_without_end(tmp_path: Path) -> None:
+    """A module defining ops that parses a model when imported: the worker imports it for its ops, and each
+    import would start another worker. Inside a worker the parse is refused, so the module's import fails
+    there (after its op is defined, which is all the worker needs) and the caller's parse succeeds."""
+    ops = tmp_path / "parses_on_import.py"
+    model = _single_node_model(tmp_path / "m.onnx", "Twice", "import_trt")
+    ops.write_text(
+        textwrap.dedent(
+            f"""
+            import torch, opbridge
+            from opbridge.tensorrt import parse_with_tensorrt
+
+            @opbridge.op("import_trt::Twice")
+            def twice(x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+
+            REPORT = parse_with_tensorrt({str(model)!r})  # no __main__ guard
+            """
+        ),
+        encoding="utf-8",
+    )
+    stdout = run_script(
+        tmp_path,
+        f"""
+        from opbridge._loading import load_module
+        module = load_module({str(ops)!r})
+        print(module.REPORT.ok, module.REPORT.errors)
+        """,
+        timeout=120,
+    )
+    assert stdout.strip().splitlines()[-1] == "True []"
+
+
+def test_a_parse_asked_for_inside_the_worker_is_refused_by_name(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("OPBRIDGE_TENSORRT_WORKER", "1")
+    model = _single_node_model(tmp_path / "m.onnx", "Twice", "import_trt")
+    with pytest.raises(opbridge.OpbridgeError, match="parses or builds a model when imported; put that code under"):
+        parse_with_tensorrt(model)

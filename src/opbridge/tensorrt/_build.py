@@ -177,9 +177,10 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
 
 
 def _run_in_process(
-    model_path: str, engine_path: str | None, profiles: dict[str, list[list[int]]], build: bool
+    model_path: str, engine_path: str | None, profiles: dict[str, list[list[int]]], build: bool, echo: bool = False
 ) -> dict[str, Any]:
-    """Parse (and build) in this process; returns the JSON-able report."""
+    """Parse (and build) in this process; returns the JSON-able report. With ``echo``, each step and
+    TensorRT's log lines also go to stderr as they happen (the worker process's last words)."""
     from opbridge.tensorrt._loader import load_tensorrt
     from opbridge.tensorrt._plugin import (
         clear_errors,
@@ -201,6 +202,12 @@ def _run_in_process(
             if any(n in msg for n in _NOISE):
                 return
             self.lines.append((severity.name, msg))
+            if echo:  # the calling process shows the tail if TensorRT ends this one before it reports
+                print(f"[{severity.name}] {msg}", file=sys.stderr, flush=True)
+
+    def stage(text: str) -> None:
+        if echo:
+            print(f"opbridge: {text}", file=sys.stderr, flush=True)
 
     pre, tagged, kernelless = _prepare(model_path)
     if pre:
@@ -223,6 +230,7 @@ def _run_in_process(
         with open(model_path, "rb") as fh:
             tagged = fh.read()
     data = tagged
+    stage(f"parsing {model_path}")
     parsed = bool(parser.parse(data, model_path)) if _takes_path(parser) else bool(parser.parse(data))
     errors: list[ErrorEntry] = []
     for i in range(parser.num_errors):
@@ -258,6 +266,8 @@ def _run_in_process(
             for name, (lo, mid, hi) in profiles.items():
                 profile.set_shape(name, tuple(lo), tuple(mid), tuple(hi))
             config.add_optimization_profile(profile)
+        if not errors:
+            stage("building the engine")
         engine = None if errors else builder.build_serialized_network(network, config)
         if engine is None:
             report["ok"] = False
@@ -532,13 +542,24 @@ def _raise_usage_error(result: dict[str, Any]) -> None:
     raise kind(result["errors"][0][2])
 
 
+_IN_WORKER = "OPBRIDGE_TENSORRT_WORKER"
+
+
 def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    if os.environ.get(_IN_WORKER):
+        # an --ops module that parses or builds when imported would start workers without end
+        raise OpbridgeError(
+            "TensorRT's worker process was asked to start another one: a module it imports for its ops "
+            f"({', '.join(request.get('ops', [])) or 'an --ops target'}) parses or builds a model when imported; "
+            "put that code under `if __name__ == '__main__':`"
+        )
     _MAIN_OPS.clear()
     with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request = dict(request, auto_ops=_op_modules(request["model"]))
         req_path.write_text(json.dumps(request))
         env = dict(os.environ)
+        env[_IN_WORKER] = "1"
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         try:
             proc = subprocess.run(
@@ -560,12 +581,32 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
             if result.get("usage_error"):
                 _raise_usage_error(result)
             return _name_main_ops(result)
-        tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
-        return {
-            "ok": False,
-            "backend": "?",
-            "errors": [["", "", f"TensorRT ended its process (exit code {proc.returncode}) before reporting:\n{tail}"]],
-        }
+        return {"ok": False, "backend": "?", "errors": [["", "", _ended_early(proc.returncode, proc.stderr)]]}
+
+
+def _ended_early(code: int, stderr: str | None) -> str:
+    """What to say of a worker that ended without writing its result: how it ended, and its last lines
+    (the steps it began and TensorRT's log, which the worker echoes to stderr)."""
+    import signal
+
+    how = f"exit code {code}"
+    if code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}, exit code {code}"
+        except ValueError:
+            pass
+    lines = (stderr or "").strip().splitlines()
+    if not lines:
+        return (
+            f"TensorRT's process ended ({how}) before parsing the model, and printed nothing: it ended while "
+            "importing TensorRT, the --ops modules or the plugins' registration"
+        )
+    tail = lines[-15:]
+    steps = [line for line in lines if line.startswith("opbridge: ")]
+    if steps and steps[-1] not in tail:  # the step it was in, ahead of TensorRT's last words
+        tail = [steps[-1], "..."] + tail
+    shown = "\n".join(tail)
+    return f"TensorRT's process ended ({how}) before reporting; its last lines:\n{shown}"
 
 
 def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str, Any]:
@@ -677,6 +718,8 @@ def _work(request: dict[str, Any]) -> dict[str, Any]:
             load_module(target)
         except Exception as exc:
             logger.warning("could not import %s, which defines ops of the calling process: %s", target, exc)
-    report = _run_in_process(request["model"], request.get("engine"), request.get("profiles", {}), request["build"])
+    report = _run_in_process(
+        request["model"], request.get("engine"), request.get("profiles", {}), request["build"], echo=True
+    )
     report["errors"] = errors + report["errors"]
     return report
