@@ -3,6 +3,9 @@ eagerly, twice over and under torch.compile, with no autograd fallback warning."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -426,3 +429,98 @@ def test_forward_mode_ad_is_refused_not_zero() -> None:
         jac, torch.diag(torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))), rtol=1e-10, atol=1e-12
     )
     assert torch.func.vmap(selu)(x.reshape(2, 2)).shape == (2, 2)
+
+
+def test_compiled_backward_of_a_redefined_op_follows_the_new_definition() -> None:
+    """A compiled backward runs the op's definition of now, as its compiled forward does (re-running a
+    notebook cell, importlib.reload): it gave the old definition's gradient."""
+
+    @opbridge.op("tests.grad::RedefinedCompiled")
+    def first(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    run = torch.compile(lambda t: first(t) + 1, backend="aot_eager", fullgraph=True)
+    x = torch.ones(2, requires_grad=True)
+    run(x).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [2.0, 2.0]
+
+    @opbridge.op("tests.grad::RedefinedCompiled")
+    def second(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    x = torch.ones(2, requires_grad=True)
+    y = run(x)
+    y.sum().backward()
+    assert y.tolist() == [4.0, 4.0] and x.grad is not None and x.grad.tolist() == [3.0, 3.0]
+
+
+def test_compiled_backward_loaded_from_the_cache_in_another_process(tmp_path: Path) -> None:
+    """torch.compile's on-disk cache hands a second process the first one's backward graph: it must name
+    the op, not its place among the ops the first process defined (the second defines another one
+    first, so that place is another op's there)."""
+    script = f"""
+        import os, sys
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+        import torch, opbridge
+        if sys.argv[1] == "second":
+            @opbridge.op("tests.cache::Other")
+            def other(x: torch.Tensor) -> torch.Tensor:
+                return x * 10.0
+            other(torch.ones(1))
+
+        @opbridge.op("tests.cache::Twice")
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2.0
+
+        x = torch.ones(3, requires_grad=True)
+        y = torch.compile(lambda t: twice(t) + 1)(x)
+        y.sum().backward()
+        print(y.tolist(), x.grad.tolist())
+    """
+    path = tmp_path / "compiled_grad.py"
+    path.write_text(textwrap.dedent(script), encoding="utf-8")
+    for run in ("first", "second"):
+        done = subprocess.run(
+            [sys.executable, str(path), run], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == "[3.0, 3.0, 3.0] [2.0, 2.0, 2.0]", (run, done.stdout)
+
+
+@opbridge.op("tests.grad::SwishDefault")
+def _swish_default(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    return x * torch.sigmoid(beta * x)
+
+
+class _SwishBeta(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.beta = 1.5  # a float attribute: dynamic=True traces it as a symbolic float
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _swish_default(x) + _swish_default(x, beta=self.beta) + MySELU(x, x, x)
+
+
+def test_float_attributes_under_dynamic_compile() -> None:
+    """A float attribute at its default or from a module attribute: dynamic=True traces it as a symbolic
+    float, which the attribute check met with math.isfinite (unsupported in a full graph, a graph break
+    otherwise)."""
+    torch._dynamo.reset()
+    model = _SwishBeta()
+    x = torch.randn(3, 4)
+    run = torch.compile(model, fullgraph=True, dynamic=True, backend="eager")
+    torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)
+    assert run(torch.randn(5, 2)).shape == (5, 2)
+
+
+def test_inference_mode_and_inference_tensors() -> None:
+    """Under torch.inference_mode, and with an inference tensor outside it: inference tensors keep no
+    version counter, which the in-place check read."""
+    x = torch.randn(2, 3)
+    with torch.inference_mode():
+        y = _swish_default(x, beta=2.0)
+        z = MySELU(x, x, x)
+        t = torch.randn(2, 3)
+    assert y.is_inference() and z.is_inference()
+    torch.testing.assert_close(y, _swish_default.reference(x, beta=2.0), rtol=0, atol=0)
+    torch.testing.assert_close(_swish_default(t), _swish_default.reference(t), rtol=0, atol=0)

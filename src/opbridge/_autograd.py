@@ -167,7 +167,6 @@ def define(
                     list(tensors),
                     list(grads),
                     list(needs),
-                    ctx.opbridge_definition,
                     ctx.opbridge_autocast,
                     devices,
                     list(states),
@@ -181,13 +180,15 @@ def define(
         inputs: list[Any],
         grads: list[Any],
         needs: list[bool],
-        index: int,
         autocast: str,
         devices: str,
         states: list[Any],
         *encoded: Any,
     ) -> list[Any]:
-        opdef = definition(index)
+        # the op's current definition, looked up when the compiled code runs: a process-local index
+        # baked into the traced graph would name another op in a process that loads that graph from
+        # torch.compile's cache, and a redefined op's old definition in this one
+        opdef = current()
         tensors, attrs = decode(opdef, (*inputs, *encoded))
         context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
         rng = dict(zip(devices.split(","), states)) if devices else {}
@@ -209,7 +210,7 @@ def define(
 
     torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=lib)
     grad_params = (
-        "Tensor?[] inputs__, Tensor?[] grad_outputs__, bool[] needs__, int definition__, str autocast__, "
+        "Tensor?[] inputs__, Tensor?[] grad_outputs__, bool[] needs__, str autocast__, "
         "str rng_devices__, Tensor[] rng_states__"
     )
     lib.define(f"{opname}_grad({grad_params}{', ' + attr_params if attr_params else ''}) -> Tensor[]")

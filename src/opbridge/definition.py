@@ -495,7 +495,7 @@ class OpDef:
         """An OpDefinitionError where the reference wrote one of its inputs in place (torch.library ops
         do not; a backward's second run of the reference would write it again)."""
         for p, t, v in zip(self.spec.inputs, tensors, versions):
-            if t is not None and t._version != v:
+            if t is not None and v is not None and _version(t) != v:
                 raise OpDefinitionError(
                     f"{self.spec.qualname}: the reference changed its input {p.name!r} in place; an op must "
                     f"leave its inputs as they are: work on a copy ({p.name} = {p.name}.clone()) or use "
@@ -577,7 +577,7 @@ def _define_torch_op(opdef: OpDef) -> Any:
         def impl(*args: Any) -> Any:
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
-            versions = [None if t is None else t._version for t in tensors]
+            versions = [_version(t) for t in tensors]
             rng = _autograd.rng_before(tensors)
             with inside_reference():
                 result = current._check_result(current.reference(*tensors, **attrs), "the reference")
@@ -616,6 +616,11 @@ def _make_current(qual: str, opdef: OpDef) -> None:
         opdef._definition_index = len(_DEFINITIONS)
         _DEFINITIONS.append(opdef)
     _TORCH_IMPLS[qual] = opdef
+
+
+def _version(t: Any) -> int | None:
+    """``t``'s version counter (bumped by in-place writes); None for an inference tensor, which has none."""
+    return None if t is None or t.is_inference() else int(t._version)
 
 
 def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:

@@ -81,7 +81,8 @@ def _check_scalar(kind: AttrType, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError
         value = float(value)
-        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+        # (comparisons, not math.isfinite: torch.compile traces a float attribute as a symbolic one)
+        if _FLOAT32_MAX < abs(value) < math.inf:
             raise OverflowError(f"{value!r} is beyond float32, which ONNX FLOAT attributes hold")
         return value
     if kind in (AttrType.INT, AttrType.INTS):

@@ -330,7 +330,7 @@ def _inputs_unchanged(tensors: list[Any], label: str) -> None:
     its views (``_version``), so a write is seen without copying the inputs.
     """
     for i, t in enumerate(tensors):
-        if t is not None and t._version:
+        if t is not None and not t.is_inference() and t._version:  # (inference tensors keep no count)
             raise RuntimeError(
                 f"{label}: the kernel wrote input {i} in place; its inputs are ONNX Runtime's buffers (an "
                 "initializer or the caller's array) and must stay unchanged: compute into a new tensor "
