@@ -439,3 +439,125 @@ def test_forked_child_finds_ops_while_another_thread_held_the_registry(tmp_path:
         timeout=120,
     )
     assert out.strip() == "child exit 0", out
+
+
+def test_names_pytorch_cannot_take_are_refused_and_leave_nothing_behind() -> None:
+    """Non-ASCII op or parameter names passed str.isidentifier and then failed inside PyTorch, leaving a
+    half-registered op that broke every later export; 'a::b::c' was blamed on a missing domain."""
+    with pytest.raises(OpDefinitionError, match=r"'Größe' is not a valid op type; use ASCII letters"):
+        opbridge.op("tests.def::Größe")
+    with pytest.raises(OpDefinitionError, match=r"domain 'tëst' must be dot-separated ASCII identifiers"):
+        opbridge.op("tëst::Op")
+    with pytest.raises(OpDefinitionError, match=r"has 2 '::'; write it 'domain::Name' with one"):
+        opbridge.op("a::b::c")
+    with pytest.raises(OpDefinitionError, match=r"parameter '名前' is not an ASCII name"):
+
+        @opbridge.op("tests.def::NamedInJapanese")
+        def named(x: torch.Tensor, 名前: int = 1) -> torch.Tensor:
+            return x
+
+    assert opbridge.find_op("tests.def", "NamedInJapanese") is None
+
+
+def test_a_definition_pytorch_refuses_leaves_the_registry_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opbridge import definition
+
+    def refuse(opdef: opbridge.OpDef) -> None:
+        raise RuntimeError("PyTorch refused the schema")
+
+    monkeypatch.setattr(definition, "_define_torch_op", refuse)
+    with pytest.raises(RuntimeError, match="refused the schema"):
+
+        @opbridge.op("tests.def::Refused")
+        def refused(x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    assert opbridge.find_op("tests.def", "Refused") is None
+
+
+def test_two_ops_pytorch_would_name_alike_are_refused() -> None:
+    """PyTorch's op names have no dots: 'tests.dots::Gelu' and 'tests_dots::Gelu' were one torch op, the
+    later definition silently running for the earlier one's calls."""
+
+    @opbridge.op("tests.dots::Gelu")
+    def dotted(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(
+        OpDefinitionError, match=r"tests_dots::Gelu v1 and the op tests.dots::Gelu v1 .* one PyTorch op"
+    ):
+
+        @opbridge.op("tests_dots::Gelu")
+        def underscored(x: torch.Tensor) -> torch.Tensor:
+            return x * 100
+
+    assert dotted(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("qualname", ["opbridge::MySELU", "Test::DynamicTRTResize"])
+def test_a_built_in_op_cannot_be_taken_over(qualname: str) -> None:
+    """A user's op of a built-in's name was replaced by the built-in when a lookup loaded them (same
+    signature: the user's semantics silently lost) or broke every later lookup (another signature)."""
+    from opbridge.ops import DynamicResize
+
+    with pytest.raises(OpDefinitionError, match=rf"{qualname} v1 is one of opbridge's built-in ops"):
+
+        @opbridge.op(qualname)
+        def mine(input: torch.Tensor, size_tensor: torch.Tensor, align_corners: bool = False) -> torch.Tensor:
+            return input
+
+    assert opbridge.find_op("Test", "DynamicTRTResize") is DynamicResize
+
+    # a new op in a built-in domain is the user's to define
+    @opbridge.op("mmdeploy::TestsOwnOp")
+    def own(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    assert opbridge.find_op("mmdeploy", "TestsOwnOp") is own
+
+
+def test_parameter_named_out_and_outputs_as_a_string_are_refused() -> None:
+    with pytest.raises(OpDefinitionError, match=r"parameter 'out': the name is reserved"):
+
+        @opbridge.op("tests.def::AddOut")
+        def add_out(x: torch.Tensor, out: float = 1.0) -> torch.Tensor:
+            return x + out
+
+    with pytest.raises(OpDefinitionError, match=r"outputs= takes a tuple of names, one per output.*got 'ab'"):
+
+        @opbridge.op("tests.def::TwoNamed", outputs="ab")  # type: ignore[arg-type]
+        def two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, x
+
+
+def test_a_reference_may_return_its_outputs_as_a_list() -> None:
+    @opbridge.op("tests.def::ListOut")
+    def pair(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return [x + 1, x + 2]  # type: ignore[return-value]
+
+    a, b = pair(torch.ones(2))
+    assert a.tolist() == [2.0, 2.0] and b.tolist() == [3.0, 3.0]
+    assert isinstance(pair.run_reference(torch.ones(2)), tuple)
+
+
+def test_register_kernel_as_a_decorator_with_arguments() -> None:
+    @opbridge.op("tests.def::KernelKind")
+    def plus(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    @plus.register_kernel(kind="torch")
+    def _plus(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    assert plus.kernel is _plus and plus.kernel_kind == "torch"
+
+
+def test_a_traced_size_given_for_an_attribute_says_why() -> None:
+    @opbridge.op("tests.def::TakeN")
+    def take_n(x: torch.Tensor, n: int = 1) -> torch.Tensor:
+        return x * n
+
+    with pytest.raises(
+        opbridge.OpCallError, match=r"expects int, got Tensor .*Pass an int.*TorchScript exporter traces"
+    ):
+        take_n(torch.ones(2), n=torch.tensor(3))

@@ -108,6 +108,11 @@ def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] 
             "'-> torch.Tensor' or '-> tuple[torch.Tensor, torch.Tensor]' (one entry per output)."
         )
     if names is not None:
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise OpDefinitionError(
+                f"{qualname}: outputs= takes a tuple of names, one per output, e.g. outputs=('y',) or "
+                f"outputs=('boxes', 'labels'); got {names!r}."
+            )
         if len(names) != count:
             raise OpDefinitionError(
                 f"{qualname}: {len(names)} output name(s) given for {count} output(s) in the return annotation."
@@ -116,6 +121,13 @@ def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] 
     if count == 1:
         return (OutputSpec("output"),)
     return tuple(OutputSpec(f"output{i}") for i in range(count))
+
+
+# Parameter names an op cannot use, and why.
+_RESERVED_PARAMETERS = {
+    "out": "the name is reserved: a CPU kernel's parameter 'out' receives ONNX Runtime's preallocated outputs "
+    "(see register_kernel); rename it.",
+}
 
 
 def spec_from_function(
@@ -141,6 +153,13 @@ def spec_from_function(
                 f"{qualname}: parameter {param.name!r} has no type annotation; annotate it as "
                 "torch.Tensor, Optional[torch.Tensor], float, int, bool, str, list[float], list[int] or list[str]."
             )
+        if not param.name.isascii():
+            raise OpDefinitionError(
+                f"{qualname}: parameter {param.name!r} is not an ASCII name; PyTorch's op schemas take ASCII "
+                "names only (they become the ONNX input and attribute names): rename it."
+            )
+        if param.name in _RESERVED_PARAMETERS:
+            raise OpDefinitionError(f"{qualname}: parameter {param.name!r}: {_RESERVED_PARAMETERS[param.name]}")
         ann = hints[param.name]
         if _is_tensor(ann):
             if attrs:
@@ -309,14 +328,15 @@ class OpDef:
 
     def register_kernel(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | None = None,
         *,
         kind: str = "numpy",
         native: Callable[[Mapping[str, Any]], Any] | None = None,
-    ) -> Callable[..., Any]:
+    ) -> Any:
         """Attach a CPU kernel for runtimes: ``fn(*arrays, **attrs) -> array | tuple``.
 
         ``kind`` is ``"numpy"`` (numpy arrays in and out) or ``"torch"`` (CPU tensors).
+        Usable as ``@op.register_kernel`` or ``@op.register_kernel(kind="torch")``.
         Without a kernel, runtimes run the PyTorch reference. A kernel with a parameter
         named ``out``, on an op with a shape rule, gets ONNX Runtime's preallocated
         output(s) there (arrays, or CPU tensors over them for a torch kernel; a tuple for
@@ -339,8 +359,17 @@ class OpDef:
         """
         if kind not in ("numpy", "torch"):
             raise OpDefinitionError(f"{self.spec.qualname}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
-        self.kernel, self.kernel_kind, self.native_kernel = fn, kind, native
-        return fn
+
+        def attach(f: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(f):
+                raise OpDefinitionError(
+                    f"{self.spec.qualname}: register_kernel takes a function fn(*arrays, **attrs), got "
+                    f"{type(f).__name__}."
+                )
+            self.kernel, self.kernel_kind, self.native_kernel = f, kind, native
+            return f
+
+        return attach(fn) if fn is not None else attach
 
     def register_function(
         self,
@@ -489,7 +518,7 @@ class OpDef:
                 f"output(s) {[o.name for o in self.spec.outputs]}; return "
                 + ("one tensor." if n == 1 else f"a tuple of {n} tensors.")
             )
-        return result if n > 1 else items[0]
+        return tuple(items) if n > 1 else items[0]
 
     def _check_unchanged(self, tensors: list[Any], versions: list[Any]) -> None:
         """An OpDefinitionError where the reference wrote one of its inputs in place (torch.library ops
@@ -698,23 +727,33 @@ def op(
 
     def decorate(fn: Callable[..., Any]) -> OpDef:
         spec = spec_from_function(fn, qualname, version, outputs, tolerances)
+        builtin = _is_builtin(fn)
+        if spec.domain in _BUILTIN_DOMAINS and not builtin:
+            _ensure_builtins()  # a clash with a built-in op is named now, not when a lookup loads them
         opdef = OpDef(spec, fn, shape=shape)
         qual = f"{_TORCH_NAMESPACE}::{_torch_op_name(spec)}"
         with _LOCK:
+            _check_name_is_free(spec, builtin)
             defined = _TORCH_IMPLS.get(qual)
+            old = _OPS.get(spec.key)
             if defined is not None:
                 # PyTorch keeps an op's schema for the process: the new definition must fit it, and from
                 # now on the op (called through either object) runs the new definition
                 if _torch_schema(defined.spec) != _torch_schema(spec):
                     raise _signature_error(spec, defined.spec)
                 _make_current(qual, opdef)
-            old = _OPS.get(spec.key)
             if old is not None:
                 logger.info("redefining op %s v%d", spec.qualname, spec.version)
             _OPS[spec.key] = opdef
-        if "torch" in sys.modules:
-            # defined now, where a first call inside torch.compile's tracing could not define it
-            opdef.torch_op()
+            if "torch" in sys.modules:
+                # defined now, where a first call inside torch.compile's tracing could not define it; an op
+                # PyTorch refuses leaves the registry as it was
+                try:
+                    opdef.torch_op()
+                except Exception:
+                    _restore(_OPS, spec.key, old)
+                    _restore(_TORCH_IMPLS, qual, defined)
+                    raise
         return opdef
 
     return decorate
@@ -722,6 +761,38 @@ def op(
 
 # Domains of the built-in ops: a lookup in one of them defines the built-ins first.
 _BUILTIN_DOMAINS = frozenset({"opbridge", "Test", "mmdeploy"})
+
+
+def _is_builtin(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is the reference of one of opbridge's built-in ops (defined in opbridge.ops)."""
+    module = getattr(fn, "__module__", "") or ""
+    return module == "opbridge.ops" or module.startswith("opbridge.ops.")
+
+
+def _check_name_is_free(spec: OpSpec, builtin: bool) -> None:
+    """Refuse a definition that would take a built-in op's place, or another op's PyTorch name."""
+    old = _OPS.get(spec.key)
+    if old is not None and _is_builtin(old.reference) and not builtin:
+        raise OpDefinitionError(
+            f"{spec.qualname} v{spec.version} is one of opbridge's built-in ops ({old.reference.__module__}); "
+            f"define yours under another domain or name (e.g. 'acme::{spec.name}'), or at another version= if "
+            "it is a new version of that op."
+        )
+    torch_name = _torch_op_name(spec)
+    for other in _OPS.values():
+        if other.spec.qualname != spec.qualname and _torch_op_name(other.spec) == torch_name:
+            raise OpDefinitionError(
+                f"{spec.qualname} v{spec.version} and the op {other.spec.qualname} v{other.spec.version} defined "
+                f"before it would be one PyTorch op, {_TORCH_NAMESPACE}::{torch_name} (PyTorch's names have no dots: "
+                "they become '_'); rename the domain or the name of this one."
+            )
+
+
+def _restore(registry: dict[Any, Any], key: Any, value: Any) -> None:
+    if value is None:
+        registry.pop(key, None)
+    else:
+        registry[key] = value
 
 
 def _ensure_builtins() -> None:

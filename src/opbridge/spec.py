@@ -132,10 +132,11 @@ class AttrSpec:
             ) from None
         except TypeError:
             where = f"{op}: " if op else ""
+            article = "an" if self.type.value[0] in "aeiou" else "a"
             raise OpCallError(
                 f"{where}attribute {self.name!r} expects {self.type.value}, got "
-                f"{type(value).__name__} ({value!r}). Pass a {self.type.value}, e.g. "
-                f"{self.name}={_example(self.type)}."
+                f"{type(value).__name__} ({value!r}). Pass {article} {self.type.value}, e.g. "
+                f"{self.name}={_example(self.type)}.{_traced_size_hint(value)}"
             ) from None
 
     def to_onnx_value(self, value: Any) -> Any:
@@ -153,6 +154,18 @@ class AttrSpec:
         if self.type.is_list:
             return tuple(value)
         return value
+
+
+def _traced_size_hint(value: Any) -> str:
+    """What to say of a 0-d tensor given for an attribute: the TorchScript exporter traces sizes such as
+    ``x.shape[0]`` as tensors, where eager PyTorch gives an int."""
+    if type(value).__name__ != "Tensor" or getattr(value, "ndim", None) != 0:
+        return ""
+    return (
+        " An attribute is a constant of the ONNX node: where this value comes from a size (x.shape[0]), the "
+        "TorchScript exporter traces it as a tensor; pass a constant, or take the value as a tensor input "
+        "if it must follow the input's shape."
+    )
 
 
 def _example(kind: AttrType) -> str:
@@ -214,6 +227,11 @@ class Tolerance:
 
 def parse_qualname(qualname: str) -> tuple[str, str]:
     """Split ``"domain::Name"`` into ``(domain, name)``; raise a helpful error otherwise."""
+    if isinstance(qualname, str) and qualname.count("::") > 1:
+        raise OpDefinitionError(
+            f"op name {qualname!r} has {qualname.count('::')} '::'; write it 'domain::Name' with one, e.g. "
+            "'acme::ScaledSwish' (a domain nests with dots: 'com.acme::ScaledSwish')."
+        )
     if not isinstance(qualname, str) or qualname.count("::") != 1:
         raise OpDefinitionError(
             f"op name {qualname!r} must be written 'domain::Name' (e.g. 'acme::ScaledSwish'); "
@@ -228,11 +246,14 @@ def parse_qualname(qualname: str) -> tuple[str, str]:
             f"op name {qualname!r}: domain {domain!r} is {owner} own (runtimes run their own ops there); choose a "
             f"domain of your own, e.g. 'acme::{name}'."
         )
-    if not name.isidentifier():
-        raise OpDefinitionError(f"op name {qualname!r}: {name!r} is not a valid op type; use letters, digits and '_'.")
-    if not all(part.isidentifier() for part in domain.split(".")):
+    if not (name.isascii() and name.isidentifier()):
         raise OpDefinitionError(
-            f"op name {qualname!r}: domain {domain!r} must be dot-separated identifiers, e.g. 'com.acme'."
+            f"op name {qualname!r}: {name!r} is not a valid op type; use ASCII letters, digits and '_' "
+            "(PyTorch's op names are ASCII)."
+        )
+    if not all(part.isascii() and part.isidentifier() for part in domain.split(".")):
+        raise OpDefinitionError(
+            f"op name {qualname!r}: domain {domain!r} must be dot-separated ASCII identifiers, e.g. 'com.acme'."
         )
     return domain, name
 
