@@ -939,3 +939,33 @@ def test_registered_kernel_node_with_an_unnamed_output_is_named_at_load() -> Non
     model.graph.node[0].output.append("")
     with pytest.raises(opbridge.OpDefinitionError, match=r"Split2 node 'split_node' leaves output\(s\) \[1\] unnamed"):
         InferenceSession(model)
+
+
+@opbridge.op(f"{DOMAIN}::TransposedOut", shape=_same)
+def transposed_out(x: torch.Tensor) -> torch.Tensor:
+    return x.T + 1
+
+
+def _transposed_numpy(x, out=None):
+    if out is None:
+        return x.T + 1
+    np.add(x, 1, out=out)
+    return out.T  # a view of out in another layout: the result is x.T + 1
+
+
+def _transposed_torch(x, out=None):
+    if out is None:
+        return x.T + 1
+    torch.add(x, 1, out=out)
+    return out.T
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_a_result_over_out_in_another_layout_is_copied_as_the_result(kind: str) -> None:
+    """A result at out's address and of out's shape but with other strides (out.T of a square output) was
+    taken as written in place: ONNX Runtime returned out, not the kernel's result."""
+    transposed_out.register_kernel(_transposed_numpy if kind == "numpy" else _transposed_torch, kind=kind)
+    model = make_model("TransposedOut", [("x", F, [3, 3])], [("y", F, [3, 3])])
+    x = np.arange(9, dtype=np.float32).reshape(3, 3)
+    (y,) = InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.T + 1)

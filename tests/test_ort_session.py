@@ -646,3 +646,48 @@ def test_run_time_dtype_error_of_an_untyped_kernel_only_output_is_explained() ->
     sess = opbridge.InferenceSession(model)
     with pytest.raises(Exception, match=r"has dtype float64, .*could not tell the element type of .*Widen output 'w'"):
         sess.run(None, {"x": np.ones(2, np.float32)})
+
+
+@opbridge.op("tests.session::Double")
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _add_weight_then_double(custom: bool) -> onnx.ModelProto:
+    second = (
+        helper.make_node("Double", ["t"], ["y"], domain="tests.session")
+        if custom
+        else helper.make_node("Add", ["t", "t"], ["y"])
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["t"]), second],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+        initializer=[onnx.numpy_helper.from_array(np.zeros(1, np.float32), "w")],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.session", 1)]
+    )
+
+
+@pytest.mark.parametrize("custom", [False, True], ids=["plain-ops", "bridged-op"])
+def test_options_a_session_options_cannot_report_come_through_a_function(custom: bool) -> None:
+    """An initializer override or a free-dimension override cannot be read back from a SessionOptions, so
+    a copy loses it (the file's weight ran, silently); a function making the options keeps every one."""
+    import onnxruntime as ort
+
+    weight = ort.OrtValue.ortvalue_from_numpy(np.full(1, 10, np.float32))
+
+    def make_options() -> ort.SessionOptions:
+        options = ort.SessionOptions()
+        options.add_initializer("w", weight)
+        options.add_free_dimension_override_by_name("n", 2)
+        return options
+
+    sess = opbridge.InferenceSession(_add_weight_then_double(custom), sess_options=make_options)
+    (y,) = sess.run(None, {"x": np.ones(2, np.float32)})
+    assert y.tolist() == [22.0, 22.0]
+    assert sess.get_inputs()[0].shape == [2]
+    with pytest.raises(TypeError, match="it must return an onnxruntime.SessionOptions; it returned dict"):
+        opbridge.InferenceSession(_add_weight_then_double(custom), sess_options=dict)

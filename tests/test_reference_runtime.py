@@ -538,3 +538,65 @@ def test_kernel_errors_name_the_node(kernel: Any, message: str) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref", 1)])
     with pytest.raises((opbridge.OpbridgeError, ValueError), match=rf"node 'mynode'(:| ){message}"):
         opbridge.ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+@opbridge.op("tests.reference::AddWeight")
+def _add_weight(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x + w
+
+
+def _add_weight_model() -> onnx.ModelProto:
+    node = helper.make_node("AddWeight", ["x", "w"], ["y"], domain="tests.reference", name="add_w")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        initializer=[onnx.numpy_helper.from_array(np.zeros(3, np.float32), "w")],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.reference", 1)]
+    )
+
+
+def test_weights_and_inputs_are_safe_from_kernels_and_from_the_outputs() -> None:
+    """A torch kernel that wrote the model's weight changed every later run; a kernel returning its input
+    or a weight handed the caller an output over that memory (the next run saw what the caller wrote)."""
+    x = np.ones(3, np.float32)
+    _add_weight.register_kernel(lambda x, w: w.add_(x), kind="torch")
+    try:
+        session = ReferenceSession(_add_weight_model())
+        with pytest.raises(
+            opbridge.OpbridgeError, match=r"tests.reference::AddWeight node 'add_w' wrote input 1 in place"
+        ):
+            session.run(None, {"x": x})
+        for kind, kernel in (("torch", lambda x, w: w[:]), ("numpy", lambda x, w: w)):
+            _add_weight.register_kernel(kernel, kind=kind)
+            session = ReferenceSession(_add_weight_model())
+            (y,) = session.run(None, {"x": x})
+            y += 100  # the caller's output is its own
+            assert session.run(None, {"x": x})[0].tolist() == [0.0, 0.0, 0.0], kind
+        _add_weight.register_kernel(lambda x, w: x[:], kind="torch")
+        (y,) = ReferenceSession(_add_weight_model()).run(None, {"x": x})
+        assert not np.shares_memory(y, x)
+    finally:
+        _add_weight.kernel, _add_weight.kernel_kind = None, None
+
+
+@opbridge.kernel("tests.reference.nospec::Upper", kind="numpy")
+def _upper(x):
+    return np.array([s.upper() for s in x.flat], dtype=object).reshape(x.shape)
+
+
+def test_a_kernel_may_return_strings_as_an_object_array() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Upper", ["x"], ["y"], domain="tests.reference.nospec")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.reference.nospec", 1)]
+    )
+    (y,) = ReferenceSession(model).run(None, {"x": np.array(["ab", "cd"], dtype=object)})
+    assert y.tolist() == ["AB", "CD"]

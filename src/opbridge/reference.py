@@ -180,11 +180,46 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
     for i, v in enumerate(items):
         if hasattr(v, "detach"):
             v = v.detach().cpu().numpy()
-        if not isinstance(v, (np.ndarray, np.generic)) or np.asarray(v).dtype == object:
+        if not isinstance(v, (np.ndarray, np.generic)):
             # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
             raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")
-        out.append(np.asarray(v))
+        v = np.asarray(v)
+        if v.dtype == object and not all(isinstance(e, (str, bytes)) for e in v.flat):
+            # an object array holds strings (ONNX's string tensors) or nothing opbridge can pass on
+            kinds = sorted({type(e).__name__ for e in v.flat if not isinstance(e, (str, bytes))})
+            raise TypeError(
+                f"output {i} is an object array holding {', '.join(kinds)}; return an array of numbers, or of "
+                "str for a string output"
+            )
+        out.append(v)
     return tuple(out)
+
+
+def _own(results: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """``results`` with a copy of each one that shares memory with an input (the caller's array or a weight
+    of the model, which the caller could then change through the output)."""
+    import numpy as np
+
+    arrays = [a for a in inputs if isinstance(a, np.ndarray)]
+    return tuple(
+        r.copy() if isinstance(r, np.ndarray) and any(np.may_share_memory(r, a) for a in arrays) else r for r in results
+    )
+
+
+def _unchanged(label: str, tensors: Sequence[Any], versions: Sequence[int | None]) -> None:
+    """Raise where a torch kernel or reference wrote an input in place (torch counts such writes): the
+    input is the caller's array or a weight of the model, which every later run would see changed."""
+    for i, (t, v) in enumerate(zip(tensors, versions)):
+        if t is not None and v is not None and not t.is_inference() and t._version != v:
+            raise OpbridgeError(
+                f"{label} wrote input {i} in place; its inputs are the caller's arrays and the model's weights, "
+                "which must stay unchanged: compute into a new tensor (x + 1, not x.add_(1)) or clone the input "
+                "first."
+            )
+
+
+def _versions(tensors: Sequence[Any]) -> list[int | None]:
+    return [None if t is None or t.is_inference() else int(t._version) for t in tensors]
 
 
 def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
@@ -201,13 +236,16 @@ def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
             import torch
 
             tensors = _to_torch(args)
+            versions = _versions(tensors)
             with torch.no_grad():
                 found = (
                     opdef.kernel(*tensors, **attrs)
                     if opdef.kernel is not None
                     else opdef.run_reference(*tensors, **attrs)
                 )
+            _unchanged(f"{opdef.spec.qualname} node {node.name!r}", tensors, versions)
             results = _to_numpy(found)
+        results = _own(results, args)
         key = (node.name, repr(sorted(attrs.items())))
         check = checks.get(key, _UNSET)
         if check is _UNSET:
@@ -228,11 +266,15 @@ def _kernel_runner(kernel: KernelDef) -> Callable[..., tuple[Any, ...]]:
     def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
         attrs = _kernel_attributes(node, linked)
         if kernel.kind == "numpy":
-            return _to_numpy(kernel.fn(*inputs, **attrs))
+            return _own(_to_numpy(kernel.fn(*inputs, **attrs)), inputs)
         import torch
 
+        tensors = _to_torch(inputs)
+        versions = _versions(tensors)
         with torch.no_grad():
-            return _to_numpy(kernel.fn(*_to_torch(inputs), **attrs))
+            found = kernel.fn(*tensors, **attrs)
+        _unchanged(f"{kernel.qualname} node {node.name!r}", tensors, versions)
+        return _own(_to_numpy(found), inputs)
 
     return run
 

@@ -766,8 +766,10 @@ static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, 
         snprintf(err, n, "%s: output %zu has shape %s, but the op's shape rule gives %s for these inputs", k->label,
                  i, got, want);
         rc = -1;
-    } else if (PyArray_DATA(arr) == PyArray_DATA(dst)) {
-        /* a view of the output itself: already in place */
+    } else if (PyArray_DATA(arr) == PyArray_DATA(dst) &&
+               memcmp(PyArray_STRIDES(arr), PyArray_STRIDES(dst), (size_t)PyArray_NDIM(dst) * sizeof(npy_intp)) == 0) {
+        /* the output itself (a view of it in another layout, e.g. its transpose, is copied below:
+           numpy's copy sees the overlap) */
     } else if (PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISNOTSWAPPED(arr) &&
                !opb_overlap(PyArray_DATA(arr), PyArray_DATA(dst), (size_t)PyArray_NBYTES(dst))) {
         opb_copy_bytes(ctx, PyArray_DATA(dst), PyArray_DATA(arr), (size_t)PyArray_NBYTES(dst), fresh);

@@ -313,7 +313,10 @@ def _torch_out_adapter(
         # other is copied into it
         given = [
             o
-            if isinstance(r, torch.Tensor) and r.data_ptr() == w.data_ptr() and r.shape == w.shape
+            if isinstance(r, torch.Tensor)
+            and r.data_ptr() == w.data_ptr()
+            and r.shape == w.shape
+            and r.stride() == w.stride()
             else _to_numpy(r, label, i)
             for i, (r, o, w) in enumerate(zip(results, outs, wrapped))
         ]

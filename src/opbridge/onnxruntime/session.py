@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
@@ -182,6 +182,27 @@ def _copy_options(options: Any) -> Any:
     return fresh
 
 
+def _made_options(factory: Callable[[], Any]) -> Any:
+    """The SessionOptions ``factory()`` makes (a new one each call: the session registers the bridge in it)."""
+    import onnxruntime as ort
+
+    options = factory()
+    if not isinstance(options, ort.SessionOptions):
+        raise TypeError(
+            f"InferenceSession: sess_options is a function, so it must return an onnxruntime.SessionOptions; "
+            f"it returned {type(options).__name__}."
+        )
+    return options
+
+
+def _with_bridge_defaults(options: Any) -> Any:
+    """``options`` with the bridge's defaults for the config entries it does not set."""
+    for key, value in _BRIDGE_DEFAULTS.items():
+        if _config_entry(options, key) in (None, ""):
+            options.add_session_config_entry(key, value)
+    return options
+
+
 def _intra_op_threads(options: Any) -> int:
     """The session's intra-op threads: ``intra_op_num_threads``, or where it is 0 (ONNX Runtime's
     choice, its physical cores) the CPUs this process may run on."""
@@ -216,7 +237,12 @@ class InferenceSession:
             bridge, so the object you pass is never modified; other session config
             entries are not copied. ONNX Runtime's idle threads do not spin in such a
             session unless ``sess_options`` asks for it: they would compete with the
-            Python kernels' own threads for the same cores.
+            Python kernels' own threads for the same cores. A SessionOptions cannot
+            report everything set on it: initializer overrides (``add_initializer``,
+            ``add_external_initializers``), free-dimension overrides and other config
+            entries are not copied. For those, pass a function that makes a new
+            SessionOptions each call (``sess_options=make_options``): the session takes
+            the object it returns as it is, and registers the bridge in it.
 
     Attributes:
         kernels: node name -> :class:`~opbridge.onnxruntime.bridge.NodeKernel`, the
@@ -265,10 +291,11 @@ class InferenceSession:
         self._untyped: list[str] = []
         bound = self._plan(model)
         self.model = model
-        options = sess_options
+        made = callable(sess_options)
+        options = _made_options(sess_options) if made else sess_options
         descriptors: list[Any] = []
         if bound:
-            options = _copy_options(sess_options)
+            options = _with_bridge_defaults(options) if made else _copy_options(sess_options)
             threads = _intra_op_threads(options)
             table, self._untyped = self._op_table(model, bound, self._nodes)
             descriptors = register_ops(options, table, self._resolver(bound, threads))
