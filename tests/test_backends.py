@@ -287,6 +287,26 @@ def _writes_input_numpy(x: np.ndarray) -> np.ndarray:
     return x
 
 
+@opbridge.op("tests.backends::ReturnsNone")
+def returns_none(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel returns None."""
+    return x + 1
+
+
+returns_none.register_kernel(lambda x: None)
+
+
+@opbridge.op("tests.backends::Interrupted")
+def interrupted(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel is interrupted (Ctrl-C)."""
+    return x + 1
+
+
+@interrupted.register_kernel
+def _interrupted_numpy(x: np.ndarray) -> np.ndarray:
+    raise KeyboardInterrupt
+
+
 class _Wrap(torch.nn.Module):
     def __init__(self, fn: opbridge.OpDef) -> None:
         super().__init__()
@@ -308,8 +328,12 @@ class _Wrap(torch.nn.Module):
             r"^openvino: tests.backends::Grows: the numpy kernel returned shape 4x3 for output 0, but its shape rule",
         ),
         (writes_input, r"^openvino: tests.backends::WritesInput: the numpy kernel raised ValueError: .*read-only"),
+        (
+            returns_none,
+            r"^openvino: tests.backends::ReturnsNone: the numpy kernel returned a NoneType for output 0, not an array",
+        ),
     ],
-    ids=["raises", "wrong-shape", "writes-input"],
+    ids=["raises", "wrong-shape", "writes-input", "returns-none"],
 )
 def test_openvino_reports_a_failing_kernel(tmp_path, op: opbridge.OpDef, message: str) -> None:
     _needs("openvino")
@@ -627,3 +651,72 @@ def test_openvino_refuses_bfloat16_custom_nodes(tmp_path: Path) -> None:
     onnx.save(model, str(path))
     with get_backend("openvino")(path) as runner, pytest.raises(Exception, match="tests.degenerate::Twice: a bfloat16"):
         runner.infer({"x": np.array([1.5, -2.25, 3.0], np.float32)})
+
+
+def test_openvino_gives_ctrl_c_in_a_kernel_back_to_the_caller(tmp_path) -> None:
+    """A KeyboardInterrupt inside a kernel reached the caller as an error of the node, and a loop went on."""
+    _needs("openvino")
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(interrupted), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with OpenVINORunner(path) as runner, pytest.raises(KeyboardInterrupt):
+        runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+def _square_model(elem: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", elem, ["n"])],
+        [helper.make_tensor_value_info("y", elem, ["n"])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_openvino_runner_serves_several_threads() -> None:
+    """One runner, four threads: calls overlapping on its one infer request failed as busy, or returned
+    another call's result without an error."""
+    import threading
+
+    _needs("openvino")
+    runner = OpenVINORunner(_square_model(TensorProto.FLOAT)).load()
+    wrong: list[str] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            x = rng.standard_normal(int(rng.integers(1, 2000))).astype(np.float32)
+            try:
+                y = runner.infer({"x": x})["y"]
+            except Exception as exc:  # counted: the test's verdict
+                wrong.append(repr(exc)[:80])
+                continue
+            if y.shape != x.shape or not np.array_equal(y, x * x):
+                wrong.append(f"{x.shape} -> {y.shape}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    runner.close()
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("elem", "value", "message"),
+    [
+        (TensorProto.INT64, 2**40 + 1, r"input 'x' holds 1099511627777, beyond int32"),
+        (TensorProto.INT64, -(2**31) - 1, r"input 'x' holds -2147483649, beyond int32"),
+        (TensorProto.DOUBLE, 1e300, r"input 'x' holds 1e\+300, beyond float32"),
+    ],
+    ids=["int64-high", "int64-low", "float64"],
+)
+def test_openvino_refuses_inputs_its_cpu_plugin_would_narrow(elem: int, value: float, message: str) -> None:
+    """OpenVINO's CPU plugin computes int64 in int32 and float64 in float32: such inputs arrived wrapped or
+    clamped, silently."""
+    _needs("openvino")
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    with OpenVINORunner(_square_model(elem)) as runner:
+        with pytest.raises(opbridge.OpbridgeError, match=message):
+            runner.infer({"x": np.array([value, 2], dtype)})
+        assert runner.infer({"x": np.array([3, 2], dtype)})["y"].tolist() == [9, 4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -969,3 +970,21 @@ def test_a_result_over_out_in_another_layout_is_copied_as_the_result(kind: str) 
     x = np.arange(9, dtype=np.float32).reshape(3, 3)
     (y,) = InferenceSession(model).run(None, {"x": x})
     np.testing.assert_array_equal(y, x.T + 1)
+
+
+@opbridge.op(f"{DOMAIN}::MissingFile", shape=_same)
+def missing_file(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@missing_file.register_kernel
+def _missing_file(x):
+    name = os.fsdecode(b"/data/calib_\xff.bin")  # a file name's undecodable byte: a lone surrogate
+    raise FileNotFoundError(f"calibration table {name} is missing")
+
+
+def test_a_message_utf8_cannot_hold_is_carried_escaped() -> None:
+    """An exception message with a lone surrogate was lost whole ("message could not be read")."""
+    sess = InferenceSession(make_model("MissingFile", [("x", F, [2])], [("y", F, [2])]))
+    with pytest.raises(_fail_type(), match=r"FileNotFoundError: calibration table /data/calib_\\udcff.bin is missing"):
+        sess.run(None, {"x": np.ones(2, np.float32)})

@@ -179,7 +179,7 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
     out = []
     for i, v in enumerate(items):
         if hasattr(v, "detach"):
-            v = v.detach().cpu().numpy()
+            v = v.detach().cpu().resolve_neg().resolve_conj().numpy()
         if not isinstance(v, (np.ndarray, np.generic)):
             # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
             raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")

@@ -24,12 +24,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CustomKernel",
+    "KernelResultError",
     "custom_nodes",
     "custom_op_nodes",
     "domain_versions",
     "find_custom_kernel",
     "is_custom_node",
 ]
+
+
+class KernelResultError(RuntimeError):
+    """A kernel's result that is not one array per output (the message names the op and the output)."""
+
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
@@ -127,15 +133,21 @@ class CustomKernel:
             result = _call(self.kerneldef.fn, self.kerneldef.kind, inputs, attrs)
         items = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(items) != num_outputs:
-            raise RuntimeError(
+            raise KernelResultError(
                 f"{self.qualname}: the {self.source} returned {len(items)} output(s), the node has {num_outputs}."
             )
-        return [_to_numpy(v) for v in items]
+        return [_to_numpy(v, i, f"{self.qualname}: the {self.source}") for i, v in enumerate(items)]
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def _to_numpy(value: Any, index: int, label: str) -> np.ndarray:
+    """A result as a numpy array; anything but an array or a tensor is refused by name."""
     if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
+        # (a negated or conjugated view has no numpy form of its own)
+        return value.detach().cpu().resolve_neg().resolve_conj().numpy()
+    if not isinstance(value, (np.ndarray, np.generic)) or np.asarray(value).dtype == object:
+        raise KernelResultError(
+            f"{label} returned a {type(value).__name__} for output {index}, not an array; return numpy arrays"
+        )
     return np.asarray(value)
 
 

@@ -32,13 +32,20 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opbridge.backends._custom import CustomKernel, domain_versions, find_custom_kernel, is_custom_node
+from opbridge.backends._custom import (
+    CustomKernel,
+    KernelResultError,
+    domain_versions,
+    find_custom_kernel,
+    is_custom_node,
+)
 from opbridge.backends.base import BackendRunError, OnnxRunner
 from opbridge.errors import BackendUnavailableError, ModelLoadError
 from opbridge.model_io import subgraphs, walk_nodes
@@ -53,6 +60,9 @@ logger = logging.getLogger(__name__)
 _NODE_ATTR = "_opbridge_node"
 # Marks the messages of errors raised inside generated ops, to find them in OpenVINO's wrapped error.
 _MARK = "[opbridge] "
+_INTERRUPTED = "KeyboardInterrupt in a kernel"
+_INT32 = np.iinfo(np.int32)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass
@@ -250,6 +260,10 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 arrays += [None] * (len(kernel.opdef.spec.inputs) - len(arrays))
             try:
                 results = kernel.run(arrays, dict(info.attrs), info.num_outputs)
+            except KeyboardInterrupt:  # OpenVINO would report it as an error of the node: _infer raises it again
+                raise RuntimeError(f"{_MARK}{_INTERRUPTED}") from None
+            except KernelResultError as exc:  # (its message names the op)
+                raise RuntimeError(f"{_MARK}{exc}") from exc
             except Exception as exc:  # reported through OpenVINO, marked for _infer
                 raise RuntimeError(
                     f"{_MARK}{kernel.qualname}: the {kernel.source} raised {type(exc).__name__}: {exc}"
@@ -409,6 +423,7 @@ class OpenVINORunner(OnnxRunner):
         self.precision = precision
         self._compiled: Any = None
         self._request: Any = None
+        self._lock = threading.Lock()
         self._core: Any = None
         self._out_index: dict[str, int] = {}
         self._out_dtypes: dict[str, np.dtype] = {}
@@ -495,13 +510,20 @@ class OpenVINORunner(OnnxRunner):
             return core.read_model(str(path))
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            results = self._request.infer(feed, share_inputs=False, share_outputs=False)
-        except RuntimeError as exc:
-            marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
-            raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
-        values = list(results.values())
-        out = {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
+        for name, value in feed.items():
+            _check_narrowed(name, np.asarray(value))
+        # one infer request: calls from several threads take turns (overlapping calls on one request
+        # failed as "busy", or returned another call's result)
+        with self._lock:
+            try:
+                results = self._request.infer(feed, share_inputs=False, share_outputs=False)
+            except RuntimeError as exc:
+                marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
+                if marked and marked[0].startswith(_INTERRUPTED):
+                    raise KeyboardInterrupt from None
+                raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
+            values = list(results.values())
+            out = {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
         # the CPU plugin computes int64 in int32: the model's outputs come back in their declared dtype
         for name, value in out.items():
             want = self._out_dtypes.get(name)
@@ -514,6 +536,29 @@ class OpenVINORunner(OnnxRunner):
         self._compiled = None
         self._core = None
         self.ov_model = None
+
+
+def _check_narrowed(name: str, value: np.ndarray) -> None:
+    """Refuse an input OpenVINO's CPU plugin would change: it computes int64 in int32 and float64 in
+    float32, so larger values reach the graph (and opbridge's kernels) wrapped or as float32's limit."""
+    if not value.size:
+        return
+    if value.dtype in (np.int64, np.uint64):
+        low, high = int(value.min()), int(value.max())
+        if low < _INT32.min or high > _INT32.max:
+            shown = high if high > _INT32.max else low
+            raise BackendRunError(
+                f"openvino: input {name!r} holds {shown}, beyond int32, which OpenVINO's CPU plugin computes "
+                f"{value.dtype} in (the value would arrive wrapped); keep {value.dtype} inputs within int32 for OpenVINO."
+            )
+    elif value.dtype == np.float64:
+        finite = np.abs(value[np.isfinite(value)])
+        if finite.size and float(finite.max()) > _FLOAT32_MAX:
+            raise BackendRunError(
+                f"openvino: input {name!r} holds {float(finite.max())!r}, beyond float32, which OpenVINO's CPU "
+                "plugin computes float64 in (it would arrive as float32's limit); keep float64 inputs within "
+                "float32 for OpenVINO."
+            )
 
 
 def _model_functions(model: Any) -> list[Any]:

@@ -112,18 +112,25 @@ static int opb_on_main_thread(void) {
     return on_main;
 }
 
+/* ``s`` (a str) as UTF-8 bytes, a character UTF-8 cannot hold (a lone surrogate, as os.fsdecode makes of
+   a file name's undecodable bytes) written as its backslash escape; NULL (no exception set) if that fails. */
+static PyObject *opb_utf8_bytes(PyObject *s) {
+    PyObject *b = (s != NULL && PyUnicode_Check(s)) ? PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace") : NULL;
+    if (b == NULL) PyErr_Clear();
+    return b;
+}
+
 /* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
 static void opb_format_exception(char *buf, size_t n) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     const char *tname = type ? ((PyTypeObject *)type)->tp_name : "Exception";
-    PyObject *text = value ? PyObject_Str(value) : NULL;
-    const char *msg = text ? PyUnicode_AsUTF8(text) : NULL;
-    if (msg == NULL) {
-        PyErr_Clear();
-        msg = "(message could not be read)";
-    }
+    PyObject *str = value ? PyObject_Str(value) : NULL;
+    if (str == NULL) PyErr_Clear();
+    PyObject *text = opb_utf8_bytes(str);
+    Py_XDECREF(str);
+    const char *msg = text ? PyBytes_AS_STRING(text) : "(message could not be read)";
     char where[256] = "";
     if (tb != NULL) {
         PyObject *last = tb, *next;
@@ -139,10 +146,13 @@ static void opb_format_exception(char *buf, size_t n) {
         PyObject *code = frame ? PyObject_GetAttrString(frame, "f_code") : NULL;
         PyObject *file = code ? PyObject_GetAttrString(code, "co_filename") : NULL;
         PyObject *func = code ? PyObject_GetAttrString(code, "co_name") : NULL;
-        if (line && file && func && PyUnicode_Check(file) && PyUnicode_Check(func)) {
-            snprintf(where, sizeof(where), " (in %s, %s:%ld)", PyUnicode_AsUTF8(func), PyUnicode_AsUTF8(file),
+        PyObject *file8 = opb_utf8_bytes(file), *func8 = opb_utf8_bytes(func);
+        if (line && file8 && func8) {
+            snprintf(where, sizeof(where), " (in %s, %s:%ld)", PyBytes_AS_STRING(func8), PyBytes_AS_STRING(file8),
                      PyLong_AsLong(line));
         }
+        Py_XDECREF(file8);
+        Py_XDECREF(func8);
         PyErr_Clear();
         Py_XDECREF(line);
         Py_XDECREF(frame);
@@ -334,13 +344,15 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         }
     }
     OpbKernel *k = (OpbKernel *)calloc(1, sizeof(OpbKernel));
-    const char *lab = PyUnicode_AsUTF8(label);
-    if (k == NULL || lab == NULL || (k->label = strdup(lab)) == NULL) {
+    PyObject *lab = opb_utf8_bytes(label);
+    if (k == NULL || lab == NULL || (k->label = strdup(PyBytes_AS_STRING(lab))) == NULL) {
         PyErr_Clear();
+        Py_XDECREF(lab);
         free(k);
         result = opb_status("opbridge: out of memory creating a kernel");
         goto done;
     }
+    Py_DECREF(lab);
     Py_INCREF(fn);
     k->fn = fn;
     if (shapes != Py_None) {
