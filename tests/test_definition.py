@@ -382,18 +382,28 @@ def test_output_names_and_attribute_ranges_are_checked() -> None:
     assert ranges(x, f=float("inf"), i=-(2**63)).tolist() == [1.0], "inf is a float32 value, -2**63 an int64 one"
 
 
-def test_rule_check_leaves_autocast_precision_alone() -> None:
-    """Under autocast the reference's matmul runs in bfloat16 while the rule declares the input's dtype:
-    not a disagreement of the two (shapes are still checked)."""
+def test_autocast_does_not_reach_inside_an_op() -> None:
+    """An op is one unit to autocast: its reference computes in its inputs' dtypes, eagerly as under
+    torch.compile and as its shape rule and fake kernel say (eagerly it computed in bfloat16, compiled in
+    float32, and the fake kernel said float32)."""
 
     @opbridge.op("tests.def::Project", shape=lambda x, w: opbridge.TensorInfo((x.shape[0], w.shape[1]), x.dtype))
     def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x @ w
 
-    x, w = torch.ones(2, 3), torch.ones(3, 4)
-    assert project(x, w).dtype == torch.float32
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(8, 16, generator=g), torch.randn(16, 8, generator=g)
+
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return project(a, b)
+
+    eager = run(x, w)
+    compiled = torch.compile(run, backend="aot_eager", fullgraph=True)(x, w)
+    assert eager.dtype == compiled.dtype == torch.float32
+    assert torch.equal(eager, project.reference(x, w)) and torch.equal(compiled, eager)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert project(x, w).dtype == torch.bfloat16
+        torch.library.opcheck(project.torch_op(), (x, w))
 
 
 def test_shape_rule_with_a_dtype_name_is_named() -> None:

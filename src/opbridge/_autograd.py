@@ -1,9 +1,9 @@
 """Gradients of opbridge ops: a registered formula, or the reference's own, by running it again.
 
 Without a formula (``OpDef.register_autograd``) the backward runs the reference again with autograd
-on and differentiates it, as activation checkpointing does: under the autocast state of the forward
-and, for a reference that drew random numbers in an eager forward, from the random state the forward
-started from. Under ``torch.compile`` that run is an op of its own (``<op>_grad``), which compiled
+on and differentiates it, as activation checkpointing does: for a reference that drew random numbers in
+an eager forward, from the random state the forward started from (autocast never reaches a reference:
+see ``inside_reference``). Under ``torch.compile`` that run is an op of its own (``<op>_grad``), which compiled
 code calls instead of tracing the reference (which may walk its data in Python).
 """
 
@@ -78,27 +78,14 @@ def _same_states(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-# ------------------------------------------------------------------ autocast of the forward
-
-
-def _autocast_state() -> str:
-    """The autocast state as ``"cpu:torch.bfloat16,cuda:torch.float16"`` (the enabled devices)."""
-    import torch
-
-    return ",".join(
-        f"{device}:{torch.get_autocast_dtype(device)}"
-        for device in ("cpu", "cuda")
-        if torch.is_autocast_enabled(device)
-    )
+# ------------------------------------------------------------------ the forward's random state, again
 
 
 @contextmanager
-def _replaying(autocast: str, rng: Mapping[str, Any]) -> Iterator[None]:
-    """Autocast as ``autocast`` says and the random states ``rng`` (restored afterwards)."""
+def _replaying(rng: Mapping[str, Any]) -> Iterator[None]:
+    """The random states ``rng`` (restored afterwards); nothing where it is empty."""
     import torch
 
-    enabled = dict(item.split(":") for item in autocast.split(",") if item)
-    devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
     with ExitStack() as stack:
         if rng:
             cuda = [k for k in rng if k != "cpu"]
@@ -106,9 +93,6 @@ def _replaying(autocast: str, rng: Mapping[str, Any]) -> Iterator[None]:
             torch.set_rng_state(rng["cpu"])
             for device in cuda:
                 torch.cuda.set_rng_state(rng[device], device)
-        for device in devices:
-            dtype = getattr(torch, enabled[device].removeprefix("torch.")) if device in enabled else None
-            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=dtype is not None))
         yield
 
 
@@ -141,7 +125,6 @@ def define(
         ctx.opbridge_saved_outputs = opdef.backward is not None
         ctx.opbridge_attrs = inputs[n:]
         ctx.opbridge_definition = opdef._definition_index
-        ctx.opbridge_autocast = _autocast_state()
         rng = _take_forward_rng(outputs[0])
         ctx.opbridge_rng = (",".join(rng), list(rng.values()))
 
@@ -158,7 +141,7 @@ def define(
             result = _checked_grads(opdef, opdef.backward(context, *grads), context)
         elif not _traced((*tensors, *grads)):
             rng = dict(zip(devices.split(","), states)) if devices else {}
-            result = _recomputed_grads(opdef, context, grads, ctx.opbridge_autocast, rng, inside)
+            result = _recomputed_grads(opdef, context, grads, rng, inside)
         else:
             # traced (torch.compile): an op of its own, which compiled code calls (the reference may
             # walk its data in Python, which tracing cannot follow)
@@ -167,7 +150,6 @@ def define(
                     list(tensors),
                     list(grads),
                     list(needs),
-                    ctx.opbridge_autocast,
                     devices,
                     list(states),
                     *encoded,
@@ -180,7 +162,6 @@ def define(
         inputs: list[Any],
         grads: list[Any],
         needs: list[bool],
-        autocast: str,
         devices: str,
         states: list[Any],
         *encoded: Any,
@@ -192,7 +173,7 @@ def define(
         tensors, attrs = decode(opdef, (*inputs, *encoded))
         context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
         rng = dict(zip(devices.split(","), states)) if devices else {}
-        found = _recomputed_grads(opdef, context, tuple(grads), autocast, rng, inside)
+        found = _recomputed_grads(opdef, context, tuple(grads), rng, inside)
         out: list[Any] = []
         for x, g, need in zip(inputs, found, needs):
             if not need:
@@ -210,8 +191,7 @@ def define(
 
     torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=lib)
     grad_params = (
-        "Tensor?[] inputs__, Tensor?[] grad_outputs__, bool[] needs__, str autocast__, "
-        "str rng_devices__, Tensor[] rng_states__"
+        "Tensor?[] inputs__, Tensor?[] grad_outputs__, bool[] needs__, str rng_devices__, Tensor[] rng_states__"
     )
     lib.define(f"{opname}_grad({grad_params}{', ' + attr_params if attr_params else ''}) -> Tensor[]")
     lib.impl(f"{opname}_grad", grad_impl, "CompositeExplicitAutograd")
@@ -230,8 +210,20 @@ def _traced(tensors: Sequence[Any]) -> bool:
 
 
 def shares_memory(a: Any, b: Any) -> bool:
-    """Whether tensors ``a`` and ``b`` are one tensor or views of one storage (``a`` not empty)."""
-    return a is b or (a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+    """Whether tensors ``a`` and ``b`` are one tensor or their storages overlap: views of one storage, or
+    storages over one buffer at different offsets (``torch.from_numpy`` of a numpy view), an empty view of
+    a storage included. Tensors without storage (fake ones, under tracing) share nothing."""
+    if a is b:
+        return True
+    try:
+        sa, sb = a.untyped_storage(), b.untyped_storage()
+        start_a, start_b = sa.data_ptr(), sb.data_ptr()
+        size_a, size_b = sa.nbytes(), sb.nbytes()
+    except (RuntimeError, NotImplementedError):  # no storage to ask (fake tensors, some subclasses)
+        return False
+    if start_a == start_b and (size_a or size_b):
+        return True
+    return size_a > 0 and size_b > 0 and start_a < start_b + size_b and start_b < start_a + size_a
 
 
 def _checked_grads(opdef: Any, result: Any, ctx: BackwardContext) -> list[Any]:
@@ -262,7 +254,6 @@ def _recomputed_grads(
     opdef: Any,
     ctx: BackwardContext,
     grads: tuple[Any, ...],
-    autocast: str,
     rng: Mapping[str, Any],
     inside: Callable[[], Any],
 ) -> list[Any]:
@@ -287,7 +278,7 @@ def _recomputed_grads(
         x = args[i]
         args[i] = x.view_as(x) if higher and x.requires_grad and i in wanted else x.detach().requires_grad_(True)
     before = None if rng else _rng_states(ctx.inputs)
-    with torch.enable_grad(), _replaying(autocast, rng), inside():
+    with torch.enable_grad(), _replaying(rng), inside():
         outputs = opdef.reference(*args, **ctx.attrs)
     if before is not None and not _same_states(before, _rng_states(ctx.inputs)):
         raise OpDefinitionError(

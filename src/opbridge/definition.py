@@ -32,7 +32,7 @@ import threading
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from opbridge._autograd import BackwardContext, shares_memory
@@ -493,8 +493,9 @@ class OpDef:
         if forward_ad:
             raise OpCallError(
                 f"{self.spec.qualname}: called under forward-mode AD ({forward_ad}), which opbridge ops do not "
-                "carry: the tangents would come out as zeros or None. Differentiate in reverse mode "
-                "(torch.autograd.grad, torch.func.jacrev) instead."
+                "carry: the tangents would come out as zeros or None. Differentiate in reverse mode with "
+                "torch.autograd.grad or torch.autograd.functional.jacobian instead (torch.func.grad, vjp and "
+                "jacrev raise PyTorch's own error on these ops)."
             )
         torch_op = self.torch_op()
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
@@ -543,8 +544,6 @@ class OpDef:
         spec = self.spec
         infos = _as_infos(self.shape_rule(*tensors, **attrs), spec, "the shape rule")
         results = result if isinstance(result, tuple) else (result,)
-        # under autocast the reference's ops compute in lower precision than the rule declares
-        autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
         for i, (info, tensor) in enumerate(zip(infos, results)):
             if not isinstance(info.dtype, torch.dtype):
                 raise OpDefinitionError(
@@ -555,7 +554,7 @@ class OpDef:
             same = len(shape) == tensor.dim() and all(
                 isinstance(d, SymDim) or int(d) == n for d, n in zip(shape, tensor.shape)
             )
-            if not same or (info.dtype != tensor.dtype and not autocast):
+            if not same or info.dtype != tensor.dtype:
                 declared = [d if not isinstance(d, SymDim) else "?" for d in shape]
                 raise OpDefinitionError(
                     f"{spec.qualname}: the shape rule declares output {i} ({spec.outputs[i].name!r}) as "
@@ -674,10 +673,18 @@ def _fresh_outputs(outputs: tuple[Any, ...], inputs: list[Any], rule: Any) -> tu
 
 @contextmanager
 def inside_reference() -> Iterator[None]:
-    """Mark this thread as running an op's reference (op calls there are not the traced model's)."""
+    """Mark this thread as running an op's reference (op calls there are not the traced model's), with
+    autocast off: an op is one unit to autocast, its reference computing in its inputs' dtypes, as its
+    shape rule, its fake kernel and compiled code (which sees no autocast at run time) have it."""
+    import torch
+
     _TRACE_STATE.inside = getattr(_TRACE_STATE, "inside", 0) + 1
     try:
-        yield
+        with ExitStack() as stack:
+            for device in ("cpu", "cuda"):
+                if torch.is_autocast_enabled(device):
+                    stack.enter_context(torch.autocast(device, enabled=False))
+            yield
     finally:
         _TRACE_STATE.inside -= 1
 
