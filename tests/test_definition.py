@@ -571,3 +571,67 @@ def test_a_traced_size_given_for_an_attribute_says_why() -> None:
         opbridge.OpCallError, match=r"expects int, got Tensor .*Pass an int.*TorchScript exporter traces"
     ):
         take_n(torch.ones(2), n=torch.tensor(3))
+
+
+class _HoldsAnOp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = MySELU
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x, torch.zeros(1), torch.ones(1))
+
+
+def test_ops_and_modules_holding_them_pickle_by_name(tmp_path: Path) -> None:
+    """An op pickles as its name: a module holding one can be saved with torch.save (it failed: the op
+    object is not the function its module attribute names)."""
+    import pickle
+
+    assert pickle.loads(pickle.dumps(MySELU)) is MySELU
+    path = tmp_path / "m.pt"
+    torch.save(_HoldsAnOp(), path)
+    loaded = torch.load(path, weights_only=False)
+    x = torch.randn(2, 3)
+    assert loaded.act is MySELU and torch.equal(loaded(x), _HoldsAnOp()(x))
+    with pytest.raises(OpDefinitionError, match=r"tests.def::NeverDefined v1 is not defined in this process"):
+        from opbridge.definition import _op_by_name
+
+        _op_by_name(None, "tests.def", "NeverDefined", 1)
+
+
+def test_a_reference_that_cannot_run_on_fake_tensors_asks_for_a_shape_rule_under_export() -> None:
+    """torch.export and torch.compile said only ".numpy() is not supported for tensor subclasses"."""
+
+    @opbridge.op("tests.def::NumpyDouble")
+    def numpy_double(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy() * 2)
+
+    class M(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return numpy_double(t)
+
+    assert numpy_double(torch.ones(2)).tolist() == [2.0, 2.0]
+    with pytest.raises(Exception, match=r"tests.def::NumpyDouble declares no shape rule.*@NumpyDouble.register_shape"):
+        torch.export.export(M(), (torch.ones(3),))
+
+
+@pytest.mark.parametrize(
+    ("op", "dtypes"),
+    [
+        (MyStrangeOp, (torch.float32, torch.float64, torch.float32)),
+        (MyStrangeOp, (torch.int64, torch.float32, torch.float32)),
+        (MyStrangeOp2, (torch.float16, torch.float32, torch.float32)),
+        (MyStrangeOp2, (torch.int32, torch.int64, torch.int64)),
+        (MySELU, (torch.int64, torch.float32, torch.float32)),
+    ],
+    ids=["strange-f32-f64", "strange-i64-f32", "strange2-f16-f32", "strange2-i32-i64", "selu-i64"],
+)
+def test_built_in_shape_rules_follow_type_promotion(op: opbridge.OpDef, dtypes: tuple[torch.dtype, ...]) -> None:
+    """The built-ins' rules gave the first input's dtype where their references promote: a mixed call
+    failed, telling the caller to fix the op's register_shape."""
+    shapes = {MyStrangeOp: ((2, 3), (3,), (2, 1)), MyStrangeOp2: ((2, 3), (3,), (3,)), MySELU: ((4,), (1,), (1,))}[op]
+    args = tuple(torch.ones(s).to(d) for s, d in zip(shapes, dtypes))
+    got = op(*args)
+    want = op.reference(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert g.dtype == w.dtype and torch.equal(g, w)

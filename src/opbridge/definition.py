@@ -309,6 +309,11 @@ class OpDef:
     def __repr__(self) -> str:
         return f"<opbridge op {self.spec.qualname} v{self.spec.version}>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by name (a module holding the op can be saved): loading imports the module that
+        defined it and takes the op defined there."""
+        return (_op_by_name, (getattr(self.reference, "__module__", None), *self.spec.key))
+
     # ------------------------------------------------------------------ facets
 
     @property
@@ -636,6 +641,24 @@ def _define_torch_op(opdef: OpDef) -> Any:
             inside=inside_reference,
         )
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _op_by_name(module: str | None, domain: str, name: str, version: int) -> OpDef:
+    """The op ``domain::name`` at ``version``, once ``module`` (where it was defined) is imported."""
+    import importlib
+
+    if domain in _BUILTIN_DOMAINS:
+        _ensure_builtins()
+    if module and module != "__main__" and (domain, name, version) not in _OPS:
+        importlib.import_module(module)
+    found = _OPS.get((domain, name, version))
+    if found is None:
+        where = f"module {module}" if module else "its module"
+        raise OpDefinitionError(
+            f"{domain}::{name} v{version} is not defined in this process; import {where}, which defines it, "
+            "before loading what holds the op."
+        )
+    return found
 
 
 def _make_current(qual: str, opdef: OpDef) -> None:

@@ -174,7 +174,17 @@ def fake_outputs(
     import torch
 
     if rule is None:
-        result = _reference_on_fakes(reference, args, attrs)
+        try:
+            result = _reference_on_fakes(reference, args, attrs)
+        except OpDefinitionError:
+            raise
+        except Exception as exc:
+            raise OpDefinitionError(
+                f"{spec.qualname} declares no shape rule, and its reference cannot run on the fake tensors of "
+                f"torch.compile and torch.export to derive one ({type(exc).__name__}: {str(exc)[:300]}); declare "
+                f"the output shapes and dtypes with @{spec.name}.register_shape (an output size that depends on "
+                "the data as opbridge.SymDim())."
+            ) from exc
         items = _as_infos(result, spec, "the reference")
         out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
     else:

@@ -15,11 +15,23 @@ from opbridge.spec import Tolerance
 __all__ = ["DynamicResize", "MySELU", "MyStrangeOp", "MyStrangeOp2"]
 
 
-def _same_as_first(x, *_, **__):
-    return TensorInfo(x.shape, x.dtype)
+def _selu_shape(x, *_, **__):
+    # exp of an integer tensor is of the default floating-point dtype
+    return TensorInfo(x.shape, x.dtype if x.dtype.is_floating_point else torch.get_default_dtype())
 
 
-@opbridge.op("opbridge::MySELU", shape=_same_as_first)
+def _promoted(*infos) -> torch.dtype:
+    """The dtype PyTorch's type promotion gives an elementwise op of tensors of ``infos``' dtypes and ranks
+    (a 0-d tensor yields to one with dims of its category, as in x + weight)."""
+    meta = [torch.empty((0,) * len(i.shape), dtype=i.dtype, device="meta") for i in infos]
+    result = meta[0]
+    for other in meta[1:]:
+        dtype = torch.result_type(result, other)
+        result = torch.empty((0,) * max(result.dim(), other.dim()), dtype=dtype, device="meta")
+    return result.dtype
+
+
+@opbridge.op("opbridge::MySELU", shape=_selu_shape)
 def MySELU(
     x: torch.Tensor,
     p: torch.Tensor,
@@ -47,7 +59,8 @@ def MyStrangeOp(
 @MyStrangeOp.register_shape
 def _strange_shape(x, weight, bias, **_):
     first = _broadcast(x.shape, weight.shape)
-    return TensorInfo(first, x.dtype), TensorInfo(_broadcast(first, bias.shape), x.dtype)
+    summed = TensorInfo(first, _promoted(x, weight))
+    return summed, TensorInfo(_broadcast(first, bias.shape), _promoted(summed, bias))
 
 
 def _broadcast(a: tuple, b: tuple) -> tuple:
@@ -73,7 +86,7 @@ def MyStrangeOp2(
 
 @MyStrangeOp2.register_shape
 def _strange2_shape(a, b, bias, **_):
-    return TensorInfo(_broadcast(_broadcast(a.shape, b.shape), bias.shape), a.dtype)
+    return TensorInfo(_broadcast(_broadcast(a.shape, b.shape), bias.shape), _promoted(a, b, bias))
 
 
 @opbridge.op("Test::DynamicTRTResize", tolerances={"float16": Tolerance(rtol=1e-2, atol=1e-2)})
