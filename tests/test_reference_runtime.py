@@ -600,3 +600,28 @@ def test_a_kernel_may_return_strings_as_an_object_array() -> None:
     )
     (y,) = ReferenceSession(model).run(None, {"x": np.array(["ab", "cd"], dtype=object)})
     assert y.tolist() == ["AB", "CD"]
+
+
+@opbridge.op("tests.reference::BfScale", tolerances={"bfloat16": (2e-2, 1e-2)})
+def _bf_scale(x: torch.Tensor, s: float = 1.5) -> torch.Tensor:
+    return x * s + 1
+
+
+def test_bfloat16_nodes_run_bit_for_bit() -> None:
+    """A custom node on bfloat16 tensors: torch.from_numpy refused ml_dtypes' bfloat16 arrays."""
+    import ml_dtypes
+
+    graph = helper.make_graph(
+        [helper.make_node("BfScale", ["x"], ["y"], domain="tests.reference", s=0.75)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [4])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.reference", 1)]
+    )
+    x = np.array([1.0, -2.5, 3.25, 1e30], dtype=ml_dtypes.bfloat16)
+    (y,) = ReferenceSession(model).run(None, {"x": x})
+    want = _bf_scale.reference(torch.tensor([1.0, -2.5, 3.25, 1e30], dtype=torch.bfloat16), s=0.75)
+    assert y.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert y.view(np.uint16).tolist() == want.view(torch.int16).numpy().view(np.uint16).tolist()

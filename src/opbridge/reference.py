@@ -162,14 +162,33 @@ def _to_torch(arrays: Sequence[Any]) -> list[Any]:
     import numpy as np
     import torch
 
-    out = []
+    out: list[Any] = []
     with warnings.catch_warnings():
         # Read-only arrays (initializers) are only read by the kernel.
         warnings.filterwarnings("ignore", message=".*non-writable.*", category=UserWarning)
         for a in arrays:
+            if a is None:
+                out.append(None)
+                continue
             # (np.ascontiguousarray would make a 0-d array 1-d)
-            out.append(None if a is None else torch.from_numpy(np.asarray(a, order="C")))
+            a = np.asarray(a, order="C")
+            if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16, which torch.from_numpy does not take: its bits
+                out.append(torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16))
+            else:
+                out.append(torch.from_numpy(a))
     return out
+
+
+def _tensor_to_numpy(t: Any) -> Any:
+    """A CPU tensor as a numpy array; a bfloat16 one as ml_dtypes' bfloat16 (the dtype onnx uses), bit for bit."""
+    import torch
+
+    t = t.detach().cpu().resolve_neg().resolve_conj()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def _to_numpy(values: Any) -> tuple[Any, ...]:
@@ -179,7 +198,7 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
     out = []
     for i, v in enumerate(items):
         if hasattr(v, "detach"):
-            v = v.detach().cpu().resolve_neg().resolve_conj().numpy()
+            v = _tensor_to_numpy(v)
         if not isinstance(v, (np.ndarray, np.generic)):
             # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
             raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")
