@@ -243,6 +243,32 @@ def test_real_parser_column(tmp_path: Path) -> None:
     assert next(n for n in report.nodes if n.node == "custom").real.startswith("fail")
 
 
+@opbridge.op("tests.compat::TopThree")
+def _top_three(x: torch.Tensor) -> torch.Tensor:
+    """No shape rule, and an output not shaped like input 0 (which a plugin without a rule gives)."""
+    return x[..., :3] * 1
+
+
+def test_real_parser_failure_gives_opbridges_reason_and_the_summary_counts_it(tmp_path: Path) -> None:
+    """The real parser's column kept only TensorRT's generic last message for a node, and the summary
+    said 0 fail while the header said FAILED."""
+    path = tmp_path / "top3.onnx"
+    model = make_model(
+        [helper.make_node("TopThree", ["x"], ["y"], domain="tests.compat", name="top3")],
+        [("x", TensorProto.FLOAT, [2, 5])],
+        [("y", TensorProto.FLOAT, None)],
+        domains={"tests.compat": 1},
+    )
+    onnx.save(model, path)
+    report = check_compat(path, "tensorrt")
+    if report.real_backend == "not available":
+        pytest.skip("opbridge.tensorrt found no TensorRT library: " + "; ".join(report.notes))
+    node = next(n for n in report.nodes if n.node == "top3")
+    assert node.real is not None and node.real.startswith("fail: opbridge: get_output_shapes: ")
+    assert "declares no shape rule" in node.real and " / " in node.real  # then TensorRT's own message
+    assert report.format_text().splitlines()[-1].endswith("; real backend: FAILED on 1 node(s)")
+
+
 # ---------------------------------------------------------------- onnxruntime
 
 

@@ -102,7 +102,11 @@ class CompatReport:
             lines.append("  natively: " + ", ".join(f"{k} x{v}" for k, v in sorted(native.items())))
         lines += [f"  note: {note}" for note in self.notes]
         counts = Counter(n.verdict for n in self.nodes)
-        lines.append(
-            "summary: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("native", "function", "opbridge", "fail"))
-        )
+        summary = "summary: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("native", "function", "opbridge", "fail"))
+        if self.real_ok is not None:
+            real_failed = sum((n.real or "").startswith("fail") for n in self.nodes)
+            summary += f"; real backend: {'ok' if self.real_ok else 'FAILED'}"
+            if real_failed:
+                summary += f" on {real_failed} node(s)"
+        lines.append(summary)
         return "\n".join(lines)

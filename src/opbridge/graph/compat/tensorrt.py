@@ -452,13 +452,15 @@ def _real_parse(model: onnx.ModelProto, path: str | None) -> tuple[str, bool | N
             for f in Path(tmp).iterdir():
                 f.unlink()
             os.rmdir(tmp)
-    per_node: dict[str, str] = {}
+    messages: dict[str, list[str]] = {}
     notes = []
     for node_name, op_type, message in report.errors:
         if node_name:
-            per_node[node_name] = message
+            # every message of the node, in order: opbridge's reason first, then TensorRT's own
+            messages.setdefault(node_name, []).append(message)
         else:
             notes.append(f"real parser: {op_type or ''} {message}".strip())
+    per_node = {name: " / ".join(found) for name, found in messages.items()}
     return str(report.backend), bool(report.ok), per_node, notes
 
 
