@@ -608,3 +608,35 @@ def test_derived_rule_with_dims_onnx_inference_left_unnamed(tmp_path: Path, expo
     (y,) = opbridge.InferenceSession(path).run(None, {"image": x2.numpy(), "gate": g2.numpy()})
     with torch.no_grad():
         np.testing.assert_allclose(y, model(x2, g2).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@opbridge.op("tests.export::Branchy")
+def _branchy(x: torch.Tensor) -> torch.Tensor:
+    return x[:1] * 1
+
+
+@_branchy.register_shape
+def _branchy_shape(x):
+    return opbridge.TensorInfo((1 if x.shape[0] > 1 else x.shape[0], x.shape[1]), x.dtype)
+
+
+class _BranchyModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _branchy(x)
+
+
+def test_a_shape_rule_failing_at_export_names_its_op(tmp_path: Path) -> None:
+    """The message named the dim and not the op whose rule branched on it."""
+    with pytest.raises(
+        opbridge.ExportError,
+        match=r"tests.export::Branchy: its shape rule failed for inputs \(bx4 float32\): TypeError: dim b .*cannot branch",
+    ):
+        opbridge.export(
+            _BranchyModel(),
+            (torch.randn(3, 4),),
+            tmp_path / "b.onnx",
+            exporter="torchscript",
+            input_names=["x"],
+            dynamic_axes={"x": {0: "b"}},
+        )
+    assert not (tmp_path / "b.onnx").exists()

@@ -425,10 +425,23 @@ def infer_onnx(
         return [None] * len(spec.outputs)
     try:
         results = output_infos(spec, rule, reference, infos, attrs)
-    except (TypeError, AttributeError, IndexError):
-        if required_missing:
-            return [None] * len(spec.outputs)
+    except OpDefinitionError:
         raise
+    except Exception as exc:
+        if required_missing and isinstance(exc, (TypeError, AttributeError, IndexError)):
+            return [None] * len(spec.outputs)
+        if rule is None:
+            raise
+        shown = ", ".join(
+            "?"
+            if i is None
+            else "x".join(str(d.name or "?") if isinstance(d, SymDim) else str(d) for d in i.shape)
+            + f" {str(i.dtype).removeprefix('torch.')}"
+            for i in infos
+        )
+        raise OpDefinitionError(
+            f"{spec.qualname}: its shape rule failed for inputs ({shown}): {type(exc).__name__}: {exc}"
+        ) from exc
     out: list[onnx.TypeProto | None] = []
     for info in results:
         tp = onnx.TypeProto()
