@@ -545,3 +545,35 @@ def test_inference_mode_and_inference_tensors() -> None:
     assert y.is_inference() and z.is_inference()
     torch.testing.assert_close(y, _swish_default.reference(x, beta=2.0), rtol=0, atol=0)
     torch.testing.assert_close(_swish_default(t), _swish_default.reference(t), rtol=0, atol=0)
+
+
+@opbridge.op("tests.grad::KeepHalf")
+def _keep_half(x: torch.Tensor) -> torch.Tensor:
+    return x * (torch.rand_like(x) > 0.5)
+
+
+def test_vmap_follows_its_randomness_mode_and_the_reference() -> None:
+    """vmap ran an op once per sample without its randomness mode: no error in "error" mode, and samples
+    of their own random numbers in "same" mode."""
+    x = torch.ones(3, 8)
+    with pytest.raises(RuntimeError, match=r"tests.grad::KeepHalf's reference drew random numbers while in randomness"):
+        torch.func.vmap(_keep_half)(x)
+    same = torch.func.vmap(_keep_half, randomness="same")(x)
+    assert bool((same == same[0]).all())
+    different = torch.func.vmap(_keep_half, randomness="different")(torch.ones(16, 64))
+    assert not bool((different == different[0]).all())
+
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(4, 2, 3, generator=g), torch.randn(3, generator=g)
+    ride = torch.ones(1)
+    got = torch.func.vmap(lambda t: MySELU(t, ride, ride))(a)
+    assert torch.equal(got, MySELU.reference(a, ride, ride))
+    s, f = torch.func.vmap(MyStrangeOp, in_dims=(0, None, None))(a, b, torch.ones(1))
+    want_s, want_f = MyStrangeOp.reference(a, b, torch.ones(1))
+    assert torch.equal(s, want_s) and torch.equal(f, want_f)
+    nested = torch.func.vmap(torch.func.vmap(lambda t: MySELU(t, ride, ride)))(a)
+    assert torch.equal(nested, got)
+    leaf = a.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(torch.func.vmap(lambda t: MySELU(t, ride, ride))(leaf).sum(), leaf)
+    (want,) = torch.autograd.grad(MySELU.reference(leaf, ride, ride).sum(), leaf)
+    torch.testing.assert_close(grad, want, rtol=1e-6, atol=1e-7)

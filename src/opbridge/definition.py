@@ -630,6 +630,7 @@ def _define_torch_op(opdef: OpDef) -> Any:
         lib.define(opname + schema)
         lib.impl(opname, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(qual, fake, lib=lib)
+        torch.library.register_vmap(qual, _vmap_rule(qual, opname), lib=lib)
         _autograd.define(
             lib,
             qual,
@@ -641,6 +642,46 @@ def _define_torch_op(opdef: OpDef) -> Any:
             inside=inside_reference,
         )
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
+    """The op under ``torch.func.vmap``: one call per sample, as vmap's own fallback does, but under
+    vmap's randomness mode (the fallback ignored it): ``"error"`` refuses a reference that draws random
+    numbers, ``"same"`` gives every sample the same ones, ``"different"`` its own."""
+    import torch
+
+    from opbridge import _autograd
+
+    def rule(info: Any, in_dims: tuple[Any, ...], *args: Any) -> tuple[Any, Any]:
+        op = getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+        size = int(info.batch_size)
+        if size == 0:
+            raise OpCallError(f"{_TORCH_IMPLS[qual].spec.qualname}: vmap over a batch of size 0 is not supported.")
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        start = _autograd._rng_states(tensors)
+        results = []
+        for b in range(size):
+            if info.randomness == "same" and b:
+                for device, state in start.items():
+                    if device == "cpu":
+                        torch.set_rng_state(state)
+                    else:
+                        torch.cuda.set_rng_state(state, device)
+            sample = [
+                a.select(d, b) if d is not None and isinstance(a, torch.Tensor) else a for a, d in zip(args, in_dims)
+            ]
+            results.append(op(*sample))
+            if info.randomness == "error" and not _autograd._same_states(start, _autograd._rng_states(tensors)):
+                raise RuntimeError(
+                    f"vmap: {_TORCH_IMPLS[qual].spec.qualname}'s reference drew random numbers while in randomness "
+                    "error mode; use vmap(..., randomness='same') or 'different', or draw them outside vmap."
+                )
+        if isinstance(results[0], tuple):
+            stacked = tuple(torch.stack([r[i] for r in results]) for i in range(len(results[0])))
+            return stacked, (0,) * len(stacked)
+        return torch.stack(results), 0
+
+    return rule
 
 
 def _op_by_name(module: str | None, domain: str, name: str, version: int) -> OpDef:
