@@ -107,10 +107,12 @@ class AttrSpec:
     name: str
     type: AttrType
     default: Any = _NO_DEFAULT
+    #: no default: a call must give it. A field, not a property: torch.compile traces op calls, and
+    #: torch 2.11's dynamo can neither read a frozen dataclass's property nor compare the sentinel.
+    required: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def required(self) -> bool:
-        return self.default is _NO_DEFAULT
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "required", self.default is _NO_DEFAULT)
 
     def normalize(self, value: Any, op: str = "") -> Any:
         """Check ``value`` against this attribute's type and return it normalised.
