@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
 
@@ -640,3 +641,112 @@ def test_a_shape_rule_failing_at_export_names_its_op(tmp_path: Path) -> None:
             dynamic_axes={"x": {0: "b"}},
         )
     assert not (tmp_path / "b.onnx").exists()
+
+
+@opbridge.op("tests.export::AddPair")
+def _add_pair(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+class _AddPairModel(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _add_pair(x, y)
+
+
+def test_dims_of_other_names_that_a_rule_less_op_needs_equal(tmp_path: Path) -> None:
+    """Each input's batch under a name of its own, broadcast together by an op without a shape rule: its
+    derivation gave the two names different sizes, which the reference refused."""
+    path = tmp_path / "pair.onnx"
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    opbridge.export(
+        _AddPairModel(),
+        (x, y),
+        path,
+        exporter="torchscript",
+        input_names=["x", "y"],
+        dynamic_axes={"x": {0: "bx"}, "y": {0: "by"}},
+    )
+    dims = [d.dim_param or d.dim_value for d in onnx.load(str(path)).graph.output[0].type.tensor_type.shape.dim]
+    assert dims[1] == 3 and dims[0] not in ("bx", "by", 2)  # the output's batch follows both: no one name
+    sess = opbridge.InferenceSession(path)
+    a, b = np.ones((4, 3), np.float32), np.full((4, 3), 2, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": a, "y": b})[0], a + b)
+
+
+class _OptionalMask(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor:
+        out = _add_pair(x, x)
+        return out if y is None else out + y
+
+
+def test_torchscript_inputs_given_as_none_take_no_name(tmp_path: Path) -> None:
+    """A None argument is no input of the traced graph: naming it shifted the names (or refused them all)."""
+    x = torch.randn(2, 3)
+    result = opbridge.export(_OptionalMask(), (x, None, x), tmp_path / "m.onnx", exporter="torchscript")
+    assert [i.name for i in result.model.graph.input] == ["x", "y"]
+
+
+class _Static2(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _add_pair(x, x)
+
+
+def test_dim_hints_and_axes_are_checked_on_both_exporters(tmp_path: Path) -> None:
+    from torch.export import Dim
+
+    x = torch.randn(2, 3)
+    shapes = ({0: Dim("batch"), 1: Dim.STATIC},)
+    for exporter in ("dynamo", "torchscript"):
+        result = opbridge.export(
+            _Static2(), (x,), tmp_path / f"{exporter}.onnx", exporter=exporter, dynamic_shapes=shapes
+        )
+        dims = [d.dim_param or d.dim_value for d in result.model.graph.input[0].type.tensor_type.shape.dim]
+        assert dims == ["batch", 3], exporter  # Dim.STATIC came out dynamic in TorchScript
+    with pytest.raises(ExportError, match=r"dynamic_axes gives input 'x' axis 5, but the example input has 2 dim"):
+        opbridge.export(_Static2(), (x,), tmp_path / "a.onnx", dynamic_axes={"x": {5: "b"}})
+    with pytest.raises(ExportError, match=r"dynamic_axes names \['X'\], which the exported graph has no input"):
+        opbridge.export(_Static2(), (x,), tmp_path / "b.onnx", exporter="torchscript", dynamic_axes={"X": {0: "b"}})
+    assert not (tmp_path / "b.onnx").exists()
+
+
+class _FixedBatch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _add_pair(x, x) + torch.ones(2, 3)
+
+
+def test_a_dim_that_came_out_static_is_refused_whatever_names_the_inputs_take(tmp_path: Path) -> None:
+    from torch.export import Dim
+
+    with pytest.raises(ExportError, match=r"input 'inp' dim 0 \(b\) was asked to be dynamic"):
+        opbridge.export(
+            _FixedBatch(),
+            (torch.randn(2, 3),),
+            tmp_path / "m.onnx",
+            dynamic_shapes={"x": {0: Dim("b")}},
+            input_names=["inp"],
+        )
+
+
+class _Gained(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor, *, gain: torch.Tensor) -> torch.Tensor:
+        return _add_pair(x, x) * gain * self.weight
+
+
+def test_names_and_arguments_the_exporters_cannot_take_are_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    x = torch.randn(2, 3)
+    with pytest.raises(ExportError, match=r"keyword-only parameter\(s\) \['gain'\] cannot take"):
+        opbridge.export(_Gained(), (x,), tmp_path / "a.onnx", kwargs={"gain": x}, exporter="torchscript")
+    with pytest.raises(ExportError, match=r"output_names \['weight'\] are also the names of the model's parameters"):
+        opbridge.export(_Gained(), (x,), tmp_path / "b.onnx", kwargs={"gain": x}, output_names=["weight"])
+    with pytest.raises(ExportError, match=r"writes custom ops from opset 9 on"):
+        opbridge.export(_Static2(), (x,), tmp_path / "c.onnx", exporter="torchscript", opset_version=8)
+    train = torch.nn.Sequential(torch.nn.Dropout(0.5), _Static2()).train()
+    with caplog.at_level(logging.WARNING, logger="opbridge.export"):
+        opbridge.export(train, (x,), tmp_path / "d.onnx", exporter="torchscript")
+    assert "exporting Sequential in training mode: its Dropout export as in training" in caplog.text

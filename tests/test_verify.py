@@ -576,7 +576,9 @@ def test_a_kernel_writing_into_its_input_cannot_change_the_next_backends_feed(tm
     x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
     opbridge.export(_Scribbles(), (x,), path, exporter="torchscript", input_names=["x"], output_names=["y"])
     record = opbridge.verify(path, (_Scribbles(), (x,)), backends=["reference", "openvino"])
-    assert [(r.backend, r.status) for r in record.runs] == [("reference", "error"), ("openvino", "pass")], record.table()
+    assert [(r.backend, r.status) for r in record.runs] == [("reference", "error"), ("openvino", "pass")], (
+        record.table()
+    )
     assert "tests.verify::Scribble node '/Scribble' wrote input 0 in place" in record.runs[0].error
     assert record.exit_code == 2
 

@@ -168,6 +168,38 @@ def _dims_from_axes(
     return shapes
 
 
+def _training_modules() -> tuple[type, ...]:
+    """Modules that compute otherwise in training mode."""
+    import torch
+
+    nn = torch.nn
+    return (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm, nn.AlphaDropout)
+
+
+def _check_axes_in_range(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    input_names: Sequence[str] | None,
+    dynamic_axes: Mapping[str, Any],
+) -> None:
+    """An ExportError naming an input and axis of ``dynamic_axes`` beyond the input's rank."""
+    import torch
+
+    names = _input_names(model, args, kwargs, input_names)
+    values = list(args) + [kwargs[k] for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+    for name, value in zip(names, values):
+        axes = dynamic_axes.get(name)
+        if axes is None or not isinstance(value, torch.Tensor):
+            continue
+        for axis in axes if not isinstance(axes, Mapping) else axes.keys():
+            if not -value.dim() <= int(axis) < value.dim():
+                raise ExportError(
+                    f"dynamic_axes gives input {name!r} axis {axis}, but the example input has {value.dim()} "
+                    f"dim(s) (shape {list(value.shape)}): name an axis in 0..{value.dim() - 1}."
+                )
+
+
 def _axes_from_dims(
     model: Any,
     args: tuple[Any, ...],
@@ -189,9 +221,16 @@ def _axes_from_dims(
             continue
         pairs = entry.items() if isinstance(entry, Mapping) else enumerate(entry)
         axes[names[i]] = {
-            int(a): str(getattr(d, "__name__", None) or f"{names[i]}_dim{a}") for a, d in pairs if d is not None
+            int(a): str(getattr(d, "__name__", None) or f"{names[i]}_dim{a}")
+            for a, d in pairs
+            if d is not None and not _is_static_hint(d)
         }
     return axes
+
+
+def _is_static_hint(dim: Any) -> bool:
+    """Whether ``dim`` is ``torch.export.Dim.STATIC`` (a dim kept static, as None)."""
+    return str(getattr(getattr(dim, "type", None), "name", "")) == "STATIC"
 
 
 def _check_dims_kept(
@@ -202,7 +241,11 @@ def _check_dims_kept(
     import torch
 
     names = _positional_names(model, args, input_names)
-    items = [shapes.get(n) for n in names] if isinstance(shapes, Mapping) else list(shapes)
+    if isinstance(shapes, Mapping):  # keyed by the forward's parameter names (or by the graph's input names)
+        params = _forward_names(model, len(args))
+        items = [shapes.get(n, shapes.get(p)) for n, p in zip(names, params)]
+    else:
+        items = list(shapes)
     graph_inputs = {i.name: i for i in proto.graph.input}
     for name, entry in zip(names, items):
         if not entry or name not in graph_inputs:
@@ -256,6 +299,18 @@ def _input_names(
 
     names = _positional_names(model, args, input_names)
     return names + [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+
+
+def _traced_input_names(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, input_names: Sequence[str] | None
+) -> list[str]:
+    """The TorchScript graph's input names: as :func:`_input_names`, without the names of positional
+    arguments given as None (the traced graph has no input for them)."""
+    if input_names:
+        return _input_names(model, args, kwargs, input_names)
+    names = _input_names(model, args, kwargs, None)
+    positional = [n for n, a in zip(names, args) if a is not None]
+    return positional + names[len(args) :]
 
 
 def _positional_names(model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None) -> list[str]:
@@ -461,6 +516,12 @@ def _export_torchscript(
     import torch
 
     opset = opset_version or 17
+    if opset < 9:
+        # torch's registry of custom symbolics is searched from opset 9 up: below, every custom op reads as
+        # "not supported" with advice to export at opset 1
+        raise ExportError(
+            f"opset {opset}: the TorchScript exporter writes custom ops from opset 9 on; export at opset 9 or newer."
+        )
     _register_torchscript(ops, opset)
     # Domains get their opset import (with the op's version) in _fix_opset_imports after
     # export: passing every known domain as custom_opsets here would warn about unused ones.
@@ -473,7 +534,7 @@ def _export_torchscript(
             raw_path,
             dynamo=False,
             opset_version=opset,
-            input_names=_input_names(model, args, kwargs, input_names),
+            input_names=_traced_input_names(model, args, kwargs, input_names),
             output_names=list(output_names) if output_names else None,
             dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
             do_constant_folding=True,
@@ -533,7 +594,8 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
             hint = "Make sure the model calls the op object returned by @opbridge.op, not its reference function."
         raise ExportError(
             f"the {exporter} exporter dropped or inlined custom op(s) {names}: they were called while "
-            f"tracing but are not in the exported graph. {hint}"
+            f"tracing but are not in the exported graph. {hint} (A call whose result the model's outputs do not "
+            "depend on is removed as dead code: use its result, or leave the call out.)"
         )
     stray = default_domain_custom_nodes(model)
     if stray:
@@ -700,6 +762,37 @@ def export(
                 f"dynamic_axes names {unknown}, which the model has no input (or named output) of; "
                 f"its inputs are {inputs}: name one of them (or pass input_names)."
             )
+    if dynamic_axes:
+        _check_axes_in_range(model, args, kwargs, input_names, dynamic_axes)
+    if exporter == "torchscript" and kwargs:
+        forward = getattr(model, "forward", model)
+        keyword_only = [
+            p.name
+            for p in inspect.signature(forward).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.name in kwargs
+        ]
+        if keyword_only:
+            raise ExportError(
+                f"the TorchScript exporter passes kwargs to forward by position, which keyword-only parameter(s) "
+                f"{keyword_only} cannot take: export with exporter='dynamo', or make them positional."
+            )
+    if exporter == "dynamo" and output_names and isinstance(model, torch.nn.Module):
+        weights = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+        clash = sorted(set(output_names) & weights)
+        if clash:  # the dynamo exporter writes the output and the initializer under one name
+            raise ExportError(
+                f"output_names {clash} are also the names of the model's parameters or buffers, which the dynamo "
+                "exporter keeps as the initializers' names: name the outputs otherwise."
+            )
+    if isinstance(model, torch.nn.Module) and model.training:
+        moded = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _training_modules())})
+        if moded:
+            logger.warning(
+                "exporting %s in training mode: its %s export as in training (active dropout, batch statistics); "
+                "call model.eval() before exporting for inference",
+                type(model).__name__,
+                ", ".join(moded),
+            )
     captured: list[CapturedWarning] = []
     with tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -722,6 +815,15 @@ def export(
                 if dynamic_shapes is not None:
                     axes = _axes_from_dims(model, args, kwargs, input_names, dynamic_shapes)
                 proto = _export_torchscript(model, args, kwargs, ops, opset_version, input_names, output_names, axes)
+                if axes:
+                    graph_names = [i.name for i in proto.graph.input] + [o.name for o in proto.graph.output]
+                    unknown = sorted(set(axes) - set(graph_names))
+                    if unknown:  # torch only warns, and writes those dims static
+                        raise ExportError(
+                            f"dynamic_axes names {unknown}, which the exported graph has no input or output of; "
+                            f"its inputs are {[i.name for i in proto.graph.input]} and outputs "
+                            f"{[o.name for o in proto.graph.output]} (name outputs with output_names)."
+                        )
         except ExportError:
             raise
         except Exception as exc:

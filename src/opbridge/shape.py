@@ -346,19 +346,31 @@ def _derive_runs(
                 return _as_infos(reference(*args, **attrs), spec, "the reference (on meta tensors)")
 
     probes: list[Sequence[int]] = list(_PROBES)
+    merged = False  # every dynamic dim given one size (dims of other names the reference requires equal)
     try:
         runs = [run(probe) for probe in probes]
     except OpDefinitionError:
         raise
     except Exception as exc:
-        raise _ProbeError(
-            OpDefinitionError(
-                f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to derive "
-                f"one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes with "
-                f"@{spec.name}.register_shape (an output size that depends on the data as opbridge.SymDim())."
-            )
-        ) from None
-    if symbols:
+        runs = []
+        if len(symbols) > 1:
+            # dims of other names that the reference needs equal (broadcast, concatenated, matched): one
+            # size for all of them; an output dim that follows them is then of unknown name
+            equal: list[Sequence[int]] = [tuple([p[0]] * len(p)) for p in _PROBES]
+            try:
+                runs, probes, merged = [run(probe) for probe in equal], equal, True
+            except Exception:
+                runs = []
+        if not runs:
+            raise _ProbeError(
+                OpDefinitionError(
+                    f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to "
+                    f"derive one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes "
+                    f"with @{spec.name}.register_shape (an output size that depends on the data as "
+                    "opbridge.SymDim())."
+                )
+            ) from None
+    if symbols and not merged:
         try:
             small = run(_SMALL_PROBE)
         except Exception as exc:  # sizes too small for this reference: two runs decide
@@ -376,7 +388,11 @@ def _derive_runs(
             if len(set(values)) == 1:
                 dims.append(int(values[0]))
                 continue
-            match = [s for s in symbols if all(p[position(s)] == v for p, v in zip(probes, values, strict=True))]
+            match = [
+                s
+                for s in symbols
+                if not merged and all(p[position(s)] == v for p, v in zip(probes, values, strict=True))
+            ]
             match.sort(key=lambda s: s.name is None)  # a named dim before an unnamed one it was sized like
             dims.append(SymDim(match[0].name) if match else SymDim(None))
         out.append(TensorInfo(tuple(dims), results[0].dtype))

@@ -624,7 +624,10 @@ def verify(
                 f"--reference {_describe_reference(reference)}: building the PyTorch model raised "
                 f"{type(exc).__name__}: {_one_line(exc)}"
             ) from exc
-        example = {m.name: tuple(int(d) for d in t.shape) for m, t in zip(meta, torch_ref.example_inputs)}
+        # (a Python number given for a graph input is a scalar of it)
+        example = {
+            m.name: tuple(int(d) for d in getattr(t, "shape", ())) for m, t in zip(meta, torch_ref.example_inputs)
+        }
 
     feeds: list[dict[str, np.ndarray]] = []
     sets: list[dict[str, tuple[int, ...]]] = []

@@ -55,6 +55,7 @@ class TorchRunner(Runner):
         self._given_outputs = list(output_names) if output_names is not None else None
         self.module: Any = None
         self.example_inputs: tuple[Any, ...] = ()
+        self._was_training: bool | None = None
 
     def _load(self) -> None:
         try:
@@ -73,6 +74,8 @@ class TorchRunner(Runner):
                 )
             model, example = self.reference
             self.module, self.example_inputs = model, tuple(example)
+        # the reference runs in eval mode; the caller's model gets its own mode back on close
+        self._was_training = getattr(self.module, "training", None)
         if hasattr(self.module, "eval"):
             self.module.eval()
         if self._given_inputs is not None and len(self._given_inputs) != len(self.example_inputs):
@@ -81,6 +84,10 @@ class TorchRunner(Runner):
                 f"{len(self._given_inputs)} input(s) {[m.name for m in self._given_inputs]}; the factory must "
                 "return one example per model input, in the model's input order."
             )
+
+    def _close(self) -> None:
+        if self._was_training and hasattr(self.module, "train"):
+            self.module.train(True)
 
     def _inputs(self) -> Sequence[TensorMeta]:
         if self._given_inputs is not None:
