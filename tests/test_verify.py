@@ -908,3 +908,24 @@ def test_an_output_listed_twice_is_compared_once_and_must_be_one_value(tmp_path:
     assert wrong.exit_code == 2 and not wrong.runs
     assert f"the model lists output {names[0]!r} at positions 0 and 2" in wrong.errors[0]
     assert "export it again from this model" in wrong.errors[0]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor, s: float) -> torch.Tensor:
+        return self.drop(torch.relu(x)) * s
+
+
+def test_the_callers_model_keeps_its_mode_and_python_numbers_are_example_inputs(tmp_path: Path) -> None:
+    """verify left the caller's model in eval mode, and failed on a float among the example inputs."""
+    path = tmp_path / "scaled.onnx"
+    model = _Scaled().eval()
+    x = torch.randn(2, 3)
+    opbridge.export(model, (x, 2.0), path, exporter="torchscript", input_names=["x", "s"])
+    model.train()
+    record = opbridge.verify(path, (model, (x, 2.0)), backends=["onnxruntime"])
+    assert record.exit_code == 0, record.table()
+    assert model.training
