@@ -750,3 +750,39 @@ def test_names_and_arguments_the_exporters_cannot_take_are_named(
     with caplog.at_level(logging.WARNING, logger="opbridge.export"):
         opbridge.export(train, (x,), tmp_path / "d.onnx", exporter="torchscript")
     assert "exporting Sequential in training mode: its Dropout export as in training" in caplog.text
+
+
+class _Weighted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _add_pair(self.lin(x), x)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_model_too_large_for_one_message_keeps_its_tensors_in_a_data_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: str
+) -> None:
+    """A model of 2 GiB or more was serialized in one piece for shape inference and the file, which
+    protobuf refuses: it is checked through files and written with its tensors in <name>.data (the
+    limit lowered here to run that path on a small model)."""
+    import opbridge.model_io as model_io
+
+    monkeypatch.setattr(model_io, "PROTO_LIMIT", 64 * 1024)
+    model = _Weighted().eval()
+    x = torch.randn(2, 256)
+    path = tmp_path / "big.onnx"
+    result = opbridge.export(model, (x,), path, exporter=exporter)
+    data = tmp_path / "big.onnx.data"
+    assert data.stat().st_size >= 256 * 256 * 4 and path.stat().st_size < 64 * 1024
+    assert all(t.HasField("raw_data") and not t.external_data for t in result.model.graph.initializer)
+    (y,) = opbridge.InferenceSession(path).run(None, {result.model.graph.input[0].name: x.numpy()})
+    np.testing.assert_allclose(y, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    opbridge.export(model, (x,), path, exporter=exporter)  # again over its own files
+    other = tmp_path / "other.onnx"
+    (tmp_path / "other.onnx.data").write_bytes(b"someone else's")
+    with pytest.raises(opbridge.OutputPathError, match=r"other.onnx.data exists and is not the data file"):
+        opbridge.export(model, (x,), other, exporter=exporter)
+    assert (tmp_path / "other.onnx.data").read_bytes() == b"someone else's" and not other.exists()

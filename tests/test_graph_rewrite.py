@@ -520,6 +520,23 @@ def test_rewrite_keeps_the_weights_in_an_external_data_file(tmp_path: Path) -> N
     assert notes.read_text() == "the user's notes"
 
 
+def test_rewrite_with_external_data_from_the_models_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnx's conversion to external data looks its file name up in the current folder: run there, an
+    in-place rewrite and a second -o rewrite to one output failed with FileExistsError."""
+    weight = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [1, 32])], [("y", TensorProto.FLOAT, [1, 32])], initializers=[("w", weight)]
+    )
+    onnx.save_model(model, tmp_path / "e.onnx", save_as_external_data=True, location="e.onnx.data", size_threshold=0)
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["rewrite", "e.onnx", "-o", "out.onnx", "--rule", "legacy-domain"]) == 0
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load("out.onnx").graph.initializer[0]), weight)
+    assert main(["rewrite", "e.onnx", "--in-place", "--rule", "legacy-domain"]) == 0
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load("e.onnx").graph.initializer[0]), weight)
+
+
 def test_in_place_rewrite_of_a_model_with_several_data_files_keeps_other_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -683,8 +700,9 @@ def test_models_too_large_for_one_message_are_checked_as_files(monkeypatch: pyte
     """A rewritten model of 2 GiB or more cannot be serialized in one piece for the checker: it is checked
     through a file with external data, and keeps its tensors (the limit lowered here to run that path)."""
     import opbridge.graph.rewrite as rewrite
+    import opbridge.model_io as model_io
 
-    monkeypatch.setattr(rewrite, "_PROTO_LIMIT", 1024)
+    monkeypatch.setattr(model_io, "PROTO_LIMIT", 1024)
     weight = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])]
     model = make_model(

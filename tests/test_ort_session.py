@@ -540,7 +540,7 @@ def test_model_over_the_protobuf_limit_runs_from_a_temporary_file(
     import tempfile
 
     import opbridge.ops
-    from opbridge.onnxruntime import session as session_module
+    from opbridge import model_io
 
     w = onnx.numpy_helper.from_array(np.linspace(-1, 1, 1000, dtype=np.float32), "w")
     nodes = [
@@ -558,7 +558,7 @@ def test_model_over_the_protobuf_limit_runs_from_a_temporary_file(
     x = np.full(1000, 0.3, np.float32)
     want = opbridge.InferenceSession(model).run(None, {"x": x})[0]
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(session_module, "_PROTO_LIMIT", 100)
+    monkeypatch.setattr(model_io, "PROTO_LIMIT", 100)
     sess = opbridge.InferenceSession(model)
     folders = list(tmp_path.glob("opbridge-session-*"))
     assert len(folders) == 1 and (folders[0] / "model.data").stat().st_size >= 4000

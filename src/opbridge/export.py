@@ -640,13 +640,24 @@ def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
 
 
 def save_model_atomic(
-    model: onnx.ModelProto, path: str | os.PathLike[str], *, protected: Iterable[str | os.PathLike[str]] = ()
+    model: onnx.ModelProto,
+    path: str | os.PathLike[str],
+    *,
+    protected: Iterable[str | os.PathLike[str]] = (),
+    data_name: str | None = None,
 ) -> Path:
     """Write ``model`` to ``path`` through a temporary file and a rename (``protected``: files the
     path must not be, such as the input's own); an :class:`~opbridge.errors.OutputPathError` names a
-    path that cannot be written."""
+    path that cannot be written. With ``data_name``, or for a model too large for one protobuf message
+    (then ``<name>.data``), its tensors of 1 KiB or more go to that data file beside it (ONNX's external
+    data), written the same way and first; ``model`` keeps its tensors."""
     from opbridge._files import write_atomic
+    from opbridge.model_io import save_with_data_file, too_large
 
+    if data_name is None and too_large(model):
+        data_name = f"{Path(path).name}.data"
+    if data_name is not None:
+        return save_with_data_file(model, Path(path), protected=protected, data_name=data_name)
     data = model.SerializeToString()
     return write_atomic(path, lambda fh: fh.write(data), protected=protected)
 
@@ -669,8 +680,15 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
     of ``ops``, the ops the model called; by default those its nodes name), shape inference, full check."""
     import onnx
 
+    from opbridge.model_io import infer_and_check_as_files, too_large
+
     register_onnx_schemas(all_ops() if ops is None else ops)
     _fix_opset_imports(model, _called_ops(model) if ops is None else ops)
+    if too_large(model):  # inferred and checked through files: onnx takes no such message in one piece
+        try:
+            return infer_and_check_as_files(model)
+        except Exception as exc:
+            raise ExportError(f"the exported model fails ONNX shape inference or onnx.checker: {exc}") from exc
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:

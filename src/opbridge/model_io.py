@@ -18,12 +18,26 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import ModelLoadError
+from opbridge.errors import ModelLoadError, OutputPathError
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["elem_types", "external_files", "load_model", "subgraphs", "walk_nodes"]
+__all__ = [
+    "PROTO_LIMIT",
+    "elem_types",
+    "external_files",
+    "infer_and_check_as_files",
+    "load_model",
+    "save_with_data_file",
+    "subgraphs",
+    "too_large",
+    "walk_nodes",
+]
+
+#: Models at least this large are written with their tensors in a data file: protobuf serializes no
+#: message of 2 GiB or more (the margin leaves room for what a write adds).
+PROTO_LIMIT = 2**31 - 2**24
 
 logger = logging.getLogger(__name__)
 
@@ -174,3 +188,110 @@ def external_files(source: Path) -> list[Path]:
             if entry.key == "location":
                 found.add(source.parent / entry.value)
     return sorted(found)
+
+
+def too_large(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` is too large for one protobuf message (whose size protobuf will not even count)."""
+    try:
+        return model.ByteSize() >= PROTO_LIMIT
+    except Exception:  # EncodeError: "Failed to serialize proto"
+        return True
+
+
+def infer_and_check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference and the full checker, through files, for a model too large for one protobuf
+    message: written to a temporary folder with its tensors in a data file (``model`` keeps them); it is
+    returned with the inferred value infos. Raises what onnx raises."""
+    import shutil
+    import tempfile
+
+    import onnx
+
+    folder = tempfile.mkdtemp(prefix="opbridge-check-")
+    try:
+        path = save_with_data_file(model, os.path.join(folder, "model.onnx"), data_name="model.onnx.data")
+        inferred_path = os.path.join(folder, "inferred.onnx")
+        onnx.shape_inference.infer_shapes_path(
+            str(path), inferred_path, check_type=True, strict_mode=True, data_prop=True
+        )
+        onnx.checker.check_model(inferred_path, full_check=True)
+        light = onnx.load(inferred_path, load_external_data=False)
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(light.graph.value_info)
+        return model
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_with_data_file(
+    model: onnx.ModelProto,
+    path: str | os.PathLike[str],
+    *,
+    data_name: str,
+    protected: Iterable[str | os.PathLike[str]] = (),
+    keep_tensors: bool = True,
+) -> Path:
+    """Write ``model`` to ``path`` with its tensors of 1 KiB or more in ``data_name`` beside it (ONNX's
+    external data), each file through a temporary one and a rename, the data first. ``model`` keeps its
+    tensors, or with ``keep_tensors=False`` refers to the data file for them (holding no second copy
+    while it is written). A data file there that the model already at ``path`` does not use is refused
+    (an :class:`~opbridge.errors.OutputPathError`), not overwritten."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, set_external_data
+
+    from opbridge._files import prepare_output, write_atomic
+
+    protected = list(protected)
+    target = prepare_output(Path(path), protected=protected, create=True)
+    data_path = target.with_name(data_name)
+    tensors = [t for t in _get_all_tensors(model) if t.HasField("raw_data") and len(t.raw_data) >= 1024]
+    if not tensors:  # nothing to put beside it
+        serialized = model.SerializeToString()
+        return write_atomic(target, lambda fh: fh.write(serialized), protected=protected)
+    if data_path.exists() and data_path.name not in _data_files_of(target):
+        raise OutputPathError(
+            f"{data_path} exists and is not the data file of a model at {target}: the model's tensors would "
+            "overwrite it; move it, or write the model under another name."
+        )
+    moved: list[tuple[onnx.TensorProto, bytes]] = []
+
+    def write_data(fh: Any) -> None:
+        for tensor in tensors:
+            raw = tensor.raw_data
+            offset = fh.tell()
+            fh.write(raw)
+            moved.append((tensor, raw if keep_tensors else b""))
+            set_external_data(tensor, location=data_path.name, offset=offset, length=len(raw))
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+
+    try:
+        write_atomic(data_path, write_data, protected=protected)
+        serialized = model.SerializeToString()
+    finally:
+        for tensor, raw in moved if keep_tensors else ():  # the caller's model holds its tensors again
+            tensor.raw_data = raw
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+    logger.info("%s keeps its tensors in %s", target.name, data_path)
+    return write_atomic(target, lambda fh: fh.write(serialized), protected=protected)
+
+
+def _data_files_of(path: Path) -> set[str]:
+    """The external data files the model at ``path`` names (none where there is no model there)."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+
+    if not path.is_file():
+        return set()
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not a model: it names none
+        return set()
+    return {
+        entry.value
+        for tensor in _get_all_tensors(model)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }

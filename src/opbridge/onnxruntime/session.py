@@ -42,9 +42,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
+from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
-from opbridge.model_io import elem_types, load_model, walk_nodes
+from opbridge.model_io import elem_types, load_model, save_with_data_file, too_large, walk_nodes
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -62,10 +62,8 @@ __all__ = ["InferenceSession", "load_model"]
 
 logger = logging.getLogger(__name__)
 
-# The largest model handed to ONNX Runtime as serialized bytes (protobuf's limit is 2 GiB); a larger
-# one (its weights in external data files) goes to a temporary directory as a model file and one
-# external data file, which ONNX Runtime reads from there.
-_PROTO_LIMIT = 2**31 - 2**24
+# A model too large for one protobuf message (model_io.too_large) goes to ONNX Runtime from a temporary
+# directory, as a model file and one external data file.
 
 # In-memory domain of nodes that run opbridge's kernel although their op's body is in the model.
 _KERNEL_DOMAIN_PREFIX = "opbridge.kernel."
@@ -299,11 +297,7 @@ class InferenceSession:
             threads = _intra_op_threads(options)
             table, self._untyped = self._op_table(model, bound, self._nodes)
             descriptors = register_ops(options, table, self._resolver(bound, threads))
-        try:
-            large = model.ByteSize() > _PROTO_LIMIT
-        except Exception:  # protobuf refuses to size a message past 2 GiB
-            large = True
-        source: str | bytes = self._large_model_file(model) if large else b""
+        source: str | bytes = self._large_model_file(model) if too_large(model) else b""
         try:
             self._session = ort.InferenceSession(
                 source or model.SerializeToString(),
@@ -337,16 +331,12 @@ class InferenceSession:
         import tempfile
         import weakref
 
-        import onnx
-
         folder = tempfile.mkdtemp(prefix="opbridge-session-")
         weakref.finalize(self, shutil.rmtree, folder, True)
         path = os.path.join(folder, "model.onnx")
         try:
-            onnx.save_model(
-                model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data"
-            )
-        except OSError as exc:
+            save_with_data_file(model, path, data_name="model.data", keep_tensors=False)
+        except (OSError, OutputPathError) as exc:
             raise ModelLoadError(
                 f"the model is over protobuf's 2 GiB limit and could not be written to {folder} for ONNX Runtime "
                 f"({exc}); free disk space there or set TMPDIR to a folder with room."

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome
 from opbridge.graph.rewrite.rules import FoldResizeScales, LegacyDomain, ReplaceOp, ResizeCubicToDynamicResize
+from opbridge.model_io import infer_and_check_as_files, too_large
 
 if TYPE_CHECKING:
     import onnx
@@ -73,10 +74,6 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
     return attach_functions(model, ops)
 
 
-#: protobuf serializes messages below 2 GiB only; larger models are checked through files
-_PROTO_LIMIT = 2**31 - 2**24
-
-
 def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model.
 
@@ -89,7 +86,7 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
 
     opbridge.register_onnx_schemas()
     try:
-        if _too_large(model):
+        if too_large(model):
             return _check_as_files(model)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(inferred, full_check=True)
@@ -100,47 +97,13 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     return inferred
 
 
-def _too_large(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` is too large for one protobuf message (whose size protobuf will not even count)."""
-    try:
-        return model.ByteSize() >= _PROTO_LIMIT
-    except Exception:  # EncodeError: "Failed to serialize proto"
-        return True
-
-
 def _check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
-    """:func:`check_rewritten` for a model too large for one protobuf message. ``model`` is left as it
-    was (its tensors go out to the file and are read back); it is returned with the inferred value infos."""
-    import shutil
-    import tempfile
-
-    import onnx
-    from onnx.external_data_helper import convert_model_to_external_data, load_external_data_for_model
-
-    folder = tempfile.mkdtemp(prefix="opbridge-check-")
+    """:func:`check_rewritten` for a model too large for one protobuf message (see
+    :func:`opbridge.model_io.infer_and_check_as_files`)."""
     try:
-        path = os.path.join(folder, "model.onnx")
-        convert_model_to_external_data(
-            model, all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024
-        )
-        try:
-            onnx.save_model(model, path)
-        finally:
-            load_external_data_for_model(model, folder)  # the caller's model holds its tensors again
-        inferred_path = os.path.join(folder, "inferred.onnx")
-        try:
-            onnx.shape_inference.infer_shapes_path(
-                path, inferred_path, check_type=True, strict_mode=True, data_prop=True
-            )
-            onnx.checker.check_model(inferred_path, full_check=True)
-        except Exception as exc:
-            raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
-        light = onnx.load(inferred_path, load_external_data=False)
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(light.graph.value_info)
-        return model
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return infer_and_check_as_files(model)
+    except Exception as exc:
+        raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
 
 
 def rewrite_model(
@@ -231,10 +194,10 @@ def rewrite_file(
         prepare_output(Path(target).with_name(data_name), protected=protected)
     report = rewrite_model(src, rules, options)
     if report.changed:
-        if external:
-            report.path = _save_with_external_data(report.model, target, protected, data_name)
-        else:
-            report.path = save_model_atomic(report.model, target, protected=protected)
+        # the output keeps the input's layout: its tensors beside it in one data file where the input had any
+        report.path = save_model_atomic(
+            report.model, target, protected=protected, data_name=data_name if external else None
+        )
     return report
 
 
@@ -252,38 +215,3 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
             "which an in-place rewrite would write there; move it away, or write the result elsewhere with -o."
         )
     return data.name
-
-
-def _save_with_external_data(
-    model: onnx.ModelProto, target: str | os.PathLike[str], protected: Sequence[Path], data_name: str
-) -> Path:
-    """Write ``model`` as the input was laid out: the graph in ``target``, its tensors of 1 KiB or more
-    in one external data file ``data_name`` beside it. Both are written to a temporary folder
-    there, then moved into place, the data file first."""
-    import shutil
-    import tempfile
-
-    import onnx
-    from onnx.external_data_helper import convert_model_to_external_data
-
-    from opbridge._files import _mode_for, prepare_output
-
-    path = prepare_output(target, protected=protected, create=True)
-    data = prepare_output(path.with_name(data_name), protected=protected, create=True)
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # the report keeps its model with the tensors in it
-    convert_model_to_external_data(copy, all_tensors_to_one_file=True, location=data.name, size_threshold=1024)
-    modes = (_mode_for(path), _mode_for(data))
-    folder = tempfile.mkdtemp(prefix=".opbridge-rewrite-", dir=path.parent)
-    try:
-        staged = Path(folder) / path.name
-        onnx.save_model(copy, staged)
-        staged_data = Path(folder) / data.name
-        os.chmod(staged, modes[0])
-        if staged_data.exists():  # (every tensor under the size threshold: nothing to put beside it)
-            os.chmod(staged_data, modes[1])
-            os.replace(staged_data, data)
-        os.replace(staged, path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return path
