@@ -78,6 +78,7 @@ def test_inspect_text_and_json(tmp_path, capsys: pytest.CaptureFixture[str]) -> 
 def test_inspect_exported_seed(seed_export) -> None:
     result = seed_export("strange_net", "torchscript")
     report = inspect_model(result.path)
+    assert report.path == str(result.path)  # (a node's graph path took its place)
     ops = {(c.domain, c.op_type, c.num_outputs) for c in report.custom_nodes}
     assert ops == {("opbridge", "MyStrangeOp", 2)}
     assert report.opsets["opbridge"] == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -39,12 +40,21 @@ def load_module(target: str) -> ModuleType:
         finally:
             sys.path.remove(str(resolved.parent))
         return module
+    # the current folder on the path, as `python -m opbridge` has it: the opbridge script finds a module
+    # there too (mymod for ./mymod.py)
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         return importlib.import_module(target)
     except ImportError as exc:
         raise OpbridgeError(
             f"{target}: cannot import module ({exc}); give a .py file path or an importable module name."
         ) from exc
+    finally:
+        if added:
+            sys.path.remove(here)
 
 
 def load_ops(targets: list[str] | tuple[str, ...] | None) -> list[ModuleType]:
@@ -52,15 +62,16 @@ def load_ops(targets: list[str] | tuple[str, ...] | None) -> list[ModuleType]:
     return [load_module(t) for t in targets or ()]
 
 
-def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
-    """Call a ``path/to/file.py:factory`` or ``package.module:factory`` and return ``(model, inputs)``."""
+def load_factory(target: str, *, label: str = "--reference") -> tuple[Any, tuple[Any, ...]]:
+    """Call a ``path/to/file.py:factory`` or ``package.module:factory`` and return ``(model, inputs)``;
+    errors name it as ``label`` (the option or argument that gave it)."""
     module_part, sep, attr = target.rpartition(":")
     if not sep or not module_part or not attr:
-        raise OpbridgeError(f"--reference {target!r}: write it as path/to/file.py:factory or package.module:factory.")
+        raise OpbridgeError(f"{label} {target!r}: write it as path/to/file.py:factory or package.module:factory.")
     module = load_module(module_part)
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise OpbridgeError(f"--reference {target!r}: {module_part} has no callable {attr!r}.")
+        raise OpbridgeError(f"{label} {target!r}: {module_part} has no callable {attr!r}.")
     # the factory's own folder, as while its file was imported: an import inside the factory finds its siblings
     folder = (
         str(Path(module.__file__).parent) if module.__name__.startswith("_opbridge_user_") and module.__file__ else None
@@ -70,15 +81,13 @@ def load_factory(target: str) -> tuple[Any, tuple[Any, ...]]:
     try:
         result = factory()
     except Exception as exc:
-        raise OpbridgeError(
-            f"--reference {target}: building the PyTorch model raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise OpbridgeError(f"{label} {target}: building the PyTorch model raised {type(exc).__name__}: {exc}") from exc
     finally:
         if folder is not None:
             sys.path.remove(folder)
     if not (isinstance(result, tuple) and len(result) == 2):
         got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
-        raise OpbridgeError(f"--reference {target!r}: the factory must return (model, example_inputs), got {got}.")
+        raise OpbridgeError(f"{label} {target!r}: the factory must return (model, example_inputs), got {got}.")
     model, inputs = result
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)

@@ -145,6 +145,7 @@ def _dims_from_axes(
 
     names = _positional_names(model, args, input_names)
     dims: dict[str, Any] = {}
+    sizes: dict[str, tuple[int, str, int]] = {}  # a dim name's example size, and where it was first seen
 
     def entry(name: str, value: Any) -> Any:
         axes = dynamic_axes.get(name)
@@ -154,6 +155,14 @@ def _dims_from_axes(
             axes = {int(a): f"{name}_dim{a}" for a in axes}
         out = {}
         for axis, dim_name in axes.items():
+            size = int(value.shape[int(axis)])
+            seen = sizes.setdefault(str(dim_name), (size, name, int(axis)))
+            if seen[0] != size:
+                raise ExportError(
+                    f"dynamic_axes names input {name!r} axis {axis} and input {seen[1]!r} axis {seen[2]} both "
+                    f"{dim_name!r}, one dim, but the example inputs give them sizes {size} and {seen[0]}: give them "
+                    "names of their own, or example inputs where they are equal."
+                )
             if dim_name not in dims:
                 dims[dim_name] = torch.export.Dim(str(dim_name))
             out[int(axis)] = dims[dim_name]

@@ -42,13 +42,17 @@ PROTO_LIMIT = 2**31 - 2**24
 logger = logging.getLogger(__name__)
 
 
-def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> onnx.ModelProto:
+def load_model(
+    model: Any, *, copy: bool = False, caller: str = "opbridge", external_data: bool = True
+) -> onnx.ModelProto:
     """Load ``model``: a path to an .onnx file, serialized bytes, or a ModelProto.
 
     Args:
         model: what to load.
         copy: return a copy of a given ModelProto (files and bytes are always fresh).
         caller: names the API in the wrong-type error, e.g. ``"ReferenceSession"``.
+        external_data: read a file's tensors kept in external data files (``False``: the graph only,
+            to check a file without reading its weights).
 
     Raises:
         ModelLoadError: the file is missing, unreadable, truncated or not an ONNX
@@ -72,6 +76,10 @@ def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> o
         where = os.fspath(model)
         if os.path.isdir(where):
             raise ModelLoadError(f"{where} is a folder; give the path of an .onnx model file.")
+        if os.path.exists(where) and not os.path.isfile(where):
+            raise ModelLoadError(
+                f"{where} is not a regular file (a device or a pipe); give the path of an .onnx model file."
+            )
         if not os.path.isfile(where):
             raise ModelLoadError(f"{where}: no such file; give the path of an .onnx model.")
         try:
@@ -81,7 +89,8 @@ def load_model(model: Any, *, copy: bool = False, caller: str = "opbridge") -> o
                 f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
                 "or corrupt. Export it again."
             ) from None
-        _load_external_data(loaded, where)
+        if external_data:
+            _load_external_data(loaded, where)
     else:
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
     if loaded.ir_version <= 0 or not loaded.HasField("graph"):

@@ -39,7 +39,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,13 +242,15 @@ class VerifyRecord:
         return "\n".join(lines)
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+def write_json_atomic(
+    path: str | os.PathLike[str], data: Any, *, protected: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
     """Write ``data`` as JSON to ``path`` through a temporary file renamed into place (an
-    :class:`~opbridge.errors.OutputPathError` names a path that cannot be written)."""
+    :class:`~opbridge.errors.OutputPathError` names a path that cannot be written, or one of ``protected``)."""
     from opbridge._files import write_atomic
 
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")), protected=protected)
 
 
 def _num(v: float | None) -> str:
@@ -427,6 +429,8 @@ def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[
         arrays = {k: np.asarray(v) for k, v in source.items()}
     else:
         what = str(source)
+        if not os.path.exists(source):
+            raise OpbridgeError(f"--inputs {what}: no such file; give the path of an .npz file of the inputs.")
         try:
             loaded = np.load(source, allow_pickle=False)
         except (OSError, ValueError) as exc:

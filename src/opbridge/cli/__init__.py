@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        # a terminal or pipe that is not UTF-8 (PYTHONIOENCODING=ascii, a C locale): a name or attribute it
+        # cannot show is escaped, not a UnicodeEncodeError ending the command with exit code 1
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

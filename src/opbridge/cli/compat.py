@@ -12,7 +12,9 @@ __all__ = ["add_parser"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compat", help="per-node backend compatibility (tensorrt, onnxruntime, openvino)")
     p.add_argument("model", help="path of the .onnx file")
-    p.add_argument("--target", required=True, choices=("tensorrt", "onnxruntime", "openvino"))
+    p.add_argument(
+        "--target", required=True, choices=("tensorrt", "onnxruntime", "openvino"), help="the runtime to check for"
+    )
     p.add_argument(
         "--trt-version", default=None, help="TensorRT version for the static rules, e.g. 8.6 (default: newest)"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from opbridge.cli.verify import _Progress
 
@@ -61,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
+    written = None
+    if args.json is not None:  # before any output can fail, and never over a model the run kept
+        kept = [r.model for r in result.records if Path(r.model).is_file()]
+        written = write_json_atomic(args.json, [r.to_dict() for r in result.records], protected=kept)
     print(result.table())
-    if args.json is not None:
-        path = write_json_atomic(args.json, [r.to_dict() for r in result.records])
-        print(f"records written to {path}", file=sys.stderr)
+    if written is not None:
+        print(f"records written to {written}", file=sys.stderr)
     return result.exit_code

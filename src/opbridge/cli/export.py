@@ -15,10 +15,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a model (from a factory) to ONNX with its custom ops")
     p.add_argument("reference", help="model factory: path/to/file.py:factory or package.module:factory")
     p.add_argument("-o", "--output", required=True, help="output .onnx path")
-    p.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo")
-    p.add_argument("--opset", type=int, default=None, help="default-domain opset version")
-    p.add_argument("--input-names", nargs="+", default=None)
-    p.add_argument("--output-names", nargs="+", default=None)
+    p.add_argument(
+        "--exporter", choices=("dynamo", "torchscript"), default="dynamo", help="PyTorch's exporter (default dynamo)"
+    )
+    p.add_argument(
+        "--opset", type=int, default=None, help="default-domain opset version (default: dynamo 20, torchscript 17)"
+    )
+    p.add_argument("--input-names", nargs="+", default=None, help="graph input names (default: forward's parameters)")
+    p.add_argument("--output-names", nargs="+", default=None, help="graph output names (default: the exporter's)")
     p.add_argument(
         "--dynamic",
         action="append",
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     prepare_output(args.output, protected=user_files(args))  # named before the export
     load_ops(args.ops)
-    model, inputs = load_factory(args.reference)
+    model, inputs = load_factory(args.reference, label="factory")
     result = opbridge.export(
         model,
         inputs,

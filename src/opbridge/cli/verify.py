@@ -13,6 +13,7 @@ the inputs that were given.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -153,7 +154,8 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.tty = sys.stderr.isatty()
+        # a terminal that takes the escape code that clears a line (not TERM=dumb)
+        self.tty = sys.stderr.isatty() and os.environ.get("TERM", "") != "dumb"
 
     def __call__(self, message: str) -> None:
         if not self.enabled:
@@ -195,8 +197,8 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
+    written = record.write_json(args.json) if args.json is not None else None  # before any output can fail
     print(record.table())
-    if args.json is not None:
-        path = record.write_json(args.json)
-        print(f"record written to {path}")
+    if written is not None:
+        print(f"record written to {written}")
     return record.exit_code

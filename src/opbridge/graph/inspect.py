@@ -238,7 +238,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     counts: Counter[str] = Counter()
     custom: list[CustomNodeInfo] = []
     # the graphs' nodes (counted), then the local functions' bodies (their custom nodes listed too)
-    for path, name, node, fn in labelled_nodes(proto):
+    for graph_path, name, node, fn in labelled_nodes(proto):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
         if fn is None:
             counts[key] += 1
@@ -254,7 +254,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
                     num_inputs=len(node.input),
                     num_outputs=len(node.output),
                     has_function=(node.domain, node.op_type) in functions,
-                    graph_path=path,
+                    graph_path=graph_path,
                 )
             )
     opsets: dict[str, int] = {}

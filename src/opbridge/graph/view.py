@@ -82,6 +82,14 @@ def serve_model(
     load_model(path)  # a missing, unreadable or non-ONNX file is named here, as by the other commands
     if port is not None and not 0 <= port <= 65535:
         raise OpbridgeError(f"port {port}: give 0 (any free port) to 65535.")
+    if not host.strip():
+        raise OpbridgeError("--host is empty: give an address to bind, e.g. localhost or 127.0.0.1.")
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError as exc:  # netron would fail to find a port on it, or a bare ValueError
+        raise OpbridgeError(f"--host {host!r}: not an address here ({exc.strerror or exc}); e.g. localhost.") from None
     try:
         import netron
     except ImportError as exc:

@@ -87,7 +87,7 @@ class NodeKernel:
 
     Attributes:
         node: the node's name.
-        domain: the node's domain as seen by ONNX Runtime.
+        domain: the node's domain (as the model has it, or opbridge.legacy for a legacy default-domain op).
         op_type: the node's op type.
         version: the domain's opset version in the model.
         path: ``"function"``, ``"kernel"``, ``"registered"`` or ``"reference"``.

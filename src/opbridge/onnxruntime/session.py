@@ -397,7 +397,7 @@ class InferenceSession:
             bound[index] = found
             self.kernels[node.name] = NodeKernel(
                 node.name,
-                node.domain,
+                node.domain.removeprefix(_KERNEL_DOMAIN_PREFIX),  # (the in-memory domain is no name for users)
                 node.op_type,
                 version,
                 found.path,

@@ -610,10 +610,12 @@ def _ended_early(code: int, stderr: str | None) -> str:
 
 
 def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str, Any]:
-    path = Path(model_path)
-    if not path.is_file():
-        raise ModelLoadError(f"{model_path}: no such file; give the path of an .onnx model.")
     from opbridge._loading import load_ops
+    from opbridge.model_io import load_model
+
+    path = Path(model_path)
+    # a missing, foreign or empty file is named as by the other commands (its weights are not read here)
+    load_model(path, caller="TensorRT", external_data=False)
 
     load_ops(list(ops))  # a bad target is the caller's usage error: raise it here, not in the child
     return {"model": str(path.resolve()), "ops": [str(o) for o in ops]}

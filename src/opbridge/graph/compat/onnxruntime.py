@@ -113,6 +113,7 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | 
     nodes = [_verdict(ctx) for ctx in node_contexts(model)]
     report = CompatReport("onnxruntime", f"onnxruntime {ort.__version__}", nodes)
     if not real:
+        report.real_backend = "not run"
         return report
     error = _session_error(model, path)
     report.real_backend = f"InferenceSession (onnxruntime {ort.__version__}, no opbridge bridge)"

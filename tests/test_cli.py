@@ -1,0 +1,105 @@
+"""The command line as users meet it: streams that are not UTF-8, kept files, hosts, modules in the
+current folder, and files that are not models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opbridge.cli import main
+
+FACTORY = textwrap.dedent(
+    """
+    import torch, opbridge
+
+    @opbridge.op("tests.cli::Twice")
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return twice(x)
+
+    def build():
+        return M(), (torch.randn(2, 3),)
+    """
+)
+
+
+def test_a_stdout_that_is_not_utf8_gets_escapes_not_a_traceback(seed_export) -> None:
+    """MySELU's attribute is Chinese text: an ASCII stdout raised UnicodeEncodeError, exit code 1."""
+    path = seed_export("myselu", "dynamo").path
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    done = subprocess.run(
+        [sys.executable, "-m", "opbridge", "inspect", str(path)], capture_output=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"\\u8fd9" in done.stdout and b"Traceback" not in done.stderr
+
+
+def test_demo_json_never_replaces_a_model_it_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keep = tmp_path / "keep"
+    argv = ["demo", "--keep", str(keep), "--model", "myselu", "--exporter", "dynamo", "--backend", "reference"]
+    target = keep / "myselu_dynamo.onnx"
+    assert main([*argv, "--quick", "-q", "--json", str(target)]) == 2
+    assert "is one of the input's own files" in capsys.readouterr().err
+    assert target.read_bytes()[:2] != b"[\n"  # still the model
+    record = tmp_path / "demo.json"
+    assert main([*argv, "--quick", "-q", "--json", str(record)]) == 0
+    assert json.loads(record.read_text())[0]["exit_code"] == 0
+
+
+def test_view_names_a_host_it_cannot_bind(seed_export, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("netron", reason="netron is not installed (pip install 'opbridge[view]')")
+    path = str(seed_export("myselu", "dynamo").path)
+    assert main(["view", path, "--no-browser", "--host", "nosuch.invalid"]) == 2
+    assert "--host 'nosuch.invalid': not an address here" in capsys.readouterr().err
+    assert main(["view", path, "--no-browser", "--host", ""]) == 2
+    assert "--host is empty" in capsys.readouterr().err
+
+
+def test_export_names_its_factory_and_one_dim_of_two_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    factory = tmp_path / "factory.py"
+    factory.write_text(FACTORY, encoding="utf-8")
+    out = tmp_path / "m.onnx"
+    assert main(["export", str(factory), "-o", str(out)]) == 2
+    assert f"factory {str(factory)!r}: write it as path/to/file.py:factory" in capsys.readouterr().err
+    argv = ["export", f"{factory}:build", "-o", str(out), "--dynamic", "x:0=batch", "--dynamic", "x:1=batch"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "both 'batch', one dim, but the example inputs give them sizes" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_module_in_the_current_folder_is_found_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m opbridge` has the current folder on its path, the opbridge script did not."""
+    (tmp_path / "cli_factory_in_cwd.py").write_text(FACTORY.replace("tests.cli::", "tests.cli.cwd::"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["export", "cli_factory_in_cwd:build", "-o", "m.onnx"]) == 0
+    assert (tmp_path / "m.onnx").is_file() and str(tmp_path) not in sys.path
+
+
+@pytest.mark.parametrize("command", ["inspect", "lint", "trt-build"])
+def test_files_that_are_not_models_are_named_alike(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty, folder = tmp_path / "empty.onnx", tmp_path / "folder.onnx"
+    empty.write_bytes(b"")
+    folder.mkdir()
+    extra = ["-o", str(tmp_path / "t.engine")] if command == "trt-build" else []
+    for path, message in (
+        (empty, "not a usable ONNX model"),
+        (folder, "is a folder"),
+        (Path(os.devnull), "is not a regular file"),
+    ):
+        assert main([command, str(path), *extra]) == 2, (command, path)
+        assert message in capsys.readouterr().err, (command, path)
