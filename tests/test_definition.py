@@ -573,6 +573,14 @@ def test_a_traced_size_given_for_an_attribute_says_why() -> None:
         take_n(torch.ones(2), n=torch.tensor(3))
 
 
+def _relu_reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x)
+
+
+_relu_reference.__module__ = "torch.nn.functional"  # as a reference imported from a library would be
+_reference_elsewhere = _relu_reference
+
+
 class _HoldsAnOp(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -593,6 +601,10 @@ def test_ops_and_modules_holding_them_pickle_by_name(tmp_path: Path) -> None:
     loaded = torch.load(path, weights_only=False)
     x = torch.randn(2, 3)
     assert loaded.act is MySELU and torch.equal(loaded(x), _HoldsAnOp()(x))
+    # the module that applied @opbridge.op is the one to import, not where the reference function lives
+    made_here = opbridge.op("tests.def::PickledByModule")(_reference_elsewhere)
+    assert _reference_elsewhere.__module__ == "torch.nn.functional"
+    assert made_here.__reduce__()[1][0] == __name__
     with pytest.raises(OpDefinitionError, match=r"tests.def::NeverDefined v1 is not defined in this process"):
         from opbridge.definition import _op_by_name
 

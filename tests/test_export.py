@@ -786,3 +786,27 @@ def test_a_model_too_large_for_one_message_keeps_its_tensors_in_a_data_file(
     with pytest.raises(opbridge.OutputPathError, match=r"other.onnx.data exists and is not the data file"):
         opbridge.export(model, (x,), other, exporter=exporter)
     assert (tmp_path / "other.onnx.data").read_bytes() == b"someone else's" and not other.exists()
+
+
+def test_exports_from_two_threads_both_succeed_and_leave_the_warning_state(tmp_path: Path) -> None:
+    """torch's exporters keep global state: two exports at once failed ("slot already occupied",
+    "in_onnx_export must be True"), and the warning filters they swap were left behind."""
+    import threading
+    import warnings
+
+    filters = list(warnings.filters)
+    errors: list[BaseException] = []
+
+    def export(i: int) -> None:
+        try:
+            opbridge.export(_Static2(), (torch.randn(2, 3),), tmp_path / f"m{i}.onnx")
+        except BaseException as exc:  # recorded: the test's verdict
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and all((tmp_path / f"m{i}.onnx").is_file() for i in range(2))
+    assert warnings.filters == filters

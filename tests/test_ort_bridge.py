@@ -988,3 +988,29 @@ def test_a_message_utf8_cannot_hold_is_carried_escaped() -> None:
     sess = InferenceSession(make_model("MissingFile", [("x", F, [2])], [("y", F, [2])]))
     with pytest.raises(_fail_type(), match=r"FileNotFoundError: calibration table /data/calib_\\udcff.bin is missing"):
         sess.run(None, {"x": np.ones(2, np.float32)})
+
+
+@opbridge.op(f"{DOMAIN}::Exits", shape=_same)
+def exits(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+EXITS: list[int] = [3]
+
+
+@exits.register_kernel
+def _exits(x):
+    if EXITS:
+        sys.exit(EXITS.pop())  # as a SIGTERM handler's graceful shutdown would, while the kernel runs
+    return x + 1
+
+
+def test_sys_exit_inside_a_kernel_ends_the_caller_too() -> None:
+    """A SystemExit in a kernel became an ONNX Runtime error, which a serving loop catching per-request
+    exceptions survived (exit status 0)."""
+    sess = InferenceSession(make_model("Exits", [("x", F, [2])], [("y", F, [2])]))
+    with pytest.raises(SystemExit) as raised:
+        sess.run(None, {"x": np.ones(2, np.float32)})
+    assert raised.value.code == 3
+    # nothing is left over for the next run
+    np.testing.assert_array_equal(sess.run(None, {"x": np.ones(2, np.float32)})[0], [2.0, 2.0])

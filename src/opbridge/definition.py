@@ -301,6 +301,8 @@ class OpDef:
         self.gpu_kernel_dtypes: tuple[str, ...] = ()
         self.backward: Callable[..., Any] | None = None
         self._definition_index = -1
+        #: the module that defined the op (applied @opbridge.op), which unpickling imports
+        self._defined_in: str | None = None
         self.__doc__ = reference.__doc__
         self.__name__ = getattr(reference, "__name__", spec.name)
         self.__wrapped__ = reference
@@ -312,7 +314,8 @@ class OpDef:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name (a module holding the op can be saved): loading imports the module that
         defined it and takes the op defined there."""
-        return (_op_by_name, (getattr(self.reference, "__module__", None), *self.spec.key))
+        module = self._defined_in or getattr(self.reference, "__module__", None)
+        return (_op_by_name, (module, *self.spec.key))
 
     # ------------------------------------------------------------------ facets
 
@@ -797,11 +800,14 @@ def op(
     parse_qualname(qualname)
 
     def decorate(fn: Callable[..., Any]) -> OpDef:
+        # the module that applies the decorator defines the op (its reference may come from elsewhere)
+        defined_in = sys._getframe(1).f_globals.get("__name__")
         spec = spec_from_function(fn, qualname, version, outputs, tolerances)
         builtin = _is_builtin(fn)
         if spec.domain in _BUILTIN_DOMAINS and not builtin:
             _ensure_builtins()  # a clash with a built-in op is named now, not when a lookup loads them
         opdef = OpDef(spec, fn, shape=shape)
+        opdef._defined_in = defined_in if isinstance(defined_in, str) else None
         qual = f"{_TORCH_NAMESPACE}::{_torch_op_name(spec)}"
         with _LOCK:
             _check_name_is_free(spec, builtin)

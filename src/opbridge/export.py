@@ -64,6 +64,7 @@ logger = logging.getLogger(__name__)
 Exporter = Literal["dynamo", "torchscript"]
 
 _TS_LOCK = ForkSafeLock()
+_EXPORT_LOCK = ForkSafeLock(reentrant=True)
 _TS_REGISTERED: dict[str, OpDef] = {}
 
 
@@ -821,7 +822,9 @@ def export(
                 ", ".join(moded),
             )
     captured: list[CapturedWarning] = []
-    with tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
+    # one export at a time in a process: torch's exporters keep global state (two at once failed), and
+    # catching the warnings swaps the process's warning state
+    with _EXPORT_LOCK, tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             if exporter == "dynamo":

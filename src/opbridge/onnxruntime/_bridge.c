@@ -49,6 +49,7 @@ static const void *const *g_api = NULL;     /* OrtApi table, set by RegisterCust
 static int g_selfcheck_done = 0;            /* 1 ok, -1 failed */
 static char g_selfcheck_msg[512] = "";      /* why the self-check failed, or "" */
 static PyObject *g_pending = NULL;          /* list of OpDescriptor staged by set_pending() */
+static PyObject *g_exits = NULL;            /* thread ident -> SystemExit a kernel raised, for take_exit() */
 static char g_register_error[1024] = "";    /* last RegisterCustomOps failure, for Python */
 static long g_registrations = 0;            /* successful RegisterCustomOps calls */
 static unsigned g_api_version = 0;          /* version of the OrtApi table in g_api */
@@ -118,6 +119,19 @@ static PyObject *opb_utf8_bytes(PyObject *s) {
     PyObject *b = (s != NULL && PyUnicode_Check(s)) ? PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace") : NULL;
     if (b == NULL) PyErr_Clear();
     return b;
+}
+
+/* Keep the pending SystemExit for this thread's take_exit() (the exception stays pending). */
+static void opb_keep_exit(void) {
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    if (g_exits == NULL) g_exits = PyDict_New();
+    PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (g_exits == NULL || key == NULL || value == NULL || PyDict_SetItem(g_exits, key, value) < 0) PyErr_Clear();
+    Py_XDECREF(key);
+    PyErr_Restore(type, value, tb);
 }
 
 /* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
@@ -971,6 +985,9 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
            Only on the main thread, where Ctrl-C arrives: elsewhere a KeyboardInterrupt is the kernel's
            own exception, and the run's error carries it. */
         const int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+        /* sys.exit() inside a kernel (a SIGTERM handler's, say): the run fails, and run() raises the
+           SystemExit itself once ONNX Runtime has returned (take_exit), as for Ctrl-C */
+        if (PyErr_ExceptionMatches(PyExc_SystemExit)) opb_keep_exit();
         opb_format_exception(exc, sizeof exc);
         if (interrupted && opb_on_main_thread()) PyErr_SetInterrupt();
         snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
@@ -1270,6 +1287,24 @@ static PyObject *py_clear_pending(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_take_exit(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (g_exits == NULL) Py_RETURN_NONE;
+    PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (key == NULL) return NULL;
+    PyObject *kept = PyDict_GetItemWithError(g_exits, key); /* borrowed */
+    if (kept == NULL) {
+        Py_DECREF(key);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(kept);
+    if (PyDict_DelItem(g_exits, key) < 0) PyErr_Clear();
+    Py_DECREF(key);
+    return kept;
+}
+
 static PyObject *py_registration_error(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -1309,6 +1344,8 @@ static PyMethodDef module_methods[] = {
     {"set_pending", py_set_pending, METH_O, "Stage OpDescriptors for the next RegisterCustomOps call."},
     {"clear_pending", py_clear_pending, METH_NOARGS, "Drop staged OpDescriptors."},
     {"registration_error", py_registration_error, METH_NOARGS, "Why the last RegisterCustomOps failed, or None."},
+    {"take_exit", py_take_exit, METH_NOARGS,
+     "The SystemExit a kernel raised in this thread's last failed run (once), or None."},
     {"abi_report", py_abi_report, METH_NOARGS, "State of the C API self-check and registrations."},
     {"_set_copy_mode", py_set_copy_mode, METH_O,
      "_set_copy_mode(mode): how large results are copied into ONNX Runtime's outputs, for benchmarks: "

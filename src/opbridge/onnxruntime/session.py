@@ -292,6 +292,7 @@ class InferenceSession:
         made = callable(sess_options)
         options = _made_options(sess_options) if made else sess_options
         descriptors: list[Any] = []
+        self._bridged = bool(bound)
         if bound:
             options = _with_bridge_defaults(options) if made else _copy_options(sess_options)
             threads = _intra_op_threads(options)
@@ -504,6 +505,12 @@ class InferenceSession:
             )
         except Exception as exc:
             _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
+            if self._bridged:
+                from opbridge.onnxruntime import _native
+
+                exiting = _native.module().take_exit()
+                if exiting is not None:  # sys.exit() inside a kernel: it ends the caller too
+                    raise exiting from None
             if self._untyped and "but the node's output type is" in str(exc):
                 # the kernel may be right and the type a guess: say so, with the same exception type
                 try:
