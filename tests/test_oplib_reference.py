@@ -515,3 +515,25 @@ def test_dynamic_resize_reference_covers_up_and_down(size: tuple, factor: float)
     # a linear ramp survives bicubic resampling away from the borders: centre value = centre of the input
     torch.testing.assert_close(out.mean(), x.mean(), rtol=0, atol=0.2)
     torch.testing.assert_close(out, F.interpolate(x, scale_factor=factor, mode="bicubic"), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["bilinear", "nearest", "bicubic"])
+def test_half_precision_grid_sample_is_sampled_in_float32_on_the_cpu(mode: int) -> None:
+    """PyTorch's CPU kernel rounds every intermediate of a float16 grid_sample to float16 (up to 0.04 off
+    near 1, beyond the op's own float16 tolerance, so that verify failed the runtimes that were right):
+    the reference samples in float32 and rounds once, as PyTorch's CUDA kernel does."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.rand(2, 4, 9, 11, generator=g).half()
+    grid = (torch.rand(2, 5, 6, 2, generator=g) * 2.2 - 1.1).half()
+    got = d.GridSample(x, grid, interpolation_mode=mode)
+    exact = F.grid_sample(x.double(), grid.double(), mode=ref.GRID_MODES[mode], align_corners=False)
+    assert got.dtype == torch.float16
+    # one rounding to float16 (plus float32's own error), where ATen's half kernel was 0.02-0.04 off
+    torch.testing.assert_close(got.double(), exact, rtol=2**-10, atol=2e-3)
+
+
+def test_roi_align_names_features_that_are_not_4d() -> None:
+    with pytest.raises(
+        ValueError, match=r"mmdeploy::MMCVRoiAlign: input must be \(N, C, H, W\) features; got \(2, 8, 8\)"
+    ):
+        d.RoIAlign(torch.rand(2, 8, 8), torch.tensor([[0.0, 1, 1, 4, 4]]), output_height=2, output_width=2)

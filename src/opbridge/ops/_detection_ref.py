@@ -69,10 +69,17 @@ def grid_sample(
     padding_mode: int,
     align_corners: bool,
 ) -> torch.Tensor:
-    """``F.grid_sample`` with MMDeploy's integer-coded mode attributes (4-D: the op is 2-D)."""
+    """``F.grid_sample`` with MMDeploy's integer-coded mode attributes (4-D: the op is 2-D).
+
+    Half-precision inputs on the CPU are sampled in float32 and rounded once, as PyTorch's CUDA kernel
+    computes them (its CPU kernel rounds every intermediate to float16, up to 0.04 off on values near 1).
+    """
     mode = check_choice("mmdeploy::grid_sampler", "interpolation_mode", interpolation_mode, GRID_MODES)
     pad = check_choice("mmdeploy::grid_sampler", "padding_mode", padding_mode, GRID_PADDINGS)
     check_grid_shapes(tuple(x.shape), tuple(grid.shape))
+    if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        wide = F.grid_sample(x.float(), grid.float(), mode=mode, padding_mode=pad, align_corners=align_corners)
+        return wide.to(x.dtype)
     return F.grid_sample(x, grid.to(x.dtype), mode=mode, padding_mode=pad, align_corners=align_corners)
 
 
@@ -380,6 +387,8 @@ def roi_align(
     """MMCV ``roi_align`` (= torchvision ``roi_align`` for mode "avg"), one RoI at a time."""
     op = "mmdeploy::MMCVRoiAlign"
     check_rois(op, rois)
+    if feat.dim() != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W) features; got {tuple(feat.shape)}.")
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     if output_height < 1 or output_width < 1:
