@@ -10,7 +10,7 @@ import onnx
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["numpy_to_onnx", "onnx_to_numpy", "onnx_to_torch", "torch_to_onnx", "onnx_type_name"]
+__all__ = ["numpy_to_onnx", "onnx_to_numpy", "onnx_to_torch", "onnx_type_name", "tensor_to_numpy", "torch_to_onnx"]
 
 _ONNX_TO_NUMPY: dict[int, Any] = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -78,3 +78,16 @@ def onnx_to_torch(elem_type: int) -> torch.dtype:
         return getattr(torch, _TORCH_NAMES[elem_type])
     except KeyError:
         raise TypeError(f"ONNX element type {onnx_type_name(elem_type)} has no torch equivalent") from None
+
+
+def tensor_to_numpy(t: Any) -> np.ndarray:
+    """A tensor as a numpy array on the CPU (a negated or conjugated view resolved first); a bfloat16 one
+    as ml_dtypes' bfloat16 (the dtype onnx uses), bit for bit."""
+    import torch
+
+    t = t.detach().cpu().resolve_neg().resolve_conj()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()

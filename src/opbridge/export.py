@@ -220,11 +220,7 @@ def _axes_from_dims(
     """Convert torch.export-style ``dynamic_shapes`` into TorchScript ``dynamic_axes`` (keyword inputs'
     by their names)."""
     names = _input_names(model, args, kwargs, input_names)
-    if isinstance(dynamic_shapes, Mapping):
-        params = _forward_names(model, len(args)) + names[len(args) :]
-        items = [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
-    else:
-        items = list(dynamic_shapes)
+    items = _shape_entries(model, args, names, dynamic_shapes)
     axes: dict[str, dict[int, str]] = {}
     for i, entry in enumerate(items):
         if not entry:
@@ -236,6 +232,15 @@ def _axes_from_dims(
             if d is not None and not _is_static_hint(d)
         }
     return axes
+
+
+def _shape_entries(model: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_shapes: Any) -> list[Any]:
+    """``dynamic_shapes``' entry for each of the graph inputs ``names`` (positional ones first): a tuple's in
+    order, a dict's by the input's name or by the forward's parameter name in its place."""
+    if not isinstance(dynamic_shapes, Mapping):
+        return list(dynamic_shapes)
+    params = _forward_names(model, len(args)) + list(names[len(args) :])
+    return [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
 
 
 def _is_static_hint(dim: Any) -> bool:
@@ -251,11 +256,7 @@ def _check_dims_kept(
     import torch
 
     names = _positional_names(model, args, input_names)
-    if isinstance(shapes, Mapping):  # keyed by the forward's parameter names (or by the graph's input names)
-        params = _forward_names(model, len(args))
-        items = [shapes.get(n, shapes.get(p)) for n, p in zip(names, params)]
-    else:
-        items = list(shapes)
+    items = _shape_entries(model, args, names, shapes)
     graph_inputs = {i.name: i for i in proto.graph.input}
     for name, entry in zip(names, items):
         if not entry or name not in graph_inputs:

@@ -257,7 +257,7 @@ def save_with_data_file(
     if not tensors:  # nothing to put beside it
         serialized = model.SerializeToString()
         return write_atomic(target, lambda fh: fh.write(serialized), protected=protected)
-    if data_path.exists() and data_path.name not in _data_files_of(target):
+    if data_path.exists() and data_path.resolve() not in {p.resolve() for p in external_files(target)}:
         raise OutputPathError(
             f"{data_path} exists and is not the data file of a model at {target}: the model's tensors would "
             "overwrite it; move it, or write the model under another name."
@@ -284,23 +284,3 @@ def save_with_data_file(
             tensor.data_location = onnx.TensorProto.DEFAULT
     logger.info("%s keeps its tensors in %s", target.name, data_path)
     return write_atomic(target, lambda fh: fh.write(serialized), protected=protected)
-
-
-def _data_files_of(path: Path) -> set[str]:
-    """The external data files the model at ``path`` names (none where there is no model there)."""
-    import onnx
-    from onnx.external_data_helper import _get_all_tensors
-
-    if not path.is_file():
-        return set()
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # not a model: it names none
-        return set()
-    return {
-        entry.value
-        for tensor in _get_all_tensors(model)
-        if tensor.data_location == onnx.TensorProto.EXTERNAL
-        for entry in tensor.external_data
-        if entry.key == "location"
-    }

@@ -52,6 +52,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from opbridge._dtypes import tensor_to_numpy
+from opbridge.definition import _version
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.model_io import elem_types, load_model, walk_nodes
 from opbridge.shape import result_check
@@ -179,18 +181,6 @@ def _to_torch(arrays: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _tensor_to_numpy(t: Any) -> Any:
-    """A CPU tensor as a numpy array; a bfloat16 one as ml_dtypes' bfloat16 (the dtype onnx uses), bit for bit."""
-    import torch
-
-    t = t.detach().cpu().resolve_neg().resolve_conj()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
 def _to_numpy(values: Any) -> tuple[Any, ...]:
     import numpy as np
 
@@ -198,7 +188,7 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
     out = []
     for i, v in enumerate(items):
         if hasattr(v, "detach"):
-            v = _tensor_to_numpy(v)
+            v = tensor_to_numpy(v)
         if not isinstance(v, (np.ndarray, np.generic)):
             # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
             raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")
@@ -226,19 +216,16 @@ def _own(results: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _unchanged(label: str, tensors: Sequence[Any], versions: Sequence[int | None]) -> None:
-    """Raise where a torch kernel or reference wrote an input in place (torch counts such writes): the
-    input is the caller's array or a weight of the model, which every later run would see changed."""
+    """Raise where a torch kernel or reference wrote an input in place (torch counts such writes, see
+    :func:`~opbridge.definition._version`): the input is the caller's array or a weight of the model,
+    which every later run would see changed."""
     for i, (t, v) in enumerate(zip(tensors, versions)):
-        if t is not None and v is not None and not t.is_inference() and t._version != v:
+        if v is not None and _version(t) != v:
             raise OpbridgeError(
                 f"{label} wrote input {i} in place; its inputs are the caller's arrays and the model's weights, "
                 "which must stay unchanged: compute into a new tensor (x + 1, not x.add_(1)) or clone the input "
                 "first."
             )
-
-
-def _versions(tensors: Sequence[Any]) -> list[int | None]:
-    return [None if t is None or t.is_inference() else int(t._version) for t in tensors]
 
 
 def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
@@ -255,7 +242,7 @@ def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
             import torch
 
             tensors = _to_torch(args)
-            versions = _versions(tensors)
+            versions = [_version(t) for t in tensors]
             with torch.no_grad():
                 found = (
                     opdef.kernel(*tensors, **attrs)
@@ -289,7 +276,7 @@ def _kernel_runner(kernel: KernelDef) -> Callable[..., tuple[Any, ...]]:
         import torch
 
         tensors = _to_torch(inputs)
-        versions = _versions(tensors)
+        versions = [_version(t) for t in tensors]
         with torch.no_grad():
             found = kernel.fn(*tensors, **attrs)
         _unchanged(f"{kernel.qualname} node {node.name!r}", tensors, versions)

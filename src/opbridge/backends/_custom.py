@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opbridge._dtypes import tensor_to_numpy
 from opbridge.errors import UnknownOpError
 
 if TYPE_CHECKING:
@@ -142,8 +143,7 @@ class CustomKernel:
 def _to_numpy(value: Any, index: int, label: str) -> np.ndarray:
     """A result as a numpy array; anything but an array or a tensor is refused by name."""
     if hasattr(value, "detach"):
-        # (a negated or conjugated view has no numpy form of its own)
-        return value.detach().cpu().resolve_neg().resolve_conj().numpy()
+        return tensor_to_numpy(value)
     if not isinstance(value, (np.ndarray, np.generic)) or np.asarray(value).dtype == object:
         raise KernelResultError(
             f"{label} returned a {type(value).__name__} for output {index}, not an array; return numpy arrays"

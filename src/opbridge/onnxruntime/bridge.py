@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opbridge._locks import ForkSafeLock
-from opbridge.definition import OpDef, find_op
+from opbridge.definition import OpDef, _version, find_op
 from opbridge.errors import OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
 from opbridge.shape import SymDim, result_check, rule_failed
@@ -333,7 +333,7 @@ def _inputs_unchanged(tensors: list[Any], label: str) -> None:
     its views (``_version``), so a write is seen without copying the inputs.
     """
     for i, t in enumerate(tensors):
-        if t is not None and not t.is_inference() and t._version:  # (inference tensors keep no count)
+        if _version(t):  # (None for an inference tensor, which keeps no count)
             raise RuntimeError(
                 f"{label}: the kernel wrote input {i} in place; its inputs are ONNX Runtime's buffers (an "
                 "initializer or the caller's array) and must stay unchanged: compute into a new tensor "
