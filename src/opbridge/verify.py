@@ -12,12 +12,14 @@ Shape sets: each is a dict ``{input name: dims}``. Inputs a set does not name
 take the reference's example shape, with every dynamic dim whose ONNX name
 (``dim_param``) a named input fixed taking that value (``batch`` given for one
 input applies to every input whose dim is called ``batch``; two named inputs
-that give one such dim different sizes are an error). Without shape sets, the
-example inputs' shapes are the one set.
+that give one such dim different sizes are an error). Without shape sets or
+input arrays, the example inputs' shapes are the first set, and (``vary_dims``)
+the same with every dynamic dim one larger the second.
 
 Tolerance of an output, first that applies: ``tolerances[output]``; ``rtol`` /
-``atol`` given; the loosest tolerance that the model's custom ops declare for the
-output's dtype (``OpSpec.tolerances``); the default (rtol 1e-3, atol 1e-5).
+``atol`` given; the loosest tolerance that the custom ops it is computed from
+declare (``OpSpec.tolerances``), with the default too where other ops round on the
+way; the default (rtol 1e-3, atol 1e-5).
 
 Exit code (:attr:`VerifyRecord.exit_code`): 0 when every comparison passed, 1
 on a mismatch, 2 when a backend could not load or run the model (the other
@@ -66,6 +68,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ShapeSet = Mapping[str, Sequence[int]]
+InputArrays = str | os.PathLike[str] | Mapping[str, Any]
 Progress = Callable[[str], None]
 
 
@@ -129,6 +132,7 @@ class VerifyRecord:
     runs: list[RunReport] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    set_origins: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -164,6 +168,7 @@ class VerifyRecord:
                 for m in self.inputs
             ],
             "shape_sets": [{k: list(v) for k, v in s.items()} for s in self.shape_sets],
+            "set_origins": list(self.set_origins),
             "tolerances": {
                 k: {"rtol": t.rtol, "atol": t.atol, "source": src} for k, (t, src) in self.tolerances.items()
             },
@@ -184,7 +189,8 @@ class VerifyRecord:
         """A plain-text report: one row per backend, shape set and output, then the verdict."""
         lines = [f"model:     {self.model}", f"reference: {self.reference} (seed {self.seed})"]
         for i in range(len(self.shape_sets)):
-            lines.append(f"set {i + 1}:     {self.set_label(i)}")
+            origin = f"  ({self.set_origins[i]})" if i < len(self.set_origins) else ""
+            lines.append(f"set {i + 1}:     {self.set_label(i)}{origin}")
         header = ("backend", "set", "output", "max abs", "mean abs", "p99 abs", "max rel", "rtol/atol", "result")
         rows: list[tuple[str, ...]] = []
         notes: list[str] = []
@@ -221,6 +227,14 @@ class VerifyRecord:
                 lines.append(f"{b.name}: {b.status}" + (f" ({b.message})" if b.message else ""))
             elif b.message:  # a note on the paths it took
                 lines.append(f"note: {b.name}: {b.message}")
+            by_reference = [
+                c.removesuffix(" (PyTorch reference)") for c in b.custom_ops if c.endswith("(PyTorch reference)")
+            ]
+            if b.status == "ran" and by_reference:
+                lines.append(
+                    f"note: {b.name} ran the PyTorch reference of {', '.join(by_reference)} as the kernel: its "
+                    "numbers check the export and the runtime around the op, not a kernel of the op"
+                )
         for note in notes:
             lines.append(f"  {note}")
         for note in self.notes:
@@ -466,19 +480,100 @@ def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[
 # --------------------------------------------------------------------------- tolerances
 
 
-def _declared_tolerances(model: Any) -> list[tuple[str, Mapping[str, Tolerance]]]:
-    """``(op qualname, its OpSpec.tolerances)`` for every custom op of the model that declares some,
-    wherever its nodes are (calls of model-local function bodies included)."""
-    from opbridge.backends._custom import custom_op_nodes, domain_versions
-    from opbridge.definition import find_op
+# Standard ops that only move, select or compare values: a backend gives them bit for bit what
+# their inputs hold, so they add no rounding of their own to an output's tolerance.
+_EXACT_OPS = frozenset(
+    {
+        "Abs", "And", "ArgMax", "ArgMin", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Constant",
+        "ConstantOfShape", "DepthToSpace", "Dropout", "Equal", "Expand", "Flatten", "Floor", "Gather",
+        "GatherElements", "GatherND", "Greater", "GreaterOrEqual", "Identity", "If", "Less", "LessOrEqual",
+        "Loop", "Max", "Min", "Neg", "NonZero", "Not", "Or", "Pad", "Relu", "Reshape", "Round", "Scan", "Shape",
+        "Sign", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "TopK", "Transpose", "Unsqueeze",
+        "Where", "Xor",
+    }
+)  # fmt: skip
 
+
+@dataclass
+class _Upstream:
+    """What computes one model output: the custom ops whose declared tolerance covers it (qualname ->
+    that tolerance) and whether anything else rounds on the way (standard arithmetic, or a custom op
+    that declares no tolerance for its dtype), in which case the default tolerance applies too."""
+
+    declared: dict[str, Tolerance] = field(default_factory=dict)
+    other: list[str] = field(default_factory=list)
+
+
+def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]:
+    """Per model output, the ops it depends on (:class:`_Upstream`), found by walking the graph back
+    from it: through If/Loop/Scan bodies and into calls of model-local functions that are not an
+    opbridge op's own body."""
+    from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
+    from opbridge.definition import find_op
+    from opbridge.model_io import elem_types, walk_nodes
+
+    graph = model.graph
     versions = domain_versions(model)
-    found: dict[str, Mapping[str, Tolerance]] = {}
-    for node in custom_op_nodes(model):
+    functions = {(f.domain, f.name): f for f in model.functions}
+    producer = {name: node for node in graph.node for name in node.output if name}
+    custom_outputs = [n.output[0] for n in walk_nodes(graph.node) if n.output and n.domain not in STANDARD_DOMAINS]
+    types = elem_types(model, custom_outputs)
+
+    def dtype_of(value: str, fallback: str) -> str:
+        import onnx
+
+        code = types.get(value)
+        if not code:
+            return fallback
+        try:
+            return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code)))
+        except Exception:
+            return fallback
+
+    def classify(node: Any, fallback: str, found: _Upstream, seen_functions: frozenset[Any]) -> None:
+        key = (node.domain, node.op_type)
+        for inner in (n for a in node.attribute for n in walk_nodes(_subgraph_nodes(a))):
+            classify(inner, fallback, found, seen_functions)
+        if node.domain in STANDARD_DOMAINS and key not in functions:
+            from opbridge.legacy_domain import is_standard_op
+
+            if is_standard_op(node.op_type):
+                if node.op_type not in _EXACT_OPS:
+                    found.other.append(node.op_type)
+                return
         opdef = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain else None
-        if opdef is not None and opdef.spec.tolerances:
-            found[opdef.spec.qualname] = opdef.spec.tolerances
-    return sorted(found.items())
+        if opdef is None and key in functions and key not in seen_functions:  # a plain model-local function
+            for inner in walk_nodes(functions[key].node):
+                classify(inner, fallback, found, seen_functions | {key})
+            return
+        dtype = dtype_of(node.output[0], fallback) if node.output else fallback
+        if opdef is not None and dtype in opdef.spec.tolerances:
+            found.declared[opdef.spec.qualname] = opdef.spec.tolerances[dtype]
+        else:
+            found.other.append(f"{node.domain}::{node.op_type}" if node.domain else node.op_type)
+
+    out: dict[str, _Upstream] = {}
+    for o in outputs:
+        fallback = str(o.dtype) if o.dtype is not None else "float32"
+        found = _Upstream()
+        stack, visited = [o.name], set()
+        while stack:
+            node = producer.get(stack.pop())
+            if node is None or id(node) in visited:
+                continue
+            visited.add(id(node))
+            classify(node, fallback, found, frozenset())
+            stack.extend(node.input)
+            # values an If/Loop/Scan body reads from the enclosing graph
+            stack.extend(i for a in node.attribute for n in walk_nodes(_subgraph_nodes(a)) for i in n.input)
+        out[o.name] = found
+    return out
+
+
+def _subgraph_nodes(attr: Any) -> list[Any]:
+    """The nodes of an attribute's graph(s): an If/Loop/Scan body (none for other attributes)."""
+    graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+    return [n for g in graphs for n in g.node]
 
 
 def _output_tolerances(
@@ -506,7 +601,7 @@ def _output_tolerances(
             f"--tol {unknown[0]}:...: the model has no output {unknown[0]!r}; "
             f"its outputs are {[o.name for o in outputs]}."
         )
-    declared = _declared_tolerances(model)
+    upstream = _upstream(model, outputs)
     out: dict[str, tuple[Tolerance, str]] = {}
     default = Tolerance()
     for o in outputs:
@@ -521,12 +616,17 @@ def _output_tolerances(
         if o.name in given:
             out[o.name] = (given[o.name], "--tol")
             continue
-        dtype = str(o.dtype) if o.dtype is not None else "float32"
-        hits = [(q, t[dtype]) for q, t in declared if dtype in t]
+        found = upstream[o.name]
+        hits = sorted(found.declared.items())
         base, source = default, "default"
         if hits:
-            base = Tolerance(max(t.rtol for _, t in hits), max(t.atol for _, t in hits))
+            # the loosest of the ops on the way; the default too where anything else rounds there
+            tols = [t for _, t in hits] + ([default] if found.other else [])
+            base = Tolerance(max(t.rtol for t in tols), max(t.atol for t in tols))
             source = "declared by " + ", ".join(q for q, _ in hits)
+            if found.other:
+                others = list(dict.fromkeys(found.other))
+                source += f"; default for {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
         if rtol is not None and atol is not None:
             out[o.name] = (Tolerance(rtol, atol), "--rtol/--atol")
         elif rtol is not None:  # the other one stays what would apply without the flag
@@ -567,10 +667,11 @@ def verify(
     rtol: float | None = None,
     atol: float | None = None,
     tolerances: Mapping[str, Tolerance | tuple[float, float]] | None = None,
-    inputs: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    inputs: InputArrays | Sequence[InputArrays] | None = None,
     seed: int = 0,
     ops: Sequence[str] | None = None,
     progress: Progress | None = None,
+    vary_dims: bool = True,
 ) -> VerifyRecord:
     """Run ``model`` on ``backends`` and compare every output with the PyTorch reference.
 
@@ -582,10 +683,12 @@ def verify(
         shapes: shape sets, each ``{input: dims}`` (see the module doc).
         rtol, atol: tolerance for every output (overrides declared tolerances).
         tolerances: per-output ``Tolerance`` or ``(rtol, atol)``; overrides the rest.
-        inputs: ``.npz`` path or dict of arrays, used as the first input set.
+        inputs: ``.npz`` path or dict of arrays, or a list of them: the first input sets, in order.
         seed: seed of the random inputs (set ``i`` uses ``[seed, i]``).
         ops: ``--ops`` targets to import first (files or modules defining ops/kernels).
         progress: called with a short message as each backend and set starts.
+        vary_dims: with a PyTorch reference and neither ``shapes`` nor ``inputs``, add a second set
+            with every dynamic dim of the model one larger than in the example (2 where it is 1).
 
     Returns:
         The :class:`VerifyRecord`. Raises :class:`~opbridge.errors.OpbridgeError` for
@@ -612,7 +715,7 @@ def verify(
         m.name: tuple(d if isinstance(d, int) else None for d in m.shape) for m in out_meta if m.shape is not None
     }
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
-    tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
+    _output_tolerances(proto, out_meta, tolerances, rtol, atol)  # bad values named before anything runs
 
     torch_ref: TorchRunner | None = None
     example: dict[str, tuple[int, ...]] | None = None
@@ -632,26 +735,41 @@ def verify(
         example = {
             m.name: tuple(int(d) for d in getattr(t, "shape", ())) for m, t in zip(meta, torch_ref.example_inputs)
         }
+    # (after the reference's factory ran: the ops it defines declare their tolerances)
+    tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
 
     feeds: list[dict[str, np.ndarray]] = []
     sets: list[dict[str, tuple[int, ...]]] = []
-    if inputs is not None:
-        feed = load_npz(inputs, meta)
-        where = str(inputs) if isinstance(inputs, (str, os.PathLike)) else "arrays"
+    origins: list[str] = []
+    given_arrays = [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    for source in given_arrays:
+        feed = load_npz(source, meta)
+        where = str(source) if isinstance(source, (str, os.PathLike)) else "arrays"
         # the arrays' shapes against the model's, as --shape sets are
         resolve_shape_sets(
             meta, [{m.name: tuple(feed[m.name].shape) for m in meta}], example, given_as=f"--inputs {where}: array"
         )
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})
-    if shapes or inputs is None:
+        origins.append(f"--inputs {where}" if where != "arrays" else "the arrays given")
+    varied: dict[str, tuple[int, int]] = {}
+    if shapes or not given_arrays:
         onnx_types = onnx_input_types(proto, meta)
-        for full in resolve_shape_sets(meta, shapes, example):
+        wanted = list(shapes or [])
+        if not wanted and example is not None and vary_dims:
+            grown, varied = _varied_dims(meta, example)
+            wanted = [{}, grown] if varied else []
+        for full in resolve_shape_sets(meta, wanted or None, example):
             feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds)), onnx_types))
             sets.append(full)
+            origins.append(f"random (seed {seed}, set {len(feeds)})")
+        if varied:
+            origins[-1] += ": the example's dynamic dims varied, " + ", ".join(
+                f"{d} {a}->{b}" for d, (a, b) in varied.items()
+            )
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
-    record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol)
+    record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol, set_origins=origins)
     out_names = [o.name for o in out_meta]
     for out_name in dict.fromkeys(n for n in out_names if out_names.count(n) > 1):
         places = [i for i, n in enumerate(out_names) if n == out_name]
@@ -679,11 +797,16 @@ def verify(
         except Exception as exc:
             failure = f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}"
             expected.append(failure)
-            record.errors.append(
-                f"set {i + 1} ({record.set_label(i)}): {failure.rstrip('.')}; no backend was compared on it."
-            )
-    if torch_ref is not None:
-        torch_ref.close()
+            where = f"set {i + 1} ({record.set_label(i)})"
+            if varied and i == len(feeds) - 1:  # a set the caller did not ask for: said, not an error
+                record.notes.append(
+                    f"{where}, the example's dynamic dims varied: {failure.rstrip('.')}; not compared (give the "
+                    "shapes the model takes with --shape, or leave this set out with --export-shape-only)."
+                )
+            else:
+                record.errors.append(f"{where}: {failure.rstrip('.')}; no backend was compared on it.")
+            continue
+        _check_reference_values(record, i, expected[-1], tol)  # type: ignore[arg-type]
 
     for name in names:
         try:
@@ -718,6 +841,11 @@ def verify(
                 record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared))
         finally:
             runner.close()
+    if torch_ref is not None:
+        try:
+            _check_reference_repeats(record, torch_ref, feeds, expected, tol, say)
+        finally:
+            torch_ref.close()
     ran = [b.name for b in record.backends if b.status == "ran"]
     if torch_ref is None and len(ran) == 1 and any(r.status == "reference" for r in record.runs):
         record.errors.append(
@@ -725,6 +853,86 @@ def verify(
             "the reference outputs; pass reference=(model, example_inputs) or a factory, or name a second backend."
         )
     return record
+
+
+def _varied_dims(
+    meta: Sequence[TensorMeta], example: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, int]]]:
+    """The example's shapes with every named dynamic dim one larger (2 where it is 1), and
+    ``{dim name: (example size, new size)}`` (empty where the model has no dynamic dim)."""
+    varied: dict[str, tuple[int, int]] = {}
+    grown: dict[str, tuple[int, ...]] = {}
+    for m in meta:
+        if m.shape is None or m.name not in example or len(example[m.name]) != len(m.shape):
+            continue
+        dims = list(example[m.name])
+        for axis, want in enumerate(m.shape):
+            if isinstance(want, str) and want:
+                varied.setdefault(want, (dims[axis], dims[axis] + 1 if dims[axis] > 1 else 2))
+                dims[axis] = varied[want][1]
+        if dims != list(example[m.name]):
+            grown[m.name] = tuple(dims)
+    return grown, varied
+
+
+def _check_reference_values(
+    record: VerifyRecord, index: int, want: Mapping[str, np.ndarray], tol: Mapping[str, tuple[Tolerance, str]]
+) -> None:
+    """Name the outputs of set ``index`` whose comparison proves nothing: every reference value NaN
+    (an error: nothing compared), or every one within atol of zero (a note: zeros would pass)."""
+    for name, value in want.items():
+        array = np.asarray(value)
+        if array.dtype.kind not in "fc" or array.size == 0:
+            continue
+        where = f"set {index + 1} ({record.set_label(index)}) output {name!r}"
+        if np.isnan(array).all():
+            record.errors.append(
+                f"{where}: every value of the PyTorch reference is NaN, so nothing of it is compared; give inputs "
+                "in the ops' domain with --inputs FILE.npz (inputs=)."
+            )
+            continue
+        atol = tol.get(name, (Tolerance(), ""))[0].atol
+        largest = float(np.nanmax(np.abs(array)))
+        if 0.0 < largest <= atol:
+            record.notes.append(
+                f"{where}: every PyTorch value is within atol {atol:g} of zero (the largest {largest:.3g}), so zeros "
+                f"would pass; give a smaller atol, e.g. --tol {name}:{tol[name][0].rtol:g},{largest / 100:.1g}."
+            )
+
+
+def _check_reference_repeats(
+    record: VerifyRecord,
+    torch_ref: Any,
+    feeds: Sequence[dict[str, np.ndarray]],
+    expected: Sequence[dict[str, np.ndarray] | str],
+    tol: Mapping[str, tuple[Tolerance, str]],
+    say: Progress,
+) -> None:
+    """Where a backend failed on a set, run the PyTorch reference on it again: a reference that does
+    not repeat its own numbers is named, since the failures may be its own."""
+    failed_sets = sorted({r.shape_set for r in record.runs if r.status == "fail"})
+    for i in failed_sets:
+        first = expected[i]
+        if isinstance(first, str) or not first:
+            continue
+        say(f"torch reference again, set {i + 1}")
+        try:
+            again = torch_ref.infer(_copy_feed(feeds[i]))
+        except Exception as exc:
+            record.notes.append(
+                f"set {i + 1}: the PyTorch reference failed when run again ({type(exc).__name__}: {_one_line(exc)})"
+            )
+            continue
+        for name, value in first.items():
+            tolerance = tol.get(name, (Tolerance(), ""))[0]
+            repeat = compare_arrays(again.get(name, np.asarray([])), value, tolerance, name)
+            if not repeat.passed:
+                record.notes.append(
+                    f"set {i + 1} output {name!r}: the PyTorch reference gives other numbers when run again on the "
+                    f"same inputs ({repeat.reason}): it is not deterministic, so the failures on this set may be "
+                    "its own; make it deterministic (a fixed seed inside it, or eval mode) or compare it with a "
+                    "tolerance that covers its spread."
+                )
 
 
 def _copy_feed(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

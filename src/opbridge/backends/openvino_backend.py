@@ -202,16 +202,18 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 (self.get_input_element_type(i), self.get_input_partial_shape(i)) for i in range(self.get_input_size())
             ]
 
-        def _infer_outputs(self) -> list[tuple[Any, Any]]:
+        def _infer_outputs(self, input_types: list[tuple[Any, Any]] | None = None) -> list[tuple[Any, Any]]:
+            """The outputs' types and shapes for ``input_types`` (default: the node's inputs as compiled)."""
             info = nodes[self._index]
-            key = tuple((str(t), str(s)) for t, s in self._input_types())
+            types = input_types if input_types is not None else self._input_types()
+            key = tuple((str(t), str(s)) for t, s in types)
             if key in self._shape_cache:
                 return self._shape_cache[key]
             result: list[tuple[Any, Any]] | None = None
             if info.kernel.opdef is not None:
-                result = _spec_outputs(info, self._input_types(), infer_onnx)
+                result = _spec_outputs(info, types, infer_onnx)
             if result is None:
-                result = _fallback_outputs(info, self._input_types())
+                result = _fallback_outputs(info, types)
             self._shape_cache[key] = result
             return result
 
@@ -268,8 +270,11 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 raise RuntimeError(
                     f"{_MARK}{kernel.qualname}: the {kernel.source} raised {type(exc).__name__}: {exc}"
                 ) from exc
+            # the shapes the op gives for these inputs' own shapes (the compiled ones may be dynamic: a
+            # result of another size would then be taken, and OpenVINO hand on memory it never wrote)
+            concrete = self._infer_outputs([(t.get_element_type(), ov.PartialShape(list(t.shape))) for t in inputs])
             for i, (out, value) in enumerate(zip(outputs, results)):
-                declared = self.get_output_partial_shape(i)
+                declared = concrete[i][1] if i < len(concrete) else self.get_output_partial_shape(i)
                 # without a spec, and without ONNX shape inference's word, type and rank are its first input's
                 guessed = kernel.opdef is None and i < len(info.onnx_outputs) and None in info.onnx_outputs[i]
                 unknown = (

@@ -48,5 +48,6 @@ def user_files(args: argparse.Namespace) -> list[str]:
 
     found = [getattr(args, "model", None), *factory_file(getattr(args, "reference", None))]
     found += [o for o in getattr(args, "ops", None) or [] if os.path.isfile(o)]
-    found.append(getattr(args, "inputs", None))
+    given = getattr(args, "inputs", None)
+    found += given if isinstance(given, list) else [given]
     return [f for f in found if isinstance(f, str) and f]

@@ -88,7 +88,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="tolerance of one output, e.g. --tol logits:1e-2,1e-4 (repeatable; overrides --rtol/--atol)",
     )
     p.add_argument(
-        "--inputs", metavar="FILE.npz", default=None, help="input arrays (one per model input) used as the first set"
+        "--inputs",
+        metavar="FILE.npz",
+        action="append",
+        default=[],
+        help="input arrays (one per model input, named like the inputs) used as a set; repeatable, these sets "
+        "come first",
+    )
+    p.add_argument(
+        "--export-shape-only",
+        action="store_true",
+        help="without --shape or --inputs, check the example's shapes only (by default a second set makes "
+        "every dynamic dim one larger)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the whole record as JSON")
@@ -190,10 +201,11 @@ def run(args: argparse.Namespace) -> int:
             rtol=args.rtol,
             atol=args.atol,
             tolerances=tolerances or None,
-            inputs=args.inputs,
+            inputs=args.inputs or None,
             seed=args.seed,
             ops=args.ops,
             progress=progress,
+            vary_dims=not args.export_shape_only,
         )
     finally:
         progress.done()
