@@ -810,3 +810,25 @@ def test_exports_from_two_threads_both_succeed_and_leave_the_warning_state(tmp_p
         t.join()
     assert errors == [] and all((tmp_path / f"m{i}.onnx").is_file() for i in range(2))
     assert warnings.filters == filters
+
+
+class _ReturnsInputTwice(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return x, x, x * 2
+
+
+def test_a_model_returning_its_input_twice_exports_single_assignment(tmp_path: Path) -> None:
+    """torch.onnx's dynamo exporter wrote ``Identity(x) -> x`` beside the input ``x``, which the checker
+    refuses (not single static assignment): the export failed."""
+    import onnxruntime as ort
+
+    path = tmp_path / "twice.onnx"
+    x = torch.randn(2, 3)
+    opbridge.export(_ReturnsInputTwice(), (x,), path, exporter="dynamo")
+    model = onnx.load(str(path))
+    names = [o.name for o in model.graph.output]
+    assert len(set(names)) == 3 and names[0] == "x"
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    np.testing.assert_array_equal(got[0], x.numpy())
+    np.testing.assert_array_equal(got[1], x.numpy())
+    np.testing.assert_allclose(got[2], 2 * x.numpy(), rtol=0, atol=0)

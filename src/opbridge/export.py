@@ -401,7 +401,43 @@ def _export_dynamo(
         )
     if program is None:
         raise ExportError("torch.onnx.export returned no program")
-    return program.model_proto
+    proto = program.model_proto
+    _distinct_outputs(proto)
+    return proto
+
+
+def _distinct_outputs(model: onnx.ModelProto) -> None:
+    """Make the graph's outputs single static assignment, as the checker wants.
+
+    Where a model returns an input (``return x, x``) and the input is named, torch.onnx's dynamo
+    exporter writes ``Identity(x) -> x``, a second value called ``x``: such a node is dropped (the
+    output is the input itself). A graph output name listed again gets a name of its own through an
+    Identity node, ``<name>_alias_<k>``, as torch.onnx names repeats of a computed value.
+    """
+    import onnx
+
+    graph_inputs = {i.name for i in model.graph.input}
+    self_copies = [
+        i
+        for i, n in enumerate(model.graph.node)
+        if n.op_type == "Identity" and list(n.input) == list(n.output) and n.output[0] in graph_inputs
+    ]
+    for i in reversed(self_copies):
+        del model.graph.node[i]
+    taken = {v.name for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    taken |= {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.initializer}
+    seen: set[str] = set()
+    for value in model.graph.output:
+        if value.name not in seen:
+            seen.add(value.name)
+            continue
+        k = 1
+        while f"{value.name}_alias_{k}" in taken:
+            k += 1
+        alias = f"{value.name}_alias_{k}"
+        taken.add(alias)
+        model.graph.node.append(onnx.helper.make_node("Identity", [value.name], [alias], name=f"node_{alias}"))
+        value.name = alias
 
 
 # --------------------------------------------------------------------------- torchscript
