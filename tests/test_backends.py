@@ -559,6 +559,35 @@ def test_openvino_int64_output_of_custom_nodes_stays_int64(tmp_path) -> None:
     np.testing.assert_array_equal(out, np.full((2, 3), 6 + 1 + 6 + 2))
 
 
+@opbridge.op("tests.backends::Top2")
+def top2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    values, indices = torch.topk(x, 2, dim=-1)
+    return values, indices
+
+
+class _IndicesOnward(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        values, indices = top2(x)
+        return torch.gather(x * 2, -1, indices) + values, indices + 1
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_openvino_runs_standard_ops_on_int64_outputs_of_custom_nodes(tmp_path, exporter: str) -> None:
+    """The CPU plugin turns the graph's int64 into int32 while compiling, but not a custom op's output:
+    ``indices + 1`` then met int64 and int32 and the model did not compile ("Arguments do not have
+    the same element type")."""
+    _needs("openvino")
+    path = tmp_path / "indices.onnx"
+    x = torch.randn(3, 5)
+    opbridge.export(_IndicesOnward(), (x,), path, exporter=exporter, input_names=["x"], output_names=["y", "i"])
+    with OpenVINORunner(path) as runner:
+        got = runner.infer({"x": x.numpy()})
+    want = _IndicesOnward()(x)
+    assert got["i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i"], want[1].numpy())
+    np.testing.assert_allclose(got["y"], want[0].numpy(), rtol=0, atol=0)
+
+
 @opbridge.op("tests.backends::Opt", shape=lambda x, *_, **__: opbridge.TensorInfo(x.shape, x.dtype))
 def optional_inputs(
     x: torch.Tensor,

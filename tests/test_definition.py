@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pytest
 import torch
 from conftest import run_script
@@ -647,3 +648,18 @@ def test_built_in_shape_rules_follow_type_promotion(op: opbridge.OpDef, dtypes: 
     want = op.reference(*args)
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+@opbridge.op("tests.definition::Steps")
+def _steps(x: torch.Tensor, step: float = 0.7, scales: list[float] = (0.1, 2.5)) -> torch.Tensor:
+    return x * int(step * 10) + scales[0] * 1e8
+
+
+def test_float_attributes_reach_the_reference_as_onnx_carries_them() -> None:
+    """A FLOAT attribute is a float32 in the ONNX node: PyTorch computed int(0.7 * 10) = 7 from the
+    double, every runtime 6 from 0.699999988, and verify failed every backend with no word why."""
+    x = torch.ones(2, dtype=torch.float64)
+    want = 6 + float(np.float32(0.1)) * 1e8
+    assert _steps(x).tolist() == [want, want]
+    assert _steps(x, step=0.7, scales=[0.1]).tolist() == [want, want]
+    assert _steps(x, step=0.8).tolist()[0] == 8 + float(np.float32(0.1)) * 1e8  # 0.800000011920929

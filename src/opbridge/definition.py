@@ -27,6 +27,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import struct
 import sys
 import threading
 import types
@@ -277,6 +278,23 @@ def _decode_attr(attr: AttrSpec, value: Any) -> Any:
     return value
 
 
+def _float32_attributes(spec: OpSpec, attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` with FLOAT and FLOATS values rounded to float32, the values an ONNX node carries:
+    the reference then computes with what every runtime is given (0.7 is 0.699999988 there, and
+    ``int(step * 10)`` 6, not 7)."""
+    out = dict(attrs)
+    for a in spec.attributes:
+        if a.type is AttrType.FLOAT:
+            out[a.name] = _float32(out[a.name])
+        elif a.type is AttrType.FLOATS:
+            out[a.name] = tuple(_float32(v) for v in out[a.name])
+    return out
+
+
+def _float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
 class OpDef:
     """A custom op: its spec, its PyTorch reference, and the facets attached to it.
 
@@ -487,6 +505,8 @@ class OpDef:
                 )
             tensors.append(value)
         attrs = self.spec.bind_attributes(given)
+        if not torch.compiler.is_compiling():  # (a float traced by dynamo may be symbolic)
+            attrs = _float32_attributes(self.spec, attrs)
         return tensors, attrs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -220,7 +220,10 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def validate_and_infer_types(self) -> None:
             result = self._infer_outputs()
             for i, (etype, pshape) in enumerate(result):
-                self.set_output_type(i, etype, pshape)
+                # int64 outputs are int32 ones behind a Convert (see _converter): the plugins compute
+                # int64 in int32, converting the ops they know while compiling but not this one, whose
+                # int64 output then met int32 in the ops it feeds (evaluate checks the values' range)
+                self.set_output_type(i, ov.Type.i32 if etype == ov.Type.i64 else etype, pshape)
             if self._index >= 0 and self._index not in model_dtypes:
                 model_dtypes[self._index] = (
                     [_np_dtype(t) for t, _ in self._input_types()],
@@ -600,9 +603,19 @@ def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple
 
 
 def _converter(cls: type) -> Any:
+    import openvino as ov
+    import openvino.opset13 as opset
+
     def convert(ctx: Any) -> Any:
         inputs = [ctx.get_input(i) for i in range(ctx.get_input_size())]
-        return cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1))).outputs()
+        node = cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1)))
+        # an int64 output is made as int32 (validate_and_infer_types): a Convert gives the graph its
+        # int64, which the plugin's precision pass then turns into int32 with the rest of the graph
+        wanted = node._infer_outputs()
+        return [
+            opset.convert(out, "i64").output(0) if i < len(wanted) and wanted[i][0] == ov.Type.i64 else out
+            for i, out in enumerate(node.outputs())
+        ]
 
     return convert
 
