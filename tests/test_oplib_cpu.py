@@ -1423,6 +1423,51 @@ def test_grid_sampler_function_body_runs_at_the_opset_it_was_built_for(
         d.grid_sampler_function(15)
 
 
+def _half_pixel_grid(h: int, w: int, align: int, seed: int) -> torch.Tensor:
+    """Grid points on every half pixel from 2.5 planes before the plane to 2.5 after it (ties of nearest's
+    rounding), then uniform ones."""
+    rng = np.random.default_rng(seed)
+    px = np.arange(-2 * w - 5, 4 * w + 6) / 2.0
+    py = rng.integers(-2 * h - 5, 4 * h + 6, px.shape) / 2.0
+    if align:
+        gx, gy = px * 2 / max(w - 1, 1) - 1, py * 2 / max(h - 1, 1) - 1
+    else:
+        gx, gy = (2 * px + 1) / w - 1, (2 * py + 1) / h - 1
+    ties = np.stack([gx, gy], -1).astype(np.float32).reshape(1, 1, -1, 2)
+    uniform = rng.uniform(-1.7, 1.7, (1, 1, 64, 2)).astype(np.float32)
+    return torch.from_numpy(np.concatenate([ties, uniform], axis=2))
+
+
+@pytest.mark.parametrize("align", [0, 1], ids=["align0", "align1"])
+@pytest.mark.parametrize("pad", [0, 1, 2], ids=["zeros", "border", "reflection"])
+def test_grid_sampler_body_samples_nearest_as_pytorch(pad: int, align: int) -> None:
+    """ONNX's GridSample rounds a nearest coordinate before it reflects it: at half-pixel points outside the
+    plane, reflection without align_corners picked another pixel than F.grid_sample (-2.5 on 4 pixels
+    read pixel 1 for 2) in ONNX Runtime, OpenVINO and onnx.reference alike. The body now writes nearest
+    sampling out in standard ops, as ATen computes it; stock ONNX Runtime gives F.grid_sample's values."""
+    from onnx.reference import ReferenceEvaluator
+
+    for h, w, seed in ((1, 4, 0), (5, 4, 1), (3, 7, 2)):
+        x = torch.randn(2, 3, h, w, generator=_gen(seed))
+        grid = _half_pixel_grid(h, w, align, seed).expand(2, -1, -1, -1).contiguous()
+        want = F.grid_sample(x, grid, mode="nearest", padding_mode=("zeros", "border", "reflection")[pad],
+                             align_corners=bool(align))  # fmt: skip
+        feeds = {"x": x.numpy(), "g": grid.numpy()}
+        body = [d.grid_sampler_function(17)]
+        got = _run_ort([_grid_sampler_node(1, pad, align)], feeds, 17, body, (helper.make_opsetid("mmdeploy", 1),))
+        np.testing.assert_array_equal(got, want.numpy())
+        graph = helper.make_graph(
+            [_grid_sampler_node(1, pad, align)],
+            "g",
+            [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in feeds],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)], functions=body
+        )
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want.numpy())
+
+
 def test_onnx_deformconv_matches_reference_but_needs_opset_19() -> None:
     tensors, attrs = dcn_inputs(14, groups=2, deform_groups=2)
     x, off, mask, w, b = (t.numpy() for t in tensors)
@@ -1716,3 +1761,23 @@ def test_native_kernels_thread_pool_survives_fork() -> None:
         child.kill()
     assert not alive and child.exitcode == 0
     assert queue.get(timeout=5) == want
+
+
+def test_inputs_the_ops_cannot_take_are_named_by_every_path() -> None:
+    """Bare IndexErrors ("Dimension out of range", "index is out of bounds") named neither the op nor the
+    input, and a count mismatch between NMS boxes and scores was blamed on num_classes."""
+    from opbridge.ops import DynamicResize
+    from opbridge.ops import _detection_cpu as cpu
+
+    empty = torch.zeros(1, 2, 0, 6)
+    rois = torch.tensor([[0.0, 1, -1, 3, 2]])
+    with pytest.raises(ValueError, match=r"the features \(1, 2, 0, 6\) are empty; pass N, H, W >= 1"):
+        d.RoIAlign(empty, rois, 2, 2)
+    with pytest.raises(ValueError, match=r"the features \(1, 2, 0, 6\) are empty"):
+        cpu._roi_align_numpy(empty.numpy(), rois.numpy(), 2, 2, 1.0, 0, "avg", True)
+    with pytest.raises(ValueError, match=r"size_tensor .* needs at least 2 dims .* got shape \(5,\)"):
+        DynamicResize(torch.zeros(1, 2, 4, 4), torch.zeros(5))
+    with pytest.raises(ValueError, match=r"input must be \(N, C, H, W\); got shape \(2, 4, 4\)"):
+        DynamicResize(torch.zeros(2, 4, 4), torch.zeros(1, 1, 3, 3))
+    with pytest.raises(ValueError, match=r"boxes \(1, 9, 1, 4\) and scores \(1, 10, 3\) must agree in their first"):
+        d.BatchedNMS(torch.zeros(1, 9, 1, 4), torch.zeros(1, 10, 3), num_classes=3)

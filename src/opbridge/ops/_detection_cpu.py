@@ -42,8 +42,8 @@ def grid_sample(
     float32 inputs with enough channels (2 for bicubic, 3 for bilinear, 4 for nearest) run opbridge's
     native kernel (:mod:`opbridge.ops._gridsample_cpu`: each point's taps computed once for all
     channels, the result written in place); everything else runs PyTorch's own vectorized CPU grid_sample,
-    F.grid_sample being the op's definition. The standard ONNX GridSample matches it too (see the
-    tests), but cannot serve as an opset-independent function body.
+    F.grid_sample being the op's definition. The standard ONNX GridSample matches it in bilinear and
+    bicubic (see the tests); its nearest rounds before it reflects, so the op's body writes nearest out.
 
     >>> import torch
     >>> x = torch.arange(4.0).reshape(1, 1, 2, 2)
@@ -335,8 +335,9 @@ def _roi_align_numpy(
     mode: str,
     aligned: bool,
 ) -> np.ndarray:
-    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, check_roi_batch
+    from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, check_features, check_roi_batch
 
+    check_features("mmdeploy::MMCVRoiAlign", feat.shape)
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
     check_roi_batch("mmdeploy::MMCVRoiAlign", r32[:, 0], n)

@@ -259,6 +259,13 @@ def check_rois(op: str, rois: Any) -> None:
         )
 
 
+def check_features(op: str, shape: tuple[int, ...]) -> None:
+    """A ValueError where RoIs would sample an empty feature map (N, H or W is 0), as the native
+    kernel says it (the loops failed with a bare IndexError)."""
+    if len(shape) == 4 and 0 in (shape[0], shape[2], shape[3]):
+        raise ValueError(f"{op}: the features {tuple(shape)} are empty; pass N, H, W >= 1.")
+
+
 def check_roi_batch(op: str, batch_index: Any, n: int) -> None:
     """A ValueError naming the first RoI whose batch index (a float, truncated as MMCV's int cast)
     lies outside [0, n): NaN and infinite ones included. ``batch_index``: the rois' column 0 (numpy)."""
@@ -393,6 +400,7 @@ def roi_align(
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     if output_height < 1 or output_width < 1:
         raise ValueError(f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}.")
+    check_features(op, tuple(feat.shape))
     n, c, h, w = feat.shape
     flat = feat.float().reshape(n, c, h * w)
     out = torch.empty(
@@ -561,7 +569,12 @@ def check_nms_inputs(
             f"{op}: boxes must be (B, N, 1 or num_classes, 4) and scores (B, N, num_classes); "
             f"got boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)}."
         )
-    if scores_shape[2] != num_classes or boxes_shape[2] not in (1, num_classes) or boxes_shape[:2] != scores_shape[:2]:
+    if tuple(boxes_shape[:2]) != tuple(scores_shape[:2]):
+        raise ValueError(
+            f"{op}: boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)} must agree in their first two dims "
+            "(B images, N boxes each)."
+        )
+    if scores_shape[2] != num_classes or boxes_shape[2] not in (1, num_classes):
         raise ValueError(
             f"{op}: num_classes={num_classes} but scores {tuple(scores_shape)} and boxes {tuple(boxes_shape)}; "
             "scores' last dim must equal num_classes and boxes' third dim must be 1 or num_classes."

@@ -92,12 +92,26 @@ def _strange2_shape(a, b, bias, **_):
 @opbridge.op("Test::DynamicTRTResize", tolerances={"float16": Tolerance(rtol=1e-2, atol=1e-2)})
 def DynamicResize(input: torch.Tensor, size_tensor: torch.Tensor, align_corners: bool = False) -> torch.Tensor:
     """Bicubic resize of input (N, C, H, W) to size_tensor's last two dims."""
+    _check_resize_ranks(input.shape, size_tensor.shape)
     size = [size_tensor.size(-2), size_tensor.size(-1)]
     return F.interpolate(input, size=size, mode="bicubic", align_corners=align_corners)
 
 
+def _check_resize_ranks(x_shape: Any, size_shape: Any) -> None:
+    """A ValueError naming the input whose rank DynamicTRTResize cannot take (torch said only
+    "Dimension out of range")."""
+    if len(x_shape) != 4:
+        raise ValueError(f"Test::DynamicTRTResize: input must be (N, C, H, W); got shape {tuple(x_shape)}.")
+    if len(size_shape) < 2:
+        raise ValueError(
+            "Test::DynamicTRTResize: size_tensor gives the output size by its last two dims, so it needs at "
+            f"least 2 dims (e.g. (1, 1, H_out, W_out)); got shape {tuple(size_shape)}."
+        )
+
+
 @DynamicResize.register_shape
 def _resize_shape(x, size_tensor, **_):
+    _check_resize_ranks(x.shape, size_tensor.shape)
     return TensorInfo((x.shape[0], x.shape[1], size_tensor.shape[-2], size_tensor.shape[-1]), x.dtype)
 
 
@@ -109,6 +123,7 @@ def _resize_kernel(
     (:mod:`opbridge.ops._resize_cpu`), other dtypes ATen's bicubic upsampling, the op F.interpolate calls."""
     from opbridge.ops import _resize_cpu
 
+    _check_resize_ranks(x.shape, size_tensor.shape)
     size = [size_tensor.size(-2), size_tensor.size(-1)]
     if _resize_cpu.applies(x):
         return _resize_cpu.resize_bicubic(x, size[0], size[1], bool(align_corners), out=out)

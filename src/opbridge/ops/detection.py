@@ -6,8 +6,9 @@ TorchScript rewriters and a model exported by opbridge hold the same nodes:
 
 * :data:`GridSample` (``mmdeploy::grid_sampler``): ``F.grid_sample``;
   ``interpolation_mode`` 0 bilinear, 1 nearest, 2 bicubic; ``padding_mode``
-  0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` (models at
-  opset >= 16, see :func:`grid_sampler_function`); CPU kernel: opbridge's native
+  0 zeros, 1 border, 2 reflection. Function body: ONNX ``GridSample`` for bilinear and
+  bicubic, nearest written out in standard ops (ONNX's GridSample rounds before it
+  reflects); models at opset >= 16, see :func:`grid_sampler_function`; CPU kernel: opbridge's native
   kernel for float32 inputs with enough channels (:mod:`opbridge.ops._gridsample_cpu`),
   else PyTorch's own CPU grid_sample. For NaN, infinite and huge coordinates the GPU
   kernels give what PyTorch's CUDA kernels give and the CPU kernels what its CPU
@@ -106,8 +107,9 @@ def _grid_shape(
 def grid_sampler_function(opset: int) -> Any:
     """An ONNX function body of grid_sampler for a model whose default opset is ``opset`` (>= 16).
 
-    One standard ``GridSample`` per (mode, padding, align_corners) code, chosen by
-    nested ``If`` on the integer attributes. GridSample's mode names changed at
+    One branch per (mode, padding, align_corners) code, chosen by nested ``If`` on the
+    integer attributes: a standard ``GridSample`` for bilinear and bicubic, nearest sampling
+    written out in standard ops (:func:`_nearest_nodes`). GridSample's mode names changed at
     opset 20 ("bilinear"/"bicubic" became "linear"/"cubic") and a model-local
     function must use the model's own default opset, so the body depends on the
     model's opset; export builds it for the model's opset (below 16 there is no
@@ -149,23 +151,27 @@ def grid_sampler_function(opset: int) -> Any:
 
     def branch(i: int, out: str) -> onnx.GraphProto:
         m, p, a = combos[i]
-        sample = helper.make_node(
-            "GridSample",
-            ["input", "grid"],
-            [out],
-            mode=modes[m],
-            padding_mode=ref.GRID_PADDINGS[p],
-            align_corners=a,
-        )
+        sample: list[onnx.NodeProto] = [
+            helper.make_node(
+                "GridSample",
+                ["input", "grid"],
+                [out],
+                mode=modes[m],
+                padding_mode=ref.GRID_PADDINGS[p],
+                align_corners=a,
+            )
+        ]
+        if m == 1:
+            sample = _nearest_nodes(p, a, out, f"n{i}_")
         if i == len(combos) - 1:
-            return helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
+            return helper.make_graph(sample, f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
         k = helper.make_node("Constant", [], [f"k{i}"], value_int=i)
         eq = helper.make_node("Equal", ["code", f"k{i}"], [f"is{i}"])
         node = helper.make_node(
             "If",
             [f"is{i}"],
             [out],
-            then_branch=helper.make_graph([sample], f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]),
+            then_branch=helper.make_graph(sample, f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())]),
             else_branch=branch(i + 1, f"r{i + 1}"),
         )
         return helper.make_graph(
@@ -186,6 +192,118 @@ def grid_sampler_function(opset: int) -> Any:
         [helper.make_opsetid("", opset)],
         ["interpolation_mode", "padding_mode", "align_corners"],
     )
+
+
+def _nearest_nodes(padding: int, align: int, out: str, p: str) -> list[Any]:
+    """Nearest sampling written out in standard ops (``p`` prefixes the names), ATen's CPU kernel
+    operation by operation: the unnormalized coordinate as one fused multiply-add (computed in
+    float64, where it is exact, and rounded to float32 once), the padding, the rounding half to even,
+    then a gather. ONNX's GridSample rounds before it reflects: at a half-pixel coordinate outside the
+    plane (-2.5 on 4 pixels, say) reflection without ``align_corners`` then picks another pixel than
+    ``F.grid_sample``. Coordinates are float32 whatever the grid's dtype (PyTorch samples float16
+    grids so)."""
+    from onnx import TensorProto, helper
+
+    f32, f64, i64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+    nodes: list[Any] = []
+
+    def op(kind: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(kind, inputs, [p + name], **attrs))
+        return p + name
+
+    def const(name: str, value: float | int | list[int], dtype: int) -> str:
+        values = value if isinstance(value, list) else [value]
+        tensor = helper.make_tensor(p + name, dtype, [len(values)] if isinstance(value, list) else [], values)
+        return op("Constant", [], name, value=tensor)
+
+    shape = op("Shape", ["input"], "shape")
+    g = op("Cast", ["grid"], "g", to=f32)
+    one = const("one", 1.0, f32)
+
+    def axis(index: int, which: str) -> tuple[str, str]:
+        """(the coordinate rounded to a pixel, whether it reads the plane) along one axis."""
+        size = op("Gather", [shape, const(f"dim{which}", 3 - index, i64)], f"size{which}")
+        size_f = op("Cast", [size], f"sizef{which}", to=f32)
+        coord = op("Gather", [g, const(f"comp{which}", index, i64)], f"coord{which}", axis=3)
+        shifted = op("Add", [coord, one], f"plus1{which}")  # g + 1, rounded in float32 as ATen does
+        if align:
+            scale = op("Div", [op("Sub", [size_f, one], f"last{which}"), const(f"two{which}", 2.0, f32)], f"sc{which}")
+            v = op("Mul", [shifted, scale], f"u{which}")
+        else:
+            scale = op("Cast", [size_f], f"szd{which}", to=f64)
+            half = const(f"half{which}", 0.5, f64)
+            product = op(
+                "Mul",
+                [op("Cast", [shifted], f"sd{which}", to=f64), op("Mul", [scale, half], f"s2{which}")],
+                f"pd{which}",
+            )
+            v = op("Cast", [op("Sub", [product, half], f"ud{which}")], f"u{which}", to=f32)
+        last = op("Sub", [size_f, one], f"max{which}")
+        zero = const(f"zero{which}", 0.0, f32)
+
+        def clip(x: str) -> str:  # v > 0 ? v : 0 (NaN becomes 0), then v < size - 1 ? v : size - 1
+            low = op("Where", [op("Greater", [x, zero], f"gt{which}"), x, zero], f"lo{which}")
+            return op("Where", [op("Less", [low, last], f"lt{which}"), low, last], f"cl{which}")
+
+        if padding == 2:  # ATen's reflection: |v - low| folded into twice the span, by one fused multiply-add
+            low_v = const(f"low{which}", 0.0 if align else -0.5, f32)
+            twice = op("Mul", [last if align else size_f, const(f"tw{which}", 2.0, f32)], f"ts{which}")
+            abs_in = op("Abs", [op("Sub", [v, low_v], f"d{which}")], f"abs{which}")
+            flips = op("Floor", [op("Div", [abs_in, twice], f"q{which}")], f"fl{which}")
+            exact = op(
+                "Sub",
+                [
+                    op("Cast", [abs_in], f"ad{which}", to=f64),
+                    op(
+                        "Mul",
+                        [op("Cast", [flips], f"fd{which}", to=f64), op("Cast", [twice], f"td{which}", to=f64)],
+                        f"ft{which}",
+                    ),
+                ],
+                f"ed{which}",
+            )
+            extra = op("Cast", [exact], f"ex{which}", to=f32)
+            back = op("Sub", [twice, extra], f"bk{which}")
+            folded = op("Where", [op("Less", [extra, back], f"lb{which}"), extra, back], f"mn{which}")
+            v = clip(op("Add", [folded, low_v], f"rf{which}"))
+        elif padding == 1:
+            v = clip(v)
+        r = op("Round", [v], f"r{which}")
+        inside = op(
+            "And",
+            [op("Greater", [r, const(f"m1{which}", -1.0, f32)], f"a{which}"), op("Less", [r, size_f], f"b{which}")],
+            f"in{which}",
+        )
+        return op("Cast", [op("Where", [inside, r, zero], f"rs{which}")], f"i{which}", to=i64), inside
+
+    ix, in_x = axis(0, "x")
+    iy, in_y = axis(1, "y")
+    width = op("Gather", [shape, const("dimw", 3, i64)], "w")
+    index = op("Add", [op("Mul", [iy, width], "row"), ix], "idx")  # (N, Ho, Wo); 0 where outside
+    ok = op("And", [in_x, in_y], "ok")
+    # one Gather from the flattened input (onnx.reference's GatherElements takes at most 64 indices
+    # per position): element (n, c, q) reads (n * C + c) * H * W + index[n, q]
+    n_scalar = op("Gather", [shape, const("d0", 0, i64)], "nsz")
+    c_scalar = op("Gather", [shape, const("d1", 1, i64)], "csz")
+    plane = op("Mul", [op("Gather", [shape, const("d2", 2, i64)], "hsz"), width], "plane")
+    zero_i, one_i = const("z_i", 0, i64), const("o_i", 1, i64)
+    rows = op("Unsqueeze", [op("Range", [zero_i, n_scalar, one_i], "rn"), const("ax_n", [1], i64)], "rn2")
+    cols = op("Unsqueeze", [op("Range", [zero_i, c_scalar, one_i], "rc"), const("ax_c", [0], i64)], "rc2")
+    planes = op("Add", [op("Mul", [rows, c_scalar], "rnc"), cols], "nc_index")  # (N, C)
+    base = op("Unsqueeze", [op("Mul", [planes, plane], "base0"), const("ax_l", [2], i64)], "base")  # (N, C, 1)
+    n1 = op("Concat", [op("Unsqueeze", [n_scalar, const("ax_0", [0], i64)], "n"), const("one_l", [1], i64),
+                       const("m1b", [-1], i64)], "ishape", axis=0)  # fmt: skip
+    index3 = op("Reshape", [index, n1], "idx3")  # (N, 1, L)
+    flat = op("Reshape", ["input", const("m1", [-1], i64)], "flat")
+    picked = op("Gather", [flat, op("Add", [base, index3], "gidx")], "picked", axis=0)  # (N, C, L)
+    nc = op("Slice", [shape, const("s0", [0], i64), const("s2", [2], i64)], "nc")
+    grid_shape = op("Shape", ["grid"], "gshape")
+    hw = op("Slice", [grid_shape, const("u1", [1], i64), const("u3", [3], i64)], "hw")
+    values = op("Reshape", [picked, op("Concat", [nc, hw], "oshape", axis=0)], "vals")
+    mask = op("Unsqueeze", [ok, const("ax1", [1], i64)], "mask")
+    zero_out = op("CastLike", [const("zo", 0.0, f32), "input"], "zout")
+    nodes.append(helper.make_node("Where", [mask, values, zero_out], [out]))
+    return nodes
 
 
 # ONNX Runtime 1.32's GridSample runs slower than the op's kernel at every size benchmarks/cpu_ops.py
