@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS := openvino,tensorrt-rtx,graph,view,dev
+EXTRAS := openvino,tensorrt-rtx,view,dev
 
 .PHONY: setup demo test lint bench clean
 

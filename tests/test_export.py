@@ -832,3 +832,17 @@ def test_a_model_returning_its_input_twice_exports_single_assignment(tmp_path: P
     np.testing.assert_array_equal(got[0], x.numpy())
     np.testing.assert_array_equal(got[1], x.numpy())
     np.testing.assert_allclose(got[2], 2 * x.numpy(), rtol=0, atol=0)
+
+
+def test_a_dynamo_export_without_onnxscript_names_the_fix(tmp_path: Path, monkeypatch) -> None:
+    """torch.onnx's dynamo exporter writes its graph with onnxscript; without it the export said only
+    "No module named 'onnxscript'"."""
+
+    def missing(*args: Any, **kwargs: Any) -> None:
+        raise ModuleNotFoundError("No module named 'onnxscript'", name="onnxscript")
+
+    monkeypatch.setattr(torch.onnx, "export", missing)
+    with pytest.raises(
+        ExportError, match=r"needs onnxscript .* pip install 'onnxscript>=0.6', or export with exporter="
+    ):
+        opbridge.export(_ReturnsInputTwice(), (torch.randn(2, 3),), tmp_path / "m.onnx", exporter="dynamo")

@@ -7,6 +7,7 @@ fault builds run through the default child process, so an abort could not end th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -825,10 +826,36 @@ def test_missing_profiles_are_named_together(tmp_path: Path) -> None:
     )
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"input 'a' has dynamic dims \(Nx3\) and 1 other input\(s\): .*--profile a:1x3,1x3,1x3 "
+        match=r"input 'a' has dynamic dims \(nx3\) and 1 other input\(s\): .*--profile a:1x3,1x3,1x3 "
         r"--profile b:1x3,1x3,1x3",
     ):
         check_profiles(path, {})
+
+
+def test_a_missing_profile_is_suggested_with_the_ranges_other_profiles_set(tmp_path: Path) -> None:
+    """The suggestion wrote every dynamic dim as 1 (N in the message): a dim another profile already sets
+    ('batch' here) then had another range there, and the suggestion given as it was was refused."""
+    from opbridge.tensorrt import check_profiles
+
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "shared.onnx",
+        [helper.make_node("MyStrangeOp2", ["a", "b", "c"], ["y"], domain="opbridge")],
+        [
+            t("a", TensorProto.FLOAT, ["batch", 3]),
+            t("b", TensorProto.FLOAT, ["batch", "w"]),
+            t("c", TensorProto.FLOAT, [1, 3]),
+        ],
+        [t("y", TensorProto.FLOAT, None)],
+        {"opbridge": 1},
+    )
+    given = {"a": ((1, 3), (2, 3), (4, 3))}
+    with pytest.raises(opbridge.OpbridgeError, match=r"input 'b' has dynamic dims \(batchxw\)") as caught:
+        check_profiles(path, given)
+    suggested = re.search(r"--profile b:(\S+),(\S+),(\S+) ", str(caught.value))
+    assert suggested is not None and suggested.groups() == ("1x1", "2x1", "4x1")
+    triple = tuple(tuple(int(v) for v in s.split("x")) for s in suggested.groups())
+    assert check_profiles(path, {**given, "b": triple})["b"] == triple  # taken as suggested
 
 
 ABORTING_OPS = textwrap.dedent(

@@ -903,6 +903,12 @@ def export(
                     "(e.g. on both branches' inputs, then select the result with torch.where). torch.export's "
                     f"message: {text}"
                 ) from exc
+            if isinstance(exc, ImportError) and "onnxscript" in (exc.name or str(exc)):
+                raise ExportError(
+                    f"{exporter} export of {type(model).__name__} needs onnxscript (torch.onnx's dynamo exporter "
+                    "writes the graph with it), which is not installed: pip install 'onnxscript>=0.6', or export "
+                    "with exporter='torchscript' (--exporter torchscript)."
+                ) from exc
             raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}") from exc
     for w in caught:
         category = w.category.__name__

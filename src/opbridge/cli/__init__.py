@@ -71,6 +71,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except Exception as exc:
+        invalid = _invalid_model(getattr(args, "model", None))
+        if invalid is None:  # a valid model: opbridge's own failure, with its traceback
+            raise
+        print(
+            f"opbridge {args.command}: error: {args.model} is not a valid ONNX model, and reading it failed with "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. onnx.checker says: {invalid} Fix the model "
+            "(or export it again).",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _invalid_model(path: str | None) -> str | None:
+    """What ``onnx.checker`` (full check) finds wrong with the model file at ``path``, or None where it
+    finds nothing or the file cannot be read as a model."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    try:
+        import onnx
+
+        model = onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
+    try:
+        names = [n.name for n in model.graph.node]  # names that are not UTF-8 come back as bytes
+        if any(isinstance(n, bytes) for n in names):
+            return "node names are not UTF-8, which ONNX requires of every name."
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:
+        return " ".join(str(exc).split())[:400]
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

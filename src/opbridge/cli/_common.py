@@ -51,3 +51,18 @@ def user_files(args: argparse.Namespace) -> list[str]:
     given = getattr(args, "inputs", None)
     found += given if isinstance(given, list) else [given]
     return [f for f in found if isinstance(f, str) and f]
+
+
+def json_for_stdout(text: str) -> str:
+    """JSON text as stdout can carry it: where stdout is not UTF-8 (``LC_ALL=C``), every non-ASCII
+    character as a ``\\u`` escape (the stream's own escapes would make it invalid JSON)."""
+    import codecs
+    import json
+    import sys
+
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        utf8 = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    return text if utf8 else json.dumps(json.loads(text), indent=2, ensure_ascii=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from opbridge.cli._common import add_ops_argument
+from opbridge.cli._common import add_ops_argument, json_for_stdout
 
 __all__ = ["add_parser"]
 
@@ -31,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
 
     load_ops(args.ops)
     report = check_compat(args.model, args.target, real=not args.no_real, trt_version=args.trt_version)
-    print(report.to_json() if args.json else report.format_text(show_native=args.all))
+    print(json_for_stdout(report.to_json()) if args.json else report.format_text(show_native=args.all))
     return 0 if report.ok else 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from opbridge.cli._common import json_for_stdout
+
 __all__ = ["add_parser"]
 
 
@@ -18,5 +20,5 @@ def run(args: argparse.Namespace) -> int:
     from opbridge.graph.inspect import inspect_model
 
     report = inspect_model(args.model)
-    print(report.to_json() if args.json else report.format_text())
+    print(json_for_stdout(report.to_json()) if args.json else report.format_text())
     return 0

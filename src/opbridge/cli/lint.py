@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from opbridge.cli._common import add_ops_argument
+from opbridge.cli._common import add_ops_argument, json_for_stdout
 
 __all__ = ["add_parser"]
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     load_ops(args.ops)
     findings = lint_model(args.model)
     if args.json:
-        print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
+        print(json_for_stdout(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False)))
     else:
         for f in findings:
             print(f)

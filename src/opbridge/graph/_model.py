@@ -67,8 +67,14 @@ def labelled_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.Node
     for prefix, node, index in _walk(model.graph.node, ""):
         yield prefix, node_label(node, index), node, None
     for fn in model.functions:
-        for prefix, node, index in _walk(fn.node, f"{fn.domain}::{fn.name}/"):
+        for prefix, node, index in _walk(fn.node, f"{function_label(fn)}/"):
             yield prefix, node_label(node, index), node, fn
+
+
+def function_label(fn: onnx.FunctionProto) -> str:
+    """``domain::name``, with ``:overload`` where the function is one overload of several."""
+    overload = getattr(fn, "overload", "")
+    return f"{fn.domain}::{fn.name}" + (f":{overload}" if overload else "")
 
 
 def is_custom_node(node: onnx.NodeProto) -> bool:
@@ -118,6 +124,12 @@ def _static_shape(value: ir.Value) -> list[int] | None:
     return dims if len(dims) == len(shape) else None
 
 
+# ops whose outputs differ from run to run, whatever their inputs
+_RANDOM_OPS = frozenset(
+    {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"}
+)
+
+
 def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[np.ndarray | None, str]:
     """Compute ``value`` if it depends only on constants (and static shapes); else say why not.
 
@@ -135,12 +147,12 @@ def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[n
     def ev(v: ir.Value) -> tuple[np.ndarray | None, str]:
         if id(v) in cache:
             return cache[id(v)], ""
+        if v.is_graph_input():  # (an initializer that is also an input is only its default: a feed replaces it)
+            return None, f"it depends on graph input {v.name!r}"
         arr = const_array(v)
         if arr is not None:
             cache[id(v)] = arr
             return arr, ""
-        if v.is_graph_input():
-            return None, f"it depends on graph input {v.name!r}"
         node = v.producer()
         if node is None:
             return None, f"{v.name!r} has no producer"
@@ -159,6 +171,8 @@ def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[n
             return out, ""
         if node.domain not in ("", "ai.onnx"):
             return None, f"it is computed by custom node {node.name or node.op_type!r}"
+        if node.op_type in _RANDOM_OPS:
+            return None, f"it is drawn at random by {node.name or node.op_type!r} on every run"
         inputs: list[np.ndarray | None] = []
         for x in node.inputs:
             if x is None:

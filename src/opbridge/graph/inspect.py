@@ -261,12 +261,13 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     for o in proto.opset_import:
         domain = "" if o.domain == "ai.onnx" else o.domain
         opsets[domain] = max(opsets.get(domain, 0), o.version)
+    weights = {i.name for i in proto.graph.initializer}
     return ModelReport(
         path=path,
         ir_version=proto.ir_version,
         producer=" ".join(x for x in (proto.producer_name, proto.producer_version) if x),
         opsets=opsets,
-        inputs=[_value_info(v) for v in proto.graph.input if v.name not in {i.name for i in proto.graph.initializer}],
+        inputs=[_value_info(v) for v in proto.graph.input if v.name not in weights],
         outputs=[_value_info(v) for v in proto.graph.output],
         custom_nodes=custom,
         op_counts=dict(counts),

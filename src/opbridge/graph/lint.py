@@ -165,6 +165,9 @@ def _check_valid(model: onnx.ModelProto) -> list[Finding]:
     except Exception as exc:
         text = str(exc).strip().splitlines()
         message = next((line for line in text if line.strip()), type(exc).__name__)[:400]
+        newer = _op_of_a_later_opset(message)
+        if newer is not None:
+            return [newer]
         if _COVERED.search(message) or "serialize" in message.lower():
             # what other codes name, or a model over 2 GiB, which the checker cannot take in memory
             return []
@@ -178,6 +181,28 @@ def _check_valid(model: onnx.ModelProto) -> list[Finding]:
             )
         ]
     return []
+
+
+def _op_of_a_later_opset(message: str) -> Finding | None:
+    """The finding for a checker message "No Op registered for Gelu with domain_version of 17" where the
+    op is a standard ONNX op of a later opset (custom-op-default-domain names ops ONNX does not have)."""
+    import onnx
+
+    found = re.search(r"No Op registered for (\S+) with domain_version of (\d+)", message)
+    if found is None:
+        return None
+    op, version = found.group(1), int(found.group(2))
+    since = [s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""]
+    if not since or min(since) <= version:
+        return None
+    return Finding(
+        "error",
+        "invalid-model",
+        "",
+        f"{op} is an ONNX op from opset {min(since)} on, but the model imports opset {version}: no runtime "
+        "runs it there",
+        f"export at opset {min(since)} or later (opset_version=...), or replace {op} by ops of opset {version}",
+    )
 
 
 def _check_domains(model: onnx.ModelProto) -> list[Finding]:

@@ -160,10 +160,16 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
             out[name] = tuple(tuple(d if isinstance(d, int) else named[str(d)][0][k] for d in dims) for k in range(3))
             logger.info("profile of %s from its named dims: %s", name, out[name])
             continue
-        example = _fmt([d if isinstance(d, int) else 1 for d in dims])
-        missing.append(f"--profile {name}:{example},{example},{example}")
+        # (dims another profile sets keep its range: a different one would be refused)
+        example = [
+            _fmt(
+                [d if isinstance(d, int) else named[d][0][k] if isinstance(d, str) and d in named else 1 for d in dims]
+            )
+            for k in range(3)
+        ]
+        missing.append(f"--profile {name}:{','.join(example)}")
         if len(missing) == 1:
-            first = f"input {name!r} has dynamic dims ({_fmt(dims)})"
+            first = f"input {name!r} has dynamic dims ({'x'.join(str(d) if d is not None else '?' for d in dims)})"
     if missing:
         others = f" and {len(missing) - 1} other input(s)" if len(missing) > 1 else ""
         raise OpbridgeError(

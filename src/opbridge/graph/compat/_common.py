@@ -41,9 +41,19 @@ class NodeContext:
         return self.proto.op_type
 
     def opbridge_op(self) -> Any:
+        """The opbridge op that runs this node, or None (none defined, or one this node does not fit:
+        see :meth:`opbridge_mismatch`)."""
         import opbridge
 
-        return opbridge.find_op(self.domain, self.op_type, self.version)
+        opdef = opbridge.find_op(self.domain, self.op_type, self.version)
+        return None if opdef is None or _arity_mismatch(self.proto, opdef) else opdef
+
+    def opbridge_mismatch(self) -> str:
+        """Why the opbridge op of this node's name cannot run it ("" where none is defined or it fits)."""
+        import opbridge
+
+        opdef = opbridge.find_op(self.domain, self.op_type, self.version)
+        return "" if opdef is None else _arity_mismatch(self.proto, opdef)
 
     def opbridge_kernel(self) -> Any:
         import opbridge
@@ -68,6 +78,21 @@ def _ir_model(model: onnx.ModelProto) -> ir.Model | None:
     except Exception as exc:  # e.g. sparse tensors, which onnx-ir does not read
         logger.info("onnx-ir cannot read the model (%s); rules that evaluate constants are skipped", exc)
         return None
+
+
+def _arity_mismatch(node: onnx.NodeProto, opdef: Any) -> str:
+    """Why ``opdef`` cannot run ``node``: more inputs or outputs than the op declares ("" where it fits)."""
+    spec = opdef.spec
+    for what, have, declared in (
+        ("input", len(node.input), len(spec.inputs)),
+        ("output", len(node.output), len(spec.outputs)),
+    ):
+        if have > declared:
+            return (
+                f"opbridge's {spec.qualname} v{spec.version} has {declared} {what}(s), the node {have}: "
+                "opbridge does not run it"
+            )
+    return ""
 
 
 def _walk(
@@ -136,16 +161,26 @@ def body_contexts(ctx: NodeContext) -> list[NodeContext]:
     call in turn (labelled ``<ctx label>/<domain::function>/<node>``): what a runtime runs where it
     expands the function."""
     out: list[NodeContext] = []
-    by_key = {(f.domain, f.name): f for f in ctx.model.functions}
+    from opbridge.graph._model import function_label
 
-    def expand(caller: NodeContext, seen: tuple[tuple[str, str], ...]) -> None:
-        key = (caller.domain, caller.op_type)
+    # a function is called by (domain, name, overload): overloads of one name are different bodies
+    by_key = {(f.domain, f.name, getattr(f, "overload", "")): f for f in ctx.model.functions}
+
+    def expand(caller: NodeContext, seen: tuple[tuple[str, str, str], ...]) -> None:
+        key = (caller.domain, caller.op_type, getattr(caller.proto, "overload", ""))
         fn = by_key.get(key)
         if fn is None or key in seen:  # (a cycle: the checker names it)
             return
         fn_ir = None
         if caller.ir_model is not None:
-            fn_ir = next((f for f in caller.ir_model.functions.values() if (f.domain, f.name) == key), None)
+            fn_ir = next(
+                (
+                    f
+                    for f in caller.ir_model.functions.values()
+                    if (f.domain, f.name, getattr(f, "overload", "")) == key
+                ),
+                None,
+            )
         start = len(out)
         _walk(
             out,
@@ -153,9 +188,9 @@ def body_contexts(ctx: NodeContext) -> list[NodeContext]:
             caller.ir_model,
             fn.node,
             None if fn_ir is None else list(fn_ir),
-            f"{caller.label}/{fn.domain}::{fn.name}/",
+            f"{caller.label}/{function_label(fn)}/",
             fn,
-            f"{fn.domain}::{fn.name}",
+            function_label(fn),
         )
         for inner in out[start:]:
             if inner.has_function:

@@ -97,7 +97,8 @@ class CompatReport:
                 rule = f" [{', '.join(n.rules)}]" if n.rules else ""
                 real = f" | real: {n.real}" if n.real is not None else ""
                 lines.append(f"  {n.node:<{width}}  {op:<28} {_VERDICT_TEXT[n.verdict]}{rule}: {n.reason}{real}")
-        native = Counter(n.op_type for n in self.nodes if n.verdict == "native" and n not in rows)
+        shown = {id(n) for n in rows}
+        native = Counter(n.op_type for n in self.nodes if n.verdict == "native" and id(n) not in shown)
         if native:
             lines.append("  natively: " + ", ".join(f"{k} x{v}" for k, v in sorted(native.items())))
         lines += [f"  note: {note}" for note in self.notes]

@@ -75,12 +75,14 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
             ctx.label, ctx.domain, ctx.op_type, "opbridge", "@opbridge.kernel: runs through opbridge's ORT bridge"
         )
     where = ctx.domain or "the default domain"
+    mismatch = ctx.opbridge_mismatch()
     return NodeVerdict(
         ctx.label,
         ctx.domain,
         ctx.op_type,
         "fail",
-        f"{where}:{ctx.op_type} is not a registered function/op: no schema, function body or opbridge kernel",
+        f"{where}:{ctx.op_type} is not a registered function/op: no schema, function body or opbridge kernel"
+        + (f" ({mismatch})" if mismatch else ""),
     )
 
 

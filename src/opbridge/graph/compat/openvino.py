@@ -82,6 +82,8 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
 
         key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
         no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
+        if ctx.opbridge_mismatch():
+            no_rule += f" ({ctx.opbridge_mismatch()})"
         if ctx.has_function:
             # the body's ops, and those of the functions it calls, as inlined
             unconverted = [

@@ -260,7 +260,8 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     if ctx.custom and ctx.opbridge_op() is not None:
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
     why = "no importer" if ctx.custom else "no TensorRT importer for this ONNX op"
-    return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered")
+    mismatch = f" ({ctx.opbridge_mismatch()})" if ctx.opbridge_mismatch() else ""
+    return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered{mismatch}")
 
 
 def _rule_plugin_namespace(ctx: NodeContext, version: Version) -> Hit | None:

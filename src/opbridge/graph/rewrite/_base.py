@@ -85,7 +85,6 @@ class IRRule(RewriteRule):
 
     def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
         import onnx_ir as ir
-        from onnx_ir.passes.common import RemoveUnusedNodesPass
 
         if len(model.graph.sparse_initializer):
             raise RewriteError(
@@ -105,6 +104,9 @@ class IRRule(RewriteRule):
             ) from exc
         # initializers no node read before the rewrite are the user's: kept (the clean-up below would drop them)
         idle = [v for v in irm.graph.initializers.values() if not v.uses() and not v.is_graph_input()]
+        # nodes whose outputs something reads: the clean-up removes those the rewrite leaves unread, and
+        # no node that was dead already (it is the user's)
+        read = {id(n) for n in _all_nodes(irm.graph) if any(o.uses() or o.is_graph_output() for o in n.outputs)}
         self.root = irm.graph  # (for checks of nodes in subgraphs, which need the main graph)
         found = self.candidates(irm.graph, options)
         if not found:
@@ -120,7 +122,7 @@ class IRRule(RewriteRule):
             outcomes.append(self.outcome(label, True, self.rewrite(irm, node, result, options)))
         if not any(o.applied for o in outcomes):
             return model, outcomes
-        RemoveUnusedNodesPass()(irm)
+        _remove_unread(irm.graph, read)
         for value in idle:
             if value.name not in irm.graph.initializers:
                 irm.graph.register_initializer(value)
@@ -128,3 +130,33 @@ class IRRule(RewriteRule):
         out = ir.to_proto(irm)
         out.training_info.extend(model.training_info)  # (onnx-ir does not carry it)
         return out, outcomes
+
+
+def _all_nodes(graph: ir.Graph) -> list[ir.Node]:
+    """The graph's nodes and, recursively, those of its nodes' subgraphs."""
+    import onnx_ir as ir
+
+    out = []
+    for node in graph:
+        out.append(node)
+        for attr in node.attributes.values():
+            for sub in attr.value if isinstance(attr.value, list) else [attr.value]:
+                if isinstance(sub, ir.Graph):
+                    out.extend(_all_nodes(sub))
+    return out
+
+
+def _remove_unread(graph: ir.Graph, read: set[int]) -> None:
+    """Remove, until none is left, the nodes that something read before the rewrite and nothing reads
+    now (no use, no graph output); nodes dead before are kept."""
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(_all_nodes(graph)):
+            if id(node) not in read or any(o.uses() or o.is_graph_output() for o in node.outputs):
+                continue
+            owner = node.graph
+            if owner is not None:
+                owner.remove(node, safe=True)
+                read.discard(id(node))
+                changed = True

@@ -147,6 +147,12 @@ class ResizeCubicToDynamicResize(IRRule):
             return Check.fail("exclude_outside/antialias is set; DynamicResize supports neither")
         if attrs.get_ints("axes", None) is not None:
             return Check.fail("the axes attribute is set; DynamicResize resizes the last two dims of a 4-D input")
+        policy = attrs.get_string("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            return Check.fail(
+                f"keep_aspect_ratio_policy is {policy!r}: the output size is not the given sizes, which "
+                "DynamicResize takes as they are"
+            )
         x = node.inputs[0]
         if x is not None and x.shape is not None and len(x.shape) != 4:
             return Check.fail(f"input {x.name!r} has rank {len(x.shape)}; DynamicResize takes (N, C, H, W)")
