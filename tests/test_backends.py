@@ -200,6 +200,21 @@ def test_openvino_names_a_custom_op_it_cannot_run() -> None:
         OpenVINORunner(model).load()
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "reference", "openvino"])
+def test_a_default_domain_node_without_a_kernel_gets_a_hint_that_works(backend: str) -> None:
+    """The hint named @opbridge.op("mydomain::Op") (or "opbridge.legacy::Op"), which cannot run a node of
+    ONNX's default domain: it now names the default domain's kernel, or moving the node into a domain."""
+    _needs(backend)
+    model = _default_domain_model()
+    model.graph.node[0].op_type = "NoKernelHere"
+    with pytest.raises(opbridge.OpbridgeError) as caught:
+        get_backend(backend)(model).load()
+    text = str(caught.value)
+    assert '@opbridge.kernel("NoKernelHere", domain="")' in text
+    assert "--rule legacy-domain --option domain=mydomain" in text and "mydomain::NoKernelHere" in text
+    assert "opbridge.legacy::NoKernelHere\")" not in text
+
+
 # --------------------------------------------------------------------------- shared checks and registry
 
 META = [TensorMeta("x", np.dtype("float32"), ("batch", 3, None)), TensorMeta("k", np.dtype("int64"), (2,))]

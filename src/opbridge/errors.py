@@ -13,6 +13,7 @@ __all__ = [
     "OpDefinitionError",
     "OutputPathError",
     "UnknownOpError",
+    "default_domain_hint",
     "unknown_ops_message",
 ]
 
@@ -67,10 +68,24 @@ def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: in
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
         lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node(s) {shown}{more}")
     domain, op_type, _ = next(iter(by_op))
+    if domain in ("", "opbridge.legacy"):  # a node of ONNX's default domain (moved there by some backends)
+        lines.append(default_domain_hint(op_type))
+        return "\n".join(lines)
     lines.append(
-        f'Provide one of: an op definition @opbridge.op("{domain or "mydomain"}::{op_type}") (its PyTorch '
+        f'Provide one of: an op definition @opbridge.op("{domain}::{op_type}") (its PyTorch '
         "reference runs by default; import the module that defines it first, or pass it with --ops), a kernel "
         f'@opbridge.kernel("{op_type}", domain="{domain}"), or an ONNX function body for the op in the model '
         "(opbridge.export(..., functions=True) with opdef.register_function)."
     )
     return "\n".join(lines)
+
+
+def default_domain_hint(op_type: str) -> str:
+    """How to run a custom node that sits in ONNX's default domain (TorchScript-era exports): an op
+    definition needs a domain, so a kernel of the default domain, or the node moved into a domain."""
+    return (
+        f'Provide a kernel @opbridge.kernel("{op_type}", domain="") (import the module that defines it first, or '
+        "pass it with --ops). An @opbridge.op needs a domain of its own, which this node lacks: move the node "
+        "into one with opbridge rewrite MODEL -o OUT --rule legacy-domain --option domain=mydomain, then "
+        f'@opbridge.op("mydomain::{op_type}") runs it.'
+    )

@@ -176,8 +176,12 @@ def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKer
     if kdef is not None:
         return CustomKernel(domain, name, kdef.since_version, kerneldef=kdef)
     qual = f"{domain or '<default domain>'}::{name}"
+    if not domain:
+        from opbridge.errors import default_domain_hint
+
+        raise UnknownOpError(f"custom op {qual} has no opbridge kernel in this process. {default_domain_hint(name)}")
     raise UnknownOpError(
         f"custom op {qual} has no opbridge definition or kernel in this process; define it with "
-        f'@opbridge.op("{domain or "mydomain"}::{name}") or @opbridge.kernel("{name}", domain="{domain}") '
+        f'@opbridge.op("{domain}::{name}") or @opbridge.kernel("{name}", domain="{domain}") '
         "in a file and pass it with --ops FILE."
     )
