@@ -269,6 +269,53 @@ def test_real_parser_failure_gives_opbridges_reason_and_the_summary_counts_it(tm
     assert report.format_text().splitlines()[-1].endswith("; real backend: FAILED on 1 node(s)")
 
 
+def test_a_parser_failure_inside_a_function_body_goes_to_the_call(tmp_path: Path) -> None:
+    """TensorRT imports a model-local function's body; a body node it has no importer for failed with no
+    node name, and compat put it in an unattributed note while the call read "no error reported", and
+    advised defining an op named after the standard one."""
+    body = helper.make_function(
+        "acme",
+        "Deform",
+        ["x", "w", "o"],
+        ["y"],
+        [helper.make_node("DeformConv", ["x", "w", "o"], ["y"], kernel_shape=[2, 2])],
+        [helper.make_opsetid("", 19)],
+    )
+    model = make_model(
+        [helper.make_node("Deform", ["x", "w", "o"], ["y"], domain="acme", name="call")],
+        [("x", TensorProto.FLOAT, [1, 1, 3, 3]), ("w", TensorProto.FLOAT, [1, 1, 2, 2]),
+         ("o", TensorProto.FLOAT, [1, 8, 2, 2])],
+        [("y", TensorProto.FLOAT, [1, 1, 2, 2])],
+        domains={"acme": 1},
+        functions=[body],
+        opset=19,
+    )  # fmt: skip
+    path = tmp_path / "deform.onnx"
+    onnx.save(model, path)
+    report = check_compat(path, "tensorrt")
+    if report.real_backend == "not available":
+        pytest.skip("opbridge.tensorrt found no TensorRT library: " + "; ".join(report.notes))
+    if report.real_ok:
+        pytest.skip(f"{report.real_backend} imports DeformConv")
+    call = next(n for n in report.nodes if n.node == "call")
+    assert call.real is not None and call.real.startswith("fail: its function body's DeformConv: ")
+    assert "export with functions=False (--no-functions)" in call.real
+    assert not any("DeformConv" in note for note in report.notes)
+
+
+def test_a_default_domain_node_finds_the_plugin_opbridge_registers_under_the_empty_namespace() -> None:
+    """opbridge.tensorrt registers each op's plugin under namespace '' too, where TensorRT's parser looks up
+    a node of the default domain by name: compat said such a node fails, and the real parser took it."""
+    model = make_model(
+        [helper.make_node("MySELU", ["x", "p", "c"], ["y"], name="legacy")],
+        [("x", TensorProto.FLOAT, [1, 4]), ("p", TensorProto.FLOAT, [1]), ("c", TensorProto.FLOAT, [1])],
+        [("y", TensorProto.FLOAT, [1, 4])],
+    )
+    (node,) = [n for n in check_compat(model, "tensorrt", real=False).nodes if n.node == "legacy"]
+    assert node.verdict == "opbridge", node.reason
+    assert "registers opbridge::MySELU's plugin under namespace '' too" in node.reason
+
+
 # ---------------------------------------------------------------- onnxruntime
 
 

@@ -303,8 +303,15 @@ def _plugin_not_found(op_type: str) -> str:
     """Why no plugin serves ``op_type``: ops of that name in another domain or at another version than the
     model imports, or none."""
     from opbridge.definition import all_ops
+    from opbridge.legacy_domain import is_standard_op
 
     versions = sorted({f"{d.spec.qualname} v{d.spec.version}" for d in all_ops() if d.spec.name == op_type})
+    if is_standard_op(op_type) and not versions:
+        return (
+            f"{op_type} is an ONNX op this TensorRT's parser has no importer for; where it comes from an op's "
+            "function body, export with functions=False (--no-functions): the node then reaches TensorRT as that "
+            "op, which opbridge's plugin runs"
+        )
     if versions:
         return (
             f"the ops named {op_type} defined here are {versions}, none of the node's domain at the version the "

@@ -231,6 +231,17 @@ def plugin_lookup(ctx: NodeContext, version: Version) -> tuple[str, str, str]:
     return ctx.op_type, str(plugin_version), str(namespace)
 
 
+def _empty_namespace_plugin(name: str, plugin_version: str) -> str | None:
+    """The opbridge op whose plugin ``register_plugins`` puts under namespace ``""`` for ``name`` and
+    ``plugin_version`` (the first of its name, as opbridge.tensorrt registers them), or None."""
+    from opbridge.definition import all_ops
+
+    for opdef in all_ops():
+        if opdef.spec.name == name and str(opdef.spec.version) == plugin_version:
+            return opdef.spec.qualname
+    return None
+
+
 def _shadowed(ctx: NodeContext) -> bool:
     """A custom-domain node named like an ONNX op, which that op's importer takes (by op type alone)."""
     from opbridge.legacy_domain import is_standard_op
@@ -259,6 +270,13 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     key = f"creator {name!r} version {pversion!r} namespace {namespace!r}"
     if ctx.custom and ctx.opbridge_op() is not None:
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
+    namesake = _empty_namespace_plugin(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
+    if namesake is not None and namespace == "":
+        return Hit(
+            "opbridge",
+            f"plugin path: {key}; opbridge.tensorrt registers {namesake}'s plugin under namespace '' too, which "
+            "this node of the default domain finds by its name",
+        )
     why = "no importer" if ctx.custom else "no TensorRT importer for this ONNX op"
     mismatch = f" ({ctx.opbridge_mismatch()})" if ctx.opbridge_mismatch() else ""
     return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered{mismatch}")
@@ -430,8 +448,12 @@ def _static_verdict(ctx: NodeContext, version: Version) -> NodeVerdict:
     return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, worst, reason, tuple(code for code, _ in hits))
 
 
-def _real_parse(model: onnx.ModelProto, path: str | None) -> tuple[str, bool | None, dict[str, str], list[str]]:
-    """Run ``opbridge.tensorrt.parse_with_tensorrt``; returns (backend, ok, per-node messages, notes)."""
+def _real_parse(
+    model: onnx.ModelProto, path: str | None, contexts: list[NodeContext] | None = None
+) -> tuple[str, bool | None, dict[str, str], list[str]]:
+    """Run ``opbridge.tensorrt.parse_with_tensorrt``; returns (backend, ok, per-node messages, notes).
+    A message naming no node but an op type that only the function body of some nodes of ``contexts``
+    holds goes to those nodes (the parser names the body's node, not the call)."""
     try:
         from opbridge.tensorrt import parse_with_tensorrt  # type: ignore[import-not-found]
     except ImportError as exc:
@@ -455,10 +477,20 @@ def _real_parse(model: onnx.ModelProto, path: str | None) -> tuple[str, bool | N
             os.rmdir(tmp)
     messages: dict[str, list[str]] = {}
     notes = []
+    callers: dict[str, list[str]] = {}  # op type -> the calls whose bodies hold it (and no main-graph node does)
+    if contexts:
+        main_types = {c.op_type for c in contexts if not c.function}
+        for c in contexts:
+            if c.has_function and not c.function:
+                for inner in {b.op_type for b in body_contexts(c)} - main_types:
+                    callers.setdefault(inner, []).append(c.label)
     for node_name, op_type, message in report.errors:
         if node_name:
             # every message of the node, in order: opbridge's reason first, then TensorRT's own
             messages.setdefault(node_name, []).append(message)
+        elif op_type and op_type in callers:
+            for label in callers[op_type]:
+                messages.setdefault(label, []).append(f"its function body's {op_type}: {message}")
         else:
             notes.append(f"real parser: {op_type or ''} {message}".strip())
     per_node = {name: " / ".join(found) for name, found in messages.items()}
@@ -477,8 +509,9 @@ def check_tensorrt(
         path: the model's file, handed to the real parser (a temporary copy is written otherwise).
     """
     v = parse_trt_version(version)
-    nodes = [_static_verdict(ctx, v) for ctx in node_contexts(model)]
-    backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path)
+    contexts = node_contexts(model)
+    nodes = [_static_verdict(ctx, v) for ctx in contexts]
+    backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path, contexts)
     if ok is not None:
         nodes = [
             NodeVerdict(
