@@ -212,7 +212,7 @@ def test_a_default_domain_node_without_a_kernel_gets_a_hint_that_works(backend: 
     text = str(caught.value)
     assert '@opbridge.kernel("NoKernelHere", domain="")' in text
     assert "--rule legacy-domain --option domain=mydomain" in text and "mydomain::NoKernelHere" in text
-    assert "opbridge.legacy::NoKernelHere\")" not in text
+    assert 'opbridge.legacy::NoKernelHere")' not in text
 
 
 # --------------------------------------------------------------------------- shared checks and registry
