@@ -245,8 +245,8 @@ def test_real_parser_column(tmp_path: Path) -> None:
 
 @opbridge.op("tests.compat::TopThree")
 def _top_three(x: torch.Tensor) -> torch.Tensor:
-    """No shape rule, and an output not shaped like input 0 (which a plugin without a rule gives)."""
-    return x[..., :3] * 1
+    """No shape rule, and an output dim computed from a dynamic dim (which a plugin without a rule cannot give)."""
+    return torch.cat((x, x))[..., :3] * 1
 
 
 def test_real_parser_failure_gives_opbridges_reason_and_the_summary_counts_it(tmp_path: Path) -> None:
@@ -255,7 +255,7 @@ def test_real_parser_failure_gives_opbridges_reason_and_the_summary_counts_it(tm
     path = tmp_path / "top3.onnx"
     model = make_model(
         [helper.make_node("TopThree", ["x"], ["y"], domain="tests.compat", name="top3")],
-        [("x", TensorProto.FLOAT, [2, 5])],
+        [("x", TensorProto.FLOAT, ["n", 5])],
         [("y", TensorProto.FLOAT, None)],
         domains={"tests.compat": 1},
     )

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import torch
 from _detection_cases import CASES, _Call
 from conftest import EXPORTERS, run_script
 from onnx import TensorProto, helper
@@ -72,9 +73,9 @@ USER_OPS = textwrap.dedent(
 
     HalfOnly.register_gpu_kernel(lambda i, o, a, s: o[0].copy_(i[0] * 2), dtypes=("float16",))
 
-    @opbridge.op("faults::TrimLast")
-    def TrimLast(x: torch.Tensor) -> torch.Tensor:
-        return x[..., :-1] * 1
+    @opbridge.op("faults::Doubled")
+    def Doubled(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat((x, x))  # dim 0 twice the input's: no input dim, no constant
 
     @opbridge.op(
         "mixed_trt::ArgTop",
@@ -269,10 +270,10 @@ def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
                 "or register a kernel for float32"
             ),
         ),
-        ("TrimLast", TensorProto.FLOAT, "declares no shape rule and its output 0"),
+        ("Doubled", TensorProto.FLOAT, "declares no shape rule, and dim 0 of its output 0"),
         ("Unknown", TensorProto.FLOAT, "no op named Unknown is defined"),
     ],
-    ids=["raising-shape-rule", "unsupported-dtype", "no-rule-not-same-shape", "unknown-op"],
+    ids=["raising-shape-rule", "unsupported-dtype", "no-rule-computed-dim", "unknown-op"],
 )
 def test_faults_fail_the_build_with_opbridge_message(
     op_type: str, elem: int, message: str, user_ops_file: Path, tmp_path: Path
@@ -286,6 +287,38 @@ def test_faults_fail_the_build_with_opbridge_message(
     assert all("cudaError 35" not in m for _, _, m in report.errors)
     if op_type != "Unknown":
         assert (f"{op_type}_node", op_type) in [(n, o) for n, o, _ in report.errors]
+
+
+@opbridge.op("tests.trt::SizedLike")
+def sized_like(x: torch.Tensor, size_like: torch.Tensor) -> torch.Tensor:
+    """x's first pixel over size_like's last two dims: no shape rule, its output dims are input dims."""
+    return x[:, :, :1, :1].expand(x.shape[0], x.shape[1], size_like.shape[2], size_like.shape[3]) * 1
+
+
+def test_a_plugin_without_a_rule_takes_the_shape_its_reference_gives(tmp_path: Path) -> None:
+    """Without a shape rule, a plugin took input 0's shape and refused any other, although the reference's
+    derived shape ([in0_d0, in0_d1, in1_d2, in1_d3]) said where each output dim comes from."""
+    path = tmp_path / "sized.onnx"
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("SizedLike", ["x", "size_like"], ["y"], domain="tests.trt", name="sized")],
+            "g",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"]),
+                helper.make_tensor_value_info("size_like", TensorProto.FLOAT, [1, 1, "ho", "wo"]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.trt", 1)],
+    )
+    onnx.save(model, path)
+    profiles = {
+        "x": ((1, 3, 4, 4), (2, 3, 8, 8), (4, 3, 16, 16)),
+        "size_like": ((1, 1, 2, 3), (1, 1, 5, 7), (1, 1, 9, 11)),
+    }
+    report = build_engine(path, None, profiles=profiles, isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["sized"]["outputs"] == [[[1, 3, 2, 3], [4, 3, 9, 11]]]
 
 
 def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path: Path) -> None:

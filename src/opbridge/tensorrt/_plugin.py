@@ -185,8 +185,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             dtypes = self.input_dtypes or [kernel_dtypes(self.opdef)[0]] * len(inputs)
             shapes = [tuple(wrap_dim(d, builder, ops) for d in dims) for dims in inputs]
             if rule is None:
-                self._check_same_as_first(shapes, dtypes, builder)
-                results = [TensorInfo(shapes[0], _torch_dtype(dtypes[0]))] * self.num_outputs
+                results = self._derived(shapes, dtypes, builder)
             else:
                 infos: list[Any] = [TensorInfo(s, _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
                 infos += [None] * (len(spec.inputs) - len(infos))
@@ -209,14 +208,17 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 out.append(dims)
             return out
 
-        def _check_same_as_first(self, shapes: list[tuple[Any, ...]], dtypes: list[str], builder: Any) -> None:
-            """Without a declared rule, accept "same as input 0" only if the reference agrees on meta tensors.
+        def _derived(self, shapes: list[tuple[Any, ...]], dtypes: list[str], builder: Any) -> list[TensorInfo]:
+            """Without a declared rule, the outputs' shapes the reference gives on meta tensors, where each
+            dim is a constant or one of the inputs' dims (``[in0_d0, 3, in1_d2, in1_d3]``, say).
 
-            Dynamic dims TensorRT proves equal (``EQUAL`` folds to 1) share one symbol; the reference
-            then runs on meta tensors (see :mod:`opbridge.shape`) to see where output dims come from.
+            Dynamic dims TensorRT proves equal (``EQUAL`` folds to 1) share one symbol; the reference then
+            runs on meta tensors (see :mod:`opbridge.shape`) to see where output dims come from, and each
+            symbol goes back to its input dim's expression. A dim computed from dims (``h * 2``) needs a
+            declared rule, which says how.
             """
             spec = self.opdef.spec
-            groups: list[tuple[Any, SymDim]] = []
+            groups: list[tuple[Any, SymDim, TrtDim]] = []
             infos: list[TensorInfo | None] = []
             for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
                 dims: list[Any] = []
@@ -224,37 +226,35 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     if not isinstance(d, TrtDim):
                         dims.append(d)
                         continue
-                    for expr, symbol in groups:
+                    for expr, symbol, _ in groups:
                         same = builder.operation(trt.DimensionOperation.EQUAL, expr, d.expr)
                         if same.is_constant() and same.get_constant_value() == 1:
                             dims.append(symbol)
                             break
                     else:
-                        groups.append((d.expr, SymDim(f"in{i}_d{k}")))
+                        groups.append((d.expr, SymDim(f"in{i}_d{k}"), d))
                         dims.append(groups[-1][1])
                 infos.append(TensorInfo(tuple(dims), _torch_dtype(dtype)))
             infos += [None] * (len(spec.inputs) - len(infos))
             derived = output_infos(spec, None, self.opdef.reference, infos, dict(self.attrs))
-            first = infos[0]
-            assert first is not None
+            back = {symbol: dim for _, symbol, dim in groups}
+            out = []
             for i, info in enumerate(derived):
-                same = info.rank == first.rank and all(
-                    (isinstance(a, SymDim) and isinstance(b, SymDim) and a == b)
-                    or (isinstance(a, int) and isinstance(b, int) and a == b)
-                    for a, b in zip(info.shape, first.shape)
-                )
-                if not same or _dtype_name(info.dtype) != _dtype_name(first.dtype):
-                    what = (
-                        f"is not shaped like input 0 ({[getattr(d, 'name', d) for d in first.shape]})"
-                        if not same
-                        else f"is {_dtype_name(info.dtype)} where input 0 is {_dtype_name(first.dtype)}"
-                    )
-                    raise OpDefinitionError(
-                        f"{spec.qualname} declares no shape rule and its output {i} "
-                        f"({[getattr(d, 'name', d) for d in info.shape]}, {_dtype_name(info.dtype)}) {what}: a plugin "
-                        f"without a rule takes input 0's shape and dtype; declare one with "
-                        f"@{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) per output."
-                    )
+                dims = []
+                for k, d in enumerate(info.shape):
+                    if isinstance(d, SymDim) and d in back:
+                        dims.append(back[d])
+                    elif isinstance(d, int) and not isinstance(d, bool):
+                        dims.append(d)
+                    else:
+                        raise OpDefinitionError(
+                            f"{spec.qualname} declares no shape rule, and dim {k} of its output {i} "
+                            f"({[getattr(x, 'name', x) for x in info.shape]}) is neither a constant nor one of its "
+                            "inputs' dims, which a plugin needs as an expression of the inputs' dims: declare one "
+                            f"with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) per output."
+                        )
+                out.append(TensorInfo(tuple(dims), info.dtype))
+            return out
 
         @_guard
         def supports_format_combination(self, pos: int, in_out: Sequence[Any], num_inputs: int) -> bool:
