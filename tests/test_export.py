@@ -846,3 +846,31 @@ def test_a_dynamo_export_without_onnxscript_names_the_fix(tmp_path: Path, monkey
         ExportError, match=r"needs onnxscript .* pip install 'onnxscript>=0.6', or export with exporter="
     ):
         opbridge.export(_ReturnsInputTwice(), (torch.randn(2, 3),), tmp_path / "m.onnx", exporter="dynamo")
+
+
+@opbridge.op("tests.export::PlusFixed")
+def _plus_fixed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x + w  # no shape rule: derived from the reference
+
+
+class _PlusFixedWeight(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1, 3, 4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _plus_fixed(x, self.w)
+
+
+def test_a_dim_the_model_fixes_is_named_as_one_that_cannot_be_dynamic(tmp_path: Path) -> None:
+    """A dim marked dynamic that meets a weight of one size asked only for a shape rule, which then gave a
+    model that failed at every other size: the message now says the dim cannot be dynamic."""
+    with pytest.raises(ExportError, match=r"declares no shape rule.*that dim cannot be dynamic: export it static"):
+        opbridge.export(
+            _PlusFixedWeight(),
+            (torch.ones(2, 3, 4, 4),),
+            tmp_path / "fixed.onnx",
+            exporter="torchscript",
+            input_names=["x"],
+            dynamic_axes={"x": {2: "h"}},
+        )

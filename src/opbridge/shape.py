@@ -362,12 +362,19 @@ def _derive_runs(
             except Exception:
                 runs = []
         if not runs:
+            fixed = (
+                " The reference ran with the inputs' dynamic dims at other sizes than the example's: where the "
+                "model fixes such a dim (it meets a weight or constant of one size, as in a broadcast), that dim "
+                "cannot be dynamic: export it static."
+                if symbols
+                else ""
+            )
             raise _ProbeError(
                 OpDefinitionError(
                     f"{spec.qualname} declares no shape rule, and its reference cannot run on meta tensors to "
                     f"derive one ({type(exc).__name__}: {str(exc)[:300]}); declare the output shapes and dtypes "
                     f"with @{spec.name}.register_shape (an output size that depends on the data as "
-                    "opbridge.SymDim())."
+                    f"opbridge.SymDim()).{fixed}"
                 )
             ) from None
     if symbols and not merged:
