@@ -176,3 +176,21 @@ def test_json_stays_json_on_a_terminal_that_is_not_utf8(tmp_path: Path) -> None:
         )
         text = done.stdout.decode("ascii")
         assert "ö" in json.dumps(json.loads(text), ensure_ascii=False), command
+
+
+def test_inspect_reads_no_weights(tmp_path: Path) -> None:
+    """inspect read every external tensor to print its dims (a 300 MB model took 660 MB), and refused a
+    model whose data file was missing."""
+    from opbridge.graph import inspect_model
+
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [("x", F, [1, 64])],
+        [("y", F, [1, 64])],
+        initializers=[("w", np.ones((64, 64), np.float32))],
+    )
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    (tmp_path / "ext.onnx.data").unlink()
+    report = inspect_model(path)
+    assert [(i.name, i.shape, i.nbytes) for i in report.initializers] == [("w", [64, 64], 64 * 64 * 4)]

@@ -233,7 +233,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     import onnx
 
     path = "" if isinstance(model, (onnx.ModelProto, bytes, bytearray)) else str(model)
-    proto = load_model(model)
+    proto = load_model(model, external_data=False)  # (sizes come from the dims: no weights read)
     functions = function_keys(proto)
     counts: Counter[str] = Counter()
     custom: list[CustomNodeInfo] = []
