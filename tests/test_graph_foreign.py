@@ -194,3 +194,23 @@ def test_inspect_reads_no_weights(tmp_path: Path) -> None:
     (tmp_path / "ext.onnx.data").unlink()
     report = inspect_model(path)
     assert [(i.name, i.shape, i.nbytes) for i in report.initializers] == [("w", [64, 64], 64 * 64 * 4)]
+
+
+def test_names_from_the_file_are_shown_not_obeyed(tmp_path: Path, capsys) -> None:
+    """A name holding a terminal escape (ESC [2J clears the screen) or a newline reached the terminal as
+    it was: the text reports now write such characters as escapes."""
+    nodes = [helper.make_node("Relu", ["in\nput"], ["r"], name="clear\x1b[2J"), helper.make_node("Relu", ["r"], ["y"])]
+    model = make_model(nodes, [("in\nput", F, [1])], [("y", F, [1])])
+    model.graph.node.append(helper.make_node("Relu", ["r"], ["z"], name="clear\x1b[2J"))  # (a duplicate name: lint)
+    model.graph.output.append(helper.make_tensor_value_info("z", F, [1]))
+    path = tmp_path / "escapes.onnx"
+    onnx.save(model, path)
+    for argv in (
+        ["inspect", str(path)],
+        ["lint", str(path)],
+        ["compat", str(path), "--target", "onnxruntime", "--all"],
+    ):
+        main(argv)
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "in\nput" not in out, argv
+        assert "\\x1b[2J" in out or "in\\nput" in out, argv

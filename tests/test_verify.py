@@ -418,7 +418,8 @@ def test_cli_ops_file_supplies_the_kernel_of_a_default_domain_op(tmp_path: Path,
     args = ["verify", str(model), "--reference", f"{tmp_path / 'legacy_ref.py'}:build", "--backend", "openvino", "-q"]
     assert main(args) == 2
     assert (
-        "error: openvino: custom op <default domain>::LegacyCube has no opbridge definition" in capsys.readouterr().out
+        "error: openvino: custom op <default domain>::LegacyCube has no opbridge kernel in this process. "
+        'Provide a kernel @opbridge.kernel("LegacyCube", domain="")' in capsys.readouterr().out
     )
     assert main([*args, "--shape", "x:7x5", "--ops", str(tmp_path / "legacy_ops.py")]) == 0
     assert "PASS: 1 of 1 output comparison(s) within tolerance" in capsys.readouterr().out

@@ -253,7 +253,9 @@ class VerifyRecord:
             f"{verdict}: {total - failed} of {total} output comparison(s) within tolerance"
             + (f", {errors} error(s)" if errors else "")
         )
-        return "\n".join(lines)
+        from opbridge._text import printable
+
+        return "\n".join(printable(line) for line in lines)
 
 
 def write_json_atomic(

@@ -27,8 +27,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json_for_stdout(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False)))
     else:
+        from opbridge._text import printable
+
         for f in findings:
-            print(f)
+            print(printable(str(f)))
         counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
         print(f"{args.model}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     return 1 if has_errors(findings) else 0

@@ -134,7 +134,9 @@ class ModelReport:
         lines.append(f"initializers: {len(self.initializers)}, {_human(self.initializer_bytes)}")
         for i in sorted(self.initializers, key=lambda i: -i.nbytes)[:max_initializers]:
             lines.append(f"  {i.name}: {i.dtype}{i.shape} {_human(i.nbytes)}")
-        return "\n".join(lines)
+        from opbridge._text import printable
+
+        return "\n".join(printable(line) for line in lines)
 
 
 def _human(n: int) -> str:

@@ -110,4 +110,6 @@ class CompatReport:
             if real_failed:
                 summary += f" on {real_failed} node(s)"
         lines.append(summary)
-        return "\n".join(lines)
+        from opbridge._text import printable
+
+        return "\n".join(printable(line) for line in lines)
