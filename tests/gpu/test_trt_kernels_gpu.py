@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import torch
 
+import opbridge
+
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
 )
@@ -57,3 +59,31 @@ def test_launcher_reuses_wrapped_buffers_without_stale_results() -> None:
         run(x, out_b)
     assert len(launcher._views) == launcher.VIEW_CACHE_SIZE
     run(a, out_a)  # evicted long ago: wrapped again
+
+
+def test_an_op_without_a_gpu_kernel_runs_its_reference_in_the_plugin() -> None:
+    """A plugin of an op without register_gpu_kernel failed at its first enqueue; it now runs the op's
+    PyTorch reference on TensorRT's buffers and stream."""
+    from opbridge.tensorrt._runtime import KernelLauncher
+
+    @opbridge.op("tests.gpu::SoftplusPair")
+    def softplus_pair(x: torch.Tensor, scale: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nn.functional.softplus(x) * scale, x.amax(-1, keepdim=True)
+
+    attrs = softplus_pair.spec.bind_attributes({"scale": 0.5})
+    launcher = KernelLauncher(softplus_pair, attrs)
+    stream = torch.cuda.Stream()
+    for dtype in (torch.float32, torch.float16):
+        x = torch.randn(3, 7, device="cuda", dtype=dtype)
+        a, b = (
+            torch.full((3, 7), float("nan"), device="cuda", dtype=dtype),
+            torch.empty(3, 1, device="cuda", dtype=dtype),
+        )
+        launcher.launch([checks.ref_of(x)], [checks.ref_of(a), checks.ref_of(b)], stream.cuda_stream)
+        stream.synchronize()
+        want = softplus_pair.run_reference(x, **attrs)
+        torch.testing.assert_close(a, want[0], rtol=0, atol=0)
+        torch.testing.assert_close(b, want[1], rtol=0, atol=0)
+    short = torch.empty(3, 6, device="cuda")
+    with pytest.raises(opbridge.OpDefinitionError, match=r"gave output 0 the shape \(3, 7\), TensorRT's buffer is"):
+        launcher.launch([checks.ref_of(x.float())], [checks.ref_of(short), checks.ref_of(b.float())], 0)

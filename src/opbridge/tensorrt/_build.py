@@ -706,8 +706,9 @@ def build_engine(
     result = _run_isolated(request, timeout) if isolate else _work(request)
     if result.get("ok") and result.get("kernelless"):
         logger.warning(
-            "the engine holds plugins of %s, which have no GPU kernel: it fails at its first enqueue; "
-            "register one with <op>.register_gpu_kernel(fn, dtypes=...)",
+            "the engine holds plugins of %s, which have no GPU kernel: each enqueue runs the op's PyTorch "
+            "reference on the GPU (right, but not fast, and a reference that synchronizes keeps the engine out "
+            "of CUDA graphs); register one with <op>.register_gpu_kernel(fn, dtypes=...)",
             ", ".join(result["kernelless"]),
         )
     return BuildReport(

@@ -165,13 +165,7 @@ class KernelLauncher:
         """Wrap the buffers as CUDA tensors and run the kernel on ``stream`` (a ``cudaStream_t`` as int)."""
         import torch
 
-        fn = self.opdef.gpu_kernel
-        if fn is None:
-            raise OpDefinitionError(
-                f"{self.opdef.spec.qualname} has no GPU kernel; attach one with "
-                f"{self.opdef.spec.name}.register_gpu_kernel(fn) where fn(inputs, outputs, attrs, stream) "
-                "writes the outputs."
-            )
+        fn = self.opdef.gpu_kernel or self._reference_kernel
         self.check_dtypes([r.dtype for r in inputs], "input")
         self.check_dtypes([r.dtype for r in outputs], "output")
         device = torch.cuda.current_device()
@@ -182,6 +176,24 @@ class KernelLauncher:
             ext = self._streams[int(stream), device] = torch.cuda.ExternalStream(int(stream), device=device)
         with torch.cuda.stream(ext):
             fn(ins, outs, dict(self.attrs), int(stream))
+
+    def _reference_kernel(self, ins: list[Any], outs: list[Any], attrs: dict[str, Any], stream: int) -> None:
+        """The op's PyTorch reference as its GPU kernel (an op without ``register_gpu_kernel``): run on the
+        CUDA tensors, on TensorRT's stream, its results copied into the outputs."""
+        import torch
+
+        spec = self.opdef.spec
+        with torch.no_grad():
+            result = self.opdef.run_reference(*ins, **attrs)
+        results = result if isinstance(result, tuple) else (result,)
+        for i, (out, value) in enumerate(zip(outs, results)):
+            if tuple(value.shape) != tuple(out.shape):
+                raise OpDefinitionError(
+                    f"{spec.qualname}: the PyTorch reference (its GPU kernel here: none is registered) gave "
+                    f"output {i} the shape {tuple(value.shape)}, TensorRT's buffer is {tuple(out.shape)}; declare "
+                    f"the shape with @{spec.name}.register_shape, or register a GPU kernel."
+                )
+            out.copy_(value)
 
     def _view(self, ref: TensorRef, device: int) -> torch.Tensor:
         """``as_torch(ref)``, wrapped once per (device, pointer, shape, dtype) and reused.
