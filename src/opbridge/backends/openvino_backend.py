@@ -214,6 +214,8 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 result = _spec_outputs(info, types, infer_onnx)
             if result is None:
                 result = _fallback_outputs(info, types)
+            if len(self._shape_cache) >= 256:  # (evaluate asks per shape the inputs take: a server sees many)
+                self._shape_cache.clear()
             self._shape_cache[key] = result
             return result
 
