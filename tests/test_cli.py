@@ -86,6 +86,11 @@ def test_a_module_in_the_current_folder_is_found_by_name(
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert main(["export", "cli_factory_in_cwd:build", "-o", "m.onnx"]) == 0
     assert (tmp_path / "m.onnx").is_file() and str(tmp_path) not in sys.path
+    out = capsys.readouterr().out
+    assert out.startswith("m.onnx (dynamo): 1 custom node(s)") and "{" not in out  # (JSON only with --json)
+    assert main(["export", "cli_factory_in_cwd:build", "-o", "m.onnx", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["exporter"] == "dynamo" and [n["domain"] for n in record["custom_nodes"]] == ["tests.cli.cwd"]
 
 
 @pytest.mark.parametrize("command", ["inspect", "lint", "trt-build"])

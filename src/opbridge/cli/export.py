@@ -6,7 +6,7 @@ import argparse
 import json
 
 from opbridge._loading import load_factory, load_ops
-from opbridge.cli._common import add_ops_argument, user_files
+from opbridge.cli._common import add_ops_argument, json_for_stdout, user_files
 
 __all__ = ["add_parser"]
 
@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="dynamic axes, e.g. --dynamic x:0=batch,2=height (repeatable)",
     )
     p.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies")
+    p.add_argument(
+        "--json", action="store_true", help="print the result as JSON (path, exporter, custom nodes, warnings)"
+    )
     add_ops_argument(p)
     p.set_defaults(run=run)
 
@@ -69,8 +72,16 @@ def run(args: argparse.Namespace) -> int:
         dynamic_axes=_parse_dynamic(args.dynamic) or None,
         functions=not args.no_functions,
     )
+    if args.json:
+        record = {
+            "path": str(result.path),
+            "exporter": result.exporter,
+            "custom_nodes": [{"name": n.name, "domain": n.domain, "op_type": n.op_type} for n in result.custom_nodes],
+            "warnings": [str(w) for w in result.warnings],
+        }
+        print(json_for_stdout(json.dumps(record, indent=2, ensure_ascii=False)))
+        return 0
     print(result.summary())
     for w in result.warnings:
         print(f"  warning: {w}")
-    print(json.dumps({"custom_nodes": [f"{n.domain}::{n.op_type}" for n in result.custom_nodes]}))
     return 0
