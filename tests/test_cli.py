@@ -108,3 +108,13 @@ def test_files_that_are_not_models_are_named_alike(
     ):
         assert main([command, str(path), *extra]) == 2, (command, path)
         assert message in capsys.readouterr().err, (command, path)
+
+
+def test_verbose_goes_before_or_after_the_command() -> None:
+    """-v was taken only before the command; after it, argparse refused it as unrecognized."""
+    from opbridge.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["inspect", "m.onnx", "-vv"]).verbose == 2
+    assert parser.parse_args(["-v", "lint", "m.onnx"]).verbose == 1
+    assert parser.parse_args(["compat", "m.onnx", "--target", "onnxruntime"]).verbose == 0

@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"opbridge.cli.{name.replace('-', '_')}").add_parser(sub)
+    for command in sub.choices.values():  # -v after the command too (opbridge export ... -v)
+        command.add_argument(
+            "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more log output (-vv for debug)"
+        )
     return parser
 
 
