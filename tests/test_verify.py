@@ -1125,7 +1125,8 @@ class _FirstRowOnly(torch.nn.Module):
 
 def test_a_kernel_result_of_another_size_is_refused_by_every_backend(tmp_path: Path) -> None:
     """OpenVINO took a (1, 3, w) result for a (batch, 3, w) output, its dims being dynamic when compiled,
-    and handed on memory nothing wrote. Each backend now names the kernel's shape at the second set."""
+    and handed on memory nothing wrote. Each backend now names the kernel's shape at the second set, as a
+    failure (exit 1): the backend ran, and its result is wrong."""
     path = tmp_path / "first_row.onnx"
     example = (torch.randn(1, 3, 8),)
     opbridge.export(
@@ -1134,11 +1135,13 @@ def test_a_kernel_result_of_another_size_is_refused_by_every_backend(tmp_path: P
     record = opbridge.verify(path, (_FirstRowOnly(), example), backends=["onnxruntime-kernels", "openvino"])
     assert [(r.backend, r.shape_set, r.status) for r in record.runs] == [
         ("onnxruntime-kernels", 0, "pass"),
-        ("onnxruntime-kernels", 1, "error"),
+        ("onnxruntime-kernels", 1, "fail"),  # (a wrong result: a failure, exit 1, not an error)
         ("openvino", 0, "pass"),
-        ("openvino", 1, "error"),
+        ("openvino", 1, "fail"),
     ]
+    assert record.exit_code == 1
     assert "returned shape 1x3x8 for output 0" in record.runs[3].error
+    assert "has shape" in record.runs[1].error and "onnxruntime-kernels set 2: " in record.table()
     assert "2x3x8" in record.runs[3].error or "[2,3,8]" in record.runs[3].error
 
 

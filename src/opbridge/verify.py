@@ -40,6 +40,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -198,8 +199,8 @@ class VerifyRecord:
             if run.status == "reference":
                 rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "REFERENCE"))
                 continue
-            if run.status == "error":
-                rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", "ERROR"))
+            if run.status == "error" or (run.status == "fail" and not run.outputs):
+                rows.append((run.backend, str(run.shape_set + 1), "-", "", "", "", "", "", run.status.upper()))
                 notes.append(f"{run.backend} set {run.shape_set + 1}: {run.error}")
                 continue
             for o in run.outputs:
@@ -980,7 +981,9 @@ def _run_one(
         got = runner.infer(_copy_feed(feed))
     except Exception as exc:
         text = _strip(name, exc) if isinstance(exc, OpbridgeError) else f"{type(exc).__name__}: {_one_line(exc)}"
-        return RunReport(name, index, "error", error=text, seconds=time.perf_counter() - start)
+        # a kernel's result of another dtype or shape than the node's is a wrong result: a failure, not an error
+        status = "fail" if _WRONG_RESULT.search(text) else "error"
+        return RunReport(name, index, status, error=text, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if not ref:  # no PyTorch reference: the first backend to run becomes it
         expected[index] = got
@@ -1007,6 +1010,14 @@ def _run_one(
         outputs.append(_against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name)))
     status = "pass" if all(o.passed for o in outputs) else "fail"
     return RunReport(name, index, status, outputs, seconds=seconds)
+
+
+# How each backend's bridge refuses a kernel's result of another dtype or shape than the node's
+# (ONNX Runtime's bridge and the reference session: "output 0 has dtype float64, but the node's output
+# type is float32"; OpenVINO's ops: "returned shape 1x3x8 for output 0, but ...").
+_WRONG_RESULT = re.compile(
+    r"output \d+ (\([^)]*\) )?has (dtype|shape) .+, but |returned (dtype|shape) .+ for output \d+, but "
+)
 
 
 def _strip(name: str, exc: BaseException) -> str:
