@@ -964,3 +964,32 @@ def test_a_parse_asked_for_inside_the_worker_is_refused_by_name(tmp_path: Path, 
     model = _single_node_model(tmp_path / "m.onnx", "Twice", "import_trt")
     with pytest.raises(opbridge.OpbridgeError, match="parses or builds a model when imported; put that code under"):
         parse_with_tensorrt(model)
+
+
+@opbridge.op("tests.trt::TakeRows")
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows of x by an int64 index: no shape rule, no GPU kernel."""
+    return torch.index_select(x, 0, index)
+
+
+def test_an_op_without_a_gpu_kernel_takes_the_dtypes_its_reference_takes(tmp_path: Path) -> None:
+    """Its plugin runs the PyTorch reference, which takes an int64 index: the build refused it as a dtype
+    "the op's GPU kernel supports" not, for a kernel the op does not have."""
+    path = tmp_path / "take.onnx"
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("TakeRows", ["x", "index"], ["y"], domain="tests.trt", name="take")],
+            "g",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                helper.make_tensor_value_info("index", TensorProto.INT64, ["k"]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.trt", 1)],
+    )
+    onnx.save(model, path)
+    profiles = {"x": ((1, 4), (4, 4), (8, 4)), "index": ((1,), (2,), (3,))}
+    report = build_engine(path, None, profiles=profiles, isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["take"]["outputs"] == [[[1, 4], [3, 4]]]

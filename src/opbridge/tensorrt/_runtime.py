@@ -108,7 +108,8 @@ def kernel_dtypes(opdef: OpDef) -> tuple[str, ...]:
 
 def dtype_supported(opdef: OpDef, dtype: str, output: bool = False) -> bool:
     """Whether ``opdef``'s GPU kernel takes a tensor of ``dtype``: one it declares, or for an output
-    an integer or bool dtype (which the op's shape rule gives it).
+    an integer or bool dtype (which the op's shape rule gives it). An op without a GPU kernel runs its
+    PyTorch reference, which takes every dtype TensorRT hands a plugin.
 
     >>> from opbridge.ops.detection import BatchedNMS
     >>> [dtype_supported(BatchedNMS, d) for d in ("float16", "int32", "float64")]
@@ -116,6 +117,8 @@ def dtype_supported(opdef: OpDef, dtype: str, output: bool = False) -> bool:
     >>> dtype_supported(BatchedNMS, "int32", output=True)
     True
     """
+    if opdef.gpu_kernel is None:
+        return dtype in _TYPESTR
     return dtype in kernel_dtypes(opdef) or (output and dtype in INDEX_DTYPES)
 
 
