@@ -87,3 +87,20 @@ def test_an_op_without_a_gpu_kernel_runs_its_reference_in_the_plugin() -> None:
     short = torch.empty(3, 6, device="cuda")
     with pytest.raises(opbridge.OpDefinitionError, match=r"gave output 0 the shape \(3, 7\), TensorRT's buffer is"):
         launcher.launch([checks.ref_of(x.float())], [checks.ref_of(short), checks.ref_of(b.float())], 0)
+
+
+def test_the_reference_kernel_takes_an_int64_index() -> None:
+    from opbridge.tensorrt._runtime import KernelLauncher, dtype_supported
+
+    @opbridge.op("tests.gpu::TakeRows")
+    def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, 0, index)
+
+    assert dtype_supported(take_rows, "int64")
+    launcher = KernelLauncher(take_rows, {})
+    x = torch.randn(6, 4, device="cuda")
+    index = torch.tensor([5, 0, 5], device="cuda")
+    out = torch.full((3, 4), float("nan"), device="cuda")
+    launcher.launch([checks.ref_of(x), checks.ref_of(index)], [checks.ref_of(out)], 0)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x[[5, 0, 5]], rtol=0, atol=0)
