@@ -146,7 +146,10 @@ def test_compat_does_not_run_a_node_opbridges_op_does_not_fit() -> None:
     for target in ("onnxruntime", "openvino", "tensorrt"):
         (verdict,) = [n for n in check_compat(model, target, real=False).nodes if n.node == "nms"]
         assert verdict.verdict == "fail", target
-        assert "opbridge's mmdeploy::TRTBatchedNMS v1 has 2 output(s), the node 3" in verdict.reason
+        assert (
+            "opbridge's mmdeploy::TRTBatchedNMS v1 does not run it: the node lists outputs ['dets', 'labels', "
+            "'index']; the op has 2 (dets, labels)" in verdict.reason
+        )
 
 
 def test_an_invalid_file_is_named_with_the_checkers_words(tmp_path: Path, capsys) -> None:

@@ -64,6 +64,7 @@ __all__ = [
     "NODE_ATTRIBUTE",
     "BoundKernel",
     "NodeKernel",
+    "check_arity",
     "kernel_for_node",
     "library_path",
     "node_attributes",
@@ -376,7 +377,7 @@ def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
 # --------------------------------------------------------------------------- choosing a kernel
 
 
-def _check_arity(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
+def check_arity(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
     """The node's inputs and outputs against the op's: more inputs than the op takes, a required one
     left out, or an output left out (opbridge's kernels produce every output), are named when the
     session is created."""
@@ -424,7 +425,7 @@ def kernel_for_node(
     registered: KernelDef | None = find_kernel(domain, node.op_type, version)
     label = f"{domain or '<default>'}::{node.op_type} node {node.name!r}"
     if opdef is not None and (opdef.kernel is not None or registered is None):
-        _check_arity(opdef, node, label)
+        check_arity(opdef, node, label)
         attrs = spec_attributes(opdef, node)
         checks = (_required_check(opdef, label), result_check(opdef, attrs, label))
         n_inputs = len(opdef.spec.inputs)

@@ -81,17 +81,16 @@ def _ir_model(model: onnx.ModelProto) -> ir.Model | None:
 
 
 def _arity_mismatch(node: onnx.NodeProto, opdef: Any) -> str:
-    """Why ``opdef`` cannot run ``node``: more inputs or outputs than the op declares ("" where it fits)."""
+    """Why ``opdef`` cannot run ``node`` ("" where it fits): the check opbridge's session makes
+    (:func:`opbridge.onnxruntime.bridge.check_arity`), so compat and the session agree."""
+    from opbridge.errors import OpDefinitionError
+    from opbridge.onnxruntime.bridge import check_arity
+
     spec = opdef.spec
-    for what, have, declared in (
-        ("input", len(node.input), len(spec.inputs)),
-        ("output", len(node.output), len(spec.outputs)),
-    ):
-        if have > declared:
-            return (
-                f"opbridge's {spec.qualname} v{spec.version} has {declared} {what}(s), the node {have}: "
-                "opbridge does not run it"
-            )
+    try:
+        check_arity(opdef, node, "the node")
+    except OpDefinitionError as exc:
+        return f"opbridge's {spec.qualname} v{spec.version} does not run it: {exc}"
     return ""
 
 
