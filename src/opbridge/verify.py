@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -535,7 +536,7 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
 
     def classify(node: Any, fallback: str, found: _Upstream, seen_functions: frozenset[Any]) -> None:
         key = (node.domain, node.op_type)
-        for inner in (n for a in node.attribute for n in walk_nodes(_subgraph_nodes(a))):
+        for inner in (n for a in node.attribute for n in _subgraph_nodes(a)):  # (classify walks their own)
             classify(inner, fallback, found, seen_functions)
         if node.domain in STANDARD_DOMAINS and key not in functions:
             from opbridge.legacy_domain import is_standard_op
@@ -546,7 +547,7 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
                 return
         opdef = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain else None
         if opdef is None and key in functions and key not in seen_functions:  # a plain model-local function
-            for inner in walk_nodes(functions[key].node):
+            for inner in functions[key].node:
                 classify(inner, fallback, found, seen_functions | {key})
             return
         dtype = dtype_of(node.output[0], fallback) if node.output else fallback
@@ -567,8 +568,8 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
             visited.add(id(node))
             classify(node, fallback, found, frozenset())
             stack.extend(node.input)
-            # values an If/Loop/Scan body reads from the enclosing graph
-            stack.extend(i for a in node.attribute for n in walk_nodes(_subgraph_nodes(a)) for i in n.input)
+            # values an If/Loop/Scan body (or one nested in it) reads from the enclosing graph
+            stack.extend(i for n in itertools.islice(walk_nodes([node]), 1, None) for i in n.input)
         out[o.name] = found
     return out
 

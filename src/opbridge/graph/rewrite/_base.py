@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import onnx
     import onnx_ir as ir
 
-__all__ = ["Check", "IRRule", "RewriteError", "RewriteRule", "RuleOutcome"]
+__all__ = ["Check", "IRRule", "RewriteError", "RewriteRule", "RuleOutcome", "every_node"]
 
 
 class RewriteError(OpbridgeError):
@@ -106,7 +106,7 @@ class IRRule(RewriteRule):
         idle = [v for v in irm.graph.initializers.values() if not v.uses() and not v.is_graph_input()]
         # nodes whose outputs something reads: the clean-up removes those the rewrite leaves unread, and
         # no node that was dead already (it is the user's)
-        read = {id(n) for n in _all_nodes(irm.graph) if any(o.uses() or o.is_graph_output() for o in n.outputs)}
+        read = {id(n) for n in every_node(irm.graph) if any(o.uses() or o.is_graph_output() for o in n.outputs)}
         self.root = irm.graph  # (for checks of nodes in subgraphs, which need the main graph)
         found = self.candidates(irm.graph, options)
         if not found:
@@ -132,18 +132,11 @@ class IRRule(RewriteRule):
         return out, outcomes
 
 
-def _all_nodes(graph: ir.Graph) -> list[ir.Node]:
-    """The graph's nodes and, recursively, those of its nodes' subgraphs."""
+def every_node(graph: ir.Graph) -> list[ir.Node]:
+    """The graph's nodes and those of its subgraphs (If branches, Loop and Scan bodies)."""
     import onnx_ir as ir
 
-    out = []
-    for node in graph:
-        out.append(node)
-        for attr in node.attributes.values():
-            for sub in attr.value if isinstance(attr.value, list) else [attr.value]:
-                if isinstance(sub, ir.Graph):
-                    out.extend(_all_nodes(sub))
-    return out
+    return list(ir.traversal.RecursiveGraphIterator(graph))
 
 
 def _remove_unread(graph: ir.Graph, read: set[int]) -> None:
@@ -152,7 +145,7 @@ def _remove_unread(graph: ir.Graph, read: set[int]) -> None:
     changed = True
     while changed:
         changed = False
-        for node in reversed(_all_nodes(graph)):
+        for node in reversed(every_node(graph)):
             if id(node) not in read or any(o.uses() or o.is_graph_output() for o in node.outputs):
                 continue
             owner = node.graph

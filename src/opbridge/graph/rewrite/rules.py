@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from opbridge.graph._model import evaluate_constant
-from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome
+from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome, every_node
 
 if TYPE_CHECKING:
     import onnx
@@ -41,13 +41,6 @@ def _resize_slots(node: ir.Node) -> tuple[tuple[int, str], ...]:
     graph = node.graph
     version = node.version or (graph.opset_imports.get("", graph.opset_imports.get("ai.onnx")) if graph else None)
     return resize_input_slots(version)
-
-
-def _every_node(graph: ir.Graph) -> list[ir.Node]:
-    """The graph's nodes and those of its subgraphs (If branches, Loop and Scan bodies)."""
-    import onnx_ir as ir
-
-    return list(ir.traversal.RecursiveGraphIterator(graph))
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
@@ -123,7 +116,7 @@ class ResizeCubicToDynamicResize(IRRule):
     looks_for = "Resize node"
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
-        return [n for n in _every_node(graph) if _is_resize(n)]
+        return [n for n in every_node(graph) if _is_resize(n)]
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
         attrs = node.attributes
@@ -291,7 +284,7 @@ class FoldResizeScales(IRRule):
     looks_for = "Resize node"
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
-        return [n for n in _every_node(graph) if _is_resize(n)]
+        return [n for n in every_node(graph) if _is_resize(n)]
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
         folds: list[tuple[int, str, np.ndarray]] = []
@@ -385,7 +378,7 @@ class ReplaceOp(IRRule):
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         maps = self._maps(options)
         self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
-        return [n for n in _every_node(graph) if self._target(n, maps) is not None]
+        return [n for n in every_node(graph) if self._target(n, maps) is not None]
 
     @staticmethod
     def _target(node: ir.Node, maps: list[tuple[str | None, str, str, str]]) -> tuple[str, str] | None:
