@@ -1781,3 +1781,68 @@ def test_inputs_the_ops_cannot_take_are_named_by_every_path() -> None:
         DynamicResize(torch.zeros(2, 4, 4), torch.zeros(1, 1, 3, 3))
     with pytest.raises(ValueError, match=r"boxes \(1, 9, 1, 4\) and scores \(1, 10, 3\) must agree in their first"):
         d.BatchedNMS(torch.zeros(1, 9, 1, 4), torch.zeros(1, 10, 3), num_classes=3)
+
+
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``a`` starting ``offset`` bytes into a buffer (misaligned for float32 at 1 to 3)."""
+    raw = np.zeros(a.nbytes + 16, np.uint8)
+    out = np.frombuffer(raw.data, dtype=a.dtype, count=a.size, offset=offset).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def test_native_kernels_leave_misaligned_feeds_to_the_python_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller's feed may start at any address, and ONNX Runtime hands it over as it is: the native
+    kernels, which read whole floats (and vectors), decline a misaligned input, and the Python kernels
+    give the aligned feed's results bit for bit."""
+    from opbridge.onnxruntime import InferenceSession
+    from opbridge.ops import _roialign_cpu
+
+    gen = _gen(81)
+    cases = [
+        (
+            _grid_sampler_model(0, 1, 0),
+            {"x": torch.randn(2, 16, 13, 15, generator=gen), "g": torch.rand(2, 7, 9, 2, generator=gen) * 2 - 1},
+        ),
+        (
+            _grid_sampler_model(1, 0, 1),
+            {"x": torch.randn(1, 1, 13, 15, generator=gen), "g": torch.rand(1, 7, 9, 2, generator=gen) * 2 - 1},
+        ),
+        (_resize_model(0), {"x": torch.randn(2, 5, 11, 13, generator=gen), "size": torch.zeros(1, 1, 17, 29)}),
+        (
+            _roi_align_model({"output_height": 3, "output_width": 2, "sampling_ratio": 2}),
+            {"x": torch.randn(2, 3, 12, 12, generator=gen), "rois": rois_for(82, 6, 2, 24.0)},
+        ),
+    ]
+    python_calls: list[int] = []
+    kernel = _roialign_cpu.roi_align
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        python_calls.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(_roialign_cpu, "roi_align", counted)
+    for model, tensors in cases:
+        feed = {k: v.numpy() for k, v in tensors.items()}
+        sess = InferenceSession(model)
+        want = sess.run(None, feed)[0]
+        for offset in (1, 2, 3):
+            got = sess.run(None, {k: _at_offset(v, offset) for k, v in feed.items()})[0]
+            np.testing.assert_array_equal(got, want)
+    assert len(python_calls) == 3  # RoIAlign's aligned run stayed native; its three misaligned ones did not
+
+
+def test_the_c_entry_points_refuse_misaligned_buffers() -> None:
+    """The extension's entry points read whole floats: a view that starts between two refuses, naming the
+    buffer and the fix (the op's Python kernels hand them aligned copies)."""
+    from opbridge.ops import _cpu_native
+
+    module = _cpu_native.require()
+    c, hw = 5, 31 * 37
+    stride = module.channel_stride(c)
+    x = _at_offset(np.ones(c * hw, np.float32), 1)
+    xt = np.zeros((hw + 1) * stride, np.float32)
+    with pytest.raises(ValueError, match=r"to_channels_last: x starts at an address that is not a multiple of 4"):
+        module.to_channels_last(x, xt, c, stride, hw, 0, hw)
+    module.to_channels_last(np.require(x, requirements="CA"), xt, c, stride, hw, 0, hw)
+    assert xt.reshape(hw + 1, stride)[:hw, :c].min() == 1.0

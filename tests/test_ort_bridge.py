@@ -101,7 +101,12 @@ def maybe_add(x: torch.Tensor, y: torch.Tensor | None = None, scale: float = 1.0
 
 @opbridge.kernel("Identity2", domain=DOMAIN)
 def identity2(x):
-    SEEN["Identity2"] = {"writeable": x.flags.writeable, "owndata": x.flags.owndata, "ptr": x.ctypes.data}
+    SEEN["Identity2"] = {
+        "writeable": x.flags.writeable,
+        "owndata": x.flags.owndata,
+        "aligned": x.flags.aligned,
+        "ptr": x.ctypes.data,
+    }
     return x
 
 
@@ -314,6 +319,27 @@ def test_inputs_are_zero_copy_read_only_views() -> None:
     seen = SEEN["Identity2"]
     assert seen["writeable"] is False  # ONNX Runtime's buffer: the kernel must not write it
     assert seen["owndata"] is False  # a view over ONNX Runtime's memory, not a copy
+
+
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``a`` starting ``offset`` bytes into a buffer (misaligned for offsets not a multiple
+    of its item size)."""
+    raw = np.zeros(a.nbytes + 16, np.uint8)
+    out = np.frombuffer(raw.data, dtype=a.dtype, count=a.size, offset=offset).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def test_a_misaligned_feed_is_an_unaligned_array_for_the_kernel() -> None:
+    """ONNX Runtime hands a caller's feed over at whatever address it starts: the kernel's array says
+    whether it is aligned (numpy then reads it element by element), it does not claim it is."""
+    model = make_model("Identity2", [("x", F, ["n"])], [("y", F, ["n"])])
+    x = np.arange(7, dtype=np.float32)
+    sess = InferenceSession(model)
+    for offset, aligned in ((0, True), (1, False), (4, True)):
+        (y,) = sess.run(None, {"x": _at_offset(x, offset)})
+        assert SEEN["Identity2"]["aligned"] is aligned, offset
+        np.testing.assert_array_equal(y, x)
 
 
 @pytest.mark.parametrize("shape", [(1,), (2, 3), (4, 1, 5, 6), (0, 3), ()], ids=str)
@@ -813,6 +839,62 @@ def test_kernel_that_keeps_a_buffer_view_fails_the_run(op_type: str, match: str)
     with pytest.raises(Exception, match=match):
         sess.run(None, {"x": np.ones(4, np.float32)})
     KEPT.clear()
+
+
+@opbridge.kernel("KeepInputAndRaise", domain=DOMAIN)
+def _keep_input_and_raise(x: np.ndarray) -> np.ndarray:
+    KEPT.append(x)
+    raise ValueError("the kernel's own failure")
+
+
+def test_a_kernel_that_fails_and_keeps_a_view_is_told_both() -> None:
+    sess = InferenceSession(make_model("KeepInputAndRaise", [("x", F, [4])], [("y", F, [4])]))
+    KEPT.clear()
+    with pytest.raises(
+        Exception, match=r"kernel raised ValueError: the kernel's own failure.*; and .*kept its input 0"
+    ):
+        sess.run(None, {"x": np.ones(4, np.float32)})
+    KEPT.clear()
+
+
+def test_a_kernel_result_list_and_a_shape_rule_are_read_from_copies() -> None:
+    """The bridge reads a result list and a shape rule's dims from tuples of their items: a dim's
+    ``__index__`` (Python code, run while the bridge reads) that empties the rule's list cannot make
+    it read freed memory, nor can another thread that empties a result list while a large output is
+    copied without the GIL."""
+    from opbridge.onnxruntime.bridge import NODE_ATTRIBUTE, register_ops
+
+    dims: list = []
+
+    class EmptiesTheList:
+        def __index__(self) -> int:
+            dims.clear()
+            return 3
+
+    def shapes(*arrays: np.ndarray) -> list:
+        dims[:] = [EmptiesTheList(), 4, 5]
+        return [dims]
+
+    def fn(*arrays: np.ndarray, out: np.ndarray | None = None) -> list:
+        assert out is not None
+        out[...] = 1.0
+        return [out]  # a list, as a kernel may return its outputs
+
+    opts = ort.SessionOptions()
+    descriptors = register_ops(
+        opts, [(DOMAIN, "ListRule", 1, [F])], lambda node_id: (fn, "ListRule", False, shapes, None, 1)
+    )
+    node = helper.make_node("ListRule", ["x"], ["y"], domain=DOMAIN)
+    node.attribute.append(helper.make_attribute(NODE_ATTRIBUTE, 0))
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", F, None)], [helper.make_tensor_value_info("y", F, None)]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for d in descriptors:
+        d.release()
+    (y,) = sess.run(None, {"x": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(y, np.ones((3, 4, 5), np.float32))
 
 
 def test_torch_kernel_writing_its_input_fails_the_run() -> None:

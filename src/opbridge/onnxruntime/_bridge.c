@@ -91,6 +91,16 @@ static int opb_elem_to_npy(int elem) {
     }
 }
 
+/* The alignment an element of type elem asks for: its size (a complex number's parts'), 1 for bytes. */
+static uintptr_t opb_elem_align(int elem) {
+    switch (elem) {
+    case OPB_ELEM_INT16: case OPB_ELEM_UINT16: case OPB_ELEM_FLOAT16: case 16 /* bfloat16 */: return 2;
+    case OPB_ELEM_FLOAT: case OPB_ELEM_INT32: case OPB_ELEM_UINT32: case OPB_ELEM_COMPLEX64: return 4;
+    case OPB_ELEM_INT64: case OPB_ELEM_UINT64: case OPB_ELEM_DOUBLE: case OPB_ELEM_COMPLEX128: return 8;
+    default: return 1;
+    }
+}
+
 static const char *opb_elem_name(int elem) {
     static const char *names[] = {"undefined", "float32", "uint8",  "int8",   "uint16",    "int16",
                                   "int32",     "int64",   "string", "bool",   "float16",   "float64",
@@ -472,8 +482,10 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
         if (size == 0 || data == NULL) {
             arr = PyArray_SimpleNew((int)rank, shape, typenum); /* empty: nothing to view */
         } else {
-            int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | (k->writable ? NPY_ARRAY_WRITEABLE : 0);
+            int flags = NPY_ARRAY_C_CONTIGUOUS | (k->writable ? NPY_ARRAY_WRITEABLE : 0);
             arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, data, 0, flags, NULL);
+            /* aligned only where it is (numpy works out which): a caller's feed may start at any address */
+            if (arr != NULL) PyArray_UpdateFlags((PyArrayObject *)arr, NPY_ARRAY_ALIGNED);
         }
         if (arr == NULL) {
             opb_format_exception(err, n);
@@ -685,26 +697,27 @@ static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *
         return NULL;
     }
     if (shapes == Py_None) return shapes;
-    PyObject *seq = PySequence_Fast(shapes, "shapes must be a sequence");
+    /* tuples (copies), not the rule's own lists: reading a dim can run Python code (__index__) */
+    PyObject *seq = PySequence_Tuple(shapes);
     Py_DECREF(shapes);
-    if (seq == NULL || (size_t)PySequence_Fast_GET_SIZE(seq) != n_out) {
+    if (seq == NULL || (size_t)PyTuple_GET_SIZE(seq) != n_out) {
         PyErr_Clear();
         snprintf(err, n, "%s: the shape rule gives %zd output(s), the node has %zu", k->label,
-                 seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)-1, n_out);
+                 seq ? PyTuple_GET_SIZE(seq) : (Py_ssize_t)-1, n_out);
         Py_XDECREF(seq);
         return NULL;
     }
     PyObject *outs = PyTuple_New((Py_ssize_t)n_out);
     for (size_t i = 0; outs != NULL && i < n_out; i++) {
-        PyObject *dims_seq = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), "a shape must be a sequence");
-        Py_ssize_t rank = dims_seq ? PySequence_Fast_GET_SIZE(dims_seq) : -1;
+        PyObject *dims_seq = PySequence_Tuple(PyTuple_GET_ITEM(seq, (Py_ssize_t)i));
+        Py_ssize_t rank = dims_seq ? PyTuple_GET_SIZE(dims_seq) : -1;
         int64_t dims[OPB_MAX_RANK];
         npy_intp shape[OPB_MAX_RANK];
         int bad = rank < 0 || rank > OPB_MAX_RANK, not_int = 0;
         Py_ssize_t bad_dim = -1;
         long long bad_value = 0;
         for (Py_ssize_t d = 0; !bad && d < rank; d++) {
-            long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims_seq, d));
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(dims_seq, d));
             not_int = v == -1 && PyErr_Occurred() != NULL;
             if (not_int || v < 0) {
                 bad = 1;
@@ -793,7 +806,8 @@ static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, 
                  i, got, want);
         rc = -1;
     } else if (PyArray_DATA(arr) == PyArray_DATA(dst) &&
-               memcmp(PyArray_STRIDES(arr), PyArray_STRIDES(dst), (size_t)PyArray_NDIM(dst) * sizeof(npy_intp)) == 0) {
+               (PyArray_NDIM(dst) == 0 || /* (a 0-d array has no strides to compare: NULL) */
+                memcmp(PyArray_STRIDES(arr), PyArray_STRIDES(dst), (size_t)PyArray_NDIM(dst) * sizeof(npy_intp)) == 0)) {
         /* the output itself (a view of it in another layout, e.g. its transpose, is copied below:
            numpy's copy sees the overlap) */
     } else if (PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISNOTSWAPPED(arr) &&
@@ -885,6 +899,8 @@ static int opb_run_native(OpbKernel *k, OrtKernelContext *ctx, char *err, size_t
         if (got == OPB_INPUT_ABSENT) continue;                /* an absent optional input */
         if (got == OPB_INPUT_RANK) return OPB_NATIVE_DECLINE; /* no native kernel takes such ranks */
         if (got != OPB_INPUT_OK) return OPB_NATIVE_ERROR;
+        /* a caller's feed may start at any address: native kernels read whole elements (and vectors) */
+        if ((uintptr_t)data % opb_elem_align(elem) != 0) return OPB_NATIVE_DECLINE;
         inputs[i].data = data;
         inputs[i].elem = elem;
         inputs[i].rank = (int32_t)rank;
@@ -994,8 +1010,19 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
         result = opb_status(err);
         goto done;
     }
-    if (PyTuple_Check(res) || PyList_Check(res)) {
-        Py_ssize_t got = PySequence_Fast_GET_SIZE(res);
+    if (PyList_Check(res)) {
+        /* a list's items as a tuple: large outputs are copied without the GIL, while another thread
+           may change the list */
+        PyObject *items = PyList_AsTuple(res);
+        Py_SETREF(res, items);
+        if (res == NULL) {
+            opb_format_exception(err, sizeof err);
+            result = opb_status(err);
+            goto done;
+        }
+    }
+    if (PyTuple_Check(res)) {
+        Py_ssize_t got = PyTuple_GET_SIZE(res);
         if ((size_t)got != n_out) {
             snprintf(err, sizeof err, "%s: the kernel returned %zd output(s), the node has %zu; return %s", k->label,
                      got, n_out, n_out == 1 ? "one array" : "a tuple with one array per output");
@@ -1003,7 +1030,7 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
             goto done;
         }
         for (Py_ssize_t i = 0; i < got; i++) {
-            PyObject *item = PySequence_Fast_GET_ITEM(res, i);
+            PyObject *item = PyTuple_GET_ITEM(res, i);
             int rc = outs ? opb_fill_preallocated(k, ctx, (size_t)i, item, PyTuple_GET_ITEM(outs, i), err, sizeof err)
                           : opb_output(k, ctx, (size_t)i, item, err, sizeof err);
             if (rc < 0) {
@@ -1028,7 +1055,19 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
 done:
     Py_XDECREF(res);
     Py_XDECREF(kwargs);
-    if (result == NULL) result = opb_check_kept(k, args, outs, err, sizeof err);
+    if (result == NULL) {
+        result = opb_check_kept(k, args, outs, err, sizeof err);
+    } else if (args != NULL) {
+        /* a kernel that failed may have kept an array too: both are said */
+        char kept[1024], both[sizeof err + sizeof kept + 8];
+        OrtStatus *also = opb_check_kept(k, args, outs, kept, sizeof kept);
+        if (also != NULL) {
+            opb_take_status(also, kept, sizeof kept);
+            opb_take_status(result, err, sizeof err);
+            snprintf(both, sizeof both, "%s; and %s", err, kept);
+            result = opb_status(both);
+        }
+    }
     Py_XDECREF(outs);
     Py_XDECREF(args);
     PyGILState_Release(g);
@@ -1076,9 +1115,9 @@ static int OpDescriptor_init(OpDescriptor *self, PyObject *args, PyObject *kwarg
         PyErr_SetString(PyExc_ValueError, "n_inputs must be >= 0 and resolver callable");
         return -1;
     }
-    PyObject *seq = PySequence_Fast(types, "output_types must be a sequence of ints");
+    PyObject *seq = PySequence_Tuple(types); /* (a copy: reading an int can run Python code) */
     if (seq == NULL) return -1;
-    Py_ssize_t n_out = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n_out = PyTuple_GET_SIZE(seq);
     if (n_out < 1) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "an op needs at least one output");
@@ -1097,7 +1136,7 @@ static int OpDescriptor_init(OpDescriptor *self, PyObject *args, PyObject *kwarg
         return -1;
     }
     for (Py_ssize_t i = 0; i < n_out; i++) {
-        long t = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(seq, i));
         if (t == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             free(e->domain);

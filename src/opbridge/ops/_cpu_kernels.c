@@ -856,6 +856,13 @@ OPB_CLONES static void roi_align_rois(const float *xt, const float *rois, float 
 /* ------------------------------------------------------------------ Python entry point */
 
 static int check_len(const char *fn, const Py_buffer *b, const char *name, Py_ssize_t elements) {
+    if ((uintptr_t)b->buf % sizeof(float) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s starts at an address that is not a multiple of 4 (a misaligned view); pass an aligned "
+                     "copy, e.g. numpy.require(a, requirements='CA')",
+                     fn, name);
+        return 0;
+    }
     if (b->len != elements * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError,
                      "%s: %s holds %zd bytes, %zd float32 values (%zd bytes) expected; "
@@ -876,8 +883,9 @@ static int grid_sizes_valid(int64_t C, int64_t H, int64_t W, int64_t P) {
 }
 
 static int resize_sizes_valid(int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+    /* (Ho and Wo bound on their own too: the taps of both axes are one block of (Ho + Wo) rows) */
     return planes >= 0 && H >= 1 && W >= 1 && Ho >= 1 && Wo >= 1 && H < INT32_MAX && W < INT32_MAX &&
-           (double)planes * H * W <= 1e15 && (double)planes * Ho * Wo <= 1e15;
+           Ho < INT32_MAX && Wo < INT32_MAX && (double)planes * H * W <= 1e15 && (double)planes * Ho * Wo <= 1e15;
 }
 
 static int roi_sizes_valid(int64_t N, int64_t C, int64_t H, int64_t W, int64_t R, int64_t PH, int64_t PW) {
@@ -1133,7 +1141,7 @@ static PyObject *py_resize_bicubic(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (!resize_sizes_valid(planes, H, W, Ho, Wo)) {
         PyErr_Format(PyExc_ValueError,
-                     "resize_bicubic: sizes planes=%zd H=%zd W=%zd Ho=%zd Wo=%zd; planes >= 0, the others >= 1", planes,
+                     "resize_bicubic: sizes planes=%zd H=%zd W=%zd Ho=%zd Wo=%zd; planes >= 0, the others from 1 to 2**31 - 2", planes,
                      H, W, Ho, Wo);
     } else if (range_ok("resize_bicubic", p0, p1, planes) && range_ok("resize_bicubic", oy0, oy1, Ho) &&
                check_len("resize_bicubic", &xb, "x", planes * H * W) &&

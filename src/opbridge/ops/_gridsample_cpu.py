@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import torch
 
 from opbridge.ops import _cpu_native
@@ -116,10 +117,11 @@ def native_kernel(attrs: Mapping[str, Any]) -> Any:
 
 
 def _array(t: torch.Tensor) -> Any:
-    """A contiguous numpy array over ``t`` (a CPU tensor), its memory where it is contiguous."""
+    """A contiguous, aligned numpy array over ``t`` (a CPU tensor), its memory where it is both (a
+    caller's feed may start at any address; the C kernels read whole floats)."""
     if t.requires_grad:
         t = t.detach()
-    return (t if t.is_contiguous() else t.contiguous()).numpy()
+    return np.require((t if t.is_contiguous() else t.contiguous()).numpy(), requirements=("C", "A"))
 
 
 def channel_stride(channels: int) -> int:

@@ -25,6 +25,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from opbridge.ops import _cpu_native
@@ -70,7 +71,8 @@ def resize_bicubic(
         raise ValueError(f"resize_bicubic: the input's planes are empty ({h}x{w}); pass H, W >= 1.")
     planes = n * c
     if planes:
-        xs, os_ = x.detach().contiguous().numpy(), target.numpy()
+        # (aligned: a caller's feed may start at any address; the C kernel reads whole floats)
+        xs, os_ = np.require(x.detach().contiguous().numpy(), requirements=("C", "A")), target.numpy()
         threads = _cpu_native.threads_for(planes * height * width, _SPLIT_MIN)
         call = functools.partial(module.resize_bicubic, xs, os_, planes, h, w, height, width, bool(align_corners))
         if planes >= threads:  # whole planes per thread

@@ -85,8 +85,9 @@ def roi_align(
         return target
     if n * h * w == 0:
         raise ValueError(f"roi_align (native): the features {feat.shape} are empty; pass N, H, W >= 1.")
-    xs = np.ascontiguousarray(feat, dtype=np.float32).reshape(n, c, h * w)
-    boxes = np.ascontiguousarray(rois, dtype=np.float32)
+    # contiguous and aligned (a caller's feed may start at any address; the C kernels read whole floats)
+    xs = np.require(feat, np.float32, ("C", "A")).reshape(n, c, h * w)
+    boxes = np.require(rois, np.float32, ("C", "A"))
     hw = h * w
     xt = _cpu_native.scratch(n * (hw + 1) * c).reshape(n, hw + 1, c)  # each image channels-last (last row unused)
     threads = _cpu_native.threads_for(n * hw * c, 1 << 16)
