@@ -530,3 +530,51 @@ def test_a_sparse_constant_gets_verdicts_not_a_traceback(target: str) -> None:
     model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
     verdicts = {n.node: n.verdict for n in check_compat(model, target, real=False).nodes}
     assert verdicts == {"const": "fail" if target == "tensorrt" else "native", "add": "native"}
+
+
+def _calling_functions(depth: int, calls: int) -> onnx.ModelProto:
+    """f0 calls f1 ``calls`` times, f1 calls f2 ..., f<depth> holds a node no runtime knows; the main
+    graph calls f0."""
+    functions = []
+    for level in range(depth):
+        names = [f"v{k}" for k in range(calls)]
+        nodes = [
+            helper.make_node(f"f{level + 1}", ["x" if k == 0 else names[k - 1]], [names[k]], domain="deep")
+            for k in range(calls)
+        ]
+        nodes.append(helper.make_node("Identity", [names[-1]], ["y"]))
+        functions.append(
+            helper.make_function(
+                "deep", f"f{level}", ["x"], ["y"], nodes, [helper.make_opsetid("", 17), helper.make_opsetid("deep", 1)]
+            )
+        )
+    functions.append(
+        helper.make_function(
+            "deep",
+            f"f{depth}",
+            ["x"],
+            ["y"],
+            [helper.make_node("Unknown", ["x"], ["y"], domain="nowhere", name="innermost")],
+            [helper.make_opsetid("", 17), helper.make_opsetid("nowhere", 1)],
+        )
+    )
+    graph = helper.make_graph(
+        [helper.make_node("f0", ["x"], ["y"], domain="deep", name="call")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("deep", 1)], functions=functions
+    )
+
+
+@pytest.mark.parametrize(("depth", "calls"), [(24, 2), (1500, 1)], ids=["each-calls-the-next-twice", "a-long-chain"])
+def test_functions_calling_functions_are_each_checked_once(depth: int, calls: int) -> None:
+    """A function body is checked once per call from the graph, whatever calls it in turn: functions that
+    call the next one twice listed 2**depth copies (minutes at depth 18), and a chain of 1500 calls ended
+    in a RecursionError."""
+    report = check_compat(_calling_functions(depth, calls), "tensorrt", real=False)
+    (call,) = report.nodes
+    assert call.verdict == "fail"
+    assert "its body's node call/deep::f0/" in call.reason and f"deep::f{depth}/innermost fails" in call.reason

@@ -244,3 +244,28 @@ def test_onnxruntime_contrib_ops_are_known() -> None:
         [node], [("x", TensorProto.FLOAT, [2, 2])], [("y", TensorProto.FLOAT, [2, 2])], domains={"com.microsoft": 1}
     )
     assert "unknown-custom-op" not in codes(model)
+
+
+def test_a_model_file_is_linted_without_reading_its_weights(tmp_path: Path) -> None:
+    """From a file, lint reads the small tensors it evaluates (a Resize's scales) and leaves the weights in
+    their data file; the checker checks the file itself. A model of a few GiB took several times its size
+    in memory."""
+    from opbridge.graph._model import SMALL_TENSOR_BYTES, load_model
+
+    model = resize_model(scales="initializer", scale_values=(1.0, 1.0, 2.0, 2.0))
+    big = numpy_helper.from_array(np.ones(SMALL_TENSOR_BYTES // 4 + 1, np.float32), "weights")
+    model.graph.initializer.append(big)
+    path = tmp_path / "model.onnx"
+    onnx.save(
+        model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data", size_threshold=0
+    )
+    loaded = load_model(path, external_data=SMALL_TENSOR_BYTES)
+    location = {t.name: t.data_location for t in loaded.graph.initializer}
+    assert location == {"scales": TensorProto.DEFAULT, "weights": TensorProto.EXTERNAL}
+    assert [f.code for f in lint_model(path)] == [f.code for f in lint_model(onnx.load(path))]
+    assert "frozen-resize-scale" in [f.code for f in lint_model(path)]
+    (tmp_path / "model.data").unlink()  # the data file gone: the tensors lint reads are named
+    with pytest.raises(
+        opbridge.ModelLoadError, match=r"tensor 'scales' is kept in .*model.data, which does not hold it"
+    ):
+        lint_model(path)

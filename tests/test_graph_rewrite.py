@@ -719,3 +719,17 @@ def test_models_too_large_for_one_message_are_checked_as_files(monkeypatch: pyte
     with pytest.raises(RewriteError, match="the rewritten model is not valid"):
         rewrite.check_rewritten(broken)
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(broken.graph.initializer[0]), weight)
+
+
+def test_a_large_rewritten_model_is_checked_through_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From CHECK_AS_FILES_BYTES on, the result is checked through files (in memory, inference and the
+    checker each held copies of every tensor): the same model and value infos come back."""
+    from opbridge.graph import rewrite as rewrite_module
+
+    model = resize_model(scales="folded-chain")
+    in_memory = rewrite_model(model, ["fold-resize-scales"]).model
+    monkeypatch.setattr(rewrite_module, "CHECK_AS_FILES_BYTES", 0)
+    through_files = rewrite_model(model, ["fold-resize-scales"]).model
+    assert through_files.graph.node == in_memory.graph.node
+    assert through_files.graph.initializer == in_memory.graph.initializer
+    assert {v.name for v in through_files.graph.value_info} == {v.name for v in in_memory.graph.value_info}

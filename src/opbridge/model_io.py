@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 
 def load_model(
-    model: Any, *, copy: bool = False, caller: str = "opbridge", external_data: bool = True
+    model: Any, *, copy: bool = False, caller: str = "opbridge", external_data: bool | int = True
 ) -> onnx.ModelProto:
     """Load ``model``: a path to an .onnx file, serialized bytes, or a ModelProto.
 
@@ -52,7 +52,8 @@ def load_model(
         copy: return a copy of a given ModelProto (files and bytes are always fresh).
         caller: names the API in the wrong-type error, e.g. ``"ReferenceSession"``.
         external_data: read a file's tensors kept in external data files (``False``: the graph only,
-            to check a file without reading its weights).
+            to check a file without reading its weights; a number: only tensors of at most that many
+            bytes, such as scales and shapes, the large ones left in their files).
 
     Raises:
         ModelLoadError: the file is missing, unreadable, truncated or not an ONNX
@@ -89,8 +90,10 @@ def load_model(
                 f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
                 "or corrupt. Export it again."
             ) from None
-        if external_data:
+        if external_data is True:
             _load_external_data(loaded, where)
+        elif external_data is not False and external_data > 0:
+            _load_small_external_data(loaded, where, int(external_data))
     else:
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
     if loaded.ir_version <= 0 or not loaded.HasField("graph"):
@@ -120,6 +123,72 @@ def _load_external_data(model: onnx.ModelProto, path: str) -> None:
             f"{exc}). The model file itself is fine: put its data files where it says, beside it (a location "
             f"relative to {base or '.'}, inside that folder)."
         ) from None
+
+
+def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> None:
+    """Read the external tensors of at most ``limit`` bytes into ``model`` (as :func:`_load_external_data`
+    reads them all); larger ones keep their references."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    base = os.path.dirname(path)
+    for tensor in _all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        where = os.path.join(base, info.get("location", ""))
+        try:
+            available = os.path.getsize(where) - int(info.get("offset", 0))
+            size = int(info["length"]) if "length" in info else available
+        except (OSError, ValueError) as exc:
+            available, size = -1, 0
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            problem = f"{size} bytes at offset {info.get('offset', 0)}, {max(available, 0)} there"
+        if available < size or available < 0:  # (named as when every tensor is read, but without reading)
+            raise ModelLoadError(
+                f"{path}: tensor {tensor.name!r} is kept in {where}, which does not hold it ({problem}). The model "
+                f"file itself is fine: put its data files where it says, beside it (a location relative to "
+                f"{base or '.'}, inside that folder)."
+            )
+        if size > limit:
+            continue
+        try:
+            load_external_data_for_tensor(tensor, base)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{path}: tensor {tensor.name!r} is kept in an external data file that cannot be read "
+                f"({type(exc).__name__}: {exc}); put the model's data files beside it, where it says."
+            ) from None
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``model``: initializers (of subgraphs too) and tensor attributes (Constant
+    values, of function bodies too)."""
+    graphs = [model.graph, *subgraphs(model.graph)]
+    for fn in model.functions:
+        for node in walk_nodes(fn.node):
+            for attr in node.attribute:
+                graphs += [g for g in ([attr.g] if attr.HasField("g") else attr.graphs)]
+    seen: set[int] = set()
+    for graph in graphs:
+        if id(graph) in seen:
+            continue
+        seen.add(id(graph))
+        yield from graph.initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+    for fn in model.functions:
+        for node in fn.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
 
 
 def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 __all__ = [
+    "SMALL_TENSOR_BYTES",
     "STANDARD_DOMAINS",
     "const_array",
     "ensure_builtin_ops",
@@ -35,6 +36,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+#: the external tensors the graph tools read from a model file: shapes, scales and other small
+#: constants; the weights stay in their files
+SMALL_TENSOR_BYTES = 1 << 20
 
 
 def ensure_builtin_ops() -> None:
@@ -113,7 +118,8 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     if value is None:
         return None
     tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
+    # (a large tensor left in its data file by load_model(external_data=N) is not read here)
+    return None if tensor is None or isinstance(tensor, ir.ExternalTensor) else tensor.numpy()
 
 
 def _static_shape(value: ir.Value) -> list[int] | None:

@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.graph._model import (
+    SMALL_TENSOR_BYTES,
     ensure_builtin_ops,
     evaluate_constant,
     function_keys,
@@ -111,7 +112,11 @@ class Finding:
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:
-    """Whether any finding is an error."""
+    """Whether any finding (of :func:`lint_model`) is an error."""
+    findings = list(findings)
+    stray = next((f for f in findings if not isinstance(f, Finding)), None)
+    if stray is not None:
+        raise TypeError(f"has_errors takes lint_model()'s findings, got a {type(stray).__name__}.")
     return any(f.severity == "error" for f in findings)
 
 
@@ -124,12 +129,12 @@ def _known_schema(domain: str, op_type: str, version: int | None) -> bool:
         return onnx.defs.has(op_type, domain)
 
 
-def _coverage(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
-    """What covers a custom node (schema, function, opbridge op, kernel), or None."""
+def _coverage(model: onnx.ModelProto, node: onnx.NodeProto, functions: set[tuple[str, str]]) -> str | None:
+    """What covers a custom node (schema, function of ``functions``, opbridge op, kernel), or None."""
     import opbridge
 
     version = opset_version(model, node.domain)
-    if (node.domain, node.op_type) in function_keys(model):
+    if (node.domain, node.op_type) in functions:
         return "model function"
     if opbridge.find_op(node.domain, node.op_type, version) is not None:
         return "opbridge op"
@@ -152,16 +157,17 @@ def _ort_schema(domain: str, op_type: str) -> bool:
         return False
 
 
-def _check_valid(model: onnx.ModelProto) -> list[Finding]:
+def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Finding]:
     """``invalid-model``: the full checker with opbridge's schemas (custom ops without one are
-    skipped by it; the other codes name those)."""
+    skipped by it; the other codes name those), on the file at ``path`` where the model is one (its
+    weights are not read into memory, and a model of 2 GiB or more is checked too)."""
     import onnx
 
     import opbridge
 
     opbridge.register_onnx_schemas()
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(path if path is not None else model, full_check=True)
     except Exception as exc:
         text = str(exc).strip().splitlines()
         message = next((line for line in text if line.strip()), type(exc).__name__)[:400]
@@ -296,10 +302,11 @@ def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
 
 def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     findings = []
+    functions = function_keys(model)
     for path, name, node, _ in labelled_nodes(model):
         if node.domain in ("", "ai.onnx") or not is_custom_node(node):
             continue
-        if _coverage(model, node) is None:
+        if _coverage(model, node, functions) is None:
             findings.append(
                 Finding(
                     "warning",
@@ -449,10 +456,12 @@ def lint_model(
         builtin_ops: define opbridge's built-in ops (:mod:`opbridge.ops`) first, so that
             their nodes count as known.
     """
-    proto = load_model(model)
+    path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    # (from a file: its weights stay there; the checker reads the file itself)
+    proto = load_model(model, external_data=SMALL_TENSOR_BYTES) if path is not None else load_model(model)
     if builtin_ops:
         ensure_builtin_ops()
-    findings = _check_valid(proto)
+    findings = _check_valid(proto, path)
     findings += _check_domains(proto)
     findings += _check_node_names(proto)
     findings += _check_unknown(proto)

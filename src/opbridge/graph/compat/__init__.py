@@ -38,7 +38,7 @@ def check_compat(
     target: str,
     *,
     real: bool = True,
-    trt_version: str | None = None,
+    trt_version: str | int | None = None,
 ) -> CompatReport:
     """What ``target`` does with each node of ``model``.
 
@@ -53,11 +53,14 @@ def check_compat(
     """
     import onnx
 
-    from opbridge.graph._model import ensure_builtin_ops, load_model
+    from opbridge.graph._model import SMALL_TENSOR_BYTES, ensure_builtin_ops, load_model
 
     ensure_builtin_ops()
     path = None if isinstance(model, (onnx.ModelProto, bytes, bytearray, memoryview)) else str(model)
-    proto = load_model(model)
+    # from a file, its weights stay there and the real backends read the file itself; OpenVINO's check
+    # converts a copy with the local functions inlined, which needs the weights
+    whole = path is None or (target == "openvino" and real)
+    proto = load_model(model) if whole else load_model(model, external_data=SMALL_TENSOR_BYTES)
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt
 

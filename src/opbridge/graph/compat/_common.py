@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class NodeContext:
     custom: bool
     function: str = ""
     ir_model: ir.Model | None = None
+    functions: FunctionIndex | None = field(default=None, repr=False)
 
     @property
     def domain(self) -> str:
@@ -70,6 +72,27 @@ class NodeContext:
         return default
 
 
+@dataclass(frozen=True)
+class FunctionIndex:
+    """A model's local functions, looked up by the key a call names (domain, name, overload), in
+    the proto and the onnx-ir model; built once per model, not once per call."""
+
+    names: frozenset[tuple[str, str]]
+    by_key: dict[tuple[str, str, str], Any]
+    ir_by_key: dict[tuple[str, str, str], Any]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto, ir_model: ir.Model | None) -> FunctionIndex:
+        def key(f: Any) -> tuple[str, str, str]:
+            return (f.domain, f.name, getattr(f, "overload", ""))
+
+        return cls(
+            frozenset((f.domain, f.name) for f in model.functions),
+            {key(f): f for f in model.functions},
+            {} if ir_model is None else {key(f): f for f in ir_model.functions.values()},
+        )
+
+
 def _ir_model(model: onnx.ModelProto) -> ir.Model | None:
     import onnx_ir as ir
 
@@ -103,11 +126,11 @@ def _walk(
     prefix: str,
     owner: Any,
     function: str,
+    functions: FunctionIndex,
 ) -> None:
     """Contexts for ``protos`` (with their onnx-ir twins ``nodes``, or None) and their subgraphs' nodes."""
-    from opbridge.graph._model import function_keys, is_custom_node, node_label, opset_version
+    from opbridge.graph._model import is_custom_node, node_label, opset_version
 
-    functions = function_keys(model)
     for index, (proto, node) in enumerate(zip(protos, nodes if nodes is not None else [None] * len(protos))):
         label = prefix + node_label(proto, index)
         version = opset_version(owner, proto.domain)
@@ -119,10 +142,11 @@ def _walk(
                 node=node,
                 model=model,
                 version=version if version is not None else opset_version(model, proto.domain),
-                has_function=(proto.domain, proto.op_type) in functions,
+                has_function=(proto.domain, proto.op_type) in functions.names,
                 custom=is_custom_node(proto),
                 function=function,
                 ir_model=irm,
+                functions=functions,
             )
         )
         for attr in proto.attribute:
@@ -142,6 +166,7 @@ def _walk(
                     f"{label}/{name}/",
                     owner,
                     function,
+                    functions,
                 )
 
 
@@ -151,35 +176,34 @@ def node_contexts(model: onnx.ModelProto) -> list[NodeContext]:
     runtime must run too. Function bodies: :func:`body_contexts`."""
     irm = _ir_model(model)
     out: list[NodeContext] = []
-    _walk(out, model, irm, model.graph.node, None if irm is None else list(irm.graph), "", model, "")
+    functions = FunctionIndex.of(model, irm)
+    _walk(out, model, irm, model.graph.node, None if irm is None else list(irm.graph), "", model, "", functions)
     return out
 
 
 def body_contexts(ctx: NodeContext) -> list[NodeContext]:
     """Contexts for the nodes of the model-local function ``ctx`` calls, and of the functions those
     call in turn (labelled ``<ctx label>/<domain::function>/<node>``): what a runtime runs where it
-    expands the function."""
-    out: list[NodeContext] = []
+    expands the function. Each function's body is listed once, under the first call that reaches it
+    (functions calling one another twice would otherwise list 2**depth copies)."""
     from opbridge.graph._model import function_label
 
-    # a function is called by (domain, name, overload): overloads of one name are different bodies
-    by_key = {(f.domain, f.name, getattr(f, "overload", "")): f for f in ctx.model.functions}
-
-    def expand(caller: NodeContext, seen: tuple[tuple[str, str, str], ...]) -> None:
+    functions = ctx.functions or FunctionIndex.of(ctx.model, ctx.ir_model)
+    out: list[NodeContext] = []
+    expanded: set[tuple[str, str, str]] = set()  # (also ends a cycle, which the checker names)
+    # depth first, as calls nest, without recursion: a chain of a thousand calls is one loop
+    pending: list[Iterator[NodeContext]] = [iter([ctx])]
+    while pending:
+        caller = next(pending[-1], None)
+        if caller is None:
+            pending.pop()
+            continue
         key = (caller.domain, caller.op_type, getattr(caller.proto, "overload", ""))
-        fn = by_key.get(key)
-        if fn is None or key in seen:  # (a cycle: the checker names it)
-            return
-        fn_ir = None
-        if caller.ir_model is not None:
-            fn_ir = next(
-                (
-                    f
-                    for f in caller.ir_model.functions.values()
-                    if (f.domain, f.name, getattr(f, "overload", "")) == key
-                ),
-                None,
-            )
+        fn = functions.by_key.get(key)
+        if fn is None or key in expanded:
+            continue
+        expanded.add(key)
+        fn_ir = functions.ir_by_key.get(key) if caller.ir_model is not None else None
         start = len(out)
         _walk(
             out,
@@ -190,10 +214,7 @@ def body_contexts(ctx: NodeContext) -> list[NodeContext]:
             f"{caller.label}/{function_label(fn)}/",
             fn,
             function_label(fn),
+            functions,
         )
-        for inner in out[start:]:
-            if inner.has_function:
-                expand(inner, (*seen, key))
-
-    expand(ctx, ())
+        pending.append(iter([inner for inner in out[start:] if inner.has_function]))
     return out

@@ -69,13 +69,16 @@ _NO_IMPORTER_ANY = frozenset(
 _INT32 = (-(2**31), 2**31 - 1)
 
 
-def parse_trt_version(text: str | None) -> Version:
-    """``"10.13.1"`` -> ``(10, 13)``; ``None`` or ``"latest"`` -> the newest behaviour known here."""
+def parse_trt_version(text: str | int | None) -> Version:
+    """``"10.13.1"`` -> ``(10, 13)`` (``10`` -> ``(10, 0)``); ``None`` or ``"latest"`` -> the newest
+    behaviour known here."""
     if text is None or text == "latest":
         return LATEST
     from opbridge.errors import OpbridgeError
 
-    parts = text.split(".")
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise OpbridgeError(f"TensorRT version {text!r}: write it as a string MAJOR.MINOR, e.g. '10.13'")
+    parts = str(text).split(".")
     try:
         version = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
     except ValueError:
@@ -498,7 +501,7 @@ def _real_parse(
 
 
 def check_tensorrt(
-    model: onnx.ModelProto, *, version: str | None = None, real: bool = True, path: str | None = None
+    model: onnx.ModelProto, *, version: str | int | None = None, real: bool = True, path: str | None = None
 ) -> CompatReport:
     """Per-node TensorRT verdicts from :data:`TRT_RULES`, plus the real parser's when available.
 

@@ -74,11 +74,17 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
     return attach_functions(model, ops)
 
 
+#: the size from which check_rewritten checks a model through files rather than in memory
+CHECK_AS_FILES_BYTES = 256 << 20
+
+
 def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model.
 
-    A model of 2 GiB or more (its tensors in memory) is checked as files: written to a temporary
-    folder with its tensors in an external data file, checked there, and read back.
+    A model of 256 MiB or more (its tensors in memory) is checked as files: written to a temporary
+    folder with its tensors in an external data file, checked there, and its inferred value infos
+    read back (in memory, inference and the checker would each hold copies of every tensor; one of
+    2 GiB or more cannot even be serialized).
     """
     import onnx
 
@@ -86,7 +92,7 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
 
     opbridge.register_onnx_schemas()
     try:
-        if too_large(model):
+        if too_large(model) or model.ByteSize() >= CHECK_AS_FILES_BYTES:
             return _check_as_files(model)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(inferred, full_check=True)
@@ -130,6 +136,11 @@ def rewrite_model(
 
     if isinstance(rules, str):  # one rule by name, not its letters
         rules = [rules]
+    if options is not None and not isinstance(options, Mapping):
+        raise RewriteError(
+            f"options is a {type(options).__name__}; give a dict of option name to value, e.g. "
+            "{'map': ['Resize=acme::BicubicResize']}."
+        )
     unknown = [r for r in rules if r not in RULES]
     if unknown or not rules:
         raise RewriteError(f"unknown rule(s) {unknown or '(none given)'}; choose from {', '.join(RULES)}.")
@@ -165,13 +176,25 @@ def rewrite_file(
     in_place: bool = False,
 ) -> RewriteReport:
     """Rewrite the file ``source`` into ``output`` (atomically); ``in_place`` to replace ``source``.
+    Where no rule changes anything, nothing is written and the report's ``path`` is None.
 
     Raises:
         RewriteError: ``output`` is the input path without ``in_place``, or neither is given.
+
+    Example:
+        >>> r = rewrite_file("model.onnx", "fixed.onnx", ["fold-resize-scales"])  # doctest: +SKIP
+        >>> r.path  # doctest: +SKIP
+        PosixPath('fixed.onnx')
     """
     from opbridge._files import prepare_output
     from opbridge.export import save_model_atomic
     from opbridge.model_io import external_files
+
+    if not isinstance(source, (str, os.PathLike)):
+        raise RewriteError(
+            f"rewrite_file rewrites a file, got a {type(source).__name__}; give its path, or use "
+            "rewrite_model() for a loaded model."
+        )
 
     src = Path(source)
     target: str | os.PathLike[str] = src

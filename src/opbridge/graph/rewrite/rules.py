@@ -66,6 +66,15 @@ def _taken_names(graph: ir.Graph) -> set[str]:
     return {n for n in names if n}
 
 
+def _names_in_use(rule: Any) -> set[str]:
+    """The names in use in the graph ``rule`` rewrites (:func:`_taken_names` of its root), gathered once
+    per application of the rule; names :func:`_unique` hands out join them."""
+    taken = getattr(rule, "_taken", None)
+    if taken is None:
+        taken = rule._taken = _taken_names(rule.root)
+    return taken
+
+
 def _unique(name: str, taken: set[str]) -> str:
     """``name``, or ``name_1``, ``name_2``... where ``taken`` holds it; the name returned is added."""
     base, k = name, 0
@@ -176,7 +185,10 @@ class ResizeCubicToDynamicResize(IRRule):
         if not any(v.name == scale_input for v in graph.inputs):
             # a value of that name that is not a graph input: an initializer or a node's output, which
             # other nodes read; a graph input of that name would shadow it (or be shadowed by it)
-            clash = next((v for v in _graph_values(graph) if v.name == scale_input), None)
+            values = getattr(self, "_values", None)
+            if values is None:  # (gathered once per application: a check runs per Resize node)
+                values = self._values = {v.name: v for v in reversed(_graph_values(graph))}
+            clash = values.get(scale_input)
             if clash is not None:
                 what = "an initializer" if clash.is_initializer() else "a value computed in the graph"
                 return Check.fail(
@@ -201,7 +213,7 @@ class ResizeCubicToDynamicResize(IRRule):
         new_nodes: list[ir.Node] = []
 
         # names of their own: two rewritten Resize nodes without names (or of one name) would collide
-        taken = _taken_names(model.graph)
+        taken = _names_in_use(self)
 
         def op(op_type: str, inputs: list[ir.Value], **attrs: Any) -> ir.Value:
             name = _unique(f"{prefix}/{op_type}_{len(new_nodes)}", taken)
@@ -311,7 +323,10 @@ class FoldResizeScales(IRRule):
             old = node.inputs[index]
             assert old is not None
             new = _const(
-                node.graph or model.graph, arr, f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}"
+                node.graph or model.graph,
+                arr,
+                f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}",
+                _names_in_use(self),
             )
             node.replace_input_with(index, new)
             done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
@@ -331,16 +346,23 @@ class ReplaceOp(IRRule):
     name: ClassVar[str] = "replace-op"
     summary: ClassVar[str] = "swap an op for another: --map Old=domain::New [--rename old=new ...]"
     options: ClassVar[Mapping[str, str]] = {
-        "map": "Old=domain::New (Old may be domain::Old); repeatable",
-        "rename": "old=new attribute renames; repeatable",
+        "map": "Old=domain::New (Old may be domain::Old); repeatable (Python: a list, or a dict {Old: New})",
+        "rename": "old=new attribute renames; repeatable (Python: a list, or a dict {old: new})",
         "version": "opset version of the new domain when opbridge does not know the op (default 1)",
     }
+
+    @staticmethod
+    def _pairs(value: Any) -> list[str]:
+        """A ``map``/``rename`` option as ``"a=b"`` items: a list of them, one, or a dict ``{a: b}``."""
+        if isinstance(value, Mapping):
+            return [f"{k}={v}" for k, v in value.items()]
+        return [value] if isinstance(value, str) else list(value or ())
 
     def _maps(self, options: Mapping[str, Any]) -> list[tuple[str | None, str, str, str]]:
         from opbridge.errors import OpbridgeError
 
         maps = []
-        for item in options.get("map") or ():
+        for item in self._pairs(options.get("map")):
             old, sep, new = str(item).partition("=")
             new_domain, new_name = _split_op(new)
             if not sep or not old or not new_name or new_domain is None:
@@ -368,7 +390,7 @@ class ReplaceOp(IRRule):
         from opbridge.errors import OpbridgeError
 
         out = {}
-        for item in options.get("rename") or ():
+        for item in self._pairs(options.get("rename")):
             old, sep, new = str(item).partition("=")
             if not sep or not old or not new:
                 raise OpbridgeError(f"--rename {item!r}: write old_attribute=new_attribute")
