@@ -577,3 +577,32 @@ def test_vmap_follows_its_randomness_mode_and_the_reference() -> None:
     (grad,) = torch.autograd.grad(torch.func.vmap(lambda t: MySELU(t, ride, ride))(leaf).sum(), leaf)
     (want,) = torch.autograd.grad(MySELU.reference(leaf, ride, ride).sum(), leaf)
     torch.testing.assert_close(grad, want, rtol=1e-6, atol=1e-7)
+
+
+def test_redefinitions_free_old_definitions_and_a_late_backward_is_named() -> None:
+    """Re-running a cell that defines an op keeps the last few definitions a pending backward may still
+    run, not every one with all its reference holds; a backward whose definition is gone says so."""
+    import gc
+    import weakref
+
+    from opbridge import definition
+
+    def define(k: int) -> opbridge.OpDef:
+        @opbridge.op("tests.grad::Redefined")
+        def redefined(x: torch.Tensor) -> torch.Tensor:
+            return x * k
+
+        return redefined
+
+    x = torch.ones(2, requires_grad=True)
+    early = define(1)(x).sum()  # its backward needs definition 1
+    refs = [weakref.ref(define(k)) for k in range(2, 3 + definition._SUPERSEDED_KEPT)]
+    late = refs[-1]()(x).sum()  # type: ignore[misc]
+    gc.collect()
+    assert sum(r() is not None for r in refs) == definition._SUPERSEDED_KEPT + 1  # the current one, the last kept
+    late.backward()
+    assert x.grad is not None and x.grad.tolist() == [float(2 + definition._SUPERSEDED_KEPT)] * 2
+    with pytest.raises(
+        opbridge.OpCallError, match=r"ops were redefined more than 32 times since; run the forward again"
+    ):
+        early.backward()

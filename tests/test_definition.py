@@ -663,3 +663,40 @@ def test_float_attributes_reach_the_reference_as_onnx_carries_them() -> None:
     assert _steps(x).tolist() == [want, want]
     assert _steps(x, step=0.7, scales=[0.1]).tolist() == [want, want]
     assert _steps(x, step=0.8).tolist()[0] == 8 + float(np.float32(0.1)) * 1e8  # 0.800000011920929
+
+
+@pytest.mark.parametrize(
+    "strings", [(), ("",), ("", ""), ("a:b", "12:x"), ("3:", ":"), ("日本語", "ß", "\n\x00"), ("9" * 12,)]
+)
+def test_string_lists_reach_the_reference_whole(strings: tuple[str, ...]) -> None:
+    """A list[str] travels through torch.library as one string; separators, digits, empty strings and
+    non-ASCII text come back as given."""
+    seen: list[tuple[str, ...]] = []
+
+    @opbridge.op("tests.strings::Echo")
+    def echo(x: torch.Tensor, names: list[str] = []) -> torch.Tensor:  # noqa: B006
+        seen.append(tuple(names))
+        return x + len(names)
+
+    out = echo(torch.zeros(2), names=list(strings))
+    assert seen == [strings]
+    assert out.tolist() == [float(len(strings))] * 2
+
+
+def test_defining_and_calling_an_op_leaves_torch_compile_unloaded(tmp_path: Path) -> None:
+    """An op of every attribute kind defines and runs without importing torch._dynamo (seconds of
+    import time in every process that defines an op)."""
+    out = run_script(
+        tmp_path,
+        """
+        import sys, torch, opbridge
+
+        @opbridge.op("tests.light::Op")
+        def f(x: torch.Tensor, a: float = 1.0, n: int = 2, s: str = "", fs: list[float] = [],
+              ns: list[int] = [], ss: list[str] = ["p", "q"]) -> torch.Tensor:
+            return x * a + n + len(ss)
+
+        print(f(torch.ones(2), ss=["a"]).tolist(), "torch._dynamo" in sys.modules)
+        """,
+    )
+    assert out.split() == ["[4.0,", "4.0]", "False"]

@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opbridge.definition import BackwardContext, OpDef, all_ops, find_op, op
 from opbridge.errors import (
@@ -33,6 +33,10 @@ from opbridge.verify import VerifyRecord, verify  # imports no runtime; see opbr
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # the lazy names below, as type checkers see them
+    from opbridge.onnxruntime.session import InferenceSession
+    from opbridge.reference import ReferenceSession
+
 
 # Names whose modules import heavy dependencies (onnxruntime, onnx.reference, ...):
 # resolved on first access so that ``import opbridge`` stays light.
@@ -47,13 +51,15 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
-    import importlib
+if not TYPE_CHECKING:  # (hidden from type checkers, which would take every misspelt name for a lazy one)
 
-    return getattr(importlib.import_module(module), name)
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'opbridge' has no attribute {name!r}")
+        import importlib
+
+        return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

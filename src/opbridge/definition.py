@@ -22,19 +22,21 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import dataclasses
 import inspect
-import json
+import itertools
 import logging
 import struct
 import sys
 import threading
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from opbridge._autograd import BackwardContext, shares_memory
 from opbridge._locks import ForkSafeLock
@@ -53,8 +55,13 @@ _LOCK = ForkSafeLock(reentrant=True)
 _OPS: dict[tuple[str, str, int], OpDef] = {}
 # torch op name -> the OpDef whose reference the torch op currently runs.
 _TORCH_IMPLS: dict[str, OpDef] = {}
-# Every OpDef a torch op has run, by its _definition_index (a backward runs the forward's definition).
-_DEFINITIONS: list[OpDef] = []
+# The OpDefs a torch op has run, by their _definition_index (a backward runs the forward's definition):
+# the current ones, which _TORCH_IMPLS holds, and the last _SUPERSEDED_KEPT that a redefinition replaced
+# (older ones are freed with everything their references hold: a notebook cell re-run a thousand times).
+_DEFINITIONS: weakref.WeakValueDictionary[int, OpDef] = weakref.WeakValueDictionary()
+_SUPERSEDED_KEPT = 32
+_SUPERSEDED: collections.deque[OpDef] = collections.deque(maxlen=_SUPERSEDED_KEPT)
+_DEFINED_COUNT = itertools.count()
 # Calls seen while an export is tracing: op key -> count (see ``tracing_calls``).
 _TRACE_STATE = threading.local()
 
@@ -242,7 +249,7 @@ def _torch_type(attr: AttrSpec) -> str:
         AttrType.STRING: "str",
         AttrType.FLOATS: "float[]",
         AttrType.INTS: "int[]",
-        # torch.library has no str[]: string lists travel as one JSON string.
+        # torch.library has no str[]: string lists travel as one string (_encode_strings).
         AttrType.STRINGS: "str",
     }[attr.type]
 
@@ -267,12 +274,29 @@ def _encode_attr(attr: AttrSpec, value: Any) -> Any:
 
 
 def _encode_strings(value: tuple[str, ...]) -> str:
-    return json.dumps(list(value), ensure_ascii=False)
+    """Strings as one: each as ``<length>:<text>``, in string operations torch.compile traces as
+    constants (``("a", "")`` is ``"1:a0:"``)."""
+    out = ""
+    for text in value:
+        out += str(len(text)) + ":" + text
+    return out
+
+
+def _decode_strings(encoded: str) -> tuple[str, ...]:
+    """The strings :func:`_encode_strings` joined."""
+    out: list[str] = []
+    at = 0
+    while at < len(encoded):
+        colon = encoded.index(":", at)
+        end = colon + 1 + int(encoded[at:colon])
+        out.append(encoded[colon + 1 : end])
+        at = end
+    return tuple(out)
 
 
 def _decode_attr(attr: AttrSpec, value: Any) -> Any:
     if attr.type is AttrType.STRINGS:
-        return tuple(json.loads(value))
+        return _decode_strings(value)
     if attr.type.is_list:
         return tuple(value)
     return value
@@ -295,16 +319,21 @@ def _float32(value: float) -> float:
     return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
-class OpDef:
+P = ParamSpec("P")
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class OpDef(Generic[P, R]):
     """A custom op: its spec, its PyTorch reference, and the facets attached to it.
 
-    Created by :func:`op`; call it like the decorated function.
+    Created by :func:`op`; call it like the decorated function (type checkers see its signature).
     """
 
     def __init__(
         self,
         spec: OpSpec,
-        reference: Callable[..., Any],
+        reference: Callable[P, R],
         *,
         shape: ShapeRule | None = None,
     ) -> None:
@@ -349,9 +378,24 @@ class OpDef:
 
     def register_shape(self, rule: ShapeRule) -> ShapeRule:
         """Declare the output shape/dtype rule (see :mod:`opbridge.shape`). Usable as a decorator."""
+        self._need_callable("register_shape", rule, "rule(*inputs, **attrs) -> TensorInfo")
         self.shape_rule = rule
         return rule
 
+    def _need_callable(self, method: str, value: Any, form: str) -> None:
+        if not callable(value):
+            raise OpDefinitionError(
+                f"{self.spec.qualname}: {method} takes a function {form}, got {type(value).__name__}."
+            )
+
+    @overload
+    def register_kernel(
+        self, fn: F, *, kind: str = ..., native: Callable[[Mapping[str, Any]], Any] | None = ...
+    ) -> F: ...
+    @overload
+    def register_kernel(
+        self, fn: None = None, *, kind: str = ..., native: Callable[[Mapping[str, Any]], Any] | None = ...
+    ) -> Callable[[F], F]: ...
     def register_kernel(
         self,
         fn: Callable[..., Any] | None = None,
@@ -397,6 +441,14 @@ class OpDef:
 
         return attach(fn) if fn is not None else attach
 
+    @overload
+    def register_function(
+        self, builder: F, *, prefer_kernel: bool | Callable[[Mapping[str, Any]], bool] = ...
+    ) -> F: ...
+    @overload
+    def register_function(
+        self, builder: None = None, *, prefer_kernel: bool | Callable[[Mapping[str, Any]], bool] = ...
+    ) -> Callable[[F], F]: ...
     def register_function(
         self,
         builder: Callable[..., Any] | None = None,
@@ -424,6 +476,7 @@ class OpDef:
         """
 
         def attach(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._need_callable("register_function", f, "builder(spec, opset) -> onnx.FunctionProto | None")
             self.function_builder = f
             self.function_prefers_kernel = prefer_kernel
             return f
@@ -436,13 +489,28 @@ class OpDef:
         rule = self.function_prefers_kernel
         return bool(rule(attrs)) if callable(rule) else bool(rule)
 
+    @overload
+    def register_gpu_kernel(self, fn: F, *, dtypes: str | Sequence[str] = ...) -> F: ...
+    @overload
+    def register_gpu_kernel(self, fn: None = None, *, dtypes: str | Sequence[str] = ...) -> Callable[[F], F]: ...
     def register_gpu_kernel(
-        self, fn: Callable[..., Any] | None = None, *, dtypes: tuple[str, ...] = ("float32", "float16")
+        self, fn: Callable[..., Any] | None = None, *, dtypes: str | Sequence[str] = ("float32", "float16")
     ) -> Any:
-        """Attach a GPU kernel ``fn(inputs, outputs, attrs, stream)`` working on CUDA tensors."""
+        """Attach a GPU kernel ``fn(inputs, outputs, attrs, stream)`` working on CUDA tensors, for
+        inputs of ``dtypes`` (torch dtype names; one name is one dtype)."""
+        import torch
+
+        names = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
+        bad = [d for d in names if not isinstance(getattr(torch, str(d), None), torch.dtype)]
+        if bad or not names:
+            raise OpDefinitionError(
+                f"{self.spec.qualname}: register_gpu_kernel dtypes {dtypes!r}: give torch dtype names, "
+                "e.g. dtypes=('float32', 'float16')."
+            )
 
         def attach(f: Callable[..., Any]) -> Callable[..., Any]:
-            self.gpu_kernel, self.gpu_kernel_dtypes = f, tuple(dtypes)
+            self._need_callable("register_gpu_kernel", f, "fn(inputs, outputs, attrs, stream)")
+            self.gpu_kernel, self.gpu_kernel_dtypes = f, names
             return f
 
         return attach(fn) if fn is not None else attach
@@ -509,7 +577,7 @@ class OpDef:
             attrs = _float32_attributes(self.spec, attrs)
         return tensors, attrs
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         tensors, attrs = self.bind(args, kwargs)
         counts = getattr(_TRACE_STATE, "counts", None)
         if counts is not None and not getattr(_TRACE_STATE, "inside", 0) and not _dynamo_tracing():
@@ -615,9 +683,6 @@ def _define_torch_op(opdef: OpDef) -> Any:
     opname = _torch_op_name(spec)
     qual = f"{_TORCH_NAMESPACE}::{opname}"
     schema = _torch_schema(spec)
-    # string lists travel as JSON: a constant for torch.compile, which cannot trace json's encoder
-    # (the function is marked in place; its result depends on its constant arguments alone)
-    torch.compiler.assume_constant_result(_encode_strings)
     with _LOCK:
         previous = _TORCH_IMPLS.get(qual)
         if previous is not None:
@@ -660,7 +725,7 @@ def _define_torch_op(opdef: OpDef) -> Any:
             opname,
             ", ".join(f"{_torch_type(a)} {a.name}" for a in spec.attributes),
             current=lambda: _TORCH_IMPLS[qual],
-            definition=_DEFINITIONS.__getitem__,
+            definition=_definition,
             decode=_decode,
             inside=inside_reference,
         )
@@ -728,9 +793,23 @@ def _op_by_name(module: str | None, domain: str, name: str, version: int) -> OpD
 def _make_current(qual: str, opdef: OpDef) -> None:
     """``opdef`` is what the torch op ``qual`` runs from now on (its index: a backward's way back to it)."""
     if opdef._definition_index < 0:
-        opdef._definition_index = len(_DEFINITIONS)
-        _DEFINITIONS.append(opdef)
+        opdef._definition_index = next(_DEFINED_COUNT)
+        _DEFINITIONS[opdef._definition_index] = opdef
+    previous = _TORCH_IMPLS.get(qual)
+    if previous is not None and previous is not opdef:
+        _SUPERSEDED.append(previous)
     _TORCH_IMPLS[qual] = opdef
+
+
+def _definition(index: int) -> OpDef:
+    """The definition a forward ran, for its backward."""
+    found = _DEFINITIONS.get(index)
+    if found is None:
+        raise OpCallError(
+            f"the op definition this backward's forward ran is gone: ops were redefined more than "
+            f"{_SUPERSEDED_KEPT} times since; run the forward again."
+        )
+    return found
 
 
 def _version(t: Any) -> int | None:
@@ -803,7 +882,7 @@ def op(
     outputs: tuple[str, ...] | None = None,
     shape: ShapeRule | None = None,
     tolerances: Mapping[str, Tolerance] | None = None,
-) -> Callable[[Callable[..., Any]], OpDef]:
+) -> Callable[[Callable[P, R]], OpDef[P, R]]:
     """Define a custom op from a typed function whose body is its PyTorch reference.
 
     Args:
@@ -816,10 +895,20 @@ def op(
     Tensor parameters (``torch.Tensor``, ``Optional[torch.Tensor]``) become inputs;
     ``float``, ``int``, ``bool``, ``str``, ``list[float]``, ``list[int]`` and
     ``list[str]`` parameters become ONNX attributes with their defaults.
+
+    Example:
+        >>> import torch, opbridge
+        >>> @opbridge.op("doc.op::Scale")
+        ... def scale(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+        ...     return x * factor
+        >>> scale(torch.ones(2), factor=3.0)
+        tensor([3., 3.])
+        >>> [(a.name, a.type.name, a.default) for a in scale.spec.attributes]
+        [('factor', 'FLOAT', 2.0)]
     """
     parse_qualname(qualname)
 
-    def decorate(fn: Callable[..., Any]) -> OpDef:
+    def decorate(fn: Callable[P, R]) -> OpDef[P, R]:
         # the module that applies the decorator defines the op (its reference may come from elsewhere)
         defined_in = sys._getframe(1).f_globals.get("__name__")
         spec = spec_from_function(fn, qualname, version, outputs, tolerances)
@@ -920,6 +1009,36 @@ def all_ops() -> list[OpDef]:
     _ensure_builtins()
     with _LOCK:
         return sorted(_OPS.values(), key=lambda d: (d.spec.domain, d.spec.name, d.spec.version))
+
+
+def ops_argument(ops: OpDef | str | Iterable[OpDef | str] | None, caller: str) -> list[OpDef]:
+    """``ops`` as a list of op definitions (every op where None): an :class:`OpDef` or a qualified
+    name ``"domain::Name"`` is one op; an OpbridgeError names anything else."""
+    if ops is None:
+        return all_ops()
+    items = [ops] if isinstance(ops, (OpDef, str)) else ops
+    if not isinstance(items, Iterable):
+        raise OpDefinitionError(
+            f"{caller}: ops is a {type(ops).__name__}; give op definitions or 'domain::Name' names."
+        )
+    out: list[OpDef] = []
+    for item in items:
+        if isinstance(item, str):
+            domain, _, name = item.rpartition("::")
+            found = find_op(domain, name) if domain else None
+            if found is None:
+                raise OpDefinitionError(
+                    f"{caller}: no op {item!r} is defined; give an op definition or its qualified name, e.g. "
+                    f"{[d.spec.qualname for d in all_ops()][:3]}."
+                )
+            out.append(found)
+        elif isinstance(item, OpDef):
+            out.append(item)
+        else:
+            raise OpDefinitionError(
+                f"{caller}: {item!r} is a {type(item).__name__}; give op definitions (@opbridge.op) or 'domain::Name' names."
+            )
+    return out
 
 
 def _forward_mode_ad(tensors: Sequence[Any]) -> str:

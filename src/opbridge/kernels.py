@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpDefinitionError
 
 __all__ = ["KernelDef", "all_kernels", "find_kernel", "kernel"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _LOCK = ForkSafeLock()
 _KERNELS: dict[tuple[str, str, int], KernelDef] = {}
@@ -58,12 +60,17 @@ def kernel(
     since_version: int = 1,
     kind: str = "numpy",
     outputs: int | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[F], F]:
     """Register a CPU kernel for the ONNX op ``domain::name`` (see :class:`KernelDef`).
 
     ``name`` may also be written ``"domain::name"``. ``outputs`` fixes the number
     of outputs when known (it is otherwise read from each node).
     """
+    if not isinstance(name, str):
+        raise OpDefinitionError(
+            f"opbridge.kernel takes the op's name first, got {type(name).__name__}; write "
+            "@opbridge.kernel('domain::Name') above the kernel."
+        )
     if "::" in name:
         domain, name = name.split("::", 1)
     if not name.isidentifier():
@@ -71,7 +78,11 @@ def kernel(
     if kind not in ("numpy", "torch"):
         raise OpDefinitionError(f"{domain}::{name}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise OpDefinitionError(
+                f"{domain}::{name}: a kernel is a function fn(*arrays, **attrs), got {type(fn).__name__}."
+            )
         entry = KernelDef(domain, name, since_version, fn, kind, outputs)
         with _LOCK:
             _KERNELS[(domain, name, since_version)] = entry

@@ -159,7 +159,7 @@ def make_schema(opdef: OpDef) -> onnx.defs.OpSchema:
     return schema
 
 
-def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
+def register_onnx_schemas(ops: OpDef | str | Iterable[OpDef | str] | None = None) -> list[str]:
     """Register ONNX schemas for ``ops`` (default: every op defined in this process).
 
     Idempotent: an op whose schema is already registered from the same spec is
@@ -170,12 +170,13 @@ def register_onnx_schemas(ops: Iterable[OpDef] | None = None) -> list[str]:
     """
     from onnx import defs
 
-    from opbridge.definition import all_ops
+    from opbridge.definition import ops_argument
 
+    selected = ops_argument(ops, "register_onnx_schemas")
     import_onnx_reference()
     done: list[str] = []
     with _LOCK:
-        for opdef in list(ops) if ops is not None else all_ops():
+        for opdef in selected:
             spec = opdef.spec
             current = _REGISTERED.get(spec.key)
             if current is not spec:

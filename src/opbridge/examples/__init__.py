@@ -1,1 +1,3 @@
 """Models rebuilt from the seed articles, with seeded random weights (no downloads)."""
+
+__all__ = ["seeds"]

@@ -51,6 +51,7 @@ class MySELUModel(nn.Module):
         nn.init.zeros_(self.conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias here
         # the constant input (a buffer: a tensor built in forward would be traced as a constant with a warning)
         self.register_buffer("const", torch.tensor([3.0, 2.0, 1.0]), persistent=False)
+        self.const: torch.Tensor
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.conv(image)
