@@ -118,6 +118,7 @@ def prepare_model(
     except Exception:
         inferred = fixed
     types: dict[str, tuple[np.dtype | None, int | None]] = {}
+    untaken: dict[str, int] = {}  # values of an element type without numpy equivalent (bfloat16...)
     graphs = [inferred.graph, *subgraphs(inferred.graph)]
     for vi in [v for g in graphs for v in (*g.value_info, *g.output)]:
         tt = vi.type.tensor_type
@@ -126,6 +127,8 @@ def prepare_model(
         except TypeError:
             dtype = None
         types[vi.name] = (dtype, len(tt.shape.dim) if tt.HasField("shape") else None)
+        if dtype is None and tt.elem_type:
+            untaken[vi.name] = tt.elem_type
     versions = domain_versions(fixed)
     infos: list[_NodeInfo] = []
     # the main graph's custom nodes and those of its If/Loop/Scan bodies (torch.cond's branches)
@@ -135,6 +138,12 @@ def prepare_model(
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
             kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))
+        for name in (n for n in node.output if n in untaken):
+            raise ModelLoadError(
+                f"{node.domain}::{node.op_type} node {node.name!r}: output {name!r} is "
+                f"{onnx.TensorProto.DataType.Name(untaken[name]).lower()}, which OpenVINO's Python ops do not "
+                "take (numpy has no such type): cast to float32 around the op for OpenVINO."
+            )
         positions = [i for i, name in enumerate(node.input) if name]
         if len(positions) != len(node.input):  # omitted optional inputs: the node gets the given ones only
             given = [node.input[i] for i in positions]
@@ -184,15 +193,23 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
     # Per node index: the (input, output) dtypes of the ONNX node, recorded when the node is
     # converted, before the CPU plugin lowers precisions (int64 -> int32, bool -> uint8).
     model_dtypes: dict[int, tuple[list[np.dtype | None], list[np.dtype | None]]] = {}
+    # Per node index: output types and shapes by input types and shapes. Held here, not by the op
+    # instances: OpenVINO clones a node whose output shape is dynamic at every inference and never
+    # frees the clones of a Python op (openvino 2025), so each instance is kept as small as it can be.
+    shape_caches: dict[int, dict[Any, list[tuple[Any, Any]]]] = {}
+
+    def node(index: int) -> _NodeInfo:
+        if index >= len(nodes):  # (the runner emptied them when it closed)
+            raise RuntimeError(f"{_MARK}opbridge: the OpenVINO runner of this {op_type} node was closed")
+        return nodes[index]
 
     class _CustomOp(ov.Op):
         def __init__(self, inputs: Any = None, node_index: int = -1) -> None:
             # Set before Op.__init__, which may already call validate_and_infer_types.
             self._index = node_index
-            self._shape_cache: dict[Any, list[tuple[Any, Any]]] = {}
             super().__init__(self, inputs)
             if node_index >= 0:
-                self.set_output_size(nodes[node_index].num_outputs)
+                self.set_output_size(node(node_index).num_outputs)
             if inputs is not None:
                 self.constructor_validate_and_infer_types()
 
@@ -204,19 +221,20 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
         def _infer_outputs(self, input_types: list[tuple[Any, Any]] | None = None) -> list[tuple[Any, Any]]:
             """The outputs' types and shapes for ``input_types`` (default: the node's inputs as compiled)."""
-            info = nodes[self._index]
+            info = node(self._index)
             types = input_types if input_types is not None else self._input_types()
             key = tuple((str(t), str(s)) for t, s in types)
-            if key in self._shape_cache:
-                return self._shape_cache[key]
+            cache = shape_caches.setdefault(self._index, {})
+            if key in cache:
+                return cache[key]
             result: list[tuple[Any, Any]] | None = None
             if info.kernel.opdef is not None:
                 result = _spec_outputs(info, types, infer_onnx)
             if result is None:
                 result = _fallback_outputs(info, types)
-            if len(self._shape_cache) >= 256:  # (evaluate asks per shape the inputs take: a server sees many)
-                self._shape_cache.clear()
-            self._shape_cache[key] = result
+            if len(cache) >= 256:  # (evaluate asks per shape the inputs take: a server sees many)
+                cache.clear()
+            cache[key] = result
             return result
 
         def validate_and_infer_types(self) -> None:
@@ -238,7 +256,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def visit_attributes(self, visitor: Any) -> bool:
             attrs = {"opbridge_node": self._index}
             if self._index >= 0:
-                for k, v in nodes[self._index].attrs.items():
+                for k, v in node(self._index).attrs.items():
                     value = _ov_attr_value(v)
                     if value is not None:
                         attrs[k] = value
@@ -250,7 +268,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             return True
 
         def evaluate(self, outputs: Any, inputs: Any) -> bool:
-            info = nodes[self._index]
+            info = node(self._index)
             kernel = info.kernel
             # OpenVINO's Python API hands bfloat16 buffers over as float16 ones (the bits would be misread)
             if any(t.get_element_type() == ov.Type.bf16 for t in (*inputs, *outputs)):
@@ -325,6 +343,13 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             return True
 
     _CustomOp.__name__ = _CustomOp.__qualname__ = f"opbridge_{op_type}"
+
+    def forget() -> None:
+        """Drop what the class holds of its runner (when the runner closes)."""
+        shape_caches.clear()
+        model_dtypes.clear()
+
+    _CustomOp.forget = staticmethod(forget)  # type: ignore[attr-defined]
     return _CustomOp
 
 
@@ -441,6 +466,8 @@ class OpenVINORunner(OnnxRunner):
         self.kernels: list[CustomKernel] = []
         #: The converted ``openvino.Model`` (set by ``load``), e.g. for ``openvino.save_model``.
         self.ov_model: Any = None
+        self._node_lists: list[list[_NodeInfo]] = []
+        self._op_classes: list[type] = []
 
     def _load(self) -> None:
         try:
@@ -453,6 +480,7 @@ class OpenVINORunner(OnnxRunner):
         drop: frozenset[tuple[str, str]] = frozenset()
         while True:
             prepared, nodes, moved = prepare_model(self.model, drop)
+            self._node_lists.append(nodes)
             try:
                 self.ov_model = ov_model = self._read(ov, ConversionExtension, prepared, nodes)
             except RuntimeError as exc:
@@ -513,6 +541,7 @@ class OpenVINORunner(OnnxRunner):
             if key in seen:
                 continue
             cls = seen[key] = _op_class(node.op_type, nodes)
+            self._op_classes.append(cls)
             core.add_extension(extension(node.op_type, node.domain, _converter(cls)))
         with tempfile.TemporaryDirectory(prefix="opbridge_ov_") as tmp:
             path = Path(tmp) / "model.onnx"
@@ -546,6 +575,14 @@ class OpenVINORunner(OnnxRunner):
         self._compiled = None
         self._core = None
         self.ov_model = None
+        # the op instances OpenVINO never frees hold their class, and it these lists: emptied, the kernels,
+        # attributes and shape caches they reach are freed with the runner
+        for nodes in self._node_lists:
+            nodes.clear()
+        for cls in self._op_classes:
+            cls.forget()  # type: ignore[attr-defined]
+        self._node_lists.clear()
+        self._op_classes.clear()
 
 
 def _check_narrowed(name: str, value: np.ndarray) -> None:
