@@ -581,6 +581,11 @@ def test_ops_inside_control_flow_export_and_run_everywhere(tmp_path: Path, model
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"the TorchScript exporter cannot trace; export it with exporter='dynamo'"):
+        opbridge.export(_Branching(), (torch.randn(2, 3),), tmp_path / "flow.onnx", exporter="torchscript")
+
+
 @opbridge.op("tests.export::Gate")
 def _gate(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return x * g  # no shape rule: derived from the reference
@@ -874,3 +879,26 @@ def test_a_dim_the_model_fixes_is_named_as_one_that_cannot_be_dynamic(tmp_path: 
             input_names=["x"],
             dynamic_axes={"x": {2: "h"}},
         )
+
+
+@opbridge.op("tests.export::AddOne")
+def _add_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def test_one_tensor_given_for_two_inputs_exports_two_inputs(tmp_path: Path) -> None:
+    """torch.export makes tensors that alias one graph input: with ``(x, x)`` as the example, the custom
+    op read the model's second input, silently. The examples are given as copies of their own."""
+
+    class TwoInputs(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return _add_one(x) * 2 + y.sum()
+
+    x = torch.randn(2, 3)
+    result = opbridge.export(TwoInputs(), (x, x), tmp_path / "two.onnx", exporter="dynamo")
+    (custom,) = result.custom_nodes
+    assert list(custom.input) == [result.model.graph.input[0].name]
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    names = [i.name for i in result.model.graph.input]
+    (got,) = opbridge.ReferenceSession(result.model).run(None, dict(zip(names, (a.numpy(), b.numpy()))))
+    torch.testing.assert_close(torch.from_numpy(got), TwoInputs()(a, b), rtol=1e-6, atol=1e-6)

@@ -321,6 +321,31 @@ def test_a_plugin_without_a_rule_takes_the_shape_its_reference_gives(tmp_path: P
     assert report.plugin_shapes["sized"]["outputs"] == [[[1, 3, 2, 3], [4, 3, 9, 11]]]
 
 
+@opbridge.op("tests.trt::ThreeDtypes")
+def three_dtypes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """No shape rule, and outputs of other dtypes than its input."""
+    return x * 2, (x * 10).floor().to(torch.int64), x > 0
+
+
+def test_a_plugin_without_a_rule_takes_the_dtypes_its_reference_gives(tmp_path: Path) -> None:
+    """Without a shape rule, every output took input 0's dtype, and the build failed on the int64 and bool
+    outputs saying the (absent) rule gave dtypes that depend on ranks."""
+    path = tmp_path / "three.onnx"
+    outputs = [("a", TensorProto.FLOAT), ("b", TensorProto.INT64), ("c", TensorProto.BOOL)]
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("ThreeDtypes", ["x"], [n for n, _ in outputs], domain="tests.trt", name="three")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+            [helper.make_tensor_value_info(n, elem, [4, 5]) for n, elem in outputs],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.trt", 1)],
+    )
+    onnx.save(model, path)
+    report = build_engine(path, None, isolate=False)
+    assert report.ok, report.describe()
+
+
 def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path: Path) -> None:
     model = _single_node_model(tmp_path / "half.onnx", "HalfOnly", "faults", TensorProto.FLOAT16)
     report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -800,6 +801,36 @@ def test_api_arguments_are_checked() -> None:
             resolve_shape_sets(meta, [{"x": bad}])
 
 
+def test_python_forms_of_the_arguments(wrong_model: Path, tmp_path: Path) -> None:
+    """One dict is one shape set and one tensor one example input; arrays, numbers and strings where a
+    set, a tolerance or a backend list belongs are named with the form to write."""
+    model, (x,) = two_outputs_model()
+    record = opbridge.verify(wrong_model, (model, x), backends=["reference"], shapes={"x": (3, 4)})
+    assert record.shape_sets == [{"x": (3, 4)}]
+    assert [r.status for r in record.runs] == ["fail"]  # (the kernel of `bad` is wrong; `good` compared)
+    assert record.failures()[0][1].name == "bad"
+    for kwargs, message in [
+        ({"shapes": ["x:3x5"]}, r"shapes=\['x:3x5'\]: give a list of sets, each a dict .*--shape x:1x3x64x64"),
+        ({"inputs": np.zeros((2, 5), np.float32)}, r"inputs: a ndarray is neither an .npz path nor a dict"),
+        ({"tolerances": {"good": 1e-3}}, r"tolerances\['good'\] = 0.001: give a Tolerance or a pair"),
+        ({"backends": []}, r"backends=\[\] names no backend; choose from"),
+    ]:
+        with pytest.raises(opbridge.OpbridgeError, match=message):
+            opbridge.verify(wrong_model, WRONG_REF, **kwargs)
+
+
+def test_the_record_is_never_written_over_a_file_verify_read(wrong_model: Path, tmp_path: Path) -> None:
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, x=np.ones((2, 4), np.float32))
+    record = opbridge.verify(wrong_model, WRONG_REF, backends=["reference"], inputs=str(npz))
+    before = {p: p.read_bytes() for p in (wrong_model, npz, Path(__file__))}
+    for target in before:
+        with pytest.raises(opbridge.OutputPathError, match="is one of the input.s own files"):
+            record.write_json(target)
+    assert {p: p.read_bytes() for p in before} == before
+    assert json.loads(record.write_json(tmp_path / "record.json").read_text())["exit_code"] == record.exit_code
+
+
 def _argmax_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     class ArgMax(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1159,3 +1190,28 @@ def test_backends_that_ran_the_reference_as_the_kernel_say_so(tmp_path: Path) ->
 class _LooseOnly(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return loose_tol(x)
+
+
+@opbridge.op("tests.verify::ToBFloat16")
+def _to_bfloat16(x: torch.Tensor) -> torch.Tensor:
+    return (x * 3).to(torch.bfloat16)
+
+
+def test_bfloat16_outputs_compare_by_value_and_backends_without_them_say_so(tmp_path: Path) -> None:
+    """A bfloat16 output is compared by value where a backend runs it (the reference evaluator); ONNX
+    Runtime's bridge and OpenVINO's Python ops, which take no bfloat16, refuse the node by name."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _to_bfloat16(x)
+
+    x = torch.randn(2, 3)
+    path = tmp_path / "bf16.onnx"
+    opbridge.export(Model(), (x,), path, exporter="torchscript")
+    record = opbridge.verify(path, (Model(), (x,)), backends=["reference", "onnxruntime", "openvino"])
+    runs = {r.backend: r for r in record.runs}
+    assert runs["reference"].status == "pass" and runs["reference"].outputs[0].dtype == "bfloat16"
+    text = "\n".join(record.errors + [b.message for b in record.backends])
+    assert re.search(r"output '\w+' is bfloat16, which ONNX Runtime's Python bridge does not pass to kernels", text)
+    if "openvino" in BACKENDS and BACKENDS["openvino"].available():
+        assert re.search(r"output '\w+' is bfloat16, which OpenVINO's Python ops do not take", text)

@@ -10,7 +10,16 @@ import onnx
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["numpy_to_onnx", "onnx_to_numpy", "onnx_to_torch", "onnx_type_name", "tensor_to_numpy", "torch_to_onnx"]
+__all__ = [
+    "feed_arrays",
+    "numpy_to_onnx",
+    "onnx_to_numpy",
+    "onnx_to_torch",
+    "onnx_type_name",
+    "output_name_list",
+    "tensor_to_numpy",
+    "torch_to_onnx",
+]
 
 _ONNX_TO_NUMPY: dict[int, Any] = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -91,3 +100,26 @@ def tensor_to_numpy(t: Any) -> np.ndarray:
 
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
+
+
+def feed_arrays(input_feed: Any) -> dict[str, Any]:
+    """A session's ``input_feed`` as ``{name: array}``: torch tensors as numpy arrays (on the CPU,
+    detached), other values as they are; a ValueError where it is not a mapping."""
+    from collections.abc import Mapping
+
+    if not isinstance(input_feed, Mapping):
+        raise ValueError(
+            f"input_feed is a {type(input_feed).__name__}; give a dict of input name to array, e.g. {{'x': array}}."
+        )
+    out = dict(input_feed)
+    for name, value in out.items():
+        if not isinstance(value, np.ndarray) and type(value).__module__.startswith("torch"):
+            out[name] = tensor_to_numpy(value)
+    return out
+
+
+def output_name_list(output_names: Any) -> list[str] | None:
+    """A session's ``output_names`` as a list (one string is one name, not its letters; None all)."""
+    if output_names is None:
+        return None
+    return [output_names] if isinstance(output_names, str) else list(output_names)

@@ -32,6 +32,8 @@ def prepare_output(
         Traceback (most recent call last):
         OutputPathError: the output path is empty; give a file name.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise OutputPathError(f"the output path is a {type(path).__name__}; give a file path, e.g. 'model.onnx'.")
     text = os.fspath(path)
     if not text.strip():
         raise OutputPathError("the output path is empty; give a file name.")

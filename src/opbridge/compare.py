@@ -156,6 +156,9 @@ def compare_arrays(
         return _compare_text(a, e, base)
     if a.dtype != e.dtype:
         return OutputComparison(passed=False, reason=f"dtype {a.dtype} != reference {e.dtype}", **base)
+    if _ml_float(a.dtype):  # bfloat16 (ml_dtypes', as onnx and the backends give it): by value, as floats are
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            return _compare_values(a.astype(np.float64), e.astype(np.float64), rtol, atol, base)
     if a.dtype.kind not in "biufc":
         equal = np.array_equal(a, e)
         return OutputComparison(
@@ -166,6 +169,19 @@ def compare_arrays(
     wide = np.complex128 if e.dtype.kind == "c" else np.float64
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         return _compare_values(a.astype(wide), e.astype(wide), rtol, atol, base)
+
+
+def _ml_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one of ml_dtypes' floating-point types (bfloat16, float8...)."""
+    if dtype.kind != "V" or dtype.names is not None:
+        return False
+    try:
+        import ml_dtypes
+
+        ml_dtypes.finfo(dtype)
+    except Exception:
+        return False
+    return True
 
 
 def _is_text(x: np.ndarray) -> bool:

@@ -771,15 +771,38 @@ def _check_inlined(model: onnx.ModelProto) -> None:
 # --------------------------------------------------------------------------- API
 
 
+def _distinct_examples(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[tuple[Any, ...], Any]:
+    """``args`` and ``kwargs`` with each example tensor that shares memory with an earlier one as a copy:
+    torch.export makes tensors that alias one graph input, and the model's other input is left unread
+    (a custom op given ``(x, x)`` read one input twice), silently."""
+    import torch
+
+    seen: set[int] = set()
+
+    def own(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or value.is_meta or value.layout != torch.strided:
+            return value
+        try:
+            key = value.untyped_storage().data_ptr()
+        except Exception:  # (a tensor subclass without storage)
+            return value
+        if key in seen and value.numel():
+            return value.clone()
+        seen.add(key)
+        return value
+
+    return tuple(own(a) for a in args), None if kwargs is None else {k: own(v) for k, v in kwargs.items()}
+
+
 def export(
     model: torch.nn.Module,
-    args: tuple[Any, ...],
+    args: tuple[Any, ...] | Any,
     f: str | os.PathLike[str],
     *,
     exporter: Exporter = "dynamo",
     kwargs: dict[str, Any] | None = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
+    input_names: str | Sequence[str] | None = None,
+    output_names: str | Sequence[str] | None = None,
     dynamic_shapes: Any = None,
     dynamic_axes: Mapping[str, Any] | None = None,
     opset_version: int | None = None,
@@ -790,7 +813,7 @@ def export(
 
     Args:
         model: the PyTorch module (put it in eval mode first).
-        args: example positional inputs.
+        args: example positional inputs (one tensor is one input).
         f: output path; written atomically.
         exporter: ``"dynamo"`` (torch.export based, the default) or ``"torchscript"``.
         kwargs: example keyword inputs.
@@ -807,6 +830,19 @@ def export(
 
     Raises:
         ExportError: the exporter failed, lost a custom op, or the result is invalid.
+
+    Example:
+        >>> import os, tempfile, torch, opbridge
+        >>> @opbridge.op("doc.export::Twice")
+        ... def twice(x: torch.Tensor) -> torch.Tensor:
+        ...     return x * 2
+        >>> class Model(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return twice(x) + 1
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+        >>> result = opbridge.export(Model(), (torch.randn(2, 3),), path, exporter="torchscript")
+        >>> [(n.domain, n.op_type) for n in result.custom_nodes]
+        [('doc.export', 'Twice')]
     """
     import torch
 
@@ -814,6 +850,14 @@ def export(
         raise ExportError(f"unknown exporter {exporter!r}; use 'dynamo' or 'torchscript'.")
     if not isinstance(args, tuple):
         args = (args,)
+    from opbridge._files import prepare_output
+
+    prepare_output(f)  # a path that cannot be written is named before the export runs
+    args, kwargs = _distinct_examples(args, kwargs)
+    if isinstance(input_names, str):  # one name, not its letters
+        input_names = [input_names]
+    if isinstance(output_names, str):
+        output_names = [output_names]
     ops = all_ops()
     register_onnx_schemas(ops)
     if dynamic_axes and dynamic_shapes is not None:
@@ -902,6 +946,12 @@ def export(
                     "names what it could not trace. If that is the op itself, call it outside the control flow "
                     "(e.g. on both branches' inputs, then select the result with torch.where). torch.export's "
                     f"message: {text}"
+                ) from exc
+            if exporter == "torchscript" and "dynamo-optimized function" in text:
+                raise ExportError(
+                    f"torchscript export of {type(model).__name__} failed: the model uses torch.cond, "
+                    "torch.while_loop or another compiled region, which the TorchScript exporter cannot trace; "
+                    f"export it with exporter='dynamo' (--exporter dynamo). torch's message: {text}"
                 ) from exc
             if isinstance(exc, ImportError) and "onnxscript" in (exc.name or str(exc)):
                 raise ExportError(

@@ -548,7 +548,7 @@ class ReferenceSession:
         return list(self._outputs)
 
     def run(
-        self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray], run_options: Any = None
+        self, output_names: str | Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[np.ndarray]:
         """Run the model: ``output_names`` (None = all) from ``input_feed`` ({input name: array}).
 
@@ -562,6 +562,10 @@ class ReferenceSession:
         """
         import numpy as np
 
+        from opbridge._dtypes import feed_arrays, output_name_list
+
+        input_feed = feed_arrays(input_feed)
+        output_names = output_name_list(output_names)
         expected = {i.name: i for i in self._inputs}
         unknown = sorted(set(input_feed) - set(expected))
         missing = [n for n in expected if n not in input_feed]

@@ -135,6 +135,8 @@ class VerifyRecord:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     set_origins: list[str] = field(default_factory=list)
+    #: the files verify read (model, input arrays, factory source, op files): never written over
+    read_files: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -181,8 +183,9 @@ class VerifyRecord:
         }
 
     def write_json(self, path: str | os.PathLike[str]) -> Path:
-        """Write :meth:`to_dict` to ``path`` atomically (a temporary file renamed into place)."""
-        return write_json_atomic(path, self.to_dict())
+        """Write :meth:`to_dict` to ``path`` atomically (a temporary file renamed into place); a file
+        verify read (the model, input arrays, the factory's source) is refused as ``path``."""
+        return write_json_atomic(path, self.to_dict(), protected=self.read_files)
 
     def set_label(self, index: int) -> str:
         return ",".join(f"{k}:{format_shape(v)}" for k, v in self.shape_sets[index].items())
@@ -574,6 +577,39 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
     return out
 
 
+def _shape_sets_argument(shapes: Any) -> list[ShapeSet] | None:
+    """``shapes`` as a list of sets (one dict is one set), or an OpbridgeError showing the form."""
+    if shapes is None:
+        return None
+    sets = [shapes] if isinstance(shapes, Mapping) else shapes
+    if isinstance(sets, (str, bytes)) or not all(isinstance(s, Mapping) for s in sets):
+        raise OpbridgeError(
+            f"shapes={shapes!r}: give a list of sets, each a dict of input name to dims, e.g. "
+            "shapes=[{'x': (1, 3, 64, 64)}] (on the command line: --shape x:1x3x64x64)."
+        )
+    return list(sets)
+
+
+def _check_inputs_argument(inputs: Any) -> None:
+    """An OpbridgeError where ``inputs`` is not an .npz path, a dict of arrays, or a list of them."""
+    for item in inputs if isinstance(inputs, (list, tuple)) else [inputs]:
+        if item is not None and not isinstance(item, (str, os.PathLike, Mapping)):
+            raise OpbridgeError(
+                f"inputs: a {type(item).__name__} is neither an .npz path nor a dict of arrays by input name; "
+                "give e.g. inputs={'x': array} (or a list of such, one per input set)."
+            )
+
+
+def _read_files(model: Any, reference: Any, arrays: Sequence[Any], ops: Sequence[str] | None) -> list[str]:
+    """The files verify read, which :meth:`VerifyRecord.write_json` must not replace."""
+    found = [model] if isinstance(model, (str, os.PathLike)) else []
+    found += [a for a in arrays if isinstance(a, (str, os.PathLike))]
+    if isinstance(reference, str) and reference.rpartition(":")[0].endswith(".py"):
+        found.append(reference.rpartition(":")[0])
+    found += [o for o in ops or [] if os.path.isfile(o)]
+    return [os.fspath(f) for f in found]
+
+
 def _subgraph_nodes(attr: Any) -> list[Any]:
     """The nodes of an attribute's graph(s): an If/Loop/Scan body (none for other attributes)."""
     graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
@@ -589,6 +625,11 @@ def _output_tolerances(
 ) -> dict[str, tuple[Tolerance, str]]:
     given: dict[str, Tolerance] = {}
     for k, v in (tolerances or {}).items():
+        if not isinstance(v, (Tolerance, tuple, list)):
+            raise OpbridgeError(
+                f"tolerances[{k!r}] = {v!r}: give a Tolerance or a pair (rtol, atol), e.g. "
+                f"tolerances={{{k!r}: (1e-3, 1e-5)}} (on the command line: --tol {k}:1e-3,1e-5)."
+            )
         try:
             given[k] = v if isinstance(v, Tolerance) else Tolerance(*v)
         except (TypeError, ValueError) as exc:
@@ -667,7 +708,7 @@ def verify(
     reference: str | tuple[Any, Sequence[Any]] | None = None,
     *,
     backends: Sequence[str] | None = None,
-    shapes: Sequence[ShapeSet] | None = None,
+    shapes: Sequence[ShapeSet] | ShapeSet | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     tolerances: Mapping[str, Tolerance | tuple[float, float]] | None = None,
@@ -683,8 +724,8 @@ def verify(
         model: ONNX model (path, bytes or ModelProto).
         reference: model factory ``file.py:fn`` / ``module:fn`` returning ``(model, example_inputs)``,
             or such a pair; ``None`` compares every backend with the first one that runs.
-        backends: backend names; default every installed ONNX backend.
-        shapes: shape sets, each ``{input: dims}`` (see the module doc).
+        backends: backend names (``backend_names()``); default every installed ONNX backend.
+        shapes: shape sets, each ``{input: dims}`` (see the module doc); one dict is one set.
         rtol, atol: tolerance for every output (overrides declared tolerances).
         tolerances: per-output ``Tolerance`` or ``(rtol, atol)``; overrides the rest.
         inputs: ``.npz`` path or dict of arrays, or a list of them: the first input sets, in order.
@@ -698,6 +739,21 @@ def verify(
         The :class:`VerifyRecord`. Raises :class:`~opbridge.errors.OpbridgeError` for
         usage errors that stop everything (unreadable model, factory that fails,
         bad shape, missing input array); backend failures are recorded instead.
+
+    Example:
+        >>> import os, tempfile, torch, opbridge
+        >>> @opbridge.op("doc.verify::Halve")
+        ... def halve(x: torch.Tensor) -> torch.Tensor:
+        ...     return x / 2
+        >>> class Model(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return halve(x)
+        >>> x = torch.randn(2, 3)
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+        >>> _ = opbridge.export(Model(), (x,), path, exporter="torchscript")
+        >>> record = opbridge.verify(path, (Model(), (x,)), backends=["reference"])
+        >>> record.passed, [r.status for r in record.runs if r.backend == "reference"]
+        (True, ['pass'])
     """
     from opbridge._loading import load_ops
     from opbridge.backends import BACKENDS, available_backends, backend_names, get_backend
@@ -711,6 +767,14 @@ def verify(
     seed = int(seed)
     if isinstance(backends, str):  # one backend by name, not its letters
         backends = [backends]
+    if backends is not None and not backends:  # (None is every installed one; an unknown name is reported)
+        raise OpbridgeError(
+            f"backends=[] names no backend; choose from {backend_names()}, or None for every installed one."
+        )
+    if isinstance(ops, str):  # one target, not its letters
+        ops = [ops]
+    shapes = _shape_sets_argument(shapes)
+    _check_inputs_argument(inputs)
     load_ops(list(ops) if ops else None)
     proto = load_model(model)
     meta, out_meta = onnx_io_meta(proto)
@@ -774,6 +838,7 @@ def verify(
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
     record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol, set_origins=origins)
+    record.read_files = _read_files(model, reference, given_arrays, ops)
     out_names = [o.name for o in out_meta]
     for out_name in dict.fromkeys(n for n in out_names if out_names.count(n) > 1):
         places = [i for i, n in enumerate(out_names) if n == out_name]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from opbridge._dtypes import tensor_to_numpy
 from opbridge.backends.base import InputError, Runner, TensorMeta
 from opbridge.errors import BackendUnavailableError, OpbridgeError
 
@@ -73,7 +74,9 @@ class TorchRunner(Runner):
                     "reference=(model, (x,)), or a factory 'file.py:fn' returning that pair."
                 )
             model, example = self.reference
-            self.module, self.example_inputs = model, tuple(example)
+            # one tensor is one example input (as a factory may return it), not its rows
+            self.module = model
+            self.example_inputs = tuple(example) if isinstance(example, (tuple, list)) else (example,)
         # the reference runs in eval mode; the caller's model gets its own mode back on close
         self._was_training = getattr(self.module, "training", None)
         if hasattr(self.module, "eval"):
@@ -116,7 +119,7 @@ class TorchRunner(Runner):
             )
         out: dict[str, np.ndarray] = {}
         for i, (n, t) in enumerate(zip(names, flat)):
-            value = t.detach().cpu().numpy()
+            value = tensor_to_numpy(t)  # (bfloat16 as ml_dtypes' bfloat16, as the ONNX backends give it)
             if n in out and not _same(out[n], value):
                 # the graph lists one value at both positions; the reference gives two different ones
                 first = names.index(n)

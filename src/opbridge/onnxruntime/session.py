@@ -58,9 +58,12 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-__all__ = ["InferenceSession", "load_model"]
+__all__ = ["InferenceSession"]
 
 logger = logging.getLogger(__name__)
+
+# the element types the bridge hands to kernels and takes back (numpy's): not bfloat16, float8, 4-bit
+_BRIDGED_TYPES = frozenset(range(1, 16)) - {8}  # (8: strings, which custom nodes do not take)
 
 # A model too large for one protobuf message (model_io.too_large) goes to ONNX Runtime from a temporary
 # directory, as a model file and one external data file.
@@ -443,6 +446,17 @@ class InferenceSession:
 
         untyped: list[str] = []
         types = elem_types(model, [name for i in bound for name in nodes[i].output if name])
+        for i in bound:
+            for name in nodes[i].output:
+                elem = types.get(name, 0) if name else 0
+                if elem and elem not in _BRIDGED_TYPES:
+                    node = nodes[i]
+                    raise OpbridgeError(
+                        f"{node.domain}::{node.op_type} node {node.name!r}: output {name!r} is "
+                        f"{onnx.TensorProto.DataType.Name(elem).lower()}, which ONNX Runtime's Python bridge does not "
+                        "pass to kernels (numpy has no such type): cast to float32 around the op for ONNX Runtime, "
+                        "or run the model in opbridge.ReferenceSession."
+                    )
         taken = _runtime_op_names()
         original = {i: nodes[i].op_type for i in bound}
         for i in bound:
@@ -494,15 +508,16 @@ class InferenceSession:
 
     def run(
         self,
-        output_names: Sequence[str] | None,
-        input_feed: Mapping[str, np.ndarray],
+        output_names: str | Sequence[str] | None,
+        input_feed: Mapping[str, Any],
         run_options: Any = None,
     ) -> list[np.ndarray]:
-        """Run the model, as ``onnxruntime.InferenceSession.run``: outputs in ``output_names`` order (all if None)."""
+        """Run the model, as ``onnxruntime.InferenceSession.run``: outputs in ``output_names`` order (all if None;
+        one string is one name). ``input_feed`` values are numpy arrays or CPU tensors."""
+        from opbridge._dtypes import feed_arrays, output_name_list
+
         try:
-            return self._session.run(
-                None if output_names is None else list(output_names), dict(input_feed), run_options
-            )
+            return self._session.run(output_name_list(output_names), feed_arrays(input_feed), run_options)
         except Exception as exc:
             _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
             if self._bridged:

@@ -99,6 +99,33 @@ def _fmt(dims: Sequence[Any]) -> str:
     return "x".join(str(d) if isinstance(d, int) else "N" for d in dims)
 
 
+def _profile_argument(profiles: Any) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """``profiles`` as ``{input: (min, opt, max)}`` of int tuples, or an OpbridgeError showing the form."""
+    import numbers
+
+    example = (
+        "e.g. profiles={'x': ((1, 3, 8, 8), (1, 3, 64, 64), (4, 3, 256, 256))} "
+        "(on the command line: --profile x:1x3x8x8,1x3x64x64,4x3x256x256)"
+    )
+    if profiles is None:
+        return {}
+    if not isinstance(profiles, Mapping):
+        raise OpbridgeError(
+            f"profiles is a {type(profiles).__name__}; give a dict of input name to (min, opt, max), {example}."
+        )
+    out: dict[str, tuple[tuple[int, ...], ...]] = {}
+    for name, triple in profiles.items():
+        ok = isinstance(triple, (tuple, list)) and all(
+            isinstance(shape, (tuple, list))
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in shape)
+            for shape in triple
+        )
+        if not ok:
+            raise OpbridgeError(f"profile of {name!r}: {triple!r}; give three shapes of whole numbers, {example}.")
+        out[str(name)] = tuple(tuple(int(v) for v in shape) for shape in triple)
+    return out
+
+
 def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None) -> dict[str, Any]:
     """The profiles for the model's inputs, checked (names, ranks, static dims, ``min <= opt <= max``)
     and completed; an :class:`OpbridgeError` naming the problem otherwise.
@@ -109,9 +136,7 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
     """
     path = Path(model_path)
     inputs = _model_inputs(path)
-    given: dict[str, tuple[tuple[int, ...], ...]] = {
-        name: tuple(tuple(int(v) for v in shape) for shape in triple) for name, triple in (profiles or {}).items()
-    }
+    given = _profile_argument(profiles)
     for name in given:
         if name not in inputs:
             raise OpbridgeError(f"--profile {name}: the model has no input {name!r}; its inputs are {sorted(inputs)}.")
@@ -626,6 +651,13 @@ def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str
     from opbridge._loading import load_ops
     from opbridge.model_io import load_model
 
+    if not isinstance(model_path, (str, os.PathLike)):
+        raise OpbridgeError(
+            f"TensorRT builds from a file, got a {type(model_path).__name__}; save the model first "
+            "(onnx.save(model, 'model.onnx')) and give its path."
+        )
+    if isinstance(ops, str):  # one target, not its letters
+        ops = [ops]
     path = Path(model_path)
     # a missing, foreign or empty file is named as by the other commands (its weights are not read here)
     load_model(path, caller="TensorRT", external_data=False)

@@ -147,6 +147,15 @@ def make_classes(trt: Any) -> tuple[type, type]:
                         f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
                         "per output."
                     )
+                # the reference on meta tensors (dtypes rarely depend on sizes): of rank 4 first, then others
+                for rank in (4, 2, 3, 1, 5, 0, 6, 7, 8):
+                    sized: list[Any] = [TensorInfo((2,) * rank, _torch_dtype(d)) for d in dtypes]
+                    sized += [None] * (len(spec.inputs) - len(sized))
+                    try:
+                        derived = output_infos(spec, None, self.opdef.reference, sized, dict(self.attrs))
+                    except Exception:
+                        continue
+                    return [_dtype_name(r.dtype) for r in derived]
                 return [dtypes[0]] * self.num_outputs
             # Ranks are not known yet (TensorRT asks for types before shapes): probe with unknown dims, rank 8
             # first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes.
