@@ -167,28 +167,21 @@ def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> 
 def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every tensor of ``model``: initializers (of subgraphs too) and tensor attributes (Constant
     values, of function bodies too)."""
-    graphs = [model.graph, *subgraphs(model.graph)]
-    for fn in model.functions:
-        for node in walk_nodes(fn.node):
-            for attr in node.attribute:
-                graphs += [g for g in ([attr.g] if attr.HasField("g") else attr.graphs)]
-    seen: set[int] = set()
-    for graph in graphs:
-        if id(graph) in seen:
-            continue
-        seen.add(id(graph))
-        yield from graph.initializer
-        for node in graph.node:
+
+    def of_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+        for node in nodes:
             for attr in node.attribute:
                 if attr.HasField("t"):
                     yield attr.t
                 yield from attr.tensors
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    yield from sub.initializer
+                    yield from of_nodes(sub.node)
+
+    yield from model.graph.initializer
+    yield from of_nodes(model.graph.node)
     for fn in model.functions:
-        for node in fn.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
+        yield from of_nodes(fn.node)
 
 
 def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
@@ -250,18 +243,7 @@ def external_files(source: Path) -> list[Path]:
     except Exception:
         return []
     found: set[Path] = set()
-
-    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    yield from tensors(sub)
-
-    for tensor in tensors(model.graph):
+    for tensor in _all_tensors(model):
         for entry in tensor.external_data:
             if entry.key == "location":
                 found.add(source.parent / entry.value)
