@@ -603,6 +603,33 @@ def test_openvino_runs_standard_ops_on_int64_outputs_of_custom_nodes(tmp_path, e
     np.testing.assert_allclose(got["y"], want[0].numpy(), rtol=0, atol=0)
 
 
+@opbridge.op("tests.backends::Positive")
+def _positive(x: torch.Tensor) -> torch.Tensor:
+    return x > 0
+
+
+class _MaskOnward(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = _positive(x)
+        return torch.where(mask & (x < 1), x, -x), mask
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_openvino_runs_standard_ops_on_bool_outputs_of_custom_nodes(tmp_path, exporter: str) -> None:
+    """The CPU plugin computes bool in uint8: a custom op's bool output feeding And and Where failed to
+    compile ("unsupported src_prc: boolean"); the model's own bool output comes back as bool."""
+    _needs("openvino")
+    path = tmp_path / "mask.onnx"
+    x = torch.randn(3, 5)
+    opbridge.export(_MaskOnward(), (x,), path, exporter=exporter, input_names=["x"], output_names=["y", "m"])
+    with OpenVINORunner(path) as runner:
+        got = runner.infer({"x": x.numpy()})
+    want = _MaskOnward()(x)
+    assert got["m"].dtype == np.bool_
+    np.testing.assert_array_equal(got["m"], want[1].numpy())
+    np.testing.assert_array_equal(got["y"], want[0].numpy())
+
+
 @opbridge.op("tests.backends::Opt", shape=lambda x, *_, **__: opbridge.TensorInfo(x.shape, x.dtype))
 def optional_inputs(
     x: torch.Tensor,

@@ -240,10 +240,11 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def validate_and_infer_types(self) -> None:
             result = self._infer_outputs()
             for i, (etype, pshape) in enumerate(result):
-                # int64 outputs are int32 ones behind a Convert (see _converter): the plugins compute
-                # int64 in int32, converting the ops they know while compiling but not this one, whose
-                # int64 output then met int32 in the ops it feeds (evaluate checks the values' range)
-                self.set_output_type(i, ov.Type.i32 if etype == ov.Type.i64 else etype, pshape)
+                # int64 and bool outputs are int32 and uint8 ones behind a Convert (see _converter): the
+                # plugins compute int64 in int32 and bool in uint8, converting the ops they know while
+                # compiling but not this one, whose output then met the lowered type in the ops it feeds
+                # (evaluate checks an int64 result's range)
+                self.set_output_type(i, _plugin_type(etype) or etype, pshape)
             if self._index >= 0 and self._index not in model_dtypes:
                 model_dtypes[self._index] = (
                     [_np_dtype(t) for t, _ in self._input_types()],
@@ -641,18 +642,29 @@ def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple
     )
 
 
-def _converter(cls: type) -> Any:
+def _plugin_type(etype: Any) -> Any | None:
+    """The type a custom op's output is made in where OpenVINO's CPU plugin lowers the graph's (int64 to
+    int32, bool to uint8: the ops the output feeds compile for those), else None."""
     import openvino as ov
+
+    if etype == ov.Type.i64:
+        return ov.Type.i32
+    if etype == ov.Type.boolean:
+        return ov.Type.u8
+    return None
+
+
+def _converter(cls: type) -> Any:
     import openvino.opset13 as opset
 
     def convert(ctx: Any) -> Any:
         inputs = [ctx.get_input(i) for i in range(ctx.get_input_size())]
         node = cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1)))
-        # an int64 output is made as int32 (validate_and_infer_types): a Convert gives the graph its
-        # int64, which the plugin's precision pass then turns into int32 with the rest of the graph
+        # an int64 or bool output is made as int32 or uint8 (validate_and_infer_types): a Convert gives
+        # the graph its type, which the plugin's precision pass then lowers with the rest of the graph
         wanted = node._infer_outputs()
         return [
-            opset.convert(out, "i64").output(0) if i < len(wanted) and wanted[i][0] == ov.Type.i64 else out
+            opset.convert(out, wanted[i][0]).output(0) if i < len(wanted) and _plugin_type(wanted[i][0]) else out
             for i, out in enumerate(node.outputs())
         ]
 
