@@ -902,3 +902,53 @@ def test_one_tensor_given_for_two_inputs_exports_two_inputs(tmp_path: Path) -> N
     names = [i.name for i in result.model.graph.input]
     (got,) = opbridge.ReferenceSession(result.model).run(None, dict(zip(names, (a.numpy(), b.numpy()))))
     torch.testing.assert_close(torch.from_numpy(got), TwoInputs()(a, b), rtol=1e-6, atol=1e-6)
+
+
+@opbridge.op("tests.export::FilterRows")
+def _filter_rows(x: torch.Tensor) -> torch.Tensor:
+    return x[x[:, 0] > 0]
+
+
+@_filter_rows.register_shape
+def _(x: Any) -> opbridge.TensorInfo:
+    return opbridge.TensorInfo((opbridge.SymDim("n"), x.shape[1]), x.dtype)  # "n": the input's dim name
+
+
+def test_a_size_the_rule_makes_never_takes_an_input_dims_name(tmp_path: Path) -> None:
+    """A SymDim a rule makes is a size that depends on the data (torch gets a fresh one); named like the
+    input's dynamic dim, ONNX inference wrote that name, claiming the output has as many rows."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _filter_rows(x) * 2
+
+    path = tmp_path / "filter.onnx"
+    opbridge.export(
+        Model(), (torch.randn(8, 4),), path, exporter="torchscript", input_names=["x"], dynamic_axes={"x": {0: "n"}}
+    )
+    graph = onnx.load(str(path)).graph
+    rows = graph.output[0].type.tensor_type.shape.dim[0]
+    assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim][0] == "n"
+    assert rows.dim_param != "n" and not rows.HasField("dim_value")
+
+
+@opbridge.op("tests.export::PositiveAt")
+def _positive_at(x: torch.Tensor) -> torch.Tensor:
+    return (x > 0).nonzero()  # as many rows as the data has positive values: no rule says so
+
+
+def test_a_data_dependent_size_without_a_rule_asks_for_one_and_no_static_export(tmp_path: Path) -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _positive_at(x)
+
+    with pytest.raises(ExportError, match=r"register_shape \(an output size that depends on the data") as caught:
+        opbridge.export(
+            Model(),
+            (torch.randn(6, 3),),
+            tmp_path / "at.onnx",
+            exporter="torchscript",
+            input_names=["x"],
+            dynamic_axes={"x": {0: "n"}},
+        )
+    assert "export it static" not in str(caught.value)

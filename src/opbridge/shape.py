@@ -362,11 +362,13 @@ def _derive_runs(
             except Exception:
                 runs = []
         if not runs:
+            # (a reference whose output size depends on the data fails on meta tensors whatever the sizes)
+            data_dependent = type(exc).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException")
             fixed = (
                 " The reference ran with the inputs' dynamic dims at other sizes than the example's: where the "
                 "model fixes such a dim (it meets a weight or constant of one size, as in a broadcast), that dim "
                 "cannot be dynamic: export it static."
-                if symbols
+                if symbols and not data_dependent
                 else ""
             )
             raise _ProbeError(
@@ -465,6 +467,10 @@ def infer_onnx(
         raise OpDefinitionError(
             f"{spec.qualname}: its shape rule failed for inputs ({shown}): {type(exc).__name__}: {exc}"
         ) from exc
+    # An input's dims keep their names. A SymDim the rule makes is a size that depends on the data (torch
+    # gets a fresh one); one named like an input's dim would claim to equal it: it stays unnamed.
+    given = [d for i in infos if i is not None for d in i.shape if isinstance(d, SymDim)]
+    given_ids, given_names = {id(d) for d in given}, {d.name for d in given}
     out: list[onnx.TypeProto | None] = []
     for info in results:
         tp = onnx.TypeProto()
@@ -473,7 +479,8 @@ def infer_onnx(
         for d in info.shape:
             dim = shape.dim.add()
             if isinstance(d, SymDim):
-                if d.name is not None:
+                made = rule is not None and id(d) not in given_ids and d.name in given_names
+                if d.name is not None and not made:
                     dim.dim_param = d.name
             else:
                 dim.dim_value = operator.index(d)
