@@ -346,6 +346,29 @@ def test_a_plugin_without_a_rule_takes_the_dtypes_its_reference_gives(tmp_path: 
     assert report.ok, report.describe()
 
 
+@opbridge.op("tests.trt::ByteMask")
+def byte_mask(x: torch.Tensor) -> torch.Tensor:
+    return (x > 0).to(torch.uint8)
+
+
+def test_a_uint8_plugin_output_is_refused_by_name(tmp_path: Path) -> None:
+    """TensorRT refused a plugin's uint8 output in words that named neither the op nor a way out."""
+    path = tmp_path / "bytes.onnx"
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("ByteMask", ["x"], ["m"], domain="tests.trt", name="mask")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+            [helper.make_tensor_value_info("m", TensorProto.UINT8, [4, 5])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.trt", 1)],
+    )
+    onnx.save(model, path)
+    report = build_engine(path, None, isolate=False)
+    assert not report.ok
+    assert "tests.trt::ByteMask: output 0 is uint8, which TensorRT lets no plugin make" in report.describe()
+
+
 def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path: Path) -> None:
     model = _single_node_model(tmp_path / "half.onnx", "HalfOnly", "faults", TensorProto.FLOAT16)
     report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])

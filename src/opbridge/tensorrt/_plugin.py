@@ -184,6 +184,12 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 )
             self.input_dtypes = dtypes
             out = self._rule_dtypes(dtypes)
+            if "uint8" in out:  # (TensorRT's own refusal names neither the op nor a way out)
+                raise OpDefinitionError(
+                    f"{self.opdef.spec.qualname}: output {out.index('uint8')} is uint8, which TensorRT lets no "
+                    "plugin make (a uint8 tensor is a network input, or the output of a Cast or Identity); return "
+                    "bool or int32 from the op for TensorRT."
+                )
             self.launcher.check_dtypes(out, "output")
             return [to_trt[d] for d in out]
 
