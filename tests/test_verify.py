@@ -13,6 +13,7 @@ import onnx
 import pytest
 import torch
 from conftest import run_script, seed_by_name
+from onnx import helper
 
 import opbridge
 from opbridge.backends import BACKENDS
@@ -1029,6 +1030,40 @@ def test_declared_tolerances_apply_to_the_outputs_their_ops_compute(tmp_path: Pa
     assert {o.name for _, o in record.failures()} == {"five"}  # (each set)
 
 
+def test_every_output_of_a_long_chain_takes_the_tolerances_of_what_computes_it() -> None:
+    """Each output of a chain that exposes every block's output (as a feature pyramid does) takes what
+    is upstream of it: the exact op's tolerance from where it enters, the default from the first Mul."""
+    from opbridge.verify import _output_tolerances
+
+    n = 60
+    nodes, outputs = [], []
+    for k in range(n):
+        src = "x" if k == 0 else f"v{k - 1}"
+        if k == n // 2:
+            nodes.append(helper.make_node("Exact", [src], [f"v{k}"], domain="tests.verify", name=f"exact{k}"))
+        else:
+            op = "Relu" if k < n // 2 + 5 else "Mul"
+            nodes.append(helper.make_node(op, [src] if op == "Relu" else [src, src], [f"v{k}"], name=f"n{k}"))
+        outputs.append(helper.make_tensor_value_info(f"v{k}", onnx.TensorProto.FLOAT, [4]))
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])], outputs
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.verify", 1)]
+    )
+    meta = [TensorMeta(f"v{k}", np.dtype("float32"), (4,)) for k in range(n)]
+    tols = _output_tolerances(model, meta, None, None, None)
+    for k in range(n):
+        want = (
+            "default"
+            if k < n // 2
+            else "declared by tests.verify::Exact"
+            if k < n // 2 + 5
+            else "declared by tests.verify::Exact; default for Mul"
+        )
+        assert tols[f"v{k}"][1] == want, k
+
+
 FACTORY_ONLY_OP = """
     import numpy as np
     import torch
@@ -1215,3 +1250,15 @@ def test_bfloat16_outputs_compare_by_value_and_backends_without_them_say_so(tmp_
     assert re.search(r"output '\w+' is bfloat16, which ONNX Runtime's Python bridge does not pass to kernels", text)
     if "openvino" in BACKENDS and BACKENDS["openvino"].available():
         assert re.search(r"output '\w+' is bfloat16, which OpenVINO's Python ops do not take", text)
+
+
+def test_cli_json_dash_writes_the_record_to_stdout(seed_export, tmp_path: Path, capsys) -> None:
+    """``--json -`` is stdout, as for the commands whose --json is a flag (it wrote a file named "-"):
+    the record alone there, for a pipe, and the table on stderr."""
+    path = seed_export("myselu", "torchscript").path
+    code = main(["verify", str(path), "--reference", MYSELU, "--backend", "reference", "--json", "-", "-q"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["exit_code"] == 0
+    assert "PASS:" in err
+    assert not (Path.cwd() / "-").exists()

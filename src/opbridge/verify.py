@@ -559,21 +559,45 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
         else:
             found.other.append(f"{node.domain}::{node.op_type}" if node.domain else node.op_type)
 
+    def reads(node: Any) -> list[Any]:
+        """The nodes whose outputs ``node`` reads, its If/Loop/Scan bodies' reads from outside included."""
+        names = [*node.input, *(i for n in itertools.islice(walk_nodes([node]), 1, None) for i in n.input)]
+        return [producer[v] for v in dict.fromkeys(names) if v in producer]
+
+    # What computes each node's outputs, the node's own part and its inputs' (a summary per node, once:
+    # walking back from every output anew was quadratic where a model exposes many blocks' outputs)
+    summaries: dict[tuple[int, str], _Upstream] = {}
+
+    def summary(root: Any, fallback: str) -> _Upstream:
+        stack, busy = [(root, False)], set()
+        while stack:
+            node, ready = stack.pop()
+            key = (id(node), fallback)
+            if key in summaries:
+                continue
+            deps = reads(node)
+            if not ready:
+                busy.add(id(node))
+                stack.append((node, True))
+                stack.extend((d, False) for d in deps if (id(d), fallback) not in summaries and id(d) not in busy)
+                continue
+            found = _Upstream()
+            classify(node, fallback, found, frozenset())
+            for d in deps:
+                part = summaries.get((id(d), fallback))  # (absent only in a cycle, which the checker refuses)
+                if part is not None:
+                    for qualname, tol in part.declared.items():
+                        found.declared.setdefault(qualname, tol)
+                    found.other.extend(part.other)
+            found.other = list(dict.fromkeys(found.other))[:4]  # (reports name three, then "...")
+            summaries[key] = found
+        return summaries[(id(root), fallback)]
+
     out: dict[str, _Upstream] = {}
     for o in outputs:
         fallback = str(o.dtype) if o.dtype is not None else "float32"
-        found = _Upstream()
-        stack, visited = [o.name], set()
-        while stack:
-            node = producer.get(stack.pop())
-            if node is None or id(node) in visited:
-                continue
-            visited.add(id(node))
-            classify(node, fallback, found, frozenset())
-            stack.extend(node.input)
-            # values an If/Loop/Scan body (or one nested in it) reads from the enclosing graph
-            stack.extend(i for n in itertools.islice(walk_nodes([node]), 1, None) for i in n.input)
-        out[o.name] = found
+        node = producer.get(o.name)
+        out[o.name] = _Upstream() if node is None else summary(node, fallback)
     return out
 
 

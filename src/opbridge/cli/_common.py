@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["add_ops_argument", "factory_file", "parse_dims", "user_files"]
+__all__ = ["add_ops_argument", "factory_file", "json_for_stdout", "parse_dims", "print_json_and_table", "user_files"]
 
 
 def add_ops_argument(parser: argparse.ArgumentParser) -> None:
@@ -66,3 +67,12 @@ def json_for_stdout(text: str) -> str:
     except LookupError:
         utf8 = False
     return text if utf8 else json.dumps(json.loads(text), indent=2, ensure_ascii=True)
+
+
+def print_json_and_table(data: Any, table: str) -> None:
+    """``--json -``: ``data`` as JSON on stdout (a pipe's whole content), the text report on stderr."""
+    import json
+    import sys
+
+    print(table, file=sys.stderr)
+    print(json_for_stdout(json.dumps(data, indent=2, ensure_ascii=False)))

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from opbridge.cli._common import print_json_and_table
 from opbridge.cli.verify import _Progress
 
 __all__ = ["add_parser"]
@@ -38,7 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="backend (repeatable; default every installed one)",
     )
     p.add_argument("--keep", metavar="DIR", default=None, help="write the exported models into DIR and keep them")
-    p.add_argument("--json", metavar="FILE", default=None, help="write every verify record as a JSON list")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="write every verify record as a JSON list to FILE ('-': stdout, the table to stderr)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(run=run)
 
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from opbridge.demo import run_demo
     from opbridge.verify import write_json_atomic
 
-    if args.json is not None:
+    if args.json not in (None, "-"):
         prepare_output(args.json)  # a bad path is named before the run
     progress = _Progress(not args.quiet)
     try:
@@ -62,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
+    if args.json == "-":
+        print_json_and_table([r.to_dict() for r in result.records], result.table())
+        return result.exit_code
     written = None
     if args.json is not None:  # before any output can fail, and never over a model the run kept
         kept = [r.model for r in result.records if Path(r.model).is_file()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from opbridge.cli._common import add_ops_argument
+from opbridge.cli._common import add_ops_argument, json_for_stdout
 
 __all__ = ["add_parser", "run"]
 
@@ -28,25 +28,27 @@ def run(args: argparse.Namespace) -> int:
     infos = list_plugins(include_all=args.all)
     if args.json:
         print(
-            json.dumps(
-                {
-                    "backend": backend,
-                    "plugins": [
-                        {
-                            "name": i.name,
-                            "version": i.version,
-                            "namespace": i.namespace,
-                            "op": i.op,
-                            "fields": [
-                                {"name": n, "type": t, "attribute": a}
-                                for (n, t), a in zip(i.fields, i.attributes or (None,) * len(i.fields))
-                            ],
-                        }
-                        for i in infos
-                    ],
-                },
-                ensure_ascii=False,
-                indent=2,
+            json_for_stdout(
+                json.dumps(
+                    {
+                        "backend": backend,
+                        "plugins": [
+                            {
+                                "name": i.name,
+                                "version": i.version,
+                                "namespace": i.namespace,
+                                "op": i.op,
+                                "fields": [
+                                    {"name": n, "type": t, "attribute": a}
+                                    for (n, t), a in zip(i.fields, i.attributes or (None,) * len(i.fields))
+                                ],
+                            }
+                            for i in infos
+                        ],
+                    },
+                    ensure_ascii=False,
+                    indent=2,
+                )
             )
         )
     else:

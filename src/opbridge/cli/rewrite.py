@@ -13,7 +13,11 @@ __all__ = ["add_parser"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from opbridge.graph.rewrite import RULES
 
-    p = sub.add_parser("rewrite", help="rewrite an ONNX model with named rules")
+    p = sub.add_parser(
+        "rewrite",
+        help="rewrite an ONNX model with named rules",
+        description="Exit codes: 0 model written, 1 no rule applied (nothing written), 2 usage or load error.",
+    )
     p.add_argument("model", help="path of the .onnx file (never modified without --in-place)")
     p.add_argument("-o", "--output", default=None, help="output .onnx path")
     p.add_argument("--in-place", action="store_true", help="replace the input file (atomically)")

@@ -18,7 +18,7 @@ import re
 import sys
 
 from opbridge.backends import backend_names
-from opbridge.cli._common import add_ops_argument, parse_dims, user_files
+from opbridge.cli._common import add_ops_argument, parse_dims, print_json_and_table, user_files
 from opbridge.errors import OpbridgeError
 from opbridge.spec import valid_tolerance
 
@@ -102,7 +102,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "every dynamic dim one larger)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--json", metavar="FILE", default=None, help="write the whole record as JSON")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="write the whole record as JSON to FILE ('-': stdout, the table to stderr)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     add_ops_argument(p)
     p.set_defaults(run=run)
@@ -187,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from opbridge._files import prepare_output
     from opbridge.verify import verify
 
-    if args.json is not None:  # a bad path (one of the files read, "") is named before the run
+    if args.json not in (None, "-"):  # a bad path (one of the files read, "") is named before the run
         prepare_output(args.json, protected=user_files(args))
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
@@ -209,8 +214,11 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
+    if args.json == "-":
+        print_json_and_table(record.to_dict(), record.table())
+        return record.exit_code
     written = record.write_json(args.json) if args.json is not None else None  # before any output can fail
     print(record.table())
     if written is not None:
-        print(f"record written to {written}")
+        print(f"record written to {written}", file=sys.stderr)
     return record.exit_code
