@@ -369,6 +369,73 @@ def test_a_uint8_plugin_output_is_refused_by_name(tmp_path: Path) -> None:
     assert "tests.trt::ByteMask: output 0 is uint8, which TensorRT lets no plugin make" in report.describe()
 
 
+def _narrower_rule(x: Any) -> opbridge.TensorInfo:
+    if isinstance(x.shape[1], int) and x.shape[1] > 6:
+        raise ValueError(f"Narrower takes up to 6 columns, got {x.shape[1]}")
+    return opbridge.TensorInfo((x.shape[0], x.shape[1] - 1), x.dtype)
+
+
+@opbridge.op("tests.trt::Narrower", shape=_narrower_rule)
+def narrower(x: torch.Tensor) -> torch.Tensor:
+    return x[:, 1:] * 1
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (
+            ((2, 0), (2, 3), (2, 5)),
+            r"output 0 takes sizes below 0 \(\[2, -1..4\]\) for inputs in the profile \(x \[2, 0..5\]\)",
+        ),
+        (
+            ((2, 1), (2, 3), (2, 100)),
+            r"the shape rule refuses the profile's largest inputs \(x \[2, 100\]\): ValueError",
+        ),
+    ],
+    ids=["negative-size", "refused-corner"],
+)
+def test_a_profile_the_op_does_not_take_fails_the_build(tmp_path: Path, columns: Any, message: str) -> None:
+    """The shape rule saw TensorRT's symbolic dims only: a profile reaching sizes it refuses, or where its
+    output sizes go below 0, built an engine (the report even listed the negative range)."""
+    path = tmp_path / "narrower.onnx"
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Narrower", ["x"], ["y"], domain="tests.trt", name="narrow")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "c"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "c1"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.trt", 1)],
+    )
+    onnx.save(model, path)
+    report = build_engine(path, None, profiles={"x": columns}, isolate=False)
+    assert not report.ok
+    assert re.search(message, report.describe()), report.describe()
+    fine = build_engine(path, None, profiles={"x": ((2, 1), (2, 3), (2, 6))}, isolate=False)
+    assert fine.ok, fine.describe()
+
+
+def test_a_node_name_with_a_nul_is_refused_by_name(tmp_path: Path) -> None:
+    """TensorRT cuts names at a NUL: two nodes "bad\\0a" and "bad\\0b" failed as one "bad"."""
+    path = tmp_path / "nul.onnx"
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("Relu", ["x"], ["y"], name="bad\x00a"),
+                helper.make_node("Relu", ["y"], ["z"], name="ok"),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    onnx.save(model, path)
+    report = build_engine(path, None, isolate=False)
+    assert not report.ok
+    assert "node name 'bad\\x00a' holds a NUL character; TensorRT cuts names there" in report.describe()
+
+
 def test_declared_dtype_builds_strongly_typed_fp16(user_ops_file: Path, tmp_path: Path) -> None:
     model = _single_node_model(tmp_path / "half.onnx", "HalfOnly", "faults", TensorProto.FLOAT16)
     report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])

@@ -404,6 +404,15 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     for _, _, node, fn in labelled_nodes(model):
         if fn is not None and (fn.domain, fn.name) not in called:
             continue
+        if "\x00" in node.name:
+            errors.append(
+                (
+                    node.name.split("\x00")[0],
+                    node.op_type,
+                    f"opbridge: node name {node.name!r} holds a NUL character; TensorRT cuts names there (two nodes "
+                    "may then share one, or a node's errors go under another's name): rename the node.",
+                )
+            )
         versions = opset if fn is None else {**opset, **{o.domain: o.version for o in fn.opset_import}}
         opdef = find_op(node.domain, node.op_type, versions.get(node.domain, 1)) if node.domain else None
         if opdef is None and node.op_type not in names:

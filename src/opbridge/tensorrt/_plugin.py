@@ -83,6 +83,11 @@ def _guard(method: Any) -> Any:
     return wrapper
 
 
+def _span(lo: Sequence[int], hi: Sequence[int]) -> str:
+    """``(1, 3, 8)..(4, 3, 64)`` as ``[1..4, 3, 8..64]``."""
+    return "[" + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in zip(lo, hi)) + "]"
+
+
 def _torch_dtype(name: str) -> Any:
     import torch
 
@@ -198,7 +203,14 @@ def make_classes(trt: Any) -> tuple[type, type]:
             spec, rule = self.opdef.spec, self.opdef.shape_rule
             ops = trt.DimensionOperation
             dtypes = self.input_dtypes or [kernel_dtypes(self.opdef)[0]] * len(inputs)
-            shapes = [tuple(wrap_dim(d, builder, ops) for d in dims) for dims in inputs]
+            names = [p.name for p in spec.inputs]
+            shapes = [
+                tuple(
+                    wrap_dim(d, builder, ops, f"{names[i] if i < len(names) else i}.shape[{k}]")
+                    for k, d in enumerate(dims)
+                )
+                for i, dims in enumerate(inputs)
+            ]
             if rule is None:
                 results = self._derived(shapes, dtypes, builder)
             else:
@@ -288,12 +300,38 @@ def make_classes(trt: Any) -> tuple[type, type]:
             floats = [from_trt(in_out[i].desc.type) for i in range(pos)]
             return dtype in INDEX_DTYPES or all(d == dtype for d in floats if d not in INDEX_DTYPES)
 
+        @_guard
         def configure_plugin(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
             def ranges(descs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
                 return [(tuple(int(v) for v in d.min), tuple(int(v) for v in d.max)) for d in descs]
 
+            given, made = ranges(inputs), ranges(outputs)
             with _ERRORS_LOCK:
-                _RANGES[self.layer_name] = (self.opdef.spec.name, ranges(inputs), ranges(outputs))
+                _RANGES[self.layer_name] = (self.opdef.spec.name, given, made)
+            spec, rule = self.opdef.spec, self.opdef.shape_rule
+            shown = ", ".join(f"{p.name} {_span(lo, hi)}" for p, (lo, hi) in zip(spec.inputs, given))
+            for i, (lo, hi) in enumerate(made):
+                if min((*lo, *hi), default=0) < 0:
+                    raise OpDefinitionError(
+                        f"{spec.qualname}: output {i} takes sizes below 0 ({_span(lo, hi)}) for inputs in the "
+                        f"profile ({shown}); narrow the profile to inputs the op takes, or fix the shape rule."
+                    )
+            if rule is None or self.input_dtypes is None:
+                return
+            # the rule saw TensorRT's symbolic dims while building: at the profile's own corners, it may refuse
+            for corner, pick in (("smallest", 0), ("largest", 1)):
+                infos: list[Any] = [TensorInfo(r[pick], _torch_dtype(d)) for r, d in zip(given, self.input_dtypes)]
+                infos += [None] * (len(spec.inputs) - len(infos))
+                try:
+                    output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+                except OpDefinitionError:
+                    raise
+                except Exception as exc:
+                    raise OpDefinitionError(
+                        f"{spec.qualname}: the shape rule refuses the profile's {corner} inputs "
+                        f"({', '.join(f'{p.name} {_span(r[pick], r[pick])}' for p, r in zip(spec.inputs, given))}): "
+                        f"{type(exc).__name__}: {exc}; narrow the profile to inputs the op takes."
+                    ) from exc
 
         def get_workspace_size(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
             return 0

@@ -29,13 +29,14 @@ class TrtDim:
     """A dynamic TensorRT dim inside a shape rule; supports ``+ - * // %``, unary ``-`` and ``==`` with
     ints and dims (equal where TensorRT proves it)."""
 
-    __slots__ = ("builder", "expr", "ops")
+    __slots__ = ("builder", "expr", "label", "ops")
 
-    def __init__(self, expr: Any, builder: Any, ops: Any) -> None:
-        self.expr, self.builder, self.ops = expr, builder, ops
+    def __init__(self, expr: Any, builder: Any, ops: Any, label: str = "") -> None:
+        self.expr, self.builder, self.ops, self.label = expr, builder, ops, label
 
     def __repr__(self) -> str:
-        return "TrtDim(<dynamic>)"
+        # (where it comes from: two inputs' dims of other ONNX names print apart, and are not equal)
+        return f"TrtDim({self.label or '<computed>'})"
 
     def _other(self, other: Any) -> Any:
         if isinstance(other, TrtDim):
@@ -100,11 +101,12 @@ class TrtDim:
     __le__ = __gt__ = __ge__ = __lt__
 
 
-def wrap_dim(expr: Any, builder: Any, ops: Any) -> int | TrtDim:
-    """An ``IDimensionExpr`` as the rule sees it: an int when constant, else a :class:`TrtDim`."""
+def wrap_dim(expr: Any, builder: Any, ops: Any, label: str = "") -> int | TrtDim:
+    """An ``IDimensionExpr`` as the rule sees it: an int when constant, else a :class:`TrtDim` (``label``:
+    where it comes from, for messages, e.g. ``x.shape[0]``)."""
     if expr.is_constant():
         return int(expr.get_constant_value())
-    return TrtDim(expr, builder, ops)
+    return TrtDim(expr, builder, ops, label)
 
 
 def to_expr(dim: Any, builder: Any) -> Any:
