@@ -98,3 +98,67 @@ def test_view_refuses_a_file_that_is_not_onnx_and_bad_ports(tmp_path: Path, caps
     for port in ("99999", "-1"):
         assert main(["view", str(model), "--no-browser", "--port", port]) == 2
         assert f"port {port}: give 0 (any free port) to 65535" in capsys.readouterr().err
+
+
+def _get(url: str, host: str | None = None) -> tuple[int, bytes]:
+    import urllib.error
+
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_view_serves_the_model_and_its_data_files_only(tmp_path: Path) -> None:
+    """Netron's own server handed out every file under the model's folder to any Host (a web page using
+    DNS rebinding could read them), and pasted the file name into the page unescaped."""
+    pytest.importorskip("netron", reason="netron (the 'view' extra) is not installed")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / ".env").write_text("token=secret")
+    name = 'x"><img src=x onerror=alert(1)>.onnx'
+    weights = numpy_helper.from_array(np.arange(512, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512])],
+        [weights],
+    )
+    path = folder / name
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        path,
+        save_as_external_data=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    server = serve_model(path, port=0)
+    other = serve_model(tmp_path / "m" / name, port=0)  # a second server in the process serves its own
+    try:
+        status, page = _get(server.url + "/")
+        assert status == 200 and b"<img" not in page and b"&lt;img src=x onerror=alert(1)&gt;.onnx" in page
+        assert _get(f"{server.url}/data/weights.bin") == (200, (folder / "weights.bin").read_bytes())
+        import urllib.parse
+
+        assert _get(f"{server.url}/data/{urllib.parse.quote(name)}")[1] == path.read_bytes()
+        assert _get(f"{server.url}/data/.env")[0] == 404
+        assert _get(f"{server.url}/data/../m/.env")[0] == 404
+        assert _get(f"{server.url}/server.py")[0] == 404
+        assert _get(f"{server.url}/", host=f"attacker.example:{server.port}")[0] == 403
+        assert _get(f"{server.url}/", host=f"127.0.0.1:{server.port}")[0] == 200
+        assert _get(other.url + "/")[0] == 200 and other.port != server.port
+    finally:
+        server.stop()
+        other.stop()
+    (folder / "weights.bin").unlink()  # a data file missing: the model is still shown (Netron says what is missing)
+    alone = serve_model(path, port=0)
+    try:
+        assert _get(alone.url + "/")[0] == 200 and _get(f"{alone.url}/data/weights.bin")[0] == 404
+    finally:
+        alone.stop()

@@ -11,7 +11,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("view", help="open the model in Netron (served on localhost)")
     p.add_argument("model", help="path of the .onnx file")
     p.add_argument(
-        "--port", type=int, default=None, help="port to serve on (default: Netron's choice, 0 = any free port)"
+        "--port", type=int, default=None, help="port to serve on (default: any free port)"
     )
     p.add_argument("--host", default="localhost", help="address to bind (default localhost)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (headless machines)")
@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import signal
 
+    from opbridge._text import printable
     from opbridge.graph.view import serve_model
 
     server = serve_model(args.model, port=args.port, host=args.host, browse=not args.no_browser)
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     stops = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, signal.default_int_handler) for s in stops}
     try:
-        print(f"serving {args.model} at {server.url} (Ctrl-C to stop)", flush=True)
+        print(f"serving {printable(args.model)} at {server.url} (Ctrl-C to stop)", flush=True)
         server.wait()
     except KeyboardInterrupt:  # Ctrl-C before wait() took it over: a stop all the same
         server.stop()
