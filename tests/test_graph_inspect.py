@@ -156,3 +156,32 @@ def test_bytes_input_has_no_path() -> None:
         [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
     )
     assert inspect_model(model.SerializeToString()).path == ""
+
+
+def test_sparse_initializers_unknown_types_and_long_values() -> None:
+    """A sparse initializer was left out of the list and the total (and listed as an input); an element
+    type ONNX does not define ended in a traceback; a 1 MB string attribute was one 1 MB line."""
+    values = numpy_helper.from_array(np.ones(3, np.float32), "W")
+    indices = numpy_helper.from_array(np.array([0, 5, 7], np.int64), "W_indices")
+    odd = TensorProto(name="odd", data_type=999, dims=[2], raw_data=b"ab")
+    graph = helper.make_graph(
+        [helper.make_node("Foo", ["x", "W", "odd"], ["y"], domain="acme", text="z" * 5000)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [2, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[odd],
+        sparse_initializer=[helper.make_sparse_tensor(values, indices, [2, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)])
+    report = inspect_model(model)
+    assert [i.name for i in report.inputs] == ["x"]
+    by_name = {i.name: i for i in report.initializers}
+    assert (by_name["W"].shape, by_name["W"].nbytes, by_name["W"].sparse) == ([2, 4], 3 * 4 + 3 * 8, True)
+    assert by_name["odd"].dtype == "unknown(999)"
+    text = report.format_text()
+    assert "W: float[2, 4] 36 B (sparse)" in text
+    assert "... (5002 characters)" in text and max(len(line) for line in text.splitlines()) < 400
+    assert json.loads(report.to_json())["custom_nodes"][0]["attributes"][0]["value"] == "z" * 5000

@@ -72,12 +72,14 @@ class CustomNodeInfo:
 
 @dataclass(frozen=True)
 class InitializerInfo:
-    """An initializer's name, dtype, dims and size in bytes (external data counted too)."""
+    """An initializer's name, dtype, dims and size in bytes (external data counted too; a sparse one's
+    values and indices as stored)."""
 
     name: str
     dtype: str
     shape: list[int]
     nbytes: int
+    sparse: bool = False
 
 
 @dataclass
@@ -127,16 +129,23 @@ class ModelReport:
                 f"{c.num_inputs} input(s), {c.num_outputs} output(s), {body}"
             )
             for a in c.attributes:
-                lines.append(f"    {a.name}: {a.type} = {a.value!r}")
+                shown = repr(a.value)
+                if len(shown) > _LONGEST_VALUE:  # (the whole value is in --json)
+                    shown = f"{shown[:_LONGEST_VALUE]}... ({len(shown)} characters)"
+                lines.append(f"    {a.name}: {a.type} = {shown}")
         lines.append("node counts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.op_counts.items())))
         if self.functions:
             lines.append("functions: " + ", ".join(self.functions))
         lines.append(f"initializers: {len(self.initializers)}, {_human(self.initializer_bytes)}")
         for i in sorted(self.initializers, key=lambda i: -i.nbytes)[:max_initializers]:
-            lines.append(f"  {i.name}: {i.dtype}{i.shape} {_human(i.nbytes)}")
+            lines.append(f"  {i.name}: {i.dtype}{i.shape} {_human(i.nbytes)}{' (sparse)' if i.sparse else ''}")
         from opbridge._text import printable
 
         return "\n".join(printable(line) for line in lines)
+
+
+# the longest attribute value the text report shows whole
+_LONGEST_VALUE = 200
 
 
 def _human(n: int) -> str:
@@ -150,7 +159,12 @@ def _human(n: int) -> str:
 def _dtype_name(elem_type: int) -> str:
     import onnx
 
-    return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+    if not elem_type:
+        return "undefined"
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:  # a number ONNX does not define (the checker lets some through)
+        return f"unknown({elem_type})"
 
 
 def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:
@@ -202,7 +216,7 @@ def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
 def _element_count(t: onnx.TensorProto) -> int:
     count = 1
     for d in t.dims:
-        count *= int(d)
+        count *= max(int(d), 0)  # (a negative dim, which the checker refuses, holds nothing)
     return count
 
 
@@ -263,7 +277,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     for o in proto.opset_import:
         domain = "" if o.domain == "ai.onnx" else o.domain
         opsets[domain] = max(opsets.get(domain, 0), o.version)
-    weights = {i.name for i in proto.graph.initializer}
+    weights = {i.name for i in proto.graph.initializer} | {s.values.name for s in proto.graph.sparse_initializer}
     return ModelReport(
         path=path,
         ir_version=proto.ir_version,
@@ -277,5 +291,15 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         initializers=[
             InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t))
             for t in proto.graph.initializer
+        ]
+        + [
+            InitializerInfo(
+                s.values.name,
+                _dtype_name(s.values.data_type),
+                list(s.dims),
+                _tensor_nbytes(s.values) + _tensor_nbytes(s.indices),
+                sparse=True,
+            )
+            for s in proto.graph.sparse_initializer
         ],
     )
