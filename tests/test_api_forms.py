@@ -17,7 +17,6 @@ from opbridge.errors import OpbridgeError, OpDefinitionError
 from opbridge.graph import check_compat, lint_model
 from opbridge.graph.lint import has_errors
 from opbridge.graph.rewrite import RewriteError, rewrite_file, rewrite_model
-from opbridge.ops import MySELU
 
 
 @opbridge.op("tests.forms::Shift")
@@ -115,10 +114,3 @@ def test_tensorrt_builds_name_their_argument_forms(tmp_path: Path) -> None:
         build_engine(path, profiles="x:2,2,2", isolate=False)  # type: ignore[arg-type]
     with pytest.raises(OpbridgeError, match=r"profile of 'x': \('2', '2', '2'\); give three shapes of whole numbers"):
         build_engine(path, profiles={"x": ("2", "2", "2")}, isolate=False)  # type: ignore[dict-item]
-
-
-def test_a_module_attribute_that_is_a_tensor_types_as_one() -> None:
-    """(the seed model's constant input is a buffer, typed for the op's signature)"""
-    x = torch.randn(1, 1, 4, 4)
-    out = MySELU(x, torch.zeros(3), torch.ones(3), attr1="a", attr2=[1], attr3=1.0)
-    assert out.shape == x.shape
