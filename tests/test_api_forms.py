@@ -77,6 +77,10 @@ def test_export_takes_one_name_and_refuses_a_missing_path_first(tmp_path: Path) 
 
     result = opbridge.export(Model(), torch.zeros(3), tmp_path / "m.onnx", exporter="torchscript", input_names="image")
     assert [i.name for i in result.model.graph.input] == ["image"]
+    with pytest.raises(opbridge.ExportError, match=r"input_names \['a', 'b'\] name 2 inputs, and the example gives 1"):
+        opbridge.export(
+            Model(), (torch.zeros(3),), tmp_path / "m2.onnx", exporter="torchscript", input_names=["a", "b"]
+        )
     with pytest.raises(opbridge.OutputPathError, match=r"the output path is a NoneType; give a file path"):
         opbridge.export(Model(), (torch.zeros(3),), None, exporter="torchscript")  # type: ignore[arg-type]
 

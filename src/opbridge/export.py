@@ -858,6 +858,12 @@ def export(
         input_names = [input_names]
     if isinstance(output_names, str):
         output_names = [output_names]
+    given = len(args) + sum(1 for v in (kwargs or {}).values() if isinstance(v, torch.Tensor))
+    if input_names is not None and len(input_names) > given:  # (TorchScript dropped the extra names)
+        raise ExportError(
+            f"input_names {list(input_names)} name {len(input_names)} inputs, and the example gives {given}: "
+            "one name per positional input (then tensor keyword inputs), in order."
+        )
     ops = all_ops()
     register_onnx_schemas(ops)
     if dynamic_axes and dynamic_shapes is not None:

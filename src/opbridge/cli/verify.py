@@ -194,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json not in (None, "-"):  # a bad path (one of the files read, "") is named before the run
         prepare_output(args.json, protected=user_files(args))
+    if args.export_shape_only and (args.shape or args.inputs):
+        print("note: --export-shape-only changes nothing beside --shape or --inputs (no set is added)", file=sys.stderr)
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
     progress = _Progress(not args.quiet)

@@ -10,9 +10,7 @@ __all__ = ["add_parser"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("view", help="open the model in Netron (served on localhost)")
     p.add_argument("model", help="path of the .onnx file")
-    p.add_argument(
-        "--port", type=int, default=None, help="port to serve on (default: any free port)"
-    )
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default: any free port)")
     p.add_argument("--host", default="localhost", help="address to bind (default localhost)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (headless machines)")
     p.set_defaults(run=run)
