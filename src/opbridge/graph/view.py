@@ -273,7 +273,7 @@ def serve_model(
         logger.warning(
             "view: serving %s on %s, which other machines may reach: anyone who does can fetch the model", path, host
         )
-    names = {host.lower().strip("[]"), "localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
+    names = {host.lower().strip("[]"), "localhost", socket.gethostname().lower()}  # (no getfqdn: a DNS wait)
     handler = type(
         "Handler",
         (_Handler,),
