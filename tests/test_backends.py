@@ -586,23 +586,6 @@ class _IndicesOnward(torch.nn.Module):
         return torch.gather(x * 2, -1, indices) + values, indices + 1
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-def test_openvino_runs_standard_ops_on_int64_outputs_of_custom_nodes(tmp_path, exporter: str) -> None:
-    """The CPU plugin turns the graph's int64 into int32 while compiling, but not a custom op's output:
-    ``indices + 1`` then met int64 and int32 and the model did not compile ("Arguments do not have
-    the same element type")."""
-    _needs("openvino")
-    path = tmp_path / "indices.onnx"
-    x = torch.randn(3, 5)
-    opbridge.export(_IndicesOnward(), (x,), path, exporter=exporter, input_names=["x"], output_names=["y", "i"])
-    with OpenVINORunner(path) as runner:
-        got = runner.infer({"x": x.numpy()})
-    want = _IndicesOnward()(x)
-    assert got["i"].dtype == np.int64
-    np.testing.assert_array_equal(got["i"], want[1].numpy())
-    np.testing.assert_allclose(got["y"], want[0].numpy(), rtol=0, atol=0)
-
-
 @opbridge.op("tests.backends::Positive")
 def _positive(x: torch.Tensor) -> torch.Tensor:
     return x > 0
@@ -615,18 +598,24 @@ class _MaskOnward(torch.nn.Module):
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
-def test_openvino_runs_standard_ops_on_bool_outputs_of_custom_nodes(tmp_path, exporter: str) -> None:
-    """The CPU plugin computes bool in uint8: a custom op's bool output feeding And and Where failed to
-    compile ("unsupported src_prc: boolean"); the model's own bool output comes back as bool."""
+@pytest.mark.parametrize(
+    ("model", "dtype"), [(_IndicesOnward, np.int64), (_MaskOnward, np.bool_)], ids=["int64-indices", "bool-mask"]
+)
+def test_openvino_runs_standard_ops_on_lowered_outputs_of_custom_nodes(
+    tmp_path, exporter: str, model: type[torch.nn.Module], dtype: type
+) -> None:
+    """The CPU plugin computes int64 in int32 and bool in uint8 while compiling, but not a custom op's
+    output: ``indices + 1`` met int64 and int32 ("Arguments do not have the same element type"), And and
+    Where met a boolean ("unsupported src_prc: boolean"). The model's own outputs keep their types."""
     _needs("openvino")
-    path = tmp_path / "mask.onnx"
+    path = tmp_path / "onward.onnx"
     x = torch.randn(3, 5)
-    opbridge.export(_MaskOnward(), (x,), path, exporter=exporter, input_names=["x"], output_names=["y", "m"])
+    opbridge.export(model(), (x,), path, exporter=exporter, input_names=["x"], output_names=["y", "k"])
     with OpenVINORunner(path) as runner:
         got = runner.infer({"x": x.numpy()})
-    want = _MaskOnward()(x)
-    assert got["m"].dtype == np.bool_
-    np.testing.assert_array_equal(got["m"], want[1].numpy())
+    want = model()(x)
+    assert got["k"].dtype == dtype
+    np.testing.assert_array_equal(got["k"], want[1].numpy())
     np.testing.assert_array_equal(got["y"], want[0].numpy())
 
 
