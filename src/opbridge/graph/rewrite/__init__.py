@@ -152,8 +152,12 @@ def rewrite_model(
             f"option(s) {stray} are not read by rule(s) {list(rules)}; they take {sorted(accepted - {'map', 'rename'})}"
             " (see opbridge rewrite --help)."
         )
-    current = onnx.ModelProto()
-    current.CopyFrom(load_model(model))
+    loaded = load_model(model)
+    if loaded is model:  # the caller's ModelProto, which stays as it is (one read from a file is ours)
+        current = onnx.ModelProto()
+        current.CopyFrom(loaded)
+    else:
+        current = loaded
     outcomes: list[RuleOutcome] = []
     for name in rules:
         current, done = RULES[name]().apply(current, options or {})
