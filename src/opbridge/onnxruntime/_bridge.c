@@ -482,10 +482,10 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
         if (size == 0 || data == NULL) {
             arr = PyArray_SimpleNew((int)rank, shape, typenum); /* empty: nothing to view */
         } else {
+            /* (no NPY_ARRAY_ALIGNED: numpy works out for itself whether the data is aligned, and a
+               caller's feed may start at any address) */
             int flags = NPY_ARRAY_C_CONTIGUOUS | (k->writable ? NPY_ARRAY_WRITEABLE : 0);
             arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, data, 0, flags, NULL);
-            /* aligned only where it is (numpy works out which): a caller's feed may start at any address */
-            if (arr != NULL) PyArray_UpdateFlags((PyArrayObject *)arr, NPY_ARRAY_ALIGNED);
         }
         if (arr == NULL) {
             opb_format_exception(err, n);
