@@ -12,11 +12,11 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from opbridge.errors import OutputPathError
 
-__all__ = ["prepare_output", "write_atomic"]
+__all__ = ["prepare_output", "read_files", "write_atomic"]
 
 
 def prepare_output(
@@ -99,3 +99,19 @@ def write_atomic(
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def read_files(model: Any, reference: Any = None, inputs: Any = None, ops: Iterable[Any] | None = None) -> list[str]:
+    """The files a command reads, which what it writes must never replace: the model, a factory's source
+    (``path/to/file.py:factory``; none for a module), input arrays given as files and ``--ops`` files
+    (what of each is a path)."""
+    found = [model] if isinstance(model, (str, os.PathLike)) else []
+    if isinstance(reference, str):
+        source = reference.rpartition(":")[0]
+        if source.endswith(".py"):
+            found.append(source)
+    found += [
+        i for i in (inputs if isinstance(inputs, (list, tuple)) else [inputs]) if isinstance(i, (str, os.PathLike))
+    ]
+    found += [o for o in ops or [] if isinstance(o, (str, os.PathLike)) and os.path.isfile(o)]
+    return [text for text in (os.fspath(f) for f in found) if text]

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from opbridge._files import read_files
 from opbridge.backends.base import TensorMeta, format_shape, onnx_io_meta
 from opbridge.compare import OutputComparison, compare_arrays
 from opbridge.errors import BackendUnavailableError, OpbridgeError
@@ -624,16 +625,6 @@ def _check_inputs_argument(inputs: Any) -> None:
             )
 
 
-def _read_files(model: Any, reference: Any, arrays: Sequence[Any], ops: Sequence[str] | None) -> list[str]:
-    """The files verify read, which :meth:`VerifyRecord.write_json` must not replace."""
-    found = [model] if isinstance(model, (str, os.PathLike)) else []
-    found += [a for a in arrays if isinstance(a, (str, os.PathLike))]
-    if isinstance(reference, str) and reference.rpartition(":")[0].endswith(".py"):
-        found.append(reference.rpartition(":")[0])
-    found += [o for o in ops or [] if os.path.isfile(o)]
-    return [os.fspath(f) for f in found]
-
-
 def _subgraph_nodes(attr: Any) -> list[Any]:
     """The nodes of an attribute's graph(s): an If/Loop/Scan body (none for other attributes)."""
     graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
@@ -868,7 +859,7 @@ def verify(
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
     record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol, set_origins=origins)
-    record.read_files = _read_files(model, reference, given_arrays, ops)
+    record.read_files = read_files(model, reference, given_arrays, ops)
     out_names = [o.name for o in out_meta]
     for out_name in dict.fromkeys(n for n in out_names if out_names.count(n) > 1):
         places = [i for i, n in enumerate(out_names) if n == out_name]

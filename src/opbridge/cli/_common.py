@@ -7,7 +7,7 @@ from typing import Any
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["add_ops_argument", "factory_file", "json_for_stdout", "parse_dims", "print_json_and_table", "user_files"]
+__all__ = ["add_ops_argument", "json_for_stdout", "parse_dims", "print_json_and_table", "user_files"]
 
 
 def add_ops_argument(parser: argparse.ArgumentParser) -> None:
@@ -33,25 +33,17 @@ def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
     return dims
 
 
-def factory_file(reference: str | None) -> list[str]:
-    """The source file of a ``path/to/file.py:factory`` reference (none for a module reference):
-    a file an output path must not be."""
-    if not reference:
-        return []
-    path, _, _ = reference.rpartition(":")
-    return [path] if path.endswith(".py") else []
-
-
 def user_files(args: argparse.Namespace) -> list[str]:
     """The files a command reads that its outputs must never replace: the model, the factory's
     source, ``--ops`` files and the ``--inputs`` arrays (whichever the command takes)."""
-    import os
+    from opbridge._files import read_files
 
-    found = [getattr(args, "model", None), *factory_file(getattr(args, "reference", None))]
-    found += [o for o in getattr(args, "ops", None) or [] if os.path.isfile(o)]
-    given = getattr(args, "inputs", None)
-    found += given if isinstance(given, list) else [given]
-    return [f for f in found if isinstance(f, str) and f]
+    return read_files(
+        getattr(args, "model", None),
+        getattr(args, "reference", None),
+        getattr(args, "inputs", None),
+        getattr(args, "ops", None),
+    )
 
 
 def json_for_stdout(text: str) -> str:
