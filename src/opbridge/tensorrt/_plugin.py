@@ -143,34 +143,34 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 known = self._dtype_cache[key] = self._probe_dtypes(dtypes)
             return list(known)
 
+        def _outputs(self, rule: Any, shapes: Sequence[Sequence[Any]], dtypes: Sequence[str]) -> list[TensorInfo]:
+            """The outputs ``rule`` gives (the reference on meta tensors without one) for inputs of ``shapes``
+            and ``dtypes``, absent optional ones after them."""
+            spec = self.opdef.spec
+            infos: list[Any] = [TensorInfo(tuple(s), _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
+            infos += [None] * (len(spec.inputs) - len(infos))
+            return output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+
         def _probe_dtypes(self, dtypes: list[str]) -> list[str]:
             spec, rule = self.opdef.spec, self.opdef.shape_rule
-            if rule is None:
-                if not dtypes:
-                    raise OpDefinitionError(
-                        f"{spec.qualname} has no inputs and no shape rule, so its outputs' dtypes are unknown; "
-                        f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
-                        "per output."
-                    )
-                # the reference on meta tensors (dtypes rarely depend on sizes): of rank 4 first, then others
-                for rank in (4, 2, 3, 1, 5, 0, 6, 7, 8):
-                    sized: list[Any] = [TensorInfo((2,) * rank, _torch_dtype(d)) for d in dtypes]
-                    sized += [None] * (len(spec.inputs) - len(sized))
-                    try:
-                        derived = output_infos(spec, None, self.opdef.reference, sized, dict(self.attrs))
-                    except Exception:
-                        continue
-                    return [_dtype_name(r.dtype) for r in derived]
-                return [dtypes[0]] * self.num_outputs
-            # Ranks are not known yet (TensorRT asks for types before shapes): probe with unknown dims, rank 8
-            # first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes.
-            for rank in (8, 4, 2, 3, 1, 5, 6, 7, 0):
-                infos: list[Any] = [TensorInfo((SymDim(None),) * rank, _torch_dtype(d)) for d in dtypes]
-                infos += [None] * (len(spec.inputs) - len(infos))
+            if rule is None and not dtypes:
+                raise OpDefinitionError(
+                    f"{spec.qualname} has no inputs and no shape rule, so its outputs' dtypes are unknown; "
+                    f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
+                    "per output."
+                )
+            # Ranks are not known yet (TensorRT asks for types before shapes). A rule gets unknown dims, rank 8
+            # first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes; without one,
+            # the reference runs on meta tensors of size 2 (dtypes rarely depend on sizes), rank 4 first.
+            ranks = (8, 4, 2, 3, 1, 5, 6, 7, 0) if rule is not None else (4, 2, 3, 1, 5, 0, 6, 7, 8)
+            for rank in ranks:
+                dims = (SymDim(None),) * rank if rule is not None else (2,) * rank
                 try:
-                    results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+                    results = self._outputs(rule, [dims] * len(dtypes), dtypes)
                 except OpDefinitionError:
-                    raise
+                    if rule is not None:
+                        raise
+                    continue
                 except Exception:
                     continue
                 return [_dtype_name(r.dtype) for r in results]
@@ -214,9 +214,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             if rule is None:
                 results = self._derived(shapes, dtypes, builder)
             else:
-                infos: list[Any] = [TensorInfo(s, _torch_dtype(d)) for s, d in zip(shapes, dtypes)]
-                infos += [None] * (len(spec.inputs) - len(infos))
-                results = output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+                results = self._outputs(rule, shapes, dtypes)
             out = []
             declared = self._rule_dtypes(dtypes) if self.input_dtypes else None
             for i, info in enumerate(results):
@@ -246,8 +244,8 @@ def make_classes(trt: Any) -> tuple[type, type]:
             """
             spec = self.opdef.spec
             groups: list[tuple[Any, SymDim, TrtDim]] = []
-            infos: list[TensorInfo | None] = []
-            for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+            symbolic: list[list[Any]] = []
+            for i, shape in enumerate(shapes):
                 dims: list[Any] = []
                 for k, d in enumerate(shape):
                     if not isinstance(d, TrtDim):
@@ -261,9 +259,8 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     else:
                         groups.append((d.expr, SymDim(f"in{i}_d{k}"), d))
                         dims.append(groups[-1][1])
-                infos.append(TensorInfo(tuple(dims), _torch_dtype(dtype)))
-            infos += [None] * (len(spec.inputs) - len(infos))
-            derived = output_infos(spec, None, self.opdef.reference, infos, dict(self.attrs))
+                symbolic.append(dims)
+            derived = self._outputs(None, symbolic, dtypes)
             back = {symbol: dim for _, symbol, dim in groups}
             out = []
             for i, info in enumerate(derived):
@@ -320,10 +317,8 @@ def make_classes(trt: Any) -> tuple[type, type]:
                 return
             # the rule saw TensorRT's symbolic dims while building: at the profile's own corners, it may refuse
             for corner, pick in (("smallest", 0), ("largest", 1)):
-                infos: list[Any] = [TensorInfo(r[pick], _torch_dtype(d)) for r, d in zip(given, self.input_dtypes)]
-                infos += [None] * (len(spec.inputs) - len(infos))
                 try:
-                    output_infos(spec, rule, self.opdef.reference, infos, dict(self.attrs))
+                    self._outputs(rule, [r[pick] for r in given], self.input_dtypes)
                 except OpDefinitionError:
                     raise
                 except Exception as exc:
