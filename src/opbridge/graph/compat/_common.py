@@ -83,11 +83,13 @@ class FunctionIndex:
 
     @classmethod
     def of(cls, model: onnx.ModelProto, ir_model: ir.Model | None) -> FunctionIndex:
+        from opbridge.graph._model import function_keys
+
         def key(f: Any) -> tuple[str, str, str]:
             return (f.domain, f.name, getattr(f, "overload", ""))
 
         return cls(
-            frozenset((f.domain, f.name) for f in model.functions),
+            frozenset(function_keys(model)),
             {key(f): f for f in model.functions},
             {} if ir_model is None else {key(f): f for f in ir_model.functions.values()},
         )
