@@ -564,10 +564,8 @@ def test_ops_inside_control_flow_export_and_run_everywhere(tmp_path: Path, model
     result = opbridge.export(model(), (torch.randn(2, 3),), path, dynamic_shapes=({0: torch.export.Dim("n")},))
     loaded = onnx.load(str(path))
     assert [n.op_type for n in loaded.graph.node][-1] in ("If", "Loop")
-    assert not result.custom_nodes  # (the main graph's)
-    from opbridge.model_io import walk_nodes
-
-    assert {(n.domain, n.op_type) for n in walk_nodes(loaded.graph.node) if n.domain} == {("acme", "ScaledSwish")}
+    assert not [n for n in loaded.graph.node if n.domain]  # all in the bodies, which custom_nodes lists
+    assert {(n.domain, n.op_type) for n in result.custom_nodes} == {("acme", "ScaledSwish")}
     inputs = [torch.linspace(0.5, 2.0, 12).reshape(4, 3), -torch.linspace(0.5, 2.0, 15).reshape(5, 3)]
     record = opbridge.verify(path, (model(), (inputs[0],)), inputs={"x": inputs[0].numpy()}, shapes=[{"x": (5, 3)}])
     assert record.runs and all(r.status == "pass" for r in record.runs), [(r.backend, r.error) for r in record.runs]
@@ -579,6 +577,51 @@ def test_ops_inside_control_flow_export_and_run_everywhere(tmp_path: Path, model
         for session in (opbridge.InferenceSession(str(path)), opbridge.ReferenceSession(str(path))):
             (got,) = session.run(None, {"x": x.numpy()})
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+class _V2InBranch(torch.nn.Module):
+    def __init__(self, outside: bool) -> None:
+        super().__init__()
+        self.outside = outside
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = act_v1(x) if self.outside else x
+        return torch.cond(y.sum() > 0, lambda t: act_v2(t), lambda t: t - 1.0, (y,))
+
+
+def test_op_versions_inside_control_flow_set_the_domains_version(tmp_path: Path) -> None:
+    """A version-2 op called only inside torch.cond's branch imports its domain at version 2 (the call
+    count does not see branches; the version came from the highest defined, or from the main graph's
+    calls). v1 in the main graph beside v2 in a branch cannot be written: refused, as in one graph."""
+    x = torch.ones(2, 3)
+    result = opbridge.export(_V2InBranch(False), (x,), tmp_path / "v2.onnx")
+    assert {o.domain: o.version for o in result.model.opset_import}["acme.versions"] == 2
+    assert [n.op_type for n in result.custom_nodes] == ["Act"]
+    sess = opbridge.InferenceSession(result.path)
+    np.testing.assert_array_equal(sess.run(None, {"x": x.numpy()})[0], np.full((2, 3), 100.0))
+    target = tmp_path / "mixed.onnx"
+    with pytest.raises(ExportError, match=r"calls acme.versions::Act v1, but its domain is imported at version 2"):
+        opbridge.export(_V2InBranch(True), (x,), target)
+    assert not target.exists()
+
+
+class _ScriptedBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > 0):
+            return torch.ops.opbridge.acme_versions__Act_v2(x)
+        return x - 1.0
+
+
+def test_scripted_code_calling_a_version_2_op_imports_version_2(tmp_path: Path) -> None:
+    """TorchScript export of scripted code: its op calls are not counted while tracing; the nodes the
+    exporter wrote set the domain's version (it was imported at 1 and ran v1 everywhere)."""
+    assert act_v2.torch_op_name == "opbridge::acme_versions__Act_v2"
+    x = torch.ones(2, 3)
+    result = opbridge.export(torch.jit.script(_ScriptedBranch()), (x,), tmp_path / "s.onnx", exporter="torchscript")
+    assert {o.domain: o.version for o in result.model.opset_import}["acme.versions"] == 2
+    assert [n.op_type for n in result.custom_nodes] == ["Act"]
+    sess = opbridge.InferenceSession(result.path)
+    np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], np.full((2, 3), 100.0))
 
 
 def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:

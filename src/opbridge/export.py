@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -66,6 +67,26 @@ Exporter = Literal["dynamo", "torchscript"]
 _TS_LOCK = ForkSafeLock()
 _EXPORT_LOCK = ForkSafeLock(reentrant=True)
 _TS_REGISTERED: dict[str, OpDef] = {}
+# the ops (domain, name, version) whose nodes the running export's translations wrote, per thread: also
+# those in control flow's bodies and in scripted code, which the call count does not see
+_EMITTED = threading.local()
+
+
+def _note_emitted(key: tuple[str, str, int]) -> None:
+    emitted = getattr(_EMITTED, "keys", None)
+    if emitted is not None:
+        emitted.add(key)
+
+
+@contextmanager
+def _recording_emitted() -> Iterator[set[tuple[str, str, int]]]:
+    previous = getattr(_EMITTED, "keys", None)
+    keys: set[tuple[str, str, int]] = set()
+    _EMITTED.keys = keys
+    try:
+        yield keys
+    finally:
+        _EMITTED.keys = previous
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,7 @@ def _translation(opdef: OpDef) -> Any:
         attrs = {a.name: _attr_value(a, _decode_attr(a, v)) for a, v in zip(spec.attributes, raw)}
         while inputs and inputs[-1] is None:
             inputs.pop()
+        _note_emitted(spec.key)
         return getattr(opset, spec.name)(*inputs, **attrs)
 
     translate.__name__ = f"translate_{spec.domain.replace('.', '_')}_{spec.name}"
@@ -482,6 +504,7 @@ def _symbolic(opdef: OpDef) -> Any:
             kwargs[f"{attr.name}_{suffix}"] = attr.to_onnx_value(attr.normalize(_decode_attr(attr, const)))
         while inputs and helper._is_none(inputs[-1]):
             inputs.pop()
+        _note_emitted(spec.key)
         outputs = g.op(f"{spec.domain}::{spec.name}", *inputs, outputs=len(spec.outputs), **kwargs)
         values = _attribute_values_from_kwargs(spec, kwargs)
         _set_output_types(opdef, inputs, outputs if len(spec.outputs) > 1 else (outputs,), values)
@@ -613,14 +636,14 @@ def _reset_generated_dims(model: onnx.ModelProto, keep: set[str]) -> None:
 
 
 def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Nodes of ``model``'s main graph outside the standard ONNX domains."""
-    return [n for n in model.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.ml")]
+    """Nodes of ``model``'s graph and of its If/Loop/Scan bodies outside the standard ONNX domains."""
+    return [n for n in walk_nodes(model.graph.node) if n.domain not in ("", "ai.onnx", "ai.onnx.ml")]
 
 
 def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
     from opbridge.definition import find_op
 
-    present = {(n.domain, n.op_type) for n in model.graph.node}
+    present = {(n.domain, n.op_type) for n in walk_nodes(model.graph.node)}
     lost = [key for key in calls if (key[0], key[1]) not in present]
     if lost:
         names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
@@ -657,7 +680,7 @@ def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
     called) in it; an ExportError where a called op would then resolve to another version of itself."""
     from opbridge.definition import find_op
 
-    used = {n.domain for n in model.graph.node}
+    used = {n.domain for n in walk_nodes(model.graph.node)}
     wanted: dict[str, int] = {}
     for opdef in ops:
         domain = opdef.spec.domain
@@ -911,7 +934,12 @@ def export(
     captured: list[CapturedWarning] = []
     # one export at a time in a process: torch's exporters keep global state (two at once failed), and
     # catching the warnings swaps the process's warning state
-    with _EXPORT_LOCK, tracing_calls() as calls, warnings.catch_warnings(record=True) as caught:
+    with (
+        _EXPORT_LOCK,
+        tracing_calls() as calls,
+        _recording_emitted() as emitted,
+        warnings.catch_warnings(record=True) as caught,
+    ):
         warnings.simplefilter("always")
         try:
             if exporter == "dynamo":
@@ -965,7 +993,7 @@ def export(
                     "writes the graph with it), which is not installed: pip install 'onnxscript>=0.6', or export "
                     "with exporter='torchscript' (--exporter torchscript)."
                 ) from exc
-            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}") from exc
+            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}{_causes(exc)}") from exc
     for w in caught:
         category = w.category.__name__
         if issubclass(w.category, (DeprecationWarning, FutureWarning)) or "torch/onnx" in w.filename:
@@ -981,10 +1009,11 @@ def export(
             f"convert the model to {opset_version}); nothing was written: pick an opset it supports, e.g. {written}."
         )
     _check_ops_present(proto, calls, exporter)
-    used = [d for d in ops if d.spec.key in calls]
-    # calls inside control flow's branches, which dynamo traces without the count: found in the graph
+    # the ops called while tracing, and those whose nodes the exporter wrote where tracing does not count
+    # (control flow's branches under dynamo, scripted code under TorchScript)
+    used = [d for d in ops if d.spec.key in calls or d.spec.key in emitted]
     counted = {(d.spec.domain, d.spec.name) for d in used}
-    for node in walk_nodes(proto.graph.node):
+    for node in walk_nodes(proto.graph.node):  # (any other node of an op: its highest version)
         if (node.domain, node.op_type) not in counted:
             same = [d for d in ops if (d.spec.domain, d.spec.name) == (node.domain, node.op_type)]
             if same:
@@ -1002,6 +1031,21 @@ def export(
     _lint_result(result)
     logger.info("%s", result.summary())
     return result
+
+
+def _causes(exc: BaseException, limit: int = 4) -> str:
+    """`` (caused by: ...)`` for the exceptions behind ``exc`` whose text it does not already hold
+    (torch.onnx's pass errors name only the pass: the cause is in their ``__cause__``)."""
+    text, chain, seen = str(exc), [], {id(exc)}
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen and len(chain) < limit:
+        seen.add(id(cause))
+        message = re.sub(r"\x1b\[[0-9;]*m", "", str(cause)).strip()
+        if message and message not in text:
+            chain.append(f"{type(cause).__name__}: {message}")
+            text += message
+        cause = cause.__cause__ or cause.__context__
+    return f" (caused by: {' <- '.join(chain)})" if chain else ""
 
 
 def _lint_result(result: ExportResult) -> None:
