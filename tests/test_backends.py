@@ -215,6 +215,39 @@ def test_a_default_domain_node_without_a_kernel_gets_a_hint_that_works(backend: 
     assert 'opbridge.legacy::NoKernelHere")' not in text
 
 
+@opbridge.op("tests.backends::Times")
+def _times(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+    return x * k
+
+
+def _times_model(inputs: list[str], **attrs: object) -> onnx.ModelProto:
+    node = helper.make_node("Times", inputs, ["y"], domain="tests.backends", name="t", **attrs)
+    value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in inputs]
+    graph = helper.make_graph([node], "g", value, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime-kernels", "reference", "openvino"])
+@pytest.mark.parametrize(
+    ("inputs", "attrs", "message"),
+    [
+        (["x"], {"kk": 2}, r"attribute\(s\) \['kk'\] that the op does not declare \(it takes \['k'\]\)"),
+        (["x", "z"], {}, r"has 2 inputs; the op takes at most 1 \(x\)"),
+    ],
+    ids=["misspelt-attribute", "extra-input"],
+)
+def test_every_backend_refuses_a_node_that_does_not_fit_its_op(
+    backend: str, inputs: list[str], attrs: dict, message: str
+) -> None:
+    """A misspelt attribute ran with the op's default (k=1) on the reference evaluator and OpenVINO,
+    and verify passed them; an extra input reached the op as its attribute. Each backend refuses the
+    node when it loads the model, as ONNX Runtime's bridge does."""
+    _needs(backend)
+    with pytest.raises(opbridge.OpDefinitionError, match=message):
+        get_backend(backend)(_times_model(inputs, **attrs)).load()
+
+
 # --------------------------------------------------------------------------- shared checks and registry
 
 META = [TensorMeta("x", np.dtype("float32"), ("batch", 3, None)), TensorMeta("k", np.dtype("int64"), (2,))]

@@ -153,7 +153,10 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
 
     spec = opdef.spec
     direct = {a.name: a for a in node.attribute if not a.ref_attr_name}
-    values = attribute_values(spec, getter=direct.get)
+    try:
+        values = attribute_values(spec, getter=direct.get)
+    except ValueError as exc:  # (not an OpDefinitionError: onnx.reference hides a TypeError's message)
+        raise ModelLoadError(f"{spec.qualname} node {node.name!r}: {exc}") from None
     for attr in node.attribute:
         if attr.ref_attr_name and linked.get(attr.name) is not None:
             values[attr.name] = spec.attribute(attr.name).from_onnx_value(_plain(linked[attr.name]))
@@ -322,16 +325,23 @@ def _op_class(
         node = self.onnx_node
         try:
             results = runner(node, inputs, linked)
+        except OpbridgeError:
+            raise
         except ValueError as exc:
             if "read-only" not in str(exc):
-                raise
+                raise OpbridgeError(
+                    f"{domain}::{op_type} ({source}) node {node.name!r} raised ValueError: {exc}"
+                ) from exc
             raise OpbridgeError(
                 f"{domain}::{op_type} ({source}) node {node.name!r} wrote into one of its inputs ({exc}), which "
                 "other nodes and the caller may still read; write the result into a new array (e.g. x = x.copy())."
             ) from None
-        except TypeError as exc:
-            # onnx.reference reports a TypeError as "Issues with types ...", without the kernel's message
-            raise OpbridgeError(f"{domain}::{op_type} ({source}) node {node.name!r} raised TypeError: {exc}") from exc
+        except Exception as exc:
+            # named by op and node, as ONNX Runtime's bridge and OpenVINO name them (onnx.reference reports a
+            # TypeError as "Issues with types ...", without the kernel's message)
+            raise OpbridgeError(
+                f"{domain}::{op_type} ({source}) node {node.name!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
         if len(results) != len(node.output):
             raise OpbridgeError(
                 f"{domain}::{op_type} ({source}) returned {len(results)} output(s) for a node with "
@@ -400,6 +410,41 @@ def _fill_function_defaults(proto: onnx.ModelProto, skip: set[tuple[str, str]]) 
             node.attribute.extend(a for a in wanted if a.name not in given)
 
 
+def _fill_loop_conditions(proto: onnx.ModelProto) -> int:
+    """Give each Loop with a trip count but no condition (``Loop(M, "", ...)``, valid ONNX: run M times)
+    a constant true condition, in place: onnx.reference runs such a loop zero times (onnx 1.23). Returns
+    how many it filled."""
+    import onnx
+
+    names = {v for n in walk_nodes(proto.graph.node) for v in (*n.input, *n.output)}
+    names |= {v for f in proto.functions for n in walk_nodes(f.node) for v in (*n.input, *n.output)}
+    names |= {i.name for i in proto.graph.initializer} | {i.name for i in proto.graph.input}
+    filled = 0
+
+    def fill(nodes: Any) -> None:
+        nonlocal filled
+        for position in range(len(nodes) - 1, -1, -1):  # (inserting before a node leaves earlier ones in place)
+            node = nodes[position]
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                    fill(sub.node)
+            if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and len(node.input) > 1:
+                if node.input[0] and not node.input[1]:
+                    name = f"opbridge_loop_condition_{filled}"
+                    while name in names:
+                        name += "_"
+                    names.add(name)
+                    true = onnx.helper.make_tensor(name, onnx.TensorProto.BOOL, [], [True])
+                    nodes.insert(position, onnx.helper.make_node("Constant", [], [name], value=true))
+                    node.input[1] = name
+                    filled += 1
+
+    fill(proto.graph.node)
+    for function in proto.functions:
+        fill(function.node)
+    return filled
+
+
 def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
     """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
 
@@ -463,6 +508,7 @@ class ReferenceSession:
                 DEFAULT_LEGACY_DOMAIN,
             )
         self._legacy = {(DEFAULT_LEGACY_DOMAIN, name) for name in moved}
+        _fill_loop_conditions(proto)
         self.prefer: Prefer = prefer
         self.implementations: dict[tuple[str, str], str] = {}
         new_ops = self._custom_ops(proto)
@@ -480,6 +526,7 @@ class ReferenceSession:
     def _custom_ops(self, proto: onnx.ModelProto) -> list[type]:
         from opbridge.definition import find_op
         from opbridge.kernels import find_kernel
+        from opbridge.onnxruntime.bridge import check_node
 
         opsets = {o.domain: o.version for o in proto.opset_import}
         functions = {(f.domain, f.name) for f in proto.functions}
@@ -514,12 +561,15 @@ class ReferenceSession:
                 continue
             opdef = None if (domain, op_type) in self._legacy else find_op(domain, op_type, version)
             if opdef is not None:
+                for node in nodes:  # (as ONNX Runtime's bridge refuses them)
+                    if (node.domain, node.op_type) == (domain, op_type):
+                        check_node(opdef, node, f"{opdef.spec.qualname} node {node.name!r}")
                 how = (
                     "numpy kernel"
                     if opdef.kernel_kind == "numpy" and opdef.kernel
                     else ("torch kernel" if opdef.kernel is not None else "PyTorch reference")
                 )
-                classes.append(_op_class(domain, op_type, _spec_runner(opdef), f"{opdef.spec.qualname} {how}", types))
+                classes.append(_op_class(domain, op_type, _spec_runner(opdef), how, types))
                 self.implementations[domain, op_type] = how
                 continue
             kern = find_kernel(domain, op_type, version)

@@ -113,10 +113,13 @@ class CustomKernel:
         return f"{self.kerneldef.kind} kernel"
 
     def attributes(self, node: onnx.NodeProto, skip: Sequence[str] = ()) -> dict[str, Any]:
-        """The node's attribute values as the kernel expects them."""
+        """The node's attribute values as the kernel expects them; a node that does not fit the op
+        (more inputs, an attribute it does not declare) is refused as ONNX Runtime's bridge refuses it."""
         if self.opdef is not None:
             from opbridge.onnx_schema import attribute_values
+            from opbridge.onnxruntime.bridge import check_node
 
+            check_node(self.opdef, node, f"{self.qualname} node {node.name!r}")
             return attribute_values(self.opdef.spec, node)
         attrs = _attrs_generic(node)
         for name in skip:

@@ -65,6 +65,8 @@ __all__ = [
     "BoundKernel",
     "NodeKernel",
     "check_arity",
+    "check_attribute_names",
+    "check_node",
     "kernel_for_node",
     "library_path",
     "node_attributes",
@@ -164,10 +166,9 @@ def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
     return out
 
 
-def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
-    """``node``'s attribute values as ``opdef`` declares them (defaults filled in, types checked)."""
-    from opbridge.onnx_schema import attribute_values
-
+def check_attribute_names(opdef: OpDef, node: onnx.NodeProto) -> None:
+    """Refuse a node attribute ``opdef`` does not declare: the op would run with its default in its
+    place (a misspelt name)."""
     spec = opdef.spec
     known = {a.name for a in spec.attributes}
     unknown = sorted(a.name for a in node.attribute if a.name not in known and a.name != NODE_ATTRIBUTE)
@@ -176,6 +177,21 @@ def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
             f"{spec.qualname} node {node.name!r} has attribute(s) {unknown} that the op does not declare "
             f"(it takes {sorted(known)}); re-export the model or fix the op definition."
         )
+
+
+def check_node(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
+    """What every backend running ``opbridge``'s code for a node checks when it loads the model: the
+    node's inputs and outputs (:func:`check_arity`) and its attribute names."""
+    check_arity(opdef, node, label)
+    check_attribute_names(opdef, node)
+
+
+def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
+    """``node``'s attribute values as ``opdef`` declares them (defaults filled in, types checked)."""
+    from opbridge.onnx_schema import attribute_values
+
+    spec = opdef.spec
+    check_attribute_names(opdef, node)
     try:
         return spec.bind_attributes(attribute_values(spec, node))
     except (TypeError, ValueError) as exc:
