@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -694,6 +695,40 @@ def test_rules_reach_nodes_inside_if_branches() -> None:
     replaced = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::R"]})
     assert sorted(o.node for o in replaced.outcomes if o.applied) == ["else_relu", "then_relu"]
     assert {n.domain for n in walk_nodes(replaced.model.graph.node) if n.op_type == "R"} == {"acme"}
+
+
+@opbridge.op("test.rewrite::BodyRelu")
+def _body_relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x)
+
+
+@_body_relu.register_function
+def _body_relu_body(spec: Any, opset: int) -> onnx.FunctionProto:
+    from opbridge.functions import make_body
+
+    return make_body(spec, [helper.make_node("Relu", ["x"], ["output"])], opset)
+
+
+def test_ops_a_rule_puts_inside_a_branch_get_their_function_bodies() -> None:
+    """replace-op into an op with a function body, inside an If branch: the body is attached (it was for
+    the main graph's nodes only), so a plain ONNX Runtime loads and runs the result."""
+    relu = helper.make_node("Relu", ["X"], ["t"], name="then_relu")
+    then = helper.make_graph([relu], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["X"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])],
+    )
+    node = helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=other, name="if")
+    model = make_model(
+        [node], [("X", TensorProto.FLOAT, [2]), ("c", TensorProto.BOOL, [])], [("Y", TensorProto.FLOAT, None)]
+    )
+    report = rewrite_model(model, ["replace-op"], {"map": ["Relu=test.rewrite::BodyRelu"]})
+    assert [o.node for o in report.outcomes if o.applied] == ["then_relu"]
+    assert [(f.domain, f.name) for f in report.model.functions] == [("test.rewrite", "BodyRelu")]
+    feeds = {"X": np.array([-1.0, 2.0], np.float32), "c": np.array(True)}
+    np.testing.assert_array_equal(run_ort(report.model, feeds)[0], [0.0, 2.0])
 
 
 def test_models_too_large_for_one_message_are_checked_as_files(monkeypatch: pytest.MonkeyPatch) -> None:

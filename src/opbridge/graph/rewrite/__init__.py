@@ -69,7 +69,9 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
     import opbridge
     from opbridge.functions import attach_functions
 
-    used = {(n.domain, n.op_type) for n in model.graph.node}
+    from opbridge.model_io import walk_nodes
+
+    used = {(n.domain, n.op_type) for n in walk_nodes(model.graph.node)}  # (If/Loop/Scan bodies too)
     ops = [d for d in opbridge.all_ops() if (d.spec.domain, d.spec.name) in used]
     return attach_functions(model, ops)
 
