@@ -68,7 +68,6 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
     """Attach the function bodies of opbridge ops the model now uses (when they have one)."""
     import opbridge
     from opbridge.functions import attach_functions
-
     from opbridge.model_io import walk_nodes
 
     used = {(n.domain, n.op_type) for n in walk_nodes(model.graph.node)}  # (If/Loop/Scan bodies too)
