@@ -215,6 +215,26 @@ def test_a_default_domain_node_without_a_kernel_gets_a_hint_that_works(backend: 
     assert 'opbridge.legacy::NoKernelHere")' not in text
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime-kernels", "reference", "openvino"])
+def test_the_default_domain_kernel_runs_nodes_the_legacy_domain_rewrite_moved(backend: str) -> None:
+    """lint's fix for a default-domain node is `opbridge rewrite --rule legacy-domain`, which moves it to
+    opbridge.legacy in the file; the kernel registered for the default domain then went unfound, and the
+    error asked for exactly that kernel. It now runs the moved nodes; an unknown one gets a hint for them."""
+    _needs(backend)
+    from opbridge.graph import rewrite_model
+
+    moved = rewrite_model(_default_domain_model(), ["legacy-domain"]).model
+    assert moved.graph.node[0].domain == "opbridge.legacy"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with get_backend(backend)(moved) as runner:
+        np.testing.assert_array_equal(next(iter(runner.infer({"x": x}).values())), x * x + np.float32(1.5))
+    moved.graph.node[0].op_type = "NoKernelHere"
+    with pytest.raises(opbridge.UnknownOpError) as caught:
+        get_backend(backend)(moved).load()
+    assert '@opbridge.kernel("NoKernelHere", domain="") (it also runs the nodes the legacy-domain' in str(caught.value)
+    assert 'or an op definition @opbridge.op("opbridge.legacy::NoKernelHere")' in str(caught.value)
+
+
 @opbridge.op("tests.backends::Times")
 def _times(x: torch.Tensor, k: int = 1) -> torch.Tensor:
     return x * k

@@ -14,6 +14,7 @@ __all__ = [
     "OutputPathError",
     "UnknownOpError",
     "default_domain_hint",
+    "legacy_domain_hint",
     "unknown_ops_message",
 ]
 
@@ -68,8 +69,11 @@ def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: in
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
         lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node(s) {shown}{more}")
     domain, op_type, _ = next(iter(by_op))
-    if domain in ("", "opbridge.legacy"):  # a node of ONNX's default domain (moved there by some backends)
+    if domain == "":  # a node of ONNX's default domain
         lines.append(default_domain_hint(op_type))
+        return "\n".join(lines)
+    if domain == "opbridge.legacy":  # moved out of the default domain by opbridge rewrite --rule legacy-domain
+        lines.append(legacy_domain_hint(op_type))
         return "\n".join(lines)
     lines.append(
         f'Provide one of: an op definition @opbridge.op("{domain}::{op_type}") (its PyTorch '
@@ -78,6 +82,16 @@ def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: in
         "(opbridge.export(..., functions=True) with opdef.register_function)."
     )
     return "\n".join(lines)
+
+
+def legacy_domain_hint(op_type: str) -> str:
+    """How to run a custom node of ``opbridge.legacy``, where ``opbridge rewrite --rule legacy-domain``
+    moves the nodes of ONNX's default domain."""
+    return (
+        f'Provide a kernel @opbridge.kernel("{op_type}", domain="") (it also runs the nodes the legacy-domain '
+        f'rewrite moved to opbridge.legacy), or an op definition @opbridge.op("opbridge.legacy::{op_type}"); '
+        "import the module that defines it first, or pass it with --ops."
+    )
 
 
 def default_domain_hint(op_type: str) -> str:

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["DEFAULT_LEGACY_DOMAIN", "default_domain_custom_nodes", "is_standard_op", "move_default_domain_ops"]
+__all__ = [
+    "DEFAULT_LEGACY_DOMAIN",
+    "default_domain_custom_nodes",
+    "is_standard_op",
+    "move_default_domain_ops",
+    "runs_default_domain_kernel",
+]
 
 DEFAULT_LEGACY_DOMAIN = "opbridge.legacy"
 
@@ -38,6 +44,23 @@ def _standard_names() -> frozenset[str]:
 def is_standard_op(op_type: str) -> bool:
     """Whether ``op_type`` is an op of ONNX's default domain (in any opset)."""
     return op_type in _standard_names()
+
+
+def runs_default_domain_kernel(domain: str, op_type: str, version: int | None) -> bool:
+    """Whether a node of ``domain::op_type`` runs the kernel registered for ONNX's default domain
+    (``@opbridge.kernel(op_type, domain="")``): a node in ``DEFAULT_LEGACY_DOMAIN``, where the
+    legacy-domain rewrite moves default-domain nodes, when that domain has no op or kernel of its own.
+
+    >>> runs_default_domain_kernel("acme", "MYSELU", 1)
+    False
+    """
+    if domain != DEFAULT_LEGACY_DOMAIN:
+        return False
+    from opbridge.definition import find_op
+    from opbridge.kernels import find_kernel
+
+    own = find_op(domain, op_type, version) is not None or find_kernel(domain, op_type, version) is not None
+    return not own and find_kernel("", op_type) is not None
 
 
 def default_domain_custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:

@@ -526,6 +526,7 @@ class ReferenceSession:
     def _custom_ops(self, proto: onnx.ModelProto) -> list[type]:
         from opbridge.definition import find_op
         from opbridge.kernels import find_kernel
+        from opbridge.legacy_domain import runs_default_domain_kernel
         from opbridge.onnxruntime.bridge import check_node
 
         opsets = {o.domain: o.version for o in proto.opset_import}
@@ -573,7 +574,9 @@ class ReferenceSession:
                 self.implementations[domain, op_type] = how
                 continue
             kern = find_kernel(domain, op_type, version)
-            if kern is None and (domain, op_type) in self._legacy:
+            if kern is None and (
+                (domain, op_type) in self._legacy or runs_default_domain_kernel(domain, op_type, version)
+            ):
                 kern = find_kernel("", op_type, None)
             if kern is not None:
                 classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}", types))
@@ -584,7 +587,13 @@ class ReferenceSession:
                 continue
             unknown.append((domain, op_type, version))
         if unknown:
-            raise UnknownOpError(unknown_ops_message((d, n, v, name) for d, n, v in unknown for name in names[d, n]))
+            # a node this session moved out of ONNX's default domain is named as the model has it
+            given = [("", n, opsets.get("", 1)) if (d, n) in self._legacy else (d, n, v) for d, n, v in unknown]
+            raise UnknownOpError(
+                unknown_ops_message(
+                    (g[0], n, g[2], name) for g, (d, n, _) in zip(given, unknown) for name in names[d, n]
+                )
+            )
         return classes
 
     # ------------------------------------------------------------------ ORT-like API

@@ -183,6 +183,10 @@ def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKer
         from opbridge.errors import default_domain_hint
 
         raise UnknownOpError(f"custom op {qual} has no opbridge kernel in this process. {default_domain_hint(name)}")
+    if domain == "opbridge.legacy":
+        from opbridge.errors import legacy_domain_hint
+
+        raise UnknownOpError(f"custom op {qual} has no opbridge kernel in this process. {legacy_domain_hint(name)}")
     raise UnknownOpError(
         f"custom op {qual} has no opbridge definition or kernel in this process; define it with "
         f'@opbridge.op("{domain}::{name}") or @opbridge.kernel("{name}", domain="{domain}") '

@@ -103,7 +103,7 @@ def prepare_model(
     import onnx.inliner
 
     from opbridge._dtypes import onnx_to_numpy
-    from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+    from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
@@ -134,7 +134,9 @@ def prepare_model(
     # the main graph's custom nodes and those of its If/Loop/Scan bodies (torch.cond's branches)
     local = {(f.domain, f.name) for f in fixed.functions}
     for node in [n for n in walk_nodes(fixed.graph.node) if is_custom_node(n, local)]:
-        if node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved:
+        if node.domain == DEFAULT_LEGACY_DOMAIN and (
+            node.op_type in moved or runs_default_domain_kernel(node.domain, node.op_type, versions.get(node.domain))
+        ):
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
             kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
-from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops
+from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
 from opbridge.model_io import elem_types, load_model, save_with_data_file, too_large, walk_nodes
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
@@ -376,7 +376,10 @@ class InferenceSession:
                         break
                 node.name = candidate
                 names.add(candidate)
-            legacy = node.domain == DEFAULT_LEGACY_DOMAIN and node.op_type in moved
+            legacy = node.domain == DEFAULT_LEGACY_DOMAIN and (
+                node.op_type in moved
+                or runs_default_domain_kernel(node.domain, node.op_type, opset.get(node.domain, 1))
+            )
             lookup = "" if legacy else node.domain
             version = opset.get("" if legacy else node.domain, 1)
             if (node.domain, node.op_type) in local:
