@@ -222,6 +222,8 @@ def test_invalid_model_is_an_error(defect: str) -> None:
         model.ir_version = 99
     (finding,) = [f for f in lint_model(model) if f.code == "invalid-model"]
     assert finding.severity == "error" and finding.message.startswith("onnx.checker refuses the model: ")
+    if defect == "dangling-input":  # the checker's message, over several lines, whole (it ended at "of node: ")
+        assert "input 'ghost' of node: name: OpType: Add is not output of any previous nodes" in finding.message
     assert "invalid-model" not in codes(custom_node_model())  # a valid model passes
 
 

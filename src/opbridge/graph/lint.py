@@ -169,8 +169,9 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
     try:
         onnx.checker.check_model(path if path is not None else model, full_check=True)
     except Exception as exc:
-        text = str(exc).strip().splitlines()
-        message = next((line for line in text if line.strip()), type(exc).__name__)[:400]
+        # the checker's message runs over lines ("... input 'q' of node: \nname: n OpType: Relu\n is not output
+        # of any previous nodes."): one line, whole
+        message = (" ".join(str(exc).split()) or type(exc).__name__)[:400]
         newer = _op_of_a_later_opset(message)
         if newer is not None:
             return [newer]
