@@ -118,3 +118,30 @@ def test_verbose_goes_before_or_after_the_command() -> None:
     assert parser.parse_args(["inspect", "m.onnx", "-vv"]).verbose == 2
     assert parser.parse_args(["-v", "lint", "m.onnx"]).verbose == 1
     assert parser.parse_args(["compat", "m.onnx", "--target", "onnxruntime"]).verbose == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["verify", "m.onnx", "--reference", "pkg:factory", "--shapes", "x:1x3"],
+            "opbridge verify: error: unrecognized arguments: --shapes x:1x3 (did you mean --shape?)",
+        ),
+        (
+            ["inspect", "m.onnx", "--jsn"],
+            "opbridge inspect: error: unrecognized arguments: --jsn (did you mean --json?)",
+        ),
+        (["inspect", "m.onnx", "extra"], "opbridge inspect: error: unrecognized arguments: extra"),
+    ],
+    ids=["close-option", "typo", "extra-positional"],
+)
+def test_unknown_arguments_are_named_by_their_command(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown option was reported under the top-level usage (usage: opbridge [-h] [-v] ...), naming
+    neither the command nor the option meant."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"usage: opbridge {argv[0]} " in err and expected in err

@@ -48,6 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_arguments(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """Exit with the command's usage and ``unrecognized arguments``, naming the option meant where one is
+    close (``--shapes``: did you mean --shape?)."""
+    import difflib
+
+    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    target = commands.get(command, parser) if command else parser
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    options = [o for action in target._actions for o in action.option_strings if o.startswith("--")]
+    for arg in extra:
+        close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1) if arg.startswith("--") else []
+        if close:
+            message += f" (did you mean {close[0]}?)"
+            break
+    target.error(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         # a terminal or pipe that is not UTF-8 (PYTHONIOENCODING=ascii, a C locale): a name or attribute it
@@ -56,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's own parser, with its usage and the closest option
+        _unknown_arguments(parser, getattr(args, "command", None), extra)
     logging.basicConfig(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",
