@@ -59,7 +59,7 @@ def test_demo_runs_every_installed_backend() -> None:
     assert result.exit_code == (2 if errors else 0), result.table()
 
 
-def test_demo_rejects_unknown_model(capsys) -> None:
+def test_demo_rejects_unknown_model(tmp_path: Path, capsys) -> None:
     assert main(["demo", "--model", "resnet"]) == 2
     assert (
         "demo: unknown model 'resnet'; choose from myselu, strange_net, strange_net2, super_resolution"
@@ -67,3 +67,8 @@ def test_demo_rejects_unknown_model(capsys) -> None:
     )
     with pytest.raises(opbridge.OpbridgeError, match="unknown exporter"):
         run_demo(exporters=["tracing"])
+    # an unknown backend is named before anything is exported (it came after every model's export)
+    kept = tmp_path / "kept"
+    with pytest.raises(opbridge.OpbridgeError, match=r"unknown backend 'onnxruntme'; choose from onnxruntime"):
+        run_demo(backends=["onnxruntme"], workdir=kept)
+    assert not kept.exists()

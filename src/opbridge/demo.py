@@ -105,6 +105,7 @@ def run_demo(
         progress: called with a short message at each step.
     """
     import opbridge
+    from opbridge.backends import get_backend
     from opbridge.examples.seeds import SEED_MODELS
 
     say = progress or (lambda _m: None)
@@ -119,6 +120,8 @@ def run_demo(
         raise OpbridgeError(f"demo: unknown exporter {bad[0]!r}; choose from {', '.join(EXPORTERS)}.")
     result = DemoResult()
     names = list(backends) if backends else None  # None: every installed backend, as verify picks them
+    for name in names or ():  # (named before the first export)
+        get_backend(name)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="opbridge_demo_") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)

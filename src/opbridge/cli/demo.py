@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--json",
         metavar="FILE",
         default=None,
-        help="write every verify record as a JSON list to FILE ('-': stdout, the table to stderr)",
+        help="write every verify record as a JSON list to FILE ('-': stdout, the table to stderr); the records' "
+        "model paths are those of --keep, or of a temporary folder removed at the end",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(run=run)
