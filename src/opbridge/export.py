@@ -380,15 +380,28 @@ class _DropTorchvisionNotice(logging.Filter):
         return "torchvision is not installed" not in record.getMessage()
 
 
+class _NoTraceback(logging.Filter):
+    """Keeps a record's message and drops its traceback: onnxscript's version converter logs one when
+    it cannot reach the asked opset, which export then names in its own error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 @contextmanager
-def _quiet_torchvision_notice() -> Iterator[None]:
-    target = logging.getLogger("torch.onnx._internal.exporter._registration")
-    notice = _DropTorchvisionNotice()
-    target.addFilter(notice)
+def _quiet_exporter_logs() -> Iterator[None]:
+    filters = [
+        (logging.getLogger("torch.onnx._internal.exporter._registration"), _DropTorchvisionNotice()),
+        (logging.getLogger("onnxscript.version_converter"), _NoTraceback()),
+    ]
+    for target, notice in filters:
+        target.addFilter(notice)
     try:
         yield
     finally:
-        target.removeFilter(notice)
+        for target, notice in filters:
+            target.removeFilter(notice)
 
 
 def _export_dynamo(
@@ -407,7 +420,7 @@ def _export_dynamo(
     options: dict[str, Any] = {}
     if opset_version is not None:
         options["opset_version"] = opset_version
-    with _quiet_torchvision_notice():
+    with _quiet_exporter_logs():
         program = torch.onnx.export(
             model,
             args,
