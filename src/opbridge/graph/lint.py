@@ -75,7 +75,7 @@ LINT_CODES: dict[str, str] = {
     "unknown-custom-op": "a custom node with no schema, function body, opbridge op or kernel",
     "frozen-resize-scale": "Resize scales/sizes frozen to constants at export",
     "traced-python-value": "a tracer warning no node explains",
-    "trt-int-attr-overflow": "INT attribute outside int32 on a TensorRT plugin node",
+    "trt-int-attr-overflow": "INT/INTS attribute outside int32 on a TensorRT plugin node",
     "trt-tensor-attr-dtype": "TENSOR attribute of int64/bool/uint8 on a TensorRT plugin node",
     "invalid-model": "onnx.checker refuses the model",
 }
@@ -433,7 +433,8 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
                         "warning",
                         "trt-int-attr-overflow",
                         label,
-                        f"INT attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser narrows "
+                        f"{'INT' if attr.type == onnx.AttributeProto.INT else 'INTS'} attribute {attr.name!r} holds "
+                        f"{bad[0]}, outside int32; TensorRT's ONNX parser narrows "
                         "plugin fields to int32, so the plugin would see a wrong value.",
                         "keep the value within int32, or pass it as a FLOAT/STRING attribute or a tensor input",
                     )
