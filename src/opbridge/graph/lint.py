@@ -340,13 +340,20 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
     ]
     value_warnings = [w for w in tracer if _TRACER_VALUE.search(str(getattr(w, "message", w)))]
     findings: list[Finding] = []
-    try:
-        graph = ir.from_proto(model).graph
-    except Exception as exc:
-        logger.debug("resize check skipped: %s", exc)
-        return findings
+    nodes: list[Any] = []
+    if any(n.op_type == "Resize" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        serde = logging.getLogger("onnx_ir.serde")
+        level = serde.level
+        serde.setLevel(logging.ERROR)  # (a model onnx_ir calls invalid is named by invalid-model)
+        try:
+            nodes = list(ir.from_proto(model).graph)
+        except Exception as exc:
+            logger.debug("resize check skipped: %s", exc)
+            return findings
+        finally:
+            serde.setLevel(level)
     explained = False
-    for index, node in enumerate(graph):
+    for index, node in enumerate(nodes):
         if node.op_type != "Resize" or node.domain not in ("", "ai.onnx"):
             continue
         found = _resize_const_input(node)
