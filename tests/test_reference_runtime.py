@@ -694,3 +694,19 @@ def test_reference_session_runs_a_loop_without_condition_its_trip_count_times(in
     loops = [n for n in walk_nodes(model.graph.node) if n.op_type == "Loop"]  # (the session filled its own copy)
     assert [n.input[1] for n in loops] == [""]
     assert "Constant" not in {n.op_type for n in walk_nodes(model.graph.node)}
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [((1, 3), r"input 'x' has shape \(1, 3\), but the model declares 2x3"), ((2, 3, 1), r"declares 2x3")],
+    ids=["fixed-dim", "rank"],
+)
+def test_reference_session_refuses_a_feed_of_another_fixed_shape(shape: tuple[int, ...], message: str) -> None:
+    """A (1, 3) feed into a [2, 3] input ran and returned (1, 3); ONNX Runtime refuses it, and so does
+    the session with the same interface now. Named dims take any size."""
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = one_node_model([node], [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])], {})
+    with pytest.raises(ValueError, match=message):
+        ReferenceSession(model).run(None, {"x": np.ones(shape, np.float32)})
+    named = one_node_model([node], [("x", TensorProto.FLOAT, ["n", 3])], [("y", TensorProto.FLOAT, ["n", 3])], {})
+    assert ReferenceSession(named).run(None, {"x": np.ones((5, 3), np.float32)})[0].shape == (5, 3)

@@ -519,6 +519,12 @@ class ReferenceSession:
         self._model = proto
         init_names = {i.name for i in proto.graph.initializer}
         self._inputs = [_value_info(v) for v in proto.graph.input if v.name not in init_names]
+        # the dims of the inputs the model gives a shape (a rank), which a feed must match where fixed
+        self._declared = {
+            v.name: info.shape
+            for v, info in zip([v for v in proto.graph.input if v.name not in init_names], self._inputs)
+            if v.type.tensor_type.HasField("shape")
+        }
         self._outputs = [_value_info(v) for v in proto.graph.output]
 
     # ------------------------------------------------------------------ resolution
@@ -617,7 +623,8 @@ class ReferenceSession:
         are arrays of their own, never views of an input.
 
         Raises:
-            ValueError: an input is missing, unknown, or has another dtype than the model declares.
+            ValueError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
+                model declares.
         """
         import numpy as np
 
@@ -642,6 +649,15 @@ class ReferenceSession:
             got = _onnx_type_name(array.dtype)
             if got is not None and want.startswith("tensor(") and want != "tensor(undefined)" and got != want:
                 raise ValueError(f"input {name!r} expects {want}, got {got} (numpy {array.dtype}); cast it.")
+            dims = self._declared.get(name)
+            if dims is not None and (
+                array.ndim != len(dims) or any(isinstance(d, int) and d != n for d, n in zip(dims, array.shape))
+            ):  # (as ONNX Runtime refuses it)
+                shown = "x".join(str(d) if d is not None else "?" for d in dims) or "a scalar"
+                raise ValueError(
+                    f"input {name!r} has shape {tuple(array.shape)}, but the model declares {shown}; feed an array "
+                    "of that shape (named dims may take any size)."
+                )
             feed[name] = array
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         bad = [n for n in names if n not in {o.name for o in self._outputs}]
