@@ -1087,12 +1087,66 @@ def _exits(x):
     return x + 1
 
 
-def test_sys_exit_inside_a_kernel_ends_the_caller_too() -> None:
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_sys_exit_inside_a_kernel_ends_the_caller_too(mode: str, caplog: pytest.LogCaptureFixture) -> None:
     """A SystemExit in a kernel became an ONNX Runtime error, which a serving loop catching per-request
-    exceptions survived (exit status 0)."""
-    sess = InferenceSession(make_model("Exits", [("x", F, [2])], [("y", F, [2])]))
+    exceptions survived (exit status 0). In ONNX Runtime's parallel execution mode, where the kernel runs
+    on an inter-op thread, it still did. The SystemExit carries no traceback: the kernel's frames held
+    its input, a view of memory ONNX Runtime frees (and read as an input the kernel kept)."""
+    options = ort.SessionOptions()
+    if mode == "parallel":
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    sess = InferenceSession(make_model("Exits", [("x", F, [2])], [("y", F, [2])]), sess_options=options)
+    EXITS[:] = [3]
     with pytest.raises(SystemExit) as raised:
         sess.run(None, {"x": np.ones(2, np.float32)})
-    assert raised.value.code == 3
+    frames, tb = [], raised.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert raised.value.code == 3 and "_exits" not in frames and frames[-1] == "run"  # (raised by run() itself)
+    assert "kept its input" not in caplog.text
     # nothing is left over for the next run
     np.testing.assert_array_equal(sess.run(None, {"x": np.ones(2, np.float32)})[0], [2.0, 2.0])
+    assert native.take_exit(True) is None
+
+
+def test_a_kernel_running_its_own_session_works_or_is_refused(tmp_path: Path) -> None:
+    """A kernel calling run() of its own session in ONNX Runtime's parallel execution mode waited forever
+    for the inter-op thread it ran on; it is refused by name there, and sequential runs nest (in a process
+    of its own, with a time limit, should it hang again)."""
+    stdout = run_script(
+        tmp_path,
+        """
+        import numpy as np, onnxruntime as ort, torch
+        from onnx import TensorProto, helper
+        import opbridge
+
+        @opbridge.op("test.nested::Nested")
+        def nested(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        box = {}
+
+        @nested.register_kernel
+        def _(x):
+            if x.flat[0] > 0:  # the model once more on x - 1, in the kernel's own session
+                return box["session"].run(None, {"x": x - np.float32(1)})[0] + np.float32(1)
+            return x + np.float32(1)
+
+        value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+        graph = helper.make_graph([helper.make_node("Nested", ["x"], ["y"], domain="test.nested")], "g",
+                                  [value("x")], [value("y")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.nested", 1)])
+        for mode in (ort.ExecutionMode.ORT_SEQUENTIAL, ort.ExecutionMode.ORT_PARALLEL):
+            options = ort.SessionOptions()
+            options.execution_mode = mode
+            box["session"] = opbridge.InferenceSession(model, sess_options=options)
+            try:
+                print(mode.name, box["session"].run(None, {"x": np.full(2, 2.0, np.float32)})[0].tolist())
+            except Exception as exc:
+                print(mode.name, "refused:", "a kernel called run() of its own session, which runs in" in str(exc))
+        """,
+        timeout=120,
+    )
+    assert stdout.splitlines() == ["ORT_SEQUENTIAL [3.0, 3.0]", "ORT_PARALLEL refused: True"]

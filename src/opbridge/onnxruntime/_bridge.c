@@ -131,16 +131,21 @@ static PyObject *opb_utf8_bytes(PyObject *s) {
     return b;
 }
 
-/* Keep the pending SystemExit for this thread's take_exit() (the exception stays pending). */
+/* Keep a SystemExit with the pending one's arguments for this thread's take_exit() (the exception stays
+   pending). Not the exception itself: its traceback holds the kernel's frames, and they its inputs, views of
+   ONNX Runtime's memory that are invalid once the run returns (they would also read as inputs kept). */
 static void opb_keep_exit(void) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    PyObject *args = value != NULL ? PyObject_GetAttrString(value, "args") : NULL;
+    PyObject *kept = (args != NULL && PyTuple_Check(args)) ? PyObject_CallObject(PyExc_SystemExit, args) : NULL;
+    Py_XDECREF(args);
     if (g_exits == NULL) g_exits = PyDict_New();
     PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-    if (g_exits == NULL || key == NULL || value == NULL || PyDict_SetItem(g_exits, key, value) < 0) PyErr_Clear();
+    if (g_exits == NULL || key == NULL || kept == NULL || PyDict_SetItem(g_exits, key, kept) < 0) PyErr_Clear();
     Py_XDECREF(key);
+    Py_XDECREF(kept);
     PyErr_Restore(type, value, tb);
 }
 
@@ -1326,16 +1331,30 @@ static PyObject *py_clear_pending(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_take_exit(PyObject *self, PyObject *unused) {
+static PyObject *py_take_exit(PyObject *self, PyObject *args) {
     (void)self;
-    (void)unused;
+    int any_thread = 0;
+    if (!PyArg_ParseTuple(args, "|p:take_exit", &any_thread)) return NULL;
     if (g_exits == NULL) Py_RETURN_NONE;
     PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     if (key == NULL) return NULL;
     PyObject *kept = PyDict_GetItemWithError(g_exits, key); /* borrowed */
+    if (kept == NULL && PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (kept == NULL && any_thread) {
+        /* a kernel of a run in ONNX Runtime's parallel execution mode, on one of its inter-op threads */
+        Py_ssize_t pos = 0;
+        PyObject *other = NULL, *value = NULL;
+        if (PyDict_Next(g_exits, &pos, &other, &value)) {
+            Py_INCREF(other);
+            Py_SETREF(key, other);
+            kept = value;
+        }
+    }
     if (kept == NULL) {
         Py_DECREF(key);
-        if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
     Py_INCREF(kept);
@@ -1383,8 +1402,10 @@ static PyMethodDef module_methods[] = {
     {"set_pending", py_set_pending, METH_O, "Stage OpDescriptors for the next RegisterCustomOps call."},
     {"clear_pending", py_clear_pending, METH_NOARGS, "Drop staged OpDescriptors."},
     {"registration_error", py_registration_error, METH_NOARGS, "Why the last RegisterCustomOps failed, or None."},
-    {"take_exit", py_take_exit, METH_NOARGS,
-     "The SystemExit a kernel raised in this thread's last failed run (once), or None."},
+    {"take_exit", py_take_exit, METH_VARARGS,
+     "take_exit(any_thread=False): the SystemExit a kernel raised in this thread's last failed run (once), or "
+     "None; with any_thread, one a kernel raised on another thread where this thread has none (a run in ONNX "
+     "Runtime's parallel execution mode runs its kernels on inter-op threads)."},
     {"abi_report", py_abi_report, METH_NOARGS, "State of the C API self-check and registrations."},
     {"_set_copy_mode", py_set_copy_mode, METH_O,
      "_set_copy_mode(mode): how large results are copied into ONNX Runtime's outputs, for benchmarks: "

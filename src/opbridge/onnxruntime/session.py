@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
 __all__ = ["InferenceSession"]
 
 logger = logging.getLogger(__name__)
+
+# per thread: the sessions (ids) whose Python kernels run on it, innermost last (parallel execution mode)
+_INSIDE = threading.local()
 
 # the element types the bridge hands to kernels and takes back (numpy's): not bfloat16, float8, 4-bit
 _BRIDGED_TYPES = frozenset(range(1, 16)) - {8}  # (8: strings, which custom nodes do not take)
@@ -296,11 +300,13 @@ class InferenceSession:
         options = _made_options(sess_options) if made else sess_options
         descriptors: list[Any] = []
         self._bridged = bool(bound)
+        self._parallel = False
         if bound:
             options = _with_bridge_defaults(options) if made else _copy_options(sess_options)
             threads = _intra_op_threads(options)
+            self._parallel = getattr(options, "execution_mode", None) == ort.ExecutionMode.ORT_PARALLEL
             table, self._untyped = self._op_table(model, bound, self._nodes)
-            descriptors = register_ops(options, table, self._resolver(bound, threads))
+            descriptors = register_ops(options, table, self._resolver(bound, threads, self._parallel))
         source: str | bytes = self._large_model_file(model) if too_large(model) else b""
         try:
             self._session = ort.InferenceSession(
@@ -499,11 +505,26 @@ class InferenceSession:
             table.append((domain, op_type, max(len(n.input) for n in nodes), list(signature)))
         return table, untyped
 
-    @staticmethod
-    def _resolver(bound: Mapping[int, BoundKernel], threads: int) -> Any:
+    def _resolver(self, bound: Mapping[int, BoundKernel], threads: int, parallel: bool) -> Any:
+        # in the parallel execution mode each Python kernel marks its thread as inside this session, so that
+        # run() can refuse a call from one of them (the nested run would wait for the thread it runs on)
+        token = id(self)
+
+        def marked(fn: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                inside = _INSIDE.__dict__.setdefault("sessions", [])
+                inside.append(token)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    inside.pop()
+
+            return call
+
         def resolve(node_id: int) -> tuple[Any, str, bool, Any, Any, int]:
             kernel = bound[node_id]
-            return kernel.fn, kernel.label, kernel.writable_inputs, kernel.shapes, kernel.native, threads
+            fn = marked(kernel.fn) if parallel and kernel.fn is not None else kernel.fn
+            return fn, kernel.label, kernel.writable_inputs, kernel.shapes, kernel.native, threads
 
         return resolve
 
@@ -519,6 +540,12 @@ class InferenceSession:
         one string is one name). ``input_feed`` values are numpy arrays or CPU tensors."""
         from opbridge._dtypes import feed_arrays, output_name_list
 
+        if self._parallel and id(self) in getattr(_INSIDE, "sessions", ()):
+            raise OpbridgeError(
+                "InferenceSession.run: a kernel called run() of its own session, which runs in ONNX Runtime's "
+                "parallel execution mode: the nested run would wait forever for the inter-op thread it runs on. "
+                "Run the nested model in a session of its own (or this one in ORT_SEQUENTIAL mode)."
+            )
         try:
             return self._session.run(output_name_list(output_names), feed_arrays(input_feed), run_options)
         except Exception as exc:
@@ -526,7 +553,8 @@ class InferenceSession:
             if self._bridged:
                 from opbridge.onnxruntime import _native
 
-                exiting = _native.module().take_exit()
+                # (in the parallel execution mode the kernel ran on one of ONNX Runtime's inter-op threads)
+                exiting = _native.module().take_exit(self._parallel)
                 if exiting is not None:  # sys.exit() inside a kernel: it ends the caller too
                     raise exiting from None
             if self._untyped and "but the node's output type is" in str(exc):
