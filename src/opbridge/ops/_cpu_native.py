@@ -40,14 +40,24 @@ logger = logging.getLogger(__name__)
 
 
 @functools.cache
-def module() -> ModuleType | None:
-    """The extension, or None where it was not built (a warning says so once)."""
+def _load() -> tuple[ModuleType | None, str]:
+    """The extension and ``""``, or None and why it does not import (not built, or built but not loading)."""
     try:
         from opbridge.ops import _cpu_kernels
-    except ImportError as err:  # a build without the extension: PyTorch's kernels run instead
-        logger.warning("opbridge's native CPU kernels are unavailable (%s); PyTorch's CPU kernels run instead.", err)
-        return None
-    return _cpu_kernels
+    except ImportError as err:
+        from opbridge.onnxruntime._native import unloadable
+
+        return None, unloadable("opbridge.ops._cpu_kernels", "native CPU kernel extension", err)
+    return _cpu_kernels, ""
+
+
+@functools.cache
+def module() -> ModuleType | None:
+    """The extension, or None where it does not import (a warning says why once)."""
+    native, why = _load()
+    if native is None:  # PyTorch's kernels run instead
+        logger.warning("%s PyTorch's CPU kernels run instead.", why)
+    return native
 
 
 def available() -> bool:
@@ -56,10 +66,10 @@ def available() -> bool:
 
 
 def require() -> ModuleType:
-    """The extension, or a RuntimeError naming the fix where it was not built."""
+    """The extension, or a RuntimeError saying why it does not import and how to rebuild it."""
     native = module()
     if native is None:
-        raise RuntimeError("opbridge.ops._cpu_kernels is not built; reinstall opbridge (pip install -e .).")
+        raise RuntimeError(_load()[1])
     return native
 
 
