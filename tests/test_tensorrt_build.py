@@ -7,6 +7,7 @@ fault builds run through the default child process, so an abort could not end th
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -616,6 +617,20 @@ def _with_functions(path: Path, functions: list[onnx.FunctionProto]) -> Path:
     return path
 
 
+def test_a_build_says_which_ops_ran_as_function_bodies(seed_export: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A model exported with its ops' function bodies builds without any plugin (the parser imports the
+    bodies); the build said nothing of it, so a forgotten --no-functions went unnoticed."""
+    seed = next(s for s in SEED_MODELS if s.name == "myselu")
+    result = seed_export(seed.name, "dynamo", functions=True)
+    assert result.model.functions
+    with caplog.at_level(logging.WARNING, logger="opbridge.tensorrt._build"):
+        report = build_engine(result.path, None, profiles=_profile(seed, seed.factory()[1]), isolate=False)
+    assert report.ok, report.describe()
+    assert not report.plugin_shapes  # no plugin layer: the body ran
+    assert "opbridge::MySELU ran as the model's ONNX function bodies, not as opbridge's plugins" in caplog.text
+    assert "export with functions=False (--no-functions)" in caplog.text
+
+
 def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file: Path, tmp_path: Path) -> None:
     """The parser finds local functions by op type alone: clash_b::Widen, next to a body of clash_a::Widen,
     took clash_a's body (x2 for x3), silently; tagged with its namespace it is clash_b's plugin. Inside a
@@ -1108,3 +1123,129 @@ def test_an_op_without_a_gpu_kernel_takes_the_dtypes_its_reference_takes(tmp_pat
     report = build_engine(path, None, profiles=profiles, isolate=False)
     assert report.ok, report.describe()
     assert report.plugin_shapes["take"]["outputs"] == [[[1, 4], [3, 4]]]
+
+
+# --------------------------------------------------------------------------- the calling process
+
+
+def test_an_in_process_build_keeps_tensorrt_log_in_the_report(seed_export: Any, tmp_path: Path, capfd: Any) -> None:
+    """Only the worker process echoes TensorRT's log to stderr (for its caller to show if it dies): a build
+    in the calling process (`trt-build --in-process`, isolate=False) keeps it in the report's log."""
+    model = seed_export("myselu", "torchscript", functions=False).path
+    profile = "image:1x1x4x4,2x1x8x8,3x1x12x12"
+    capfd.readouterr()
+    report = build_engine(model, None, profiles={"image": ((1, 1, 4, 4), (2, 1, 8, 8), (3, 1, 12, 12))}, isolate=False)
+    assert report.ok, report.describe()
+    assert any(line.startswith("[VERBOSE]") for line in report.log), "TensorRT logged no VERBOSE line to keep"
+    assert (
+        cli_main(["trt-build", str(model), "-o", str(tmp_path / "m.engine"), "--profile", profile, "--in-process"]) == 0
+    )
+    captured = capfd.readouterr()
+    assert "built" in captured.out
+    assert "[VERBOSE]" not in captured.err and "opbridge: parsing" not in captured.err, captured.err[-2000:]
+
+
+def test_an_unknown_forced_backend_is_named_with_the_ones_there_are(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """OPBRIDGE_TENSORRT_BACKEND=rtx is a bad setting, not a missing TensorRT: in this process and through
+    trt-build's worker."""
+    from opbridge.errors import BackendUnavailableError
+    from opbridge.tensorrt import _loader
+
+    monkeypatch.setattr(_loader, "_LOADED", None)
+    monkeypatch.setenv("OPBRIDGE_TENSORRT_BACKEND", "rtx")
+    expected = "OPBRIDGE_TENSORRT_BACKEND='rtx' is not a TensorRT backend opbridge knows; set it to 'tensorrt' or 'tensorrt_rtx'"
+    with pytest.raises(BackendUnavailableError, match=re.escape(expected)):
+        _loader.load_tensorrt()
+    model = tmp_path / "relu.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    assert cli_main(["trt-build", str(model), "-o", str(tmp_path / "relu.engine")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "not installed" not in err, err
+
+
+SLOW_OPS = textwrap.dedent(
+    """
+    import os
+    import time
+
+    import torch
+
+    import opbridge
+
+    @opbridge.op("slow_trt::Wait")
+    def Wait(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    if os.environ.get("OPBRIDGE_TENSORRT_WORKER"):  # TensorRT's worker only: say so, then take long
+        with open(os.environ["SLOW_TRT_MARK"], "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(300)
+    """
+)
+
+
+def _ended(pid: int) -> bool:
+    """Whether the process ``pid`` is gone (or a zombie no one has reaped yet)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc; the worker ends with its caller on Linux"
+)
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_worker_ends_with_its_caller(how: str, tmp_path: Path) -> None:
+    """A caller ended while its worker works: SIGTERM kills the worker and removes the request's folder, then
+    ends the caller by SIGTERM; after SIGKILL the worker ends itself (the folder stays: nothing could run)."""
+    import os
+    import signal
+    import time
+
+    ops = tmp_path / "slow_ops.py"
+    ops.write_text(SLOW_OPS, encoding="utf-8")
+    model = _single_node_model(tmp_path / "wait.onnx", "Wait", "slow_trt")
+    temp, mark = tmp_path / "temp", tmp_path / "worker.pid"
+    temp.mkdir()
+    script = tmp_path / "caller.py"
+    script.write_text(
+        f"from opbridge.tensorrt import parse_with_tensorrt\nparse_with_tensorrt({str(model)!r}, ops=[{str(ops)!r}])\n",
+        encoding="utf-8",
+    )
+    env = dict(
+        os.environ, TMPDIR=str(temp), SLOW_TRT_MARK=str(mark), PYTHONPATH=os.pathsep.join(p for p in sys.path if p)
+    )
+    with open(tmp_path / "caller.err", "w") as err:
+        caller = subprocess.Popen([sys.executable, str(script)], env=env, stderr=err)
+    worker = 0
+    try:
+        deadline = time.monotonic() + 240
+        while not (mark.exists() and mark.read_text()) and caller.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert caller.poll() is None and mark.exists(), (tmp_path / "caller.err").read_text()[-2000:]
+        worker = int(mark.read_text())
+        assert [p.name for p in temp.iterdir() if p.name.startswith("opbridge_trt_")], "no request folder"
+        caller.send_signal(getattr(signal, how))
+        assert caller.wait(timeout=60) == -getattr(signal, how)
+        deadline = time.monotonic() + 30
+        while not _ended(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ended(worker), f"the worker {worker} outlived its caller ({how})"
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
+        if worker and not _ended(worker):
+            os.kill(worker, signal.SIGKILL)
+    if how == "SIGTERM":
+        left = [p.name for p in temp.iterdir() if p.name.startswith("opbridge_trt_")]
+        assert not left, f"{left} left behind"

@@ -4,18 +4,23 @@ The work runs in a child process by default (``isolate=True``): TensorRT can end
 a process natively (``std::terminate``) on some faults, and the caller's process
 must survive that. The child imports the built-in ops, the ``ops`` targets and
 the modules that defined the caller's ops, registers the plugins, and returns a
-JSON report.
+JSON report. It does not outlive the call: it is killed when the call ends by an
+exception (Ctrl-C, or a SIGTERM to a caller whose main thread waits for it), and
+on Linux it ends itself when its caller is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -601,23 +606,17 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
             "put that code under `if __name__ == '__main__':`"
         )
     _MAIN_OPS.clear()
-    with tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
+    with _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request = dict(request, auto_ops=_op_modules(request["model"]))
         req_path.write_text(json.dumps(request))
         env = dict(os.environ)
-        env[_IN_WORKER] = "1"
+        env[_IN_WORKER] = str(os.getpid())  # the worker ends itself when this process is gone (_worker.py)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "opbridge.tensorrt._worker", str(req_path), str(res_path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+        ended = _run_worker(
+            [sys.executable, "-m", "opbridge.tensorrt._worker", str(req_path), str(res_path)], env, timeout
+        )
+        if ended is None:
             return {
                 "ok": False,
                 "backend": "?",
@@ -628,7 +627,56 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
             if result.get("usage_error"):
                 _raise_usage_error(result)
             return _name_main_ops(result)
-        return {"ok": False, "backend": "?", "errors": [["", "", _ended_early(proc.returncode, proc.stderr)]]}
+        return {"ok": False, "backend": "?", "errors": [["", "", _ended_early(*ended)]]}
+
+
+def _run_worker(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str] | None:
+    """Run the worker to its end: its exit code and stderr, or None where it did not finish within
+    ``timeout`` s. It does not outlive the call: an exception here (a timeout, Ctrl-C, :class:`_Terminated`)
+    kills it first."""
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+            return proc.returncode, stderr
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+class _Terminated(BaseException):
+    """A SIGTERM came while a worker ran (see :func:`_sigterm_unwinds`); a BaseException, as it ends the
+    process: no ``except Exception`` on the way should take it for a failed build."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While inside, a SIGTERM to this process unwinds the block (its worker killed, its temporary folder
+    removed) and then ends the process as SIGTERM would have. Only in the main thread (the only one that
+    may set handlers) and where SIGTERM has its default action: a caller's own handler, or SIG_IGN, stays
+    in charge. Elsewhere SIGTERM still ends the worker (it ends itself with its caller, on Linux), but the
+    folder stays."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        logger.debug("SIGTERM while TensorRT's worker ran: worker killed, folder removed; ending as SIGTERM does")
+        signal.raise_signal(signal.SIGTERM)
+        raise  # not reached: SIGTERM's default action ends the process
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _ended_early(code: int, stderr: str | None) -> str:
@@ -752,6 +800,14 @@ def build_engine(
             "of CUDA graphs); register one with <op>.register_gpu_kernel(fn, dtypes=...)",
             ", ".join(result["kernelless"]),
         )
+    bodied = _ops_with_bodies(request["model"]) if result.get("ok") else []
+    if bodied:
+        logger.warning(
+            "%s ran as the model's ONNX function bodies, not as opbridge's plugins: TensorRT's parser imports a "
+            "model-local function in place of a plugin. For the plugins, export with functions=False "
+            "(--no-functions)",
+            ", ".join(bodied),
+        )
     return BuildReport(
         bool(result["ok"]),
         str(result["backend"]),
@@ -763,8 +819,29 @@ def build_engine(
     )
 
 
-def _work(request: dict[str, Any]) -> dict[str, Any]:
-    """Load ops, then parse/build; failures become error entries, not exceptions."""
+def _ops_with_bodies(model_path: str) -> list[str]:
+    """The opbridge ops whose nodes in the model at ``model_path`` TensorRT's parser runs as the model's
+    function bodies: nodes of the graph and its If/Loop/Scan bodies with a model-local function."""
+    import onnx
+
+    from opbridge.definition import all_ops
+    from opbridge.model_io import walk_nodes
+
+    try:
+        model = onnx.load(model_path, load_external_data=False)
+    except Exception:  # (read by the build just before; nothing to add where it cannot be read now)
+        return []
+    local = {(f.domain, f.name) for f in model.functions}
+    known = {(d.spec.domain, d.spec.name) for d in all_ops()}
+    return sorted(
+        {f"{n.domain}::{n.op_type}" for n in walk_nodes(model.graph.node) if (n.domain, n.op_type) in local & known}
+    )
+
+
+def _work(request: dict[str, Any], *, echo: bool = False) -> dict[str, Any]:
+    """Load ops, then parse/build; failures become error entries, not exceptions. ``echo`` (the worker
+    process only): each step and TensorRT's log also go to stderr, for its caller to show if it dies; in the
+    calling process TensorRT's log stays in the report."""
     from opbridge._loading import load_module
 
     errors: list[list[str]] = []
@@ -776,7 +853,7 @@ def _work(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:
             logger.warning("could not import %s, which defines ops of the calling process: %s", target, exc)
     report = _run_in_process(
-        request["model"], request.get("engine"), request.get("profiles", {}), request["build"], echo=True
+        request["model"], request.get("engine"), request.get("profiles", {}), request["build"], echo=echo
     )
     report["errors"] = errors + report["errors"]
     return report

@@ -30,7 +30,13 @@ __all__ = ["backend_name", "load_tensorrt"]
 logger = logging.getLogger(__name__)
 
 _LOCK = ForkSafeLock()
+# the environment variable that forces one of the backends, and the backends, in the order tried
+_FORCE = "OPBRIDGE_TENSORRT_BACKEND"
+_BACKENDS = ("tensorrt", "tensorrt_rtx")
 _LOADED: tuple[ModuleType, str] | None = None
+# where the tensorrt_rtx_libs stand-in's folder goes (None: the temporary folder). A TensorRT worker puts
+# it in its caller's temporary folder, which the caller removes even when it has to kill the worker.
+_STAND_IN_PARENT: str | None = None
 
 
 def _shadow_rtx_libs() -> None:
@@ -50,7 +56,7 @@ def _shadow_rtx_libs() -> None:
     original = os.path.dirname(spec.origin)
     if os.path.exists(os.path.join(original, "libtensorrt_rtx.so")):
         return
-    root = tempfile.mkdtemp(prefix="opbridge_trt_rtx_libs_")
+    root = tempfile.mkdtemp(prefix="opbridge_trt_rtx_libs_", dir=_STAND_IN_PARENT)
     atexit.register(shutil.rmtree, root, True)
     package = os.path.join(root, "tensorrt_rtx_libs")
     os.mkdir(package)
@@ -67,8 +73,11 @@ def _shadow_rtx_libs() -> None:
 def load_tensorrt() -> tuple[ModuleType, str]:
     """Return ``(module, backend_name)``: ``tensorrt`` if importable, else ``tensorrt_rtx``.
 
+    ``OPBRIDGE_TENSORRT_BACKEND`` (``tensorrt`` or ``tensorrt_rtx``) forces one of them.
+
     Raises:
-        BackendUnavailableError: neither package is installed.
+        BackendUnavailableError: neither package is installed (or not the forced one), or
+            ``OPBRIDGE_TENSORRT_BACKEND`` names another backend.
 
     Example:
         >>> trt, backend = load_tensorrt()  # doctest: +SKIP
@@ -79,7 +88,12 @@ def load_tensorrt() -> tuple[ModuleType, str]:
     with _LOCK:
         if _LOADED is not None:
             return _LOADED
-        forced = os.environ.get("OPBRIDGE_TENSORRT_BACKEND", "")
+        forced = os.environ.get(_FORCE, "")
+        if forced not in ("", *_BACKENDS):
+            raise BackendUnavailableError(
+                f"{_FORCE}={forced!r} is not a TensorRT backend opbridge knows; set it to "
+                f"{' or '.join(map(repr, _BACKENDS))}, or unset it to use whichever is installed."
+            )
         errors: list[str] = []
         if forced in ("", "tensorrt"):
             try:
@@ -95,7 +109,7 @@ def load_tensorrt() -> tuple[ModuleType, str]:
             except (ImportError, OSError) as exc:
                 errors.append(f"tensorrt_rtx: {exc}")
         raise BackendUnavailableError(
-            "TensorRT is not installed (" + "; ".join(errors or [f"OPBRIDGE_TENSORRT_BACKEND={forced!r}"]) + "). "
+            "TensorRT is not installed (" + "; ".join(errors) + "). "
             "Install NVIDIA's 'tensorrt' on a GPU machine, or TensorRT-RTX for CPU-only build checks: "
             "pip install 'opbridge[tensorrt-rtx]'."
         )
@@ -105,7 +119,7 @@ def backend_name() -> str | None:
     """The backend :func:`load_tensorrt` would use, without importing it; ``None`` if none is installed."""
     if _LOADED is not None:
         return _LOADED[1]
-    for name in ("tensorrt", "tensorrt_rtx"):
+    for name in _BACKENDS:
         if importlib.util.find_spec(name) is not None:
             return name
     return None
