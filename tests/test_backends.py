@@ -235,6 +235,40 @@ def test_the_default_domain_kernel_runs_nodes_the_legacy_domain_rewrite_moved(ba
     assert 'or an op definition @opbridge.op("opbridge.legacy::NoKernelHere")' in str(caught.value)
 
 
+def test_threads_that_start_a_runner_together_load_it_once() -> None:
+    """Four threads' first infer() loaded the model four times (OpenVINO converted and compiled it four
+    times), each load replacing the state another thread was running with."""
+    import threading
+    import time
+
+    from opbridge.backends.base import Runner
+
+    class Slow(Runner):
+        name = "slow"
+        loads = 0
+
+        def _load(self) -> None:
+            time.sleep(0.05)
+            Slow.loads += 1
+
+        def _inputs(self) -> list[TensorMeta]:
+            return [TensorMeta("x", np.dtype("float32"), (2,))]
+
+        def _outputs(self) -> list[str]:
+            return ["y"]
+
+        def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {"y": feed["x"] + 1}
+
+    runner = Slow()
+    threads = [threading.Thread(target=runner.infer, args=({"x": np.ones(2, np.float32)},)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Slow.loads == 1
+
+
 @opbridge.op("tests.backends::Times")
 def _times(x: torch.Tensor, k: int = 1) -> torch.Tensor:
     return x * k

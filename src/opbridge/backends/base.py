@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -143,6 +144,9 @@ class Runner(abc.ABC):
     def __init__(self) -> None:
         self._loaded = False
         self._input_meta: list[TensorMeta] | None = None
+        # one load at a time: the first infer() of several threads each loaded the model, and one's load
+        # replaced the state another was running with
+        self._load_lock = threading.RLock()
 
     # ------------------------------------------------------------------ availability
 
@@ -169,17 +173,20 @@ class Runner(abc.ABC):
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> Runner:
-        """Load the model (idempotent). Returns ``self``."""
+        """Load the model (idempotent, and once where threads call it together). Returns ``self``."""
         if not self._loaded:
-            self._load()
-            self._loaded = True
+            with self._load_lock:
+                if not self._loaded:
+                    self._load()
+                    self._loaded = True
         return self
 
     def close(self) -> None:
         """Release the backend's resources (idempotent)."""
-        if self._loaded:
-            self._close()
-            self._loaded = False
+        with self._load_lock:
+            if self._loaded:
+                self._close()
+                self._loaded = False
 
     def __enter__(self) -> Runner:
         return self.load()
