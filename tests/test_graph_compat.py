@@ -155,7 +155,40 @@ TRT_CASES = [
         "built-in Resize importer",
         lambda: custom_node_model("ResizeX", "acme"),
     ),
+    (
+        "trt-float-input-shape-tensor",
+        "10.8",
+        lambda: _size_from_input(TensorProto.FLOAT),
+        "cos",
+        "fail",
+        "float graph input 'factor' reaches shape input 0 ('factor' -> Mul -> Floor -> Cast -> Concat -> "
+        "ConstantOfShape)",
+        lambda: _size_from_input(TensorProto.INT64),
+    ),
 ]
+
+
+def _size_from_input(dtype: int, *, initializer: bool = False) -> onnx.ModelProto:
+    """x -> Shape -> Slice -> Cast -> Mul(factor) -> Floor -> Cast -> Concat -> ConstantOfShape (the size
+    tensor resize-cubic-to-dynamic-resize builds from its ``scale_input``); ``factor`` of ``dtype``."""
+    float_factor = dtype == TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Slice", ["shape", "start", "end"], ["hw"], name="slice"),
+        helper.make_node("Cast", ["hw"], ["hw_f"], to=TensorProto.FLOAT if float_factor else TensorProto.INT64),
+        helper.make_node("Mul", ["hw_f", "factor"], ["scaled"], name="mul"),
+        helper.make_node("Floor" if float_factor else "Identity", ["scaled"], ["floored"], name="floor"),
+        helper.make_node("Cast", ["floored"], ["size_hw"], to=TensorProto.INT64, name="cast"),
+        helper.make_node("Concat", ["nc", "size_hw"], ["size"], axis=0, name="concat"),
+        helper.make_node("ConstantOfShape", ["size"], ["y"], name="cos"),
+    ]
+    initializers = [("start", np.array([2], np.int64)), ("end", np.array([4], np.int64)), ("nc", np.ones(2, np.int64))]
+    inputs = [("x", TensorProto.FLOAT, [1, 1, "H", "W"])]
+    if initializer:
+        initializers.append(("factor", np.array([2.0], np.float32)))
+    else:
+        inputs.append(("factor", dtype, [1]))
+    return make_model(nodes, inputs, [("y", TensorProto.FLOAT, None)], initializers=initializers)
 
 
 @pytest.mark.parametrize(
@@ -578,3 +611,283 @@ def test_functions_calling_functions_are_each_checked_once(depth: int, calls: in
     (call,) = report.nodes
     assert call.verdict == "fail"
     assert "its body's node call/deep::f0/" in call.reason and f"deep::f{depth}/innermost fails" in call.reason
+
+
+# ---------------------------------------------------------------- shape tensors from float inputs
+
+
+def test_a_float_input_made_a_shape_tensor_is_flagged_where_it_reaches_the_shape_input() -> None:
+    """A float graph input computed into ConstantOfShape's shape (as resize-cubic-to-dynamic-resize with
+    scale_input makes it) is refused by TensorRT ("Network input factor is a shape tensor and must have
+    type Int32 or Int64"); the static rules said all was fine. An initializer or an int64 input passes."""
+    v = verdict(_size_from_input(TensorProto.FLOAT), "cos")
+    assert v.verdict == "fail" and v.rules == ("trt-float-input-shape-tensor",), v
+    assert "feed an int64 size instead, or make 'factor' an initializer" in v.reason
+    assert verdict(_size_from_input(TensorProto.FLOAT, initializer=True), "cos").verdict == "native"
+    assert verdict(_size_from_input(TensorProto.INT64), "cos").verdict == "native"
+    # Gather's indices are no shape input: a float input cast into them is an ordinary tensor
+    gather = make_model(
+        [
+            helper.make_node("Cast", ["f"], ["i"], to=TensorProto.INT64, name="cast"),
+            helper.make_node("Gather", ["x", "i"], ["y"], name="gather"),
+        ],
+        [("x", TensorProto.FLOAT, [2, 3]), ("f", TensorProto.FLOAT, [1])],
+        [("y", TensorProto.FLOAT, None)],
+    )
+    assert {n.verdict for n in trt(gather).nodes} == {"native"}
+
+
+def test_the_rewrite_with_a_scale_input_gets_the_shape_tensor_verdict() -> None:
+    """The documented rewrite (resize-cubic-to-dynamic-resize, scale_input=factor) makes a float input that
+    TensorRT takes as a shape tensor: compat names it and the fix."""
+    from opbridge.graph.rewrite import rewrite_model
+
+    rewritten = rewrite_model(resize_model("cubic"), ["resize-cubic-to-dynamic-resize"], {"scale_input": "factor"})
+    report = trt(rewritten.model, "8.4")
+    flagged = [n for n in report.nodes if "trt-float-input-shape-tensor" in n.rules]
+    assert [n.op_type for n in flagged] == ["ConstantOfShape"] and "graph input 'factor'" in flagged[0].reason
+    assert not report.ok
+
+
+# ---------------------------------------------------------------- control flow: real backends' errors
+
+
+def _opbridge_op_in_if_branch(op: str = "Scale", domain: str = "test.compat") -> onnx.ModelProto:
+    """An If (named "if") whose then-branch holds ``domain::op`` (named "inner"); the else-branch negates."""
+    then = helper.make_graph(
+        [helper.make_node(op, ["x"], ["t"], domain=domain, name="inner")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
+    )
+    return make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
+        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
+        [("y", TensorProto.FLOAT, [3])],
+        domains={domain: 1},
+    )
+
+
+def test_ort_blames_the_body_node_not_the_if_that_carries_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ONNX Runtime reports a body's unregistered op under the If ("Node (if) Op (If) [TypeInferenceError]
+    Graph attribute inferencing failed: ... test.compat:Scale(-1) is not a registered function/op"): the If
+    was blamed, and an opbridge op in a branch (which opbridge's bridge runs) made compat exit 1."""
+    report = check_compat(_opbridge_op_in_if_branch(), "onnxruntime")
+    nodes = {n.node: n for n in report.nodes}
+    assert report.real_ok is False
+    assert "Graph attribute inferencing failed" in nodes["if/then_branch/inner"].real
+    assert nodes["if/then_branch/inner"].real.startswith("fail") and nodes["if/then_branch/inner"].verdict == "opbridge"
+    assert nodes["if"].real == "no error reported" and nodes["if/else_branch/neg"].real == "no error reported"
+    assert report.ok
+    path = tmp_path / "if.onnx"
+    onnx.save(_opbridge_op_in_if_branch(), path)
+    assert main(["compat", str(path), "--target", "onnxruntime"]) == 0, capsys.readouterr().out
+
+
+def test_ort_blames_the_innermost_node_of_nested_bodies() -> None:
+    """If -> If -> acme::Foo: ONNX Runtime names both Ifs; only Foo is blamed (and fails, statically too)."""
+    inner = _opbridge_op_in_if_branch("Foo", "acme").graph.node[0]
+    inner.name = "inner_if"
+    branch = helper.make_graph([inner], "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["z"], then_branch=branch, else_branch=other, name="outer")],
+        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
+        [("z", TensorProto.FLOAT, [3])],
+        domains={"acme": 1},
+    )
+    report = check_compat(model, "onnxruntime")
+    real = {n.node: n.real for n in report.nodes}
+    assert real["outer/then_branch/inner_if/then_branch/inner"].startswith("fail")
+    assert real["outer"] == real["outer/then_branch/inner_if"] == "no error reported"
+    assert not report.ok
+
+
+def test_trt_parser_errors_named_by_a_body_node_go_to_its_label() -> None:
+    """The parser names a body's node by its own name ("inner"), the verdicts are keyed by label
+    ("if/then_branch/inner"): the message was dropped, and compat said "FAILED" naming nothing. A message
+    that matches no node is a note."""
+    from opbridge.graph.compat._common import node_contexts
+    from opbridge.graph.compat.tensorrt import _attribute_errors
+
+    contexts = node_contexts(_opbridge_op_in_if_branch("Foo", "acme"))
+    per_node, notes = _attribute_errors(
+        [("inner", "Foo", "Plugin not found"), ("ghost", "Relu", "lost"), ("", "Neg", "unnamed")], contexts
+    )
+    assert per_node == {"if/then_branch/inner": "Plugin not found"}
+    assert len(notes) == 2 and "'ghost' (Relu): lost" in notes[0] and "Neg: unnamed" in notes[1]
+
+
+def test_trt_real_parser_failure_in_a_loop_body_names_the_node(tmp_path: Path) -> None:
+    """A Loop with an empty cond inside an If: TensorRT's parser fails on the body's Identity ("Node input
+    was not registered"); compat showed "real backend: FAILED" and no node nor message."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+            helper.make_node("Add", ["v_in", "x"], ["v_out"], name="inner_add"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3]),
+        ],
+    )
+    loop = helper.make_node("Loop", ["n", "", "x"], ["t"], body=body, name="loop")
+    then = helper.make_graph([loop], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])])
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
+        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3]), ("n", TensorProto.INT64, [])],
+        [("y", TensorProto.FLOAT, [3])],
+    )
+    path = tmp_path / "loop.onnx"
+    onnx.save(model, path)
+    report = check_compat(path, "tensorrt")
+    if report.real_backend == "not available":
+        pytest.skip("opbridge.tensorrt found no TensorRT library: " + "; ".join(report.notes))
+    if report.real_ok:
+        pytest.skip(f"{report.real_backend} imports a Loop with an empty cond")
+    blamed = [n.node for n in report.nodes if (n.real or "").startswith("fail")]
+    assert blamed or report.notes, "the parser's failure is shown nowhere"
+    assert all(n.startswith("if/then_branch/loop/body/") for n in blamed), blamed
+
+
+def _scan_reading_outer_scope() -> onnx.ModelProto:
+    """A Scan whose body multiplies by the outer graph's input ``w`` (OpenVINO's Scan rule refuses that),
+    beside a Scan whose body reads only its own inputs."""
+
+    def body(reads_w: bool) -> onnx.GraphProto:
+        return helper.make_graph(
+            [
+                helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                helper.make_node("Mul", ["row", "w"], ["o"]) if reads_w else helper.make_node("Neg", ["row"], ["o"]),
+            ],
+            "body",
+            [
+                helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [3]),
+                helper.make_tensor_value_info("row", TensorProto.FLOAT, [3]),
+            ],
+            [
+                helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [3]),
+                helper.make_tensor_value_info("o", TensorProto.FLOAT, [3]),
+            ],
+        )
+
+    nodes = [
+        helper.make_node("Scan", ["s0", "x"], ["sf", "ys"], body=body(True), num_scan_inputs=1, name="outer_scan"),
+        helper.make_node("Scan", ["s0", "x"], ["sf2", "ys2"], body=body(False), num_scan_inputs=1, name="own_scan"),
+    ]
+    return make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, ["b", 3]), ("s0", TensorProto.FLOAT, [3]), ("w", TensorProto.FLOAT, [3])],
+        [
+            ("sf", TensorProto.FLOAT, [3]),
+            ("ys", TensorProto.FLOAT, ["b", 3]),
+            ("sf2", TensorProto.FLOAT, [3]),
+            ("ys2", TensorProto.FLOAT, ["b", 3]),
+        ],
+        opset=18,
+    )
+
+
+def test_openvino_a_conversion_rule_that_fails_on_a_node_fails_it() -> None:
+    """OpenVINO's partial conversion leaves a NotSupportedONNXNode for a Scan its rule refuses; compat looked
+    for ONNXFrameworkNode only and said "native" (exit 0) for a model OpenVINO cannot convert. The other Scan
+    still converts; the reason is the frontend's, not "No conversion rule found"."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    report = check_compat(_scan_reading_outer_scope(), "openvino")
+    nodes = {n.node: n for n in report.nodes}
+    bad = nodes["outer_scan"]
+    assert bad.verdict == "fail" and "conversion rule for Scan failed on this node" in bad.reason, bad
+    assert "Number of Scan node inputs" in bad.reason and "No conversion rule found" not in bad.reason
+    assert nodes["own_scan"].verdict == "native" and not report.ok
+    # inside an If branch too (the partial conversion nests the branch's nodes in the If)
+    scan = _scan_reading_outer_scope().graph.node[0]
+    then = helper.make_graph(
+        [scan], "then", [], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("sf", "ys")]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["s0"], ["a"]), helper.make_node("Identity", ["x"], ["b"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b")],
+    )
+    nested = make_model(
+        [helper.make_node("If", ["c"], ["p", "q"], then_branch=then, else_branch=other, name="if")],
+        [
+            ("c", TensorProto.BOOL, []),
+            ("x", TensorProto.FLOAT, ["b", 3]),
+            ("s0", TensorProto.FLOAT, [3]),
+            ("w", TensorProto.FLOAT, [3]),
+        ],
+        [("p", TensorProto.FLOAT, None), ("q", TensorProto.FLOAT, None)],
+        opset=18,
+    )
+    nodes = {n.node: n for n in check_compat(nested, "openvino").nodes}
+    assert nodes["if/then_branch/outer_scan"].verdict == "fail" and nodes["if"].verdict == "native"
+
+
+def test_openvino_a_rule_failing_on_an_unconverted_nodes_output_is_not_blamed() -> None:
+    """ReduceSum's rule fails on the output of an op without a conversion rule ("Unsupported input type
+    dynamic"): that op decides (an opbridge op runs as a Python op of known type), the ReduceSum is native."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    nodes = [
+        helper.make_node("Scale", ["x"], ["s"], domain="test.compat", name="scale"),
+        helper.make_node("ReduceSum", ["s"], ["y"], keepdims=0, name="sum"),
+    ]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [])], domains={"test.compat": 1}, opset=20
+    )
+    verdicts = {n.node: n.verdict for n in check_compat(model, "openvino").nodes}
+    assert verdicts == {"scale": "opbridge", "sum": "native"}
+
+
+# ---------------------------------------------------------------- plugin namespace hint, docs
+
+
+def test_plugin_namespace_hint_says_opbridge_registers_under_the_empty_namespace() -> None:
+    """Before 10.10 the parser looks in namespace '': for an opbridge op the hint said "register the creator
+    in '' or add attribute plugin_namespace=...", which opbridge.tensorrt already does (it registers under ''
+    too); for other ops that stays the hint."""
+    ours = verdict(custom_node_model("Scale", "test.compat"), "custom", "8.4")
+    assert "trt-plugin-namespace" in ours.rules and ours.verdict == "opbridge"
+    assert "register the creator in ''" not in ours.reason
+    assert "opbridge.tensorrt registers test.compat::Scale's plugin under '' too" in ours.reason
+    other = verdict(custom_node_model("Unknown"), "custom", "8.4")
+    assert "register the creator in '' or add attribute plugin_namespace='acme'" in other.reason
+
+
+def test_docs_and_help_give_compat_real_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    """The docs named a `--real` option that does not exist and said compat exits 1 "when any node fails";
+    a real-backend failure with no static failure exits 1 too. `--no-real` did not say OpenVINO has no static
+    rules."""
+    text = (Path(__file__).parents[1] / "docs" / "graph_tools.md").read_text(encoding="utf-8")
+    assert "`--real`" not in text and "exits with 1 when any node fails" not in text
+    assert "`CompatReport.ok`" in text and "even with 0 static failures" in text
+    with pytest.raises(SystemExit):
+        main(["compat", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "openvino has no static rules" in help_text

@@ -1,4 +1,5 @@
-"""``opbridge compat MODEL --target T``: what a runtime does with each node; exit code 1 when a node fails."""
+"""``opbridge compat MODEL --target T``: what a runtime does with each node; exit code 1 when the report
+is not ok (a node fails statically, or the real backend fails: ``CompatReport.ok``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trt-version", default=None, help="TensorRT version for the static rules, e.g. 8.6 (default: newest)"
     )
-    p.add_argument("--no-real", action="store_true", help="static verdicts only; do not run the real backend")
+    p.add_argument(
+        "--no-real",
+        action="store_true",
+        help="static verdicts only; do not run the real backend (tensorrt, onnxruntime). openvino has no static "
+        "rules: its verdicts always come from OpenVINO, which must be installed",
+    )
     p.add_argument("--all", action="store_true", help="list natively supported nodes too")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_ops_argument(p)

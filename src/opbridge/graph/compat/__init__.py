@@ -45,7 +45,8 @@ def check_compat(
     Args:
         model: a path or a loaded model.
         target: ``"tensorrt"``, ``"onnxruntime"`` or ``"openvino"``.
-        real: also ask the real backend when it is installed.
+        real: also ask the real backend when it is installed (OpenVINO's verdicts come from OpenVINO
+            either way: it has no static rules).
         trt_version: TensorRT version the static rules are evaluated for (newest when None).
 
     Raises:
@@ -58,8 +59,9 @@ def check_compat(
     ensure_builtin_ops()
     path = None if isinstance(model, (onnx.ModelProto, bytes, bytearray, memoryview)) else str(model)
     # from a file, its weights stay there and the real backends read the file itself; OpenVINO's check
-    # converts a copy with the local functions inlined, which needs the weights
-    whole = path is None or (target == "openvino" and real)
+    # (run with real=False too: it has no static rules) converts a copy with the local functions inlined,
+    # which needs the weights
+    whole = path is None or target == "openvino"
     proto = load_model(model) if whole else load_model(model, external_data=SMALL_TENSOR_BYTES)
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt

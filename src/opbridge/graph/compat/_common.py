@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 class NodeContext:
     """One node (of the main graph, a subgraph or a function body) with what the rules look at;
     ``index``: its place in the main graph, -1 elsewhere. ``node`` is None where onnx-ir cannot read
-    the model (sparse tensors); ``function``: ``domain::name`` of the function body it sits in."""
+    the model (sparse tensors); ``function``: ``domain::name`` of the function body it sits in;
+    ``owners``: the labels of the If/Loop/Scan nodes whose subgraphs hold it, outermost first."""
 
     index: int
     label: str
@@ -33,6 +34,7 @@ class NodeContext:
     function: str = ""
     ir_model: ir.Model | None = None
     functions: FunctionIndex | None = field(default=None, repr=False)
+    owners: tuple[str, ...] = ()
 
     @property
     def domain(self) -> str:
@@ -129,6 +131,7 @@ def _walk(
     owner: Any,
     function: str,
     functions: FunctionIndex,
+    owners: tuple[str, ...] = (),
 ) -> None:
     """Contexts for ``protos`` (with their onnx-ir twins ``nodes``, or None) and their subgraphs' nodes."""
     from opbridge.graph._model import is_custom_node, node_label, opset_version
@@ -149,6 +152,7 @@ def _walk(
                 function=function,
                 ir_model=irm,
                 functions=functions,
+                owners=owners,
             )
         )
         for attr in proto.attribute:
@@ -169,6 +173,7 @@ def _walk(
                     owner,
                     function,
                     functions,
+                    (*owners, label),
                 )
 
 

@@ -107,12 +107,30 @@ def _session_error(model: onnx.ModelProto, path: str | None) -> str | None:
     return None
 
 
+def _blamed(error: str, contexts: list[NodeContext]) -> set[str]:
+    """Labels of the nodes ``error`` names: by their own name as ONNX Runtime quotes it ("Node (name)",
+    "Name:'name'", "Name: name "), or by op type (":Op(", " Op "). ONNX Runtime reports a failing node of
+    an If/Loop/Scan body under the container too ("Node (if) Op (If) [TypeInferenceError] Graph attribute
+    inferencing failed: ..."): a container is blamed only where nothing its subgraphs hold is."""
+    found = set()
+    for ctx in contexts:
+        name = ctx.proto.name
+        quoted = bool(name) and any(
+            q in error for q in (f"({name})", f"'{name}'", f'"{name}"', f"Name: {name} ", f"Name:{name} ")
+        )
+        if quoted or f":{ctx.op_type}(" in error or f" {ctx.op_type} " in error:
+            found.add(ctx.label)
+    carriers = {owner for ctx in contexts if ctx.label in found for owner in ctx.owners}
+    return found - carriers
+
+
 def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's
     bridge) on ``path``, the model's file, where given."""
     import onnxruntime as ort
 
-    nodes = [_verdict(ctx) for ctx in node_contexts(model)]
+    contexts = node_contexts(model)
+    nodes = [_verdict(ctx) for ctx in contexts]
     report = CompatReport("onnxruntime", f"onnxruntime {ort.__version__}", nodes)
     if not real:
         report.real_backend = "not run"
@@ -121,19 +139,22 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | 
     report.real_backend = f"InferenceSession (onnxruntime {ort.__version__}, no opbridge bridge)"
     report.real_ok = error is None
     report.real_includes_opbridge = False
-    blamed = False
-    updated = []
-    for n in nodes:
-        real_verdict = "ok"
-        if error is not None:
-            # ONNX Runtime quotes node names ("Node (name)", "Name:'name'"); a bare substring blamed a
-            # node named "error" or "const" for any message holding that word
-            quoted = n.node and any(q in error for q in (f"({n.node})", f"'{n.node}'", f'"{n.node}"'))
-            named = quoted or f":{n.op_type}(" in error or f" {n.op_type} " in error
-            real_verdict = f"fail: {_clip(error.splitlines()[0])}" if named else "no error reported"
-            blamed = blamed or bool(named)
-        updated.append(NodeVerdict(n.node, n.domain, n.op_type, n.verdict, n.reason, n.rules, real_verdict))
-    report.nodes = updated
-    if error is not None and (not blamed or _clip(error.splitlines()[0]) != error.splitlines()[0]):
-        report.notes.append(f"session failed: {error.splitlines()[0]}")  # (whole, where a cell cut it)
+    # ONNX Runtime quotes node names; a bare substring blamed a node named "error" or "const" for any
+    # message holding that word
+    blamed = set() if error is None else _blamed(error, contexts)
+    first = "" if error is None else error.splitlines()[0]
+    report.nodes = [
+        NodeVerdict(
+            n.node,
+            n.domain,
+            n.op_type,
+            n.verdict,
+            n.reason,
+            n.rules,
+            "ok" if error is None else f"fail: {_clip(first)}" if n.node in blamed else "no error reported",
+        )
+        for n in nodes
+    ]
+    if error is not None and (not blamed or _clip(first) != first):
+        report.notes.append(f"session failed: {first}")  # (whole, where a cell cut it)
     return report

@@ -1,19 +1,24 @@
 """OpenVINO compatibility from its own ONNX frontend.
 
 The model's local functions are inlined first (OpenVINO does not expand them),
-then ``FrontEnd.convert_partially`` converts what it can and leaves an
-``ONNXFrameworkNode`` for every op it has no conversion rule for. A node is
-native when no framework node stands for it; a custom node with a body runs
-when every op of its body converts; an opbridge op runs as an OpenVINO Python
-op through opbridge's OpenVINO backend; anything else fails with the
-frontend's "No conversion rule found".
+then ``FrontEnd.convert_partially`` converts what it can, in the graph and the
+If/Loop/Scan bodies, and leaves an ``ONNXFrameworkNode`` for every op it has no
+conversion rule for, and a ``NotSupportedONNXNode`` for every node whose rule
+failed on it (a Scan whose body reads an outer-scope value). A node is native
+when no such node stands for it; one whose rule failed fails with the
+frontend's message; a custom node with a body runs when every op of its body
+converts; an opbridge op runs as an OpenVINO Python op through opbridge's
+OpenVINO backend; anything else fails with the frontend's "No conversion rule
+found".
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,16 +28,81 @@ from opbridge.graph.compat._report import CompatReport, NodeVerdict
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["check_openvino", "unconverted_ops"]
+__all__ = ["Conversion", "check_openvino", "convert_partially", "unconverted_ops"]
 
 logger = logging.getLogger(__name__)
 
 
-def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[set[tuple[str, str]], str | None]:
-    """``(domain, op_type)`` the OpenVINO ONNX frontend leaves unconverted, and a conversion error if it
-    raised. ``path``: the model's file, converted as it is where the model has no local functions to
-    inline (a model of 2 GiB or more cannot be written again in one piece)."""
-    import onnx.inliner
+@dataclass
+class Conversion:
+    """What OpenVINO's partial conversion left: ``no_rule``, the ``(domain, op_type)`` of the
+    ``ONNXFrameworkNode`` s (no conversion rule); ``failed``, the output names of the nodes whose rule
+    failed (a ``NotSupportedONNXNode``), and ``failed_ops`` their ``(domain, op_type)``; ``messages``, the
+    frontend's message for each failed node, by the name it gives the node (its name, or its first
+    output's); ``error``, a conversion error if it raised."""
+
+    no_rule: set[tuple[str, str]] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    failed_ops: set[tuple[str, str]] = field(default_factory=set)
+    messages: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    def failure(self, node: onnx.NodeProto) -> str | None:
+        """The frontend's message where its conversion rule failed on ``node`` ("" when it gave none), or None."""
+        if not any(name in self.failed for name in node.output):
+            return None
+        for name in (node.name, *node.output):
+            if name and name in self.messages:
+                return self.messages[name]
+        return ""
+
+
+def _bodies(op: Any) -> list[Any]:
+    """The bodies of an OpenVINO If, Loop or TensorIterator (where the frontend converts ONNX subgraphs)."""
+    if hasattr(op, "get_then_body"):
+        return [b for b in (op.get_then_body(), op.get_else_body()) if b is not None]
+    if not hasattr(op, "get_function"):
+        return []
+    try:
+        body = op.get_function()
+    except TypeError:  # (If-like ops take the body's index)
+        body = op.get_function(0)
+    return [] if body is None else [body]
+
+
+def _after_unconverted(op: Any) -> bool:
+    """Whether ``op`` computes on what an unconverted node gives (whose element type the frontend does not
+    know: "Unsupported input type dynamic"); that node, which opbridge's OpenVINO backend may run as a
+    Python op of known type, decides then, not this one's failed rule."""
+    pending = [value.get_node() for value in op.input_values()]
+    seen: set[str] = set()
+    while pending:
+        node = pending.pop()
+        if node.get_name() in seen:
+            continue
+        seen.add(node.get_name())
+        if node.get_type_name() in ("ONNXFrameworkNode", "NotSupportedONNXNode"):
+            return True
+        pending += [value.get_node() for value in node.input_values()]
+    return False
+
+
+def _failure_messages(text: str) -> dict[str, str]:
+    """The node -> message of each "-- Op-N with a message:" block of a failed full conversion (the node
+    as the frontend names it in "<Node(Op): name>": its name, or its first output's)."""
+    out = {}
+    for block in re.finditer(r"^-- (\S+?)-\d+ with a message:\n(.*?)(?=^-- |^Summary:|\Z)", text, re.M | re.S):
+        lines = [line.strip() for line in block.group(2).splitlines() if line.strip()]
+        named = re.search(r"<Node\((?:[^)]*)\): ([^>]*)>", block.group(2))
+        if lines:
+            out[named.group(1) if named else block.group(1)] = lines[-1]
+    return out
+
+
+def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conversion:
+    """What the OpenVINO ONNX frontend leaves unconverted, in the graph and the If/Loop/Scan bodies.
+    ``path``: the model's file, converted as it is where the model has no local functions to inline (a
+    model of 2 GiB or more cannot be written again in one piece)."""
     from openvino.frontend import FrontEndManager
 
     from opbridge.export import save_model_atomic
@@ -42,6 +112,8 @@ def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[se
         # an invalid model (a cycle, a dangling input, a recursive function) is a conversion error too
         try:
             if path is None or len(model.functions):
+                import onnx.inliner
+
                 inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
                 path = str(save_model_atomic(inlined, Path(tmp) / "model.onnx"))
             fe = FrontEndManager().load_by_framework("onnx")
@@ -49,21 +121,43 @@ def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[se
             input_model = fe.load(str(path))
             converted = fe.convert_partially(input_model)
         except Exception as exc:
-            return set(), str(exc).strip()
-        missing = set()
-        for op in converted.get_ordered_ops():
-            if op.get_type_name() == "ONNXFrameworkNode":
+            return Conversion(error=str(exc).strip())
+        result = Conversion()
+        pending = [converted]
+        while pending:
+            for op in pending.pop().get_ordered_ops():
+                pending += _bodies(op)
+                kind = op.get_type_name()
+                if kind not in ("ONNXFrameworkNode", "NotSupportedONNXNode"):
+                    continue
                 attrs = op.get_attributes()
                 domain = attrs.get("ONNX_META_domain", "")
-                missing.add(
-                    ("" if domain == "ai.onnx" else domain, attrs.get("ONNX_META_type", op.get_friendly_name()))
-                )
+                key = ("" if domain == "ai.onnx" else domain, attrs.get("ONNX_META_type", op.get_friendly_name()))
+                if kind == "ONNXFrameworkNode":
+                    result.no_rule.add(key)
+                elif not _after_unconverted(op):  # a conversion rule that raised on this node, known by its outputs
+                    result.failed_ops.add(key)
+                    result.failed.update(name for output in op.outputs() for name in output.get_names())
         del converted, input_model
-        return missing, None
+        if result.failed:
+            # the messages are only in the full conversion's error (a second conversion, of a model that fails)
+            try:
+                fe.convert(fe.load(str(path)))
+            except Exception as exc:
+                result.messages = _failure_messages(str(exc))
+            logger.debug("OpenVINO conversion rules failed on %s: %s", sorted(result.failed_ops), result.messages)
+        return result
     finally:
         for f in Path(tmp).iterdir():
             f.unlink()
         os.rmdir(tmp)
+
+
+def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[set[tuple[str, str]], str | None]:
+    """``(domain, op_type)`` the OpenVINO ONNX frontend has no conversion rule for, and a conversion error
+    if it raised (:func:`convert_partially` has the nodes whose rule failed too)."""
+    conversion = convert_partially(model, path)
+    return conversion.no_rule, conversion.error
 
 
 def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
@@ -73,7 +167,8 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
     """
     import openvino
 
-    missing, error = unconverted_ops(model, path)
+    conversion = convert_partially(model, path)
+    missing, error = conversion.no_rule, conversion.error
     nodes: list[NodeVerdict] = []
     for ctx in node_contexts(model):
 
@@ -91,17 +186,39 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
                 for c in body_contexts(ctx)
                 if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in missing and not c.has_function
             ]
+            # a body node whose rule failed: the inliner renamed its outputs, so it is known by its op only
+            broken = sorted(
+                {
+                    c.op_type
+                    for c in body_contexts(ctx)
+                    if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in conversion.failed_ops
+                }
+            )
             bad = sorted({c.op_type for c in unconverted})
             uncovered = [c for c in unconverted if c.opbridge_op() is None and c.opbridge_kernel() is None]
-            if bad and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
+            if (bad or broken) and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
                 # opbridge's OpenVINO backend drops such a body and runs the op's Python kernel.
-                add("opbridge", f"body ops without conversion rule: {bad}; OpenVINO Python op from opbridge's backend")
+                why = f"body ops without conversion rule: {bad}" if bad else f"body ops {broken} fail to convert"
+                add("opbridge", f"{why}; OpenVINO Python op from opbridge's backend")
+            elif broken:
+                add(
+                    "fail",
+                    f"OpenVINO's conversion rule failed on body op(s) {broken} (the full conversion refuses the model)",
+                )
             elif bad and not uncovered:
                 add("opbridge", f"body ops {bad} run as OpenVINO Python ops from opbridge's OpenVINO backend")
             elif bad:
                 add("fail", f"body ops without conversion rule: {sorted({c.op_type for c in uncovered})}")
             else:
                 add("function", "model-local function, inlined before conversion")
+        elif (message := conversion.failure(ctx.proto)) is not None:
+            # a rule exists but raised on this node (a Scan whose body reads an outer-scope value, say)
+            add(
+                "fail",
+                f"OpenVINO's conversion rule for {ctx.op_type} failed on this node"
+                + (f": {message}" if message else "")
+                + " (the full conversion refuses the model)",
+            )
         elif ctx.index < 0 and ctx.custom:
             # the frontend's partial conversion does not list subgraph nodes: opbridge's Python ops serve
             # the ones it can run, in If/Loop bodies as in the main graph

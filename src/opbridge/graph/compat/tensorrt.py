@@ -288,18 +288,34 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
 def _rule_plugin_namespace(ctx: NodeContext, version: Version) -> Hit | None:
     """Before TensorRT 10.10 the plugin namespace is "" unless the node sets plugin_namespace.
 
-    A creator registered under the op's domain (as opbridge's plugins and
-    TensorRT >= 10.10's fallback expect) is not found by older parsers unless the
-    node carries ``plugin_namespace`` (onnx-tensorrt FallbackPluginImporter).
+    A creator registered under the op's domain (as TensorRT >= 10.10's fallback
+    expects) is not found by older parsers unless the node carries
+    ``plugin_namespace`` (onnx-tensorrt FallbackPluginImporter). opbridge.tensorrt
+    registers each op's plugin under "" too (the first op of a name and version),
+    and its trt-build adds ``plugin_namespace``: an opbridge op is found.
     """
     if not ctx.custom or ctx.domain in ("", "ai.onnx") or ctx.attr("plugin_namespace") is not None:
         return None
     if (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
         return None
+    where = f"parser looks in namespace '' (before 10.10 the domain {ctx.domain!r} is not used)"
+    opdef = ctx.opbridge_op()
+    if opdef is None:
+        return Hit("fail", f"{where}: register the creator in '' or add attribute plugin_namespace={ctx.domain!r}")
+    # opbridge.tensorrt registers each op's plugin under '' too (the first op of a name and version), and
+    # its parse and trt-build add plugin_namespace=<domain> to the node before parsing
+    holder = _empty_namespace_plugin(ctx.op_type, plugin_lookup(ctx, version)[1])
+    if holder == opdef.spec.qualname:
+        return Hit(
+            "opbridge",
+            f"{where}: opbridge.tensorrt registers {holder}'s plugin under '' too, so it is found there "
+            f"(opbridge's trt-build also adds plugin_namespace={ctx.domain!r})",
+        )
+    held = f"namespace '' holds {holder}'s plugin of that name" if holder else "namespace '' holds no plugin for it"
     return Hit(
-        "fail" if ctx.opbridge_op() is None else "opbridge",
-        f"parser looks in namespace '' (before 10.10 the domain {ctx.domain!r} is not used): register the creator "
-        f"in '' or add attribute plugin_namespace={ctx.domain!r}",
+        "opbridge",
+        f"{where}: {held}, not {opdef.spec.qualname}'s; opbridge's trt-build adds plugin_namespace={ctx.domain!r} "
+        "to the node, another builder needs that attribute on it",
     )
 
 
@@ -366,6 +382,87 @@ def _rule_constant_attributes(ctx: NodeContext, version: Version) -> Hit | None:
     return None
 
 
+# Inputs TensorRT takes as shape tensors (dims, starts, counts): Reshape's shape, Expand's and
+# ConstantOfShape's shape, Tile's repeats, Slice's starts/ends/axes/steps, Pad's pads, Range's bounds,
+# TopK's k, OneHot's depth (Resize's sizes: _shape_slots). Checked with TensorRT-RTX 1.7's parser.
+_SHAPE_SLOTS = {
+    "Reshape": (1,),
+    "ConstantOfShape": (0,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Pad": (1,),
+    "Range": (0, 1, 2),
+    "TopK": (1,),
+    "OneHot": (1,),
+}
+# Ops through which a shape tensor's value is computed: their inputs are shape tensors too.
+_SHAPE_ARITHMETIC = frozenset(
+    "Abs Add Cast CastLike Ceil Clip Concat Div Expand Floor Gather Identity Max Min Mod Mul Neg Pow ReduceMax "
+    "ReduceMin ReduceProd ReduceSum Reshape Round Slice Sqrt Squeeze Sub Unsqueeze Where".split()
+)
+
+
+def _shape_slots(ctx: NodeContext) -> tuple[int, ...]:
+    """The input indices of ``ctx`` that TensorRT takes as shape tensors."""
+    if ctx.domain not in ("", "ai.onnx"):
+        return ()
+    if _is_resize(ctx):  # (scales: trt-resize-scales-not-initializer)
+        from opbridge.graph._model import resize_input_slots
+
+        return tuple(i for i, what in resize_input_slots(ctx.version) if what == "sizes")
+    return _SHAPE_SLOTS.get(ctx.op_type, ())
+
+
+def _float_graph_inputs(value: Any, graph_inputs: list[Any]) -> list[tuple[Any, list[str]]]:
+    """The floating-point inputs of the main graph (not initializers) whose values ``value`` is computed
+    from through :data:`_SHAPE_ARITHMETIC`, each with the op types on the way (from the input on)."""
+    found: list[tuple[Any, list[str]]] = []
+    seen: set[int] = set()
+    pending: list[tuple[Any, list[str]]] = [(value, [])]
+    while pending:
+        v, path = pending.pop()
+        if v is None or id(v) in seen or v.is_initializer() or v.const_value is not None:
+            continue
+        seen.add(id(v))
+        producer = v.producer()
+        if producer is None:
+            if any(v is i for i in graph_inputs) and v.dtype is not None and v.dtype.is_floating_point():
+                found.append((v, path))
+        elif producer.domain in ("", "ai.onnx") and producer.op_type in _SHAPE_ARITHMETIC:
+            pending += [(i, [producer.op_type, *path]) for i in producer.inputs]
+    return found
+
+
+def _rule_float_input_shape_tensor(ctx: NodeContext, version: Version) -> Hit | None:
+    """A floating-point graph input that reaches a shape-tensor input is refused.
+
+    TensorRT takes the shape input of Reshape, ConstantOfShape, Expand, Tile repeats, Slice
+    starts/ends/axes/steps, Pad pads, Range, TopK k, OneHot depth and Resize sizes as a shape tensor,
+    and so every network input it is computed from (through Mul, Floor, Cast, Concat, Slice, Gather...):
+    "Network input X is a shape tensor and must have type Int32 or Int64" (TensorRT-RTX 1.7 on a
+    Resize rewritten with resize-cubic-to-dynamic-resize and a float ``scale_input``).
+    """
+    slots = _shape_slots(ctx)
+    if not slots or ctx.node is None or ctx.ir_model is None:  # (onnx-ir could not read the model)
+        return None
+    graph_inputs = list(ctx.ir_model.graph.inputs)
+    inputs = ctx.node.inputs
+    for slot in slots:
+        value = inputs[slot] if len(inputs) > slot else None
+        if value is None or not value.name:
+            continue
+        for source, path in _float_graph_inputs(value, graph_inputs):
+            chain = " -> ".join([repr(source.name), *path, ctx.op_type])
+            return Hit(
+                "fail",
+                f"{source.dtype.name.lower()} graph input {source.name!r} reaches shape input {slot} ({chain}), "
+                f'which TensorRT makes a shape tensor: "Network input {source.name} is a shape tensor and must have '
+                f'type Int32 or Int64"; feed an int64 size instead, or make {source.name!r} an initializer',
+            )
+    return None
+
+
 _DOCS = "onnx-tensorrt docs/operators.md"
 _IMPORTER = "onnx-tensorrt builtin_op_importers.cpp importResize"
 TRT_RULES: tuple[TrtRule, ...] = (
@@ -397,6 +494,13 @@ TRT_RULES: tuple[TrtRule, ...] = (
         None,
         f"{_IMPORTER}; onnx-tensorrt#398, #483; NVIDIA/TensorRT#2803; seed 001",
         _rule_scales_not_initializer,
+    ),
+    TrtRule(
+        "trt-float-input-shape-tensor",
+        (7, 0),
+        None,
+        "TensorRT shape tensors (network inputs used as shapes must be Int32/Int64); TensorRT-RTX 1.7 parser",
+        _rule_float_input_shape_tensor,
     ),
     TrtRule(
         "trt-plugin-path",
@@ -454,9 +558,8 @@ def _static_verdict(ctx: NodeContext, version: Version) -> NodeVerdict:
 def _real_parse(
     model: onnx.ModelProto, path: str | None, contexts: list[NodeContext] | None = None
 ) -> tuple[str, bool | None, dict[str, str], list[str]]:
-    """Run ``opbridge.tensorrt.parse_with_tensorrt``; returns (backend, ok, per-node messages, notes).
-    A message naming no node but an op type that only the function body of some nodes of ``contexts``
-    holds goes to those nodes (the parser names the body's node, not the call)."""
+    """Run ``opbridge.tensorrt.parse_with_tensorrt``; returns (backend, ok, per-node messages keyed by
+    label, notes): the parser's errors attributed to the nodes of ``contexts`` by :func:`_attribute_errors`."""
     try:
         from opbridge.tensorrt import parse_with_tensorrt  # type: ignore[import-not-found]
     except ImportError as exc:
@@ -478,26 +581,58 @@ def _real_parse(
             for f in Path(tmp).iterdir():
                 f.unlink()
             os.rmdir(tmp)
+    per_node, notes = _attribute_errors(report.errors, contexts or [])
+    if not report.ok and not report.errors:
+        notes.append("real parser: failed without naming a node or giving a message")
+    return str(report.backend), bool(report.ok), per_node, notes
+
+
+def _attribute_errors(
+    errors: list[tuple[str, str, str]], contexts: list[NodeContext]
+) -> tuple[dict[str, str], list[str]]:
+    """The parser's ``(node_name, op_type, message)`` errors as messages per node label, and notes for
+    those that name no node of ``contexts``. The parser names a node of an If/Loop/Scan body or of a
+    function body by its own name, while the verdicts are keyed by label (``if/then_branch/node``): a name
+    goes to every node of that name; one only a function body holds goes to the calls of that function;
+    an unnamed node's message, to the one unnamed node of its op type."""
+    by_name: dict[str, list[str]] = {}
+    unnamed: dict[str, list[str]] = {}
+    for c in contexts:
+        if c.proto.name:
+            by_name.setdefault(c.proto.name, []).append(c.label)
+        else:
+            unnamed.setdefault(c.op_type, []).append(c.label)
+    in_bodies: dict[str, list[str]] = {}  # body node name -> the calls whose bodies hold it
+    callers: dict[str, list[str]] = {}  # op type -> the calls whose bodies hold it (and no graph node does)
+    graph_types = {c.op_type for c in contexts if not c.function}
+    for c in contexts:
+        if c.has_function and not c.function:
+            body = body_contexts(c)
+            for b in body:
+                if b.proto.name and c.label not in in_bodies.get(b.proto.name, []):
+                    in_bodies.setdefault(b.proto.name, []).append(c.label)
+            for inner in {b.op_type for b in body} - graph_types:
+                callers.setdefault(inner, []).append(c.label)
     messages: dict[str, list[str]] = {}
     notes = []
-    callers: dict[str, list[str]] = {}  # op type -> the calls whose bodies hold it (and no main-graph node does)
-    if contexts:
-        main_types = {c.op_type for c in contexts if not c.function}
-        for c in contexts:
-            if c.has_function and not c.function:
-                for inner in {b.op_type for b in body_contexts(c)} - main_types:
-                    callers.setdefault(inner, []).append(c.label)
-    for node_name, op_type, message in report.errors:
-        if node_name:
-            # every message of the node, in order: opbridge's reason first, then TensorRT's own
-            messages.setdefault(node_name, []).append(message)
-        elif op_type and op_type in callers:
-            for label in callers[op_type]:
-                messages.setdefault(label, []).append(f"its function body's {op_type}: {message}")
+    for node_name, op_type, message in errors:
+        # every message of the node, in order: opbridge's reason first, then TensorRT's own
+        if node_name in by_name:
+            targets = [(label, message) for label in by_name[node_name]]
+        elif node_name in in_bodies:
+            text = f"its function body's {op_type} {node_name!r}: {message}"
+            targets = [(call, text) for call in in_bodies[node_name]]
+        elif not node_name and len(unnamed.get(op_type, [])) == 1:
+            targets = [(unnamed[op_type][0], message)]
+        elif not node_name and op_type in callers:
+            targets = [(label, f"its function body's {op_type}: {message}") for label in callers[op_type]]
         else:
-            notes.append(f"real parser: {op_type or ''} {message}".strip())
-    per_node = {name: " / ".join(found) for name, found in messages.items()}
-    return str(report.backend), bool(report.ok), per_node, notes
+            where = f"node {node_name!r} ({op_type})" if node_name else op_type or ""
+            notes.append(f"real parser: {where}: {message}" if where else f"real parser: {message}")
+            continue
+        for label, text in targets:
+            messages.setdefault(label, []).append(text)
+    return {label: " / ".join(found) for label, found in messages.items()}, notes
 
 
 def check_tensorrt(
