@@ -148,6 +148,38 @@ def test_seed003_frozen_scale_made_dynamic(tmp_path: Path) -> None:
     assert frozen.shape == (1, 3, 21, 27)
 
 
+def test_seed003_frozen_scale_takes_a_size_input_exact_at_any_size(tmp_path: Path) -> None:
+    """size_input: the output size from a graph input's shape, as seed 001's model takes it. Exact at any
+    size (scale_input samples with 1/scale, as Resize does), and no float shape tensor for TensorRT,
+    which refuses the scale_input form ("Network input factor is a shape tensor and must have type Int32")."""
+    import torch.nn.functional as F
+
+    torch_model, path = export_seed003(tmp_path / "srcnn.onnx", scale=3.0)
+    report = rewrite_model(onnx.load(path), ["resize-cubic-to-dynamic-resize"], {"size_input": "out_size"})
+    assert (
+        report.changed and "replaced by the shape of graph input 'out_size' (1, 1, H, W)" in report.outcomes[0].reason
+    )
+    rewritten = report.model
+    assert [i.name for i in rewritten.graph.input] == ["input", "out_size"]
+    full_check(rewritten)
+    x = torch.randn(1, 3, 7, 9, generator=torch.Generator().manual_seed(1))
+    for size in ((16, 21), (5, 6)):  # x2.3 and down: not whole multiples
+        got = run_rewritten(rewritten, {"input": x.numpy(), "out_size": np.zeros((1, 1, *size), np.float32)})[0]
+        with torch.no_grad():  # (seed 003: the resize, then conv1, conv2, conv3)
+            m = torch_model
+            resized = F.interpolate(x, size=size, mode="bicubic", align_corners=False)
+            expected = m.conv3(m.relu(m.conv2(m.relu(m.conv1(resized))))).numpy()
+        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    from opbridge.graph import check_compat
+
+    trt = check_compat(rewritten, "tensorrt", real=False)
+    assert trt.ok and not [n for n in trt.nodes if "trt-float-input-shape-tensor" in n.rules]
+    scaled = rewrite_model(onnx.load(path), ["resize-cubic-to-dynamic-resize"], {"scale_input": "factor"}).model
+    assert not check_compat(scaled, "tensorrt", real=False).ok  # the float factor, a shape tensor
+    both = rewrite_model(onnx.load(path), ["resize-cubic-to-dynamic-resize"], {"scale_input": "f", "size_input": "s"})
+    assert not both.changed and "scale_input and size_input both given" in both.outcomes[0].reason
+
+
 # ---------------------------------------------------------------- fold-resize-scales
 
 

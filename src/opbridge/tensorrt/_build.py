@@ -804,8 +804,8 @@ def build_engine(
     if bodied:
         logger.warning(
             "%s ran as the model's ONNX function bodies, not as opbridge's plugins: TensorRT's parser imports a "
-            "model-local function in place of a plugin. For the plugins, export with functions=False "
-            "(--no-functions)",
+            "model-local function in place of a plugin. For the plugins, leave the bodies out of the model "
+            "(export with functions=False, --no-functions)",
             ", ".join(bodied),
         )
     return BuildReport(

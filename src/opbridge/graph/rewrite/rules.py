@@ -4,7 +4,9 @@
   scales/sizes computed at run time -> ``Test::DynamicTRTResize(X, size_tensor)``, where
   ``size_tensor = ConstantOfShape(Concat([1, 1], out_hw))`` keeps the computed output size.
   With ``scale_input=NAME``, a Resize whose scale was frozen to a constant reads its scale
-  from graph input NAME instead: ``out_hw = Floor(Shape(X)[2:4] * NAME)``.
+  from graph input NAME instead: ``out_hw = Floor(Shape(X)[2:4] * NAME)``. With
+  ``size_input=NAME``, one whose scale or sizes were frozen takes graph input NAME, of shape
+  (1, 1, H, W), as its size tensor (the form TensorRT builds: no float shape tensor).
 * ``fold-resize-scales``: Resize scales/sizes computable from constants -> initializers.
 * ``replace-op``: ``Old`` -> ``domain::New`` with attribute renames.
 * ``legacy-domain``: custom ops of the default domain -> a named domain with its opset import.
@@ -121,6 +123,9 @@ class ResizeCubicToDynamicResize(IRRule):
     options: ClassVar[Mapping[str, str]] = {
         "scale_input": "graph input holding the scale factor, for a Resize whose scale was frozen to a constant "
         "(added as a float32 [1] input when the graph has none of that name)",
+        "size_input": "graph input whose shape (1, 1, H, W) gives the output size, for a Resize whose scale or "
+        "sizes were frozen to constants (added, of the input's dtype, when the graph has none of that name; only "
+        "its shape is read): the form TensorRT builds, exact at any size",
     }
     looks_for = "Resize node"
 
@@ -169,35 +174,49 @@ class ResizeCubicToDynamicResize(IRRule):
                 f"{what} {source.name!r} computed at run time" + (_SCALES_CAVEAT if what == "scales" else ""),
                 {"align": align, "kind": what, "src": source},
             )
-        scale_input = options.get("scale_input")
-        if not scale_input:
+        scale_input, size_input = options.get("scale_input"), options.get("size_input")
+        if scale_input and size_input:
+            return Check.fail("scale_input and size_input both given; give one (size_input for TensorRT)")
+        if not scale_input and not size_input:
             return Check.fail(
                 f"{what} are the constant {frozen.tolist()}: nothing computes them at run time, so there is nothing "
-                "to keep dynamic; pass --option scale_input=NAME to read the scale from a graph input, or use "
-                "--rule fold-resize-scales if a fixed scale is intended"
+                "to keep dynamic; pass --option size_input=NAME (the output size from a graph input's shape) or "
+                "scale_input=NAME (the scale from a graph input), or use --rule fold-resize-scales if a fixed "
+                "scale is intended"
             )
-        if what == "sizes":
-            return Check.fail("sizes are constants; scale_input applies to a frozen scale, not to fixed sizes")
+        option, name = ("size_input", size_input) if size_input else ("scale_input", scale_input)
         flat = [float(v) for v in frozen.ravel()]
-        if len(flat) != 4 or flat[0] != 1.0 or flat[1] != 1.0 or flat[2] != flat[3]:
+        if what == "sizes" and scale_input:
+            return Check.fail("sizes are constants; scale_input applies to a frozen scale (size_input to both)")
+        if what == "scales" and scale_input and (len(flat) != 4 or flat[:2] != [1.0, 1.0] or flat[2] != flat[3]):
             return Check.fail(f"frozen scales {flat} are not (1, 1, s, s); scale_input gives one factor for H and W")
+        if what == "scales" and (len(flat) != 4 or flat[:2] != [1.0, 1.0]):
+            return Check.fail(f"frozen scales {flat} change dims other than H and W, which DynamicResize keeps")
         graph = self.root
-        if not any(v.name == scale_input for v in graph.inputs):
+        existing = next((v for v in graph.inputs if v.name == name), None)
+        if existing is None:
             # a value of that name that is not a graph input: an initializer or a node's output, which
             # other nodes read; a graph input of that name would shadow it (or be shadowed by it)
             values = getattr(self, "_values", None)
             if values is None:  # (gathered once per application: a check runs per Resize node)
                 values = self._values = {v.name: v for v in reversed(_graph_values(graph))}
-            clash = values.get(scale_input)
+            clash = values.get(name)
             if clash is not None:
-                what = "an initializer" if clash.is_initializer() else "a value computed in the graph"
+                kind = "an initializer" if clash.is_initializer() else "a value computed in the graph"
                 return Check.fail(
-                    f"scale_input {scale_input!r} names {what}, which other nodes read; choose a name the graph does "
-                    "not use (or an existing graph input)"
+                    f"{option} {name!r} names {kind}, which other nodes read; choose a name the graph does not use "
+                    "(or an existing graph input)"
                 )
+        elif size_input and existing.shape is not None and len(existing.shape) != 4:
+            return Check.fail(f"size_input {name!r} is a graph input of rank {len(existing.shape)}, not (1, 1, H, W)")
+        if size_input:
+            return Check.success(
+                f"frozen {what} {flat} replaced by the shape of graph input {name!r} (1, 1, H, W)",
+                {"align": align, "kind": "size_input", "name": str(name)},
+            )
         return Check.success(
-            f"frozen scales {flat} replaced by graph input {scale_input!r}{_SCALES_CAVEAT}",
-            {"align": align, "kind": "scale_input", "name": str(scale_input)},
+            f"frozen scales {flat} replaced by graph input {name!r}{_SCALES_CAVEAT}",
+            {"align": align, "kind": "scale_input", "name": str(name)},
         )
 
     def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
@@ -257,7 +276,7 @@ class ResizeCubicToDynamicResize(IRRule):
                 ],
             )
             hw = hw_from_scale(scales_hw)
-        else:
+        elif data["kind"] == "scale_input":
             scale = next((v for v in model.graph.inputs if v.name == data["name"]), None)
             if scale is None:  # (an input of the model, which a subgraph reads from the outer scope)
                 scale = ir.Value(name=data["name"], shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.FLOAT))
@@ -265,9 +284,22 @@ class ResizeCubicToDynamicResize(IRRule):
             if scale.dtype != ir.DataType.FLOAT:
                 scale = op("Cast", [scale], to=ir.DataType.FLOAT)
             hw = hw_from_scale(scale)
-        shape4 = op("Concat", [const(np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
-        fill = ir.tensor(np.zeros(1, dtype=(x.dtype or ir.DataType.FLOAT).numpy()))
-        size_tensor = op("ConstantOfShape", [shape4], value=fill)
+        if data["kind"] == "size_input":
+            # the size tensor itself: a graph input whose shape is the output size (DynamicResize reads only
+            # its shape), as seed 001's model takes it; TensorRT builds it with a profile for that input
+            size_tensor = next((v for v in model.graph.inputs if v.name == data["name"]), None)
+            if size_tensor is None:
+                dims = [_unique(f"{data['name']}_{d}", taken) for d in ("height", "width")]
+                size_tensor = ir.Value(
+                    name=data["name"],
+                    shape=ir.Shape([1, 1, *dims]),
+                    type=ir.TensorType(x.dtype or ir.DataType.FLOAT),
+                )
+                model.graph.inputs.append(size_tensor)
+        else:
+            shape4 = op("Concat", [const(np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
+            fill = ir.tensor(np.zeros(1, dtype=(x.dtype or ir.DataType.FLOAT).numpy()))
+            size_tensor = op("ConstantOfShape", [shape4], value=fill)
         spec = DynamicResize.spec
         resize = ir.node(
             spec.name,
