@@ -868,14 +868,36 @@ def test_openvino_a_rule_failing_on_an_unconverted_nodes_output_is_not_blamed() 
 # ---------------------------------------------------------------- plugin namespace hint, docs
 
 
+@opbridge.op("test.compat::NamespaceHint")
+def _namespace_hint(x: torch.Tensor) -> torch.Tensor:
+    return x  # (a name no other op of the test run has: the first op of a name holds namespace '')
+
+
+@opbridge.op("test.compat::NamespaceTwin")
+def _namespace_twin(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@opbridge.op("test.compat2::NamespaceTwin")
+def _namespace_twin2(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 def test_plugin_namespace_hint_says_opbridge_registers_under_the_empty_namespace() -> None:
     """Before 10.10 the parser looks in namespace '': for an opbridge op the hint said "register the creator
     in '' or add attribute plugin_namespace=...", which opbridge.tensorrt already does (it registers under ''
     too); for other ops that stays the hint."""
-    ours = verdict(custom_node_model("Scale", "test.compat"), "custom", "8.4")
+    ours = verdict(custom_node_model("NamespaceHint", "test.compat"), "custom", "8.4")
     assert "trt-plugin-namespace" in ours.rules and ours.verdict == "opbridge"
     assert "register the creator in ''" not in ours.reason
-    assert "opbridge.tensorrt registers test.compat::Scale's plugin under '' too" in ours.reason
+    assert "opbridge.tensorrt registers test.compat::NamespaceHint's plugin under '' too" in ours.reason
+    # two ops of one name: namespace '' holds the plugin of the first opbridge registers, not the other's
+    first = next(d.spec.domain for d in opbridge.all_ops() if d.spec.name == "NamespaceTwin")
+    second = ({"test.compat", "test.compat2"} - {first}).pop()
+    taken = verdict(custom_node_model("NamespaceTwin", second), "custom", "8.4")
+    assert f"namespace '' holds {first}::NamespaceTwin's plugin of that name, not {second}::NamespaceTwin's" in (
+        taken.reason
+    )
     other = verdict(custom_node_model("Unknown"), "custom", "8.4")
     assert "register the creator in '' or add attribute plugin_namespace='acme'" in other.reason
 
