@@ -734,6 +734,21 @@ def test_builtin_bodies_apply_the_op_defaults(name: str, opset: int) -> None:
         np.testing.assert_allclose(got_ref, expected, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("opset", [16, 20])
+def test_grid_sampler_body_gives_nan_for_codes_the_kernels_refuse_and_reads_align_as_a_bool(opset: int) -> None:
+    """The body picked its branch by mode * 6 + padding * 2 + align: a mode or padding out of range fell
+    through to bicubic with reflection (the last branch), and align_corners=2 aliased bilinear with border
+    padding, where the kernels refuse the first and read the second as true. Plain ONNX Runtime now gives
+    NaN for the first and the kernels' numbers for the second."""
+    _, feed = _builtin_feed("grid_sampler")
+    for attrs in ({"interpolation_mode": 3}, {"padding_mode": -1}, {"padding_mode": 7}):
+        got = ort_session(custom_node_model(GridSample, feed, opset, **attrs)).run(None, feed)[0]
+        assert got.shape == (1, 2, 3, 6) and np.isnan(got).all(), attrs
+    got = ort_session(custom_node_model(GridSample, feed, opset, align_corners=2)).run(None, feed)[0]
+    expected = GridSample.run_reference(*(torch.from_numpy(v) for v in feed.values()), align_corners=True).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5)
+
+
 def test_opset11_torchscript_export_runs_the_body(tmp_path) -> None:
     """MMDeploy-style exports use opset 11: the resize body is built for it (EyeLike reads the flag)."""
     seed = seed_by_name("super_resolution")

@@ -108,7 +108,8 @@ def grid_sampler_function(opset: int) -> Any:
     """An ONNX function body of grid_sampler for a model whose default opset is ``opset`` (>= 16).
 
     One branch per (mode, padding, align_corners) code, chosen by nested ``If`` on the
-    integer attributes: a standard ``GridSample`` for bilinear and bicubic, nearest sampling
+    integer attributes (a mode or padding the kernels refuse gives NaN outputs, not another
+    branch's): a standard ``GridSample`` for bilinear and bicubic, nearest sampling
     written out in standard ops (:func:`_nearest_nodes`). GridSample's mode names changed at
     opset 20 ("bilinear"/"bicubic" became "linear"/"cubic") and a model-local
     function must use the model's own default opset, so the body depends on the
@@ -136,13 +137,30 @@ def grid_sampler_function(opset: int) -> Any:
     nodes = [
         const_int("m", "interpolation_mode"),
         const_int("p", "padding_mode"),
-        const_int("a", "align_corners"),
+        const_int("a_given", "align_corners"),
+        helper.make_node("Constant", [], ["zero"], value_int=0),
+        helper.make_node("Constant", [], ["three"], value_int=3),
         helper.make_node("Constant", [], ["six"], value_int=6),
         helper.make_node("Constant", [], ["two"], value_int=2),
+        helper.make_node("Constant", [], ["invalid"], value_int=-1),
+        # align_corners is a bool: any value but 0 is true, as for the kernels
+        helper.make_node("Equal", ["a_given", "zero"], ["a_false"]),
+        helper.make_node("Not", ["a_false"], ["a_true"]),
+        helper.make_node("Cast", ["a_true"], ["a"], to=onnx.TensorProto.INT64),
         helper.make_node("Mul", ["m", "six"], ["m6"]),
         helper.make_node("Mul", ["p", "two"], ["p2"]),
         helper.make_node("Add", ["m6", "p2"], ["mp"]),
-        helper.make_node("Add", ["mp", "a"], ["code"]),
+        helper.make_node("Add", ["mp", "a"], ["code_given"]),
+        # a mode or padding outside 0..2 (which the kernels refuse) selects no sampling: NaN outputs
+        helper.make_node("Less", ["m", "zero"], ["m_low"]),
+        helper.make_node("Less", ["m", "three"], ["m_below"]),
+        helper.make_node("Less", ["p", "zero"], ["p_low"]),
+        helper.make_node("Less", ["p", "three"], ["p_below"]),
+        helper.make_node("Or", ["m_low", "p_low"], ["low"]),
+        helper.make_node("And", ["m_below", "p_below"], ["below"]),
+        helper.make_node("Not", ["low"], ["not_low"]),
+        helper.make_node("And", ["not_low", "below"], ["valid"]),
+        helper.make_node("Where", ["valid", "code_given", "invalid"], ["code"]),
     ]
     if opset < 16:
         raise ValueError(f"mmdeploy::grid_sampler: ONNX GridSample needs opset >= 16; the model has opset {opset}.")
@@ -150,7 +168,7 @@ def grid_sampler_function(opset: int) -> Any:
     combos = [(m, p, a) for m in range(3) for p in range(3) for a in range(2)]
 
     def branch(i: int, out: str) -> onnx.GraphProto:
-        m, p, a = combos[i]
+        m, p, a = combos[i] if i < len(combos) else (0, 0, 0)
         sample: list[onnx.NodeProto] = [
             helper.make_node(
                 "GridSample",
@@ -163,7 +181,13 @@ def grid_sampler_function(opset: int) -> Any:
         ]
         if m == 1:
             sample = _nearest_nodes(p, a, out, f"n{i}_")
-        if i == len(combos) - 1:
+        if i == len(combos):  # no valid code: NaN in the output's shape
+            sample = [
+                helper.make_node("GridSample", ["input", "grid"], ["any"], mode=modes[0], align_corners=0),
+                helper.make_node("Constant", [], ["nan"], value_float=float("nan")),
+                helper.make_node("CastLike", ["nan", "any"], ["nan_like"]),
+                helper.make_node("Mul", ["any", "nan_like"], [out]),
+            ]
             return helper.make_graph(sample, f"gs{i}", [], [helper.make_value_info(out, onnx.TypeProto())])
         k = helper.make_node("Constant", [], [f"k{i}"], value_int=i)
         eq = helper.make_node("Equal", ["code", f"k{i}"], [f"is{i}"])
