@@ -196,6 +196,18 @@ def test_dcn_bad_offset_shape_is_named() -> None:
         )
 
 
+@pytest.mark.parametrize("name", ["stride", "padding", "dilation"])
+def test_dcn_spatial_attributes_take_two_ints(name: str) -> None:
+    """One int ran eagerly (as a pair) but failed the export and every runtime running the op's function
+    body (ONNX DeformConv takes two); four pads reached ONNX Runtime's own error. Both are refused here,
+    with the pair to write."""
+    args = (torch.zeros(1, 1, 3, 3), torch.zeros(1, 2, 3, 3), torch.ones(1, 1, 3, 3), torch.ones(1, 1, 1, 1))
+    with pytest.raises(ValueError, match=rf"attribute '{name}' takes 2 ints \(H, W\); got \[1\]; write \[1, 1\]"):
+        d.ModulatedDeformConv2d(*args, **{name: [1]})
+    with pytest.raises(ValueError, match=rf"attribute '{name}' takes 2 ints \(H, W\); got \[1, 1, 1, 1\]\.$"):
+        _dcn(*args, **{name: [1, 1, 1, 1]})
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf, 1e30], ids=["inf", "-inf", "1e30"])
 def test_dcn_offsets_past_the_input_sample_zero(value: float) -> None:
     """torchvision's rule: a sample outside (-1, H) x (-1, W) is 0, an infinite one too (its weights
@@ -399,6 +411,19 @@ def test_multi_level_rescales_after_mapping() -> None:
     # feature x spans 24.5..27 unscaled (bin centres 25.125, 26.375), 23.25..28.25 scaled (24.5, 27.0)
     torch.testing.assert_close(plain[0, 0, 0], torch.tensor([25.125, 26.375]))
     torch.testing.assert_close(scaled[0, 0, 0], torch.tensor([24.5, 27.0]))
+
+
+def test_multi_level_errors_name_the_ops_roi_not_a_levels() -> None:
+    """RoI 2 (level 1) with batch index 1 was reported as "mmdeploy::MMCVRoiAlign: RoI 0 ...": its number
+    among level 1's RoIs, under another op's name. Both the reference and the CPU kernel name RoI 2."""
+    rois = torch.tensor([[0, 0, 0, 10, 10], [0, 5, 5, 20, 20], [1, 0, 0, 200, 200]], dtype=torch.float32)
+    feats = [torch.zeros(1, 2, 64 // s, 64 // s) for s in (4, 8)]
+    attrs = {"output_height": 2, "output_width": 2, "featmap_strides": [4.0, 8.0]}
+    message = r"mmdeploy::MMCVMultiLevelRoiAlign: RoI 2 has batch index 1.0, outside the feature batch of 1"
+    with pytest.raises(ValueError, match=message):
+        d.MultiLevelRoiAlign.run_reference(rois, *feats, **attrs)
+    with pytest.raises(ValueError, match=message):
+        d.MultiLevelRoiAlign.kernel(rois.numpy(), *(f.numpy() for f in feats), **attrs)
 
 
 def test_multi_level_stride_count_must_match() -> None:

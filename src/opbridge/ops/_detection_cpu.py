@@ -387,12 +387,13 @@ def multi_level_roi_align(
     aligned: bool = True,
 ) -> np.ndarray:
     """MMDet SingleRoIExtractor: level by sqrt(area), optional rescale, RoIAlign per level."""
-    from opbridge.ops._detection_ref import check_levels, check_rois, check_strides
+    from opbridge.ops._detection_ref import check_levels, check_roi_batch, check_rois, check_strides, level_rois
 
     op = "mmdeploy::MMCVMultiLevelRoiAlign"
     feats = [f for f in (feat0, feat1, feat2, feat3, feat4) if f is not None]
     check_rois(op, rois)
     check_levels(op, [f.shape for f in feats])
+    check_roi_batch(op, rois[:, 0], feats[0].shape[0])  # (by this op and RoI number, not a level's)
     check_strides(op, featmap_strides, len(feats))
     mode = {0: "max", 1: "avg"}.get(pool_mode)
     if mode is None:
@@ -415,16 +416,19 @@ def multi_level_roi_align(
     for level, (feat, stride) in enumerate(zip(feats, featmap_strides)):
         idx = np.nonzero(lvl == level)[0]
         if len(idx):
-            out[idx] = roi_align(
-                feat.astype(np.float32, copy=False),
-                r32[idx],
-                output_height=output_height,
-                output_width=output_width,
-                spatial_scale=1.0 / stride,
-                sampling_ratio=sampling_ratio,
-                mode=mode,
-                aligned=aligned,
-            )
+            try:
+                out[idx] = roi_align(
+                    feat.astype(np.float32, copy=False),
+                    r32[idx],
+                    output_height=output_height,
+                    output_width=output_width,
+                    spatial_scale=1.0 / stride,
+                    sampling_ratio=sampling_ratio,
+                    mode=mode,
+                    aligned=aligned,
+                )
+            except ValueError as exc:  # (its RoI numbers count the level's RoIs)
+                raise ValueError(f"{op}: {level_rois(level, idx)}: {exc}") from None
     return out.astype(feats[0].dtype, copy=False)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "check_rois",
     "deform_conv2d",
     "grid_sample",
+    "level_rois",
     "map_roi_levels",
     "multi_level_roi_align",
     "nms_iou",
@@ -87,11 +88,12 @@ def grid_sample(
 
 
 def _pair(name: str, value: tuple[int, ...]) -> tuple[int, int]:
-    if len(value) == 1:
-        return value[0], value[0]
+    # two ints, as MMCV's node has them and ONNX DeformConv (the op's function body) takes them: one int
+    # ran here but failed in the export and in every runtime that runs the body
     if len(value) != 2:
+        fix = f"; write [{value[0]}, {value[0]}]" if len(value) == 1 else ""
         raise ValueError(
-            f"mmdeploy::MMCVModulatedDeformConv2d: attribute {name!r} takes 1 or 2 ints (H, W); got {list(value)}."
+            f"mmdeploy::MMCVModulatedDeformConv2d: attribute {name!r} takes 2 ints (H, W); got {list(value)}{fix}."
         )
     return value[0], value[1]
 
@@ -470,6 +472,12 @@ def map_roi_levels(rois: torch.Tensor, num_levels: int, finest_scale: int) -> to
     return torch.where(lvl.isnan(), -1.0, lvl).long()
 
 
+def level_rois(level: int, idx: Any) -> str:
+    """Which of MultiLevelRoiAlign's RoIs one level's RoIAlign numbers 0, 1, ... (for its messages)."""
+    shown = ", ".join(str(int(i)) for i in list(idx)[:8]) + (", ..." if len(idx) > 8 else "")
+    return f"FPN level {level}, whose RoIs 0, 1, ... are the op's RoIs {shown}"
+
+
 def multi_level_roi_align(
     rois: torch.Tensor,
     feats: list[torch.Tensor],
@@ -490,6 +498,7 @@ def multi_level_roi_align(
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
     check_levels(op, [tuple(f.shape) for f in feats])
+    check_roi_batch(op, rois[:, 0].detach().cpu().numpy(), feats[0].shape[0])  # (by this op and RoI number)
     r32 = rois.float()
     levels = map_roi_levels(r32, len(feats), finest_scale)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
@@ -506,16 +515,19 @@ def multi_level_roi_align(
     for lvl, (feat, stride) in enumerate(zip(feats, featmap_strides)):
         idx = torch.nonzero(levels == lvl).flatten()
         if idx.numel():
-            out[idx] = roi_align(
-                feat.float(),
-                r32[idx],
-                output_height,
-                output_width,
-                1.0 / stride,
-                sampling_ratio,
-                mode,
-                aligned,
-            )
+            try:
+                out[idx] = roi_align(
+                    feat.float(),
+                    r32[idx],
+                    output_height,
+                    output_width,
+                    1.0 / stride,
+                    sampling_ratio,
+                    mode,
+                    aligned,
+                )
+            except ValueError as exc:  # (its RoI numbers count the level's RoIs)
+                raise ValueError(f"{op}: {level_rois(lvl, idx.tolist())}: {exc}") from None
     return out.to(feats[0].dtype)
 
 
