@@ -416,10 +416,10 @@ def test_cli_compat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         check_compat(path, "tvm")
 
 
-def _custom_node_in_if_branch() -> onnx.ModelProto:
-    """An If whose then-branch holds acme::Foo; the else-branch negates."""
+def _op_in_if_branch(op: str = "Scale", domain: str = "test.compat", name: str = "inner") -> onnx.ModelProto:
+    """An If (named "if") whose then-branch holds ``domain::op`` (named ``name``); the else-branch negates."""
     then = helper.make_graph(
-        [helper.make_node("Foo", ["x"], ["t"], domain="acme", name="inner_foo")],
+        [helper.make_node(op, ["x"], ["t"], domain=domain, name=name)],
         "then",
         [],
         [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])],
@@ -430,12 +430,11 @@ def _custom_node_in_if_branch() -> onnx.ModelProto:
         [],
         [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
     )
-    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
     return make_model(
-        [node],
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
         [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
         [("y", TensorProto.FLOAT, [3])],
-        domains={"acme": 1},
+        domains={domain: 1},
     )
 
 
@@ -445,7 +444,7 @@ def test_nodes_inside_subgraphs_are_checked(target: str) -> None:
     refuses passed), labelled with its place."""
     if target == "openvino":
         pytest.importorskip("openvino", reason="openvino is not installed")
-    report = check_compat(_custom_node_in_if_branch(), target, real=False)
+    report = check_compat(_op_in_if_branch("Foo", "acme", "inner_foo"), target, real=False)
     nodes = {n.node: n for n in report.nodes}
     assert set(nodes) == {"if", "if/then_branch/inner_foo", "if/else_branch/neg"}
     assert nodes["if/then_branch/inner_foo"].verdict == "fail" and nodes["if/else_branch/neg"].verdict == "native"
@@ -652,35 +651,13 @@ def test_the_rewrite_with_a_scale_input_gets_the_shape_tensor_verdict() -> None:
 # ---------------------------------------------------------------- control flow: real backends' errors
 
 
-def _opbridge_op_in_if_branch(op: str = "Scale", domain: str = "test.compat") -> onnx.ModelProto:
-    """An If (named "if") whose then-branch holds ``domain::op`` (named "inner"); the else-branch negates."""
-    then = helper.make_graph(
-        [helper.make_node(op, ["x"], ["t"], domain=domain, name="inner")],
-        "then",
-        [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])],
-    )
-    other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
-    )
-    return make_model(
-        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
-        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
-        [("y", TensorProto.FLOAT, [3])],
-        domains={domain: 1},
-    )
-
-
 def test_ort_blames_the_body_node_not_the_if_that_carries_its_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """ONNX Runtime reports a body's unregistered op under the If ("Node (if) Op (If) [TypeInferenceError]
     Graph attribute inferencing failed: ... test.compat:Scale(-1) is not a registered function/op"): the If
     was blamed, and an opbridge op in a branch (which opbridge's bridge runs) made compat exit 1."""
-    report = check_compat(_opbridge_op_in_if_branch(), "onnxruntime")
+    report = check_compat(_op_in_if_branch(), "onnxruntime")
     nodes = {n.node: n for n in report.nodes}
     assert report.real_ok is False
     assert "Graph attribute inferencing failed" in nodes["if/then_branch/inner"].real
@@ -688,13 +665,13 @@ def test_ort_blames_the_body_node_not_the_if_that_carries_its_error(
     assert nodes["if"].real == "no error reported" and nodes["if/else_branch/neg"].real == "no error reported"
     assert report.ok
     path = tmp_path / "if.onnx"
-    onnx.save(_opbridge_op_in_if_branch(), path)
+    onnx.save(_op_in_if_branch(), path)
     assert main(["compat", str(path), "--target", "onnxruntime"]) == 0, capsys.readouterr().out
 
 
 def test_ort_blames_the_innermost_node_of_nested_bodies() -> None:
     """If -> If -> acme::Foo: ONNX Runtime names both Ifs; only Foo is blamed (and fails, statically too)."""
-    inner = _opbridge_op_in_if_branch("Foo", "acme").graph.node[0]
+    inner = _op_in_if_branch("Foo", "acme").graph.node[0]
     inner.name = "inner_if"
     branch = helper.make_graph([inner], "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
     other = helper.make_graph(
@@ -723,7 +700,7 @@ def test_trt_parser_errors_named_by_a_body_node_go_to_its_label() -> None:
     from opbridge.graph.compat._common import node_contexts
     from opbridge.graph.compat.tensorrt import _attribute_errors
 
-    contexts = node_contexts(_opbridge_op_in_if_branch("Foo", "acme"))
+    contexts = node_contexts(_op_in_if_branch("Foo", "acme"))
     per_node, notes = _attribute_errors(
         [("inner", "Foo", "Plugin not found"), ("ghost", "Relu", "lost"), ("", "Neg", "unnamed")], contexts
     )

@@ -892,6 +892,18 @@ def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) 
     assert dcn["fields"][0] == {"name": "stride", "type": "INT32", "attribute": "INTS"}
 
 
+def _relu_model(path: Path) -> Path:
+    """A one-Relu model of two floats, saved at ``path``."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None:
     """With no usable TensorRT, the commands exit 2 and say what to install: trt-build too, whose child
     process reported it as a failed build (exit 1), and compat's real parser is "not available"."""
@@ -900,14 +912,7 @@ def test_cli_without_the_forced_backend_is_a_usage_error(tmp_path: Path) -> None
     env = dict(os.environ, OPBRIDGE_TENSORRT_BACKEND="tensorrt", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     if backend_name() == "tensorrt":
         pytest.skip("NVIDIA tensorrt is installed here, so forcing it does not make TensorRT unavailable")
-    model = tmp_path / "relu.onnx"
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    model = _relu_model(tmp_path / "relu.onnx")
     commands = [
         ["plugins"],
         ["trt-build", str(model), "-o", str(tmp_path / "relu.engine")],
@@ -1158,14 +1163,7 @@ def test_an_unknown_forced_backend_is_named_with_the_ones_there_are(
     expected = "OPBRIDGE_TENSORRT_BACKEND='rtx' is not a TensorRT backend opbridge knows; set it to 'tensorrt' or 'tensorrt_rtx'"
     with pytest.raises(BackendUnavailableError, match=re.escape(expected)):
         _loader.load_tensorrt()
-    model = tmp_path / "relu.onnx"
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    model = _relu_model(tmp_path / "relu.onnx")
     assert cli_main(["trt-build", str(model), "-o", str(tmp_path / "relu.engine")]) == 2
     err = capsys.readouterr().err
     assert expected in err and "not installed" not in err, err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
@@ -144,15 +145,7 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | 
     blamed = set() if error is None else _blamed(error, contexts)
     first = "" if error is None else error.splitlines()[0]
     report.nodes = [
-        NodeVerdict(
-            n.node,
-            n.domain,
-            n.op_type,
-            n.verdict,
-            n.reason,
-            n.rules,
-            "ok" if error is None else f"fail: {_clip(first)}" if n.node in blamed else "no error reported",
-        )
+        replace(n, real="ok" if error is None else f"fail: {_clip(first)}" if n.node in blamed else "no error reported")
         for n in nodes
     ]
     if error is not None and (not blamed or _clip(first) != first):

@@ -34,7 +34,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -652,14 +652,8 @@ def check_tensorrt(
     backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path, contexts)
     if ok is not None:
         nodes = [
-            NodeVerdict(
-                n.node,
-                n.domain,
-                n.op_type,
-                n.verdict,
-                n.reason,
-                n.rules,
-                f"fail: {per_node[n.node]}" if n.node in per_node else ("ok" if ok else "no error reported"),
+            replace(
+                n, real=f"fail: {per_node[n.node]}" if n.node in per_node else ("ok" if ok else "no error reported")
             )
             for n in nodes
         ]
