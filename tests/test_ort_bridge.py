@@ -1111,6 +1111,36 @@ def test_sys_exit_inside_a_kernel_ends_the_caller_too(mode: str, caplog: pytest.
     assert native.take_exit(True) is None
 
 
+def test_a_failed_run_raises_only_its_own_kernels_exit() -> None:
+    """A SystemExit kept from another thread's run (here through the raw ONNX Runtime session, whose
+    caller never takes it) surfaced from the next failed run of a parallel-mode session on any thread,
+    and on the same thread a sequential session's next failure raised it: each run now takes only the
+    exits of its own kernels."""
+    model = make_model("Exits", [("x", F, [2])], [("y", F, [2])])
+    raw = InferenceSession(model)
+    EXITS[:] = [5]
+
+    def leave_an_exit() -> None:
+        with pytest.raises(_fail_type()):
+            raw.session.run(None, {"x": np.ones(2, np.float32)})
+
+    other = threading.Thread(target=leave_an_exit)
+    other.start()
+    other.join()
+    options = ort.SessionOptions()
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    for sess in (InferenceSession(model, sess_options=options), raw):
+        with pytest.raises(Exception) as caught:  # a feed of the wrong shape: the run's own failure
+            sess.run(None, {"x": np.ones(3, np.float32)})
+        assert not isinstance(caught.value, SystemExit)
+    EXITS[:] = [6]
+    with pytest.raises(_fail_type()):
+        raw.session.run(None, {"x": np.ones(2, np.float32)})  # (kept on this thread, never taken)
+    with pytest.raises(Exception) as caught:
+        raw.run(None, {"x": np.ones(3, np.float32)})
+    assert not isinstance(caught.value, SystemExit)
+
+
 def test_a_kernel_running_its_own_session_works_or_is_refused(tmp_path: Path) -> None:
     """A kernel calling run() of its own session in ONNX Runtime's parallel execution mode waited forever
     for the inter-op thread it ran on; it is refused by name there, and sequential runs nest (in a process

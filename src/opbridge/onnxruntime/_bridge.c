@@ -139,7 +139,15 @@ static void opb_keep_exit(void) {
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *args = value != NULL ? PyObject_GetAttrString(value, "args") : NULL;
-    PyObject *kept = (args != NULL && PyTuple_Check(args)) ? PyObject_CallObject(PyExc_SystemExit, args) : NULL;
+    PyObject *kept = NULL;
+    if (args != NULL && PyTuple_Check(args)) {
+        kept = PyObject_CallObject((PyObject *)Py_TYPE(value), args); /* its class: a SystemExit subclass too */
+        if (kept == NULL || !PyObject_TypeCheck(kept, (PyTypeObject *)PyExc_SystemExit)) {
+            PyErr_Clear();
+            Py_XDECREF(kept);
+            kept = PyObject_CallObject(PyExc_SystemExit, args);
+        }
+    }
     Py_XDECREF(args);
     if (g_exits == NULL) g_exits = PyDict_New();
     PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
@@ -1333,28 +1341,19 @@ static PyObject *py_clear_pending(PyObject *self, PyObject *unused) {
 
 static PyObject *py_take_exit(PyObject *self, PyObject *args) {
     (void)self;
-    int any_thread = 0;
-    if (!PyArg_ParseTuple(args, "|p:take_exit", &any_thread)) return NULL;
+    PyObject *thread = NULL;
+    if (!PyArg_ParseTuple(args, "|O!:take_exit", &PyLong_Type, &thread)) return NULL;
     if (g_exits == NULL) Py_RETURN_NONE;
-    PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *key = thread;
+    if (key != NULL)
+        Py_INCREF(key);
+    else
+        key = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     if (key == NULL) return NULL;
     PyObject *kept = PyDict_GetItemWithError(g_exits, key); /* borrowed */
-    if (kept == NULL && PyErr_Occurred()) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    if (kept == NULL && any_thread) {
-        /* a kernel of a run in ONNX Runtime's parallel execution mode, on one of its inter-op threads */
-        Py_ssize_t pos = 0;
-        PyObject *other = NULL, *value = NULL;
-        if (PyDict_Next(g_exits, &pos, &other, &value)) {
-            Py_INCREF(other);
-            Py_SETREF(key, other);
-            kept = value;
-        }
-    }
     if (kept == NULL) {
         Py_DECREF(key);
+        if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
     Py_INCREF(kept);
@@ -1403,9 +1402,8 @@ static PyMethodDef module_methods[] = {
     {"clear_pending", py_clear_pending, METH_NOARGS, "Drop staged OpDescriptors."},
     {"registration_error", py_registration_error, METH_NOARGS, "Why the last RegisterCustomOps failed, or None."},
     {"take_exit", py_take_exit, METH_VARARGS,
-     "take_exit(any_thread=False): the SystemExit a kernel raised in this thread's last failed run (once), or "
-     "None; with any_thread, one a kernel raised on another thread where this thread has none (a run in ONNX "
-     "Runtime's parallel execution mode runs its kernels on inter-op threads)."},
+     "take_exit([thread]): the SystemExit a kernel raised on this thread (or on the thread of that ident: an "
+     "inter-op thread of ONNX Runtime's parallel execution mode) in its last failed run, once; else None."},
     {"abi_report", py_abi_report, METH_NOARGS, "State of the C API self-check and registrations."},
     {"_set_copy_mode", py_set_copy_mode, METH_O,
      "_set_copy_mode(mode): how large results are copied into ONNX Runtime's outputs, for benchmarks: "

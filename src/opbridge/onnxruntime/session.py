@@ -301,6 +301,7 @@ class InferenceSession:
         descriptors: list[Any] = []
         self._bridged = bool(bound)
         self._parallel = False
+        self._exit_threads: list[int] = []  # (list.append and pop are atomic)
         if bound:
             options = _with_bridge_defaults(options) if made else _copy_options(sess_options)
             threads = _intra_op_threads(options)
@@ -508,7 +509,10 @@ class InferenceSession:
     def _resolver(self, bound: Mapping[int, BoundKernel], threads: int, parallel: bool) -> Any:
         # in the parallel execution mode each Python kernel marks its thread as inside this session, so that
         # run() can refuse a call from one of them (the nested run would wait for the thread it runs on)
+        # and records the inter-op threads on which a kernel raised SystemExit, whose kept exit (by thread,
+        # in the bridge) run() takes
         token = id(self)
+        exits = self._exit_threads
 
         def marked(fn: Any) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:
@@ -516,6 +520,9 @@ class InferenceSession:
                 inside.append(token)
                 try:
                     return fn(*args, **kwargs)
+                except SystemExit:
+                    exits.append(threading.get_ident())
+                    raise
                 finally:
                     inside.pop()
 
@@ -546,6 +553,10 @@ class InferenceSession:
                 "parallel execution mode: the nested run would wait forever for the inter-op thread it runs on. "
                 "Run the nested model in a session of its own (or this one in ORT_SEQUENTIAL mode)."
             )
+        if self._bridged and not self._parallel:
+            from opbridge.onnxruntime import _native
+
+            _native.module().take_exit()  # (one a run of the raw .session left on this thread is not this run's)
         try:
             return self._session.run(output_name_list(output_names), feed_arrays(input_feed), run_options)
         except Exception as exc:
@@ -553,8 +564,15 @@ class InferenceSession:
             if self._bridged:
                 from opbridge.onnxruntime import _native
 
-                # (in the parallel execution mode the kernel ran on one of ONNX Runtime's inter-op threads)
-                exiting = _native.module().take_exit(self._parallel)
+                exiting = _native.module().take_exit()
+                if exiting is None and self._parallel and "kernel raised SystemExit" in str(exc):
+                    # the kernel ran on one of ONNX Runtime's inter-op threads, which it recorded (a run of this
+                    # session from another thread at the same time may take it: either ends the process)
+                    while exiting is None and self._exit_threads:
+                        try:
+                            exiting = _native.module().take_exit(self._exit_threads.pop())
+                        except IndexError:  # (taken by such a run in the meantime)
+                            break
                 if exiting is not None:  # sys.exit() inside a kernel: it ends the caller too
                     raise exiting from None
             if self._untyped and "but the node's output type is" in str(exc):
