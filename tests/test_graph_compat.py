@@ -827,6 +827,33 @@ def test_openvino_a_conversion_rule_that_fails_on_a_node_fails_it() -> None:
     assert nodes["if/then_branch/outer_scan"].verdict == "fail" and nodes["if"].verdict == "native"
 
 
+def test_openvino_a_call_fails_for_its_own_bodys_failing_rule_only() -> None:
+    """A function call was failed when any node of its body's op type failed anywhere: the graph's Scan
+    that reads an outer value failed a call whose body holds a Scan of its own, which converts."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    model = _scan_reading_outer_scope()
+    outer, own = model.graph.node[0], model.graph.node[1]
+    version = next(o.version for o in model.opset_import if o.domain == "")  # (the inliner wants the model's)
+
+    def function(name: str, scan: onnx.NodeProto) -> onnx.FunctionProto:
+        inner = onnx.NodeProto()
+        inner.CopyFrom(scan)
+        inner.output[:] = ["f", "o"]
+        return helper.make_function(
+            "test.compat", name, ["s0", "x", "w"], ["f", "o"], [inner], [helper.make_opsetid("", version)]
+        )
+
+    model.functions.extend([function("OwnScan", own), function("OuterScan", outer)])
+    model.opset_import.append(helper.make_opsetid("test.compat", 1))
+    for name in ("OwnScan", "OuterScan"):
+        model.graph.node.append(
+            helper.make_node(name, ["s0", "x", "w"], [f"{name}_f", f"{name}_o"], domain="test.compat", name=name)
+        )
+        model.graph.output.extend([helper.make_tensor_value_info(f"{name}_{o}", TensorProto.FLOAT, None) for o in "fo"])
+    verdicts = {n.node: n.verdict for n in check_compat(model, "openvino").nodes}
+    assert (verdicts["outer_scan"], verdicts["OwnScan"], verdicts["OuterScan"]) == ("fail", "function", "fail")
+
+
 def test_openvino_a_rule_failing_on_an_unconverted_nodes_output_is_not_blamed() -> None:
     """ReduceSum's rule fails on the output of an op without a conversion rule ("Unsupported input type
     dynamic"): that op decides (an opbridge op runs as a Python op of known type), the ReduceSum is native."""

@@ -271,3 +271,23 @@ def test_a_model_file_is_linted_without_reading_its_weights(tmp_path: Path) -> N
         opbridge.ModelLoadError, match=r"tensor 'scales' is kept in .*model.data, which does not hold it"
     ):
         lint_model(path)
+
+
+@opbridge.kernel("LintLegacyOp", domain="")
+def _lint_legacy_op(x: np.ndarray) -> np.ndarray:
+    return x * 2
+
+
+def test_a_node_the_legacy_domain_rewrite_moved_is_covered_by_its_default_domain_kernel() -> None:
+    """lint's fix for a default-domain custom node moves it to opbridge.legacy; lint and compat then
+    called it unrunnable (and asked for the kernel the user had registered), while every backend runs
+    it with that kernel."""
+    from opbridge.graph import check_compat, rewrite_model
+
+    moved = rewrite_model(custom_node_model("LintLegacyOp", ""), ["legacy-domain"]).model
+    assert {n.domain for n in moved.graph.node if n.op_type == "LintLegacyOp"} == {"opbridge.legacy"}
+    assert "unknown-custom-op" not in codes(moved)
+    (verdict,) = [n for n in check_compat(moved, "onnxruntime", real=False).nodes if n.op_type == "LintLegacyOp"]
+    assert verdict.verdict == "opbridge"
+    moved.graph.node[1].op_type = "LintLegacyOther"  # no kernel anywhere: still unknown
+    assert "unknown-custom-op" in codes(moved)

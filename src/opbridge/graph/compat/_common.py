@@ -60,9 +60,15 @@ class NodeContext:
         return "" if opdef is None else _arity_mismatch(self.proto, opdef)
 
     def opbridge_kernel(self) -> Any:
+        """The kernel opbridge runs the node with: registered for its domain, or for the default domain
+        where the legacy-domain rewrite moved the node (:func:`~opbridge.legacy_domain.runs_default_domain_kernel`)."""
         import opbridge
+        from opbridge.legacy_domain import runs_default_domain_kernel
 
-        return opbridge.find_kernel(self.domain, self.op_type, self.version)
+        found = opbridge.find_kernel(self.domain, self.op_type, self.version)
+        if found is None and runs_default_domain_kernel(self.domain, self.op_type, self.version):
+            found = opbridge.find_kernel("", self.op_type)
+        return found
 
     def attr(self, name: str, default: Any = None) -> Any:
         import onnx

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import body_contexts, node_contexts
+from opbridge.graph.compat._common import FunctionIndex, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
+from opbridge.model_io import walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -37,7 +38,8 @@ logger = logging.getLogger(__name__)
 class Conversion:
     """What OpenVINO's partial conversion left: ``no_rule``, the ``(domain, op_type)`` of the
     ``ONNXFrameworkNode`` s (no conversion rule); ``failed``, the output names of the nodes whose rule
-    failed (a ``NotSupportedONNXNode``), and ``failed_ops`` their ``(domain, op_type)``; ``messages``, the
+    failed (a ``NotSupportedONNXNode``), and ``failed_ops`` the ``(domain, op_type)`` of those that come
+    from an inlined function body; ``messages``, the
     frontend's message for each failed node, by the name it gives the node (its name, or its first
     output's); ``error``, a conversion error if it raised."""
 
@@ -123,6 +125,10 @@ def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conver
         except Exception as exc:
             return Conversion(error=str(exc).strip())
         result = Conversion()
+        # a failed node that gives none of the graph's values comes from inside an inlined body (the
+        # inliner renames a body's values, but the outputs of a body's last nodes are the call's, by which
+        # check_openvino finds the call); only those are known by their op type alone
+        own = {o for n in walk_nodes(model.graph.node) for o in n.output}
         pending = [converted]
         while pending:
             for op in pending.pop().get_ordered_ops():
@@ -136,8 +142,10 @@ def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conver
                 if kind == "ONNXFrameworkNode":
                     result.no_rule.add(key)
                 elif not _after_unconverted(op):  # a conversion rule that raised on this node, known by its outputs
-                    result.failed_ops.add(key)
-                    result.failed.update(name for output in op.outputs() for name in output.get_names())
+                    names = {name for output in op.outputs() for name in output.get_names()}
+                    result.failed.update(names)
+                    if not names & own:  # a node of an inlined function body (the inliner renamed its outputs)
+                        result.failed_ops.add(key)
         del converted, input_model
         if result.failed:
             # the messages are only in the full conversion's error (a second conversion, of a model that fails)
@@ -186,12 +194,18 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
                 for c in body_contexts(ctx)
                 if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in missing and not c.has_function
             ]
-            # a body node whose rule failed: the inliner renamed its outputs, so it is known by its op only
+            # a body node whose rule failed: one that gives the call's outputs is known by them; one inside
+            # the body, whose outputs the inliner renamed, by its op type only
+            function = (ctx.functions or FunctionIndex.of(ctx.model, ctx.ir_model)).by_key.get(
+                (ctx.domain, ctx.op_type, getattr(ctx.proto, "overload", ""))
+            )
+            last = set(function.output) if function is not None and set(ctx.proto.output) & conversion.failed else set()
             broken = sorted(
                 {
                     c.op_type
                     for c in body_contexts(ctx)
                     if ("" if c.domain == "ai.onnx" else c.domain, c.op_type) in conversion.failed_ops
+                    or (c.function == f"{ctx.domain}::{ctx.op_type}" and set(c.proto.output) & last)
                 }
             )
             bad = sorted({c.op_type for c in unconverted})
