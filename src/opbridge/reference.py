@@ -310,6 +310,35 @@ def _check_dtypes(results: Sequence[Any], node: onnx.NodeProto, types: Mapping[s
         )
 
 
+class _NodeValueError(OpbridgeError, ValueError):
+    """A kernel's ValueError, named by op and node."""
+
+
+class _NodeRuntimeError(OpbridgeError, RuntimeError):
+    """A kernel's RuntimeError, named by op and node."""
+
+
+class _NodeArithmeticError(OpbridgeError, ArithmeticError):
+    """A kernel's ArithmeticError, named by op and node."""
+
+
+class _NodeLookupError(OpbridgeError, LookupError):
+    """A kernel's LookupError, named by op and node."""
+
+
+def _node_error(exc: Exception) -> type[OpbridgeError]:
+    """The OpbridgeError to raise for a kernel's ``exc``, of its kind where that is a common one, so that
+    an ``except ValueError`` around ``run`` still catches a kernel's ValueError (a TypeError stays an
+    OpbridgeError only: onnx.reference would report that as "Issues with types")."""
+    kinds: tuple[tuple[type[Exception], type[OpbridgeError]], ...] = (
+        (ValueError, _NodeValueError),
+        (RuntimeError, _NodeRuntimeError),
+        (ArithmeticError, _NodeArithmeticError),
+        (LookupError, _NodeLookupError),
+    )
+    return next((ours for base, ours in kinds if isinstance(exc, base)), OpbridgeError)
+
+
 def _op_class(
     domain: str,
     op_type: str,
@@ -329,7 +358,7 @@ def _op_class(
             raise
         except ValueError as exc:
             if "read-only" not in str(exc):
-                raise OpbridgeError(
+                raise _node_error(exc)(
                     f"{domain}::{op_type} ({source}) node {node.name!r} raised ValueError: {exc}"
                 ) from exc
             raise OpbridgeError(
@@ -339,7 +368,7 @@ def _op_class(
         except Exception as exc:
             # named by op and node, as ONNX Runtime's bridge and OpenVINO name them (onnx.reference reports a
             # TypeError as "Issues with types ...", without the kernel's message)
-            raise OpbridgeError(
+            raise _node_error(exc)(
                 f"{domain}::{op_type} ({source}) node {node.name!r} raised {type(exc).__name__}: {exc}"
             ) from exc
         if len(results) != len(node.output):
