@@ -132,8 +132,9 @@ def test_verbose_goes_before_or_after_the_command() -> None:
             "opbridge inspect: error: unrecognized arguments: --jsn (did you mean --json?)",
         ),
         (["inspect", "m.onnx", "extra"], "opbridge inspect: error: unrecognized arguments: extra"),
+        (["--bogus", "inspect", "m.onnx"], "opbridge: error: unrecognized arguments: --bogus"),
     ],
-    ids=["close-option", "typo", "extra-positional"],
+    ids=["close-option", "typo", "extra-positional", "before-the-command"],
 )
 def test_unknown_arguments_are_named_by_their_command(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
@@ -144,4 +145,5 @@ def test_unknown_arguments_are_named_by_their_command(
         main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert f"usage: opbridge {argv[0]} " in err and expected in err
+    usage = "usage: opbridge [-h]" if argv[0].startswith("-") else f"usage: opbridge {argv[0]} "
+    assert usage in err and expected in err and (argv[0] != "--bogus" or "did you mean" not in err)

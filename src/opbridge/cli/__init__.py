@@ -48,17 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unknown_arguments(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+def _unknown_arguments(
+    parser: argparse.ArgumentParser, command: str | None, extra: list[str], argv: Sequence[str] | None
+) -> None:
     """Exit with the command's usage and ``unrecognized arguments``, naming the option meant where one is
     close (``--shapes``: did you mean --shape?)."""
     import difflib
 
     commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
     target = commands.get(command, parser) if command else parser
+    words = list(sys.argv[1:] if argv is None else argv)
+    before = words[: words.index(command)] if command in words else []
+    if any(arg in before for arg in extra):  # given before the command: the top level's
+        target = parser
     message = f"unrecognized arguments: {' '.join(extra)}"
     options = [o for action in target._actions for o in action.option_strings if o.startswith("--")]
     for arg in extra:
-        close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1) if arg.startswith("--") else []
+        close = (
+            difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.75) if arg.startswith("--") else []
+        )
         if close:
             message += f" (did you mean {close[0]}?)"
             break
@@ -75,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's own parser, with its usage and the closest option
-        _unknown_arguments(parser, getattr(args, "command", None), extra)
+        _unknown_arguments(parser, getattr(args, "command", None), extra, argv)
     logging.basicConfig(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",

@@ -834,7 +834,12 @@ def _ops_with_bodies(model_path: str) -> list[str]:
     local = {(f.domain, f.name) for f in model.functions}
     known = {(d.spec.domain, d.spec.name) for d in all_ops()}
     return sorted(
-        {f"{n.domain}::{n.op_type}" for n in walk_nodes(model.graph.node) if (n.domain, n.op_type) in local & known}
+        {
+            f"{n.domain}::{n.op_type}"
+            for n in walk_nodes(model.graph.node)
+            if (n.domain, n.op_type) in local & known
+            and not any(a.name == "plugin_namespace" for a in n.attribute)  # (the parser takes the plugin then)
+        }
     )
 
 
