@@ -700,3 +700,27 @@ def test_defining_and_calling_an_op_leaves_torch_compile_unloaded(tmp_path: Path
         """,
     )
     assert out.split() == ["[4.0,", "4.0]", "False"]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_redefining_an_op_recompiles_the_models_compiled_with_the_old_one(backend: str) -> None:
+    """A notebook re-runs the cell that defines an op (now giving float64) while a model compiled with the
+    first definition is alive: the compiled code ran the new definition into the old buffers (garbage, no
+    error), and inductor's graph cache gave the old graph back even after a recompile."""
+    name = f"tests.redefine_{backend}::Scale"
+
+    def define(dtype: torch.dtype) -> opbridge.OpDef:
+        @opbridge.op(name)
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            return (x * 2).to(dtype)
+
+        return scale
+
+    op = define(torch.float32)
+    compiled = torch.compile(lambda t: op(t) * 3 + 1, backend=backend, fullgraph=True)
+    x = torch.arange(8, dtype=torch.float32)
+    torch.testing.assert_close(compiled(x), x * 6 + 1)
+    define(torch.float64)  # the same torch op runs the new definition now
+    got = compiled(x)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, (x * 6 + 1).double())

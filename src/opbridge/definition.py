@@ -798,7 +798,27 @@ def _make_current(qual: str, opdef: OpDef) -> None:
     previous = _TORCH_IMPLS.get(qual)
     if previous is not None and previous is not opdef:
         _SUPERSEDED.append(previous)
+        _forget_compiled_code()
     _TORCH_IMPLS[qual] = opdef
+
+
+_REDEFINITIONS = itertools.count(1)
+
+
+def _forget_compiled_code() -> None:
+    """Drop what torch.compile compiled (an op's definition changed): its graphs hold the old one's output
+    sizes and dtypes, which no guard checks, so a compiled model ran the new definition into the old
+    buffers. Each compiled function compiles again at its next call."""
+    dynamo = sys.modules.get("torch._dynamo")  # (nothing was compiled where it was never imported)
+    if dynamo is not None:
+        logger.info("an op was redefined: torch.compile's compiled code is dropped and compiled again when called")
+        dynamo.reset()
+        # inductor's graph caches know the op by name: a graph compiled with the old definition would come
+        # back from them. Later compiles of this process take keys of their own (the tag is part of the key).
+        import torch.compiler.config as compiler_config
+
+        tag = compiler_config.cache_key_tag.split("|opbridge-redefined-")[0]
+        compiler_config.cache_key_tag = f"{tag}|opbridge-redefined-{next(_REDEFINITIONS)}"
 
 
 def _definition(index: int) -> OpDef:
