@@ -579,6 +579,25 @@ def test_vmap_follows_its_randomness_mode_and_the_reference() -> None:
     torch.testing.assert_close(grad, want, rtol=1e-6, atol=1e-7)
 
 
+def test_vmap_runs_under_compile_export_and_fake_tensors() -> None:
+    """vmap's randomness check compared the real random state with torch.equal while tracing: torch.compile,
+    torch.export and FakeTensorMode failed ("Please convert all Tensors to FakeTensors first")."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class PerSample(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return torch.func.vmap(_swish_default)(t)
+
+    x = torch.randn(5, 4)
+    want = _swish_default.reference(x)
+    torch.testing.assert_close(torch.compile(PerSample(), backend="aot_eager", fullgraph=True)(x), want)
+    torch.testing.assert_close(torch.export.export(PerSample(), (x,)).module()(x), want)
+    with FakeTensorMode():
+        assert torch.func.vmap(_swish_default)(torch.randn(3, 4)).shape == (3, 4)
+    with pytest.raises(RuntimeError, match=r"reference drew random numbers while in randomness"):
+        torch.func.vmap(_keep_half)(torch.ones(3, 8))  # (eagerly still checked)
+
+
 def test_redefinitions_free_old_definitions_and_a_late_backward_is_named() -> None:
     """Re-running a cell that defines an op keeps the last few definitions a pending backward may still
     run, not every one with all its reference holds; a backward whose definition is gone says so."""

@@ -63,6 +63,18 @@ def _take_forward_rng(output: Any) -> dict[str, Any]:
     return kept[1]
 
 
+def tracing(tensors: Sequence[Any]) -> bool:
+    """Whether the op runs traced (torch.compile, torch.export, a fake or meta tensor), where the random
+    states are not the run's: nothing to compare or restore."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor  # (imported by torch itself)
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    if torch.compiler.is_compiling() or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None:
+        return True
+    return any(isinstance(t, (FakeTensor, FunctionalTensor)) or (t is not None and t.is_meta) for t in tensors)
+
+
 def _rng_states(tensors: Sequence[Any]) -> dict[str, Any]:
     import torch
 

@@ -746,7 +746,9 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
         if size == 0:
             raise OpCallError(f"{_TORCH_IMPLS[qual].spec.qualname}: vmap over a batch of size 0 is not supported.")
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        start = _autograd._rng_states(tensors)
+        # traced (torch.compile, torch.export, fake tensors): no real random state to compare or restore
+        traced = _autograd.tracing(tensors)
+        start = {} if traced else _autograd._rng_states(tensors)
         results = []
         for b in range(size):
             if info.randomness == "same" and b:
@@ -759,7 +761,11 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
                 a.select(d, b) if d is not None and isinstance(a, torch.Tensor) else a for a, d in zip(args, in_dims)
             ]
             results.append(op(*sample))
-            if info.randomness == "error" and not _autograd._same_states(start, _autograd._rng_states(tensors)):
+            if (
+                info.randomness == "error"
+                and start
+                and not _autograd._same_states(start, _autograd._rng_states(tensors))
+            ):
                 raise RuntimeError(
                     f"vmap: {_TORCH_IMPLS[qual].spec.qualname}'s reference drew random numbers while in randomness "
                     "error mode; use vmap(..., randomness='same') or 'different', or draw them outside vmap."
