@@ -724,3 +724,22 @@ def test_redefining_an_op_recompiles_the_models_compiled_with_the_old_one(backen
     got = compiled(x)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, (x * 6 + 1).double())
+
+
+def test_fx_symbolic_trace_records_an_op_call_as_one_node() -> None:
+    """torch.fx.symbolic_trace (and FX-mode quantization) called the op with Proxy inputs, which it refused
+    as "expects a torch.Tensor, got Proxy; wrap it with torch.as_tensor"."""
+
+    @opbridge.op("tests.fx::Swish")
+    def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+        return x * torch.sigmoid(beta * x)
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return swish(x, beta=2.0) + 1
+
+    traced = torch.fx.symbolic_trace(Model())
+    calls = [n for n in traced.graph.nodes if n.op == "call_function" and "tests_fx__Swish" in str(n.target)]
+    assert len(calls) == 1
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(traced(x), swish.reference(x, beta=2.0) + 1)

@@ -566,7 +566,7 @@ class OpDef(Generic[P, R]):
             value = given.pop(p.name, None)
             if value is None and not p.optional:
                 raise OpCallError(f"{self.spec.qualname}: missing tensor input {p.name!r}.")
-            if value is not None and not isinstance(value, torch.Tensor):
+            if value is not None and not isinstance(value, (torch.Tensor, torch.fx.Proxy)):
                 raise OpCallError(
                     f"{self.spec.qualname}: input {p.name!r} expects a torch.Tensor, got "
                     f"{type(value).__name__}; wrap it with torch.as_tensor(...)."
@@ -578,6 +578,8 @@ class OpDef(Generic[P, R]):
         return tensors, attrs
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        import torch
+
         tensors, attrs = self.bind(args, kwargs)
         counts = getattr(_TRACE_STATE, "counts", None)
         if counts is not None and not getattr(_TRACE_STATE, "inside", 0) and not _dynamo_tracing():
@@ -585,6 +587,9 @@ class OpDef(Generic[P, R]):
             # dynamo, which traces control flow's branches, a write here is a side effect it refuses there:
             # export finds those calls in the graph it wrote)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
+        if any(isinstance(t, torch.fx.Proxy) for t in tensors):  # torch.fx.symbolic_trace: a call_function node
+            encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
+            return self.torch_op()(*tensors, *encoded)
         forward_ad = _forward_mode_ad(tensors)
         if forward_ad:
             raise OpCallError(
