@@ -598,6 +598,34 @@ def test_vmap_runs_under_compile_export_and_fake_tensors() -> None:
         torch.func.vmap(_keep_half)(torch.ones(3, 8))  # (eagerly still checked)
 
 
+_CALM_RUNS: list[int] = []
+
+
+@opbridge.op("tests.grad::Calm")
+def _calm(x: torch.Tensor) -> torch.Tensor:
+    import threading
+
+    _CALM_RUNS.append(1)
+    if len(_CALM_RUNS) % 2 == 0:  # while the backward runs it again, another thread draws (a data loader's)
+        other = threading.Thread(target=lambda: torch.rand(4))
+        other.start()
+        other.join()
+    return x * torch.sigmoid(x)
+
+
+def test_another_threads_draws_do_not_make_an_op_random() -> None:
+    """The checks compared the process's random state before and after the reference: a draw of another
+    thread made a deterministic op's backward fail ("its reference draws random numbers"), intermittently
+    in training with a data-loading thread. They watch this thread's ops now."""
+    x = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    _CALM_RUNS.clear()
+    (grad,) = torch.autograd.grad(_calm(x).sum(), x)
+    assert len(_CALM_RUNS) == 2  # (the forward, and the backward's run)
+    leaf = x.detach().requires_grad_()
+    (want,) = torch.autograd.grad((leaf * torch.sigmoid(leaf)).sum(), leaf)
+    torch.testing.assert_close(grad, want)
+
+
 def test_redefinitions_free_old_definitions_and_a_late_backward_is_named() -> None:
     """Re-running a cell that defines an op keeps the last few definitions a pending backward may still
     run, not every one with all its reference holds; a backward whose definition is gone says so."""

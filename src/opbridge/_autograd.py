@@ -10,15 +10,28 @@ code calls instead of tracing the reference (which may walk its data in Python).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 from opbridge.errors import OpDefinitionError
 
-__all__ = ["BackwardContext", "define", "note_forward", "rng_before", "shares_memory"]
+__all__ = [
+    "BackwardContext",
+    "define",
+    "note_forward",
+    "rng_before",
+    "rng_states",
+    "same_states",
+    "shares_memory",
+    "tracing",
+    "watched",
+    "watching_draws",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +58,60 @@ def rng_before(tensors: Sequence[Any]) -> dict[str, Any] | None:
     """The random states a forward starts from, where one of its inputs requires grad (else None)."""
     if not any(t is not None and t.requires_grad for t in tensors):
         return None
-    return _rng_states(tensors)
+    return rng_states(tensors)
 
 
-def note_forward(before: dict[str, Any] | None, tensors: Sequence[Any], output: Any) -> None:
+def note_forward(before: dict[str, Any] | None, drew: bool, output: Any) -> None:
     """After an eager forward: keep ``before`` for its backward where the reference drew random numbers."""
-    if before is not None and not _same_states(before, _rng_states(tensors)):
+    if before is not None and drew:
         _FORWARD.random = (weakref.ref(output), before)
+
+
+@functools.cache
+def _draw_watch() -> type:
+    """A TorchDispatchMode that notes an op drawing random numbers (tagged ``nondeterministic_seeded``)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seeded = torch.Tag.nondeterministic_seeded
+
+    class DrawWatch(TorchDispatchMode):
+        drew = False
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if seeded in func.tags:
+                self.drew = True
+            return func(*args, **(kwargs or {}))
+
+    return DrawWatch
+
+
+def watched() -> bool:
+    """Whether a :func:`watching_draws` is active in this thread (an op's forward then watches its
+    reference too: the mode sees the op's call, not the ops its reference runs)."""
+    return bool(getattr(_FORWARD, "watches", None))
+
+
+@contextmanager
+def watching_draws(active: bool = True) -> Iterator[Any]:
+    """While inside, note whether this thread's ops draw random numbers (``.drew`` of what it yields; a
+    draw an op's forward notes inside counts for every enclosing watch). Per thread, unlike comparing the
+    process's random state before and after: another thread's draws (a data-loading thread's
+    augmentation) made a deterministic op look random."""
+    if not active:
+        yield SimpleNamespace(drew=False)
+        return
+    stack = _FORWARD.__dict__.setdefault("watches", [])
+    watch = _draw_watch()()
+    stack.append(watch)
+    try:
+        with watch:
+            yield watch
+    finally:
+        stack.pop()
+        if watch.drew:
+            for outer in stack:
+                outer.drew = True
 
 
 def _take_forward_rng(output: Any) -> dict[str, Any]:
@@ -75,19 +135,19 @@ def tracing(tensors: Sequence[Any]) -> bool:
     return any(isinstance(t, (FakeTensor, FunctionalTensor)) or (t is not None and t.is_meta) for t in tensors)
 
 
-def _rng_states(tensors: Sequence[Any]) -> dict[str, Any]:
+def same_states(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def rng_states(tensors: Sequence[Any]) -> dict[str, Any]:
     import torch
 
     states = {"cpu": torch.get_rng_state()}
     for device in sorted({str(t.device) for t in tensors if t is not None and t.is_cuda}):
         states[device] = torch.cuda.get_rng_state(device)
     return states
-
-
-def _same_states(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    import torch
-
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 # ------------------------------------------------------------------ the forward's random state, again
@@ -289,10 +349,9 @@ def _recomputed_grads(
     for i in differentiable:
         x = args[i]
         args[i] = x.view_as(x) if higher and x.requires_grad and i in wanted else x.detach().requires_grad_(True)
-    before = None if rng else _rng_states(ctx.inputs)
-    with torch.enable_grad(), _replaying(rng), inside():
+    with torch.enable_grad(), _replaying(rng), inside(), watching_draws(not rng) as watch:
         outputs = opdef.reference(*args, **ctx.attrs)
-    if before is not None and not _same_states(before, _rng_states(ctx.inputs)):
+    if watch.drew:
         raise OpDefinitionError(
             f"{spec.qualname}: its reference draws random numbers, and its gradient by running it again would "
             "use other ones (the forward's random state is kept in eager mode only, not under torch.compile); "

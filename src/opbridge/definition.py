@@ -705,12 +705,12 @@ def _define_torch_op(opdef: OpDef) -> Any:
             tensors, attrs = decode(args)
             versions = [_version(t) for t in tensors]
             rng = _autograd.rng_before(tensors)
-            with inside_reference():
+            with inside_reference(), _autograd.watching_draws(rng is not None or _autograd.watched()) as watch:
                 result = current._check_result(current.reference(*tensors, **attrs), "the reference")
             current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
             outputs = _fresh_outputs(result if isinstance(result, tuple) else (result,), tensors, current.shape_rule)
-            _autograd.note_forward(rng, tensors, outputs[0])
+            _autograd.note_forward(rng, watch.drew, outputs[0])
             return outputs if isinstance(result, tuple) else outputs[0]
 
         def fake(*args: Any) -> Any:
@@ -753,7 +753,7 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         # traced (torch.compile, torch.export, fake tensors): no real random state to compare or restore
         traced = _autograd.tracing(tensors)
-        start = {} if traced else _autograd._rng_states(tensors)
+        start = {} if traced else _autograd.rng_states(tensors)
         results = []
         for b in range(size):
             if info.randomness == "same" and b:
@@ -766,11 +766,8 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
                 a.select(d, b) if d is not None and isinstance(a, torch.Tensor) else a for a, d in zip(args, in_dims)
             ]
             results.append(op(*sample))
-            if (
-                info.randomness == "error"
-                and start
-                and not _autograd._same_states(start, _autograd._rng_states(tensors))
-            ):
+            # (by the process's random state: a dispatch mode does not see the ops under vmap's rule)
+            if info.randomness == "error" and start and not _autograd.same_states(start, _autograd.rng_states(tensors)):
                 raise RuntimeError(
                     f"vmap: {_TORCH_IMPLS[qual].spec.qualname}'s reference drew random numbers while in randomness "
                     "error mode; use vmap(..., randomness='same') or 'different', or draw them outside vmap."
