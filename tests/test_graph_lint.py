@@ -9,7 +9,15 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from _graph_models import custom_node_model, export_seed003, make_model, resize_model, seed003_srcnn, swish_function
+from _graph_models import (
+    OPSET,
+    custom_node_model,
+    export_seed003,
+    make_model,
+    resize_model,
+    seed003_srcnn,
+    swish_function,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import opbridge
@@ -77,6 +85,19 @@ def _calls(body: list[onnx.NodeProto], domains: dict[str, int] | None = None) ->
     )
 
 
+def _swish_call(function_opset: int) -> onnx.ModelProto:
+    """acme::Swish with its body importing ``function_opset``, in a model of opset ``OPSET``."""
+    body = swish_function("acme", "Swish")
+    body.opset_import[0].version = function_opset
+    return make_model(
+        [helper.make_node("Swish", ["x"], ["y"], domain="acme", name="s")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        domains={"acme": 1},
+        functions=[body],
+    )
+
+
 # (code, severity, triggering model, clean model)
 CASES = [
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
@@ -108,6 +129,7 @@ CASES = [
     ("trt-tensor-attr-dtype", "warning", _int64_tensor_attr, _float_tensor_attr),
     ("duplicate-node-name", "error", lambda: _named_twice("twin"), lambda: _named_twice("")),
     ("opset-too-new", "error", lambda: _relu(_NEWEST + 1), lambda: _relu(_NEWEST)),
+    ("function-opset-mismatch", "error", lambda: _swish_call(OPSET - 1), lambda: _swish_call(OPSET)),
 ]
 
 

@@ -70,6 +70,7 @@ Severity = Literal["error", "warning", "info"]
 LINT_CODES: dict[str, str] = {
     "custom-op-default-domain": "a custom op in ONNX's default domain",
     "domain-without-opset": "a node's domain has no opset import",
+    "function-opset-mismatch": "a model-local function imports another ONNX opset than the model",
     "duplicate-node-name": "two nodes of one graph share a name",
     "opset-too-new": "an ONNX opset newer than the installed onnx knows",
     "unknown-custom-op": "a custom node with no schema, function body, opbridge op or kernel",
@@ -259,6 +260,21 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                 "opbridge ops)",
             )
         )
+    default = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    for fn in model.functions:
+        theirs = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), None)
+        if default is not None and theirs is not None and theirs != default:
+            findings.append(
+                Finding(
+                    "error",
+                    "function-opset-mismatch",
+                    f"{fn.domain}::{fn.name}",
+                    f"the function imports ONNX opset {theirs}, the model {default}: ONNX Runtime runs its body's "
+                    "ops at the model's opset (where they may not exist or differ), and onnx's inliner, which "
+                    "OpenVINO's path uses, leaves the function out; the checker does not look.",
+                    f"build the body for opset {default} (opbridge.export does), or export the model at opset {theirs}",
+                )
+            )
     known = _newest_onnx_opset()
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx") and known is not None and entry.version > known:
