@@ -392,6 +392,10 @@ _INTERRUPTED_KERNEL = """
 import os, signal, numpy as np, opbridge
 from onnx import helper, TensorProto as T
 
+# Python's Ctrl-C handler, also where this process started with SIGINT ignored (a background job of a
+# non-interactive shell, as a CI script may run the tests), in which case Python installs none
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 @opbridge.kernel("Interrupted", domain="test.interrupt")
 def interrupted(x):
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the kernel runs
