@@ -1049,7 +1049,8 @@ def export(
 def _causes(exc: BaseException, limit: int = 4) -> str:
     """`` (caused by: ...)`` for the exceptions behind ``exc`` whose text it does not already hold
     (torch.onnx's pass errors name only the pass: the cause is in their ``__cause__``)."""
-    text, chain, seen = str(exc), [], {id(exc)}
+    text, seen = str(exc), {id(exc)}
+    chain: list[str] = []
     cause = exc.__cause__ or exc.__context__
     while cause is not None and id(cause) not in seen and len(chain) < limit:
         seen.add(id(cause))
