@@ -985,7 +985,7 @@ def export(
         except ExportError:
             raise
         except Exception as exc:
-            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch.onnx colours its messages for a terminal
+            text = _uncoloured(exc)
             if "UncapturedHigherOrderOpError" in text and "opbridge/definition.py" in text.replace(os.sep, "/"):
                 raise ExportError(
                     f"{exporter} export of {type(model).__name__} failed: torch.export could not capture the "
@@ -1046,6 +1046,11 @@ def export(
     return result
 
 
+def _uncoloured(exc: BaseException) -> str:
+    """``exc``'s message without terminal colour codes (torch.onnx colours its messages for a terminal)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+
+
 def _causes(exc: BaseException, limit: int = 4) -> str:
     """`` (caused by: ...)`` for the exceptions behind ``exc`` whose text it does not already hold
     (torch.onnx's pass errors name only the pass: the cause is in their ``__cause__``)."""
@@ -1054,7 +1059,7 @@ def _causes(exc: BaseException, limit: int = 4) -> str:
     cause = exc.__cause__ or exc.__context__
     while cause is not None and id(cause) not in seen and len(chain) < limit:
         seen.add(id(cause))
-        message = re.sub(r"\x1b\[[0-9;]*m", "", str(cause)).strip()
+        message = _uncoloured(cause).strip()
         if message and message not in text:
             chain.append(f"{type(cause).__name__}: {message}")
             text += message
