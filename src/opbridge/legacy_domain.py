@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,16 +47,19 @@ def is_standard_op(op_type: str) -> bool:
     return op_type in _standard_names()
 
 
-def runs_default_domain_kernel(domain: str, op_type: str, version: int | None) -> bool:
+def runs_default_domain_kernel(domain: str, op_type: str, version: int | None, moved: Collection[str] = ()) -> bool:
     """Whether a node of ``domain::op_type`` runs the kernel registered for ONNX's default domain
-    (``@opbridge.kernel(op_type, domain="")``): a node in ``DEFAULT_LEGACY_DOMAIN``, where the
-    legacy-domain rewrite moves default-domain nodes, when that domain has no op or kernel of its own.
+    (``@opbridge.kernel(op_type, domain="")``): a node in ``DEFAULT_LEGACY_DOMAIN`` whose op type a
+    session moved there itself (``moved``, from :func:`move_default_domain_ops`), or that the
+    legacy-domain rewrite moved there, when that domain has no op or kernel of its own.
 
     >>> runs_default_domain_kernel("acme", "MYSELU", 1)
     False
     """
     if domain != DEFAULT_LEGACY_DOMAIN:
         return False
+    if op_type in moved:
+        return True
     from opbridge.definition import find_op
     from opbridge.kernels import find_kernel
 

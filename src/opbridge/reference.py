@@ -570,11 +570,11 @@ class ReferenceSession:
         for fn in proto.functions:
             nodes.extend(walk_nodes(fn.node))
         seen: dict[tuple[str, str], int] = {}
-        names: dict[tuple[str, str], list[str]] = {}
+        by_op: dict[tuple[str, str], list[onnx.NodeProto]] = {}
         for node in nodes:
             if node.domain not in _STANDARD_DOMAINS:
                 seen.setdefault((node.domain, node.op_type), opsets.get(node.domain, 1))
-                names.setdefault((node.domain, node.op_type), []).append(node.name)
+                by_op.setdefault((node.domain, node.op_type), []).append(node)
         # Element types of the custom-node outputs of the main graph and its If/Loop/Scan bodies, where
         # the model or shape inference gives them; a name several nodes produce (a function body's local
         # names) is left out.
@@ -590,6 +590,7 @@ class ReferenceSession:
         types = {name: known[name] for name in wanted if name in known}
         classes: list[type] = []
         unknown: list[tuple[str, str, int]] = []
+        moved = {name for _, name in self._legacy}  # (op types this session moved out of the default domain)
         for (domain, op_type), version in sorted(seen.items()):
             has_body = (domain, op_type) in functions
             if has_body and self.prefer == "function":
@@ -597,9 +598,8 @@ class ReferenceSession:
                 continue
             opdef = None if (domain, op_type) in self._legacy else find_op(domain, op_type, version)
             if opdef is not None:
-                for node in nodes:  # (as ONNX Runtime's bridge refuses them)
-                    if (node.domain, node.op_type) == (domain, op_type):
-                        check_node(opdef, node, f"{opdef.spec.qualname} node {node.name!r}")
+                for node in by_op[domain, op_type]:  # (as ONNX Runtime's bridge refuses them)
+                    check_node(opdef, node, f"{opdef.spec.qualname} node {node.name!r}")
                 how = (
                     "numpy kernel"
                     if opdef.kernel_kind == "numpy" and opdef.kernel
@@ -609,9 +609,7 @@ class ReferenceSession:
                 self.implementations[domain, op_type] = how
                 continue
             kern = find_kernel(domain, op_type, version)
-            if kern is None and (
-                (domain, op_type) in self._legacy or runs_default_domain_kernel(domain, op_type, version)
-            ):
+            if kern is None and runs_default_domain_kernel(domain, op_type, version, moved):
                 kern = find_kernel("", op_type, None)
             if kern is not None:
                 classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}", types))
@@ -626,7 +624,7 @@ class ReferenceSession:
             given = [("", n, opsets.get("", 1)) if (d, n) in self._legacy else (d, n, v) for d, n, v in unknown]
             raise UnknownOpError(
                 unknown_ops_message(
-                    (g[0], n, g[2], name) for g, (d, n, _) in zip(given, unknown) for name in names[d, n]
+                    (g[0], n, g[2], node.name) for g, (d, n, _) in zip(given, unknown) for node in by_op[d, n]
                 )
             )
         return classes

@@ -134,9 +134,7 @@ def prepare_model(
     # the main graph's custom nodes and those of its If/Loop/Scan bodies (torch.cond's branches)
     local = {(f.domain, f.name) for f in fixed.functions}
     for node in [n for n in walk_nodes(fixed.graph.node) if is_custom_node(n, local)]:
-        if node.domain == DEFAULT_LEGACY_DOMAIN and (
-            node.op_type in moved or runs_default_domain_kernel(node.domain, node.op_type, versions.get(node.domain))
-        ):
+        if runs_default_domain_kernel(node.domain, node.op_type, versions.get(node.domain), moved):
             kernel = find_custom_kernel("", node.op_type, original_versions.get(""))
         else:
             kernel = find_custom_kernel(node.domain, node.op_type, versions.get(node.domain))

@@ -383,10 +383,7 @@ class InferenceSession:
                         break
                 node.name = candidate
                 names.add(candidate)
-            legacy = node.domain == DEFAULT_LEGACY_DOMAIN and (
-                node.op_type in moved
-                or runs_default_domain_kernel(node.domain, node.op_type, opset.get(node.domain, 1))
-            )
+            legacy = runs_default_domain_kernel(node.domain, node.op_type, opset.get(node.domain, 1), moved)
             lookup = "" if legacy else node.domain
             version = opset.get("" if legacy else node.domain, 1)
             if (node.domain, node.op_type) in local:
