@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -416,13 +417,18 @@ def test_cli_compat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         check_compat(path, "tvm")
 
 
-def _op_in_if_branch(op: str = "Scale", domain: str = "test.compat", name: str = "inner") -> onnx.ModelProto:
-    """An If (named "if") whose then-branch holds ``domain::op`` (named ``name``); the else-branch negates."""
+def _if_around(
+    node: onnx.NodeProto,
+    *,
+    name: str = "if",
+    output: str = "y",
+    inputs: Sequence[tuple[str, int, list]] = (),
+    domains: dict[str, int] | None = None,
+) -> onnx.ModelProto:
+    """An If (named ``name``, giving ``output``) whose then-branch is ``node`` (its first output the branch's)
+    and whose else-branch negates ``x``; the model's inputs are ``c``, ``x`` and ``inputs``."""
     then = helper.make_graph(
-        [helper.make_node(op, ["x"], ["t"], domain=domain, name=name)],
-        "then",
-        [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])],
+        [node], "then", [], [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, [3])]
     )
     other = helper.make_graph(
         [helper.make_node("Neg", ["x"], ["e"], name="neg")],
@@ -431,11 +437,16 @@ def _op_in_if_branch(op: str = "Scale", domain: str = "test.compat", name: str =
         [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
     )
     return make_model(
-        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
-        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
-        [("y", TensorProto.FLOAT, [3])],
-        domains={domain: 1},
+        [helper.make_node("If", ["c"], [output], then_branch=then, else_branch=other, name=name)],
+        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3]), *inputs],
+        [(output, TensorProto.FLOAT, [3])],
+        domains=domains,
     )
+
+
+def _op_in_if_branch(op: str = "Scale", domain: str = "test.compat", name: str = "inner") -> onnx.ModelProto:
+    """An If (named "if") whose then-branch holds ``domain::op`` (named ``name``); the else-branch negates."""
+    return _if_around(helper.make_node(op, ["x"], ["t"], domain=domain, name=name), domains={domain: 1})
 
 
 @pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
@@ -673,19 +684,7 @@ def test_ort_blames_the_innermost_node_of_nested_bodies() -> None:
     """If -> If -> acme::Foo: ONNX Runtime names both Ifs; only Foo is blamed (and fails, statically too)."""
     inner = _op_in_if_branch("Foo", "acme").graph.node[0]
     inner.name = "inner_if"
-    branch = helper.make_graph([inner], "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
-    other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
-    )
-    model = make_model(
-        [helper.make_node("If", ["c"], ["z"], then_branch=branch, else_branch=other, name="outer")],
-        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3])],
-        [("z", TensorProto.FLOAT, [3])],
-        domains={"acme": 1},
-    )
+    model = _if_around(inner, name="outer", output="z", domains={"acme": 1})
     report = check_compat(model, "onnxruntime")
     real = {n.node: n.real for n in report.nodes}
     assert real["outer/then_branch/inner_if/then_branch/inner"].startswith("fail")
@@ -728,18 +727,7 @@ def test_trt_real_parser_failure_in_a_loop_body_names_the_node(tmp_path: Path) -
         ],
     )
     loop = helper.make_node("Loop", ["n", "", "x"], ["t"], body=body, name="loop")
-    then = helper.make_graph([loop], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])])
-    other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])],
-    )
-    model = make_model(
-        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")],
-        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [3]), ("n", TensorProto.INT64, [])],
-        [("y", TensorProto.FLOAT, [3])],
-    )
+    model = _if_around(loop, inputs=[("n", TensorProto.INT64, [])])
     path = tmp_path / "loop.onnx"
     onnx.save(model, path)
     report = check_compat(path, "tensorrt")
