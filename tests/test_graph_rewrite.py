@@ -800,3 +800,46 @@ def test_a_large_rewritten_model_is_checked_through_files(monkeypatch: pytest.Mo
     assert through_files.graph.node == in_memory.graph.node
     assert through_files.graph.initializer == in_memory.graph.initializer
     assert {v.name for v in through_files.graph.value_info} == {v.name for v in in_memory.graph.value_info}
+
+
+def _resize_model_with_weights() -> tuple[onnx.ModelProto, np.ndarray]:
+    """A cubic Resize with run-time sizes beside an idle 4 MiB initializer (kept by the rewrite)."""
+    weight = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
+    model = resize_model("cubic", scales="sizes-runtime")
+    model.graph.initializer.insert(0, onnx.numpy_helper.from_array(weight, name="weight"))
+    return model, weight
+
+
+def test_rules_and_checks_do_not_read_or_copy_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules' onnx-ir conversion and the checks get the graph without the data of tensors of 1 MiB or
+    more; the written model holds the weights bit for bit, in their place, both as one file and with a
+    data file (which the report's model then refers to)."""
+    import onnx_ir as ir
+
+    seen: list[int] = []
+    to_ir = ir.from_proto
+
+    def recording(model: onnx.ModelProto) -> Any:
+        seen.extend(len(t.raw_data) for t in model.graph.initializer)
+        return to_ir(model)
+
+    monkeypatch.setattr(ir, "from_proto", recording)
+    model, weight = _resize_model_with_weights()
+    in_memory = rewrite_model(model, ["resize-cubic-to-dynamic-resize"]).model
+    assert seen and max(seen) < 1 << 20, "the weight went through onnx-ir"
+    assert [t.name for t in in_memory.graph.initializer][0] == "weight"
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(in_memory.graph.initializer[0]), weight)
+    assert model.graph.node[-1].op_type == "Resize", "the caller's model is left as it was"
+    src = tmp_path / "one.onnx"
+    onnx.save_model(model, src)
+    report = rewrite_file(src, tmp_path / "out" / "one.onnx", ["resize-cubic-to-dynamic-resize"])
+    written = (tmp_path / "out" / "one.onnx").read_bytes()
+    assert written == report.model.SerializeToString() == in_memory.SerializeToString()
+    external = tmp_path / "external.onnx"
+    onnx.save_model(model, external, save_as_external_data=True, location="external.onnx.data")
+    report = rewrite_file(external, tmp_path / "out" / "ext.onnx", ["resize-cubic-to-dynamic-resize"])
+    assert report.model.graph.initializer[0].data_location == TensorProto.EXTERNAL  # (not held twice)
+    back = onnx.load(tmp_path / "out" / "ext.onnx")
+    assert [t.name for t in back.graph.initializer] == [t.name for t in in_memory.graph.initializer]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), weight)
+    assert back.graph.node == in_memory.graph.node

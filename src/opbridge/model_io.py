@@ -25,19 +25,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROTO_LIMIT",
+    "approximate_size",
     "elem_types",
     "external_files",
     "infer_and_check_as_files",
     "load_model",
+    "read_external_data",
+    "restore_tensors",
     "save_with_data_file",
+    "strip_tensors",
     "subgraphs",
     "too_large",
     "walk_nodes",
+    "write_model",
 ]
 
 #: Models at least this large are written with their tensors in a data file: protobuf serializes no
 #: message of 2 GiB or more (the margin leaves room for what a write adds).
 PROTO_LIMIT = 2**31 - 2**24
+
+#: the (empty) external data file that the tensors :func:`strip_tensors` leaves out refer to
+HELD_LOCATION = "opbridge-held-tensors.bin"
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +99,7 @@ def load_model(
                 "or corrupt. Export it again."
             ) from None
         if external_data is True:
-            _load_external_data(loaded, where)
+            read_external_data(loaded, where)
         elif external_data is not False and external_data > 0:
             _load_small_external_data(loaded, where, int(external_data))
     else:
@@ -109,9 +117,9 @@ def load_model(
     return loaded
 
 
-def _load_external_data(model: onnx.ModelProto, path: str) -> None:
-    """Read the tensors ``model`` (loaded from ``path``) keeps in external data files, naming a file that
-    is missing or out of reach."""
+def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Read the tensors ``model`` (loaded from ``path`` without them) keeps in external data files, naming
+    a file that is missing or out of reach (a :class:`~opbridge.errors.ModelLoadError`)."""
     from onnx.external_data_helper import load_external_data_for_model
 
     base = os.path.dirname(path)
@@ -126,7 +134,7 @@ def _load_external_data(model: onnx.ModelProto, path: str) -> None:
 
 
 def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> None:
-    """Read the external tensors of at most ``limit`` bytes into ``model`` (as :func:`_load_external_data`
+    """Read the external tensors of at most ``limit`` bytes into ``model`` (as :func:`read_external_data`
     reads them all); larger ones keep their references."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_tensor
@@ -234,14 +242,16 @@ def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, 
     return types
 
 
-def external_files(source: Path) -> list[Path]:
-    """The external data files the model file ``source`` refers to (none where it cannot be read)."""
+def external_files(source: Path, model: onnx.ModelProto | None = None) -> list[Path]:
+    """The external data files the model file ``source`` refers to (none where it cannot be read);
+    ``model``: the file as loaded already, its external data not read, which is then not read again."""
     import onnx
 
-    try:
-        model = onnx.load(source, load_external_data=False)
-    except Exception:
-        return []
+    if model is None:
+        try:
+            model = onnx.load(source, load_external_data=False)
+        except Exception:
+            return []
     found: set[Path] = set()
     for tensor in _all_tensors(model):
         for entry in tensor.external_data:
@@ -253,34 +263,182 @@ def external_files(source: Path) -> list[Path]:
 def too_large(model: onnx.ModelProto) -> bool:
     """Whether ``model`` is too large for one protobuf message (whose size protobuf will not even count)."""
     try:
-        return model.ByteSize() >= PROTO_LIMIT
+        return approximate_size(model) >= PROTO_LIMIT
     except Exception:  # EncodeError: "Failed to serialize proto"
         return True
 
 
 def infer_and_check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference and the full checker, through files, for a model too large for one protobuf
-    message: written to a temporary folder with its tensors in a data file (``model`` keeps them); it is
-    returned with the inferred value infos. Raises what onnx raises."""
+    message: a copy without the data of its large tensors (:func:`strip_tensors`) is written to a
+    temporary folder, their bytes standing in an empty (sparse) file, its smaller tensors in a data file;
+    ``model`` is returned with the inferred value infos (its tensors neither copied nor moved). Raises
+    what onnx raises."""
     import shutil
     import tempfile
 
     import onnx
 
+    light, held = strip_tensors(model, 1024)
     folder = tempfile.mkdtemp(prefix="opbridge-check-")
     try:
-        path = save_with_data_file(model, os.path.join(folder, "model.onnx"), data_name="model.onnx.data")
+        with open(os.path.join(folder, HELD_LOCATION), "wb") as fh:
+            fh.truncate(held)  # (the checker only looks for the file; nothing reads it)
+        path = save_with_data_file(light, os.path.join(folder, "model.onnx"), data_name="model.onnx.data")
         inferred_path = os.path.join(folder, "inferred.onnx")
         onnx.shape_inference.infer_shapes_path(
             str(path), inferred_path, check_type=True, strict_mode=True, data_prop=True
         )
         onnx.checker.check_model(inferred_path, full_check=True)
-        light = onnx.load(inferred_path, load_external_data=False)
+        inferred = onnx.load(inferred_path, load_external_data=False)
         del model.graph.value_info[:]
-        model.graph.value_info.extend(light.graph.value_info)
+        model.graph.value_info.extend(inferred.graph.value_info)
         return model
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _copy_fields(target: Any, source: Any, skip: Iterable[str] = ()) -> None:
+    """Copy the fields of the protobuf message ``source`` into ``target``, but those named in ``skip``
+    (which are not even read: reading a tensor's ``raw_data`` copies it)."""
+    skipped = set(skip)
+    for field in source.DESCRIPTOR.fields:
+        if field.name in skipped:
+            continue
+        if field.is_repeated:
+            if len(getattr(source, field.name)):
+                getattr(target, field.name).extend(getattr(source, field.name))
+        elif source.HasField(field.name):
+            if field.message_type is not None:
+                getattr(target, field.name).CopyFrom(getattr(source, field.name))
+            else:
+                setattr(target, field.name, getattr(source, field.name))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if not value:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of ``tensor``'s data, from its shape and type (reading ``raw_data`` would copy it)."""
+    import math
+
+    import onnx
+
+    packed = {getattr(onnx.TensorProto, n, -1): b for n, b in _PACKED_BITS.items()}
+    bits = packed.get(tensor.data_type)
+    if bits is None:
+        try:
+            bits = 8 * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        except Exception:  # (an unknown type: the count only sizes a placeholder file)
+            bits = 8
+    return (math.prod(tensor.dims) * bits + 7) // 8
+
+
+#: the element types stored in fewer than 8 bits, packed
+_PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
+
+
+def _placeholder(tensor: onnx.TensorProto, offset: int, length: int) -> onnx.TensorProto:
+    """``tensor`` without its data, referring to ``length`` bytes at ``offset`` in :data:`HELD_LOCATION`."""
+    import onnx
+
+    light = onnx.TensorProto()
+    _copy_fields(light, tensor, skip=("raw_data", "external_data", "data_location"))
+    for key, value in (("location", HELD_LOCATION), ("offset", str(offset)), ("length", str(length))):
+        entry = light.external_data.add()
+        entry.key, entry.value = key, value
+    light.data_location = onnx.TensorProto.EXTERNAL
+    return light
+
+
+def strip_tensors(model: onnx.ModelProto, min_bytes: int) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``model`` whose main graph's initializers of ``min_bytes`` or more (and those left in
+    external data files) hold no data but refer to :data:`HELD_LOCATION`, and how many bytes that file
+    would hold; the copy holds none of their bytes (rules and checks read the graph, not the weights).
+    :func:`restore_tensors` puts the tensors back."""
+    import onnx
+
+    light = onnx.ModelProto()
+    _copy_fields(light, model, skip=("graph",))
+    _copy_fields(light.graph, model.graph, skip=("initializer",))
+    held = 0
+    for tensor in model.graph.initializer:
+        length = _data_bytes(tensor)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or (tensor.HasField("raw_data") and length >= min_bytes):
+            light.graph.initializer.append(_placeholder(tensor, held, length))
+            held += length
+        else:
+            light.graph.initializer.append(tensor)
+    return light, held
+
+
+def approximate_size(model: onnx.ModelProto) -> int:
+    """``model``'s serialized size in bytes, to within a few bytes per initializer, counted without
+    serializing its large initializers (protobuf's ``ByteSize`` serializes the whole model to count it)."""
+    light, held = strip_tensors(model, 1024)
+    return light.ByteSize() + held
+
+
+def _is_held(tensor: onnx.TensorProto) -> bool:
+    return any(e.key == "location" and e.value == HELD_LOCATION for e in tensor.external_data)
+
+
+def restore_tensors(model: onnx.ModelProto, light: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` made into ``light`` (:func:`strip_tensors` of ``model``, then rewritten), in place: every
+    field from ``light`` but the main graph's initializers, which are ``light``'s in its order, those it
+    left out being ``model``'s own (kept, not copied). Returns ``model``."""
+    order = {t.name: k for k, t in enumerate(light.graph.initializer)}
+    held = {t.name for t in light.graph.initializer if _is_held(t)}
+    inits = model.graph.initializer
+    for k in reversed(range(len(inits))):
+        if inits[k].name not in held:  # dropped, or one of light's own (appended below)
+            del inits[k]
+    inits.extend(t for t in light.graph.initializer if not _is_held(t))
+    inits.sort(key=lambda t: order[t.name])
+    for field in [f.name for f, _ in model.ListFields() if f.name != "graph"]:
+        model.ClearField(field)
+    for field in [f.name for f, _ in model.graph.ListFields() if f.name != "initializer"]:
+        model.graph.ClearField(field)
+    _copy_fields(model, light, skip=("graph",))
+    _copy_fields(model.graph, light.graph, skip=("initializer",))
+    return model
+
+
+def write_model(model: onnx.ModelProto, fh: Any) -> None:
+    """Write ``model`` serialized (the bytes ``SerializeToString`` gives) to the binary file ``fh``, one
+    initializer at a time: never the whole model in one more copy."""
+    import onnx
+
+    graph_field = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+    init_field = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+    if not model.HasField("graph") or not model.graph.initializer:
+        fh.write(model.SerializeToString())
+        return
+
+    def split(message: Any, number: int, skip: str) -> tuple[bytes, bytes]:
+        """The fields of ``message`` before and after field ``number``, serialized (``skip`` left out)."""
+        before, after = type(message)(), type(message)()
+        _copy_fields(before, message, skip=[skip, *(f.name for f, _ in message.ListFields() if f.number > number)])
+        _copy_fields(after, message, skip=[skip, *(f.name for f, _ in message.ListFields() if f.number < number)])
+        return before.SerializeToString(), after.SerializeToString()
+
+    head, tail = split(model, graph_field, "graph")
+    graph_head, graph_tail = split(model.graph, init_field, "initializer")
+    tag = _varint(init_field << 3 | 2)
+    sizes = [t.ByteSize() for t in model.graph.initializer]
+    graph_size = len(graph_head) + len(graph_tail) + sum(len(tag) + len(_varint(n)) + n for n in sizes)
+    fh.write(head + _varint(graph_field << 3 | 2) + _varint(graph_size) + graph_head)
+    for tensor, size in zip(model.graph.initializer, sizes):
+        fh.write(tag + _varint(size))
+        fh.write(tensor.SerializeToString())
+    fh.write(graph_tail + tail)
 
 
 def save_with_data_file(

@@ -3,7 +3,10 @@
 Rules run in order on a copy of the model; onnx-ir does the graph edits. The
 result is checked (opbridge schemas registered, strict shape inference,
 ``onnx.checker.check_model(full_check=True)``) before anything is written, the
-write is atomic, and the input file is never overwritten unless asked.
+write is atomic, and the input file is never overwritten unless asked. The rules
+and the checks see the graph without the data of its weights (tensors of 1 MiB or
+more), which are neither copied nor converted: a rewrite of a file holds its weights
+about once.
 
 Example:
     >>> from onnx import helper, TensorProto
@@ -26,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.graph.rewrite._base import Check, IRRule, RewriteError, RewriteRule, RuleOutcome
 from opbridge.graph.rewrite.rules import FoldResizeScales, LegacyDomain, ReplaceOp, ResizeCubicToDynamicResize
-from opbridge.model_io import infer_and_check_as_files, too_large
+from opbridge.model_io import (
+    approximate_size,
+    infer_and_check_as_files,
+    restore_tensors,
+    strip_tensors,
+    too_large,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -76,16 +85,20 @@ def _attach_bodies(model: onnx.ModelProto) -> list[str]:
 
 
 #: the size from which check_rewritten checks a model through files rather than in memory
-CHECK_AS_FILES_BYTES = 256 << 20
+CHECK_AS_FILES_BYTES = 16 << 20
+
+#: initializers of this many bytes or more are left out of what the rules and checks read (the
+#: rules read shapes, scales and other small constants)
+HELD_TENSOR_BYTES = 1 << 20
 
 
 def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model.
 
-    A model of 256 MiB or more (its tensors in memory) is checked as files: written to a temporary
-    folder with its tensors in an external data file, checked there, and its inferred value infos
-    read back (in memory, inference and the checker would each hold copies of every tensor; one of
-    2 GiB or more cannot even be serialized).
+    A model of 16 MiB or more (its tensors in memory) is checked as files: its graph written to a
+    temporary folder without the data of its tensors (:func:`opbridge.model_io.infer_and_check_as_files`),
+    checked there, and its inferred value infos read back (in memory, inference and the checker would
+    each hold copies of every tensor; one of 2 GiB or more cannot even be serialized).
     """
     import onnx
 
@@ -93,7 +106,7 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
 
     opbridge.register_onnx_schemas()
     try:
-        if too_large(model) or model.ByteSize() >= CHECK_AS_FILES_BYTES:
+        if too_large(model) or approximate_size(model) >= CHECK_AS_FILES_BYTES:
             return _check_as_files(model)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(inferred, full_check=True)
@@ -135,6 +148,37 @@ def rewrite_model(
 
     from opbridge.graph._model import load_model
 
+    rules = _check_rules(rules, options)
+    loaded = load_model(model)
+    if loaded is model:  # the caller's ModelProto, which stays as it is (one read from a file is ours)
+        current = onnx.ModelProto()
+        current.CopyFrom(loaded)
+    else:
+        current = loaded
+    return _rewrite(current, rules, options or {}, check=check)
+
+
+def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str, Any], *, check: bool) -> RewriteReport:
+    """:func:`rewrite_model` of a model of its own, which becomes the result (its weights not copied)."""
+    light, _ = strip_tensors(model, HELD_TENSOR_BYTES)
+    outcomes: list[RuleOutcome] = []
+    for name in rules:
+        light, done = RULES[name]().apply(light, options)
+        outcomes += done
+        for o in done:
+            logger.info("%s", o)
+    if not any(o.applied for o in outcomes):
+        return RewriteReport(model, outcomes)
+    _attach_bodies(light)
+    current = restore_tensors(model, light)
+    if check:
+        current = check_rewritten(current)
+    return RewriteReport(current, outcomes)
+
+
+def _check_rules(rules: Sequence[str] | str, options: Mapping[str, Any] | None) -> list[str]:
+    """The rules named (one name given as such), checked with their options: a RewriteError names an
+    unknown rule or an option none of them reads."""
     if isinstance(rules, str):  # one rule by name, not its letters
         rules = [rules]
     if options is not None and not isinstance(options, Mapping):
@@ -153,23 +197,7 @@ def rewrite_model(
             f"option(s) {stray} are not read by rule(s) {list(rules)}; they take {sorted(accepted - {'map', 'rename'})}"
             " (see opbridge rewrite --help)."
         )
-    loaded = load_model(model)
-    if loaded is model:  # the caller's ModelProto, which stays as it is (one read from a file is ours)
-        current = onnx.ModelProto()
-        current.CopyFrom(loaded)
-    else:
-        current = loaded
-    outcomes: list[RuleOutcome] = []
-    for name in rules:
-        current, done = RULES[name]().apply(current, options or {})
-        outcomes += done
-        for o in done:
-            logger.info("%s", o)
-    if any(o.applied for o in outcomes):
-        _attach_bodies(current)
-        if check:
-            current = check_rewritten(current)
-    return RewriteReport(current, outcomes)
+    return list(rules)
 
 
 def rewrite_file(
@@ -181,7 +209,9 @@ def rewrite_file(
     in_place: bool = False,
 ) -> RewriteReport:
     """Rewrite the file ``source`` into ``output`` (atomically); ``in_place`` to replace ``source``.
-    Where no rule changes anything, nothing is written and the report's ``path`` is None.
+    Where no rule changes anything, nothing is written and the report's ``path`` is None. The model is
+    read once and written without a second copy of its weights: where it is written with a data file,
+    the report's model refers to that file for its tensors.
 
     Raises:
         RewriteError: ``output`` is the input path without ``in_place``, or neither is given.
@@ -191,9 +221,9 @@ def rewrite_file(
         >>> r.path  # doctest: +SKIP
         PosixPath('fixed.onnx')
     """
-    from opbridge._files import prepare_output
-    from opbridge.export import save_model_atomic
-    from opbridge.model_io import external_files
+    from opbridge._files import prepare_output, write_atomic
+    from opbridge.graph._model import load_model
+    from opbridge.model_io import external_files, read_external_data, save_with_data_file, write_model
 
     if not isinstance(source, (str, os.PathLike)):
         raise RewriteError(
@@ -212,7 +242,8 @@ def rewrite_file(
         if Path(output).exists() and Path(output).resolve() == src.resolve():
             raise RewriteError(f"{output} is the input file; write elsewhere or pass --in-place to replace it.")
         target = output  # as given: an empty path is named as such
-    external = external_files(src)
+    model = load_model(src, external_data=False)
+    external = external_files(src, model)
     protected = [] if in_place else [src, *external]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
     data_name = f"{Path(target).name}.data"  # the output keeps its weights beside it, in <output>.data
@@ -220,12 +251,18 @@ def rewrite_file(
         data_name = _in_place_data_name(src, external)
     if external:
         prepare_output(Path(target).with_name(data_name), protected=protected)
-    report = rewrite_model(src, rules, options)
+    rules = _check_rules(rules, options)
+    read_external_data(model, src)
+    report = _rewrite(model, rules, options or {}, check=True)
     if report.changed:
         # the output keeps the input's layout: its tensors beside it in one data file where the input had any
-        report.path = save_model_atomic(
-            report.model, target, protected=protected, data_name=data_name if external else None
-        )
+        data = data_name if external or too_large(report.model) else None  # (no 2 GiB message in one piece)
+        if data is not None:
+            report.path = save_with_data_file(
+                report.model, target, protected=protected, data_name=data, keep_tensors=False
+            )
+        else:
+            report.path = write_atomic(target, lambda fh: write_model(report.model, fh), protected=protected)
     return report
 
 
