@@ -802,6 +802,181 @@ def test_a_large_rewritten_model_is_checked_through_files(monkeypatch: pytest.Mo
     assert {v.name for v in through_files.graph.value_info} == {v.name for v in in_memory.graph.value_info}
 
 
+def _resize_10(mode: str, *, runtime_scales: bool) -> onnx.ModelProto:
+    """X -> Resize-10(X, scales) -> Y at opset 10: scales Concat([1, 1], s, s) from graph input ``s``, or an
+    x2 initializer."""
+    nodes, inits = [], []
+    inputs: list[tuple[str, int, Any]] = [("X", TensorProto.FLOAT, [1, 2, "H", "W"])]
+    if runtime_scales:
+        inputs.append(("s", TensorProto.FLOAT, [1]))
+        inits.append(("one_one", np.ones(2, np.float32)))
+        nodes.append(helper.make_node("Concat", ["one_one", "s", "s"], ["scales"], axis=0, name="scales_concat"))
+    else:
+        inits.append(("scales", np.array([1, 1, 2, 2], np.float32)))
+    nodes.append(helper.make_node("Resize", ["X", "scales"], ["Y"], mode=mode, name="resize"))
+    return make_model(nodes, inputs, [("Y", TensorProto.FLOAT, None)], initializers=inits, opset=10)
+
+
+def test_cubic_resize_10_is_refused_for_its_asymmetric_coordinates() -> None:
+    """Resize-10 (X, scales) was read as Resize-11's (X, roi, scales, sizes): "neither scales nor sizes". ONNX
+    defines cubic from Resize-11 on; ONNX Runtime runs Resize-10's cubic as asymmetric, which DynamicResize
+    (half_pixel or align_corners) cannot reproduce, so the rule refuses and says why."""
+    original = _resize_10("cubic", runtime_scales=True)
+    assert set(onnx.defs.get_schema("Resize", 10).attributes) == {"mode"}
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    feeds = {"X": x, "s": np.array([2.5], np.float32)}
+    (got,) = run_ort(original, feeds)
+    ort13 = {}
+    for coord in ("asymmetric", "half_pixel"):  # the refusal's premise: ORT samples asymmetric, not half_pixel
+        later = resize_model("cubic", scales="input", coord=coord, shape=(1, 2, "H", "W"))
+        ort13[coord] = run_ort(later, feeds)[0]
+    np.testing.assert_allclose(got, ort13["asymmetric"], rtol=1e-6, atol=1e-6)
+    assert np.abs(got - ort13["half_pixel"]).max() > 0.1
+    for model, options in ((original, {}), (_resize_10("cubic", runtime_scales=False), {"size_input": "out_size"})):
+        report = rewrite_model(model, ["resize-cubic-to-dynamic-resize"], options)
+        assert not report.changed
+        reason = report.outcomes[0].reason
+        assert "a Resize-10 node (opset 10)" in reason and "asymmetric coordinates (x_in = x_out / scale)" in reason
+    linear = rewrite_model(_resize_10("linear", runtime_scales=True), ["resize-cubic-to-dynamic-resize"])
+    assert linear.outcomes[0].reason == "mode is 'linear', not 'cubic'"
+
+
+def test_fold_resize_10_scales_inside_a_branch() -> None:
+    """A subgraph imports no opset of its own: a Resize-10 in an If branch runs under the model's opset 10,
+    and its scales (input 1) fold (they were read as Resize-11's: "neither scales nor sizes")."""
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
+    branch = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["s"], value=scales, name="const"),
+            helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["z"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=other, name="if")
+    model = make_model(
+        [node],
+        [("X", TensorProto.FLOAT, [1, 1, "H", "W"]), ("c", TensorProto.BOOL, [])],
+        [("Y", TensorProto.FLOAT, None)],
+        opset=10,
+    )
+    report = rewrite_model(model, ["fold-resize-scales"])
+    assert [(o.node, o.applied) for o in report.outcomes] == [("r10", True)]
+    assert "scales 's' -> initializer" in report.outcomes[0].reason
+    assert all(n.op_type != "Constant" for n in report.model.graph.node[0].attribute[0].g.node)
+    feeds = {"X": RNG.standard_normal((1, 1, 2, 3)).astype(np.float32), "c": np.array(True)}
+    (got,) = run_ort(report.model, feeds)
+    assert got.shape == (1, 1, 4, 6)
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
+
+
+def test_fold_computes_branch_constants_under_the_model_opset() -> None:
+    """Constants computed inside a branch run under the model's opset: Clip-6's min and max attributes (inputs
+    from Clip-11 on) fold in an opset-10 model (a later opset's Clip could not be evaluated)."""
+    table = onnx.numpy_helper.from_array(np.array([1, 1, 2, 5], np.float32))
+    branch = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["t"], value=table, name="const"),
+            helper.make_node("Clip", ["t"], ["s"], min=0.0, max=3.0, name="clip"),
+            helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["z"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=other, name="if")
+    model = make_model(
+        [node],
+        [("X", TensorProto.FLOAT, [1, 1, "H", "W"]), ("c", TensorProto.BOOL, [])],
+        [("Y", TensorProto.FLOAT, None)],
+        opset=10,
+    )
+    report = rewrite_model(model, ["fold-resize-scales"])
+    assert [(o.node, o.applied) for o in report.outcomes] == [("r10", True)], report.outcomes
+    assert "= [1.0, 1.0, 2.0, 3.0]" in report.outcomes[0].reason
+    feeds = {"X": RNG.standard_normal((1, 1, 2, 3)).astype(np.float32), "c": np.array(True)}
+    (got,) = run_ort(report.model, feeds)
+    assert got.shape == (1, 1, 4, 9)
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
+
+
+def _sizes_beside_empty_scales(sizes: str) -> onnx.ModelProto:
+    """Resize-17(X, "", scales, sizes) as exporters write it: scales an empty Constant (shape [0]), sizes
+    Shape(X) * [1, 1, 2, 2] (``runtime``) or [1, 2, 3, 4] * [1, 1, 2, 2] from Constants (``constant``)."""
+    empty = onnx.numpy_helper.from_array(np.zeros(0, np.float32))
+    nodes = [helper.make_node("Constant", [], ["scales"], value=empty, name="scales_const")]
+    if sizes == "runtime":
+        nodes.append(helper.make_node("Shape", ["X"], ["base"], name="shape"))
+    else:
+        base = onnx.numpy_helper.from_array(np.array([1, 2, 3, 4], np.int64))
+        nodes.append(helper.make_node("Constant", [], ["base"], value=base, name="base_const"))
+    nodes += [
+        helper.make_node("Mul", ["base", "factor"], ["sizes"], name="sizes_mul"),
+        helper.make_node("Resize", ["X", "", "scales", "sizes"], ["Y"], mode="linear", name="resize"),
+    ]
+    inits = [("factor", np.array([1, 1, 2, 2], np.int64))]
+    x_shape = [1, 2, "H", "W"] if sizes == "runtime" else [1, 2, 3, 4]
+    return make_model(nodes, [("X", TensorProto.FLOAT, x_shape)], [("Y", TensorProto.FLOAT, None)], initializers=inits)
+
+
+def test_fold_resize_scales_an_empty_placeholder_is_not_a_fold() -> None:
+    """Folding only the empty scales beside run-time sizes was reported as a rewrite, while the sizes stayed
+    unfoldable (TensorRT still refuses them); beside folded sizes, the placeholder folds too and is named so."""
+    report = rewrite_model(_sizes_beside_empty_scales("runtime"), ["fold-resize-scales"])
+    assert not report.changed
+    assert report.outcomes[0].reason == (
+        "sizes 'sizes' cannot be folded: it depends on the run-time shape of 'X' (via shape); "
+        "scales 'scales' is an empty placeholder"
+    )
+    original = _sizes_beside_empty_scales("constant")
+    report = rewrite_model(original, ["fold-resize-scales"])
+    assert report.changed and op_types(report.model) == ["Resize"]
+    assert report.outcomes[0].reason == (
+        "sizes 'sizes' -> initializer 'resize_sizes' = [1, 2, 6, 8]; "
+        "empty scales 'scales' (a placeholder, folded alongside) -> initializer 'resize_scales'"
+    )
+    full_check(report.model)
+    feeds = {"X": RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)}
+    np.testing.assert_allclose(run_ort(report.model, feeds)[0], run_ort(original, feeds)[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("scales", "options", "by"),
+    [
+        ("input", {"size_input": "out_size"}, "scales 'scales'"),
+        ("sizes-runtime", {"scale_input": "factor2"}, "sizes 'sizes'"),
+    ],
+    ids=["size-input-runtime-scales", "scale-input-runtime-sizes"],
+)
+def test_an_option_a_run_time_resize_does_not_use_is_reported(scales: str, options: dict, by: str) -> None:
+    """scale_input/size_input on a Resize whose scales/sizes are already computed at run time were dropped
+    silently: the node's line says so, and a last line says no node used the option."""
+    report = rewrite_model(resize_model("cubic", scales=scales), ["resize-cubic-to-dynamic-resize"], options)
+    ((key, value),) = options.items()
+    node, summary = report.outcomes
+    assert node.applied and (
+        f"option {key}={value!r} not used: the output size is already computed at run time by {by}" in node.reason
+    )
+    assert (summary.node, summary.applied) == ("", False)
+    assert summary.reason.startswith(f"option {key}={value!r} used by no Resize node")
+    assert value not in {i.name for i in report.model.graph.input}
+    used = rewrite_model(resize_model("cubic"), ["resize-cubic-to-dynamic-resize"], {"size_input": "out_size"})
+    assert [o.applied for o in used.outcomes] == [True]  # used: no summary line
+
+
 def _resize_model_with_weights() -> tuple[onnx.ModelProto, np.ndarray]:
     """A cubic Resize with run-time sizes beside an idle 4 MiB initializer (kept by the rewrite)."""
     weight = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)

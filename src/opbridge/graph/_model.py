@@ -136,12 +136,15 @@ _RANDOM_OPS = frozenset(
 )
 
 
-def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[np.ndarray | None, str]:
+def evaluate_constant(
+    value: ir.Value | None, *, max_nodes: int = 64, opset: int | None = None
+) -> tuple[np.ndarray | None, str]:
     """Compute ``value`` if it depends only on constants (and static shapes); else say why not.
 
     Returns ``(array, "")`` or ``(None, reason)``. ``Shape`` of a value whose
     shape is fully static counts as a constant. Other nodes are run with
-    ``onnx.reference``.
+    ``onnx.reference``, under their graph's ONNX opset, else ``opset`` (the model's, for nodes of a
+    subgraph, which imports none of its own).
     """
     import numpy as np
 
@@ -188,7 +191,7 @@ def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[n
             if arr is None:
                 return None, why
             inputs.append(arr)
-        outs = _run_node(node, inputs)
+        outs = _run_node(node, inputs, opset)
         if outs is None:
             return None, f"node {node.name or node.op_type!r} could not be evaluated"
         for out_value, arr in zip(node.outputs, outs):
@@ -198,8 +201,9 @@ def evaluate_constant(value: ir.Value | None, *, max_nodes: int = 64) -> tuple[n
     return ev(value)
 
 
-def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
-    """Run one standard node with onnx.reference on numpy inputs."""
+def _run_node(node: ir.Node, inputs: list[Any], opset: int | None = None) -> list[Any] | None:
+    """Run one standard node with onnx.reference on numpy inputs, under its own ONNX opset, its graph's,
+    else ``opset``."""
     import onnx
     import onnx_ir as ir
 
@@ -211,7 +215,8 @@ def _run_node(node: ir.Node, inputs: list[Any]) -> list[Any] | None:
     attrs = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
     proto = onnx.helper.make_node(node.op_type, names, outs, domain=node.domain)
     proto.attribute.extend(attrs)
-    version = node.version or (node.graph.opset_imports.get("", None) if node.graph is not None else None) or 21
+    imports = node.graph.opset_imports if node.graph is not None else {}
+    version = node.version or imports.get("", imports.get("ai.onnx")) or opset or 21
     graph = onnx.helper.make_graph(
         [proto],
         "eval",

@@ -21,7 +21,8 @@ class RewriteError(OpbridgeError):
 
 @dataclass(frozen=True)
 class RuleOutcome:
-    """What one rule did with one candidate node (``node == ""`` when it found no candidate)."""
+    """What one rule did with one candidate node (``node == ""``: the rule as a whole, which found no
+    candidate or, as its reason says, was given an option no node used)."""
 
     rule: str
     node: str

@@ -36,13 +36,34 @@ def _is_resize(node: ir.Node) -> bool:
     return node.op_type == "Resize" and node.domain in ("", "ai.onnx")
 
 
-def _resize_slots(node: ir.Node) -> tuple[tuple[int, str], ...]:
-    """(input index, name) of a Resize node's scales and sizes, under its opset."""
+def _opset(node: ir.Node, root: ir.Graph | None = None) -> int | None:
+    """The default-domain opset ``node`` runs under: its own, its graph's, else the main graph ``root``'s
+    (a subgraph imports none of its own)."""
+    if node.version is not None:
+        return node.version
+    for graph in (node.graph, root):
+        if graph is not None:
+            version = graph.opset_imports.get("", graph.opset_imports.get("ai.onnx"))
+            if version is not None:
+                return version
+    return None
+
+
+def _resize_slots(node: ir.Node, root: ir.Graph | None = None) -> tuple[tuple[int, str], ...]:
+    """(input index, name) of a Resize node's scales and sizes, under its opset (``root``: the main graph,
+    whose opset a subgraph's node runs under)."""
     from opbridge.graph._model import resize_input_slots
 
-    graph = node.graph
-    version = node.version or (graph.opset_imports.get("", graph.opset_imports.get("ai.onnx")) if graph else None)
-    return resize_input_slots(version)
+    return resize_input_slots(_opset(node, root))
+
+
+def _is_empty_constant(value: ir.Value) -> bool:
+    """Whether ``value`` is a constant with no elements: a placeholder (the empty scales exporters write
+    beside sizes), not a value to fold."""
+    from opbridge.graph._model import const_array
+
+    array = const_array(value)
+    return array is not None and array.size == 0
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
@@ -128,6 +149,25 @@ class ResizeCubicToDynamicResize(IRRule):
         "its shape is read): the form TensorRT builds, exact at any size",
     }
     looks_for = "Resize node"
+    #: whether a rewrite of this application read ``scale_input``/``size_input``
+    _option_used: bool = False
+
+    def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
+        """:meth:`IRRule.apply`, with one more outcome where ``scale_input``/``size_input`` is given and no
+        node used it (each node's outcome says why)."""
+        self._option_used = False
+        out, outcomes = super().apply(model, options)
+        given = [f"{k}={options[k]!r}" for k in ("scale_input", "size_input") if options.get(k)]
+        if given and not self._option_used and any(o.node for o in outcomes):
+            outcomes.append(
+                self.outcome(
+                    "",
+                    False,
+                    f"option {' and '.join(given)} used by no Resize node: it applies to a cubic Resize whose scale "
+                    "or sizes were frozen to constants (each node's line says why it did not use it)",
+                )
+            )
+        return out, outcomes
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         return [n for n in every_node(graph) if _is_resize(n)]
@@ -137,6 +177,16 @@ class ResizeCubicToDynamicResize(IRRule):
         mode = attrs.get_string("mode", "nearest")
         if mode != "cubic":
             return Check.fail(f"mode is {mode!r}, not 'cubic'")
+        version = _opset(node, self.root)
+        if version is not None and version < 11:
+            # Resize-10 defines nearest and linear only, without coordinate_transformation_mode; ONNX Runtime
+            # runs its cubic mode as Resize-11's cubic with asymmetric coordinates and cubic_coeff_a -0.75
+            return Check.fail(
+                f"a Resize-10 node (opset {version}): ONNX defines cubic from Resize-11 on, and ONNX Runtime runs "
+                "Resize-10's cubic with asymmetric coordinates (x_in = x_out / scale), which DynamicResize has no "
+                "equivalent of (it samples as half_pixel or align_corners); export the model at opset 11 or later "
+                "with the coordinate_transformation_mode meant"
+            )
         coord = attrs.get_string("coordinate_transformation_mode", "half_pixel")
         if coord in ("half_pixel", "pytorch_half_pixel"):
             align = 0
@@ -163,18 +213,24 @@ class ResizeCubicToDynamicResize(IRRule):
         x = node.inputs[0]
         if x is not None and x.shape is not None and len(x.shape) != 4:
             return Check.fail(f"input {x.name!r} has rank {len(x.shape)}; DynamicResize takes (N, C, H, W)")
-        sizes, scales = _input(node, 3), _input(node, 2)
-        source = sizes if sizes is not None and sizes.name else scales
-        what = "sizes" if source is sizes else "scales"
-        if source is None or not source.name:
+        given = [(what, _input(node, index)) for index, what in reversed(_resize_slots(node, self.root))]
+        what, source = next(((w, v) for w, v in given if v is not None and v.name), ("scales", None))
+        if source is None:
             return Check.fail("the Resize has neither scales nor sizes")
-        frozen, _ = evaluate_constant(source)
+        scale_input, size_input = options.get("scale_input"), options.get("size_input")
+        frozen, _ = evaluate_constant(source, opset=_opset(node, self.root))
         if frozen is None:
+            unused = [f"{k}={v!r}" for k, v in (("scale_input", scale_input), ("size_input", size_input)) if v]
+            note = (
+                f"; option {' and '.join(unused)} not used: the output size is already computed at run time by "
+                f"{what} {source.name!r}"
+                if unused
+                else ""
+            )
             return Check.success(
-                f"{what} {source.name!r} computed at run time" + (_SCALES_CAVEAT if what == "scales" else ""),
+                f"{what} {source.name!r} computed at run time{note}" + (_SCALES_CAVEAT if what == "scales" else ""),
                 {"align": align, "kind": what, "src": source},
             )
-        scale_input, size_input = options.get("scale_input"), options.get("size_input")
         if scale_input and size_input:
             return Check.fail("scale_input and size_input both given; give one (size_input for TensorRT)")
         if not scale_input and not size_input:
@@ -228,6 +284,7 @@ class ResizeCubicToDynamicResize(IRRule):
         x = node.inputs[0]
         assert x is not None
         data = check.data
+        self._option_used = self._option_used or data["kind"] in ("scale_input", "size_input")
         prefix = (node.name or "resize").strip("/").replace("/", "_")
         new_nodes: list[ir.Node] = []
 
@@ -332,22 +389,28 @@ class FoldResizeScales(IRRule):
 
     def check(self, node: ir.Node, options: Mapping[str, Any]) -> Check:
         folds: list[tuple[int, str, np.ndarray]] = []
-        reasons = []
-        for index, what in _resize_slots(node):
+        placeholders: list[tuple[int, str, np.ndarray]] = []  # empty tensors: folded only beside a real input
+        reasons, empty = [], []
+        for index, what in _resize_slots(node, self.root):
             value = _input(node, index)
             if value is None or not value.name:
                 continue
             if value.is_initializer():
-                reasons.append(f"{what} {value.name!r} are already an initializer")
+                if not _is_empty_constant(value):
+                    reasons.append(f"{what} {value.name!r} are already an initializer")
                 continue
-            arr, why = evaluate_constant(value)
+            arr, why = evaluate_constant(value, opset=_opset(node, self.root))
             if arr is None:
                 reasons.append(f"{what} {value.name!r} cannot be folded: {why}")
                 continue
-            folds.append((index, what, arr))
+            if arr.size == 0:
+                placeholders.append((index, what, arr))
+                empty.append(f"{what} {value.name!r} is an empty placeholder")
+            else:
+                folds.append((index, what, arr))
         if not folds:
-            return Check.fail("; ".join(reasons) or "the Resize has neither scales nor sizes")
-        return Check.success("; ".join(reasons), folds)
+            return Check.fail("; ".join((reasons or ["the Resize has neither scales nor sizes"]) + empty))
+        return Check.success("; ".join(reasons), folds + placeholders)
 
     def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
         done = []
@@ -361,7 +424,10 @@ class FoldResizeScales(IRRule):
                 _names_in_use(self),
             )
             node.replace_input_with(index, new)
-            done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
+            if arr.size:
+                done.append(f"{what} {old.name!r} -> initializer {new.name!r} = {arr.tolist()}")
+            else:
+                done.append(f"empty {what} {old.name!r} (a placeholder, folded alongside) -> initializer {new.name!r}")
         return "; ".join(done + ([check.reason] if check.reason else []))
 
 
