@@ -157,6 +157,34 @@ TRT_CASES = [
         lambda: custom_node_model("ResizeX", "acme"),
     ),
     (
+        "trt-input-not-constant",
+        "10.8",
+        lambda: _unsqueeze(13, "input"),
+        "unsq",
+        "fail",
+        "Unsqueeze of opset 13 takes axes as input 1 (an attribute before opset 13), here 'axes', computed at run "
+        "time (it depends on graph input 'axes'): \"unsqueeze axis is not a constant\"",
+        lambda: _unsqueeze(13, "initializer"),
+    ),
+    (
+        "trt-refused-op",
+        None,
+        lambda: _bitwise_and(),
+        "and",
+        "fail",
+        "TensorRT-RTX's parser refuses BitwiseAnd (its op checker: unsupported node",
+        lambda: _bitwise_and("And", TensorProto.BOOL),
+    ),
+    (
+        "trt-loop-empty-condition",
+        "10.8",
+        lambda: _loop(""),
+        "loop",
+        "fail",
+        "has no condition input (Loop(M, \"\", ...)) and its body reads the condition 'c' (body node 'keep')",
+        lambda: _loop("t"),
+    ),
+    (
         "trt-float-input-shape-tensor",
         "10.8",
         lambda: _size_from_input(TensorProto.FLOAT),
@@ -167,6 +195,80 @@ TRT_CASES = [
         lambda: _size_from_input(TensorProto.INT64),
     ),
 ]
+
+
+def _unsqueeze(opset: int, axes: str) -> onnx.ModelProto:
+    """x -> Unsqueeze (named "unsq") -> y at ``opset``, its axes [0] given as an ``attribute`` (opset < 13), an
+    ``initializer`` or a graph ``input`` (opset >= 13)."""
+    x = [("x", TensorProto.FLOAT, [2, 3])]
+    if axes == "attribute":
+        node = helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0], name="unsq")
+        return make_model([node], x, [("y", TensorProto.FLOAT, None)], opset=opset)
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="unsq")
+    if axes == "initializer":
+        inits = [("axes", np.array([0], np.int64))]
+        return make_model([node], x, [("y", TensorProto.FLOAT, None)], initializers=inits, opset=opset)
+    return make_model([node], [*x, ("axes", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)], opset=opset)
+
+
+def _loop(cond: str) -> onnx.ModelProto:
+    """A Loop (named "loop") of 3 trips whose body passes its condition on (node "keep") and applies Relu;
+    ``cond``: "" for no condition input, else the name of a bool initializer holding True."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c"], ["c_out"], name="keep"),
+            helper.make_node("Relu", ["v"], ["v_out"], name="relu_in_body"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2, 3]),
+        ],
+    )
+    inits = [("m", np.array(3, np.int64))] + ([(cond, np.array(True))] if cond else [])
+    return make_model(
+        [helper.make_node("Loop", ["m", cond, "x"], ["y"], body=body, name="loop")],
+        [("x", TensorProto.FLOAT, [2, 3])],
+        [("y", TensorProto.FLOAT, [2, 3])],
+        initializers=inits,
+    )
+
+
+def _reduce_max(opset: int, axes: str) -> onnx.ModelProto:
+    """x -> ReduceMax (named "reduce") at ``opset``: axes [1] as an attribute (opset < 18) or a graph input."""
+    x = [("x", TensorProto.FLOAT, [2, 3])]
+    if axes == "attribute":
+        node = helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], name="reduce")
+        return make_model([node], x, [("y", TensorProto.FLOAT, None)], opset=opset)
+    node = helper.make_node("ReduceMax", ["x", "axes"], ["y"], name="reduce")
+    return make_model([node], [*x, ("axes", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)], opset=opset)
+
+
+def _upsample(opset: int) -> onnx.ModelProto:
+    """x -> Upsample (named "up") at ``opset``: scales (1, 1, 2, 2) as an attribute (Upsample-7) or, from
+    opset 9, as the graph input ``s``."""
+    x = [("x", TensorProto.FLOAT, [1, 1, 2, 2])]
+    if opset < 9:
+        node = helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0], name="up")
+        return make_model([node], x, [("y", TensorProto.FLOAT, None)], opset=opset)
+    node = helper.make_node("Upsample", ["x", "s"], ["y"], name="up")
+    return make_model([node], [*x, ("s", TensorProto.FLOAT, [4])], [("y", TensorProto.FLOAT, None)], opset=opset)
+
+
+def _deform_conv() -> onnx.ModelProto:
+    """A DeformConv-19 node (named "deform")."""
+    return make_model(
+        [helper.make_node("DeformConv", ["x", "w", "o"], ["y"], kernel_shape=[2, 2], name="deform")],
+        [("x", TensorProto.FLOAT, [1, 1, 3, 3]), ("w", TensorProto.FLOAT, [1, 1, 2, 2]),
+         ("o", TensorProto.FLOAT, [1, 8, 2, 2])],
+        [("y", TensorProto.FLOAT, [1, 1, 2, 2])],
+        opset=19,
+    )  # fmt: skip
 
 
 def _size_from_input(dtype: int, *, initializer: bool = False) -> onnx.ModelProto:
@@ -221,6 +323,92 @@ def test_cubic_rule_version_range(version: str, fires: bool) -> None:
     assert ("trt-resize-cubic-unsupported" in verdict(resize_model("cubic"), "resize", version).rules) is fires
 
 
+@pytest.mark.parametrize(
+    ("model", "node", "fails"),
+    [
+        (lambda: _unsqueeze(11, "attribute"), "unsq", False),
+        (lambda: _unsqueeze(13, "input"), "unsq", True),
+        (lambda: _reduce_max(17, "attribute"), "reduce", False),
+        (lambda: _reduce_max(18, "input"), "reduce", True),
+        (lambda: _upsample(7), "up", False),
+        (lambda: _upsample(9), "up", True),
+    ],
+    ids=["unsqueeze-11", "unsqueeze-13", "reducemax-17", "reducemax-18", "upsample-7", "upsample-9"],
+)
+def test_an_input_that_was_an_attribute_must_be_constant_from_its_opset(model, node: str, fails: bool) -> None:
+    """The rules judged ops by type alone: an op whose attribute became an input at a later opset passed
+    with that input computed at run time, which TensorRT's parser refuses; the attribute form parses."""
+    v = verdict(model(), node)
+    assert (v.verdict == "fail") is fails and ("trt-input-not-constant" in v.rules) is fails, v
+
+
+@pytest.mark.parametrize(("version", "expected"), [(None, "fail"), ("10.0", "fail"), ("10.8", "native")])
+def test_deform_conv_has_no_importer_in_tensorrt_rtx_nor_before_tensorrt_10_1(version, expected: str) -> None:
+    """DeformConv passed as native, while TensorRT-RTX's parser sends it to the plugin path and fails;
+    TensorRT itself imports it from 10.1 on, which the reason says."""
+    v = verdict(_deform_conv(), "deform", version)
+    assert v.verdict == expected, v
+    if version is None:
+        assert v.rules == ("trt-plugin-path",)
+        assert v.reason.startswith("TensorRT-RTX's parser has no DeformConv importer (TensorRT-RTX 1.7, measured)")
+        assert "TensorRT 10.1 and later, unlike TensorRT-RTX, import DeformConv" in v.reason
+        assert "creator 'DeformConv' version '1' namespace ''" in v.reason
+    elif version == "10.0":
+        assert "no TensorRT importer for DeformConv before 10.1" in v.reason
+
+
+@pytest.mark.parametrize(
+    ("opset", "note"),
+    [
+        (6, "TensorRT's parser warns \"TensorRT supports ONNX graphs generated with at least opset 7."),
+        (8, "below the range docs/operators.md for TensorRT 10.15 documents opsets 9 to 24"),
+        (17, None),
+        (25, "above the range docs/operators.md for TensorRT 10.15 documents opsets 9 to 24"),
+    ],
+)
+def test_the_models_opset_is_compared_with_the_parsers(opset: int, note: str | None) -> None:
+    """The model's opset was never looked at: the parser warns below opset 7, and TensorRT documents 9 to 24."""
+    notes = [n for n in trt(make_model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                       [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
+                                       opset=opset)).notes if "opset" in n]  # fmt: skip
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0]), notes
+
+
+def _bitwise_and(op: str = "BitwiseAnd", dtype: int = TensorProto.INT32) -> onnx.ModelProto:
+    return make_model(
+        [helper.make_node(op, ["a", "b"], ["y"], name="and")],
+        [("a", dtype, [4]), ("b", dtype, [4])],
+        [("y", dtype, [4])],
+    )
+
+
+_AGREEMENT = {
+    "unsqueeze-11": lambda: _unsqueeze(11, "attribute"),
+    "unsqueeze-13-input": lambda: _unsqueeze(13, "input"),
+    "unsqueeze-13-initializer": lambda: _unsqueeze(13, "initializer"),
+    "reducemax-18-input": lambda: _reduce_max(18, "input"),
+    "upsample-7": lambda: _upsample(7),
+    "upsample-9-input": lambda: _upsample(9),
+    "loop-no-condition": lambda: _loop(""),
+    "loop-true-condition": lambda: _loop("t"),
+    "deform-conv": _deform_conv,
+    "bitwise-and": _bitwise_and,
+    "and": lambda: _bitwise_and("And", TensorProto.BOOL),
+}
+
+
+@pytest.mark.parametrize("name", list(_AGREEMENT))
+def test_static_verdict_agrees_with_the_real_parser(name: str, tmp_path: Path) -> None:
+    """With no version given, the static verdict is the real parser's (where it is TensorRT-RTX's)."""
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(_AGREEMENT[name](), path)
+    report = check_compat(path, "tensorrt")
+    if report.real_backend != "tensorrt_rtx":
+        pytest.skip(f"the real parser here is {report.real_backend}, not tensorrt_rtx")
+    static_ok = not report.failures()
+    assert static_ok is report.real_ok, report.format_text()
+
+
 def test_seed001_both_errors_on_old_parser() -> None:
     """Seed 001: a cubic Resize with dynamic scales fails twice on TensorRT 8.x."""
     v = verdict(resize_model("cubic", scales="input"), "resize", "8.4")
@@ -252,6 +440,9 @@ def test_opbridge_op_goes_to_opbridge_plugin_and_unsupported_standard_op_fails()
     )
     assert verdict(unique, "u", "8.6").verdict == "fail"
     assert verdict(unique, "u", "10.8").verdict == "native"
+    newest = verdict(unique, "u")  # (TensorRT-RTX's parser, whose op checker refuses it)
+    assert (newest.verdict, newest.rules) == ("fail", ("trt-refused-op",))
+    assert "TensorRT-RTX's parser refuses Unique" in newest.reason
 
 
 def test_real_parser_column_without_opbridge_tensorrt(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -249,6 +249,49 @@ def test_invalid_model_is_an_error(defect: str) -> None:
     assert "invalid-model" not in codes(custom_node_model())  # a valid model passes
 
 
+def _dangling_relu_in(where: str) -> onnx.ModelProto:
+    """A Relu named "Relu_3" reading a value nothing produces, in the then-branch of If "cond_1" (``if``), of
+    If "inner_if" inside that branch (``nested``), or in the body of function acme::F (``function``)."""
+    relu = helper.make_node("Relu", ["ghost"], ["t"], name="Relu_3")
+    if where == "function":
+        body = helper.make_function("acme", "F", ["x"], ["t"], [relu], [helper.make_opsetid("", OPSET)])
+        node = helper.make_node("F", ["x"], ["y"], domain="acme", name="call")
+        return make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
+                          domains={"acme": 1}, functions=[body])  # fmt: skip
+
+    def branch(nodes: list[onnx.NodeProto], out: str) -> onnx.GraphProto:
+        return helper.make_graph(nodes, "branch", [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+
+    other = branch([helper.make_node("Neg", ["x"], ["e"], name="neg")], "e")
+    then = branch([relu], "t")
+    if where == "nested":
+        then = branch([helper.make_node("If", ["c"], ["t"], then_branch=then, else_branch=other, name="inner_if")], "t")
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="cond_1")
+    return make_model(
+        [node], [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "label", "place"),
+    [
+        ("if", "cond_1/then_branch/Relu_3", "(at If node 'cond_1' then_branch > node 'Relu_3')"),
+        (
+            "nested",
+            "cond_1/then_branch/inner_if/then_branch/Relu_3",
+            "(at If node 'cond_1' then_branch > If node 'inner_if' then_branch > node 'Relu_3')",
+        ),
+        ("function", "acme::F/Relu_3", "(at function acme::F > node 'Relu_3')"),
+    ],
+)
+def test_invalid_model_names_where_a_body_node_lives(where: str, label: str, place: str) -> None:
+    """The checker names a subgraph's node by its own name and only the outermost If: the finding named
+    "node: name: Relu_3" and "Name: cond_1 OpType: If", not the branch (nor the inner If) that holds it."""
+    (finding,) = [f for f in lint_model(_dangling_relu_in(where)) if f.code == "invalid-model"]
+    assert "input 'ghost' of node: " in finding.message and finding.message.endswith(place), finding.message
+    assert finding.node == label
+
+
 def test_function_bodies_are_linted() -> None:
     """Nodes inside model-local functions (and functions they call) are checked like the graph's: an op no
     one covers two calls deep, and a default-domain custom op in a body."""

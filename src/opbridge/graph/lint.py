@@ -24,7 +24,9 @@ the node it concerns, a message and a fix hint. The codes:
 * ``invalid-model`` (error): ``onnx.checker`` (full check, opbridge's schemas
   registered) refuses the model: a graph cycle, a value nothing produces, an
   IR version ONNX does not know, a recursive function, duplicate
-  names... Every runtime refuses such a model.
+  names... Every runtime refuses such a model. A node the checker names inside an If/Loop/Scan
+  body or a function body is given by its label and its place (``at If node 'cond_1' then_branch >
+  node 'Relu_3'``).
 
 Nodes inside If/Loop/Scan bodies and inside model-local functions' bodies are checked too
 (labelled ``owner/attribute/node`` and ``domain::Function/node``).
@@ -183,16 +185,65 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
         if _COVERED.search(message) or "serialize" in message.lower():
             # what other codes name, or a model over 2 GiB, which the checker cannot take in memory
             return []
+        label, where = _checker_node(model, message)
         return [
             Finding(
                 "error",
                 "invalid-model",
-                "",
-                f"onnx.checker refuses the model: {message}",
+                label,
+                f"onnx.checker refuses the model: {message}{where}",
                 "fix the graph (or re-export it); runtimes refuse what the checker refuses",
             )
         ]
     return []
+
+
+def _body_nodes(model: onnx.ModelProto) -> list[tuple[str, str, onnx.NodeProto]]:
+    """``(label, place, node)`` for each node of a subgraph or a model-local function's body: its lint label
+    (``cond_1/then_branch/Relu_3``) and its place in words (``If node 'cond_1' then_branch``), outermost first."""
+    from opbridge.graph._model import function_label, node_label
+
+    found: list[tuple[str, str, onnx.NodeProto]] = []
+
+    def walk(nodes: Any, prefix: str, place: str) -> None:
+        for index, node in enumerate(nodes):
+            label = prefix + node_label(node, index)
+            if place:
+                found.append((label, place, node))
+            for attr in node.attribute:
+                graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+                for k, sub in enumerate(graphs):
+                    name = attr.name if len(graphs) == 1 else f"{attr.name}[{k}]"
+                    here = f"{node.op_type} node {node_label(node, index)!r} {name}"
+                    walk(sub.node, f"{label}/{name}/", f"{place} > {here}" if place else here)
+
+    walk(model.graph.node, "", "")
+    for fn in model.functions:
+        walk(fn.node, f"{function_label(fn)}/", f"function {function_label(fn)}")
+    return found
+
+
+def _checker_node(model: onnx.ModelProto, message: str) -> tuple[str, str]:
+    """The label of the subgraph or function-body node a checker message names (``name: Relu_3 OpType:
+    Relu``; the checker names only that node and, for a subgraph, the outermost If/Loop/Scan), and a clause
+    saying where it lives; ``("", "")`` for a node of the main graph or one the message does not name."""
+    named = re.findall(r"[Nn]ame: (\S+) OpType: (\S+)", message)
+    if not named:
+        return "", ""
+    body = _body_nodes(model)
+    main = {(n.name, n.op_type) for n in model.graph.node}
+    for name, op_type in named:  # innermost first
+        places = [(label, place) for label, place, node in body if (node.name, node.op_type) == (name, op_type)]
+        if (name, op_type) in main:
+            places.insert(0, (name, "the main graph"))
+        if len(places) > 1:
+            return "", f" (node {name!r} is one of {', '.join(repr(label) for label, _ in places)})"
+        if places:
+            label, place = places[0]
+            return (
+                ("", "") if label == name and place == "the main graph" else (label, f" (at {place} > node {name!r})")
+            )
+    return "", ""
 
 
 def _op_of_a_later_opset(message: str) -> Finding | None:

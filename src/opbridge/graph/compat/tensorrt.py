@@ -66,6 +66,21 @@ _NO_IMPORTER_ANY = frozenset(
     "SequenceErase SequenceInsert SequenceLength SequenceMap SplitToSequence StringConcat StringNormalizer "
     "StringSplit RegexFullMatch".split()
 )
+# Default-domain ops TensorRT-RTX 1.7's parser sends to the plugin path ("No importer registered for op"),
+# measured with one node of each ONNX op. TensorRT itself imports DeformConv from 10.1 (onnx-tensorrt
+# 10.1 release notes, "Added support for DeformConv"; docs/operators.md for 10.15), and lists DFT as "N".
+_NO_IMPORTER_RTX = frozenset("BitCast CumProd DFT DeformConv SwiGLU".split())
+_DEFORMCONV_SINCE: Version = (10, 1)
+# Default-domain ops TensorRT-RTX 1.7's parser has an importer for but refuses outright (its op checker
+# fails the node, UNSUPPORTED_NODE, with the message "false"), measured with a valid node of each; most
+# are "N" rows of docs/operators.md. BitShift fails first on its unsigned inputs, which TensorRT has no
+# type for. (Sequence, optional and string ops: _NO_IMPORTER_ANY.)
+_REFUSED_RTX = frozenset(
+    "AffineGrid Bernoulli BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor CenterCropPad Col2Im Compress "
+    "ConvInteger Det DynamicQuantizeLinear ImageDecoder MatMulInteger MaxRoiPool MaxUnpool MelWeightMatrix "
+    "Multinomial NegativeLogLikelihoodLoss QLinearConv QLinearMatMul SoftmaxCrossEntropyLoss TfIdfVectorizer "
+    "Unique".split()
+)
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -217,12 +232,25 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
     )
 
 
-def _standard_no_importer(ctx: NodeContext, version: Version) -> bool:
+def _no_importer_reason(ctx: NodeContext, version: Version) -> str | None:
+    """Why the parser of ``version`` has no importer for the standard op of ``ctx``, or None (it has one,
+    or ``ctx`` is a custom node)."""
     if ctx.custom:
-        return False
-    if ctx.op_type in _NO_IMPORTER_ANY:
-        return True
-    return version < (9, 0) and ctx.op_type in _NO_IMPORTER_8X
+        return None
+    if ctx.op_type in _NO_IMPORTER_ANY or (version < (9, 0) and ctx.op_type in _NO_IMPORTER_8X):
+        return "no TensorRT importer for this ONNX op"
+    if ctx.op_type == "DeformConv" and version < _DEFORMCONV_SINCE:
+        return "no TensorRT importer for DeformConv before 10.1 (onnx-tensorrt 10.1 release notes)"
+    if version == LATEST and ctx.op_type in _NO_IMPORTER_RTX:
+        reason = f"TensorRT-RTX's parser has no {ctx.op_type} importer (TensorRT-RTX 1.7, measured)"
+        if ctx.op_type == "DeformConv":
+            reason += (
+                "; TensorRT 10.1 and later, unlike TensorRT-RTX, import DeformConv (onnx-tensorrt 10.1 release "
+                "notes; docs/operators.md for 10.15: 1-D or 2-D spatial dims, equal begin and end pads): give "
+                "--trt-version 10.1 or later to judge TensorRT itself"
+            )
+        return reason
+    return None
 
 
 def plugin_lookup(ctx: NodeContext, version: Version) -> tuple[str, str, str]:
@@ -261,9 +289,12 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     ``plugin_namespace`` attribute (default ""); from TensorRT 10.10 the node's
     domain is the namespace fallback. From TensorRT 10 a model-local function of the
     same name is imported instead (LocalFunctionImporter, preferred over plugins unless
-    plugin override is on). Unsupported standard ops: docs/operators.md (8.5) "N" rows.
+    plugin override is on). Unsupported standard ops: docs/operators.md (8.5) "N" rows; DeformConv
+    before 10.1 (onnx-tensorrt 10.1 release notes); with no version given, the ops TensorRT-RTX 1.7's
+    parser has no importer for (BitCast, CumProd, DFT, DeformConv, SwiGLU; measured).
     """
-    if not (ctx.custom or _standard_no_importer(ctx, version)):
+    no_importer = _no_importer_reason(ctx, version)
+    if not (ctx.custom or no_importer):
         return None
     if _shadowed(ctx):  # an ONNX op's importer takes it (trt-op-type-shadows-importer): no plugin path
         return None
@@ -280,7 +311,7 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
             f"plugin path: {key}; opbridge.tensorrt registers {namesake}'s plugin under namespace '' too, which "
             "this node of the default domain finds by its name",
         )
-    why = "no importer" if ctx.custom else "no TensorRT importer for this ONNX op"
+    why = no_importer or "no importer"
     mismatch = f" ({ctx.opbridge_mismatch()})" if ctx.opbridge_mismatch() else ""
     return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered{mismatch}")
 
@@ -380,6 +411,106 @@ def _rule_constant_attributes(ctx: NodeContext, version: Version) -> Hit | None:
     if found:
         return Hit("fail", f"Constant with {found[0]!r}: TensorRT supports none of sparse_value, value_string(s)")
     return None
+
+
+_AXES_MESSAGE = "Axis input must resolve to a build-time constant (an initializer or a constant-foldable subgraph)!"
+# Inputs that were attributes in earlier versions of their op and that TensorRT needs at build time:
+# op type -> (the ONNX opset the input comes with, its index, its name, the parser's message). Messages
+# from TensorRT-RTX 1.7's parser on each op with the input computed from a graph input; the same op with
+# the attribute (the opset before) parses. onnx-tensorrt docs/operators.md (10.15): Reduce* "`axes` must be
+# an initializer", Dropout "`is_training` must be an initializer"; (8.4) Squeeze, Unsqueeze "`axes` must be
+# a constant tensor".
+_CONSTANT_INPUTS: dict[str, tuple[int, int, str, str]] = {
+    "Squeeze": (13, 1, "axes", "squeeze axis is not a constant"),
+    "Unsqueeze": (13, 1, "axes", "unsqueeze axis is not a constant"),
+    "ReduceSum": (13, 1, "axes", _AXES_MESSAGE),
+    **{
+        f"Reduce{kind}": (18, 1, "axes", _AXES_MESSAGE)
+        for kind in "L1 L2 LogSum LogSumExp Max Mean Min Prod SumSquare".split()
+    },
+    "Upsample": (9, 1, "scales", "Internal Error (Assertion !isInFlight(p.second.symbolicRep) failed."),
+    "Dropout": (
+        12,
+        2,
+        "training_mode",
+        "This Version of TensorRT only supports the training_mode input as an initializer.",
+    ),
+}
+
+
+def _rule_input_not_constant(ctx: NodeContext, version: Version) -> Hit | None:
+    """An input that replaced an attribute at a later opset (Squeeze/Unsqueeze-13 axes, ReduceSum-13 and
+    Reduce*-18 axes, Upsample-9 scales, Dropout-12 training_mode) must be a build-time constant.
+
+    The node's opset decides whether the value is an attribute (always known) or an input: given as an
+    input computed at run time, TensorRT-RTX 1.7's parser refuses it (measured; messages in
+    ``_CONSTANT_INPUTS``), as onnx-tensorrt docs/operators.md says for Reduce*, Dropout, Squeeze, Unsqueeze.
+    """
+    spec = _CONSTANT_INPUTS.get(ctx.op_type)
+    if spec is None or ctx.domain not in ("", "ai.onnx") or ctx.node is None:
+        return None
+    since, slot, what, message = spec
+    if ctx.version is None or ctx.version < since:
+        return None
+    inputs = ctx.node.inputs
+    value = inputs[slot] if len(inputs) > slot else None
+    if value is None or not value.name:
+        return None
+    from opbridge.graph._model import evaluate_constant
+
+    arr, why = evaluate_constant(value, opset=ctx.version)
+    if arr is not None:
+        return None
+    return Hit(
+        "fail",
+        f"{ctx.op_type} of opset {ctx.version} takes {what} as input {slot} (an attribute before opset {since}), "
+        f'here {value.name!r}, computed at run time ({why}): "{message}"; make {value.name!r} an initializer, or '
+        f"export at an opset before {since}",
+    )
+
+
+def _rule_refused_op(ctx: NodeContext, version: Version) -> Hit | None:
+    """Without ``--trt-version``: an ONNX op TensorRT-RTX 1.7's parser refuses outright (``_REFUSED_RTX``).
+
+    The parser has an importer for the op, so the node does not go to the plugin path: its op checker fails
+    it (UNSUPPORTED_NODE, message "false"; measured with a valid node of each op). With a TensorRT version
+    given, 8.x judges them by docs/operators.md's "N" rows (trt-plugin-path), later releases are not judged.
+    """
+    if version != LATEST or ctx.custom or ctx.op_type not in _REFUSED_RTX or ctx.op_type in _NO_IMPORTER_ANY:
+        return None
+    return Hit(
+        "fail",
+        f"TensorRT-RTX's parser refuses {ctx.op_type} (its op checker: unsupported node; TensorRT-RTX 1.7, "
+        "measured); replace the node with supported ops (e.g. opbridge rewrite --rule replace-op to a custom op "
+        "with a plugin), or give --trt-version to judge a TensorRT release",
+    )
+
+
+def _rule_loop_empty_condition(ctx: NodeContext, version: Version) -> Hit | None:
+    """A Loop with no condition input (``Loop(M, "", ...)``) whose body reads its condition fails.
+
+    The parser registers no tensor for the body's condition input then, and the body node reading it
+    fails with "Node input was not registered." (TensorRT-RTX 1.7, measured: the parser's own message
+    names that body node, not the Loop). A body that does not read its condition parses.
+    """
+    if ctx.op_type != "Loop" or ctx.domain not in ("", "ai.onnx"):
+        return None
+    if len(ctx.proto.input) > 1 and ctx.proto.input[1]:
+        return None
+    body = next((a.g for a in ctx.proto.attribute if a.name == "body" and a.HasField("g")), None)
+    if body is None or len(body.input) < 2:
+        return None
+    cond = body.input[1].name
+    readers = [n.name or n.op_type for n in body.node if cond in n.input]
+    if not readers and cond not in [o.name for o in body.output]:
+        return None
+    where = f"body node {readers[0]!r}" if readers else "the body's outputs"
+    return Hit(
+        "fail",
+        f'Loop {ctx.proto.name or ctx.label!r} has no condition input (Loop(M, "", ...)) and its body reads the '
+        f'condition {cond!r} ({where}): TensorRT\'s parser fails there with "Node input was not registered"; give '
+        "the Loop a constant true condition (a bool initializer holding True as its second input)",
+    )
 
 
 # Inputs TensorRT takes as shape tensors (dims, starts, counts): Reshape's shape, Expand's and
@@ -501,6 +632,27 @@ TRT_RULES: tuple[TrtRule, ...] = (
         None,
         "TensorRT shape tensors (network inputs used as shapes must be Int32/Int64); TensorRT-RTX 1.7 parser",
         _rule_float_input_shape_tensor,
+    ),
+    TrtRule(
+        "trt-input-not-constant",
+        (7, 0),
+        None,
+        f"TensorRT-RTX 1.7 parser (measured, per op version); {_DOCS} (8.4, 10.15)",
+        _rule_input_not_constant,
+    ),
+    TrtRule(
+        "trt-refused-op",
+        (7, 0),
+        None,
+        "TensorRT-RTX 1.7 parser (measured: its op checker refuses the node)",
+        _rule_refused_op,
+    ),
+    TrtRule(
+        "trt-loop-empty-condition",
+        (7, 0),
+        None,
+        'TensorRT-RTX 1.7 parser (measured: "Node input was not registered" in the body)',
+        _rule_loop_empty_condition,
     ),
     TrtRule(
         "trt-plugin-path",
@@ -635,6 +787,49 @@ def _attribute_errors(
     return {label: " / ".join(found) for label, found in messages.items()}, notes
 
 
+# The opset ranges onnx-tensorrt docs/operators.md gives: "TensorRT 10.0 supports operators in the inclusive
+# range of opset 9 to opset 20", 10.15: 9 to 24 (the newest release it documents here).
+_DOCUMENTED_OPSETS: tuple[tuple[Version, int], ...] = (((10, 0), 20), ((10, 15), 24))
+_OLDEST_OPSET_WARNING = (
+    "TensorRT supports ONNX graphs generated with at least opset 7. Models using older opsets are not guaranteed "
+    "to work."
+)
+
+
+def _opset_notes(model: onnx.ModelProto, version: Version) -> list[str]:
+    """Notes on the model's ONNX opset against the parser's: its warning below opset 7 (ModelImporter.cpp;
+    TensorRT-RTX 1.7, measured) and the range docs/operators.md gives for TensorRT 10. The parser checks no
+    upper bound: TensorRT-RTX 1.7 imports a Relu of opset 28 (measured), each op by its type."""
+    from opbridge.graph._model import opset_version
+
+    opset = opset_version(model, "")
+    if opset is None:
+        return []
+    fix = "convert it with onnx.version_converter.convert_version (or export at a documented opset)"
+    if opset < 7:
+        return [
+            f'the model imports ONNX opset {opset}: TensorRT\'s parser warns "{_OLDEST_OPSET_WARNING}" (it still '
+            f"imports Pad-2, Slice-1 and Squeeze-1: TensorRT-RTX 1.7, measured); {fix}"
+        ]
+    documented = [(since, top) for since, top in _DOCUMENTED_OPSETS if since <= version]
+    if not documented:
+        return []
+    since, top = documented[-1]
+    docs = f"docs/operators.md for TensorRT {since[0]}.{since[1]} documents opsets 9 to {top}"
+    if opset < 9:
+        return [
+            f"the model imports ONNX opset {opset}, below the range {docs}; TensorRT-RTX 1.7's parser imports it "
+            "without a warning (Relu and Upsample-7 at opset 7, measured)"
+        ]
+    if opset > top:
+        return [
+            f"the model imports ONNX opset {opset}, above the range {docs}; the parser checks no upper bound and "
+            "imports each op by its type (TensorRT-RTX 1.7 parses a Relu of opset 28, measured); ops it has no "
+            "importer for are named by trt-plugin-path"
+        ]
+    return []
+
+
 def check_tensorrt(
     model: onnx.ModelProto, *, version: str | int | None = None, real: bool = True, path: str | None = None
 ) -> CompatReport:
@@ -650,6 +845,7 @@ def check_tensorrt(
     contexts = node_contexts(model)
     nodes = [_static_verdict(ctx, v) for ctx in contexts]
     backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path, contexts)
+    notes = _opset_notes(model, v) + notes
     if ok is not None:
         nodes = [
             replace(
