@@ -183,7 +183,7 @@ def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
         value = inputs[idx] if len(inputs) > idx else None
         if value is None or not value.name:
             continue
-        arr, _ = evaluate_constant(value)
+        arr, _ = evaluate_constant(value, opset=ctx.version)
         if arr is None or arr.size == 0:
             continue
         if idx == 2:
@@ -221,7 +221,7 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
         return None
     from opbridge.graph._model import evaluate_constant
 
-    arr, why = evaluate_constant(scales)
+    arr, why = evaluate_constant(scales, opset=ctx.version)
     hint = (
         "constant-computable: run --rule fold-resize-scales"
         if arr is not None
