@@ -869,3 +869,20 @@ def test_openvino_refuses_inputs_its_cpu_plugin_would_narrow(elem: int, value: f
         with pytest.raises(opbridge.OpbridgeError, match=message):
             runner.infer({"x": np.array([value, 2], dtype)})
         assert runner.infer({"x": np.array([3, 2], dtype)})["y"].tolist() == [9, 4]
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "reference", "openvino"])
+def test_every_backend_refuses_a_domain_the_model_does_not_import(backend: str) -> None:
+    """OpenVINO and opbridge's ONNX Runtime session (whose bridge imports the domains it binds) ran a node of a
+    domain without opset import, and the reference evaluator failed on it with its own words; plain ONNX
+    Runtime refuses such a model ("No opset import for domain"). Each refuses it at load, naming the domain,
+    the node and the import to add."""
+    _needs(backend)
+    model = _times_model(["x"], k=3)
+    del model.opset_import[1]  # (the tests.backends import)
+    message = (
+        r"domain 'tests.backends' is used by node\(s\) 't' \(Times\) but the model has no opset import for it "
+        r"\(add opset_import \{domain: 'tests.backends', version: 1\} to the model\)\. `opbridge lint MODEL`"
+    )
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        get_backend(backend)(model).load()

@@ -711,3 +711,95 @@ def test_reference_session_refuses_a_feed_of_another_fixed_shape(shape: tuple[in
         ReferenceSession(model).run(None, {"x": np.ones(shape, np.float32)})
     named = one_node_model([node], [("x", TensorProto.FLOAT, ["n", 3])], [("y", TensorProto.FLOAT, ["n", 3])], {})
     assert ReferenceSession(named).run(None, {"x": np.ones((5, 3), np.float32)})[0].shape == (5, 3)
+
+
+def _resize_model(op: str, opset: int, mode: str, scales: list[float]) -> onnx.ModelProto:
+    """One Upsample or Resize node on a 1x2x3x4 input; Upsample before opset 9 takes scales as an attribute."""
+    vi = helper.make_tensor_value_info
+    attrs: dict[str, Any] = {"mode": mode}
+    inputs, weights = ["x"], []
+    if op == "Upsample" and opset < 9:
+        attrs["scales"] = scales
+    else:
+        inputs.append("scales")
+        weights.append(onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], name="resize", **attrs)],
+        "g",
+        [vi("x", TensorProto.FLOAT, [1, 2, 3, 4])],
+        [vi("y", TensorProto.FLOAT, None)],
+        initializer=weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    return model
+
+
+@pytest.mark.parametrize(("mode", "atol"), [("nearest", 0.0), ("linear", 1e-6), ("cubic", 2e-5)])
+@pytest.mark.parametrize(
+    ("op", "opset", "scales"),
+    [
+        ("Upsample", 7, [1.0, 1.0, 2.5, 1.5]),
+        ("Upsample", 9, [1.0, 1.0, 2.0, 3.0]),
+        ("Upsample", 9, [1.0, 1.0, 1.7, 2.2]),
+        ("Resize", 10, [1.0, 1.0, 2.5, 1.5]),
+        ("Resize", 10, [1.0, 1.0, 0.6, 0.8]),
+        ("Resize", 10, [1.0, 1.0, 1.2, 1.1]),  # (the output keeps the input's shape)
+    ],
+    ids=["upsample7", "upsample9-whole", "upsample9", "resize10", "resize10-shrink", "resize10-same-shape"],
+)
+def test_reference_session_runs_old_resize_ops_as_onnxruntime(
+    op: str, opset: int, scales: list, mode: str, atol: float
+) -> None:
+    """onnx.reference's Upsample took only whole nearest scales (and no scales attribute, Upsample-7's) and its
+    Resize read Resize-10's scales as roi ("output_size is None and scale_factors is None"); the session runs
+    them as ONNX Runtime does (cubic included, which ONNX Runtime runs beyond these opsets' two modes)."""
+    model = _resize_model(op, opset, mode, scales)
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ReferenceSession(model).run(None, {"x": x})
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "mode", "message"),
+    [
+        ("Upsample", 10, "nearest", r"Upsample node 'resize' \(opset 10\): ONNX Runtime runs Upsample at opsets 7-9"),
+        ("Resize", 10, "area", r"Resize node 'resize' \(opset 10\): mode 'area' is not one this opset defines"),
+    ],
+    ids=["deprecated-upsample", "resize10-unknown-mode"],
+)
+def test_reference_session_refuses_old_resize_nodes_onnxruntime_refuses(
+    op: str, opset: int, mode: str, message: str
+) -> None:
+    model = _resize_model(op, opset, mode, [1.0, 1.0, 2.0, 2.0])
+    with pytest.raises(Exception):  # noqa: B017  (each an error of ONNX Runtime's own)
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        ReferenceSession(model)
+
+
+def test_reference_session_refuses_a_function_body_domain_the_function_does_not_import() -> None:
+    """A body calling a custom op whose domain its function does not import: ONNX Runtime refuses the
+    model ("No opset registered for domain"), and the session names the function and the import to add."""
+    inner = helper.make_node("Cube", ["x"], ["y"], domain="tests.reference", name="inner")
+    body = helper.make_function("tests.wrap", "Wrap", ["x"], ["y"], [inner], [helper.make_opsetid("", 18)])
+    node = helper.make_node("Wrap", ["x"], ["y"], domain="tests.wrap", name="outer")
+    model = one_node_model(
+        [node],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        {"tests.wrap": 1, "tests.reference": 1},
+        functions=[body],
+    )
+    message = (
+        r"domain 'tests.reference' is used by node\(s\) 'inner' \(Cube\) but function tests.wrap::Wrap has no "
+        r"opset import for it \(add opset_import \{domain: 'tests.reference', version: 1\} to function tests.wrap::Wrap\)"
+    )
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        ReferenceSession(model)
+    body.opset_import.append(helper.make_opsetid("tests.reference", 1))
+    model.functions[0].CopyFrom(body)
+    out = ReferenceSession(model).run(None, {"x": np.array([2.0, -1.0], np.float32)})[0]
+    np.testing.assert_allclose(out, np.array([8.0, -1.0], np.float32), rtol=0, atol=0)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROTO_LIMIT",
     "approximate_size",
+    "check_domain_imports",
     "elem_types",
     "external_files",
     "infer_and_check_as_files",
@@ -214,6 +215,39 @@ def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
                 out += [sub, *subgraphs(sub)]
     return out
+
+
+def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
+    """Refuse, as ONNX Runtime does at load, a model whose nodes use a domain that the model (for the main
+    graph and its subgraphs) or their function (for a function body) does not import.
+
+    Raises:
+        ModelLoadError: naming the domain, its nodes and the opset import to add.
+    """
+    missing: dict[tuple[str, str], list[str]] = {}
+    owners: list[tuple[str, Any, Any]] = [("the model", proto, proto.graph.node)]
+    owners += [(f"function {f.domain}::{f.name}", f, f.node) for f in proto.functions]
+    for owner, holder, nodes in owners:
+        imported = {o.domain for o in holder.opset_import}
+        for node in walk_nodes(nodes):
+            if node.domain not in ("", "ai.onnx") and node.domain not in imported:
+                missing.setdefault((owner, node.domain), []).append(
+                    f"{node.name!r} ({node.op_type})" if node.name else f"unnamed {node.op_type}"
+                )
+    if not missing:
+        return
+    problems = []
+    for (owner, domain), labels in missing.items():
+        shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+        problems.append(
+            f"domain {domain!r} is used by node(s) {shown} but {owner} has no opset import for it "
+            f"(add opset_import {{domain: {domain!r}, version: 1}} to {owner})"
+        )
+    raise ModelLoadError(
+        f'{runtime} refuses the model, as ONNX Runtime does ("No opset import for domain"): '
+        + "; ".join(problems)
+        + ". `opbridge lint MODEL` names each such domain; opbridge.export writes the imports of opbridge ops."
+    )
 
 
 def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:

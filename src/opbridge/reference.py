@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from opbridge._dtypes import tensor_to_numpy
 from opbridge.definition import _version
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
-from opbridge.model_io import elem_types, load_model, walk_nodes
+from opbridge.model_io import check_domain_imports, elem_types, load_model, walk_nodes
 from opbridge.shape import result_check
 
 if TYPE_CHECKING:
@@ -474,6 +474,114 @@ def _fill_loop_conditions(proto: onnx.ModelProto) -> int:
     return filled
 
 
+def _resize_asymmetric(x: np.ndarray, scales: Any, mode: str, label: str, upsample: bool) -> np.ndarray:
+    """``x`` resized by ``scales`` as Upsample (opsets 7-9) and Resize-10 define it, as ONNX Runtime computes
+    it: each output dim is ``floor(dim * scale)`` and output index ``i`` reads input coordinate ``i / scale``
+    (float32), ``"nearest"`` taking its floor (its ceiling where the axis shrinks), ``"linear"`` weighting
+    the two inputs around it, the last input repeating past the edge, ``"cubic"`` (which ONNX Runtime runs
+    too) as Resize-11 does with those coordinates; an output of the input's shape is the input."""
+    import numpy as np
+
+    scales = np.asarray(scales, dtype=np.float32).reshape(-1)
+    if scales.size != x.ndim or not np.all(scales > 0) or (upsample and not np.all(scales >= 1)):
+        least = "at least 1" if upsample else "positive"
+        raise OpbridgeError(
+            f"{label}: scales {scales.tolist()} must hold one value per dim of the input (rank {x.ndim}), each "
+            f"{least}; give the node such scales."
+        )
+    sizes = (scales * np.asarray(x.shape, dtype=np.float32)).astype(np.int64)
+    if tuple(sizes) == x.shape:  # (ONNX Runtime then returns the input as it is, whatever the scales)
+        return x.copy()
+    out: np.ndarray = x
+    for axis, (scale, size) in enumerate(zip(scales, sizes)):
+        n = x.shape[axis]
+        if scale == 1:
+            continue
+        coords = np.arange(size, dtype=np.float32) / scale
+        if mode == "nearest":
+            index = np.ceil(coords) if scale < 1 else np.floor(coords)
+            out = np.take(out, np.clip(index.astype(np.int64), 0, n - 1), axis=axis)
+            continue
+        shape = [1] * out.ndim
+        shape[axis] = -1
+        if mode == "cubic":  # (ONNX Runtime runs it too, as Resize-11's cubic: a = -0.75, edge taps repeated)
+            base = np.floor(coords)
+            t = (coords - base).astype(np.float64)
+            a = -0.75
+            weights = [
+                ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+                ((a + 2) * t - (a + 3)) * t * t + 1,
+                ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+                ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+            ]
+            taps = [np.clip(base.astype(np.int64) + k, 0, n - 1) for k in (-1, 0, 1, 2)]
+            out = sum(np.take(out, i, axis=axis) * w.reshape(shape) for i, w in zip(taps, weights))
+            continue
+        coords = np.minimum(coords, np.float32(n - 1))
+        low = np.floor(coords).astype(np.int64)
+        high = np.minimum(low + 1, n - 1)
+        weight = (coords - low.astype(np.float32)).astype(np.float64).reshape(shape)
+        out = np.take(out, low, axis=axis) * (1 - weight) + np.take(out, high, axis=axis) * weight
+    return out.astype(x.dtype, copy=False)
+
+
+#: The opsets at which the session runs these resize ops itself (onnx.reference's fail or differ, onnx 1.23).
+_OLD_RESIZE_OPS = {"Upsample": range(7, 10), "Resize": range(10, 11)}
+
+
+def _resize_runner(op_type: str, version: int) -> Callable[..., tuple[Any, ...]]:
+    """Run an Upsample (opsets 7-9) or Resize-10 node with :func:`_resize_asymmetric`."""
+
+    scales_input = op_type == "Resize" or version >= 9  # (Upsample-7 has a scales attribute)
+
+    def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
+        attrs = {a.name: _plain(a) for a in node.attribute}
+        scales = inputs[1] if scales_input else attrs.get("scales")
+        label = f"{op_type}-{version} node {node.name!r}"
+        return (_resize_asymmetric(inputs[0], scales, attrs.get("mode", "nearest"), label, op_type == "Upsample"),)
+
+    return run
+
+
+def _old_resize_ops(proto: onnx.ModelProto) -> list[type]:
+    """``OpRun`` classes for the model's Upsample and Resize-10 nodes, whose onnx.reference implementations
+    fail (Upsample-7's scales attribute, Resize-10's scales input) or take only whole nearest scales.
+
+    Raises:
+        ModelLoadError: an Upsample at an opset where ONNX Runtime has none (10 and later: deprecated),
+            a mode other than nearest, linear or cubic, or an Upsample before opset 9 without scales.
+    """
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    bodies = [n for f in proto.functions for n in walk_nodes(f.node)]
+    classes: list[type] = []
+    for domain in ("", "ai.onnx"):
+        version = opsets.get(domain)
+        if version is None:
+            continue
+        nodes = [n for n in [*walk_nodes(proto.graph.node), *bodies] if n.domain == domain]
+        for op_type, versions in _OLD_RESIZE_OPS.items():
+            found = [n for n in nodes if n.op_type == op_type]
+            if not found or (op_type == "Resize" and version not in versions):
+                continue
+            if version not in versions:
+                raise ModelLoadError(
+                    f"Upsample node {found[0].name!r} (opset {version}): ONNX Runtime runs Upsample at opsets 7-9 "
+                    "only (it is deprecated from opset 10); use Resize (opset 10 and later), or export at opset 9."
+                )
+            for node in found:
+                attrs = {a.name: _plain(a) for a in node.attribute}
+                label = f"{op_type} node {node.name!r} (opset {version})"
+                if attrs.get("mode", "nearest") not in ("nearest", "linear", "cubic"):
+                    raise ModelLoadError(
+                        f"{label}: mode {attrs['mode']!r} is not one this opset defines; use 'nearest' or "
+                        "'linear' (or 'cubic', which ONNX Runtime also runs)."
+                    )
+                if op_type == "Upsample" and version < 9 and "scales" not in attrs:
+                    raise ModelLoadError(f"{label}: Upsample before opset 9 needs a scales attribute; give it one.")
+            classes.append(_op_class(domain, op_type, _resize_runner(op_type, version), f"opset {version}", {}))
+    return classes
+
+
 def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
     """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
 
@@ -537,10 +645,11 @@ class ReferenceSession:
                 DEFAULT_LEGACY_DOMAIN,
             )
         self._legacy = {(DEFAULT_LEGACY_DOMAIN, name) for name in moved}
+        check_domain_imports(proto, "ReferenceSession")
         _fill_loop_conditions(proto)
         self.prefer: Prefer = prefer
         self.implementations: dict[tuple[str, str], str] = {}
-        new_ops = self._custom_ops(proto)
+        new_ops = self._custom_ops(proto) + _old_resize_ops(proto)
         try:
             self._evaluator = _evaluator(proto, new_ops, verbose)
         except Exception as exc:  # the evaluator raises many kinds

@@ -97,16 +97,20 @@ def prepare_model(
     than inlined, so their nodes run through their kernels. Returns the prepared
     copy, one :class:`_NodeInfo` per tagged custom node (the tag is the index), and
     the default-domain op types that were moved.
-    Raises :class:`~opbridge.errors.UnknownOpError` for a custom op with no kernel.
+    Raises :class:`~opbridge.errors.UnknownOpError` for a custom op with no kernel and
+    :class:`~opbridge.errors.ModelLoadError` for a node of a domain the model does not import.
     """
     import onnx
     import onnx.inliner
 
     from opbridge._dtypes import onnx_to_numpy
     from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
+    from opbridge.model_io import check_domain_imports
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
+    # (OpenVINO's ONNX frontend runs nodes of domains the model does not import; ONNX Runtime refuses them)
+    check_domain_imports(fixed, "openvino")
     if drop_functions:
         kept = [f for f in fixed.functions if (f.domain, f.name) not in drop_functions]
         del fixed.functions[:]

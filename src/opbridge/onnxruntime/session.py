@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
-from opbridge.model_io import elem_types, load_model, save_with_data_file, too_large, walk_nodes
+from opbridge.model_io import check_domain_imports, elem_types, load_model, save_with_data_file, too_large, walk_nodes
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -281,6 +281,9 @@ class InferenceSession:
 
         model = load_model(model_or_path, copy=True, caller="InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
+        # (the bridge adds imports for the domains it binds, in memory: a model without its own would run here
+        # and fail in plain ONNX Runtime, the reference evaluator and OpenVINO)
+        check_domain_imports(model, "InferenceSession")
         if self.moved_ops:
             logger.warning(
                 "moved custom op(s) %s out of ONNX's default domain into %r (in memory; the file is unchanged): "
