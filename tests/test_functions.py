@@ -551,6 +551,62 @@ def test_body_is_moved_up_or_down_when_its_ops_mean_the_same(case: str) -> None:
         pair.function_builder = None
 
 
+def _gelu_of_sum(spec: object, opset: int) -> onnx.FunctionProto:
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Gelu", ["s"], ["output"])]
+    return _body(nodes, ["a", "b"], ["output"], ["gain"], opset=opset)
+
+
+# (builder, model opset, message): ops (or inputs) that ONNX added after the model's opset
+NEWER_THAN_THE_MODEL = {
+    "op_built_for_the_opset": (
+        _gelu_of_sum,
+        19,
+        "tests.functions::Pair: the function body uses ONNX op Gelu, which exists from opset 20 on (Gelu-20), but "
+        "the model uses opset 19. Export at opset_version=20 or later, or write the body without Gelu-20 (the "
+        "builder is given the opset: below 20 it may build the body otherwise).",
+    ),
+    "op_of_a_body_to_move": (
+        lambda spec: _gelu_of_sum(spec, 20),
+        17,
+        "tests.functions::Pair: the function body uses ONNX op Gelu, which exists from opset 20 on (Gelu-20), but "
+        "the model uses opset 17. Export at opset_version=20 or later, or write the body without Gelu-20.",
+    ),
+    "input_added_later": (
+        lambda spec, opset: _body(
+            [helper.make_node("ReduceMax", ["a", "b"], ["output"])], ["a", "b"], ["output"], ["gain"], opset=opset
+        ),
+        17,
+        "the function body uses ONNX op ReduceMax as ReduceMax-18 (opset 18 on) defines it, which ReduceMax-13 "
+        "does not accept (the node has 2 input(s)), but the model uses opset 17. Export at opset_version=18 or later",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NEWER_THAN_THE_MODEL))
+def test_body_op_newer_than_the_model_opset_names_the_opset_it_needs(case: str) -> None:
+    builder, opset, message = NEWER_THAN_THE_MODEL[case]
+    pair.register_function(builder)
+    try:
+        with pytest.raises(opbridge.OpDefinitionError) as info:
+            function_proto(pair, opset=opset)
+        assert message in str(info.value)
+        function_proto(pair, opset=20)  # valid where the op exists
+    finally:
+        pair.function_builder = None
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_export_names_a_body_op_newer_than_the_model_opset(tmp_path, exporter: str) -> None:
+    pair.register_function(_gelu_of_sum)
+    target = tmp_path / "gelu.onnx"
+    try:
+        with pytest.raises(opbridge.OpDefinitionError, match=r"Pair: .* Gelu, which exists from opset 20 on"):
+            opbridge.export(_PairModel(), (torch.ones(2), torch.ones(2)), target, exporter=exporter, opset_version=19)
+    finally:
+        pair.function_builder = None
+    assert not target.exists()
+
+
 # --------------------------------------------------------------------------- a user's onnxscript body
 
 

@@ -264,6 +264,61 @@ def _node_fits(node: onnx.NodeProto, opset: int) -> bool:
     return True
 
 
+def _first_fitting_opset(node: onnx.NodeProto, after: int) -> int | None:
+    """The version of the first schema of ``node``'s op newer than opset ``after`` that accepts the node
+    as written; None when no newer one does."""
+    import onnx
+
+    for version in range(after + 1, onnx.defs.onnx_opset_version() + 1):
+        try:
+            if _node_fits(node, version):
+                return int(onnx.defs.get_schema(node.op_type, version, "").since_version)
+        except onnx.defs.SchemaError:
+            continue
+    return None
+
+
+def _check_ops_in_opset(fn: onnx.FunctionProto, opset: int, qualname: str, builds_for_opset: bool) -> None:
+    """An OpDefinitionError naming the first node of ``fn`` that ``opset`` has no schema for, or none that
+    accepts it as written, while a newer opset does (an op, or an input, that ONNX added later). A body
+    written for another opset whose op ``opset`` has in another version is left to :func:`_adapt_opset`."""
+    import onnx
+
+    written = next((e.version for e in fn.opset_import if e.domain in _DEFAULT_DOMAINS), opset)
+    for node in walk_nodes(fn.node):
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        try:
+            if _node_fits(node, opset):
+                continue
+            present: int | None = int(onnx.defs.get_schema(node.op_type, opset, "").since_version)
+        except onnx.defs.SchemaError:
+            present = None
+        if present is not None and written != opset:
+            continue
+        first = _first_fitting_opset(node, opset)
+        if first is None:  # valid in no newer opset either: another check names it
+            continue
+        if present is None:
+            what = f"ONNX op {node.op_type}, which exists from opset {first} on ({node.op_type}-{first})"
+        else:
+            attrs = sorted(a.name for a in node.attribute)
+            what = (
+                f"ONNX op {node.op_type} as {node.op_type}-{first} (opset {first} on) defines it, which "
+                f"{node.op_type}-{present} does not accept (the node has {len(node.input)} input(s)"
+                f"{f', attribute(s) {attrs}' if attrs else ''})"
+            )
+        other = (
+            f" (the builder is given the opset: below {first} it may build the body otherwise)"
+            if builds_for_opset
+            else ""
+        )
+        raise OpDefinitionError(
+            f"{qualname}: the function body uses {what}, but the model uses opset {opset}. Export at "
+            f"opset_version={first} or later, or write the body without {node.op_type}-{first}{other}."
+        )
+
+
 def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
     """Move ``fn``'s default-domain import to ``opset`` if every op it uses means the same there."""
     import onnx
@@ -418,6 +473,7 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
     _check_dataflow(fn, spec.qualname)
     _declare_defaults(fn, spec)
     if opset is not None:
+        _check_ops_in_opset(fn, opset, spec.qualname, _wants_opset(builder))
         _adapt_opset(fn, opset, spec.qualname)
     return fn
 
