@@ -721,6 +721,32 @@ def test_dims_of_other_names_that_a_rule_less_op_needs_equal(tmp_path: Path) -> 
     np.testing.assert_array_equal(sess.run(None, {"x": a, "y": b})[0], a + b)
 
 
+class _StarArgs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return _add_pair(x, rest[0]) * rest[1]
+
+
+def test_dynamic_axes_reach_the_inputs_a_star_args_forward_takes(tmp_path: Path) -> None:
+    """torch.export binds ``*rest``'s inputs as one tuple: dynamic_axes by input name must follow them there."""
+    x = torch.randn(2, 3)
+    result = opbridge.export(
+        _StarArgs(),
+        (x, x.clone(), x.clone()),
+        tmp_path / "star.onnx",
+        exporter="dynamo",
+        input_names=["x", "y", "z"],
+        dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}, "z": {0: "batch"}},
+    )
+    assert [(i.name, _dims(i)) for i in result.model.graph.input] == [
+        ("x", ["batch", 3]),
+        ("y", ["batch", 3]),
+        ("z", ["batch", 3]),
+    ]
+    sess = opbridge.InferenceSession(result.path)
+    a, b, c = (np.full((4, 3), v, np.float32) for v in (1.0, 2.0, 3.0))
+    np.testing.assert_array_equal(sess.run(None, {"x": a, "y": b, "z": c})[0], (a + b) * c)
+
+
 class _OptionalMask(torch.nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor:
         out = _add_pair(x, x)

@@ -192,9 +192,13 @@ def _dims_from_axes(
         return out
 
     positional = [entry(names[i], arg) if i < len(names) else None for i, arg in enumerate(args)]
+    params = _forward_names(model, len(args))
+    star = _var_positional(model)
+    if star is not None and len(args) > star[0]:  # torch.export binds *args' inputs as one tuple, as forward does
+        positional = [*positional[: star[0]], tuple(positional[star[0] :])]
+        params = [*params[: star[0]], star[1]]
     if not kwargs:
         return tuple(positional)
-    params = _forward_names(model, len(args))
     shapes = dict(zip(params, positional))
     shapes.update({k: entry(k, kwargs[k]) for k in _keyword_order(model, kwargs)})
     return shapes
@@ -258,11 +262,22 @@ def _axes_from_dims(
 
 def _shape_entries(model: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_shapes: Any) -> list[Any]:
     """``dynamic_shapes``' entry for each of the graph inputs ``names`` (positional ones first): a tuple's in
-    order, a dict's by the input's name or by the forward's parameter name in its place."""
+    order, a dict's by the input's name or by the forward's parameter name in its place; the inputs of a
+    ``*args`` parameter from its one entry, a tuple, as torch.export takes them."""
+    star = _var_positional(model)
+    grouped = star is not None and len(args) > star[0]
     if not isinstance(dynamic_shapes, Mapping):
-        return list(dynamic_shapes)
+        entries = list(dynamic_shapes)
+        if star is not None and grouped and len(entries) == star[0] + 1:  # *args' entries as one tuple
+            entries = [*entries[: star[0]], *(entries[star[0]] or [None] * (len(args) - star[0]))]
+        return entries
     params = _forward_names(model, len(args)) + list(names[len(args) :])
-    return [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
+    entries = [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
+    if star is not None and grouped and dynamic_shapes.get(star[1]):
+        for i, value in enumerate(dynamic_shapes[star[1]]):
+            if star[0] + i < len(args) and entries[star[0] + i] is None:
+                entries[star[0] + i] = value
+    return entries
 
 
 def _is_static_hint(dim: Any) -> bool:
@@ -356,6 +371,17 @@ def _keyword_order(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
         return []
     params = list(inspect.signature(getattr(model, "forward", model)).parameters)
     return [p for p in params if p in kwargs] + [k for k in kwargs if k not in params]
+
+
+def _var_positional(model: Any) -> tuple[int, str] | None:
+    """How many positional parameters come before the forward's ``*args``, and its name; None without one."""
+    fixed = 0
+    for p in inspect.signature(getattr(model, "forward", model)).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            return fixed, p.name
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            fixed += 1
+    return None
 
 
 def _forward_names(model: Any, count: int) -> list[str]:
