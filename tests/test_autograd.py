@@ -598,6 +598,74 @@ def test_vmap_runs_under_compile_export_and_fake_tensors() -> None:
         torch.func.vmap(_keep_half)(torch.ones(3, 8))  # (eagerly still checked)
 
 
+@opbridge.op("tests.grad::RowMean", shape=lambda x: opbridge.TensorInfo(x.shape[:-1], torch.float64))
+def _row_mean(x: torch.Tensor) -> torch.Tensor:
+    return x.mean(-1).double()
+
+
+@opbridge.op("tests.grad::Positives", shape=lambda x: opbridge.TensorInfo((opbridge.SymDim(),), torch.int64))
+def _positives(x: torch.Tensor) -> torch.Tensor:
+    return torch.nonzero(x > 0).flatten()
+
+
+def test_vmap_over_an_empty_batch_gives_an_empty_result() -> None:
+    """vmap over a batch of size 0 was refused ("not supported") where PyTorch's own ops give an empty
+    result: each output has no samples, of the shape and dtype a sample would have (from the shape rule
+    or the reference on fake tensors, never on real data), and a backward through it gives zero gradients."""
+    x = torch.empty(0, 3)
+    assert torch.func.vmap(torch.sigmoid)(x).shape == (0, 3)  # (PyTorch's own op)
+    y = torch.func.vmap(_swish_default)(x)
+    assert (y.shape, y.dtype) == ((0, 3), torch.float32)
+    m = torch.func.vmap(_row_mean)(torch.empty(0, 2, 5))
+    assert (m.shape, m.dtype) == ((0, 2), torch.float64)
+    s, f = torch.func.vmap(MyStrangeOp, in_dims=(0, None, None))(torch.empty(0, 2, 3), torch.ones(3), torch.ones(1))
+    assert s.shape == f.shape == (0, 2, 3)
+    assert torch.func.vmap(torch.func.vmap(_swish_default))(torch.empty(4, 0, 3)).shape == (4, 0, 3)
+    assert torch.func.vmap(_swish_default, in_dims=1)(torch.empty(3, 0)).shape == (0, 3)
+    leaf = torch.empty(0, 3, requires_grad=True)
+    (grad,) = torch.autograd.grad(torch.func.vmap(_swish_default)(leaf).sum(), leaf)
+    assert grad.shape == (0, 3)
+    with pytest.raises(
+        opbridge.OpCallError, match=r"tests.grad::Positives: vmap over a batch of size 0 .* depends on the data"
+    ):
+        torch.func.vmap(_positives)(torch.empty(0, 3))
+
+    class PerSample(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return torch.func.vmap(_row_mean)(t)
+
+    compiled = torch.compile(PerSample(), backend="aot_eager", fullgraph=True)(torch.empty(0, 2, 5))
+    exported = torch.export.export(PerSample(), (torch.empty(0, 2, 5),)).module()(torch.empty(0, 2, 5))
+    for got in (compiled, exported):
+        assert (got.shape, got.dtype) == ((0, 2), torch.float64)
+
+
+def test_compiled_autograd_differentiates_the_reference() -> None:
+    """Under compiled autograd, the backward of an op without a formula failed, blaming the reference ("gives
+    no output that autograd can differentiate"): a compiled graph's first call runs under AOTAutograd's
+    custom-op aliasing check, a TorchDispatchMode, whose kernels run below autograd, so the reference's
+    second run recorded nothing. As under a user's mode (FlopCounterMode) around a compiled backward."""
+    from torch._dynamo import compiled_autograd
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, generator=g, dtype=torch.float64)
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(_swish_default.reference(leaf, beta=1.5).sum(), leaf)
+    torch._dynamo.reset()
+    for _ in range(2):  # (the first call runs under the aliasing check)
+        leaf = x.clone().requires_grad_()
+        with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+            _swish_default(leaf, beta=1.5).sum().backward()
+        assert leaf.grad is not None
+        torch.testing.assert_close(leaf.grad, want, rtol=1e-12, atol=1e-12)
+    leaf = x.clone().requires_grad_()
+    loss = torch.compile(lambda t: _swish_default(t, beta=1.5).sum(), backend="aot_eager", fullgraph=True)(leaf)
+    with FlopCounterMode(display=False):
+        (grad,) = torch.autograd.grad(loss, leaf)
+    torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
+
+
 _CALM_RUNS: list[int] = []
 
 

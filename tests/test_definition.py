@@ -574,6 +574,38 @@ def test_a_traced_size_given_for_an_attribute_says_why() -> None:
         take_n(torch.ones(2), n=torch.tensor(3))
 
 
+def test_a_dynamic_size_given_for_an_attribute_under_export_says_why() -> None:
+    """torch.export traces ``x.shape[0]`` of a dynamic dim as a SymInt: an attribute given one (or a list
+    holding one) was refused as "expects int, got SymInt (s77). Pass an int", which said neither why nor
+    what to do. torch.compile(dynamic=True) specializes it: compiled again for each size, still correct."""
+
+    @opbridge.op("tests.def::RollBy")
+    def roll_by(x: torch.Tensor, k: int = 1, dims: list[int] = [0]) -> torch.Tensor:  # noqa: B006
+        return torch.roll(x, k, dims[0])
+
+    class BySize(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return roll_by(x, k=x.shape[0] - 1)
+
+    class ByList(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return roll_by(x, dims=[x.shape[0] - x.shape[0]])
+
+    n = torch.export.Dim("n", min=2)
+    for model in (BySize(), ByList()):
+        with pytest.raises(
+            opbridge.OpCallError,
+            match=r"tests.def::RollBy: attribute '(k|dims)' is given .*, a SymInt: a size torch.export traces as "
+            r"a variable.*pass a constant.*or take the value from a tensor input",
+        ):
+            torch.export.export(model, (torch.arange(4.0),), dynamic_shapes=({0: n},))
+    torch._dynamo.reset()
+    compiled = torch.compile(BySize(), dynamic=True, backend="eager")
+    for size in (3, 4):
+        x = torch.arange(float(size))
+        assert torch.equal(compiled(x), torch.roll(x, size - 1, 0))
+
+
 def _relu_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x)
 

@@ -245,7 +245,8 @@ def define(
         tensors, attrs = decode(opdef, (*inputs, *encoded))
         context = BackwardContext(tuple(tensors), (), attrs, tuple(needs))
         rng = dict(zip(devices.split(","), states)) if devices else {}
-        found = _recomputed_grads(opdef, context, tuple(grads), rng, inside)
+        with _recording():
+            found = _recomputed_grads(opdef, context, tuple(grads), rng, inside)
         out: list[Any] = []
         for x, g, need in zip(inputs, found, needs):
             if not need:
@@ -270,6 +271,26 @@ def define(
     torch.library.register_fake(f"{qual}_grad", grad_fake, lib=lib)
     namespace, _ = qual.split("::")
     grad_op = getattr(getattr(torch.ops, namespace), f"{opname}_grad").default
+
+
+@contextmanager
+def _recording() -> Iterator[None]:
+    """Autograd's dispatch keys on again for a kernel called from a TorchDispatchMode, which runs below
+    them: compiled autograd runs a graph's first call under AOTAutograd's custom-op aliasing check (a
+    mode), and a user's mode (FlopCounterMode) may wrap a compiled backward. There the reference's second
+    run recorded no graph to differentiate. Nothing changes elsewhere, nor in inference mode."""
+    import torch
+
+    key = torch._C.DispatchKey
+    autograd = (key.AutogradFunctionality, key.AutogradOther, key.AutogradNestedTensor, key.ADInplaceOrView)
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    if torch.is_inference_mode_enabled() or not any(exclude.has(k) for k in autograd):
+        yield
+        return
+    for k in autograd:
+        exclude = exclude.remove(k)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+        yield
 
 
 def _traced(tensors: Sequence[Any]) -> bool:

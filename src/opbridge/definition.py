@@ -572,10 +572,32 @@ class OpDef(Generic[P, R]):
                     f"{type(value).__name__}; wrap it with torch.as_tensor(...)."
                 )
             tensors.append(value)
+        if not torch.compiler.is_compiling() or torch.compiler.is_exporting():
+            self._refuse_symbolic(given)
         attrs = self.spec.bind_attributes(given)
         if not torch.compiler.is_compiling():  # (a float traced by dynamo may be symbolic)
             attrs = _float32_attributes(self.spec, attrs)
         return tensors, attrs
+
+    def _refuse_symbolic(self, given: Mapping[str, Any]) -> None:
+        """An OpCallError for an attribute given a symbolic value: a size that torch.export traces as a
+        variable (``k=x.shape[0]`` with a dynamic dim), which an attribute, a constant of the op and of its
+        ONNX node, cannot follow. (torch.compile specializes it instead: compiled again for each value.)"""
+        import torch
+
+        symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+        for name, value in given.items():
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            found = next((v for v in items if isinstance(v, symbolic)), None)
+            if found is None:
+                continue
+            raise OpCallError(
+                f"{self.spec.qualname}: attribute {name!r} is given {found!r}, a {type(found).__name__}: a size "
+                "torch.export traces as a variable (a dynamic dim). An attribute is a constant of the op and of "
+                "its ONNX node, so it cannot follow the input's shape: pass a constant (int(...) of it makes "
+                "that dim static), or take the value from a tensor input of the op (e.g. an input whose shape "
+                "carries the size)."
+            )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         import torch
@@ -749,7 +771,7 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
         op = getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
         size = int(info.batch_size)
         if size == 0:
-            raise OpCallError(f"{_TORCH_IMPLS[qual].spec.qualname}: vmap over a batch of size 0 is not supported.")
+            return _empty_batch(qual, op, in_dims, args)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         # traced (torch.compile, torch.export, fake tensors): no real random state to compare or restore
         traced = _autograd.tracing(tensors)
@@ -778,6 +800,54 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
         return torch.stack(results), 0
 
     return rule
+
+
+def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The op under vmap over a batch of no samples: outputs of no samples, each sample's shape and dtype
+    from the op's fake kernel (its shape rule, or its reference on fake tensors), as PyTorch's own ops
+    give them. Nothing runs the reference on real data."""
+    import torch
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    # traced (torch.compile, torch.export): the tracer's fake mode, which knows its symbolic sizes
+    mode = detect_fake_mode(tensors) or FakeTensorMode(shape_env=ShapeEnv())
+    # (vmap's layers take calls before a fake mode does: without this the samples would be real, uninitialized)
+    key = torch._C.DispatchKey
+    functorch = torch._C.DispatchKeySet(key.FuncTorchDynamicLayerBackMode)
+    functorch = functorch.add(key.FuncTorchDynamicLayerFrontMode).add(key.FuncTorchVmapMode)
+    with _disable_current_modes(), torch._C._ExcludeDispatchKeyGuard(functorch), mode:
+        sample = [
+            torch.empty(a.shape[:d] + a.shape[d + 1 :] if d is not None else a.shape, dtype=a.dtype, device=a.device)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a, d in zip(args, in_dims)
+        ]
+        result = op(*sample)
+    outputs = result if isinstance(result, tuple) else (result,)
+    for i, o in enumerate(outputs):
+        if free_unbacked_symbols(o.shape):
+            spec = _TORCH_IMPLS[qual].spec
+            raise OpCallError(
+                f"{spec.qualname}: vmap over a batch of size 0 gives no output {i} ({spec.outputs[i].name!r}) "
+                f"shape: a size of it depends on the data (its shape is {list(o.shape)}) and there is no sample "
+                "to take it from; skip the call where the batch is empty."
+            )
+    # tied to the inputs that require grad (a backward through the empty batch gives them zero gradients)
+    tied = [t.reshape(-1)[:0].sum() for t in tensors if t.requires_grad] if torch.is_grad_enabled() else []
+    empty: list[Any] = []
+    for o in outputs:
+        out = torch.empty((0, *o.shape), dtype=o.dtype, device=o.device)
+        if o.is_floating_point() or o.is_complex():
+            for t in tied:
+                out = out + t.to(o.dtype)
+        empty.append(out)
+    if isinstance(result, tuple):
+        return tuple(empty), (0,) * len(empty)
+    return empty[0], 0
 
 
 def _op_by_name(module: str | None, domain: str, name: str, version: int) -> OpDef:
