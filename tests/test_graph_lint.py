@@ -162,6 +162,22 @@ def test_tracer_warning_is_reported_against_the_resize_it_froze() -> None:
     assert "model.py:42" in finding.message and "[1.0, 1.0, 2.0, 2.0]" in finding.message
 
 
+def test_tracer_warning_names_the_scales_of_a_resize_10() -> None:
+    """Resize-10 takes (X, scales): its frozen scales (input 1) were not seen, read as Resize-11's slots."""
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
+    model = make_model(
+        [
+            helper.make_node("Constant", [], ["s"], value=scales, name="scales_const"),
+            helper.make_node("Resize", ["X", "s"], ["Y"], mode="linear", name="resize"),
+        ],
+        [("X", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [("Y", TensorProto.FLOAT, None)],
+        opset=10,
+    )
+    (finding,) = [f for f in lint_model(model, warnings=[TRACER]) if f.code == "frozen-resize-scale"]
+    assert "constant scales [1.0, 1.0, 2.0, 2.0]" in finding.message
+
+
 def test_tracer_warning_without_a_resize_is_kept() -> None:
     (finding,) = [f for f in lint_model(custom_node_model(), warnings=[TRACER]) if f.code == "traced-python-value"]
     assert finding.severity == "warning" and "model.py:42" in finding.message

@@ -392,14 +392,16 @@ def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     return findings
 
 
-def _resize_const_input(node_ir: Any) -> tuple[int, Any] | None:
-    """``(input index, value)`` of the constant scales (2) or sizes (3) of an IR Resize node, if constant."""
-    for idx in (3, 2):
+def _resize_const_input(node_ir: Any, opset: int | None) -> tuple[str, Any] | None:
+    """``(what, value)`` of the constant sizes or scales of an IR Resize node of ONNX ``opset``, if constant."""
+    from opbridge.graph._model import resize_input_slots
+
+    for idx, what in reversed(resize_input_slots(opset)):
         if len(node_ir.inputs) > idx and node_ir.inputs[idx] is not None:
             value = node_ir.inputs[idx]
-            arr, _ = evaluate_constant(value)
+            arr, _ = evaluate_constant(value, opset=opset)
             if arr is not None and arr.size > 0:
-                return idx, arr
+                return what, arr
     return None
 
 
@@ -424,14 +426,14 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
         finally:
             serde.setLevel(level)
     explained = False
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     for index, node in enumerate(nodes):
         if node.op_type != "Resize" or node.domain not in ("", "ai.onnx"):
             continue
-        found = _resize_const_input(node)
+        found = _resize_const_input(node, opset)
         if found is None:
             continue
-        idx, arr = found
-        what = "sizes" if idx == 3 else "scales"
+        what, arr = found
         label = node.name or f"Resize#{index}"
         mode = node.attributes.get_string("mode", "nearest")
         values = arr.tolist()
