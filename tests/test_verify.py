@@ -19,7 +19,7 @@ import opbridge
 from opbridge.backends import BACKENDS
 from opbridge.backends.base import TensorMeta
 from opbridge.cli import main
-from opbridge.cli.verify import parse_shape_sets, parse_tolerances
+from opbridge.cli.verify import parse_ranges, parse_shape_sets, parse_tolerances
 from opbridge.spec import Tolerance
 from opbridge.verify import resolve_shape_sets
 
@@ -1262,3 +1262,119 @@ def test_cli_json_dash_writes_the_record_to_stdout(seed_export, tmp_path: Path, 
     assert json.loads(out)["exit_code"] == 0
     assert "PASS:" in err
     assert not (Path.cwd() / "-").exists()
+
+
+# --------------------------------------------------------------------------- value ranges of random inputs
+
+
+class _Take(torch.nn.Module):
+    def forward(self, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return table[idx]
+
+
+def take_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return _Take(), (torch.zeros(4, 3), torch.tensor([0, 1, 2, 3, 0, 1]))
+
+
+@pytest.fixture(scope="module")
+def take_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Gather of rows of a 4x3 table by an int64 index input of dynamic length (built, not exported)."""
+    from onnx import TensorProto
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)],
+        "take",
+        [
+            helper.make_tensor_value_info("table", TensorProto.FLOAT, [4, 3]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, ["k"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k", 3])],
+    )
+    path = tmp_path_factory.mktemp("take") / "take.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_an_index_input_takes_the_range_given_and_the_record_keeps_it(take_path: Path, tmp_path: Path, capsys) -> None:
+    """Integers from [0, 10) index past a 4-row table: the reference fails and the error points to --range;
+    with --range idx:0,4 every set compares, and the table and the JSON record the ranges."""
+    record = opbridge.verify(take_path, take_model(), backends=["reference"])
+    assert record.exit_code == 2
+    assert (
+        "The integer input 'idx' was drawn from [0, 10): where one is an index or a size, give the values it "
+        in (record.errors[0])
+    )
+    ranges = {"idx": (0, 4), "table": (2.0, 3.0)}
+    record = opbridge.verify(take_path, take_model(), backends=["reference"], ranges=ranges)
+    assert [r.status for r in record.runs] == ["pass", "pass"], record.table()
+    assert record.ranges == ranges
+    assert "ranges:    idx:0,4 table:2.0,3.0" in record.table()
+    report = tmp_path / "record.json"
+    argv = ["verify", str(take_path), "--reference", f"{__file__}:take_model", "--backend", "reference"]
+    assert main([*argv, "--range", "idx:0,4,table:2,3", "--json", str(report), "-q"]) == 0, capsys.readouterr()
+    assert json.loads(report.read_text())["ranges"] == {"idx": [0, 4], "table": [2, 3]}
+    npz = tmp_path / "in.npz"
+    np.savez(npz, table=np.zeros((4, 3), np.float32), idx=np.array([3, 0]))
+    record = opbridge.verify(take_path, take_model(), backends=["reference"], inputs=npz, ranges={"idx": (0, 4)})
+    assert record.exit_code == 0
+    assert record.notes == [
+        "--range idx: every set comes from --inputs, so no value was drawn at random and the ranges changed nothing"
+    ]
+
+
+def test_ranges_are_drawn_within_their_bounds_in_the_inputs_dtype() -> None:
+    from opbridge.verify import make_inputs
+
+    meta = [
+        TensorMeta("h", np.dtype("float16"), (4000,)),
+        TensorMeta("f", np.dtype("float32"), (4000,)),
+        TensorMeta("i", np.dtype("int8"), (4000,)),
+        TensorMeta("u", np.dtype("uint64"), (50,)),
+    ]
+    shapes = {m.name: m.shape for m in meta}
+    ranges = {"h": (0.999, 1), "f": (-3.5, -3.0), "i": (-128, 128), "u": (2**64 - 2, 2**64)}
+    feed = make_inputs(meta, shapes, 0, None, ranges)
+    assert [feed[k].dtype for k in "hfiu"] == [np.float16, np.float32, np.int8, np.uint64]
+    # (float16 holds 0.999 as 0.99902 and nothing between 0.99951 and 1: rounding up to 1 is clipped)
+    assert feed["h"].min() >= 0.999 and feed["h"].max() == np.float16(0.99951171875)
+    assert feed["f"].min() >= -3.5 and feed["f"].max() < -3.0 and feed["f"].std() > 0.1  # (uniform, not normal)
+    assert feed["i"].min() == -128 and feed["i"].max() == 127
+    assert set(feed["u"].tolist()) == {2**64 - 2, 2**64 - 1}
+    again = make_inputs(meta, shapes, 0, None, ranges)
+    assert all(np.array_equal(feed[k], again[k]) for k in feed)
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        ({"ids": (0, 4)}, r"--range ids:0,4: the model has no input 'ids'; its inputs are \['table', 'idx'\]\.$"),
+        ({"idx": (4, 4)}, r"--range idx:4,4: values are drawn from \[LO, HI\), so LO must be below HI"),
+        ({"idx": (0.2, 0.7)}, r"--range idx:0.2,0.7: input 'idx' is int64, and \[0.2, 0.7\) holds no whole number"),
+        ({"idx": (0, 2**63 + 1)}, "input 'idx' is int64, which holds -9223372036854775808 to 9223372036854775807"),
+        ({"table": (0, float("nan"))}, "--range table:0,nan: give finite bounds"),
+        ({"table": (-1e39, 1)}, r"input 'table' is float32, whose values reach \+-3.40282e\+38"),
+        ({"idx": (True, 4)}, r"ranges\['idx'\] = \(True, 4\): give a pair \(lo, hi\) of numbers"),
+        ([("idx", (0, 4))], r"give a dict of input name to \(lo, hi\)"),
+    ],
+    ids=["unknown-input", "empty", "no-whole-number", "past-int64", "nan", "past-float32", "bool", "not-a-dict"],
+)
+def test_bad_ranges_are_refused_before_anything_runs(take_path: Path, ranges: object, message: str) -> None:
+    with pytest.raises(opbridge.OpbridgeError, match=message):
+        opbridge.verify(take_path, "no/such/file.py:build", backends=["reference"], ranges=ranges)  # type: ignore[arg-type]
+
+
+def test_range_parsing(seed_export, capsys) -> None:
+    assert parse_ranges(["idx:0,4,x:-1,1.5", "a:b:1e-3,2"]) == {"idx": (0, 4), "x": (-1, 1.5), "a:b": (0.001, 2)}
+    assert isinstance(parse_ranges(["idx:0,4"])["idx"][1], int)  # (exact, also past 2**53)
+    for item in ("idx:0", "idx", "idx:a,4", "idx:0,4,5"):
+        with pytest.raises(opbridge.OpbridgeError, match=r"write NAME:LO,HI with two numbers, e.g. idx:0,4"):
+            parse_ranges([item])
+    with pytest.raises(opbridge.OpbridgeError, match=r"--range idx: given twice \(0,4 and 0,5\); give it once"):
+        parse_ranges(["idx:0,4", "idx:0,5"])
+    path = seed_export("myselu", "torchscript").path
+    assert main(["verify", str(path), "--reference", MYSELU, "--range", "image:1,1", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "opbridge verify: error: --range image:1,1: values are drawn from [LO, HI), so LO must be below HI, "
+        "e.g. --range image:1,2."
+    )

@@ -16,6 +16,9 @@ that give one such dim different sizes are an error). Without shape sets or
 input arrays, the example inputs' shapes are the first set, and (``vary_dims``)
 the same with every dynamic dim one larger the second.
 
+Random values: floats from a standard normal, integers in [0, 10), bools at random; ``ranges``
+gives an input its own interval ``[lo, hi)`` (uniform floats, or the whole numbers in it).
+
 Tolerance of an output, first that applies: ``tolerances[output]``; ``rtol`` /
 ``atol`` given; the loosest tolerance that the custom ops it is computed from
 declare (``OpSpec.tolerances``), with the default too where other ops round on the
@@ -40,6 +43,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -136,6 +140,8 @@ class VerifyRecord:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     set_origins: list[str] = field(default_factory=list)
+    #: ``{input: (lo, hi)}``: the intervals the random values of those inputs were drawn from
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the files verify read (model, input arrays, factory source, op files): never written over
     read_files: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -174,6 +180,7 @@ class VerifyRecord:
             ],
             "shape_sets": [{k: list(v) for k, v in s.items()} for s in self.shape_sets],
             "set_origins": list(self.set_origins),
+            "ranges": {k: [lo, hi] for k, (lo, hi) in self.ranges.items()},
             "tolerances": {
                 k: {"rtol": t.rtol, "atol": t.atol, "source": src} for k, (t, src) in self.tolerances.items()
             },
@@ -194,6 +201,8 @@ class VerifyRecord:
     def table(self) -> str:
         """A plain-text report: one row per backend, shape set and output, then the verdict."""
         lines = [f"model:     {self.model}", f"reference: {self.reference} (seed {self.seed})"]
+        if self.ranges:
+            lines.append("ranges:    " + " ".join(f"{k}:{lo},{hi}" for k, (lo, hi) in self.ranges.items()))
         for i in range(len(self.shape_sets)):
             origin = f"  ({self.set_origins[i]})" if i < len(self.set_origins) else ""
             lines.append(f"set {i + 1}:     {self.set_label(i)}{origin}")
@@ -386,13 +395,18 @@ def make_inputs(
     shapes: Mapping[str, Sequence[int]],
     seed: int,
     onnx_types: Mapping[str, str] | None = None,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Seeded random arrays for ``meta`` at ``shapes``: normal floats, ints in [0, 10), random bools.
+
+    ``ranges`` (``{input: (lo, hi)}``) draws an input's values from ``[lo, hi)`` instead: uniform
+    floats, or the whole numbers there, uniformly.
 
     An input whose ``dtype`` is None is float32, unless ``onnx_types`` names its ONNX type
     (e.g. ``{"s": "string"}``, see :func:`onnx_input_types`): such an input is refused,
     its values must come from ``--inputs FILE.npz``.
     """
+    ranges = _value_ranges(meta, ranges, onnx_types)
     rng = np.random.default_rng(seed)
     feed: dict[str, np.ndarray] = {}
     for m in meta:
@@ -405,8 +419,14 @@ def make_inputs(
                 f"give its values with --inputs FILE.npz (inputs=), e.g. numpy.savez(path, {m.name}=numpy.array(...))."
             )
         dtype = m.dtype if m.dtype is not None else np.dtype(np.float32)
-        if dtype.kind == "f":
+        span = ranges.get(m.name)
+        if dtype.kind == "f" and span is not None:
+            bottom, top = _float_span(dtype, *span)
+            feed[m.name] = np.clip(rng.uniform(span[0], span[1], size=shape).astype(dtype), bottom, top)
+        elif dtype.kind == "f":
             feed[m.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu" and span is not None:
+            feed[m.name] = rng.integers(math.ceil(span[0]), math.ceil(span[1]), size=shape, dtype=dtype)
         elif dtype.kind in "iu":
             feed[m.name] = rng.integers(0, 10, size=shape).astype(dtype)
         elif dtype.kind == "b":
@@ -414,6 +434,88 @@ def make_inputs(
         else:
             raise OpbridgeError(f"input {m.name!r} has dtype {dtype}; give its values with --inputs FILE.npz.")
     return feed
+
+
+def _value_ranges(
+    meta: Sequence[TensorMeta],
+    ranges: Mapping[str, Any] | None,
+    onnx_types: Mapping[str, str] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """``ranges`` (``{input: (lo, hi)}``) checked against the model's inputs, or an OpbridgeError naming
+    the range at fault: finite bounds, ``lo < hi``, a numeric input, and values of its dtype in
+    ``[lo, hi)`` (an integer input needs a whole number there). Whole-number bounds stay ints."""
+    import numbers
+
+    if ranges is None:
+        return {}
+    if not isinstance(ranges, Mapping):
+        raise OpbridgeError(
+            f"ranges={ranges!r}: give a dict of input name to (lo, hi), e.g. ranges={{'idx': (0, 4)}} "
+            "(on the command line: --range idx:0,4)."
+        )
+    by_name = {m.name: m for m in meta}
+    out: dict[str, tuple[float, float]] = {}
+    for name, given in ranges.items():
+        pair = list(given) if isinstance(given, (tuple, list)) else []
+        if len(pair) != 2 or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in pair):
+            raise OpbridgeError(
+                f"ranges[{name!r}] = {given!r}: give a pair (lo, hi) of numbers, e.g. ranges={{{name!r}: (0, 4)}} "
+                f"(on the command line: --range {name}:0,4)."
+            )
+        lo, hi = (int(v) if isinstance(v, numbers.Integral) else float(v) for v in pair)
+        flag = f"--range {name}:{lo},{hi}"
+        if name not in by_name:
+            raise OpbridgeError(f"{flag}: the model has no input {name!r}; its inputs are {list(by_name)}.")
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise OpbridgeError(f"{flag}: give finite bounds, e.g. --range {name}:-1,1.")
+        if not lo < hi:
+            raise OpbridgeError(
+                f"{flag}: values are drawn from [LO, HI), so LO must be below HI, e.g. --range {name}:{lo},{lo + 1}."
+            )
+        m = by_name[name]
+        dtype = m.dtype
+        if dtype is None and not (onnx_types and name in onnx_types):
+            dtype = np.dtype(np.float32)  # (as make_inputs fills it)
+        if dtype is None or dtype.kind not in "fiu":
+            raise OpbridgeError(
+                f"{flag}: input {name!r} is {dtype if dtype is not None else onnx_types[name]}"  # type: ignore[index]
+                "; a range applies to integer and floating-point inputs only."
+            )
+        if dtype.kind in "iu":
+            first, end = math.ceil(lo), math.ceil(hi)
+            if first >= end:
+                raise OpbridgeError(
+                    f"{flag}: input {name!r} is {dtype}, and [{lo}, {hi}) holds no whole number; give a range that "
+                    f"does, e.g. --range {name}:{math.floor(lo)},{math.floor(lo) + 1}."
+                )
+            info = np.iinfo(dtype)
+            if first < info.min or end - 1 > info.max:
+                raise OpbridgeError(
+                    f"{flag}: input {name!r} is {dtype}, which holds {info.min} to {info.max}; give a range inside it."
+                )
+        else:
+            limit = float(np.finfo(dtype).max)
+            if max(abs(lo), abs(hi)) > limit or not math.isfinite(float(hi) - float(lo)):
+                raise OpbridgeError(
+                    f"{flag}: input {name!r} is {dtype}, whose values reach +-{limit:g}; give a range inside it."
+                )
+            bottom, top = _float_span(dtype, lo, hi)
+            if float(bottom) > float(top):
+                raise OpbridgeError(f"{flag}: no {dtype} value lies in [{lo}, {hi}); give a wider range.")
+        out[name] = (lo, hi)
+    return out
+
+
+def _float_span(dtype: np.dtype[Any], lo: float, hi: float) -> tuple[np.floating[Any], np.floating[Any]]:
+    """The smallest and the largest ``dtype`` values in ``[lo, hi)`` (values drawn in float64 are clipped
+    to them: rounding to ``dtype`` must not reach ``hi``)."""
+    kind = dtype.type
+    bottom, top = kind(lo), kind(hi)
+    if float(bottom) < lo:
+        bottom = np.nextafter(bottom, kind(np.inf))
+    if float(top) >= hi:
+        top = np.nextafter(top, kind(-np.inf))
+    return bottom, top
 
 
 def onnx_input_types(model: Any, meta: Sequence[TensorMeta]) -> dict[str, str]:
@@ -734,6 +836,7 @@ def verify(
     atol: float | None = None,
     tolerances: Mapping[str, Tolerance | tuple[float, float]] | None = None,
     inputs: InputArrays | Sequence[InputArrays] | None = None,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
     seed: int = 0,
     ops: Sequence[str] | None = None,
     progress: Progress | None = None,
@@ -750,6 +853,8 @@ def verify(
         rtol, atol: tolerance for every output (overrides declared tolerances).
         tolerances: per-output ``Tolerance`` or ``(rtol, atol)``; overrides the rest.
         inputs: ``.npz`` path or dict of arrays, or a list of them: the first input sets, in order.
+        ranges: ``{input: (lo, hi)}``: draw that input's random values from ``[lo, hi)`` (uniform floats,
+            or the whole numbers there) instead of a standard normal (floats) or ``[0, 10)`` (integers).
         seed: seed of the random inputs (set ``i`` uses ``[seed, i]``).
         ops: ``--ops`` targets to import first (files or modules defining ops/kernels).
         progress: called with a short message as each backend and set starts.
@@ -805,6 +910,8 @@ def verify(
     }
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
     _output_tolerances(proto, out_meta, tolerances, rtol, atol, checks_only=True)  # named before anything runs
+    onnx_types = onnx_input_types(proto, meta)
+    value_ranges = _value_ranges(meta, ranges, onnx_types)
 
     torch_ref: TorchRunner | None = None
     example: dict[str, tuple[int, ...]] | None = None
@@ -843,13 +950,12 @@ def verify(
         origins.append(f"--inputs {where}" if where != "arrays" else "the arrays given")
     varied: dict[str, tuple[int, int]] = {}
     if shapes or not given_arrays:
-        onnx_types = onnx_input_types(proto, meta)
         wanted = list(shapes or [])
         if not wanted and example is not None and vary_dims:
             grown, varied = _varied_dims(meta, example)
             wanted = [{}, grown] if varied else []
         for full in resolve_shape_sets(meta, wanted or None, example):
-            feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds)), onnx_types))
+            feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds)), onnx_types, value_ranges))
             sets.append(full)
             origins.append(f"random (seed {seed}, set {len(feeds)})")
         if varied:
@@ -858,7 +964,15 @@ def verify(
             )
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
-    record = VerifyRecord(model_name, _describe_reference(reference), seed, meta, sets, tol, set_origins=origins)
+    record = VerifyRecord(
+        model_name, _describe_reference(reference), seed, meta, sets, tol, set_origins=origins, ranges=value_ranges
+    )
+    drawn = len(feeds) - len(given_arrays)  # the random sets, after the arrays' own
+    if value_ranges and not drawn:
+        record.notes.append(
+            f"--range {', '.join(value_ranges)}: every set comes from --inputs, so no value was drawn at random "
+            "and the ranges changed nothing"
+        )
     record.read_files = read_files(model, reference, given_arrays, ops)
     out_names = [o.name for o in out_meta]
     for out_name in dict.fromkeys(n for n in out_names if out_names.count(n) > 1):
@@ -887,14 +1001,15 @@ def verify(
         except Exception as exc:
             failure = f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}"
             expected.append(failure)
+            hint = _range_hint(meta, value_ranges) if i >= len(given_arrays) else ""
             where = f"set {i + 1} ({record.set_label(i)})"
             if varied and i == len(feeds) - 1:  # a set the caller did not ask for: said, not an error
                 record.notes.append(
                     f"{where}, the example's dynamic dims varied: {failure.rstrip('.')}; not compared (give the "
-                    "shapes the model takes with --shape, or leave this set out with --export-shape-only)."
+                    "shapes the model takes with --shape, or leave this set out with --export-shape-only)." + hint
                 )
             else:
-                record.errors.append(f"{where}: {failure.rstrip('.')}; no backend was compared on it.")
+                record.errors.append(f"{where}: {failure.rstrip('.')}; no backend was compared on it." + hint)
             continue
         _check_reference_values(record, i, expected[-1], tol)  # type: ignore[arg-type]
 
@@ -943,6 +1058,19 @@ def verify(
             "the reference outputs; pass reference=(model, example_inputs) or a factory, or name a second backend."
         )
     return record
+
+
+def _range_hint(meta: Sequence[TensorMeta], ranges: Mapping[str, tuple[float, float]]) -> str:
+    """A sentence naming the integer inputs drawn from the default [0, 10), for a reference that failed
+    on random values (an index or a size out of bounds, often); empty where there are none."""
+    names = [m.name for m in meta if m.dtype is not None and m.dtype.kind in "iu" and m.name not in ranges]
+    if not names:
+        return ""
+    which = f"input {names[0]!r} was" if len(names) == 1 else f"inputs {', '.join(map(repr, names))} were"
+    return (
+        f" The integer {which} drawn from [0, 10): where one is an index or a size, give the values it takes "
+        f"with --range {names[0]}:LO,HI (ranges=)."
+    )
 
 
 def _varied_dims(

@@ -8,6 +8,10 @@ is a set of its own, and for two inputs ``--shape a:.. --shape b:.. --shape
 a:.. --shape b:..`` gives two sets. Inputs a set leaves out take the
 reference's example shape, with dynamic dims of the same ONNX name following
 the inputs that were given.
+
+Value ranges (``--range NAME:LO,HI``, or several joined by commas as for
+``--shape``: ``--range idx:0,4,x:-1,1``): that input's random values are drawn
+from [LO, HI), in every random set.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from opbridge.cli._common import add_ops_argument, parse_dims, print_json_and_ta
 from opbridge.errors import OpbridgeError
 from opbridge.spec import valid_tolerance
 
-__all__ = ["add_parser", "parse_shape_sets", "parse_tolerances"]
+__all__ = ["add_parser", "parse_ranges", "parse_shape_sets", "parse_tolerances"]
 
 _SHAPE_HELP = (
     "input shape NAME:DIMS, e.g. x:1x3x256x256; several inputs joined by commas "
@@ -37,6 +41,8 @@ examples:
       --shape x:1x3x64x64 --shape x:2x3x96x128 --json report.json
   opbridge verify sr.onnx --reference sr.py:build \\
       --shape input:1x3x12x20,size_tensor:1x1x48x40 --shape input:3x3x24x24,size_tensor:3x1x17x13
+  opbridge verify roi.onnx --reference roi.py:build --shape feats:2x8x16x16,rois:5x4,batch_index:5 \\
+      --range batch_index:0,2
 
 exit codes: 0 every output within tolerance, 1 a mismatch, 2 a usage or load error
 (a backend that cannot run the model is reported and the others still run).
@@ -94,6 +100,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="input arrays (one per model input, named like the inputs) used as a set; repeatable, these sets "
         "come first",
+    )
+    p.add_argument(
+        "--range",
+        action="append",
+        default=[],
+        metavar="NAME:LO,HI[,NAME:LO,HI]",
+        help="draw input NAME's random values from [LO, HI): uniform floats, or the whole numbers there, e.g. "
+        "--range idx:0,4 for an index into a dim of 4; several inputs joined by commas (repeatable; default: "
+        "floats from a standard normal, integers in [0, 10))",
     )
     p.add_argument(
         "--export-shape-only",
@@ -165,6 +180,37 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
+def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
+    """``--range NAME:LO,HI[,NAME:LO,HI]`` occurrences -> ``{input: (lo, hi)}`` (whole numbers stay ints;
+    verify checks the values against the model's inputs)."""
+    out: dict[str, tuple[float, float]] = {}
+    for item in (entry for given in items for entry in _SPLIT.split(given)):
+        name, sep, rest = item.rpartition(":")
+        parts = rest.split(",")
+        try:
+            if not sep or not name or len(parts) != 2:
+                raise ValueError
+            lo, hi = (_number(p) for p in parts)
+        except ValueError:
+            raise OpbridgeError(
+                f"--range {item!r}: write NAME:LO,HI with two numbers, e.g. idx:0,4 (values are drawn from [LO, HI))"
+            ) from None
+        if name in out and out[name] != (lo, hi):
+            raise OpbridgeError(
+                f"--range {name}: given twice ({out[name][0]},{out[name][1]} and {rest}); give it once."
+            )
+        out[name] = (lo, hi)
+    return out
+
+
+def _number(text: str) -> float:
+    """``"4"`` -> 4 (an int, kept exact), ``"0.5"`` -> 0.5; ValueError otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 class _Progress:
     """Progress messages on stderr: one updating line on a terminal, plain lines otherwise."""
 
@@ -198,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         print("note: --export-shape-only changes nothing beside --shape or --inputs (no set is added)", file=sys.stderr)
     shapes = parse_shape_sets(args.shape)
     tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
+    ranges = parse_ranges(args.range)  # (checked against the model's inputs by verify)
     progress = _Progress(not args.quiet)
     try:
         record = verify(
@@ -209,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
             atol=args.atol,
             tolerances=tolerances or None,
             inputs=args.inputs or None,
+            ranges=ranges or None,
             seed=args.seed,
             ops=args.ops,
             progress=progress,
