@@ -39,10 +39,15 @@ def test_view_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "no such file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("sigint", ["default", "ignored"], ids=["sigint-default", "started-with-sigint-ignored"])
-def test_cli_view_headless(tmp_path: Path, sigint: str) -> None:
+@pytest.mark.parametrize(
+    ("sigint", "stop"),
+    [("default", "SIGINT"), ("ignored", "SIGINT"), ("default", "SIGTERM")],
+    ids=["sigint-default", "started-with-sigint-ignored", "sigterm"],
+)
+def test_cli_view_headless(tmp_path: Path, sigint: str, stop: str) -> None:
     """``opbridge view --no-browser --port 0`` prints the URL, serves it, and stops on Ctrl-C (SIGINT),
-    also when the process starts with SIGINT ignored (a shell script's background job)."""
+    also when the process starts with SIGINT ignored (a shell script's background job), or on SIGTERM:
+    quietly, with the shell's code for the signal (128 + its number: 130, 143; it exited 0)."""
     import os
     import selectors
     import signal
@@ -65,7 +70,7 @@ def test_cli_view_headless(tmp_path: Path, sigint: str) -> None:
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
@@ -79,8 +84,10 @@ def test_cli_view_headless(tmp_path: Path, sigint: str) -> None:
         url = line.split(" at ")[1].split()[0]
         with urllib.request.urlopen(url + "/", timeout=10) as response:
             assert response.status == 200 and "netron" in response.read().decode("utf-8", "replace").lower()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        proc.send_signal(getattr(signal, stop))
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 128 + getattr(signal, stop), err
+        assert err == ""  # (no traceback, no message)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,7 +17,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM; exit code 128 + the signal's number (130, 143), as a shell gives
+    a command the signal ended."""
     import signal
+    from types import FrameType
 
     from opbridge._text import printable
     from opbridge.graph.view import serve_model
@@ -25,13 +28,20 @@ def run(args: argparse.Namespace) -> int:
     server = serve_model(args.model, port=args.port, host=args.host, browse=not args.no_browser)
     # Ctrl-C and SIGTERM stop the server, also in a process started with SIGINT ignored (a background
     # job of a shell script: Python then installs no KeyboardInterrupt handler)
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
     stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, signal.default_int_handler) for s in stops}
+    previous = {s: signal.signal(s, interrupt) for s in stops}
     try:
         print(f"serving {printable(args.model)} at {server.url} (Ctrl-C to stop)", flush=True)
         server.wait()
-    except KeyboardInterrupt:  # Ctrl-C before wait() took it over: a stop all the same
-        server.stop()
+    except KeyboardInterrupt:
+        server.stop()  # (stopped by wait() already, unless the signal came before it)
+        return 128 + (received[0] if received else signal.SIGINT)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -80,12 +80,11 @@ class NetronServer:
         self._httpd.server_close()
 
     def wait(self) -> None:
-        """Block until interrupted (Ctrl-C), then stop."""
+        """Block until the server stops or the caller is interrupted; the server is stopped either way,
+        and an interrupt (Ctrl-C: KeyboardInterrupt) goes on to the caller."""
         try:
             while self.running():
                 self._thread.join(0.2)
-        except KeyboardInterrupt:
-            pass
         finally:
             self.stop()
 
