@@ -6,6 +6,7 @@ fault builds run through the default child process, so an abort could not end th
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import re
@@ -861,22 +862,114 @@ def test_cli_trt_build_exit_codes(seed_export: Any, user_ops_file: Path, tmp_pat
     assert code == 1 and "this rule fails on purpose" in out and not (tmp_path / "bad.engine").exists()
 
     usage = [
-        (["trt-build", str(model), "-o", str(engine)], "input 'image' has dynamic dims"),
+        (["trt-build", str(model), "-o", str(engine)], "give each its range as --profile NAME:MIN,OPT,MAX, e.g. "),
         (["trt-build", str(model), "-o", str(engine), "--profile", "image:1x1x4x4"], "write INPUT:MIN,OPT,MAX"),
         (
             ["trt-build", str(model), "-o", str(engine), "--profile", "image:1x2x4x4,1x2x4x4,1x2x4x4"],
             "the model fixes it at 1",
         ),
-        (["trt-build", str(model), "-o", str(engine), "--profile", "nope:1,1,1"], "the model has no input 'nope'"),
+        (["trt-build", str(model), "-o", str(engine), "--profile", "nope:1,1,1"], "--profile nope: the model has no"),
         (["trt-build", str(tmp_path / "missing.onnx"), "-o", str(engine)], "no such file"),
         (
             ["trt-build", str(model), "-o", str(model), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"],
-            "that is the input model",
+            f"-o {model}: that is the input model",
         ),
     ]
     for argv, message in usage:
         assert cli_main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
+
+
+def test_api_usage_errors_name_the_arguments_not_the_command_line_flags(tmp_path: Path) -> None:
+    """build_engine and check_profiles named their arguments as trt-build's flags (``--profile x``, ``-o``),
+    which a Python caller does not have; trt-build keeps its flags (test_cli_trt_build_exit_codes)."""
+    from opbridge.tensorrt import check_profiles
+
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "relu.onnx",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [t("x", TensorProto.FLOAT, ["batch", 3, 5])],
+        [t("y", TensorProto.FLOAT, None)],
+        {},
+    )
+    cases = [
+        (
+            {},
+            "input 'x' has dynamic dims (batchx3x5): give each its range in profiles as {input: (min, opt, max)}, "
+            "e.g. profiles={'x': ((1, 3, 5), (1, 3, 5), (1, 3, 5))}",
+        ),
+        ({"nope": SMALL["x"]}, "profiles['nope']: the model has no input 'nope'"),
+        ({"x": ((1, 3, 5), (2, 3, 5))}, "profiles['x']: give three shapes (min, opt, max)."),
+        ({"x": ((1, 3, 5), (2, 3, 5), (3, 4, 5))}, "profiles['x']: the max shape (3, 4, 5) sets axis 1 to 4"),
+        ({"x": ((1, 3, 5), (1, 3, 5), (3, 4))}, "profiles['x']: the max shape (3, 4) has rank 2"),
+        ({"x": ((2, 3, 5), (1, 3, 5), (3, 3, 5))}, "profiles['x']: need min <= opt <= max on every axis"),
+        ({"x": ((1, 3, 5), (1, 3, 5), (2**31, 3, 5))}, "profiles['x']: the max shape (2147483648, 3, 5) has a dim"),
+    ]
+    for profiles, message in cases:
+        with pytest.raises(opbridge.OpbridgeError) as caught:
+            check_profiles(path, profiles)
+        assert message in str(caught.value) and "--profile" not in str(caught.value), profiles
+    with pytest.raises(opbridge.OpbridgeError) as caught:
+        build_engine(path, path, profiles=SMALL)
+    assert f"output {str(path)!r}: that is the input model" in str(caught.value)
+    assert "-o " not in str(caught.value)
+
+
+def _loop_without_condition(name: str = "loop", body_name: str = "keep_going") -> onnx.NodeProto:
+    """A ``Loop(M, "", v0)`` whose body reads its condition (node ``body_name``); the graph holds ``M``."""
+    t = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name=body_name),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"], name=f"{body_name}_add" if body_name else ""),
+        ],
+        "body",
+        [t("i", TensorProto.INT64, []), t("cond_in", TensorProto.BOOL, []), t("v_in", TensorProto.FLOAT, [2])],
+        [t("cond_out", TensorProto.BOOL, []), t("v_out", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [2], [1.0, 1.0])],
+    )
+    return helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body, name=name)
+
+
+def test_a_failed_parse_names_the_cause_from_the_static_rules(tmp_path: Path) -> None:
+    """TensorRT's parser fails a Loop without condition on the body node with "Node input was not
+    registered" and an Upsample-9 with run-time scales with an internal assertion, neither naming the cause:
+    the report adds the compat rule's reason and fix for the nodes the parser names (and the Loop holding
+    one), or for every node the rules fail where it names none."""
+    t = helper.make_tensor_value_info
+    m = helper.make_tensor("M", TensorProto.INT64, [], [3])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+
+    def save(name: str, nodes: list[Any], inputs: list[Any], outputs: list[Any], opset: int) -> Path:
+        graph = helper.make_graph(nodes, "g", inputs, outputs, [m, two])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), tmp_path / name)
+        return tmp_path / name
+
+    v0, v = t("v0", TensorProto.FLOAT, [2]), t("v", TensorProto.FLOAT, [2])
+    loop = save("loop.onnx", [_loop_without_condition()], [v0], [v], 17)
+    report = build_engine(loop, None)
+    assert not report.ok
+    parser, explained = report.errors[0], [e for e in report.errors if e[:2] == ("loop", "Loop")]
+    assert parser[:2] == ("keep_going", "Identity") and "Node input was not registered" in parser[2]
+    assert len(explained) == 1 and explained[0][2].startswith("opbridge: Loop 'loop' has no condition input")
+    assert "give the Loop a constant true condition" in explained[0][2]
+    assert "trt-loop-empty-condition" in explained[0][2]
+
+    unnamed = save("unnamed.onnx", [_loop_without_condition("", "")], [v0], [v], 17)
+    report = build_engine(unnamed, None)
+    assert report.errors[0][0] == "" and [e[:2] for e in report.errors[1:]] == [("Loop#0", "Loop")]
+
+    # the parser stops at the Upsample: the Loop after it, which the rules fail too, is not its cause
+    up = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest", name="up")
+    scales = helper.make_node("Mul", ["factor", "two"], ["scales"], name="mul")
+    inputs = [t("x", TensorProto.FLOAT, [1, 1, 4, 4]), t("factor", TensorProto.FLOAT, [4]), v0]
+    both = save("up.onnx", [scales, up, _loop_without_condition()], inputs, [t("y", TensorProto.FLOAT, None), v], 9)
+    report = build_engine(both, None)
+    assert [e[:2] for e in report.errors] == [("up", "Upsample"), ("up", "Upsample")], report.describe()
+    assert "isInFlight" in report.errors[0][2]
+    assert report.errors[1][2].startswith("opbridge: Upsample of opset 9 takes scales as input 1")
+    assert "make 'scales' an initializer" in report.errors[1][2] and "trt-input-not-constant" in report.errors[1][2]
 
 
 def test_cli_plugins_lists_generated_creators(user_ops_file: Path, capsys: Any) -> None:
@@ -975,7 +1068,7 @@ def test_profiles_of_inputs_that_share_named_dims(tmp_path: Path) -> None:
     completed = check_profiles(path, {"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4))})
     assert completed["b"] == ((1, 3, 4), (2, 3, 4), (8, 3, 4)) and "c" not in completed
     with pytest.raises(
-        opbridge.OpbridgeError, match=r"--profile b: axis 0 is the named dim 'batch', which --profile a"
+        opbridge.OpbridgeError, match=r"profiles\['b'\]: axis 0 is the named dim 'batch', which profiles\['a'\]"
     ):
         check_profiles(path, {"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4)), "b": ((1, 3, 4), (2, 3, 4), (4, 3, 4))})
     report = build_engine(path, None, profiles={"a": ((1, 3, 4), (2, 3, 4), (8, 3, 4))}, isolate=False)
@@ -996,8 +1089,8 @@ def test_missing_profiles_are_named_together(tmp_path: Path) -> None:
     )
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"input 'a' has dynamic dims \(nx3\) and 1 other input\(s\): .*--profile a:1x3,1x3,1x3 "
-        r"--profile b:1x3,1x3,1x3",
+        match=r"input 'a' has dynamic dims \(nx3\) and 1 other input\(s\): give each its range in profiles .*"
+        r"profiles=\{'a': \(\(1, 3\), \(1, 3\), \(1, 3\)\), 'b': \(\(1, 3\), \(1, 3\), \(1, 3\)\)\}",
     ):
         check_profiles(path, {})
 
@@ -1022,9 +1115,10 @@ def test_a_missing_profile_is_suggested_with_the_ranges_other_profiles_set(tmp_p
     given = {"a": ((1, 3), (2, 3), (4, 3))}
     with pytest.raises(opbridge.OpbridgeError, match=r"input 'b' has dynamic dims \(batchxw\)") as caught:
         check_profiles(path, given)
-    suggested = re.search(r"--profile b:(\S+),(\S+),(\S+) ", str(caught.value))
-    assert suggested is not None and suggested.groups() == ("1x1", "2x1", "4x1")
-    triple = tuple(tuple(int(v) for v in s.split("x")) for s in suggested.groups())
+    suggested = re.search(r"profiles=(\{.*?\}) \(", str(caught.value))
+    assert suggested is not None
+    triple = ast.literal_eval(suggested.group(1))["b"]
+    assert triple == ((1, 1), (2, 1), (4, 1))
     assert check_profiles(path, {**given, "b": triple})["b"] == triple  # taken as suggested
 
 

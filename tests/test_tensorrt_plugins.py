@@ -249,3 +249,50 @@ def test_runtime_callbacks_translate_tensorrt_descriptions() -> None:
     with pytest.raises(AssertionError, match="not compiled with CUDA"):  # (no kernel: the reference, on CUDA)
         no_kernel.enqueue([f32], [f32], [0], [0], 0, 0)
     assert ("m", "AllAttrs") in [(n, o) for n, o, _ in recorded_errors()]
+
+
+def test_deserialize_engine_quotes_tensorrt_and_registers_the_plugins_first() -> None:
+    """TensorRT's own deserialize only returns None; the helper registers opbridge's plugins, then raises
+    with TensorRT's error. (Here, without a GPU, TensorRT fails on the bytes before any plugin lookup.)"""
+    from opbridge.tensorrt import deserialize_engine, list_plugins
+
+    with pytest.raises(opbridge.OpbridgeError) as caught:
+        deserialize_engine(b"not a TensorRT engine" * 8)
+    message = str(caught.value)
+    assert message.startswith(f"{backend_name()} could not deserialize the engine: ")
+    assert "Serialization" in message  # TensorRT's own error, quoted
+    assert "register_plugins" not in message  # no plugin is named missing: no plugin hint
+    assert {"opbridge::MySELU", "trt_test::AllAttrs"} <= {p.op for p in list_plugins()}
+
+
+# TensorRT 10's log lines for an engine whose plugin creator is not registered (NVIDIA/TensorRT#1913 and
+# laugh12321/TensorRT-YOLO#118 quote them): they cannot be produced here, as no engine runs on this machine.
+MISSING = (
+    "IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: {name}, version: 1, "
+    "namespace:{domain}.)"
+)
+NO_CREATOR = (
+    "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization assertion creator failed.Cannot "
+    "deserialize plugin since corresponding IPluginCreator not found in Plugin Registry)"
+)
+
+
+def test_deserialize_failure_names_the_op_of_a_missing_plugin() -> None:
+    """A missing creator named in TensorRT's log becomes the op to import and the call that registers it."""
+    from opbridge.tensorrt._runtime import _deserialize_failure
+
+    unknown = _deserialize_failure(
+        "m.engine", "tensorrt", [MISSING.format(name="Blend", domain="acme"), NO_CREATOR], ["opbridge::MySELU"]
+    )
+    assert unknown.startswith("tensorrt could not deserialize m.engine: IPluginRegistry::getCreator")
+    assert (
+        "Plugin Blend v1 (namespace 'acme') belongs to no opbridge op defined in this process: import the module "
+        "that defines the acme::Blend op (or pass its file in ops=...) so that "
+        "opbridge.tensorrt.register_plugins() registers its plugin"
+    ) in unknown
+    known = _deserialize_failure(
+        "m.engine", "tensorrt", [MISSING.format(name="AllAttrs", domain="trt_test")], ["trt_test::AllAttrs"]
+    )
+    assert "Plugin AllAttrs v1 (namespace 'trt_test') is trt_test::AllAttrs's, which opbridge registered" in known
+    unnamed = _deserialize_failure("m.engine", "tensorrt", [NO_CREATOR], ["opbridge::MySELU"])
+    assert "registered now: opbridge::MySELU. Import the modules that define the engine's other ops" in unnamed

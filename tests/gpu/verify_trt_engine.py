@@ -27,16 +27,16 @@ from opbridge._loading import load_factory, load_ops
 
 def run_engine(engine_bytes: bytes, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     """Run the engine once; ``inputs`` in the engine's input order. Returns outputs by name."""
-    from opbridge.tensorrt import load_tensorrt, register_plugins
+    from opbridge.errors import OpbridgeError
+    from opbridge.tensorrt import deserialize_engine, load_tensorrt
 
     trt, backend = load_tensorrt()
     if backend != "tensorrt":
         raise SystemExit(f"this needs NVIDIA TensorRT ('import tensorrt'); found only {backend}")
-    register_plugins()
-    logger = trt.Logger(trt.Logger.WARNING)
-    engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
-    if engine is None:
-        raise SystemExit("TensorRT could not deserialize the engine (see its log above)")
+    try:
+        engine = deserialize_engine(engine_bytes)  # (the plugins of the ops loaded so far registered first)
+    except OpbridgeError as exc:
+        raise SystemExit(str(exc)) from None
     context = engine.create_execution_context()
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     in_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]

@@ -43,7 +43,7 @@ def parse_profile(text: str) -> tuple[str, tuple[tuple[int, ...], tuple[int, ...
 def run(args: argparse.Namespace) -> int:
     from opbridge._files import prepare_output
     from opbridge._loading import load_ops
-    from opbridge.tensorrt import build_engine
+    from opbridge.tensorrt._build import _build_engine
 
     profiles: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
     for item in args.profile:
@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     # a bad path is named before the build (build_engine guards the model and its data files)
     prepare_output(args.output, protected=[f for f in user_files(args) if f != args.model])
     load_ops(args.ops)
-    report = build_engine(args.model, args.output, profiles=profiles, ops=args.ops, isolate=not args.in_process)
+    # usage errors name --profile and -o, not build_engine's arguments
+    report = _build_engine(
+        args.model, args.output, profiles=profiles, ops=args.ops, isolate=not args.in_process, timeout=600.0, cli=True
+    )
     print(report.describe())
     return 0 if report.ok else 1

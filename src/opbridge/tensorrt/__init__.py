@@ -30,7 +30,7 @@ from opbridge.tensorrt._build import (
 )
 from opbridge.tensorrt._loader import backend_name, load_tensorrt
 from opbridge.tensorrt._registry import PluginInfo, list_plugins, register_plugins
-from opbridge.tensorrt._runtime import KernelLauncher, TensorRef, as_torch
+from opbridge.tensorrt._runtime import KernelLauncher, TensorRef, as_torch, deserialize_engine
 
 __all__ = [
     "BuildReport",
@@ -43,6 +43,7 @@ __all__ = [
     "backend_name",
     "build_engine",
     "check_profiles",
+    "deserialize_engine",
     "list_plugins",
     "load_tensorrt",
     "parse_with_tensorrt",

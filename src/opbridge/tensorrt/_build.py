@@ -139,50 +139,65 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
     are all named dims (``batch``) that another input's profile sets gets its profile from there;
     two profiles that give one named dim different ranges are refused.
     """
+    return _check_profiles(model_path, profiles, cli=False)
+
+
+def _check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None, *, cli: bool) -> dict[str, Any]:
+    """:func:`check_profiles`; its messages name a profile as ``trt-build`` takes it (``--profile x``) with
+    ``cli``, else as :func:`build_engine` does (``profiles['x']``)."""
+
+    def where(name: str) -> str:
+        return f"--profile {name}" if cli else f"profiles[{name!r}]"
+
+    def shape_text(dims: Sequence[Any]) -> str:
+        return _fmt(dims) if cli else str(tuple(dims))
+
+    order = "MIN <= OPT <= MAX" if cli else "min <= opt <= max"
     path = Path(model_path)
     inputs = _model_inputs(path)
     given = _profile_argument(profiles)
     for name in given:
         if name not in inputs:
-            raise OpbridgeError(f"--profile {name}: the model has no input {name!r}; its inputs are {sorted(inputs)}.")
+            raise OpbridgeError(f"{where(name)}: the model has no input {name!r}; its inputs are {sorted(inputs)}.")
     named: dict[str, tuple[tuple[int, int, int], str]] = {}  # dim name -> (min, opt, max), the input setting it
     for name, triple in given.items():
         dims = inputs[name]
         if len(triple) != 3:
-            raise OpbridgeError(f"--profile {name}: give three shapes MIN,OPT,MAX.")
+            three = "MIN,OPT,MAX" if cli else "(min, opt, max)"
+            raise OpbridgeError(f"{where(name)}: give three shapes {three}.")
         for label, shape in zip(("min", "opt", "max"), triple):
             if any(not 0 <= v <= _INT32[1] for v in shape):  # TensorRT's dims are int32
                 raise OpbridgeError(
-                    f"--profile {name}: the {label} shape {_fmt(shape)} has a dim outside 0..{_INT32[1]}, the sizes "
-                    "TensorRT's dims hold."
+                    f"{where(name)}: the {label} shape {shape_text(shape)} has a dim outside 0..{_INT32[1]}, the "
+                    "sizes TensorRT's dims hold."
                 )
             if len(shape) != len(dims):
                 raise OpbridgeError(
-                    f"--profile {name}: the {label} shape {_fmt(shape)} has rank {len(shape)}, "
+                    f"{where(name)}: the {label} shape {shape_text(shape)} has rank {len(shape)}, "
                     f"but input {name!r} is {_fmt(dims)} (rank {len(dims)})."
                 )
             for axis, (d, s) in enumerate(zip(dims, shape)):
                 if isinstance(d, int) and d != s:
                     raise OpbridgeError(
-                        f"--profile {name}: the {label} shape {_fmt(shape)} sets axis {axis} to {s}, "
+                        f"{where(name)}: the {label} shape {shape_text(shape)} sets axis {axis} to {s}, "
                         f"but the model fixes it at {d}."
                     )
         lo, mid, hi = triple
         if not all(a <= b <= c for a, b, c in zip(lo, mid, hi)):
-            raise OpbridgeError(f"--profile {name}: need MIN <= OPT <= MAX on every axis, got {lo}, {mid}, {hi}.")
+            raise OpbridgeError(f"{where(name)}: need {order} on every axis, got {lo}, {mid}, {hi}.")
         for axis, d in enumerate(dims):
             if isinstance(d, str):
                 span = (lo[axis], mid[axis], hi[axis])
                 if d in named and named[d][0] != span:
                     other_span, other = named[d]
                     raise OpbridgeError(
-                        f"--profile {name}: axis {axis} is the named dim {d!r}, which --profile {other} gives the "
+                        f"{where(name)}: axis {axis} is the named dim {d!r}, which {where(other)} gives the "
                         f"range {other_span} (min, opt, max); inputs that share a named dim need one range: give "
                         f"{d!r} {span} or {other_span} in both."
                     )
                 named.setdefault(d, (span, name))
     out: dict[str, Any] = dict(given)
-    missing: list[str] = []
+    missing: dict[str, tuple[tuple[int, ...], ...]] = {}  # input -> the profile suggested for it
     for name, dims in inputs.items():
         if name in out or all(isinstance(d, int) for d in dims):
             continue
@@ -191,20 +206,22 @@ def check_profiles(model_path: str | os.PathLike[str], profiles: Profile | None)
             logger.info("profile of %s from its named dims: %s", name, out[name])
             continue
         # (dims another profile sets keep its range: a different one would be refused)
-        example = [
-            _fmt(
-                [d if isinstance(d, int) else named[d][0][k] if isinstance(d, str) and d in named else 1 for d in dims]
-            )
+        missing[name] = tuple(
+            tuple(d if isinstance(d, int) else named[d][0][k] if isinstance(d, str) and d in named else 1 for d in dims)
             for k in range(3)
-        ]
-        missing.append(f"--profile {name}:{','.join(example)}")
+        )
         if len(missing) == 1:
             first = f"input {name!r} has dynamic dims ({'x'.join(str(d) if d is not None else '?' for d in dims)})"
     if missing:
         others = f" and {len(missing) - 1} other input(s)" if len(missing) > 1 else ""
+        if cli:
+            example = " ".join(f"--profile {n}:{','.join(_fmt(s) for s in t)}" for n, t in missing.items())
+            how = f"give each its range as --profile NAME:MIN,OPT,MAX, e.g. {example}"
+        else:
+            how = f"give each its range in profiles as {{input: (min, opt, max)}}, e.g. profiles={missing!r}"
         raise OpbridgeError(
-            f"{first}{others}: give each its range as --profile NAME:MIN,OPT,MAX, e.g. {' '.join(missing)} "
-            "(an input whose dynamic dims are all named dims another profile sets takes their range)."
+            f"{first}{others}: {how} (an input whose dynamic dims are all named dims another profile sets takes "
+            "their range)."
         )
     return out
 
@@ -277,7 +294,9 @@ def _run_in_process(
         errors.append((str(err.node_name()), str(err.node_operator()), desc))
     report: dict[str, Any] = {
         "backend": backend,
+        "version": str(getattr(trt, "__version__", "")),
         "ok": parsed,
+        "parsed": parsed,
         "engine_bytes": 0,
         "engine_path": None,
         "kernelless": kernelless,
@@ -349,7 +368,7 @@ def _plugin_not_found(op_type: str) -> str:
         )
     return (
         f"no op named {op_type} is defined and no other library registered a plugin for it; define it with "
-        "@opbridge.op and pass its file with --ops"
+        "@opbridge.op and pass its file in ops (--ops on the command line)"
     )
 
 
@@ -602,7 +621,7 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
         # an --ops module that parses or builds when imported would start workers without end
         raise OpbridgeError(
             "TensorRT's worker process was asked to start another one: a module it imports for its ops "
-            f"({', '.join(request.get('ops', [])) or 'an --ops target'}) parses or builds a model when imported; "
+            f"({', '.join(request.get('ops', [])) or 'an ops target'}) parses or builds a model when imported; "
             "put that code under `if __name__ == '__main__':`"
         )
     _MAIN_OPS.clear()
@@ -694,7 +713,7 @@ def _ended_early(code: int, stderr: str | None) -> str:
     if not lines:
         return (
             f"TensorRT's process ended ({how}) before parsing the model, and printed nothing: it ended while "
-            "importing TensorRT, the --ops modules or the plugins' registration"
+            "importing TensorRT, the ops modules or the plugins' registration"
         )
     tail = lines[-15:]
     steps = [line for line in lines if line.startswith("opbridge: ")]
@@ -777,10 +796,25 @@ def build_engine(
         >>> r.ok  # doctest: +SKIP
         True
     """
+    return _build_engine(path, output, profiles=profiles, ops=ops, isolate=isolate, timeout=timeout, cli=False)
+
+
+def _build_engine(
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None,
+    *,
+    profiles: Profile | None,
+    ops: Sequence[str],
+    isolate: bool,
+    timeout: float,
+    cli: bool,
+) -> BuildReport:
+    """:func:`build_engine`; its usage errors name the arguments as ``trt-build`` takes them with ``cli``."""
     request = _request(path, ops)
-    profiles = check_profiles(request["model"], profiles)
+    profiles = _check_profiles(request["model"], profiles, cli=cli)
     if output is not None and Path(output).resolve() == Path(request["model"]):
-        raise OpbridgeError(f"-o {output}: that is the input model; choose another path for the engine.")
+        where = f"-o {output}" if cli else f"output {os.fspath(output)!r}"
+        raise OpbridgeError(f"{where}: that is the input model; choose another path for the engine.")
     if output is not None:
         from opbridge._files import prepare_output
         from opbridge.model_io import external_files
@@ -793,6 +827,8 @@ def build_engine(
         profiles={k: [list(map(int, s)) for s in v] for k, v in (profiles or {}).items()},
     )
     result = _run_isolated(request, timeout) if isolate else _work(request)
+    if result.get("parsed") is False:
+        result["errors"] = list(result["errors"]) + _static_explanations(request["model"], result)
     if result.get("ok") and result.get("kernelless"):
         logger.warning(
             "the engine holds plugins of %s, which have no GPU kernel: each enqueue runs the op's PyTorch "
@@ -817,6 +853,45 @@ def build_engine(
         list(result.get("log", [])),
         dict(result.get("plugin_shapes", {})),
     )
+
+
+def _static_explanations(model_path: str, result: dict[str, Any]) -> list[list[str]]:
+    """Error entries for a failed parse from the static rules of ``opbridge compat --target tensorrt``,
+    which name the cause and the fix where TensorRT's parser gives an internal assertion: the verdicts of
+    the nodes the parser names, of the If/Loop/Scan nodes holding them, and of the calls of the local
+    functions whose bodies hold them; of every node the rules fail where the parser names no node. Nodes
+    that already have opbridge's explanation are left out."""
+    import onnx
+
+    from opbridge.graph._model import labelled_nodes
+    from opbridge.graph.compat import check_compat
+
+    version = result.get("version") if result.get("backend") == "tensorrt" else None  # RTX: the newest rules
+    try:
+        report = check_compat(model_path, "tensorrt", real=False, trt_version=version or None)
+    except OpbridgeError as exc:  # (the parser's own errors stand; these only add to them)
+        logger.info("the static TensorRT rules could not judge %s: %s", model_path, exc)
+        return []
+    errors = result.get("errors", [])
+    covered = {e[0] for e in errors if "opbridge:" in e[2]}
+    failing = [v for v in report.nodes if v.verdict == "fail" and v.node not in covered]
+    named = {e[0] for e in errors if e[0]}
+    if named and failing:
+        places: list[tuple[str, str]] = []  # (path, label) of the named nodes of the graph and its subgraphs
+        functions: set[tuple[str, str]] = set()  # local functions whose bodies hold a named node
+        for prefix, label, node, fn in labelled_nodes(onnx.load(model_path, load_external_data=False)):
+            if node.name in named:
+                if fn is None:
+                    places.append((prefix, prefix + label))
+                else:
+                    functions.add((fn.domain, fn.name))
+        failing = [
+            v
+            for v in failing
+            if (v.domain, v.op_type) in functions
+            or any(v.node == label or prefix.startswith(v.node + "/") for prefix, label in places)
+        ]
+    return [[v.node, v.op_type, f"opbridge: {v.reason} (compat rule {', '.join(v.rules)})"] for v in failing]
 
 
 def _ops_with_bodies(model_path: str) -> list[str]:

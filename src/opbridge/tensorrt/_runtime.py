@@ -7,16 +7,23 @@ copying (through ``__cuda_array_interface__``) and calls the op's GPU kernel
 ``fn(inputs, outputs, attrs, stream)`` with that stream current. The plugin's
 ``on_shape_change``/``enqueue`` delegate here, so the path can be exercised on
 a GPU machine that has no TensorRT.
+
+:func:`deserialize_engine` loads an engine holding these plugins: it registers
+them first, and names the plugins TensorRT could not find.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import OpbridgeError, OpDefinitionError
 
 if TYPE_CHECKING:
     import torch
@@ -29,9 +36,12 @@ __all__ = [
     "KernelLauncher",
     "TensorRef",
     "as_torch",
+    "deserialize_engine",
     "dtype_supported",
     "kernel_dtypes",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_GPU_DTYPES: tuple[str, ...] = ("float32", "float16")
 
@@ -214,3 +224,99 @@ class KernelLauncher:
         else:
             self._views.move_to_end(key)
         return view.detach()
+
+
+# How TensorRT's log names a plugin creator it could not find while deserializing: TensorRT 10
+# ("Cannot find plugin: NAME, version: 1, namespace:NS.") and 8 ("could not find plugin NAME version 1").
+_MISSING_PLUGIN = (
+    re.compile(r"Cannot find plugin: ([^,\s]+), version: ([^,\s]+), namespace:\s*([^\s.)]*)"),
+    re.compile(r"could not find plugin:? ([^,\s]+),? version:? ([^,\s]+)(?:,? namespace:?\s*([^\s.)]*))?"),
+)
+
+
+def deserialize_engine(engine: bytes | str | os.PathLike[str], *, ops: Sequence[str] = ()) -> Any:
+    """Register opbridge's plugins, then deserialize ``engine`` (its bytes, or its file) with TensorRT.
+
+    TensorRT tells which plugin creators an engine needs only by failing to find one, so the plugins of
+    every op defined here are registered first: the built-in ops, the ops already imported and those of
+    the ``ops`` targets (files or modules, as given to the build). The returned ``ICudaEngine`` keeps its
+    runtime alive.
+
+    Raises:
+        OpbridgeError: TensorRT could not deserialize the engine; the message quotes TensorRT's errors and,
+            where they name a plugin it could not find, the op it belongs to and how to register it.
+
+    Example:
+        >>> engine = deserialize_engine("srcnn.engine", ops=["my_ops.py"])  # doctest: +SKIP
+        >>> context = engine.create_execution_context()  # doctest: +SKIP
+    """
+    from opbridge._loading import load_ops
+    from opbridge.tensorrt._loader import load_tensorrt
+    from opbridge.tensorrt._registry import register_plugins
+
+    if isinstance(engine, (bytes, bytearray, memoryview)):
+        data, what = bytes(engine), "the engine"
+    else:
+        try:
+            data, what = Path(engine).read_bytes(), os.fspath(engine)
+        except OSError as exc:
+            raise OpbridgeError(
+                f"{os.fspath(engine)}: cannot read the engine ({exc}); give the engine file's path."
+            ) from exc
+    load_ops(list(ops))
+    trt, backend = load_tensorrt()
+    registered = sorted({info.op for info in register_plugins() if info.op})
+
+    class _Record(trt.ILogger):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if severity.name in ("ERROR", "INTERNAL_ERROR"):
+                self.errors.append(msg)  # (raised below)
+                logger.debug("TensorRT: %s", msg)
+            elif severity.name == "WARNING":
+                logger.warning("TensorRT: %s", msg)
+
+    record = _Record()
+    result = trt.Runtime(record).deserialize_cuda_engine(data)
+    if result is None:
+        raise OpbridgeError(_deserialize_failure(what, backend, record.errors, registered))
+    return result
+
+
+def _deserialize_failure(what: str, backend: str, errors: Sequence[str], registered: Sequence[str]) -> str:
+    """Why ``what`` did not deserialize: TensorRT's ``errors``, then, for each plugin creator they say is
+    missing, the opbridge op it belongs to (among those defined here) and what registers it."""
+    from opbridge.definition import all_ops
+
+    quoted = "; ".join(dict.fromkeys(e.strip() for e in errors)) or "no error logged"
+    text = f"{backend} could not deserialize {what}: {quoted}."
+    missing = list(dict.fromkeys(m.groups() for e in errors for p in _MISSING_PLUGIN for m in p.finditer(e)))
+    for name, version, namespace in missing:
+        plugin = f"Plugin {name} v{version}" + (f" (namespace {namespace!r})" if namespace else "")
+        owners = [
+            d.spec.qualname
+            for d in all_ops()
+            if d.spec.name == name and str(d.spec.version) == version and namespace in ("", None, d.spec.domain)
+        ]
+        if any(q in registered for q in owners):
+            text += (
+                f" {plugin} is {owners[0]}'s, which opbridge registered here; another library's creator of that "
+                "name may hold its place (opbridge.tensorrt.list_plugins(include_all=True) lists them)."
+            )
+        else:
+            op = f"{namespace}::{name}" if namespace else name
+            text += (
+                f" {plugin} belongs to no opbridge op defined in this process: import the module that defines "
+                f"the {op} op (or pass its file in ops=...) so that opbridge.tensorrt.register_plugins() "
+                "registers its plugin, then deserialize."
+            )
+    if not missing and any("plugin" in e.lower() for e in errors):
+        text += (
+            " An engine holding opbridge plugins needs each op's plugin registered before deserializing; "
+            f"registered now: {', '.join(registered) or 'none'}. Import the modules that define the engine's "
+            "other ops (or pass their files in ops=...), then call opbridge.tensorrt.register_plugins()."
+        )
+    return text
