@@ -886,3 +886,29 @@ def test_every_backend_refuses_a_domain_the_model_does_not_import(backend: str) 
     )
     with pytest.raises(opbridge.ModelLoadError, match=message):
         get_backend(backend)(model).load()
+
+
+def test_openvino_close_cuts_its_python_ops_loose_from_the_model() -> None:
+    """OpenVINO never frees a Python op (its C++ node holds the Python object, which holds the node), and
+    a node holds the graph upstream of it: closing the runner points the inputs of the ops made while it
+    loaded at an empty Parameter, so they keep none of the model's weights (a copy per load)."""
+    _needs("openvino")
+    from onnx import numpy_helper
+
+    w = np.arange(4, dtype=np.float32)
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["s"], name="add"),
+        helper.make_node("Times", ["s"], ["y"], domain="tests.backends", name="t", k=3),
+    ]
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [4])  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value("x")], [value("y")], [numpy_helper.from_array(w, "w")])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
+    runner = OpenVINORunner(helper.make_model(graph, opset_imports=opsets)).load()
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(runner.infer({"x": x})["y"], (x + w) * 3)
+    ops = [op for op in runner.ov_model.get_ordered_ops() if type(op).__name__ == "opbridge_Times"]
+    assert [op.input_value(0).get_node().get_type_name() for op in ops] == ["Add"]
+    runner.close()
+    sources = [op.input_value(0) for op in ops]
+    assert [s.get_node().get_type_name() for s in sources] == ["Parameter"]
+    assert [str(s.get_partial_shape()) for s in sources] == ["[0]"]

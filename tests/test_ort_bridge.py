@@ -1184,3 +1184,58 @@ def test_a_kernel_running_its_own_session_works_or_is_refused(tmp_path: Path) ->
         timeout=120,
     )
     assert stdout.splitlines() == ["ORT_SEQUENTIAL [3.0, 3.0]", "ORT_PARALLEL refused: True"]
+
+
+def test_dropped_sessions_free_their_bridged_ops() -> None:
+    """A server that reloads models creates and drops sessions: the bridge's op entries (and their
+    domains) go with the session and the options that received them, none is kept per session."""
+    import gc
+
+    model = make_model("Identity2", [("x", F, [2])], [("y", F, [2])])
+    x = np.array([1.5, -2.0], np.float32)
+    gc.collect()
+    before = native.abi_report()["live_ops"]
+    for _ in range(3):
+        sess = InferenceSession(model)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+        assert native.abi_report()["live_ops"] == before + 1
+        del sess
+        gc.collect()
+        assert native.abi_report()["live_ops"] == before
+
+
+def test_bridged_ops_live_as_long_as_their_options_and_kernels() -> None:
+    """Options that received the bridge can still create sessions (which read its ops), and a session's
+    kernels call their op: each keeps the ops, and they go with the last of them."""
+    import gc
+
+    model = make_model("Identity2", [("x", F, [2])], [("y", F, [2])])
+    x = np.array([1.5, -2.0], np.float32)
+    gc.collect()
+    before = native.abi_report()["live_ops"]
+    kept: list = []
+
+    def make_options() -> object:
+        kept.append(ort.SessionOptions())
+        return kept[-1]
+
+    sess = InferenceSession(model, sess_options=make_options)
+    tagged = sess.model.SerializeToString()
+    del sess
+    gc.collect()
+    assert native.abi_report()["live_ops"] == before + 1
+    with pytest.raises(Exception, match="registered for a session that is gone"):
+        ort.InferenceSession(tagged, sess_options=kept[0], providers=["CPUExecutionProvider"])
+    kept.clear()
+    gc.collect()
+    assert native.abi_report()["live_ops"] == before
+
+    inner = InferenceSession(model).session
+    # (onnxruntime's own hold on the options: without it they go before the session)
+    inner._sess_options_initial = inner._sess_options = None
+    gc.collect()
+    assert native.abi_report()["live_ops"] == before + 1
+    np.testing.assert_array_equal(inner.run(None, {"x": x})[0], x)
+    del inner
+    gc.collect()
+    assert native.abi_report()["live_ops"] == before

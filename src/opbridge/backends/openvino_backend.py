@@ -201,6 +201,12 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
     # instances: OpenVINO clones a node whose output shape is dynamic at every inference and never
     # frees the clones of a Python op (openvino 2025), so each instance is kept as small as it can be.
     shape_caches: dict[int, dict[Any, list[tuple[Any, Any]]]] = {}
+    # The instances made while the runner loads: the converted nodes and the plugin's clones at compile
+    # time. OpenVINO never frees a Python op, and each holds its inputs, so the graph upstream of it (the
+    # model's weights, a copy per load) would stay with it: the runner cuts them loose when it closes.
+    # (The clones made at inference are not kept: their inputs are OpenVINO's views of its buffers.)
+    loading: list[Any] = []
+    state = {"loading": True}
 
     def node(index: int) -> _NodeInfo:
         if index >= len(nodes):  # (the runner emptied them when it closed)
@@ -212,6 +218,8 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             # Set before Op.__init__, which may already call validate_and_infer_types.
             self._index = node_index
             super().__init__(self, inputs)
+            if state["loading"]:
+                loading.append(self)
             if node_index >= 0:
                 self.set_output_size(node(node_index).num_outputs)
             if inputs is not None:
@@ -349,13 +357,41 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
     _CustomOp.__name__ = _CustomOp.__qualname__ = f"opbridge_{op_type}"
 
+    def loaded() -> None:
+        """Stop keeping the instances made from now on (the runner has loaded)."""
+        state["loading"] = False
+
     def forget() -> None:
-        """Drop what the class holds of its runner (when the runner closes)."""
+        """Drop what the class holds of its runner, and cut the instances made while it loaded loose from
+        the graphs upstream of them (when the runner closes)."""
+        state["loading"] = False
+        for op in loading:
+            _cut_inputs(op)
+        loading.clear()
         shape_caches.clear()
         model_dtypes.clear()
 
+    _CustomOp.loaded = staticmethod(loaded)  # type: ignore[attr-defined]
     _CustomOp.forget = staticmethod(forget)  # type: ignore[attr-defined]
     return _CustomOp
+
+
+# One empty Parameter per element type, which the inputs of closed runners' op instances point at.
+_EMPTY: dict[str, Any] = {}
+_EMPTY_LOCK = threading.Lock()
+
+
+def _cut_inputs(op: Any) -> None:
+    """Point every input of ``op`` at an empty Parameter, so that ``op`` holds none of the graph upstream of it."""
+    import openvino as ov
+
+    with _EMPTY_LOCK:  # (connecting an output changes its list of targets)
+        for i in range(op.get_input_size()):
+            etype = op.input_value(i).get_element_type()
+            empty = _EMPTY.get(str(etype))
+            if empty is None:
+                empty = _EMPTY[str(etype)] = ov.op.Parameter(etype, ov.PartialShape([0]))
+            op.input(i).replace_source_output(empty.output(0))
 
 
 def _np_dtype(etype: Any) -> np.dtype | None:
@@ -475,6 +511,15 @@ class OpenVINORunner(OnnxRunner):
         self._op_classes: list[type] = []
 
     def _load(self) -> None:
+        try:
+            self._load_model()
+        except BaseException:
+            self._close()  # (the op instances the failed attempt made let go of its model)
+            raise
+        for cls in self._op_classes:
+            cls.loaded()  # type: ignore[attr-defined]
+
+    def _load_model(self) -> None:
         try:
             import openvino as ov
             from openvino.frontend.onnx import ConversionExtension

@@ -272,9 +272,11 @@ static int opb_abi_selfcheck(void) {
 /* ------------------------------------------------------------------ op descriptors */
 
 /* One custom op type (domain + op type) registered for one session. The OrtCustomOp
- * must stay valid as long as any session or session options may use it, which
- * Python cannot tell us, so an entry that was handed to ONNX Runtime is never freed
- * (a few hundred bytes per op per session); only its Python reference is dropped. */
+ * must stay valid as long as ONNX Runtime may call it: while the session options
+ * that received it can create sessions (its OpDescriptor, which Python keeps as long
+ * as those options live) and while a kernel made from it exists (ONNX Runtime calls
+ * KernelCompute and KernelDestroy through it). Each of those holds a reference; the
+ * last one frees the entry. */
 typedef struct {
     OpbCustomOp op; /* first member: ORT's OrtCustomOp* is our OpbOpEntry* */
     char *domain;
@@ -284,7 +286,23 @@ typedef struct {
     int *output_types; /* element type per output, 0 = follow the input */
     PyObject *resolver; /* node id -> (callable, label, writable_inputs) */
     int registered;
+    long refs; /* the OpDescriptor's and one per live kernel (atomic) */
 } OpbOpEntry;
+
+static long g_live_ops = 0; /* entries not yet freed (atomic), for abi_report() */
+
+static void opb_entry_free(OpbOpEntry *e) {
+    free(e->domain);
+    free(e->name);
+    free(e->output_types);
+    free(e);
+    __atomic_sub_fetch(&g_live_ops, 1, __ATOMIC_RELAXED);
+}
+
+/* Drop one reference to e; the last frees it (its resolver is already gone: the OpDescriptor drops it first). */
+static void opb_entry_unref(OpbOpEntry *e) {
+    if (e != NULL && __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) opb_entry_free(e);
+}
 
 typedef struct {
     PyObject *fn;     /* kernel callable: fn(*arrays[, out=...]) -> array | tuple of arrays */
@@ -294,6 +312,7 @@ typedef struct {
     PyObject *native_obj;             /* the capsule that owns `native`, or NULL */
     const opb_native_kernel *native;  /* a C kernel tried before fn (../_native_kernel.h), or NULL */
     int threads;                      /* the session's intra-op threads, for the native kernel */
+    OpbOpEntry *entry;                /* the op, kept while ONNX Runtime may call it through this kernel */
 } OpbKernel;
 
 static const char *opb_get_name(const OpbCustomOp *op) { return ((const OpbOpEntry *)op)->name; }
@@ -323,6 +342,7 @@ static void opb_kernel_free(OpbKernel *k) {
         PyGILState_Release(g);
     }
     free(k->label);
+    opb_entry_unref(k->entry); /* (ONNX Runtime calls nothing of the op after KernelDestroy returns) */
     free(k);
 }
 
@@ -390,6 +410,8 @@ static OrtStatus *opb_create_kernel_v2(const OpbCustomOp *op, const void *api, c
         goto done;
     }
     Py_DECREF(lab);
+    __atomic_add_fetch(&((OpbOpEntry *)e)->refs, 1, __ATOMIC_RELAXED);
+    k->entry = (OpbOpEntry *)e;
     Py_INCREF(fn);
     k->fn = fn;
     if (shapes != Py_None) {
@@ -1097,18 +1119,18 @@ static void opb_kernel_compute_v1(void *kernel, OrtKernelContext *ctx) {
 
 typedef struct {
     PyObject_HEAD OpbOpEntry *entry;
+    OrtCustomOpDomain *domain; /* the domain registration made with this op first, which this descriptor owns */
 } OpDescriptor;
 
 static void OpDescriptor_dealloc(OpDescriptor *self) {
     OpbOpEntry *e = self->entry;
+    /* The session options that received the domain are gone (Python keeps the descriptors as long as they
+     * live), and sessions read a domain only when they are created; their kernels keep the ops. */
+    if (self->domain != NULL && g_api != NULL) API(ReleaseCustomOpDomain, opb_Release_fn)(self->domain);
+    self->domain = NULL;
     if (e != NULL) {
         Py_CLEAR(e->resolver);
-        if (!e->registered) { /* never seen by ONNX Runtime: safe to free */
-            free(e->domain);
-            free(e->name);
-            free(e->output_types);
-            free(e);
-        }
+        opb_entry_unref(e);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1163,6 +1185,8 @@ static int OpDescriptor_init(OpDescriptor *self, PyObject *args, PyObject *kwarg
     Py_DECREF(seq);
     e->n_inputs = (size_t)n_inputs;
     e->n_outputs = (size_t)n_out;
+    e->refs = 1;
+    __atomic_add_fetch(&g_live_ops, 1, __ATOMIC_RELAXED);
     Py_INCREF(resolver);
     e->resolver = resolver;
 
@@ -1275,14 +1299,15 @@ static OrtStatus *opb_register(OrtSessionOptions *options, const OpbApiBase *bas
         if (seen) continue;
         OrtCustomOpDomain *domain = NULL;
         OrtStatus *st = API(CreateCustomOpDomain, opb_CreateCustomOpDomain_fn)(first->domain, &domain);
+        ((OpDescriptor *)PyList_GET_ITEM(g_pending, i))->domain = domain; /* released with the descriptor */
         for (Py_ssize_t j = i; st == NULL && j < n; j++) {
             OpbOpEntry *e = ((OpDescriptor *)PyList_GET_ITEM(g_pending, j))->entry;
             if (strcmp(e->domain, first->domain) != 0) continue;
             st = API(CustomOpDomain_Add, opb_CustomOpDomain_Add_fn)(domain, &e->op);
-            if (st == NULL) e->registered = 1; /* ORT may hold it from now on: never free */
+            if (st == NULL) e->registered = 1;
         }
-        /* The domain object is referenced by the session options from here on and is
-         * intentionally not released (ONNX Runtime keeps a raw pointer to it). */
+        /* The session options keep a raw pointer to the domain from here on: it is released with its
+         * descriptor, which Python keeps as long as the options live. */
         if (st == NULL) st = API(AddCustomOpDomain, opb_AddCustomOpDomain_fn)(options, domain);
         if (st != NULL) {
             char msg[512];
@@ -1372,8 +1397,9 @@ static PyObject *py_registration_error(PyObject *self, PyObject *unused) {
 static PyObject *py_abi_report(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{s:i,s:s,s:l,s:I,s:I,s:O,s:O,s:n,s:{s:l,s:l,s:l}}", "selfcheck", g_selfcheck_done,
-                         "selfcheck_error", g_selfcheck_msg, "registrations", g_registrations, "api_version",
+    return Py_BuildValue("{s:i,s:s,s:l,s:l,s:I,s:I,s:O,s:O,s:n,s:{s:l,s:l,s:l}}", "selfcheck", g_selfcheck_done,
+                         "selfcheck_error", g_selfcheck_msg, "registrations", g_registrations, "live_ops",
+                         __atomic_load_n(&g_live_ops, __ATOMIC_RELAXED), "api_version",
                          g_api_version, "custom_op_version", OPB_CUSTOM_OP_VERSION, "api_loaded",
                          g_api ? Py_True : Py_False, "parallel_copy", g_parallel_for ? Py_True : Py_False,
                          "large_copy", (Py_ssize_t)OPB_LARGE_COPY, "large_copies", "serial",

@@ -128,6 +128,7 @@ typedef struct OpbApiBase {
 #define OPB_SLOT_ReleaseStatus 93                  /* checked: releases the probe status */
 #define OPB_SLOT_ReleaseValue 96                   /* checked: releases the probe tensor */
 #define OPB_SLOT_ReleaseTensorTypeAndShapeInfo 99  /* checked: releases the probe's type info */
+#define OPB_SLOT_ReleaseCustomOpDomain 101          /* checked: a session's domains are released with its options (tests) */
 
 /* One slot from a later table, used only when GetApi(17) succeeded.
  *

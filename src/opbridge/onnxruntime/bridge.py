@@ -508,8 +508,12 @@ def register_ops(
 
     Returns:
         The native op descriptors. Keep them until the session is created, then
-        call ``release()`` on each so the resolver can be freed.
+        call ``release()`` on each so the resolver can be freed. ``options`` keeps
+        them from then on: ONNX Runtime reads their ops through it when it creates a
+        session, and they (and their custom op domains) are freed with it.
     """
+    import weakref
+
     from opbridge.onnxruntime import _native
 
     native = _native.module()
@@ -521,6 +525,9 @@ def register_ops(
         finally:
             native.clear_pending()
         error = native.registration_error()
+    # (also after a failure: the domains registered before it are in options)
+    kept = weakref.finalize(options, descriptors.clear)
+    kept.atexit = False
     if error or not all(d.registered for d in descriptors):
         from opbridge.errors import BackendUnavailableError
 
