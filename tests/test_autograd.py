@@ -694,6 +694,31 @@ def test_another_threads_draws_do_not_make_an_op_random() -> None:
     torch.testing.assert_close(grad, want)
 
 
+def test_a_forward_takes_no_op_of_its_reference_through_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward with inputs that require grad ran its reference under a TorchDispatchMode that noted random
+    draws, each of its ops through Python (most of the op's eager cost). It compares the random states
+    instead: a deterministic reference's gradient is still its own, and a random one's still replays its
+    draws (test_reference_drawing_random_numbers)."""
+    from opbridge import _autograd
+
+    watch = _autograd._draw_watch()
+    entered: list[int] = []
+
+    class Counted(watch):  # type: ignore[misc, valid-type]
+        def __enter__(self) -> Any:
+            entered.append(1)
+            return super().__enter__()
+
+    monkeypatch.setattr(_autograd, "_draw_watch", lambda: Counted)
+    x = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    y = _swish_default(x, beta=1.5)
+    assert entered == []
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    leaf = x.detach().requires_grad_()
+    (want,) = torch.autograd.grad(_swish_default.reference(leaf, beta=1.5).sum(), leaf)
+    torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
+
+
 def test_redefinitions_free_old_definitions_and_a_late_backward_is_named() -> None:
     """Re-running a cell that defines an op keeps the last few definitions a pending backward may still
     run, not every one with all its reference holds; a backward whose definition is gone says so."""

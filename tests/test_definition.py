@@ -361,6 +361,32 @@ def test_reference_disagreeing_with_its_shape_rule_is_named() -> None:
     assert rows(torch.tensor([[1.0, -1.0, 2.0]] * 3)).shape == (3, 2), "a SymDim takes any size"
 
 
+def test_the_shape_rule_is_consulted_once_per_signature() -> None:
+    """Every eager call ran the shape rule again to check the reference's outputs (a few us of a small op's
+    cost): a signature found to fit (shapes, dtypes, devices and attribute values in, shapes and dtypes out)
+    is not checked again; a new one is, and one that does not fit fails at every call."""
+    consulted: list[tuple[int, int]] = []
+
+    def rule(x: torch.Tensor, n: int = 1) -> opbridge.TensorInfo:
+        consulted.append((x.shape[0], n))
+        return opbridge.TensorInfo((x.shape[0] * n,), x.dtype)
+
+    @opbridge.op("tests.def::Tile", shape=rule)
+    def tile(x: torch.Tensor, n: int = 1) -> torch.Tensor:
+        return x if x.shape[0] == 5 else x.repeat(n)  # (not what the rule says for 5 elements and n > 1)
+
+    for _ in range(3):
+        assert tile(torch.ones(2), n=3).shape == (6,)
+        assert tile(torch.ones(2)).shape == (2,)
+    assert consulted == [(2, 3), (2, 1)]
+    assert tile(torch.ones(4, dtype=torch.float64), n=3).shape == (12,)
+    assert consulted[2:] == [(4, 3)]
+    for _ in range(2):
+        with pytest.raises(OpDefinitionError, match=r"declares output 0 \('output'\) as \[10\] torch.float32"):
+            tile(torch.ones(5), n=2)
+    assert consulted[3:] == [(5, 2), (5, 2)]
+
+
 def test_output_names_and_attribute_ranges_are_checked() -> None:
     for outputs, why in ((("lo", ""), r"bad: \['lo', ''\]|bad: \[''\]"), (("x", "y"), r"repeated: \['x'\]")):
         with pytest.raises(OpDefinitionError, match=why):
@@ -775,3 +801,41 @@ def test_fx_symbolic_trace_records_an_op_call_as_one_node() -> None:
     assert len(calls) == 1
     x = torch.randn(3, 4)
     torch.testing.assert_close(traced(x), swish.reference(x, beta=2.0) + 1)
+
+
+def _positives(k: int) -> opbridge.OpDef:
+    @opbridge.op(f"tests.def::Positives{k}", shape=lambda x: opbridge.TensorInfo((opbridge.SymDim(),), torch.int64))
+    def positives(x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x > 0).flatten()
+
+    return positives
+
+
+def test_ops_of_data_dependent_sizes_under_torch_compile_without_fullgraph() -> None:
+    """An op whose output size depends on the data is a graph break under torch.compile without fullgraph
+    (and without capture_dynamic_output_shape_ops). Dynamo then compiled opbridge's own code around each
+    such call, one code object for every op: ten ops took 58 frames and hit its recompile limit (and ran
+    3x slower than eagerly). That code runs as Python now: only the model's frame is compiled."""
+    from torch._dynamo.utils import counters
+
+    ops = [_positives(k) for k in range(10)]  # (more than dynamo's recompile limit of 8)
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        total = x.sum()
+        for k, op in enumerate(ops):
+            total = total + op(x + k / 10).sum()
+        return total
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(5))
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(recompile_limit=8):
+        compiled = torch.compile(model, backend="eager")
+        for _ in range(2):
+            assert torch.equal(compiled(x), model(x))
+    assert not [k for k in counters["unimplemented"] if "recompile limit" in k]
+    assert counters["frames"]["total"] <= 2, dict(counters["frames"])
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        torch._dynamo.reset()
+        single = torch.compile(lambda t: ops[0](t).sum() + 1, backend="eager", fullgraph=True)
+        assert torch.equal(single(x), ops[0](x).sum() + 1)

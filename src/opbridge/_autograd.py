@@ -23,6 +23,7 @@ from opbridge.errors import OpDefinitionError
 __all__ = [
     "BackwardContext",
     "define",
+    "drew_since",
     "note_forward",
     "rng_before",
     "rng_states",
@@ -51,7 +52,17 @@ class BackwardContext:
 
 # ------------------------------------------------------------------ the forward's random state
 
-_FORWARD = threading.local()
+
+class _ForwardState(threading.local):
+    """Per thread: the states a forward that drew random numbers started from, with a weak reference to its
+    first output (see :func:`note_forward`), and the active :func:`watching_draws`. (Defaults on the class:
+    read at every call.)"""
+
+    random: tuple[Any, dict[str, Any]] | None = None
+    watches: list[Any] | None = None
+
+
+_FORWARD = _ForwardState()
 
 
 def rng_before(tensors: Sequence[Any]) -> dict[str, Any] | None:
@@ -59,6 +70,14 @@ def rng_before(tensors: Sequence[Any]) -> dict[str, Any] | None:
     if not any(t is not None and t.requires_grad for t in tensors):
         return None
     return rng_states(tensors)
+
+
+def drew_since(before: dict[str, Any] | None, tensors: Sequence[Any]) -> bool:
+    """Whether the random states moved from ``before`` (:func:`rng_before`; False where None). Cheaper than
+    :func:`watching_draws`, which takes every op through Python; another thread's draw counts too, which
+    in a forward only keeps ``before`` for a backward that did not need it (a run of a deterministic
+    reference from any state gives the same gradients)."""
+    return before is not None and not same_states(before, rng_states(tensors))
 
 
 def note_forward(before: dict[str, Any] | None, drew: bool, output: Any) -> None:
@@ -89,7 +108,7 @@ def _draw_watch() -> type:
 def watched() -> bool:
     """Whether a :func:`watching_draws` is active in this thread (an op's forward then watches its
     reference too: the mode sees the op's call, not the ops its reference runs)."""
-    return bool(getattr(_FORWARD, "watches", None))
+    return bool(_FORWARD.watches)
 
 
 @contextmanager
@@ -101,7 +120,9 @@ def watching_draws(active: bool = True) -> Iterator[Any]:
     if not active:
         yield SimpleNamespace(drew=False)
         return
-    stack = _FORWARD.__dict__.setdefault("watches", [])
+    stack = _FORWARD.watches
+    if stack is None:
+        stack = _FORWARD.watches = []
     watch = _draw_watch()()
     stack.append(watch)
     try:
@@ -116,7 +137,7 @@ def watching_draws(active: bool = True) -> Iterator[Any]:
 
 def _take_forward_rng(output: Any) -> dict[str, Any]:
     """The states :func:`note_forward` kept for ``output`` (a forward's first output), once."""
-    kept = getattr(_FORWARD, "random", None)
+    kept = _FORWARD.random
     if kept is None or kept[0]() is not output:
         return {}
     _FORWARD.random = None
@@ -136,16 +157,16 @@ def tracing(tensors: Sequence[Any]) -> bool:
 
 
 def same_states(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    import torch
-
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # (as bytes: the states are small CPU byte tensors, and torch.equal takes twice as long)
+    return a.keys() == b.keys() and all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a)
 
 
 def rng_states(tensors: Sequence[Any]) -> dict[str, Any]:
     import torch
 
-    states = {"cpu": torch.get_rng_state()}
-    for device in sorted({str(t.device) for t in tensors if t is not None and t.is_cuda}):
+    states = {"cpu": torch.default_generator.get_state()}
+    cuda = {str(t.device) for t in tensors if t is not None and t.is_cuda}
+    for device in sorted(cuda):
         states[device] = torch.cuda.get_rng_state(device)
     return states
 

@@ -35,7 +35,7 @@ import types
 import typing
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from opbridge._autograd import BackwardContext, shares_memory
@@ -62,8 +62,17 @@ _DEFINITIONS: weakref.WeakValueDictionary[int, OpDef] = weakref.WeakValueDiction
 _SUPERSEDED_KEPT = 32
 _SUPERSEDED: collections.deque[OpDef] = collections.deque(maxlen=_SUPERSEDED_KEPT)
 _DEFINED_COUNT = itertools.count()
-# Calls seen while an export is tracing: op key -> count (see ``tracing_calls``).
-_TRACE_STATE = threading.local()
+
+
+class _TraceState(threading.local):
+    """Per thread: the calls seen while an export is tracing, op key -> count (see ``tracing_calls``), and
+    how many op references run (see ``inside_reference``). (Defaults on the class: read at every call.)"""
+
+    counts: dict[tuple[str, str, int], int] | None = None
+    inside = 0
+
+
+_TRACE_STATE = _TraceState()
 
 
 def _attr_type(annotation: Any) -> AttrType | None:
@@ -319,6 +328,32 @@ def _float32(value: float) -> float:
     return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
+@dataclasses.dataclass(frozen=True)
+class _CallPlan:
+    """What every call of an op takes from its spec, computed once per spec."""
+
+    #: the parameters' names in call order
+    names: tuple[str, ...]
+    #: the checked attribute values of a call that gives none: as traced, and with FLOAT and FLOATS values
+    #: rounded to float32 as an eager call hands them to the reference (None: an attribute is required)
+    defaults: tuple[dict[str, Any], dict[str, Any]] | None
+    #: whether an attribute is FLOAT or FLOATS (values given to a call are rounded)
+    rounds: bool
+
+    @classmethod
+    def of(cls, spec: OpSpec) -> _CallPlan:
+        names = tuple(p.name for p in spec.inputs) + tuple(a.name for a in spec.attributes)
+        defaults = None
+        if not any(a.required for a in spec.attributes):
+            given = spec.bind_attributes({})
+            defaults = (given, _float32_attributes(spec, given))
+        rounds = any(a.type in (AttrType.FLOAT, AttrType.FLOATS) for a in spec.attributes)
+        return cls(names, defaults, rounds)
+
+
+# Signatures an op keeps whose outputs its shape rule was found to give (OpDef._check_rule).
+_RULE_FITS_KEPT = 256
+
 P = ParamSpec("P")
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -338,6 +373,10 @@ class OpDef(Generic[P, R]):
         shape: ShapeRule | None = None,
     ) -> None:
         self.spec = spec if shape is None else dataclasses.replace(spec, shape_rule=shape)
+        self._plan = _CallPlan.of(spec)
+        # the signatures (inputs' and outputs' shapes, dtypes and devices, attribute values) whose outputs
+        # the shape rule was found to give: a call of one of them again needs no second look
+        self._rule_fits: set[Any] = set()
         self.reference = reference
         self.kernel: Callable[..., Any] | None = None
         self.kernel_kind: str | None = None
@@ -375,6 +414,7 @@ class OpDef(Generic[P, R]):
     def shape_rule(self, rule: ShapeRule | None) -> None:
         # The spec is frozen: a new rule makes a new spec (schemas keyed on it re-register).
         self.spec = dataclasses.replace(self.spec, shape_rule=rule)
+        self._rule_fits = set()
 
     def register_shape(self, rule: ShapeRule) -> ShapeRule:
         """Declare the output shape/dtype rule (see :mod:`opbridge.shape`). Usable as a decorator."""
@@ -553,7 +593,12 @@ class OpDef(Generic[P, R]):
         """Split a call into (tensor inputs, checked attribute values)."""
         import torch
 
-        names = [p.name for p in self.spec.inputs] + [a.name for a in self.spec.attributes]
+        plan = self._plan
+        if not kwargs and len(args) == len(self.spec.inputs) and plan.defaults is not None:
+            # every input given in order and no attribute (the common call): only the inputs to check
+            if all(isinstance(t, torch.Tensor) for t in args):
+                return list(args), dict(plan.defaults[0] if torch.compiler.is_compiling() else plan.defaults[1])
+        names = plan.names
         if len(args) > len(names):
             raise OpCallError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
         given = dict(zip(names, args))
@@ -575,7 +620,7 @@ class OpDef(Generic[P, R]):
         if not torch.compiler.is_compiling() or torch.compiler.is_exporting():
             self._refuse_symbolic(given)
         attrs = self.spec.bind_attributes(given)
-        if not torch.compiler.is_compiling():  # (a float traced by dynamo may be symbolic)
+        if plan.rounds and not torch.compiler.is_compiling():  # (a float traced by dynamo may be symbolic)
             attrs = _float32_attributes(self.spec, attrs)
         return tensors, attrs
 
@@ -587,8 +632,10 @@ class OpDef(Generic[P, R]):
 
         symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
         for name, value in given.items():
-            items = value if isinstance(value, (list, tuple)) else (value,)
-            found = next((v for v in items if isinstance(v, symbolic)), None)
+            if isinstance(value, (list, tuple)):
+                found = next((v for v in value if isinstance(v, symbolic)), None)
+            else:
+                found = value if isinstance(value, symbolic) else None
             if found is None:
                 continue
             raise OpCallError(
@@ -603,8 +650,8 @@ class OpDef(Generic[P, R]):
         import torch
 
         tensors, attrs = self.bind(args, kwargs)
-        counts = getattr(_TRACE_STATE, "counts", None)
-        if counts is not None and not getattr(_TRACE_STATE, "inside", 0) and not _dynamo_tracing():
+        counts = _TRACE_STATE.counts
+        if counts is not None and not _TRACE_STATE.inside and not _dynamo_tracing():
             # (a call inside another op's reference is that op's business, not a node of the graph; under
             # dynamo, which traces control flow's branches, a write here is a side effect it refuses there:
             # export finds those calls in the graph it wrote)
@@ -620,9 +667,10 @@ class OpDef(Generic[P, R]):
                 "torch.autograd.grad or torch.autograd.functional.jacobian instead (torch.func.grad, vjp and "
                 "jacrev raise PyTorch's own error on these ops)."
             )
-        torch_op = self.torch_op()
+        if not attrs:
+            return self.torch_op()(*tensors)
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
-        return torch_op(*tensors, *encoded)
+        return self.torch_op()(*tensors, *encoded)
 
     def run_reference(self, *tensors: Any, **attrs: Any) -> Any:
         """Run the PyTorch reference with checked attributes (no torch.library dispatch)."""
@@ -658,15 +706,23 @@ class OpDef(Generic[P, R]):
     def _check_rule(self, tensors: list[Any], attrs: dict[str, Any], result: Any) -> None:
         """An OpDefinitionError where the reference's outputs are not what the shape rule declares
         for these inputs (the rule is what exports and runtimes see)."""
-        from opbridge.shape import SymDim, _as_infos
-
-        if self.shape_rule is None:
+        rule = self.spec.shape_rule
+        if rule is None:
+            return
+        results = result if isinstance(result, tuple) else (result,)
+        key = (
+            *[None if t is None else (t.shape, t.dtype, t.device) for t in tensors],
+            *attrs.values(),
+            *[(t.shape, t.dtype) for t in results],
+        )
+        if key in self._rule_fits:
             return
         import torch
 
+        from opbridge.shape import SymDim, _as_infos
+
         spec = self.spec
-        infos = _as_infos(self.shape_rule(*tensors, **attrs), spec, "the shape rule")
-        results = result if isinstance(result, tuple) else (result,)
+        infos = _as_infos(rule(*tensors, **attrs), spec, "the shape rule")
         for i, (info, tensor) in enumerate(zip(infos, results)):
             if not isinstance(info.dtype, torch.dtype):
                 raise OpDefinitionError(
@@ -685,6 +741,9 @@ class OpDef(Generic[P, R]):
                     f"these inputs; exports and runtimes follow the rule, so make the two agree "
                     f"(@{spec.name}.register_shape)."
                 )
+        if len(self._rule_fits) >= _RULE_FITS_KEPT:
+            self._rule_fits.clear()
+        self._rule_fits.add(key)
 
     # ------------------------------------------------------------------ torch.library
 
@@ -727,15 +786,22 @@ def _define_torch_op(opdef: OpDef) -> Any:
             tensors, attrs = decode(args)
             versions = [_version(t) for t in tensors]
             rng = _autograd.rng_before(tensors)
-            with inside_reference(), _autograd.watching_draws(rng is not None or _autograd.watched()) as watch:
-                result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+            if _autograd.watched():  # (an enclosing watch counts this thread's draws only: so must this one)
+                with inside_reference(), _autograd.watching_draws() as watch:
+                    result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+                drew = watch.drew
+            else:
+                with inside_reference():
+                    result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+                drew = _autograd.drew_since(rng, tensors)
             current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
             outputs = _fresh_outputs(result if isinstance(result, tuple) else (result,), tensors, current.shape_rule)
-            _autograd.note_forward(rng, watch.drew, outputs[0])
+            _autograd.note_forward(rng, drew, outputs[0])
             return outputs if isinstance(result, tuple) else outputs[0]
 
         def fake(*args: Any) -> Any:
+            _run_eagerly_after_graph_breaks(OpDef.__call__.__code__, impl.__code__)
             current = _TORCH_IMPLS[qual]
             tensors, attrs = decode(args)
             with inside_reference():
@@ -918,6 +984,8 @@ def _version(t: Any) -> int | None:
 def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
     """A torch op's arguments as (tensor inputs, attribute values by name)."""
     n = len(opdef.spec.inputs)
+    if len(args) == n:
+        return list(args), {}
     attrs = {a.name: _decode_attr(a, v) for a, v in zip(opdef.spec.attributes, args[n:])}
     return list(args[:n]), attrs
 
@@ -935,22 +1003,37 @@ def _fresh_outputs(outputs: tuple[Any, ...], inputs: list[Any], rule: Any) -> tu
     return tuple(fresh)
 
 
-@contextmanager
-def inside_reference() -> Iterator[None]:
+def inside_reference() -> AbstractContextManager[None]:
     """Mark this thread as running an op's reference (op calls there are not the traced model's), with
     autocast off: an op is one unit to autocast, its reference computing in its inputs' dtypes, as its
     shape rule, its fake kernel and compiled code (which sees no autocast at run time) have it."""
-    import torch
+    return _InsideReference()
 
-    _TRACE_STATE.inside = getattr(_TRACE_STATE, "inside", 0) + 1
-    try:
-        with ExitStack() as stack:
+
+class _InsideReference(AbstractContextManager[None]):
+    """What :func:`inside_reference` gives: a class, not a generator (it is entered at every op call)."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        _TRACE_STATE.inside += 1
+        self._autocast: ExitStack | None = None
+        try:
             for device in ("cpu", "cuda"):
                 if torch.is_autocast_enabled(device):
-                    stack.enter_context(torch.autocast(device, enabled=False))
-            yield
-    finally:
-        _TRACE_STATE.inside -= 1
+                    if self._autocast is None:
+                        self._autocast = ExitStack()
+                    self._autocast.enter_context(torch.autocast(device, enabled=False))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._autocast is not None:
+                self._autocast.__exit__(*exc)
+        finally:
+            _TRACE_STATE.inside -= 1
 
 
 def _signature_error(spec: OpSpec, previous: OpSpec) -> OpDefinitionError:
@@ -1144,10 +1227,10 @@ def _forward_mode_ad(tensors: Sequence[Any]) -> str:
     ``torch.autograd.forward_ad``), else ``""``. torch.library ops have no forward-mode formula: through
     them ``jvp`` gives zero tangents and dual tensors lose theirs, silently."""
     import torch
-    from torch.autograd import forward_ad
 
     if torch.compiler.is_compiling():
         return ""
+    forward_ad = torch.autograd.forward_ad
     functorch = torch._C._functorch
     if functorch.peek_interpreter_stack() is not None:
         if any(i.key() == functorch.TransformType.Jvp for i in functorch.get_interpreter_stack()):
@@ -1165,10 +1248,29 @@ def _dynamo_tracing() -> bool:
     return bool(torch.compiler.is_dynamo_compiling())
 
 
+def _run_eagerly_after_graph_breaks(*codes: types.CodeType) -> None:
+    """Have torch.compile run ``codes``, and what they call, as plain Python where they run outside its
+    graphs: an op call a graph break leaves to Python (an output size that depends on the data, without
+    ``capture_dynamic_output_shape_ops``). There it compiled opbridge's own code, slower than running it,
+    and as one code object for every op, past its recompile limit. An op call traced into a graph
+    (``fullgraph=True``, ``torch.export``) inlines the code, which this leaves as it is."""
+    import torch
+
+    eval_frame = getattr(torch._C, "_dynamo", None)
+    eval_frame = getattr(eval_frame, "eval_frame", None)
+    set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    if set_strategy is None:  # (a torch without per-code strategies)
+        return
+    skip = eval_frame._FrameAction.SKIP  # type: ignore[union-attr]
+    strategy = eval_frame._FrameExecStrategy(skip, skip)  # type: ignore[union-attr]
+    for code in codes:
+        set_strategy(code, strategy)
+
+
 @contextmanager
 def tracing_calls() -> Iterator[dict[tuple[str, str, int], int]]:
     """Count op calls in this thread (used by export to prove no op was lost)."""
-    previous = getattr(_TRACE_STATE, "counts", None)
+    previous = _TRACE_STATE.counts
     counts: dict[tuple[str, str, int], int] = {}
     _TRACE_STATE.counts = counts
     try:
