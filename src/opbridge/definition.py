@@ -873,6 +873,7 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     from the op's fake kernel (its shape rule, or its reference on fake tensors), as PyTorch's own ops
     give them. Nothing runs the reference on real data."""
     import torch
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
     from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
@@ -881,11 +882,8 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     # traced (torch.compile, torch.export): the tracer's fake mode, which knows its symbolic sizes
     mode = detect_fake_mode(tensors) or FakeTensorMode(shape_env=ShapeEnv())
-    # (vmap's layers take calls before a fake mode does: without this the samples would be real, uninitialized)
-    key = torch._C.DispatchKey
-    functorch = torch._C.DispatchKeySet(key.FuncTorchDynamicLayerBackMode)
-    functorch = functorch.add(key.FuncTorchDynamicLayerFrontMode).add(key.FuncTorchVmapMode)
-    with _disable_current_modes(), torch._C._ExcludeDispatchKeyGuard(functorch), mode:
+    # (with vmap's layers on the stack they take calls before a fake mode does: the samples would be real)
+    with temporarily_clear_interpreter_stack(), _disable_current_modes(), mode:
         sample = [
             torch.empty(a.shape[:d] + a.shape[d + 1 :] if d is not None else a.shape, dtype=a.dtype, device=a.device)
             if isinstance(a, torch.Tensor)
