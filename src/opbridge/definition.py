@@ -875,26 +875,47 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     import torch
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
     from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
     from torch.utils._python_dispatch import _disable_current_modes
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    # traced (torch.compile, torch.export): the tracer's fake mode, which knows its symbolic sizes
-    mode = detect_fake_mode(tensors) or FakeTensorMode(shape_env=ShapeEnv())
+    # traced (torch.compile, torch.export): fake samples of the tracer's fake mode, which knows its symbolic
+    # sizes; eagerly meta samples, which run the op's fake kernel as its meta kernel
+    traced = detect_fake_mode(tensors)
+    spec = _TORCH_IMPLS[qual].spec
+    device = tensors[0].device if tensors else torch.device("cpu")
+
     # (with vmap's layers on the stack they take calls before a fake mode does: the samples would be real)
-    with temporarily_clear_interpreter_stack(), _disable_current_modes(), mode:
-        sample = [
-            torch.empty(a.shape[:d] + a.shape[d + 1 :] if d is not None else a.shape, dtype=a.dtype, device=a.device)
+    def samples() -> list[Any]:
+        return [
+            torch.empty(
+                a.shape[:d] + a.shape[d + 1 :] if d is not None else a.shape,
+                dtype=a.dtype,
+                device=a.device if traced is not None else "meta",
+            )
             if isinstance(a, torch.Tensor)
             else a
             for a, d in zip(args, in_dims)
         ]
-        result = op(*sample)
+
+    # (with vmap's layers on the stack they take calls before the fake or the meta kernel does)
+    with temporarily_clear_interpreter_stack(), _disable_current_modes():
+        if traced is not None:  # (torch 2.11 trips an internal assert here, in PythonFallbackKernel)
+            with traced:
+                result = op(*samples())
+        else:  # (no fake mode of its own: one entered here trips that assert eagerly too)
+            try:
+                result = op(*samples())
+            except RuntimeError as exc:  # (torch's meta tensors refuse an output of data-dependent shape)
+                if "data-dependent" not in str(exc):
+                    raise
+                raise OpCallError(
+                    f"{spec.qualname}: vmap over a batch of size 0 gives no output shape: a size of it depends on "
+                    "the data and there is no sample to take it from; skip the call where the batch is empty."
+                ) from None
     outputs = result if isinstance(result, tuple) else (result,)
     for i, o in enumerate(outputs):
         if free_unbacked_symbols(o.shape):
-            spec = _TORCH_IMPLS[qual].spec
             raise OpCallError(
                 f"{spec.qualname}: vmap over a batch of size 0 gives no output {i} ({spec.outputs[i].name!r}) "
                 f"shape: a size of it depends on the data (its shape is {list(o.shape)}) and there is no sample "
@@ -904,7 +925,7 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     tied = [t.reshape(-1)[:0].sum() for t in tensors if t.requires_grad] if torch.is_grad_enabled() else []
     empty: list[Any] = []
     for o in outputs:
-        out = torch.empty((0, *o.shape), dtype=o.dtype, device=o.device)
+        out = torch.empty((0, *o.shape), dtype=o.dtype, device=o.device if traced is not None else device)
         if o.is_floating_point() or o.is_complex():
             for t in tied:
                 out = out + t.to(o.dtype)
