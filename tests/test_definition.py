@@ -839,3 +839,54 @@ def test_ops_of_data_dependent_sizes_under_torch_compile_without_fullgraph() -> 
         torch._dynamo.reset()
         single = torch.compile(lambda t: ops[0](t).sum() + 1, backend="eager", fullgraph=True)
         assert torch.equal(single(x), ops[0](x).sum() + 1)
+
+
+def test_a_shape_rule_that_is_not_a_function_is_refused_at_definition() -> None:
+    """``shape=5`` was taken, and every call then raised "'int' object is not callable" (export dumped
+    torch's fake-tensor traceback); it is refused as register_shape(5) is, and the op is not defined."""
+
+    def five(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDefinitionError, match=r"tests\.def::ShapeFive: shape takes a function .* got int\."):
+        opbridge.op("tests.def::ShapeFive", shape=5)(five)  # type: ignore[arg-type]
+    assert opbridge.find_op("tests.def", "ShapeFive", 1) is None
+
+
+@pytest.mark.parametrize(
+    ("attrs", "want"),
+    [
+        ({"alpha": np.float32(0.25)}, 0.25 + 3 + 1),
+        ({"alpha": np.int64(2)}, 2 + 3 + 1),
+        ({"count": np.int64(5)}, 0.5 + 5 + 1),
+        ({"count": np.uint8(7)}, 0.5 + 7 + 1),
+        ({"flag": np.bool_(False)}, 0.5 + 3),
+        ({"weights": [np.float32(1.5), np.float64(2.0)], "dims": (np.int32(1), np.int64(2))}, 0.5 + 3 + 1),
+    ],
+    ids=["float32-for-float", "int64-for-float", "int64-for-int", "uint8-for-int", "bool_-for-bool", "lists"],
+)
+def test_numpy_scalars_are_taken_for_attributes_of_their_kind(attrs: dict, want: float) -> None:
+    """np.float32(0.5) for a FLOAT attribute was refused ("expects float, got float32"); numpy scalars of
+    the attribute's kind are taken as the Python value they hold."""
+    extra = len("这是字符串属性") + sum(attrs.get("weights", [1.0, 2.5])) + 3 + 2
+    y, _ = everything(torch.ones(2, dtype=torch.float64), None, **attrs)
+    assert y.tolist() == [want + extra] * 2
+    normalized = [everything.spec.attribute(k).normalize(v) for k, v in attrs.items()]
+    for value in normalized:
+        for item in value if isinstance(value, tuple) else (value,):
+            assert type(item) in (float, int, bool)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("count", np.float32(3.0), "attribute 'count' expects int, got float32"),
+        ("count", 3.0, "attribute 'count' expects int, got float"),
+        ("alpha", np.bool_(True), "attribute 'alpha' expects float, got bool"),
+        ("flag", np.int64(1), "attribute 'flag' expects bool, got int64"),
+        ("alpha", np.complex64(1), "attribute 'alpha' expects float, got complex64"),
+    ],
+)
+def test_numpy_scalars_of_another_kind_are_still_refused(name: str, value: object, message: str) -> None:
+    with pytest.raises(opbridge.OpCallError, match=message):
+        everything(torch.zeros(2), None, **{name: value})

@@ -372,6 +372,11 @@ class OpDef(Generic[P, R]):
         *,
         shape: ShapeRule | None = None,
     ) -> None:
+        if shape is not None and not callable(shape):
+            raise OpDefinitionError(
+                f"{spec.qualname}: shape takes a function rule(*inputs, **attrs) -> TensorInfo, got "
+                f"{type(shape).__name__}."
+            )
         self.spec = spec if shape is None else dataclasses.replace(spec, shape_rule=shape)
         self._plan = _CallPlan.of(spec)
         # the signatures (inputs' and outputs' shapes, dtypes and devices, attribute values) whose outputs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,8 +76,26 @@ class AttrType(enum.Enum):
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
+def _numpy_kind(value: Any) -> str:
+    """numpy's kind code of a numpy scalar (``"f"``, ``"i"``, ``"u"``, ``"b"``...); ``""`` for any other value."""
+    np = sys.modules.get("numpy")  # (a numpy scalar means numpy is imported)
+    if np is None or not isinstance(value, np.generic):
+        return ""
+    return str(value.dtype.kind)
+
+
 def _check_scalar(kind: AttrType, value: Any) -> Any:
-    """Return ``value`` normalised to ``kind``'s scalar Python type, or raise TypeError."""
+    """Return ``value`` normalised to ``kind``'s scalar Python type, or raise TypeError.
+
+    numpy scalars of the matching kind (``np.float32`` for a float, ``np.int64`` for an int, ``np.bool_``
+    for a bool) are taken as the Python value they hold."""
+    numpy_kind = _numpy_kind(value)
+    if numpy_kind:
+        wanted = {AttrType.FLOAT: "fiu", AttrType.FLOATS: "fiu", AttrType.INT: "iu", AttrType.INTS: "iu"}
+        if numpy_kind in wanted.get(kind, ""):
+            value = value.item()
+        elif numpy_kind == "b" and kind is AttrType.BOOL:
+            value = bool(value)
     if kind in (AttrType.FLOAT, AttrType.FLOATS):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError
