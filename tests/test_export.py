@@ -1021,3 +1021,82 @@ def test_a_data_dependent_size_without_a_rule_asks_for_one_and_no_static_export(
             dynamic_axes={"x": {0: "n"}},
         )
     assert "export it static" not in str(caught.value)
+
+
+def test_negative_dynamic_axes_are_counted_from_the_end_on_torchscript(tmp_path: Path) -> None:
+    """A negative axis reached torch's TorchScript exporter, which aborted the process (heap corruption):
+    run in a process of its own, both forms of dynamic dims."""
+    out = run_script(
+        tmp_path,
+        f"""
+        import torch, opbridge
+        from torch.export import Dim
+
+        @opbridge.op("neg.axes::Twice")
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return twice(x)
+
+        if __name__ == "__main__":
+            x = torch.randn(2, 3, 4)
+            forms = {{"axes": {{"dynamic_axes": {{"x": {{-1: "w"}}}}}}, "shapes": {{"dynamic_shapes": ({{-1: Dim("w")}},)}}}}
+            for form, kw in forms.items():
+                r = opbridge.export(M(), (x,), {str(tmp_path)!r} + f"/{{form}}.onnx", exporter="torchscript", **kw)
+                print(form, [d.dim_param or d.dim_value for d in r.model.graph.input[0].type.tensor_type.shape.dim])
+        """,
+    )
+    assert out.split("\n")[:2] == ["axes [2, 3, 'w']", "shapes [2, 3, 'w']"]
+
+
+def test_arguments_of_the_wrong_type_or_names_given_twice_are_named_before_export(tmp_path: Path) -> None:
+    x = torch.randn(2, 3)
+    target = tmp_path / "m.onnx"
+
+    def build() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+        return _Static2(), (x,)
+
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"dynamic_axes": {"x": "batch"}}, r"dynamic_axes\['x'\] is 'batch'; give \{axis: dim name\}"),
+        ({"dynamic_axes": ["x"]}, r"dynamic_axes is a list; give a dict"),
+        ({"kwargs": [x]}, r"kwargs is a list; give a dict"),
+        ({"opset_version": "17"}, r"opset_version is '17' \(a str\); give an int"),
+        ({"input_names": ["a", "a"]}, r"input_names \['a', 'a'\] gives \['a'\] more than once"),
+        ({"output_names": ["y", "y"]}, r"output_names \['y', 'y'\] gives \['y'\] more than once"),
+        ({"input_names": ["x"], "output_names": ["x"]}, r"\['x'\] are both in input_names and in output_names"),
+        ({"output_names": ["y"], "dynamic_axes": {"y": {-1: "w"}}}, r"gives 'y' axis -1, a negative axis"),
+    ]
+    for kw, message in refused:
+        with pytest.raises(ExportError, match=message):
+            opbridge.export(_Static2(), (x,), target, exporter="torchscript", **kw)
+    with pytest.raises(ExportError, match=r"model build\(\) is no torch.nn.Module and cannot take the example"):
+        opbridge.export(build, (x,), target)  # type: ignore[arg-type]
+    with pytest.raises(ExportError, match=r"model is the class _Static2; give the torch.nn.Module instance"):
+        opbridge.export(_Static2, (x,), target)  # type: ignore[arg-type]
+    with pytest.raises(ExportError, match=r"output_names \['a', 'b'\] name 2 outputs, and the model returns 1"):
+        opbridge.export(_Static2(), (x,), target, exporter="dynamo", output_names=["a", "b"])
+    assert not target.exists()
+
+
+@opbridge.op("tests.export::Same")
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+class _Same(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _same(x)
+
+
+def test_unsigned_dtypes_export_with_dynamo_and_torchscript_names_the_fix(tmp_path: Path) -> None:
+    """uint16 read as having no torch equivalent; TorchScript cannot write it and said only its ScalarType."""
+    x = torch.tensor([[1, 60000, 3]], dtype=torch.uint16)
+    result = opbridge.export(_Same(), (x,), tmp_path / "u16.onnx", exporter="dynamo")
+    assert result.model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT16
+    assert result.model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.UINT16
+    (got,) = opbridge.ReferenceSession(result.model).run(None, {"x": x.numpy()})
+    np.testing.assert_array_equal(got, x.numpy())
+    with pytest.raises(ExportError, match=r"cannot write tensors of dtype uint16 \(input\(s\) \['x'\]\): cast"):
+        opbridge.export(_Same(), (x,), tmp_path / "ts.onnx", exporter="torchscript")

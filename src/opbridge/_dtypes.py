@@ -46,8 +46,19 @@ _TORCH_NAMES: dict[int, str] = {
     onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.UINT64: "uint64",
     onnx.TensorProto.BOOL: "bool",
+    onnx.TensorProto.COMPLEX64: "complex64",
+    onnx.TensorProto.COMPLEX128: "complex128",
+    onnx.TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    onnx.TensorProto.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    onnx.TensorProto.FLOAT8E5M2: "float8_e5m2",
+    onnx.TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
 }
+if hasattr(onnx.TensorProto, "FLOAT8E8M0"):  # (onnx 1.18 on; torch.float8_e8m0fnu since torch 2.7)
+    _TORCH_NAMES[onnx.TensorProto.FLOAT8E8M0] = "float8_e8m0fnu"
 
 
 def onnx_type_name(elem_type: int) -> str:
@@ -83,10 +94,12 @@ def torch_to_onnx(dtype: torch.dtype) -> int:
 def onnx_to_torch(elem_type: int) -> torch.dtype:
     import torch
 
-    try:
-        return getattr(torch, _TORCH_NAMES[elem_type])
-    except KeyError:
-        raise TypeError(f"ONNX element type {onnx_type_name(elem_type)} has no torch equivalent") from None
+    dtype = getattr(torch, _TORCH_NAMES.get(elem_type, ""), None)
+    if not isinstance(dtype, torch.dtype):  # (an older torch lacks some of the names)
+        raise TypeError(
+            f"ONNX element type {onnx_type_name(elem_type)} has no torch equivalent in torch {torch.__version__}"
+        )
+    return dtype
 
 
 def tensor_to_numpy(t: Any) -> np.ndarray:

@@ -212,28 +212,147 @@ def _training_modules() -> tuple[type, ...]:
     return (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm, nn.AlphaDropout)
 
 
-def _check_axes_in_range(
+def _normalized_axes(
     model: Any,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
     input_names: Sequence[str] | None,
     dynamic_axes: Mapping[str, Any],
-) -> None:
-    """An ExportError naming an input and axis of ``dynamic_axes`` beyond the input's rank."""
+    argument: str = "dynamic_axes",
+) -> dict[str, Any]:
+    """``dynamic_axes`` with each input's negative axis as ``axis % rank`` (torch's TorchScript exporter
+    corrupts its heap on a negative axis); an ExportError naming an axis beyond the input's rank, or a
+    negative axis of an output (whose rank is not known before export)."""
     import torch
 
     names = _input_names(model, args, kwargs, input_names)
     values = list(args) + [kwargs[k] for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
-    for name, value in zip(names, values):
-        axes = dynamic_axes.get(name)
-        if axes is None or not isinstance(value, torch.Tensor):
-            continue
-        for axis in axes if not isinstance(axes, Mapping) else axes.keys():
-            if not -value.dim() <= int(axis) < value.dim():
+    ranks = {n: v.dim() for n, v in zip(names, values) if isinstance(v, torch.Tensor)}
+    out: dict[str, Any] = {}
+    for name, axes in dynamic_axes.items():
+        rank = ranks.get(name)
+        fixed: dict[int, Any] = {}
+        for axis, dim_name in axes.items() if isinstance(axes, Mapping) else ((a, None) for a in axes):
+            axis = int(axis)
+            if rank is None:
+                if axis < 0:
+                    raise ExportError(
+                        f"{argument} gives {name!r} axis {axis}, a negative axis of a value that is no example input, "
+                        "whose rank is not known before export: name the axis by its non-negative index."
+                    )
+            elif not -rank <= axis < rank:
                 raise ExportError(
-                    f"dynamic_axes gives input {name!r} axis {axis}, but the example input has {value.dim()} "
-                    f"dim(s) (shape {list(value.shape)}): name an axis in 0..{value.dim() - 1}."
+                    f"{argument} gives input {name!r} axis {axis}, but the example input has {rank} "
+                    f"dim(s) (shape {list(values[names.index(name)].shape)}): name an axis in 0..{rank - 1}."
                 )
+            else:
+                axis %= rank
+            fixed[axis] = dim_name
+        out[name] = fixed if isinstance(axes, Mapping) else list(fixed)
+    return out
+
+
+def _check_argument_types(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Any,
+    opset_version: Any,
+    dynamic_axes: Any,
+) -> None:
+    """An ExportError naming an argument of a type export cannot take, before torch.onnx runs."""
+    import torch
+
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ExportError(
+            f"kwargs is a {type(kwargs).__name__}; give a dict of the forward's parameter name to example input, "
+            "e.g. kwargs={'mask': mask} (positional inputs go in args)."
+        )
+    if opset_version is not None and (isinstance(opset_version, bool) or not isinstance(opset_version, int)):
+        raise ExportError(
+            f"opset_version is {opset_version!r} (a {type(opset_version).__name__}); give an int, e.g. opset_version=17."
+        )
+    if dynamic_axes is not None:
+        if not isinstance(dynamic_axes, Mapping):
+            raise ExportError(
+                f"dynamic_axes is a {type(dynamic_axes).__name__}; give a dict of input (or output) name to its "
+                "dynamic axes, {axis: dim name} or a list of axes, e.g. dynamic_axes={'x': {0: 'batch'}}."
+            )
+        for name, axes in dynamic_axes.items():
+            keys = list(axes) if isinstance(axes, (Mapping, list, tuple)) else None
+            if keys is None or any(isinstance(a, bool) or not isinstance(a, int) for a in keys):
+                raise ExportError(
+                    f"dynamic_axes[{name!r}] is {axes!r}; give {{axis: dim name}} with int axes, or a list of int "
+                    f"axes, e.g. dynamic_axes={{{name!r}: {{0: 'batch'}}}}."
+                )
+    if isinstance(model, torch.nn.Module):
+        return
+    if inspect.isclass(model):
+        raise ExportError(
+            f"model is the class {model.__name__}; give the torch.nn.Module instance to export, e.g. {model.__name__}()."
+        )
+    if not callable(model):
+        raise ExportError(f"model is a {type(model).__name__}; give the torch.nn.Module to export.")
+    try:
+        signature = inspect.signature(model)
+    except (TypeError, ValueError):  # (a scripted function or a builtin: torch.onnx decides)
+        return
+    try:
+        signature.bind(*args, **(kwargs or {}))
+    except TypeError as exc:
+        called = (
+            f"{getattr(model, '__name__', type(model).__name__)}{signature.replace(return_annotation=signature.empty)}"
+        )
+        raise ExportError(
+            f"model {called} is no torch.nn.Module and cannot "
+            f"take the example inputs ({exc}): give the module to export (a function that builds one: call it, "
+            "and pass the module it returns)."
+        ) from None
+
+
+def _check_names(input_names: Sequence[str] | None, output_names: Sequence[str] | None) -> None:
+    """An ExportError naming a name given twice in ``input_names`` or ``output_names``, or in both (the
+    TorchScript exporter renames such an input, ``x.1``, and the file's input is not the name asked for)."""
+    for label, names in (("input_names", input_names), ("output_names", output_names)):
+        repeated = sorted({n for n in names or [] if list(names or []).count(n) > 1})
+        if repeated:
+            raise ExportError(
+                f"{label} {list(names or [])} gives {repeated} more than once: give each a name of its own."
+            )
+    both = sorted(set(input_names or []) & set(output_names or []))
+    if both:
+        raise ExportError(
+            f"{both} are both in input_names and in output_names: an ONNX graph's values have one name each, "
+            "give the outputs names of their own."
+        )
+
+
+_SCALAR_TYPES = {"complexfloat": "complex64", "complexdouble": "complex128"}
+
+
+def _unexported_dtype_hint(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, text: str) -> str:
+    """Where the TorchScript exporter rejects a dtype (``ScalarType UInt16 is an unexpected tensor scalar
+    type``): which example inputs have it, and the fix; empty for other messages."""
+    import torch
+
+    found = re.search(r"ScalarType (\w+) is an unexpected tensor scalar type", text)
+    if found is None:
+        return ""
+    scalar = found.group(1).lower()
+    dtype = _SCALAR_TYPES.get(scalar, scalar)
+    names = _input_names(model, args, kwargs, None)
+    values = list(args) + [kwargs[k] for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+    having = [
+        n
+        for n, v in zip(names, values)
+        if isinstance(v, torch.Tensor)
+        and str(v.dtype).removeprefix("torch.").replace("_", "") == dtype.replace("_", "")
+    ]
+    where = f"input(s) {having}" if having else "a tensor the model makes"
+    if dtype.startswith("uint") and dtype != "uint8":
+        fix = f"cast {where} to int32 or int64 in the model, or export with exporter='dynamo', which writes {dtype}"
+    else:
+        fix = f"cast {where} to a dtype it takes (e.g. float32, int64) in the model, or try exporter='dynamo'"
+    return f"the TorchScript exporter cannot write tensors of dtype {dtype} ({where}): {fix}. "
 
 
 def _axes_from_dims(
@@ -912,6 +1031,7 @@ def export(
         raise ExportError(f"unknown exporter {exporter!r}; use 'dynamo' or 'torchscript'.")
     if not isinstance(args, tuple):
         args = (args,)
+    _check_argument_types(model, args, kwargs, opset_version, dynamic_axes)
     from opbridge._files import prepare_output
 
     prepare_output(f)  # a path that cannot be written is named before the export runs
@@ -920,6 +1040,7 @@ def export(
         input_names = [input_names]
     if isinstance(output_names, str):
         output_names = [output_names]
+    _check_names(input_names, output_names)
     given = len(args) + sum(1 for v in (kwargs or {}).values() if isinstance(v, torch.Tensor))
     if input_names is not None and len(input_names) > given:  # (TorchScript dropped the extra names)
         raise ExportError(
@@ -940,7 +1061,7 @@ def export(
                 f"its inputs are {inputs}: name one of them (or pass input_names)."
             )
     if dynamic_axes:
-        _check_axes_in_range(model, args, kwargs, input_names, dynamic_axes)
+        dynamic_axes = _normalized_axes(model, args, kwargs, input_names, dynamic_axes)
     if exporter == "torchscript" and kwargs:
         forward = getattr(model, "forward", model)
         keyword_only = [
@@ -990,6 +1111,11 @@ def export(
                     # the forward's parameter names, as written (torch.onnx would lower-case them)
                     names = _forward_names(model, len(args))
                 proto = _export_dynamo(model, args, kwargs, ops, opset_version, names, output_names, shapes)
+                if output_names and len(output_names) > len(proto.graph.output):  # (torch drops the extra names)
+                    raise ExportError(
+                        f"output_names {list(output_names)} name {len(output_names)} outputs, and the model returns "
+                        f"{len(proto.graph.output)}: one name per output, in order."
+                    )
                 if shapes is not None:
                     _check_dims_kept(proto, model, args, names, shapes)
                 if dynamic_axes and output_names:
@@ -997,7 +1123,8 @@ def export(
             else:
                 axes = dynamic_axes
                 if dynamic_shapes is not None:
-                    axes = _axes_from_dims(model, args, kwargs, input_names, dynamic_shapes)
+                    converted = _axes_from_dims(model, args, kwargs, input_names, dynamic_shapes)
+                    axes = _normalized_axes(model, args, kwargs, input_names, converted, "dynamic_shapes")
                 proto = _export_torchscript(model, args, kwargs, ops, opset_version, input_names, output_names, axes)
                 if axes:
                     graph_names = [i.name for i in proto.graph.input] + [o.name for o in proto.graph.output]
@@ -1032,7 +1159,10 @@ def export(
                     "writes the graph with it), which is not installed: pip install 'onnxscript>=0.6', or export "
                     "with exporter='torchscript' (--exporter torchscript)."
                 ) from exc
-            raise ExportError(f"{exporter} export of {type(model).__name__} failed: {text}{_causes(exc)}") from exc
+            hint = _unexported_dtype_hint(model, args, kwargs, text) if exporter == "torchscript" else ""
+            raise ExportError(
+                f"{exporter} export of {type(model).__name__} failed: {hint}{text}{_causes(exc)}"
+            ) from exc
     for w in caught:
         category = w.category.__name__
         if issubclass(w.category, (DeprecationWarning, FutureWarning)) or "torch/onnx" in w.filename:
