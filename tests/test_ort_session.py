@@ -694,3 +694,113 @@ def test_options_a_session_options_cannot_report_come_through_a_function(custom:
     assert sess.get_inputs()[0].shape == [2]
     with pytest.raises(TypeError, match="it must return an onnxruntime.SessionOptions; it returned dict"):
         opbridge.InferenceSession(_add_weight_then_double(custom), sess_options=dict)
+
+
+# --------------------------------------------------------------------------- malformed protos, arguments, feeds
+
+
+def _no_ir_version() -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    model.graph.CopyFrom(_add_weight_then_double(False).graph)
+    return model
+
+
+def _no_outputs() -> onnx.ModelProto:
+    model = _add_weight_then_double(False)
+    del model.graph.output[:]
+    return model
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (onnx.ModelProto, r"the given ModelProto: not a usable ONNX model \(ir_version 0, 0 node"),
+        (_no_ir_version, r"the given ModelProto: not a usable ONNX model \(ir_version 0, 2 node"),
+        (_no_outputs, r"the given ModelProto: the model's graph has no outputs"),
+    ],
+    ids=["empty", "no-ir-version", "no-outputs"],
+)
+def test_a_malformed_proto_gets_the_load_error_a_file_gets(make, message: str) -> None:
+    """A ModelProto is checked as a file is (ONNX Runtime's own "No graph was found", a C++ Fail), and
+    the proto is neither copied nor changed by the check."""
+    from opbridge.graph import check_compat
+    from opbridge.model_io import load_model
+
+    model = make()
+    before = model.SerializeToString()
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        opbridge.InferenceSession(model)
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        check_compat(model, "tensorrt")
+    assert model.SerializeToString() == before
+    good = _add_weight_then_double(False)
+    assert load_model(good) is good
+
+
+def test_bytes_of_a_path_are_read_as_a_serialized_model(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_add_weight_then_double(False), path)
+    with pytest.raises(
+        opbridge.ModelLoadError, match=r"bytes are read as a serialized ModelProto.*str or os\.PathLike"
+    ):
+        opbridge.InferenceSession(str(path).encode())
+
+
+@pytest.mark.parametrize("custom", [False, True], ids=["plain-ops", "bridged-op"])
+def test_sess_options_of_another_type_is_refused(custom: bool) -> None:
+    """A dict of settings was dropped without a word (a bridged model) or refused by ONNX Runtime."""
+    with pytest.raises(TypeError, match=r"sess_options must be an onnxruntime.SessionOptions .*got dict"):
+        opbridge.InferenceSession(_add_weight_then_double(custom), sess_options={"intra_op_num_threads": 1})
+
+
+def test_one_provider_string_is_one_provider(capfd: pytest.CaptureFixture[str]) -> None:
+    """ONNX Runtime split a string into its letters (an EP error, then a fallback)."""
+    sess = opbridge.InferenceSession(_add_weight_then_double(True), providers="CPUExecutionProvider")
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert "EP Error" not in capfd.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def fixed_and_named_dims() -> opbridge.InferenceSession:
+    """A bridged model of one input of dims ``n x 3``."""
+    graph = helper.make_graph(
+        [helper.make_node("Double", ["x"], ["y"], domain="tests.session")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.session", 1)]
+    )
+    return opbridge.InferenceSession(model)
+
+
+@pytest.mark.parametrize(
+    ("feed", "message"),
+    [
+        ({"X": np.ones((2, 3), np.float32)}, r"missing \['x'\], unknown \['X'\]; the model's inputs are \['x'\]"),
+        ({}, r"missing \['x'\], unknown \[\]"),
+        ({"x": np.ones((2, 3), np.float32), "z": np.ones(1)}, r"missing \[\], unknown \['z'\]"),
+        ({"x": np.ones((2, 3))}, r"input 'x' expects tensor\(float\) \(numpy float32\), got numpy float64"),
+        ({"x": np.ones(3, np.float32)}, r"input 'x' has shape \(3,\), but the model declares \?x3"),
+        ({"x": np.ones((2, 4), np.float32)}, r"input 'x' has shape \(2, 4\), but the model declares \?x3"),
+    ],
+    ids=["wrong-name", "missing", "extra", "dtype", "rank", "fixed-dim"],
+)
+def test_run_names_the_input_a_feed_gets_wrong(fixed_and_named_dims, feed: dict, message: str) -> None:
+    """As ReferenceSession.run does, not ONNX Runtime's InvalidArgument."""
+    with pytest.raises(opbridge.OpbridgeError, match=message) as err:
+        fixed_and_named_dims.run(None, feed)
+    assert isinstance(err.value, ValueError)
+    (y,) = fixed_and_named_dims.run(None, {"x": np.ones((5, 3), np.float32)})
+    np.testing.assert_allclose(y, np.full((5, 3), 2.0, np.float32), rtol=0, atol=0)
+
+
+def test_an_overridable_initializer_may_be_fed() -> None:
+    model = _add_weight_then_double(False)
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [1]))
+    sess = opbridge.InferenceSession(model)
+    (y,) = sess.run(None, {"x": np.ones(2, np.float32), "w": np.full(1, 4, np.float32)})
+    np.testing.assert_allclose(y, np.full(2, 10.0, np.float32), rtol=0, atol=0)
+    with pytest.raises(opbridge.OpbridgeError, match=r"input 'w' expects tensor\(float\)"):
+        sess.run(None, {"x": np.ones(2, np.float32), "w": np.full(1, 4, np.int64)})

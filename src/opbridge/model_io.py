@@ -6,8 +6,10 @@ file gets the same :class:`~opbridge.errors.ModelLoadError` everywhere.
 
 Example:
     >>> import onnx
-    >>> load_model(onnx.ModelProto()).graph.name
-    ''
+    >>> load_model(onnx.ModelProto())
+    Traceback (most recent call last):
+    ...
+    opbridge.errors.ModelLoadError: the given ModelProto: not a usable ONNX model (ir_version 0, ...
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def load_model(
     """
     import onnx
 
+    fix = "the file may be truncated or corrupt. Export it again."
     if isinstance(model, onnx.ModelProto):
+        _check_structure(model, "the given ModelProto", "build it with onnx.helper.make_model, or export it again.")
         if not copy:
             return model
         copied = onnx.ModelProto()
@@ -78,10 +82,14 @@ def load_model(
         return copied
     if isinstance(model, (bytes, bytearray, memoryview)):
         where = "the given bytes"
+        fix = (
+            "bytes are read as a serialized ModelProto (a path to a model file is given as a str or "
+            "os.PathLike, not bytes)."
+        )
         try:
             loaded = onnx.load_from_string(bytes(model))
         except Exception as exc:  # protobuf's DecodeError, ValueError, RuntimeError...
-            raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}. Pass a serialized ModelProto.") from None
+            raise ModelLoadError(f"{where} are not a valid ONNX model: {exc}; {fix}") from None
     elif isinstance(model, (str, os.PathLike)):
         where = os.fspath(model)
         if os.path.isdir(where):
@@ -105,17 +113,27 @@ def load_model(
             _load_small_external_data(loaded, where, int(external_data))
     else:
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
-    if loaded.ir_version <= 0 or not loaded.HasField("graph"):
+    _check_structure(loaded, where, fix)
+    return loaded
+
+
+def _check_structure(model: onnx.ModelProto, where: str, fix: str) -> None:
+    """Refuse a model without an ir_version, a graph or graph outputs (fields only: nothing is copied
+    or serialized); ``where`` names the model, ``fix`` says what to do about a model that is not one.
+
+    Raises:
+        ModelLoadError: naming ``where`` and the missing part.
+    """
+    if model.ir_version <= 0 or not model.HasField("graph"):
         raise ModelLoadError(
-            f"{where}: not a usable ONNX model (ir_version {loaded.ir_version}, {len(loaded.graph.node)} node(s), "
-            f"{len(loaded.graph.output)} output(s)); the file may be truncated or corrupt. Export it again."
+            f"{where}: not a usable ONNX model (ir_version {model.ir_version}, {len(model.graph.node)} node(s), "
+            f"{len(model.graph.output)} output(s)); {fix}"
         )
-    if not loaded.graph.output:
+    if not model.graph.output:
         raise ModelLoadError(
-            f"{where}: the model's graph has no outputs ({len(loaded.graph.node)} node(s)); a model computes "
+            f"{where}: the model's graph has no outputs ({len(model.graph.node)} node(s)); a model computes "
             "nothing without one: declare the values it returns as graph outputs."
         )
-    return loaded
 
 
 def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:

@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
@@ -100,6 +100,13 @@ _COPIED_OPTIONS = (
     "use_deterministic_compute",
 )
 
+
+# Element types whose numpy dtype run() checks a fed array against (not strings, bfloat16, float8, 4-bit).
+_CHECKED_TYPES = frozenset(range(1, 16)) - {8}
+
+# What run() checks a fed array of one input against: numpy dtype (None: not checked), ONNX type name,
+# declared dims (an int where fixed; None: no shape declared) and the fixed ones as (axis, size).
+_InputSpec = tuple["np.dtype | None", str, "tuple[int | None, ...] | None", tuple[tuple[int, int], ...]]
 
 # Suffix of the in-memory op type of a bridged node named like an op ONNX Runtime implements.
 _RENAMED_SUFFIX = ".opbridge"
@@ -200,6 +207,27 @@ def _made_options(factory: Callable[[], Any]) -> Any:
     return options
 
 
+def _checked_options(sess_options: Any) -> None:
+    """Refuse a ``sess_options`` that is neither an ``onnxruntime.SessionOptions`` nor a function making one
+    (a dict of settings would otherwise be dropped without a word)."""
+    import onnxruntime as ort
+
+    if sess_options is None or callable(sess_options) or isinstance(sess_options, ort.SessionOptions):
+        return
+    raise TypeError(
+        f"InferenceSession: sess_options must be an onnxruntime.SessionOptions (or a function returning a new "
+        f"one), got {type(sess_options).__name__}; set the settings on one, e.g. options = "
+        "onnxruntime.SessionOptions(); options.intra_op_num_threads = 1."
+    )
+
+
+def _provider_list(providers: Any) -> list[Any]:
+    """``providers`` as a list: one string is one provider (not its letters); CPU when None."""
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    return [providers] if isinstance(providers, str) else list(providers)
+
+
 def _with_bridge_defaults(options: Any) -> Any:
     """``options`` with the bridge's defaults for the config entries it does not set."""
     for key, value in _BRIDGE_DEFAULTS.items():
@@ -225,8 +253,8 @@ class InferenceSession:
 
     Args:
         model_or_path: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
-        providers: execution providers, as for onnxruntime (default: CPU). Bridged
-            kernels always run on CPU.
+        providers: execution providers, as for onnxruntime (default: CPU); one string is one
+            provider. Bridged kernels always run on CPU.
         bodies: which model-local function bodies of opbridge ops run natively: ``"auto"`` (default)
             all but the nodes whose op prefers its kernel for their attributes (an op whose body
             ONNX Runtime runs slower than its CPU kernel, e.g. bicubic resize), ``"always"`` every
@@ -258,6 +286,7 @@ class InferenceSession:
     Raises:
         ModelLoadError: the model cannot be read.
         UnknownOpError: the model has custom nodes opbridge has no kernel for.
+        TypeError: ``sess_options`` is neither a SessionOptions nor a function making one.
 
     Example:
         >>> sess = opbridge.InferenceSession("model.onnx")  # doctest: +SKIP
@@ -278,6 +307,7 @@ class InferenceSession:
             raise ValueError(f"InferenceSession: bodies must be 'auto', 'always' or 'never', got {bodies!r}.")
         self.bodies = bodies
         self.native = bool(native)
+        _checked_options(sess_options)
 
         model = load_model(model_or_path, copy=True, caller="InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
@@ -316,7 +346,7 @@ class InferenceSession:
             self._session = ort.InferenceSession(
                 source or model.SerializeToString(),
                 sess_options=options,
-                providers=list(providers) if providers is not None else ["CPUExecutionProvider"],
+                providers=_provider_list(providers),
             )
         except Exception as exc:
             if type(exc).__name__ == "InvalidProtobuf":
@@ -329,6 +359,84 @@ class InferenceSession:
         finally:
             for d in descriptors:
                 d.release()
+        self._required = [i.name for i in self._session.get_inputs()]
+        self._feedable = self._input_specs(model, self._required)
+
+    def _input_specs(self, model: onnx.ModelProto, required: Sequence[str]) -> dict[str, _InputSpec]:
+        """Each input a feed may name (the required ones and the initializers a feed may override):
+        its numpy dtype where checked, its ONNX type, its declared dims (None: no shape) and fixed ones."""
+        import numpy as np
+        import onnx
+
+        declared = {v.name: v.type for v in model.graph.input}
+        specs: dict[str, _InputSpec] = {}
+        for name in [*required, *(i.name for i in self._session.get_overridable_initializers())]:
+            dtype, type_name, dims = None, "", None
+            value_type = declared.get(name)
+            if value_type is not None and value_type.HasField("tensor_type"):
+                tensor_type = value_type.tensor_type
+                if tensor_type.elem_type in _CHECKED_TYPES:
+                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+                    type_name = f"tensor({onnx.TensorProto.DataType.Name(tensor_type.elem_type).lower()})"
+                if tensor_type.HasField("shape"):
+                    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+            fixed = tuple((axis, n) for axis, n in enumerate(dims or ()) if n is not None)
+            specs[name] = (dtype, type_name, dims, fixed)
+        self._ndarray = np.ndarray
+        return specs
+
+    def _check_feed(self, feed: Mapping[str, Any]) -> None:
+        """Refuse, as :class:`~opbridge.reference.ReferenceSession` does, a feed that names an input the
+        model does not have, misses one, or gives an array of another dtype, rank or fixed dim.
+
+        Raises:
+            InputError: naming the input and what the model expects (a ValueError).
+        """
+        specs, ndarray = self._feedable, self._ndarray
+        for name, value in feed.items():
+            spec = specs.get(name)
+            if spec is None:
+                self._feed_mismatch(feed)
+            if not isinstance(value, ndarray):  # (lists and the like: ONNX Runtime converts them)
+                continue
+            dtype, type_name, dims, fixed = spec
+            if dtype is not None and value.dtype != dtype:
+                self._refuse(
+                    f"input {name!r} expects {type_name} (numpy {dtype}), got numpy {value.dtype}; cast it with "
+                    f".astype(np.{dtype.name})."
+                )
+            if dims is None:
+                continue
+            shape = value.shape
+            wrong = len(shape) != len(dims)
+            for axis, n in fixed:
+                if wrong or shape[axis] != n:
+                    wrong = True
+                    break
+            if wrong:
+                shown = "x".join(str(d) if d is not None else "?" for d in dims) or "a scalar"
+                self._refuse(
+                    f"input {name!r} has shape {tuple(shape)}, but the model declares {shown}; feed an array of "
+                    "that shape (named dims may take any size)."
+                )
+        if len(feed) < len(self._required) or (len(specs) > len(self._required) and self._missing(feed)):
+            self._feed_mismatch(feed)
+
+    def _missing(self, feed: Mapping[str, Any]) -> list[str]:
+        return [n for n in self._required if n not in feed]
+
+    def _feed_mismatch(self, feed: Mapping[str, Any]) -> NoReturn:
+        missing = self._missing(feed)
+        unknown = sorted(n for n in feed if n not in self._feedable)
+        self._refuse(
+            f"input feed mismatch: missing {missing}, unknown {unknown}; the model's inputs are {self._required}."
+        )
+
+    @staticmethod
+    def _refuse(message: str) -> NoReturn:
+        from opbridge.backends.base import InputError
+
+        raise InputError(f"InferenceSession.run: {message}")
 
     def _untyped_hint(self) -> str:
         return (
@@ -544,7 +652,12 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[np.ndarray]:
         """Run the model, as ``onnxruntime.InferenceSession.run``: outputs in ``output_names`` order (all if None;
-        one string is one name). ``input_feed`` values are numpy arrays or CPU tensors."""
+        one string is one name). ``input_feed`` values are numpy arrays or CPU tensors.
+
+        Raises:
+            InputError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
+                model declares (a ValueError, as :class:`~opbridge.reference.ReferenceSession` raises).
+        """
         from opbridge._dtypes import feed_arrays, output_name_list
 
         if self._parallel and id(self) in getattr(_INSIDE, "sessions", ()):
@@ -557,8 +670,10 @@ class InferenceSession:
             from opbridge.onnxruntime import _native
 
             _native.module().take_exit()  # (one a run of the raw .session left on this thread is not this run's)
+        feed = feed_arrays(input_feed)
+        self._check_feed(feed)
         try:
-            return self._session.run(output_name_list(output_names), feed_arrays(input_feed), run_options)
+            return self._session.run(output_name_list(output_names), feed, run_options)
         except Exception as exc:
             _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
             if self._bridged:
