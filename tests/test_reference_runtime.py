@@ -803,3 +803,75 @@ def test_reference_session_refuses_a_function_body_domain_the_function_does_not_
     model.functions[0].CopyFrom(body)
     out = ReferenceSession(model).run(None, {"x": np.array([2.0, -1.0], np.float32)})[0]
     np.testing.assert_allclose(out, np.array([8.0, -1.0], np.float32), rtol=0, atol=0)
+
+
+def _flatten_model(axis: int, rank: int) -> onnx.ModelProto:
+    return one_node_model(
+        [helper.make_node("Flatten", ["x"], ["y"], axis=axis, name="flat")],
+        [("x", TensorProto.FLOAT, [None] * rank)],
+        [("y", TensorProto.FLOAT, None)],
+        {},
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((0, 16, 7, 7), 1), ((3, 0, 5), 2), ((3, 0, 5), -1), ((3, 0, 5), 3), ((0,), 1), ((3, 0, 5), 1), ((2, 3, 4), -2)],
+)
+def test_reference_session_flattens_zero_size_inputs_as_onnxruntime(shape: tuple[int, ...], axis: int) -> None:
+    """onnx.reference's Flatten reshaped to (n, -1), which numpy cannot resolve where n is 0 ("cannot
+    reshape array of size 0 into shape (0,newaxis)": a Flatten after MultiLevelRoiAlign with no RoIs);
+    ONNX Runtime flattens (0, 16, 7, 7) to (0, 784)."""
+    model = _flatten_model(axis, len(shape))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ReferenceSession(model).run(None, {"x": x})
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_reference_session_names_the_standard_node_the_evaluator_fails_in() -> None:
+    """A Reshape of a size-0 tensor to (0, -1), which ONNX Runtime refuses too: the evaluator's numpy
+    error is named by op and node, and stays a ValueError."""
+    model = one_node_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="to_rows")],
+        [("x", TensorProto.FLOAT, [None, 16, 7, 7]), ("s", TensorProto.INT64, [2])],
+        [("y", TensorProto.FLOAT, None)],
+        {},
+    )
+    feed = {"x": np.zeros((0, 16, 7, 7), np.float32), "s": np.array([0, -1], np.int64)}
+    with pytest.raises(Exception):  # noqa: B017  (an error of ONNX Runtime's own)
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    with pytest.raises(opbridge.OpbridgeError, match=r"ai\.onnx::Reshape node 'to_rows' raised ValueError") as caught:
+        ReferenceSession(model).run(None, feed)
+    assert isinstance(caught.value, ValueError)
+
+
+@opbridge.op("tests.reference::BigEndian")
+def _big_endian(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_a_kernel_result_of_another_byte_order_is_returned_in_native_order() -> None:
+    """A numpy kernel returning a >f4 array: the session returned it as it was, while ONNX Runtime's bridge
+    gives the values in native byte order; both now return float32."""
+    _big_endian.register_kernel(lambda x: (x * 2).astype(np.dtype(">f4")))
+    model = one_node_model(
+        [helper.make_node("BigEndian", ["x"], ["y"], domain="tests.reference", name="swap")],
+        [("x", TensorProto.FLOAT, [2, 3])],
+        [("y", TensorProto.FLOAT, [2, 3])],
+        {"tests.reference": 1},
+    )
+    x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    (got,) = ReferenceSession(model).run(None, {"x": x})
+    assert got.dtype == np.dtype(np.float32) and got.dtype.isnative
+    np.testing.assert_array_equal(got, x * 2)
+
+
+def test_reference_session_refuses_a_proto_without_outputs() -> None:
+    """The run returned [] for a model with no graph outputs; a file of it was refused at load."""
+    model = one_node_model([], [("x", TensorProto.FLOAT, [2])], [], {})
+    with pytest.raises(opbridge.ModelLoadError, match=r"the given ModelProto: the model's graph has no outputs"):
+        ReferenceSession(model)
+    with pytest.raises(opbridge.ModelLoadError, match=r"the given ModelProto: not a usable ONNX model"):
+        ReferenceSession(onnx.ModelProto())

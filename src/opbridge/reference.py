@@ -46,6 +46,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -196,6 +197,8 @@ def _to_numpy(values: Any) -> tuple[Any, ...]:
             # (ONNX Runtime's bridge refuses these too; numpy would make an object array of None)
             raise TypeError(f"output {i} is a {type(v).__name__}, not an array; return numpy arrays")
         v = np.asarray(v)
+        if not v.dtype.isnative:  # (a byte-swapped array, >f4: native order, as ONNX Runtime's bridge gives it)
+            v = v.astype(v.dtype.newbyteorder("="))
         if v.dtype == object and not all(isinstance(e, (str, bytes)) for e in v.flat):
             # an object array holds strings (ONNX's string tensors) or nothing opbridge can pass on
             kinds = sorted({type(e).__name__ for e in v.flat if not isinstance(e, (str, bytes))})
@@ -582,6 +585,52 @@ def _old_resize_ops(proto: onnx.ModelProto) -> list[type]:
     return classes
 
 
+def _flatten_runner(version: int) -> Callable[..., tuple[Any, ...]]:
+    """Run a Flatten node as ONNX defines it: onnx.reference's (onnx 1.23) reshapes to ``(n, -1)``, which
+    numpy cannot resolve where ``n`` is 0 (an input of size 0, e.g. no boxes), while ONNX Runtime flattens
+    ``(0, 16, 7, 7)`` to ``(0, 784)``."""
+
+    def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        axis = int(_kernel_attributes(node, linked).get("axis", 1))
+        if not -x.ndim <= axis <= x.ndim:
+            raise OpbridgeError(
+                f"Flatten node {node.name!r} (opset {version}): axis {axis} is outside [-{x.ndim}, {x.ndim}] for an "
+                f"input of rank {x.ndim}; give an axis within that range."
+            )
+        axis += x.ndim if axis < 0 else 0
+        return (x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:])),)
+
+    return run
+
+
+def _own_standard_ops(proto: onnx.ModelProto) -> list[type]:
+    """``OpRun`` classes for the standard ops the session runs itself: the old resize ops
+    (:func:`_old_resize_ops`) and Flatten (:func:`_flatten_runner`)."""
+    classes = _old_resize_ops(proto)
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    nodes = [*walk_nodes(proto.graph.node), *(n for f in proto.functions for n in walk_nodes(f.node))]
+    for domain in ("", "ai.onnx"):
+        version = opsets.get(domain)
+        if version is not None and any(n.domain == domain and n.op_type == "Flatten" for n in nodes):
+            classes.append(_op_class(domain, "Flatten", _flatten_runner(version), f"opset {version}", {}))
+    return classes
+
+
+def _failed_node(exc: BaseException) -> Any:
+    """The innermost node (an ``OpRun``) whose run raised ``exc`` in the evaluator, or None."""
+    from onnx.reference.op_run import OpRun
+
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, OpRun) and getattr(candidate, "onnx_node", None) is not None:
+            found = candidate
+        tb = tb.tb_next
+    return found
+
+
 def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any:
     """A ReferenceEvaluator whose model-local functions also see ``new_ops``.
 
@@ -649,7 +698,7 @@ class ReferenceSession:
         _fill_loop_conditions(proto)
         self.prefer: Prefer = prefer
         self.implementations: dict[tuple[str, str], str] = {}
-        new_ops = self._custom_ops(proto) + _old_resize_ops(proto)
+        new_ops = self._custom_ops(proto) + _own_standard_ops(proto)
         try:
             self._evaluator = _evaluator(proto, new_ops, verbose)
         except Exception as exc:  # the evaluator raises many kinds
@@ -801,6 +850,18 @@ class ReferenceSession:
             raise ValueError(
                 f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}."
             )
-        results = self._evaluator.run(names, feed)
+        try:
+            results = self._evaluator.run(names, feed)
+        except OpbridgeError:
+            raise
+        except Exception as exc:
+            failed = _failed_node(exc)
+            if failed is None:
+                raise
+            node = failed.onnx_node
+            raise _node_error(exc)(
+                f"{node.domain or 'ai.onnx'}::{node.op_type} node {node.name!r} raised {type(exc).__name__} in "
+                f"the ONNX reference evaluator: {exc}"
+            ) from exc
         out = [np.asarray(r) for r in results]
         return [r if r.flags.writeable else r.copy() for r in out]
