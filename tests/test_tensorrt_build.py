@@ -1341,3 +1341,33 @@ def test_the_worker_ends_with_its_caller(how: str, tmp_path: Path) -> None:
     if how == "SIGTERM":
         left = [p.name for p in temp.iterdir() if p.name.startswith("opbridge_trt_")]
         assert not left, f"{left} left behind"
+
+
+def test_ops_may_be_given_as_the_ops_themselves(user_model: Path, user_ops_file: Path) -> None:
+    """register_plugins takes OpDefs, and build_engine's ops raised pathlib's TypeError for one; the child
+    now imports the file that defined each op given."""
+    from opbridge._loading import load_module
+    from opbridge.tensorrt._build import _request
+
+    module = load_module(str(user_ops_file))
+    ops = [module.Blend, module.Repeat2, module.EveryOther]
+    assert _request(user_model, ops)["ops"] == [str(user_ops_file.resolve())]
+    profiles = {"x": ((1, 3, 2), (2, 3, 6), (4, 3, 9))}
+    report = build_engine(user_model, profiles=profiles, ops=ops)
+    assert report.ok, report.describe()
+    assert parse_with_tensorrt(user_model, ops=module.Blend).ok
+    with pytest.raises(opbridge.OpbridgeError, match=r"ops: 3 is a int; give op files .* or ops defined with"):
+        build_engine(user_model, profiles=profiles, ops=[3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, float("nan"), float("inf"), True, "60"])
+def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(timeout: Any, tmp_path: Path) -> None:
+    """timeout=-1 was reported as a failed build ("did not finish within -1 s") and nan raised selectors'
+    ValueError; both are refused before any work, naming the argument."""
+    path = _relu_model(tmp_path / "relu.onnx")
+    for call in (
+        lambda: build_engine(path, timeout=timeout),
+        lambda: parse_with_tensorrt(path, timeout=timeout),
+    ):
+        with pytest.raises(opbridge.OpbridgeError, match=r"timeout must be a positive finite number of seconds"):
+            call()

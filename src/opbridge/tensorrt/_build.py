@@ -14,18 +14,22 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError
+
+if TYPE_CHECKING:
+    from opbridge.definition import OpDef
 
 __all__ = ["BuildReport", "ParseReport", "Profile", "build_engine", "check_profiles", "parse_with_tensorrt"]
 
@@ -616,7 +620,7 @@ def _raise_usage_error(result: dict[str, Any]) -> None:
 _IN_WORKER = "OPBRIDGE_TENSORRT_WORKER"
 
 
-def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _run_isolated(request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     if os.environ.get(_IN_WORKER):
         # an --ops module that parses or builds when imported would start workers without end
         raise OpbridgeError(
@@ -649,7 +653,7 @@ def _run_isolated(request: dict[str, Any], timeout: float) -> dict[str, Any]:
         return {"ok": False, "backend": "?", "errors": [["", "", _ended_early(*ended)]]}
 
 
-def _run_worker(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str] | None:
+def _run_worker(argv: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str] | None:
     """Run the worker to its end: its exit code and stderr, or None where it did not finish within
     ``timeout`` s. It does not outlive the call: an exception here (a timeout, Ctrl-C, :class:`_Terminated`)
     kills it first."""
@@ -723,7 +727,55 @@ def _ended_early(code: int, stderr: str | None) -> str:
     return f"TensorRT's process ended ({how}) before reporting; its last lines:\n{shown}"
 
 
-def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str, Any]:
+def _check_timeout(timeout: Any) -> None:
+    """Raise where ``timeout`` is not a positive finite number of seconds or None (no limit)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise OpbridgeError(
+            f"timeout must be a positive finite number of seconds (or None for no limit), got {timeout!r}."
+        )
+
+
+def _op_target(opdef: OpDef) -> str | None:
+    """The target (module name, or file for an op file loaded by path) the child imports for ``opdef``;
+    None where it needs none (a built-in op) or cannot import it (``__main__``, named when the model uses
+    the op: :func:`_op_modules`)."""
+    name = opdef._defined_in or getattr(opdef.reference, "__module__", None) or ""
+    module = sys.modules.get(name)
+    if not name or name == "__main__" or name.startswith("opbridge.") or module is None:
+        return None
+    file = getattr(module, "__file__", None)
+    return file if name.startswith("_opbridge_user_") and file else name
+
+
+def _ops_targets(ops: Any) -> list[str]:
+    """``ops`` (op files, module names or OpDefs, or one of them) as targets the child can import."""
+    from opbridge.definition import OpDef
+
+    if ops is None:
+        return []
+    if isinstance(ops, (str, os.PathLike, OpDef)):  # one target, not its letters
+        ops = [ops]
+    if not isinstance(ops, Iterable):
+        ops = [ops]
+    targets: list[str] = []
+    for item in ops:
+        if isinstance(item, OpDef):
+            target = _op_target(item)
+        elif isinstance(item, (str, os.PathLike)):
+            target = os.fspath(item)
+        else:
+            raise OpbridgeError(
+                f"ops: {item!r} is a {type(item).__name__}; give op files (path/to/ops.py), module names "
+                "(package.ops) or ops defined with @opbridge.op."
+            )
+        if target is not None and target not in targets:
+            targets.append(str(target))
+    return targets
+
+
+def _request(model_path: str | os.PathLike[str], ops: Any) -> dict[str, Any]:
     from opbridge._loading import load_ops
     from opbridge.model_io import load_model
 
@@ -732,32 +784,37 @@ def _request(model_path: str | os.PathLike[str], ops: Sequence[str]) -> dict[str
             f"TensorRT builds from a file, got a {type(model_path).__name__}; save the model first "
             "(onnx.save(model, 'model.onnx')) and give its path."
         )
-    if isinstance(ops, str):  # one target, not its letters
-        ops = [ops]
+    targets = _ops_targets(ops)
     path = Path(model_path)
     # a missing, foreign or empty file is named as by the other commands (its weights are not read here)
     load_model(path, caller="TensorRT", external_data=False)
 
-    load_ops(list(ops))  # a bad target is the caller's usage error: raise it here, not in the child
-    return {"model": str(path.resolve()), "ops": [str(o) for o in ops]}
+    load_ops(targets)  # a bad target is the caller's usage error: raise it here, not in the child
+    return {"model": str(path.resolve()), "ops": targets}
 
 
 def parse_with_tensorrt(
-    path: str | os.PathLike[str], *, ops: Sequence[str] = (), isolate: bool = True, timeout: float = 600.0
+    path: str | os.PathLike[str],
+    *,
+    ops: OpDef | str | os.PathLike[str] | Iterable[OpDef | str | os.PathLike[str]] = (),
+    isolate: bool = True,
+    timeout: float | None = 600.0,
 ) -> ParseReport:
     """Parse ``path`` with TensorRT's ONNX parser after registering opbridge's plugins.
 
     Args:
         path: the .onnx model.
-        ops: extra ``--ops`` targets (files or modules) that define ops used by the model.
+        ops: extra ``--ops`` targets (files or modules) that define ops used by the model, or the ops
+            (``OpDef``) themselves, whose defining modules the child imports.
         isolate: parse in a child process, so a native abort cannot end the caller.
-        timeout: seconds before the child is stopped.
+        timeout: seconds before the child is stopped (positive; None: no limit).
 
     Example:
         >>> report = parse_with_tensorrt("model.onnx")  # doctest: +SKIP
         >>> report.ok, report.errors  # doctest: +SKIP
         (True, [])
     """
+    _check_timeout(timeout)
     request = dict(_request(path, ops), build=False, engine=None, profiles={})
     result = _run_isolated(request, timeout) if isolate else _work(request)
     return ParseReport(
@@ -773,9 +830,9 @@ def build_engine(
     output: str | os.PathLike[str] | None = None,
     *,
     profiles: Profile | None = None,
-    ops: Sequence[str] = (),
+    ops: OpDef | str | os.PathLike[str] | Iterable[OpDef | str | os.PathLike[str]] = (),
     isolate: bool = True,
-    timeout: float = 600.0,
+    timeout: float | None = 600.0,
 ) -> BuildReport:
     """Build a serialized engine from an ONNX model with opbridge's plugins (strongly typed network).
 
@@ -783,12 +840,13 @@ def build_engine(
         path: the .onnx model.
         output: where to write the engine (written only on success, atomically); ``None`` to only build.
         profiles: ``{input: (min, opt, max)}`` shapes; required for every input with dynamic dims.
-        ops: extra ``--ops`` targets (files or modules) defining ops used by the model.
+        ops: extra ``--ops`` targets (files or modules) defining ops used by the model, or the ops
+            (``OpDef``) themselves, whose defining modules the child imports.
         isolate: build in a child process, so a native abort cannot end the caller.
-        timeout: seconds before the child is stopped.
+        timeout: seconds before the child is stopped (positive; None: no limit).
 
     Raises:
-        OpbridgeError: bad profiles, or a missing or unreadable model (usage errors).
+        OpbridgeError: bad profiles, ops or timeout, or a missing or unreadable model (usage errors).
 
     Example:
         >>> r = build_engine("srcnn.onnx", "srcnn.engine",
@@ -804,12 +862,13 @@ def _build_engine(
     output: str | os.PathLike[str] | None,
     *,
     profiles: Profile | None,
-    ops: Sequence[str],
+    ops: Any,
     isolate: bool,
-    timeout: float,
+    timeout: float | None,
     cli: bool,
 ) -> BuildReport:
     """:func:`build_engine`; its usage errors name the arguments as ``trt-build`` takes them with ``cli``."""
+    _check_timeout(timeout)
     request = _request(path, ops)
     profiles = _check_profiles(request["model"], profiles, cli=cli)
     if output is not None and Path(output).resolve() == Path(request["model"]):
