@@ -912,3 +912,51 @@ def test_openvino_close_cuts_its_python_ops_loose_from_the_model() -> None:
     sources = [op.input_value(0) for op in ops]
     assert [s.get_node().get_type_name() for s in sources] == ["Parameter"]
     assert [str(s.get_partial_shape()) for s in sources] == ["[0]"]
+
+
+@opbridge.op("tests.backends::ToF64")
+def _to_f64(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64) / 3
+
+
+class _Float64Onward(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _to_f64(x) * 2.0
+
+
+def test_openvino_runs_standard_ops_on_a_float64_output_of_a_custom_node(tmp_path) -> None:
+    """The CPU plugin computes float64 in float32, lowering the constant of ``* 2.0`` but not a custom op's
+    output ("Arguments do not have the same element type (f64, f32)"): the model loads, its output stays
+    float64 with float32's digits, and the runner's note names it."""
+    _needs("openvino")
+    path = tmp_path / "f64_onward.onnx"
+    x = torch.tensor([[1.0, 2.0, 5.0]])
+    opbridge.export(_Float64Onward(), (x,), path, exporter="torchscript", input_names=["x"], output_names=["y"])
+    with OpenVINORunner(path) as runner:
+        y = runner.infer({"x": x.numpy()})["y"]
+        notes = list(runner.notes)
+    assert y.dtype == np.float64
+    want = (x.numpy().astype(np.float32) / np.float32(3)) * np.float32(2)
+    np.testing.assert_array_equal(y, want.astype(np.float64))
+    assert notes == [
+        "float64 output 'y': OpenVINO's CPU plugin computes float64 in float32, so the comparison is at float32 "
+        "precision (about 7 significant digits; magnitudes below float32's become 0)"
+    ]
+
+
+def test_openvino_refuses_float64_inputs_that_float32_turns_to_zero() -> None:
+    """A plain float64 model too: OpenVINO computes it in float32, where 1e-300 would arrive as 0."""
+    _needs("openvino")
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.DOUBLE, [3])  # noqa: E731
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g", [value("x")], [value("y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with OpenVINORunner(model) as runner:
+        assert runner.notes == [
+            "float64 input 'x' and output 'y': OpenVINO's CPU plugin computes float64 in float32, so the comparison "
+            "is at float32 precision (about 7 significant digits; magnitudes below float32's become 0)"
+        ]
+        with pytest.raises(opbridge.OpbridgeError, match=r"^openvino: input 'x' holds 1e-300, below float32's"):
+            runner.infer({"x": np.array([0.0, -1e-300, 1.0])})
+        # float32's subnormals arrive as they are
+        y = runner.infer({"x": np.array([0.0, 1e-45, 0.1])})["y"]
+    np.testing.assert_array_equal(y, np.array([0.0, 2 * float(np.float32(1e-45)), float(np.float32(0.2))]))

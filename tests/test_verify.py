@@ -1378,3 +1378,64 @@ def test_range_parsing(seed_export, capsys) -> None:
         "opbridge verify: error: --range image:1,1: values are drawn from [LO, HI), so LO must be below HI, "
         "e.g. --range image:1,2."
     )
+
+
+# --------------------------------------------------------------------------- a reference that fails on float values
+
+
+class _BatchIndex(torch.nn.Module):
+    """Reads column 0 of each RoI as a batch index, as RoI ops do: a standard normal gives negative ones."""
+
+    def forward(self, rois: torch.Tensor) -> torch.Tensor:
+        if bool((rois[:, 0] < 0).any()):
+            raise IndexError("batch index out of range")
+        return rois * 1
+
+
+def batch_index_model() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return _BatchIndex(), (torch.tensor([[0.0, 1.0], [1.0, 2.0]]),)
+
+
+def test_a_reference_failing_on_float_values_points_to_range_not_shape(tmp_path: Path) -> None:
+    """Random normal RoIs hold negative batch indices: set 1's error names the float input and --range
+    and --inputs; set 2 (the dims varied) failed as set 1 did, so its note does not blame the shapes."""
+    from onnx import TensorProto
+
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", 2])  # noqa: E731
+    graph = helper.make_graph([helper.make_node("Identity", ["rois"], ["y"])], "g", [value("rois")], [value("y")])
+    path = tmp_path / "rois.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    record = opbridge.verify(path, batch_index_model(), backends=["reference"])
+    hint = (
+        " The floating-point input 'rois' was drawn from a standard normal (negative values too): where one holds "
+        "indices, sizes or boxes, give the values it takes with --range rois:LO,HI (ranges=). Or give the inputs' "
+        "values with --inputs FILE.npz (inputs=)."
+    )
+    assert record.errors == [
+        "set 1 (rois:2x2): the PyTorch reference failed: IndexError: batch index out of range; no backend was "
+        "compared on it." + hint
+    ]
+    assert record.notes == [
+        "set 2 (rois:3x2), the example's dynamic dims varied: the PyTorch reference failed: IndexError: batch index "
+        "out of range; not compared (the reference failed on set 1 too, at the example's shapes: the random values "
+        "are at fault, not the shapes)." + hint
+    ]
+    record = opbridge.verify(path, batch_index_model(), backends=["reference"], ranges={"rois": (0, 1)})
+    assert record.exit_code == 0, record.table()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rtol": "1e-3"}, r"^rtol='1e-3': give a number, e.g. rtol=1e-3 \(on the command line: --rtol 1e-3\)\.$"),
+        ({"atol": None, "rtol": -1.0}, r"^--rtol -1.0: a tolerance must be .*, e.g. --rtol 1e-3 \(rtol=1e-3\)$"),
+        ({"tolerances": {"y": (1e-3,)}}, r"^tolerances\['y'\] = \(0.001,\): give a Tolerance or a pair \(rtol, atol\)"),
+        ({"tolerances": {"y": (1, 2, 3)}}, r"^tolerances\['y'\] = \(1, 2, 3\): give a Tolerance or a pair"),
+    ],
+    ids=["rtol-string", "rtol-negative", "one-tuple", "three-tuple"],
+)
+def test_verify_words_bad_tolerance_arguments_for_the_api(tmp_path: Path, kwargs: dict, message: str) -> None:
+    """A str rtol can only come from Python: named as rtol=; a tuple that is not (rtol, atol) is refused
+    (a 1-tuple was read as rtol alone, a 3-tuple reached Tolerance's constructor)."""
+    with pytest.raises(opbridge.OpbridgeError, match=message):
+        opbridge.verify(_silu_model(tmp_path), SILU_REFERENCE, backends=["openvino"], **kwargs)

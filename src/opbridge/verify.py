@@ -744,9 +744,11 @@ def _output_tolerances(
 ) -> dict[str, tuple[Tolerance, str]]:
     """Each output's tolerance and where it comes from; ``checks_only``: only refuse bad arguments (the
     graph walk, which runs shape inference, is left out)."""
+    import numbers
+
     given: dict[str, Tolerance] = {}
     for k, v in (tolerances or {}).items():
-        if not isinstance(v, (Tolerance, tuple, list)):
+        if not isinstance(v, Tolerance) and not (isinstance(v, (tuple, list)) and len(v) == 2):
             raise OpbridgeError(
                 f"tolerances[{k!r}] = {v!r}: give a Tolerance or a pair (rtol, atol), e.g. "
                 f"tolerances={{{k!r}: (1e-3, 1e-5)}} (on the command line: --tol {k}:1e-3,1e-5)."
@@ -756,10 +758,15 @@ def _output_tolerances(
         except (TypeError, ValueError) as exc:
             raise OpbridgeError(f"--tol {k}:{_tol_text(v)}: {exc}") from None
     for value, flag in ((rtol, "--rtol"), (atol, "--atol")):
+        keyword = flag.removeprefix("--")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise OpbridgeError(  # (only the Python API passes a non-number)
+                f"{keyword}={value!r}: give a number, e.g. {keyword}=1e-3 (on the command line: {flag} 1e-3)."
+            )
         if value is not None and not valid_tolerance(value):
             raise OpbridgeError(
                 f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
-                f"e.g. {flag} 1e-3"
+                f"e.g. {flag} 1e-3 ({keyword}=1e-3)"
             )
     unknown = sorted(set(given) - {o.name for o in outputs})
     if unknown:
@@ -1001,12 +1008,23 @@ def verify(
         except Exception as exc:
             failure = f"the PyTorch reference failed: {type(exc).__name__}: {_one_line(exc)}"
             expected.append(failure)
-            hint = _range_hint(meta, value_ranges) if i >= len(given_arrays) else ""
+            # (float values drawn as an earlier random set's were, on which the reference ran, are less suspect)
+            floats_too = all(isinstance(expected[j], str) for j in range(len(given_arrays), i))
+            hint = _range_hint(meta, value_ranges, floats=floats_too) if i >= len(given_arrays) else ""
             where = f"set {i + 1} ({record.set_label(i)})"
             if varied and i == len(feeds) - 1:  # a set the caller did not ask for: said, not an error
+                # the reference failed on the example's shapes too: the random values are at fault, not the dims
+                values_at_fault = i > 0 and isinstance(expected[i - 1], str)
                 record.notes.append(
-                    f"{where}, the example's dynamic dims varied: {failure.rstrip('.')}; not compared (give the "
-                    "shapes the model takes with --shape, or leave this set out with --export-shape-only)." + hint
+                    f"{where}, the example's dynamic dims varied: {failure.rstrip('.')}; not compared "
+                    + (
+                        f"(the reference failed on set {i} too, at the example's shapes: the random values are at "
+                        "fault, not the shapes)."
+                        if values_at_fault
+                        else "(where the model does not take these shapes, give the ones it takes with --shape, or "
+                        "leave this set out with --export-shape-only; the random values may be at fault instead)."
+                    )
+                    + hint
                 )
             else:
                 record.errors.append(f"{where}: {failure.rstrip('.')}; no backend was compared on it." + hint)
@@ -1060,17 +1078,34 @@ def verify(
     return record
 
 
-def _range_hint(meta: Sequence[TensorMeta], ranges: Mapping[str, tuple[float, float]]) -> str:
-    """A sentence naming the integer inputs drawn from the default [0, 10), for a reference that failed
-    on random values (an index or a size out of bounds, often); empty where there are none."""
-    names = [m.name for m in meta if m.dtype is not None and m.dtype.kind in "iu" and m.name not in ranges]
-    if not names:
+def _range_hint(meta: Sequence[TensorMeta], ranges: Mapping[str, tuple[float, float]], *, floats: bool = True) -> str:
+    """Sentences naming the inputs drawn from the default distributions (integers from [0, 10), floats
+    from a standard normal unless ``floats`` is False), for a reference that failed on random values (an
+    index, a size or a box out of bounds, often); empty where there are none."""
+
+    def which(names: list[str]) -> str:
+        return f"input {names[0]!r} was" if len(names) == 1 else f"inputs {', '.join(map(repr, names))} were"
+
+    def flag(names: list[str]) -> str:
+        return names[0] if len(names) == 1 else "NAME"
+
+    drawn = [m for m in meta if m.name not in ranges]
+    ints = [m.name for m in drawn if m.dtype is not None and m.dtype.kind in "iu"]
+    reals = [m.name for m in drawn if m.dtype is not None and m.dtype.kind == "f"] if floats else []
+    parts = []
+    if ints:
+        parts.append(
+            f" The integer {which(ints)} drawn from [0, 10): where one is an index or a size, give the values it "
+            f"takes with --range {ints[0]}:LO,HI (ranges=)."
+        )
+    if reals:
+        parts.append(
+            f" The floating-point {which(reals)} drawn from a standard normal (negative values too): where one "
+            f"holds indices, sizes or boxes, give the values it takes with --range {flag(reals)}:LO,HI (ranges=)."
+        )
+    if not parts:
         return ""
-    which = f"input {names[0]!r} was" if len(names) == 1 else f"inputs {', '.join(map(repr, names))} were"
-    return (
-        f" The integer {which} drawn from [0, 10): where one is an index or a size, give the values it takes "
-        f"with --range {names[0]}:LO,HI (ranges=)."
-    )
+    return "".join(parts) + " Or give the inputs' values with --inputs FILE.npz (inputs=)."
 
 
 def _varied_dims(

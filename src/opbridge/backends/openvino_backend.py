@@ -19,6 +19,10 @@ Loading a model:
    inference recorded for them, with dynamic dims. A kernel result whose dtype
    differs from its output's is an error (never cast), as in the ONNX Runtime bridge.
 
+OpenVINO's CPU plugin computes int64 in int32, bool in uint8 and float64 in float32 (for any model,
+custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range
+or turned to 0) are refused, and :attr:`OpenVINORunner.notes` names a model's float64 inputs and outputs.
+
 Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
 shared input buffer after the call returns, and a freed one crashed the process.
 
@@ -63,6 +67,7 @@ _MARK = "[opbridge] "
 _INTERRUPTED = "KeyboardInterrupt in a kernel"
 _INT32 = np.iinfo(np.int32)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 
 @dataclass
@@ -252,8 +257,8 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def validate_and_infer_types(self) -> None:
             result = self._infer_outputs()
             for i, (etype, pshape) in enumerate(result):
-                # int64 and bool outputs are int32 and uint8 ones behind a Convert (see _converter): the
-                # plugins compute int64 in int32 and bool in uint8, converting the ops they know while
+                # int64, bool and float64 outputs are int32, uint8 and float32 ones behind a Convert (see
+                # _converter): the plugins compute them so, converting the ops they know while
                 # compiling but not this one, whose output then met the lowered type in the ops it feeds
                 # (evaluate checks an int64 result's range)
                 self.set_output_type(i, _plugin_type(etype) or etype, pshape)
@@ -341,7 +346,16 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                         f"{_MARK}{kernel.qualname}: the {kernel.source} returned dtype {value.dtype} for output {i}, "
                         f"but the node's output type is {want}; {fix}"
                     )
-                # The plugin's own buffer may hold a lowered precision (int32 for int64).
+                # The plugin's own buffer may hold a lowered precision (int32 for int64, float32 for float64).
+                if buffer != value.dtype and value.dtype.kind == "f" and buffer.kind == "f" and value.size:
+                    finite = np.abs(value[np.isfinite(value)])
+                    limit = float(np.finfo(buffer).max)
+                    if finite.size and float(finite.max()) > limit:
+                        raise RuntimeError(
+                            f"{_MARK}{kernel.qualname}: output {i} holds values beyond {buffer} (e.g. "
+                            f"{float(finite.max())!r}), which OpenVINO's CPU plugin computes {value.dtype} in; keep "
+                            f"them within {buffer} for OpenVINO."
+                        )
                 if buffer != value.dtype and value.dtype.kind in "iu" and buffer.kind in "iu" and value.size:
                     info32 = np.iinfo(buffer)
                     if value.min() < info32.min or value.max() > info32.max:
@@ -509,6 +523,8 @@ class OpenVINORunner(OnnxRunner):
         self.ov_model: Any = None
         self._node_lists: list[list[_NodeInfo]] = []
         self._op_classes: list[type] = []
+        #: Notes on how OpenVINO computes this model (set by ``load``), e.g. float64 values in float32.
+        self.notes: list[str] = []
 
     def _load(self) -> None:
         try:
@@ -570,6 +586,7 @@ class OpenVINORunner(OnnxRunner):
                 except Exception:  # no numpy equivalent (bfloat16, float8...)
                     continue
         self.kernels = [n.kernel for n in nodes]
+        self.notes = _float64_notes(prepared)
         self._request = self._compiled.create_infer_request()
         self._out_index = {}
         for i, port in enumerate(self._compiled.outputs):
@@ -656,6 +673,34 @@ def _check_narrowed(name: str, value: np.ndarray) -> None:
                 "plugin computes float64 in (it would arrive as float32's limit); keep float64 inputs within "
                 "float32 for OpenVINO."
             )
+        lost = finite[(finite > 0) & (finite.astype(np.float32) == 0)]
+        if lost.size:
+            raise BackendRunError(
+                f"openvino: input {name!r} holds {float(lost.max())!r}, below float32's smallest value, which "
+                "OpenVINO's CPU plugin computes float64 in (it would arrive as 0); keep nonzero float64 inputs "
+                f"at {_FLOAT32_TINY:.3g} or more in magnitude for OpenVINO."
+            )
+
+
+def _float64_notes(model: onnx.ModelProto) -> list[str]:
+    """A note naming the model's float64 inputs and outputs, which OpenVINO's CPU plugin computes in float32."""
+    import onnx
+
+    def doubles(values: Any) -> list[str]:
+        return [v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE]
+
+    inputs, outputs = doubles(model.graph.input), doubles(model.graph.output)
+    if not inputs and not outputs:
+        return []
+    named = [
+        f"{kind}{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
+        for kind, names in (("input", inputs), ("output", outputs))
+        if names
+    ]
+    return [
+        f"float64 {' and '.join(named)}: OpenVINO's CPU plugin computes float64 in float32, so the comparison is "
+        "at float32 precision (about 7 significant digits; magnitudes below float32's become 0)"
+    ]
 
 
 def _model_functions(model: Any) -> list[Any]:
@@ -693,13 +738,15 @@ def _bodies_using(model: onnx.ModelProto, op_types: set[str]) -> frozenset[tuple
 
 def _plugin_type(etype: Any) -> Any | None:
     """The type a custom op's output is made in where OpenVINO's CPU plugin lowers the graph's (int64 to
-    int32, bool to uint8: the ops the output feeds compile for those), else None."""
+    int32, bool to uint8, float64 to float32: the ops the output feeds compile for those), else None."""
     import openvino as ov
 
     if etype == ov.Type.i64:
         return ov.Type.i32
     if etype == ov.Type.boolean:
         return ov.Type.u8
+    if etype == ov.Type.f64:
+        return ov.Type.f32
     return None
 
 
@@ -709,7 +756,7 @@ def _converter(cls: type) -> Any:
     def convert(ctx: Any) -> Any:
         inputs = [ctx.get_input(i) for i in range(ctx.get_input_size())]
         node = cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1)))
-        # an int64 or bool output is made as int32 or uint8 (validate_and_infer_types): a Convert gives
+        # an int64, bool or float64 output is made as int32, uint8 or float32 (validate_and_infer_types): a Convert gives
         # the graph its type, which the plugin's precision pass then lowers with the rest of the graph
         wanted = node._infer_outputs()
         return [
