@@ -1018,3 +1018,82 @@ def test_rules_and_checks_do_not_read_or_copy_the_weights(tmp_path: Path, monkey
     assert [t.name for t in back.graph.initializer] == [t.name for t in in_memory.graph.initializer]
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), weight)
     assert back.graph.node == in_memory.graph.node
+
+
+def _dynamo_like_bicubic() -> onnx.ModelProto:
+    """x -> Resize(cubic, frozen x2 scales 'val_4') -> Conv -> y, declared as torch.export writes it: the
+    resized height and width (and the Conv's) as expressions of the input's."""
+    hh, ww = "TruncToInt(2.0*ToFloat(h))", "TruncToInt(2.0*ToFloat(w))"
+    nodes = [
+        helper.make_node("Resize", ["x", "", "val_4"], ["up"], mode="cubic", name="node_upsample_bicubic2d"),
+        helper.make_node("Conv", ["up", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="node_conv2d"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, ["batch", 2, "h", "w"])],
+        [("y", TensorProto.FLOAT, ["batch", 3, hh, ww])],
+        initializers=[
+            ("val_4", np.array([1.0, 1.0, 2.0, 2.0], np.float32)),
+            ("w", np.random.default_rng(4).standard_normal((3, 2, 3, 3)).astype(np.float32)),
+            ("b", np.array([0.1, -0.2, 0.3], np.float32)),
+        ],
+    )
+    model.graph.value_info.append(helper.make_tensor_value_info("up", TensorProto.FLOAT, ["batch", 2, hh, ww]))
+    return model
+
+
+def test_dynamic_resize_removes_the_frozen_scales_and_renames_downstream_dims() -> None:
+    """The frozen scales no node reads after the rewrite are removed (ONNX Runtime warned "Removing initializer
+    'val_4'" on every session), and the Resize's output and the graph output take the size input's H and W."""
+    original = _dynamo_like_bicubic()
+    report = rewrite_model(original, ["resize-cubic-to-dynamic-resize"], {"size_input": "size"})
+    assert report.changed
+    rewritten = report.model
+    assert [i.name for i in rewritten.graph.initializer] == ["w", "b"]
+    assert "val_4" not in {v.name for v in rewritten.graph.value_info}
+
+    def dims(value: onnx.ValueInfoProto) -> list[Any]:
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    assert dims(rewritten.graph.input[1]) == [1, 1, "size_height", "size_width"]
+    assert dims(rewritten.graph.output[0]) == ["batch", 3, "size_height", "size_width"]
+    (up,) = [v for v in rewritten.graph.value_info if v.name == "up"]
+    assert dims(up) == ["batch", 2, "size_height", "size_width"]
+    full_check(rewritten)
+    x = RNG.standard_normal((2, 2, 4, 5)).astype(np.float32)
+    (expected,) = run_ort(original, {"x": x})
+    (got,) = run_rewritten(rewritten, {"x": x, "size": np.zeros((1, 1, 8, 10), np.float32)})
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    (other,) = run_rewritten(rewritten, {"x": x, "size": np.zeros((1, 1, 7, 9), np.float32)})
+    assert other.shape == (2, 3, 7, 9)
+
+
+def test_replace_op_options_are_checked() -> None:
+    """A --rename of an attribute the node lacks is reported; --map/--rename without replace-op, a version
+    of 0 and options of the wrong type are refused with RewriteError, not dropped or raised as TypeError."""
+    model = custom_node_model("OldSwish", "legacy", beta=1.7)
+    mapped = {"map": ["legacy::OldSwish=acme::NewSwish"]}
+    report = rewrite_model(model, ["replace-op"], {**mapped, "rename": ["nope=x", "beta=alpha"]})
+    assert report.changed
+    assert "renamed beta->alpha, no attribute 'nope' to rename (--rename not applied)" in report.outcomes[0].reason
+    with pytest.raises(RewriteError, match=r"option\(s\) \['map'\] are not read by rule\(s\) \['legacy-domain'\]"):
+        rewrite_model(model, ["legacy-domain"], {"map": ["A=d::B"]})
+    with pytest.raises(RewriteError, match=r"option\(s\) \['rename'\] are not read"):
+        rewrite_model(model, ["legacy-domain"], {"rename": {"beta": "alpha"}})
+    with pytest.raises(opbridge.OpbridgeError, match="version=0: the opset version is a whole number from 1"):
+        rewrite_model(model, ["replace-op"], {**mapped, "version": 0})
+    with pytest.raises(RewriteError, match=r"rules is a NoneType; give a rule name or a list of them"):
+        rewrite_model(model, None)  # type: ignore[arg-type]
+    with pytest.raises(RewriteError, match=r"option map is a int; give 'a=b' strings, a list of them or a dict"):
+        rewrite_model(model, ["replace-op"], {"map": 5})
+    with pytest.raises(RewriteError, match=r"option rename is a int"):
+        rewrite_model(model, ["replace-op"], {**mapped, "rename": 5})
+
+
+def test_cli_map_without_replace_op_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(custom_node_model("MYSELU", ""), src)
+    args = ["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain", "--map", "A=d::B"]
+    assert main(args) == 2
+    assert "option(s) ['map'] are not read by rule(s) ['legacy-domain']" in capsys.readouterr().err
+    assert not out.exists()

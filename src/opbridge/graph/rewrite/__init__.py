@@ -181,6 +181,11 @@ def _check_rules(rules: Sequence[str] | str, options: Mapping[str, Any] | None) 
     unknown rule or an option none of them reads."""
     if isinstance(rules, str):  # one rule by name, not its letters
         rules = [rules]
+    if not isinstance(rules, Sequence):
+        raise RewriteError(
+            f"rules is a {type(rules).__name__}; give a rule name or a list of them, e.g. ['fold-resize-scales'] "
+            f"(rules: {', '.join(RULES)})."
+        )
     if options is not None and not isinstance(options, Mapping):
         raise RewriteError(
             f"options is a {type(options).__name__}; give a dict of option name to value, e.g. "
@@ -189,12 +194,13 @@ def _check_rules(rules: Sequence[str] | str, options: Mapping[str, Any] | None) 
     unknown = [r for r in rules if r not in RULES]
     if unknown or not rules:
         raise RewriteError(f"unknown rule(s) {unknown or '(none given)'}; choose from {', '.join(RULES)}.")
-    # an option no chosen rule reads (a typo) would be dropped silently; empty ones are the CLI's defaults
-    accepted = {"map", "rename"} | {k for r in rules for k in getattr(RULES[r], "options", {})}
+    # an option no chosen rule reads (a typo, or --map/--rename without replace-op) would be dropped
+    # silently; empty ones are the CLI's defaults
+    accepted = {k for r in rules for k in getattr(RULES[r], "options", {})}
     stray = sorted(k for k, v in (options or {}).items() if k not in accepted and v not in (None, [], ()))
     if stray:
         raise RewriteError(
-            f"option(s) {stray} are not read by rule(s) {list(rules)}; they take {sorted(accepted - {'map', 'rename'})}"
+            f"option(s) {stray} are not read by rule(s) {list(rules)}; they take {sorted(accepted)}"
             " (see opbridge rewrite --help)."
         )
     return list(rules)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 __all__ = ["Check", "IRRule", "RewriteError", "RewriteRule", "RuleOutcome", "every_node"]
+
+logger = logging.getLogger(__name__)
 
 
 class RewriteError(OpbridgeError):
@@ -108,6 +111,8 @@ class IRRule(RewriteRule):
         # nodes whose outputs something reads: the clean-up removes those the rewrite leaves unread, and
         # no node that was dead already (it is the user's)
         read = {id(n) for n in every_node(irm.graph) if any(o.uses() or o.is_graph_output() for o in n.outputs)}
+        # likewise the initializers something reads (of the main graph and its subgraphs)
+        read_inits = {id(v) for g in _graphs(irm.graph) for v in g.initializers.values() if _is_read(v)}
         self.root = irm.graph  # (for checks of nodes in subgraphs, which need the main graph)
         found = self.candidates(irm.graph, options)
         if not found:
@@ -124,6 +129,7 @@ class IRRule(RewriteRule):
         if not any(o.applied for o in outcomes):
             return model, outcomes
         _remove_unread(irm.graph, read)
+        _remove_unread_initializers(irm.graph, read_inits)
         for value in idle:
             if value.name not in irm.graph.initializers:
                 irm.graph.register_initializer(value)
@@ -154,3 +160,27 @@ def _remove_unread(graph: ir.Graph, read: set[int]) -> None:
                 owner.remove(node, safe=True)
                 read.discard(id(node))
                 changed = True
+
+
+def _is_read(value: ir.Value) -> bool:
+    """Whether a node, or the graph's outputs, read ``value``."""
+    return bool(value.uses()) or value.is_graph_output()
+
+
+def _graphs(graph: ir.Graph) -> list[ir.Graph]:
+    """``graph`` and its subgraphs (If branches, Loop and Scan bodies)."""
+    found: dict[int, ir.Graph] = {id(graph): graph}
+    for node in every_node(graph):
+        if node.graph is not None:
+            found.setdefault(id(node.graph), node.graph)
+    return list(found.values())
+
+
+def _remove_unread_initializers(graph: ir.Graph, read: set[int]) -> None:
+    """Remove the initializers that something read before the rewrite and nothing reads now (their value
+    infos go with them); those unread before, and those of graph inputs (an input's default), are kept."""
+    for owner in _graphs(graph):
+        for name, value in list(owner.initializers.items()):
+            if id(value) in read and not _is_read(value) and not value.is_graph_input():
+                logger.debug("removing initializer %r, which the rewrite left unread", name)
+                owner.initializers.pop(name)

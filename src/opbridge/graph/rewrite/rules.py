@@ -127,6 +127,35 @@ def _set_opset(model: ir.Model, domain: str, version: int) -> None:
         model.opset_imports[domain] = version
 
 
+def _rename_dims(start: ir.Value, old: list[Any], new: list[Any]) -> None:
+    """Give ``start`` (a 4-D value) and the values computed from it new height and width dims: ``old[i]``
+    becomes ``new[i]`` where it is a symbolic dim (anywhere in their shapes) or the static one of a
+    4-D value's axis 2 + i; a symbolic dim written in terms of an old one (``floor(H/2)``) becomes unknown."""
+    import onnx_ir as ir
+
+    renamed = {d.value: n for d, n in zip(old, new) if isinstance(d, ir.SymbolicDim) and d.value}
+    seen, todo = {id(start)}, [start]
+    while todo:
+        value = todo.pop()
+        if value.shape is not None:
+            dims: list[Any] = list(value.shape.dims)
+            for axis, dim in enumerate(dims):
+                if isinstance(dim, ir.SymbolicDim) and dim.value in renamed:
+                    dims[axis] = renamed[dim.value]
+                elif isinstance(dim, ir.SymbolicDim) and any(n in (dim.value or "") for n in renamed):
+                    dims[axis] = None
+                elif len(dims) == 4 and axis >= 2 and isinstance(dim, int) and dim == old[axis - 2]:
+                    dims[axis] = new[axis - 2]
+            if value is start:
+                dims[2:4] = new
+            value.shape = ir.Shape(dims)
+        for use in value.uses():
+            for output in use.node.outputs:
+                if id(output) not in seen:
+                    seen.add(id(output))
+                    todo.append(output)
+
+
 # Resize with scales samples at (x + 0.5) / scale - 0.5 (PyTorch's scale_factor too); DynamicResize, like
 # F.interpolate(size=...), at (x + 0.5) * in / out - 0.5: the same points where in * scale is whole.
 _SCALES_CAVEAT = (
@@ -369,10 +398,14 @@ class ResizeCubicToDynamicResize(IRRule):
         ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
         out = resize.outputs[0]
         if out.shape is not None and len(out.shape) == 4:
-            # the output's height and width now follow the run-time size: a static shape declared for
-            # them (a graph output's value_info) would be stale
-            dims = [_unique(f"{prefix}_{d}", taken) for d in ("height", "width")]
-            out.shape = ir.Shape([out.shape[0], out.shape[1], *dims])
+            # the output's height and width now follow the run-time size: the dims declared for them (and
+            # for the values computed from them, a graph output's too) would be stale
+            sized = size_tensor.shape if data["kind"] == "size_input" else None
+            if sized is not None and len(sized) == 4 and all(d is not None for d in (sized[2], sized[3])):
+                new_hw = [sized[2], sized[3]]  # the size input's own H and W
+            else:
+                new_hw = [ir.SymbolicDim(_unique(f"{prefix}_{d}", taken)) for d in ("height", "width")]
+            _rename_dims(out, [out.shape[2], out.shape[3]], new_hw)
         _set_opset(model, spec.domain, spec.version)
         return f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape (1, 1, H, W)"
 
@@ -450,17 +483,26 @@ class ReplaceOp(IRRule):
     }
 
     @staticmethod
-    def _pairs(value: Any) -> list[str]:
-        """A ``map``/``rename`` option as ``"a=b"`` items: a list of them, one, or a dict ``{a: b}``."""
+    def _pairs(options: Mapping[str, Any], key: str) -> list[str]:
+        """The ``map``/``rename`` option ``key`` as ``"a=b"`` items: a list of them, one, or a dict ``{a: b}``."""
+        value = options.get(key)
         if isinstance(value, Mapping):
             return [f"{k}={v}" for k, v in value.items()]
-        return [value] if isinstance(value, str) else list(value or ())
+        if isinstance(value, str):
+            return [value]
+        if value is None or isinstance(value, (list, tuple)):
+            return list(value or ())
+        example = "Resize=acme::BicubicResize" if key == "map" else "beta=alpha"
+        raise RewriteError(
+            f"option {key} is a {type(value).__name__}; give 'a=b' strings, a list of them or a dict {{a: b}}, "
+            f"e.g. {{'{key}': ['{example}']}}."
+        )
 
     def _maps(self, options: Mapping[str, Any]) -> list[tuple[str | None, str, str, str]]:
         from opbridge.errors import OpbridgeError
 
         maps = []
-        for item in self._pairs(options.get("map")):
+        for item in self._pairs(options, "map"):
             old, sep, new = str(item).partition("=")
             new_domain, new_name = _split_op(new)
             if not sep or not old or not new_name or new_domain is None:
@@ -475,7 +517,9 @@ class ReplaceOp(IRRule):
     def _version(options: Mapping[str, Any]) -> int:
         from opbridge.errors import OpbridgeError
 
-        raw = options.get("version") or 1
+        raw = options.get("version")
+        if raw is None:
+            return 1
         try:
             version = int(raw)
         except (TypeError, ValueError):
@@ -488,7 +532,7 @@ class ReplaceOp(IRRule):
         from opbridge.errors import OpbridgeError
 
         out = {}
-        for item in self._pairs(options.get("rename")):
+        for item in self._pairs(options, "rename"):
             old, sep, new = str(item).partition("=")
             if not sep or not old or not new:
                 raise OpbridgeError(f"--rename {item!r}: write old_attribute=new_attribute")
@@ -497,6 +541,7 @@ class ReplaceOp(IRRule):
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         maps = self._maps(options)
+        self._version(options)  # (a bad version is refused whether or not a node matches)
         self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
         return [n for n in every_node(graph) if self._target(n, maps) is not None]
 
@@ -517,7 +562,7 @@ class ReplaceOp(IRRule):
         opdef = opbridge.find_op(domain, name)
         if opdef is None:
             return Check.success(
-                f"{domain + '::' if domain else ''}{name} is not an opbridge op; attributes kept as they are",
+                f"{domain + '::' if domain else ''}{name} is not an opbridge op; its attributes are not checked",
                 (domain, name, None),
             )
         spec = opdef.spec
@@ -550,16 +595,20 @@ class ReplaceOp(IRRule):
         domain, name, version = check.data
         old = f"{node.domain + '::' if node.domain else ''}{node.op_type}"
         renames = self._renames(options)
-        renamed = []
+        renamed, absent = [], []
         for old_name, new_name in renames.items():
             attr = node.attributes.pop(old_name, None)
             if attr is not None:
                 node.attributes[new_name] = ir.Attr(new_name, attr.type, attr.value)
                 renamed.append(f"{old_name}->{new_name}")
+            else:
+                absent.append(old_name)
         node.domain, node.op_type, node.version = domain, name, None
         if domain:  # an ONNX op keeps the model's own opset
             _set_opset(model, domain, int(version or self._version(options)))
         extra = f", renamed {', '.join(renamed)}" if renamed else ""
+        if absent:
+            extra += f", no attribute {' or '.join(repr(a) for a in absent)} to rename (--rename not applied)"
         return f"{old} -> {domain + '::' if domain else ''}{name}{extra} ({check.reason})"
 
 
