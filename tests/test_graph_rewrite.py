@@ -841,19 +841,9 @@ def test_cubic_resize_10_is_refused_for_its_asymmetric_coordinates() -> None:
     assert linear.outcomes[0].reason == "mode is 'linear', not 'cubic'"
 
 
-def test_fold_resize_10_scales_inside_a_branch() -> None:
-    """A subgraph imports no opset of its own: a Resize-10 in an If branch runs under the model's opset 10,
-    and its scales (input 1) fold (they were read as Resize-11's: "neither scales nor sizes")."""
-    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
-    branch = helper.make_graph(
-        [
-            helper.make_node("Constant", [], ["s"], value=scales, name="const"),
-            helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
-        ],
-        "then",
-        [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
+def _in_an_opset_10_branch(*nodes: onnx.NodeProto) -> onnx.ModelProto:
+    """An opset-10 model Y = If(c, then: ``nodes`` computing y from the outer X, else: X)."""
+    branch = helper.make_graph(list(nodes), "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     other = helper.make_graph(
         [helper.make_node("Identity", ["X"], ["z"])],
         "else",
@@ -861,11 +851,21 @@ def test_fold_resize_10_scales_inside_a_branch() -> None:
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
     )
     node = helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=other, name="if")
-    model = make_model(
+    return make_model(
         [node],
         [("X", TensorProto.FLOAT, [1, 1, "H", "W"]), ("c", TensorProto.BOOL, [])],
         [("Y", TensorProto.FLOAT, None)],
         opset=10,
+    )
+
+
+def test_fold_resize_10_scales_inside_a_branch() -> None:
+    """A subgraph imports no opset of its own: a Resize-10 in an If branch runs under the model's opset 10,
+    and its scales (input 1) fold (they were read as Resize-11's: "neither scales nor sizes")."""
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))
+    model = _in_an_opset_10_branch(
+        helper.make_node("Constant", [], ["s"], value=scales, name="const"),
+        helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
     )
     report = rewrite_model(model, ["fold-resize-scales"])
     assert [(o.node, o.applied) for o in report.outcomes] == [("r10", True)]
@@ -881,28 +881,10 @@ def test_fold_computes_branch_constants_under_the_model_opset() -> None:
     """Constants computed inside a branch run under the model's opset: Clip-6's min and max attributes (inputs
     from Clip-11 on) fold in an opset-10 model (a later opset's Clip could not be evaluated)."""
     table = onnx.numpy_helper.from_array(np.array([1, 1, 2, 5], np.float32))
-    branch = helper.make_graph(
-        [
-            helper.make_node("Constant", [], ["t"], value=table, name="const"),
-            helper.make_node("Clip", ["t"], ["s"], min=0.0, max=3.0, name="clip"),
-            helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
-        ],
-        "then",
-        [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    other = helper.make_graph(
-        [helper.make_node("Identity", ["X"], ["z"])],
-        "else",
-        [],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-    )
-    node = helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=other, name="if")
-    model = make_model(
-        [node],
-        [("X", TensorProto.FLOAT, [1, 1, "H", "W"]), ("c", TensorProto.BOOL, [])],
-        [("Y", TensorProto.FLOAT, None)],
-        opset=10,
+    model = _in_an_opset_10_branch(
+        helper.make_node("Constant", [], ["t"], value=table, name="const"),
+        helper.make_node("Clip", ["t"], ["s"], min=0.0, max=3.0, name="clip"),
+        helper.make_node("Resize", ["X", "s"], ["y"], mode="nearest", name="r10"),
     )
     report = rewrite_model(model, ["fold-resize-scales"])
     assert [(o.node, o.applied) for o in report.outcomes] == [("r10", True)], report.outcomes

@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
 
 from opbridge.backends import backend_names
 from opbridge.cli._common import add_ops_argument, parse_dims, print_json_and_table, user_files
@@ -156,8 +157,11 @@ def parse_shape_sets(items: list[str]) -> list[dict[str, tuple[int, ...]]]:
     return sets
 
 
-def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
-    """``--tol OUTPUT:RTOL,ATOL`` occurrences -> ``{output: (rtol, atol)}``."""
+def _named_pairs(
+    items: Iterable[str], flag: str, convert: Callable[[str, str], tuple[float, float]], usage: str
+) -> dict[str, tuple[float, float]]:
+    """``NAME:A,B`` items -> ``{name: convert(a, b)}``: the name split at the last colon, a ValueError of
+    ``convert`` (or another form) an OpbridgeError with ``usage``, a name given twice with other values too."""
     out: dict[str, tuple[float, float]] = {}
     for item in items:
         name, sep, rest = item.rpartition(":")
@@ -165,42 +169,40 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
         try:
             if not sep or not name or len(parts) != 2:
                 raise ValueError
-            rtol, atol = float(parts[0]), float(parts[1])
-            if not (valid_tolerance(rtol) and valid_tolerance(atol)):
-                raise ValueError
+            pair = convert(parts[0], parts[1])
         except ValueError:
+            raise OpbridgeError(f"{flag} {item!r}: {usage}") from None
+        if name in out and out[name] != pair:
             raise OpbridgeError(
-                f"--tol {item!r}: write OUTPUT:RTOL,ATOL with finite numbers >= 0, e.g. out:1e-3,1e-5"
-            ) from None
-        if name in out and out[name] != (rtol, atol):
-            raise OpbridgeError(
-                f"--tol {name}: given twice ({out[name][0]:g},{out[name][1]:g} and {rest}); give it once."
+                f"{flag} {name}: given twice ({out[name][0]:g},{out[name][1]:g} and {rest}); give it once."
             )
-        out[name] = (rtol, atol)
+        out[name] = pair
     return out
+
+
+def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
+    """``--tol OUTPUT:RTOL,ATOL`` occurrences -> ``{output: (rtol, atol)}``."""
+
+    def tolerance(rtol_text: str, atol_text: str) -> tuple[float, float]:
+        rtol, atol = float(rtol_text), float(atol_text)
+        if not (valid_tolerance(rtol) and valid_tolerance(atol)):
+            raise ValueError
+        return rtol, atol
+
+    return _named_pairs(
+        items, "--tol", tolerance, "write OUTPUT:RTOL,ATOL with finite numbers >= 0, e.g. out:1e-3,1e-5"
+    )
 
 
 def parse_ranges(items: list[str]) -> dict[str, tuple[float, float]]:
     """``--range NAME:LO,HI[,NAME:LO,HI]`` occurrences -> ``{input: (lo, hi)}`` (whole numbers stay ints;
     verify checks the values against the model's inputs)."""
-    out: dict[str, tuple[float, float]] = {}
-    for item in (entry for given in items for entry in _SPLIT.split(given)):
-        name, sep, rest = item.rpartition(":")
-        parts = rest.split(",")
-        try:
-            if not sep or not name or len(parts) != 2:
-                raise ValueError
-            lo, hi = (_number(p) for p in parts)
-        except ValueError:
-            raise OpbridgeError(
-                f"--range {item!r}: write NAME:LO,HI with two numbers, e.g. idx:0,4 (values are drawn from [LO, HI))"
-            ) from None
-        if name in out and out[name] != (lo, hi):
-            raise OpbridgeError(
-                f"--range {name}: given twice ({out[name][0]},{out[name][1]} and {rest}); give it once."
-            )
-        out[name] = (lo, hi)
-    return out
+    return _named_pairs(
+        (entry for given in items for entry in _SPLIT.split(given)),
+        "--range",
+        lambda lo, hi: (_number(lo), _number(hi)),
+        "write NAME:LO,HI with two numbers, e.g. idx:0,4 (values are drawn from [LO, HI))",
+    )
 
 
 def _number(text: str) -> float:
