@@ -1100,3 +1100,30 @@ def test_unsigned_dtypes_export_with_dynamo_and_torchscript_names_the_fix(tmp_pa
     np.testing.assert_array_equal(got, x.numpy())
     with pytest.raises(ExportError, match=r"cannot write tensors of dtype uint16 \(input\(s\) \['x'\]\): cast"):
         opbridge.export(_Same(), (x,), tmp_path / "ts.onnx", exporter="torchscript")
+
+
+@opbridge.op("tests.export::HalvedTo64", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _halved_to_64(x: torch.Tensor) -> torch.Tensor:
+    return x.double() * 0.5
+
+
+class _HalvedTo64(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _halved_to_64(x)
+
+
+def test_a_rule_contradicting_the_reference_and_float8_are_named_at_dynamo_export(tmp_path: Path) -> None:
+    """Fake tensors take the rule's dtype: the file said float32 for a float64 reference (and ONNX Runtime
+    then blamed a kernel); float8 failed as a bare 'unsupported type' of shape inference."""
+    target = tmp_path / "m.onnx"
+    with pytest.raises(
+        ExportError, match=r"the shape rule declares output 0 \('output'\) as \[2, 3\] torch\.float32, but"
+    ) as err:
+        opbridge.export(_HalvedTo64(), (torch.randn(2, 3),), target, exporter="dynamo")
+    assert "(@HalvedTo64.register_shape)" in str(err.value)
+    x = torch.randn(2, 3).to(torch.float8_e4m3fn)
+    with pytest.raises(
+        ExportError, match=r"opbridge ops take no float8e4m3fn tensors \(Same is given or returns one\)"
+    ):
+        opbridge.export(_Same(), (x,), target, exporter="dynamo")
+    assert not target.exists()

@@ -920,7 +920,7 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:
-        raise ExportError(f"ONNX shape inference failed on the exported model: {exc}") from exc
+        raise ExportError(f"ONNX shape inference failed on the exported model: {exc}{_unrun_type_hint(exc)}") from exc
     if check:
         try:
             onnx.checker.check_model(inferred, full_check=True)
@@ -929,6 +929,20 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
         if inferred.functions:
             _check_inlined(inferred)
     return inferred
+
+
+def _unrun_type_hint(exc: Exception) -> str:
+    """Advice where shape inference refused a custom node's tensor type that opbridge's op schemas leave
+    out (float8: no runtime opbridge bridges passes it to a Python kernel or reference)."""
+    found = re.search(r"\(op_type:(\w+).*has unsupported type: tensor\((float8\w*)\)", str(exc))
+    if found is None:
+        return ""
+    op, dtype = found.groups()
+    return (
+        f". opbridge ops take no {dtype} tensors ({op} is given or returns one): no runtime opbridge runs "
+        "kernels on (ONNX Runtime's bridge, onnx.reference, OpenVINO) passes float8 to Python; cast to "
+        "float16 or float32 around the op (e.g. x.to(torch.float16) before it, .to(torch.float8_e4m3fn) after)."
+    )
 
 
 def _check_inlined(model: onnx.ModelProto) -> None:
@@ -1188,6 +1202,8 @@ def export(
             if same:
                 used.append(max(same, key=lambda d: d.spec.version))
                 counted.add((node.domain, node.op_type))
+    if exporter == "dynamo":
+        _check_rules_eagerly(model, args, kwargs, used)
     if functions:
         from opbridge.functions import attach_functions
 
@@ -1200,6 +1216,32 @@ def export(
     _lint_result(result)
     logger.info("%s", result.summary())
     return result
+
+
+def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, used: list[OpDef]) -> None:
+    """Call ``model`` once on the example inputs so that each called op's shape rule is checked against its
+    reference, as an eager call checks it (the dynamo exporter traces with fake tensors, which only the rule
+    shapes): a rule that contradicts the reference is an ExportError naming the op, not a runtime's dtype error.
+
+    A model whose batch norm or dropout is in training mode is not called (a call would change its
+    statistics); the call leaves the random number generator as it was."""
+    import torch
+
+    from opbridge.errors import OpDefinitionError
+
+    if not any(d.spec.shape_rule is not None for d in used):
+        return
+    if isinstance(model, torch.nn.Module) and any(
+        m.training for m in model.modules() if isinstance(m, _training_modules())
+    ):
+        return
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            model(*args, **(kwargs or {}))
+    except OpDefinitionError as exc:
+        raise ExportError(f"dynamo export of {type(model).__name__} failed: {exc}") from exc
+    except Exception as exc:  # (the exported graph stands; a model that fails eagerly is its own business)
+        logger.debug("eager call of %s to check its ops' shape rules failed: %s", type(model).__name__, exc)
 
 
 def _uncoloured(exc: BaseException) -> str:
