@@ -960,3 +960,63 @@ def test_openvino_refuses_float64_inputs_that_float32_turns_to_zero() -> None:
         # float32's subnormals arrive as they are
         y = runner.infer({"x": np.array([0.0, 1e-45, 0.1])})["y"]
     np.testing.assert_array_equal(y, np.array([0.0, 2 * float(np.float32(1e-45)), float(np.float32(0.2))]))
+
+
+@opbridge.op("tests.backends::TwiceSwapped", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _twice_swapped(x: torch.Tensor) -> torch.Tensor:
+    return x + x
+
+
+@_twice_swapped.register_kernel
+def _twice_swapped_numpy(x: np.ndarray) -> np.ndarray:
+    return (x + x).astype(np.dtype(">f4"))
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "reference", "openvino"])
+def test_a_byte_swapped_kernel_result_runs_on_every_backend(backend: str) -> None:
+    """A big-endian float32 result is the node's float32, in native order (OpenVINO refused it)."""
+    _needs(backend)
+    node = helper.make_node("TwiceSwapped", ["x"], ["y"], domain="tests.backends")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
+    )
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    with get_backend(backend)(model) as runner:
+        y = runner.infer({"x": x})["y"]
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, x + x)
+
+
+@opbridge.op("tests.backends::TwiceListed", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _twice_listed(x: torch.Tensor) -> torch.Tensor:
+    return x + x
+
+
+@_twice_listed.register_kernel
+def _twice_listed_numpy(x: np.ndarray) -> list:
+    return (x + x).tolist()
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_kernel_returning_a_list_is_told_to_return_an_array(backend: str) -> None:
+    """``.tolist()`` of a one-output kernel was read as one output per row ("returned 2 output(s), the node
+    has 1"); the message names the list."""
+    _needs(backend)
+    node = helper.make_node("TwiceListed", ["x"], ["y"], domain="tests.backends")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
+    )
+    with get_backend(backend)(model) as runner, pytest.raises(Exception, match=r"returned a list \(of list\), not an"):
+        runner.infer({"x": np.ones((2, 3), np.float32)})

@@ -1239,3 +1239,30 @@ def test_bridged_ops_live_as_long_as_their_options_and_kernels() -> None:
     del inner
     gc.collect()
     assert native.abi_report()["live_ops"] == before
+
+
+@opbridge.op("test.ortbridge::RuleSaysFloat", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _rule_says_float(x: torch.Tensor) -> torch.Tensor:
+    return x.double() * 0.5
+
+
+@opbridge.op("test.ortbridge::RowsAsList")
+def _rows_as_list(x: torch.Tensor) -> torch.Tensor:
+    return x + x
+
+
+@_rows_as_list.register_kernel
+def _rows_as_list_numpy(x: np.ndarray) -> object:
+    return (x + x).tolist()
+
+
+def test_a_reference_contradicting_its_rule_and_a_list_result_are_named() -> None:
+    """The node's types come from the rule: a float64 reference read as a kernel returning the wrong dtype;
+    a list of rows read as one output per row."""
+    x = np.ones((2, 3), np.float32)
+    model = make_model("RuleSaysFloat", [("x", F, [2, 3])], [("y", F, [2, 3])], name="n")
+    with pytest.raises(_fail_type(), match=r"the shape rule declares output 0 \('output'\) as \[2, 3\] torch\.float32"):
+        InferenceSession(model).run(None, {"x": x})
+    model = make_model("RowsAsList", [("x", F, [2, 3])], [("y", F, [2, 3])], name="n")
+    with pytest.raises(_fail_type(), match=r"the kernel returned a list \(of list\), not an array; return a numpy"):
+        InferenceSession(model).run(None, {"x": x})

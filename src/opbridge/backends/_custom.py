@@ -135,6 +135,13 @@ class CustomKernel:
         else:
             assert self.kerneldef is not None
             result = _call(self.kerneldef.fn, self.kerneldef.kind, inputs, attrs)
+        if isinstance(result, list) and any(not isinstance(v, (np.ndarray, np.generic)) for v in result):
+            # (.tolist(): its rows would be read as outputs)
+            kinds = sorted({type(v).__name__ for v in result if not isinstance(v, (np.ndarray, np.generic))})
+            raise KernelResultError(
+                f"{self.qualname}: the {self.source} returned a list (of {', '.join(kinds)}), not an array; return "
+                "a numpy array (e.g. np.asarray(result, dtype=...)), or a tuple of arrays for several outputs."
+            )
         items = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(items) != num_outputs:
             raise KernelResultError(

@@ -315,6 +315,8 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             # result of another size would then be taken, and OpenVINO hand on memory it never wrote)
             concrete = self._infer_outputs([(t.get_element_type(), ov.PartialShape(list(t.shape))) for t in inputs])
             for i, (out, value) in enumerate(zip(outputs, results)):
+                if not value.dtype.isnative:  # (a byte-swapped array, >f4: native order, as ONNX Runtime gives it)
+                    value = value.astype(value.dtype.newbyteorder("="))
                 declared = concrete[i][1] if i < len(concrete) else self.get_output_partial_shape(i)
                 # without a spec, and without ONNX shape inference's word, type and rank are its first input's
                 guessed = kernel.opdef is None and i < len(info.onnx_outputs) and None in info.onnx_outputs[i]

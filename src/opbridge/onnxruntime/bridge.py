@@ -222,12 +222,28 @@ def _required_check(opdef: OpDef, label: str) -> Callable[[tuple[Any, ...]], Non
     return check
 
 
-def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any]) -> KernelFn:
+def _no_plain_list(result: Any, label: str) -> None:
+    """Raise where a numpy kernel returned a list of numbers or lists (``.tolist()``), which would read
+    as one output per row."""
+    import numpy as np
+
+    if isinstance(result, list) and any(not isinstance(v, (np.ndarray, np.generic)) for v in result):
+        kinds = sorted({type(v).__name__ for v in result if not isinstance(v, (np.ndarray, np.generic))})
+        raise TypeError(
+            f"{label}: the kernel returned a list (of {', '.join(kinds)}), not an array; return a numpy array "
+            "(e.g. np.asarray(result, dtype=...)), or a tuple of arrays for several outputs"
+        )
+
+
+def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: tuple[Any, Any], label: str) -> KernelFn:
     required, shape = checks
     if required is None and shape is None:
 
         def call(*arrays: Any) -> Any:
-            return fn(*_pad(arrays, n_inputs), **attrs)
+            result = fn(*_pad(arrays, n_inputs), **attrs)
+            if isinstance(result, list):
+                _no_plain_list(result, label)
+            return result
 
         return call
 
@@ -236,6 +252,8 @@ def _numpy_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
         if required is not None:
             required(arrays)
         result = fn(*arrays, **attrs)
+        if isinstance(result, list):
+            _no_plain_list(result, label)
         if shape is not None:
             shape(arrays, result)
         return result
@@ -390,6 +408,22 @@ def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
     return call
 
 
+def _rule_checked(opdef: OpDef) -> KernelFn:
+    """The op's reference, its results checked against its shape rule as an eager call checks them: a rule
+    that contradicts the reference (a dtype, say) is named as such, not as a kernel returning the wrong
+    dtype (the node's output types come from the rule)."""
+    reference = opdef.reference
+    if opdef.shape_rule is None:
+        return reference
+
+    def call(*tensors: Any, **attrs: Any) -> Any:
+        result = reference(*tensors, **attrs)
+        opdef._check_rule(list(tensors), attrs, tuple(result) if isinstance(result, list) else result)
+        return result
+
+    return call
+
+
 # --------------------------------------------------------------------------- choosing a kernel
 
 
@@ -455,14 +489,14 @@ def kernel_for_node(
                     fn, shapes = _torch_out_adapter(opdef, opdef.kernel, attrs, n_inputs, checks, label)
                 return BoundKernel("kernel", kind, fn, label, attrs, shapes, capsule)
             fn = (
-                _numpy_adapter(opdef.kernel, attrs, n_inputs, checks)
+                _numpy_adapter(opdef.kernel, attrs, n_inputs, checks, label)
                 if kind == "numpy"
                 else _torch_adapter(opdef.kernel, attrs, n_inputs, checks, label)
             )
             return BoundKernel("kernel", kind, fn, label, attrs, native=capsule)
         # (the reference's own results: checked against a declared rule only)
         checks = (checks[0], result_check(opdef, attrs, label, derive=False))
-        fn = _torch_adapter(opdef.reference, attrs, n_inputs, checks, label)
+        fn = _torch_adapter(_rule_checked(opdef), attrs, n_inputs, checks, label)
         return BoundKernel("reference", "torch", fn, label, attrs)
     if registered is not None:
         if "" in node.output:
@@ -476,7 +510,7 @@ def kernel_for_node(
         if registered.kind == "torch":
             fn = _torch_adapter(registered.fn, attrs, n_inputs, no_checks, label)
         else:
-            fn = _numpy_adapter(registered.fn, attrs, n_inputs, no_checks)
+            fn = _numpy_adapter(registered.fn, attrs, n_inputs, no_checks, label)
         return BoundKernel("registered", registered.kind, fn, label, attrs)
     return None
 
