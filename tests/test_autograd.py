@@ -707,7 +707,7 @@ def test_a_forward_takes_no_op_of_its_reference_through_python(monkeypatch: pyte
     """A forward with inputs that require grad ran its reference under a TorchDispatchMode that noted random
     draws, each of its ops through Python (most of the op's eager cost). It compares the random states
     instead: a deterministic reference's gradient is still its own, and a random one's still replays its
-    draws (test_reference_drawing_random_numbers)."""
+    draws (test_reference_drawing_random_numbers), also where it leaves the states as they were."""
     from opbridge import _autograd
 
     watch = _autograd._draw_watch()
@@ -726,6 +726,27 @@ def test_a_forward_takes_no_op_of_its_reference_through_python(monkeypatch: pyte
     leaf = x.detach().requires_grad_()
     (want,) = torch.autograd.grad(_swish_default.reference(leaf, beta=1.5).sum(), leaf)
     torch.testing.assert_close(grad, want, rtol=1e-12, atol=1e-12)
+
+
+@opbridge.op("tests.grad::ForkDrop")
+def _fork_drop(x: torch.Tensor) -> torch.Tensor:
+    with torch.random.fork_rng(devices=[]):  # (draws, and leaves the random state as it found it)
+        mask = (torch.rand(x.shape) > 0.5).to(x.dtype)
+    return x * mask
+
+
+def test_a_reference_drawing_under_fork_rng_replays_its_draws_in_the_backward() -> None:
+    """A reference that draws under fork_rng leaves the random states unchanged, which a comparison of the
+    states took for no draw: its backward, after another draw of the program, ran it again on other numbers
+    (and refused it). The forward's states are kept for the backward whatever they are afterwards."""
+    torch.manual_seed(0)
+    x = torch.ones(64, requires_grad=True)
+    y = _fork_drop(x)
+    torch.rand(3)  # (the program draws between the forward and the backward)
+    y.sum().backward()
+    assert x.grad is not None
+    assert torch.equal(x.grad, (y != 0).to(x.dtype))
+    assert 0 < int((y != 0).sum()) < 64
 
 
 def test_redefinitions_free_old_definitions_and_a_late_backward_is_named() -> None:

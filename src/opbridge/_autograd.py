@@ -23,7 +23,6 @@ from opbridge.errors import OpDefinitionError
 __all__ = [
     "BackwardContext",
     "define",
-    "drew_since",
     "note_forward",
     "rng_before",
     "rng_states",
@@ -70,14 +69,6 @@ def rng_before(tensors: Sequence[Any]) -> dict[str, Any] | None:
     if not any(t is not None and t.requires_grad for t in tensors):
         return None
     return rng_states(tensors)
-
-
-def drew_since(before: dict[str, Any] | None, tensors: Sequence[Any]) -> bool:
-    """Whether the random states moved from ``before`` (:func:`rng_before`; False where None). Cheaper than
-    :func:`watching_draws`, which takes every op through Python; another thread's draw counts too, which
-    in a forward only keeps ``before`` for a backward that did not need it (a run of a deterministic
-    reference from any state gives the same gradients)."""
-    return before is not None and not same_states(before, rng_states(tensors))
 
 
 def note_forward(before: dict[str, Any] | None, drew: bool, output: Any) -> None:

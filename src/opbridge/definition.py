@@ -798,7 +798,9 @@ def _define_torch_op(opdef: OpDef) -> Any:
             else:
                 with inside_reference():
                     result = current._check_result(current.reference(*tensors, **attrs), "the reference")
-                drew = _autograd.drew_since(rng, tensors)
+                # (kept for the backward whether or not the states moved: a reference drawing under fork_rng
+                # leaves them as they were, and its backward must replay the same draws)
+                drew = rng is not None
             current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
             outputs = _fresh_outputs(result if isinstance(result, tuple) else (result,), tensors, current.shape_rule)
