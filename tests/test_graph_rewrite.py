@@ -1079,3 +1079,22 @@ def test_cli_map_without_replace_op_is_refused(tmp_path: Path, capsys: pytest.Ca
     assert main(args) == 2
     assert "option(s) ['map'] are not read by rule(s) ['legacy-domain']" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_write_model_keeps_fields_this_onnx_does_not_know() -> None:
+    """write_model builds its pieces field by field, which left out fields of a newer ONNX (unknown here)
+    on the model and its graph; it gives SerializeToString's bytes with them too."""
+    import io
+
+    from opbridge.model_io import write_model
+
+    model, _ = _resize_model_with_weights()
+    unknown = bytes([0x98, 0x06, 0x01])  # (field 99, a varint 1: no field of ModelProto or GraphProto)
+    graph = onnx.GraphProto.FromString(model.graph.SerializeToString() + unknown)
+    raw = onnx.ModelProto.FromString(model.SerializeToString() + unknown)
+    raw.graph.CopyFrom(graph)
+    for case in (model, raw):
+        out = io.BytesIO()
+        write_model(case, out)
+        assert out.getvalue() == case.SerializeToString()
+    assert len(raw.SerializeToString()) == len(model.SerializeToString()) + 2 * len(unknown)

@@ -463,6 +463,16 @@ def restore_tensors(model: onnx.ModelProto, light: onnx.ModelProto) -> onnx.Mode
     return model
 
 
+def _has_unknown_fields(*messages: Any) -> bool:
+    """Whether any of the protobuf ``messages`` holds fields its schema does not know (written by a newer
+    ONNX, say); True where protobuf cannot tell."""
+    try:
+        from google.protobuf.unknown_fields import UnknownFieldSet
+    except ImportError:  # (a protobuf before 4.22)
+        return True
+    return any(len(UnknownFieldSet(m)) for m in messages)
+
+
 def write_model(model: onnx.ModelProto, fh: Any) -> None:
     """Write ``model`` serialized (the bytes ``SerializeToString`` gives) to the binary file ``fh``, one
     initializer at a time: never the whole model in one more copy."""
@@ -470,7 +480,8 @@ def write_model(model: onnx.ModelProto, fh: Any) -> None:
 
     graph_field = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
     init_field = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
-    if not model.HasField("graph") or not model.graph.initializer:
+    if not model.HasField("graph") or not model.graph.initializer or _has_unknown_fields(model, model.graph):
+        # (the pieces below are built field by field, which leaves out fields this onnx does not know)
         fh.write(model.SerializeToString())
         return
 
