@@ -1127,3 +1127,30 @@ def test_a_rule_contradicting_the_reference_and_float8_are_named_at_dynamo_expor
     ):
         opbridge.export(_Same(), (x,), target, exporter="dynamo")
     assert not target.exists()
+
+
+@opbridge.op("tests.export::Halved", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+def _halved(x: torch.Tensor) -> torch.Tensor:
+    return x * 0.5
+
+
+class _CountingHalved(torch.nn.Module):
+    """A model whose forward writes its buffer and its input (the eager check must touch neither)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        x.add_(1)
+        return _halved(x)
+
+
+def test_the_eager_rule_check_after_dynamo_export_changes_nothing_of_the_callers(tmp_path: Path) -> None:
+    """The shape rules are checked by calling the model after a dynamo export: on the model and inputs
+    themselves, a buffer the forward writes was counted and the example input written."""
+    model, x = _CountingHalved().eval(), torch.ones(2, 3)
+    opbridge.export(model, (x,), tmp_path / "m.onnx", exporter="dynamo")
+    assert float(model.calls) == 0.0
+    assert torch.equal(x, torch.ones(2, 3))

@@ -1223,8 +1223,8 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
     reference, as an eager call checks it (the dynamo exporter traces with fake tensors, which only the rule
     shapes): a rule that contradicts the reference is an ExportError naming the op, not a runtime's dtype error.
 
-    A model whose batch norm or dropout is in training mode is not called (a call would change its
-    statistics); the call leaves the random number generator as it was."""
+    It calls a copy of the model on copies of the inputs, and not a model whose batch norm or dropout is
+    in training mode; the call leaves the random number generator as it was."""
     import torch
 
     from opbridge.errors import OpDefinitionError
@@ -1235,9 +1235,16 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
         m.training for m in model.modules() if isinstance(m, _training_modules())
     ):
         return
+    import copy
+
+    try:  # (on copies: the call must change neither the model's buffers nor the caller's example inputs)
+        model, args, kwargs = copy.deepcopy((model, args, kwargs or {}))
+    except Exception as exc:  # (a model that cannot be copied is not called)
+        logger.debug("shape rules not checked eagerly: %s cannot be copied (%s)", type(model).__name__, exc)
+        return
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            model(*args, **(kwargs or {}))
+            model(*args, **kwargs)
     except OpDefinitionError as exc:
         raise ExportError(f"dynamo export of {type(model).__name__} failed: {exc}") from exc
     except Exception as exc:  # (the exported graph stands; a model that fails eagerly is its own business)
