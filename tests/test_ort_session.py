@@ -804,3 +804,36 @@ def test_an_overridable_initializer_may_be_fed() -> None:
     np.testing.assert_allclose(y, np.full(2, 10.0, np.float32), rtol=0, atol=0)
     with pytest.raises(opbridge.OpbridgeError, match=r"input 'w' expects tensor\(float\)"):
         sess.run(None, {"x": np.ones(2, np.float32), "w": np.full(1, 4, np.int64)})
+
+
+def test_run_takes_the_feeds_onnx_runtime_takes() -> None:
+    """The feed checks refused what ONNX Runtime runs: an optional input left out, a big-endian array
+    (which ONNX Runtime reads as native, wrong values: it is converted), a one-element array for an input
+    declared as a scalar."""
+    opt = helper.make_value_info(
+        "o", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    )
+    has = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("OptionalHasElement", ["o"], ["h"])],
+            "g",
+            [opt],
+            [helper.make_tensor_value_info("h", TensorProto.BOOL, [])],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    assert opbridge.InferenceSession(has).run(None, {})[0].item() is False
+    add = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["a", "x"], ["y"])],
+            "g",
+            [
+                helper.make_tensor_value_info("a", TensorProto.FLOAT, []),
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    (y,) = opbridge.InferenceSession(add).run(None, {"a": np.array([1], np.float32), "x": np.ones((3, 2), ">f4")})
+    np.testing.assert_array_equal(y, np.full((3, 2), 2, np.float32))

@@ -359,8 +359,9 @@ class InferenceSession:
         finally:
             for d in descriptors:
                 d.release()
-        self._required = [i.name for i in self._session.get_inputs()]
-        self._feedable = self._input_specs(model, self._required)
+        optional = {v.name for v in model.graph.input if v.type.HasField("optional_type")}  # (may be left out)
+        self._required = [i.name for i in self._session.get_inputs() if i.name not in optional]
+        self._feedable = self._input_specs(model, [i.name for i in self._session.get_inputs()])
 
     def _input_specs(self, model: onnx.ModelProto, required: Sequence[str]) -> dict[str, _InputSpec]:
         """Each input a feed may name (the required ones and the initializers a feed may override):
@@ -400,12 +401,12 @@ class InferenceSession:
             if not isinstance(value, ndarray):  # (lists and the like: ONNX Runtime converts them)
                 continue
             dtype, type_name, dims, fixed = spec
-            if dtype is not None and value.dtype != dtype:
+            if dtype is not None and value.dtype != dtype and value.dtype.newbyteorder("=") != dtype:
                 self._refuse(
                     f"input {name!r} expects {type_name} (numpy {dtype}), got numpy {value.dtype}; cast it with "
                     f".astype(np.{dtype.name})."
                 )
-            if dims is None:
+            if not dims:  # (no shape declared; a declared scalar ONNX Runtime does not check either)
                 continue
             shape = value.shape
             wrong = len(shape) != len(dims)
