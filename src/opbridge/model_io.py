@@ -242,24 +242,28 @@ def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
     Raises:
         ModelLoadError: naming the domain, its nodes and the opset import to add.
     """
-    missing: dict[tuple[str, str], list[str]] = {}
+    missing: dict[tuple[str, str], list[onnx.NodeProto]] = {}
     owners: list[tuple[str, Any, Any]] = [("the model", proto, proto.graph.node)]
     owners += [(f"function {f.domain}::{f.name}", f, f.node) for f in proto.functions]
     for owner, holder, nodes in owners:
         imported = {o.domain for o in holder.opset_import}
         for node in walk_nodes(nodes):
             if node.domain not in ("", "ai.onnx") and node.domain not in imported:
-                missing.setdefault((owner, node.domain), []).append(
-                    f"{node.name!r} ({node.op_type})" if node.name else f"unnamed {node.op_type}"
-                )
+                missing.setdefault((owner, node.domain), []).append(node)
     if not missing:
         return
+    from opbridge.definition import find_op
+
     problems = []
-    for (owner, domain), labels in missing.items():
+    for (owner, domain), found in missing.items():
+        labels = [f"{n.name!r} ({n.op_type})" if n.name else f"unnamed {n.op_type}" for n in found]
         shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+        # (the version of the opbridge ops of those names defined here, the highest; else 1)
+        defined = [find_op(domain, n.op_type) for n in found]
+        version = max((d.spec.version for d in defined if d is not None), default=1)
         problems.append(
             f"domain {domain!r} is used by node(s) {shown} but {owner} has no opset import for it "
-            f"(add opset_import {{domain: {domain!r}, version: 1}} to {owner})"
+            f"(add opset_import {{domain: {domain!r}, version: {version}}} to {owner})"
         )
     raise ModelLoadError(
         f'{runtime} refuses the model, as ONNX Runtime does ("No opset import for domain"): '

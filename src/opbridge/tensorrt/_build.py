@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import numbers
 import os
 import signal
 import subprocess
@@ -731,7 +732,7 @@ def _check_timeout(timeout: Any) -> None:
     """Raise where ``timeout`` is not a positive finite number of seconds or None (no limit)."""
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < float(timeout) < math.inf:
         raise OpbridgeError(
             f"timeout must be a positive finite number of seconds (or None for no limit), got {timeout!r}."
         )
