@@ -972,20 +972,24 @@ def _twice_swapped_numpy(x: np.ndarray) -> np.ndarray:
     return (x + x).astype(np.dtype(">f4"))
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "reference", "openvino"])
-def test_a_byte_swapped_kernel_result_runs_on_every_backend(backend: str) -> None:
-    """A big-endian float32 result is the node's float32, in native order (OpenVINO refused it)."""
-    _needs(backend)
-    node = helper.make_node("TwiceSwapped", ["x"], ["y"], domain="tests.backends")
+def _one_node_model(op_type: str) -> onnx.ModelProto:
+    """y = tests.backends::``op_type``(x), float32 (2, 3)."""
     graph = helper.make_graph(
-        [node],
+        [helper.make_node(op_type, ["x"], ["y"], domain="tests.backends")],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
-    model = helper.make_model(
+    return helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
     )
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "reference", "openvino"])
+def test_a_byte_swapped_kernel_result_runs_on_every_backend(backend: str) -> None:
+    """A big-endian float32 result is the node's float32, in native order (OpenVINO refused it)."""
+    _needs(backend)
+    model = _one_node_model("TwiceSwapped")
     x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
     with get_backend(backend)(model) as runner:
         y = runner.infer({"x": x})["y"]
@@ -1008,16 +1012,7 @@ def test_a_kernel_returning_a_list_is_told_to_return_an_array(backend: str) -> N
     """``.tolist()`` of a one-output kernel was read as one output per row ("returned 2 output(s), the node
     has 1"); the message names the list."""
     _needs(backend)
-    node = helper.make_node("TwiceListed", ["x"], ["y"], domain="tests.backends")
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.backends", 1)]
-    )
+    model = _one_node_model("TwiceListed")
     with get_backend(backend)(model) as runner, pytest.raises(Exception, match=r"returned a list \(of list\), not an"):
         runner.infer({"x": np.ones((2, 3), np.float32)})
 
