@@ -877,8 +877,8 @@ def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:
 
 def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, Any]:
     """The op under vmap over a batch of no samples: outputs of no samples, each sample's shape and dtype
-    from the op's fake kernel (its shape rule, or its reference on fake tensors), as PyTorch's own ops
-    give them. Nothing runs the reference on real data."""
+    from the op's fake kernel (its shape rule, or its reference on meta or fake tensors), as PyTorch's own
+    ops give them. Nothing runs the reference on real data."""
     import torch
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
     from torch._guards import detect_fake_mode
@@ -892,7 +892,6 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     spec = _TORCH_IMPLS[qual].spec
     device = tensors[0].device if tensors else torch.device("cpu")
 
-    # (with vmap's layers on the stack they take calls before a fake mode does: the samples would be real)
     def samples() -> list[Any]:
         return [
             torch.empty(
@@ -916,18 +915,11 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
             except RuntimeError as exc:  # (torch's meta tensors refuse an output of data-dependent shape)
                 if "data-dependent" not in str(exc):
                     raise
-                raise OpCallError(
-                    f"{spec.qualname}: vmap over a batch of size 0 gives no output shape: a size of it depends on "
-                    "the data and there is no sample to take it from; skip the call where the batch is empty."
-                ) from None
+                raise _no_sample_shape(spec, "") from None
     outputs = result if isinstance(result, tuple) else (result,)
     for i, o in enumerate(outputs):
         if free_unbacked_symbols(o.shape):
-            raise OpCallError(
-                f"{spec.qualname}: vmap over a batch of size 0 gives no output {i} ({spec.outputs[i].name!r}) "
-                f"shape: a size of it depends on the data (its shape is {list(o.shape)}) and there is no sample "
-                "to take it from; skip the call where the batch is empty."
-            )
+            raise _no_sample_shape(spec, f" {i} ({spec.outputs[i].name!r})", f" (its shape is {list(o.shape)})")
     # tied to the inputs that require grad (a backward through the empty batch gives them zero gradients)
     tied = [t.reshape(-1)[:0].sum() for t in tensors if t.requires_grad] if torch.is_grad_enabled() else []
     empty: list[Any] = []
@@ -940,6 +932,14 @@ def _empty_batch(qual: str, op: Any, in_dims: tuple[Any, ...], args: tuple[Any, 
     if isinstance(result, tuple):
         return tuple(empty), (0,) * len(empty)
     return empty[0], 0
+
+
+def _no_sample_shape(spec: OpSpec, output: str, shape: str = "") -> OpCallError:
+    """The error of vmap over an empty batch where an output's size depends on the data."""
+    return OpCallError(
+        f"{spec.qualname}: vmap over a batch of size 0 gives no output{output} shape: a size of it depends on "
+        f"the data{shape} and there is no sample to take it from; skip the call where the batch is empty."
+    )
 
 
 def _op_by_name(module: str | None, domain: str, name: str, version: int) -> OpDef:
