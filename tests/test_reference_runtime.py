@@ -436,10 +436,76 @@ def test_bad_feeds_are_reported(seed_export) -> None:
     session = ReferenceSession(seed_export("myselu", "dynamo").path)
     with pytest.raises(ValueError, match=r"missing \['image'\], unknown \['img'\]"):
         session.run(None, {"img": np.zeros((1, 1, 4, 4), np.float32)})
-    with pytest.raises(ValueError, match=r"input 'image' expects tensor\(float\), got tensor\(double\)"):
+    with pytest.raises(ValueError, match=r"input 'image' expects tensor\(float\) \(numpy float32\), got numpy float64"):
         session.run(None, {"image": np.zeros((1, 1, 4, 4))})
     with pytest.raises(ValueError, match=r"unknown output name\(s\) \['nope'\]"):
         session.run(["nope"], {"image": np.zeros((1, 1, 4, 4), np.float32)})
+
+
+def _optional_and_overridable() -> onnx.ModelProto:
+    """y = x + w (w an initializer a feed may override), h = whether the optional input o has a value."""
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"]), helper.make_node("OptionalHasElement", ["o"], ["h"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+            helper.make_value_info("o", optional),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3]),
+            helper.make_tensor_value_info("h", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor("w", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize(
+    "feed",
+    [
+        {"x": np.ones((2, 3), np.float32), "o": None},
+        {"x": np.ones((2, 3), np.float32), "o": np.ones(2, np.float32), "w": np.full(3, 5, np.float32)},
+        {"x": np.ones((2, 3), ">f4")},
+    ],
+    ids=["optional-left-out", "initializer-overridden", "big-endian"],
+)
+def test_feeds_onnx_runtime_takes_run(feed: dict[str, Any]) -> None:
+    """An optional input left out (or None) is an empty optional, an initializer that is also a graph input
+    may be fed, as in ONNX Runtime; the reference refused both."""
+    model = _optional_and_overridable()
+    got = ReferenceSession(model).run(None, feed)
+    want = opbridge.InferenceSession(model).run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+        assert g.dtype == w.dtype
+    assert ReferenceSession(model).run(["h"], {"x": np.ones((1, 3), np.float32)})[0].item() is False
+
+
+@pytest.mark.parametrize(
+    "feed",
+    [
+        {"X": np.ones((2, 3), np.float32)},
+        {"x": np.ones((2, 3), np.float32), "z": np.ones(1)},
+        {"x": np.ones((2, 3))},
+        {"x": np.ones((2, 3), np.float32), "w": np.ones(3, np.int64)},
+        {"x": np.ones(3, np.float32)},
+        {"x": np.ones((2, 4), np.float32)},
+        {"x": np.ones((2, 3), np.float32), "o": np.ones(2, np.float16)},
+    ],
+    ids=["wrong-name", "extra", "dtype", "initializer-dtype", "rank", "fixed-dim", "optional-dtype"],
+)
+def test_a_bad_feed_gets_the_message_inference_session_gives(feed: dict[str, Any]) -> None:
+    model = _optional_and_overridable()
+    with pytest.raises(opbridge.OpbridgeError) as ours:
+        ReferenceSession(model).run(None, feed)
+    with pytest.raises(opbridge.OpbridgeError) as theirs:
+        opbridge.InferenceSession(model).run(None, feed)
+    assert isinstance(ours.value, ValueError)
+    message = str(ours.value)
+    assert message.startswith("ReferenceSession.run: input")
+    assert message.removeprefix("ReferenceSession.run: ") == str(theirs.value).removeprefix("InferenceSession.run: ")
 
 
 def test_importing_opbridge_does_not_load_the_evaluator() -> None:

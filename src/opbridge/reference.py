@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge._dtypes import tensor_to_numpy
+from opbridge._feeds import FeedCheck
 from opbridge.definition import _version
 from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.model_io import check_domain_imports, elem_types, load_model, walk_nodes
@@ -706,12 +707,12 @@ class ReferenceSession:
         self._model = proto
         init_names = {i.name for i in proto.graph.initializer}
         self._inputs = [_value_info(v) for v in proto.graph.input if v.name not in init_names]
-        # the dims of the inputs the model gives a shape (a rank), which a feed must match where fixed
-        self._declared = {
-            v.name: info.shape
-            for v, info in zip([v for v in proto.graph.input if v.name not in init_names], self._inputs)
-            if v.type.tensor_type.HasField("shape")
-        }
+        self._check_feed = FeedCheck(
+            "ReferenceSession.run",
+            proto.graph,
+            [v.name for v in proto.graph.input if v.name not in init_names],
+            [v.name for v in proto.graph.input if v.name in init_names],
+        )
         self._outputs = [_value_info(v) for v in proto.graph.output]
 
     # ------------------------------------------------------------------ resolution
@@ -808,8 +809,8 @@ class ReferenceSession:
         are arrays of their own, never views of an input.
 
         Raises:
-            ValueError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
-                model declares.
+            InputError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
+                model declares (a ValueError, as :class:`~opbridge.InferenceSession` raises).
         """
         import numpy as np
 
@@ -817,33 +818,17 @@ class ReferenceSession:
 
         input_feed = feed_arrays(input_feed)
         output_names = output_name_list(output_names)
-        expected = {i.name: i for i in self._inputs}
-        unknown = sorted(set(input_feed) - set(expected))
-        missing = [n for n in expected if n not in input_feed]
-        if unknown or missing:
-            raise ValueError(
-                f"input feed mismatch: missing {missing}, unknown {unknown}; the model's inputs are {list(expected)}."
-            )
-        feed: dict[str, Any] = {}
+        empty = self._check_feed.omittable  # (optional inputs left out, or given as None: empty optionals)
+        feed: dict[str, Any] = {name: None for name in empty}
         for name, value in input_feed.items():
+            if value is None and name in empty:
+                continue
             # A read-only view, no copy: the evaluator hands graph inputs to kernels as they are,
             # and a numpy kernel that writes into its input fails instead of changing the caller's array.
             array = np.asarray(value).view()
             array.flags.writeable = False
-            want = expected[name].type
-            got = _onnx_type_name(array.dtype)
-            if got is not None and want.startswith("tensor(") and want != "tensor(undefined)" and got != want:
-                raise ValueError(f"input {name!r} expects {want}, got {got} (numpy {array.dtype}); cast it.")
-            dims = self._declared.get(name)
-            if dims is not None and (
-                array.ndim != len(dims) or any(isinstance(d, int) and d != n for d, n in zip(dims, array.shape))
-            ):  # (as ONNX Runtime refuses it)
-                shown = "x".join(str(d) if d is not None else "?" for d in dims) or "a scalar"
-                raise ValueError(
-                    f"input {name!r} has shape {tuple(array.shape)}, but the model declares {shown}; feed an array "
-                    "of that shape (named dims may take any size)."
-                )
             feed[name] = array
+        self._check_feed({name: value for name, value in feed.items() if name in input_feed})
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         bad = [n for n in names if n not in {o.name for o in self._outputs}]
         if bad:

@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
 from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
@@ -99,14 +99,6 @@ _COPIED_OPTIONS = (
     "profile_file_prefix",
     "use_deterministic_compute",
 )
-
-
-# Element types whose numpy dtype run() checks a fed array against (not strings, bfloat16, float8, 4-bit).
-_CHECKED_TYPES = frozenset(range(1, 16)) - {8}
-
-# What run() checks a fed array of one input against: numpy dtype (None: not checked), ONNX type name,
-# declared dims (an int where fixed; None: no shape declared) and the fixed ones as (axis, size).
-_InputSpec = tuple["np.dtype | None", str, "tuple[int | None, ...] | None", tuple[tuple[int, int], ...]]
 
 # Suffix of the in-memory op type of a bridged node named like an op ONNX Runtime implements.
 _RENAMED_SUFFIX = ".opbridge"
@@ -359,85 +351,16 @@ class InferenceSession:
         finally:
             for d in descriptors:
                 d.release()
-        optional = {v.name for v in model.graph.input if v.type.HasField("optional_type")}  # (may be left out)
-        self._required = [i.name for i in self._session.get_inputs() if i.name not in optional]
-        self._feedable = self._input_specs(model, [i.name for i in self._session.get_inputs()])
+        from opbridge._feeds import FeedCheck
 
-    def _input_specs(self, model: onnx.ModelProto, required: Sequence[str]) -> dict[str, _InputSpec]:
-        """Each input a feed may name (the required ones and the initializers a feed may override):
-        its numpy dtype where checked, its ONNX type, its declared dims (None: no shape) and fixed ones."""
-        import numpy as np
-        import onnx
-
-        declared = {v.name: v.type for v in model.graph.input}
-        specs: dict[str, _InputSpec] = {}
-        for name in [*required, *(i.name for i in self._session.get_overridable_initializers())]:
-            dtype, type_name, dims = None, "", None
-            value_type = declared.get(name)
-            if value_type is not None and value_type.HasField("tensor_type"):
-                tensor_type = value_type.tensor_type
-                if tensor_type.elem_type in _CHECKED_TYPES:
-                    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
-                    type_name = f"tensor({onnx.TensorProto.DataType.Name(tensor_type.elem_type).lower()})"
-                if tensor_type.HasField("shape"):
-                    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
-            fixed = tuple((axis, n) for axis, n in enumerate(dims or ()) if n is not None)
-            specs[name] = (dtype, type_name, dims, fixed)
-        self._ndarray = np.ndarray
-        return specs
-
-    def _check_feed(self, feed: Mapping[str, Any]) -> None:
-        """Refuse, as :class:`~opbridge.reference.ReferenceSession` does, a feed that names an input the
-        model does not have, misses one, or gives an array of another dtype, rank or fixed dim.
-
-        Raises:
-            InputError: naming the input and what the model expects (a ValueError).
-        """
-        specs, ndarray = self._feedable, self._ndarray
-        for name, value in feed.items():
-            spec = specs.get(name)
-            if spec is None:
-                self._feed_mismatch(feed)
-            if not isinstance(value, ndarray):  # (lists and the like: ONNX Runtime converts them)
-                continue
-            dtype, type_name, dims, fixed = spec
-            if dtype is not None and value.dtype != dtype and value.dtype.newbyteorder("=") != dtype:
-                self._refuse(
-                    f"input {name!r} expects {type_name} (numpy {dtype}), got numpy {value.dtype}; cast it with "
-                    f".astype(np.{dtype.name})."
-                )
-            if not dims:  # (no shape declared; a declared scalar ONNX Runtime does not check either)
-                continue
-            shape = value.shape
-            wrong = len(shape) != len(dims)
-            for axis, n in fixed:
-                if wrong or shape[axis] != n:
-                    wrong = True
-                    break
-            if wrong:
-                shown = "x".join(str(d) if d is not None else "?" for d in dims) or "a scalar"
-                self._refuse(
-                    f"input {name!r} has shape {tuple(shape)}, but the model declares {shown}; feed an array of "
-                    "that shape (named dims may take any size)."
-                )
-        if len(feed) < len(self._required) or (len(specs) > len(self._required) and self._missing(feed)):
-            self._feed_mismatch(feed)
-
-    def _missing(self, feed: Mapping[str, Any]) -> list[str]:
-        return [n for n in self._required if n not in feed]
-
-    def _feed_mismatch(self, feed: Mapping[str, Any]) -> NoReturn:
-        missing = self._missing(feed)
-        unknown = sorted(n for n in feed if n not in self._feedable)
-        self._refuse(
-            f"input feed mismatch: missing {missing}, unknown {unknown}; the model's inputs are {self._required}."
+        # (a declared scalar ONNX Runtime does not check: it takes an array of any shape there)
+        self._check_feed = FeedCheck(
+            "InferenceSession.run",
+            model.graph,
+            [i.name for i in self._session.get_inputs()],
+            [i.name for i in self._session.get_overridable_initializers()],
+            check_scalars=False,
         )
-
-    @staticmethod
-    def _refuse(message: str) -> NoReturn:
-        from opbridge.backends.base import InputError
-
-        raise InputError(f"InferenceSession.run: {message}")
 
     def _untyped_hint(self) -> str:
         return (
