@@ -17,6 +17,7 @@ from opbridge.definition import BackwardContext, OpDef, all_ops, find_op, op
 from opbridge.errors import (
     BackendUnavailableError,
     ExportError,
+    KernelResultError,
     ModelLoadError,
     OpbridgeError,
     OpCallError,
@@ -68,6 +69,7 @@ __all__ = [
     "BackwardContext",
     "BackendUnavailableError",
     "ExportError",
+    "KernelResultError",
     "ExportResult",
     "InferenceSession",
     "InputSpec",

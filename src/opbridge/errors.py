@@ -7,6 +7,7 @@ from collections.abc import Iterable
 __all__ = [
     "BackendUnavailableError",
     "ExportError",
+    "KernelResultError",
     "ModelLoadError",
     "OpCallError",
     "OpbridgeError",
@@ -46,6 +47,11 @@ class OutputPathError(OpbridgeError, ValueError):
 
 class UnknownOpError(OpbridgeError, LookupError):
     """A model holds custom nodes that no op spec, function body or kernel covers."""
+
+
+class KernelResultError(OpbridgeError, ValueError):
+    """A kernel returned something its op does not give: another shape than the op's shape rule or
+    reference, a list of numbers instead of an array, another number of outputs."""
 
 
 class BackendUnavailableError(OpbridgeError, ImportError):

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import KernelResultError, OpDefinitionError
 
 if TYPE_CHECKING:
     import onnx
@@ -556,7 +556,7 @@ def result_check(
                 continue
             shown = tuple("?" if isinstance(d, SymDim) else d for d in wshape)
             source = "the op's shape rule gives" if rule is not None else "the op's reference gives (on meta tensors)"
-            raise ValueError(
+            raise KernelResultError(
                 f"{label}: output {i} ({names[i]!r}) has shape {tuple(shape)}, but {source} {shown} for "
                 "these inputs"
                 + ("" if rule is not None else "; fix the kernel, or declare the shape with register_shape")

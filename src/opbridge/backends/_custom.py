@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbridge._dtypes import tensor_to_numpy
-from opbridge.errors import UnknownOpError
+from opbridge.errors import KernelResultError, UnknownOpError
 
 if TYPE_CHECKING:
     import onnx
@@ -32,10 +32,6 @@ __all__ = [
     "find_custom_kernel",
     "is_custom_node",
 ]
-
-
-class KernelResultError(RuntimeError):
-    """A kernel's result that is not one array per output (the message names the op and the output)."""
 
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})

@@ -157,11 +157,16 @@ static void opb_keep_exit(void) {
     PyErr_Restore(type, value, tb);
 }
 
-/* Render the pending Python exception as "Type: message (at file:line)" and clear it. */
+/* opbridge.errors.KernelResultError: a check of a kernel's result failed, in a message that names the op */
+static PyObject *g_result_error = NULL;
+
+/* Render the pending Python exception as "Type: message (at file:line)" and clear it; a KernelResultError
+   as its message alone. */
 static void opb_format_exception(char *buf, size_t n) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
+    const int bare = type != NULL && g_result_error != NULL && PyErr_GivenExceptionMatches(type, g_result_error);
     const char *tname = type ? ((PyTypeObject *)type)->tp_name : "Exception";
     PyObject *str = value ? PyObject_Str(value) : NULL;
     if (str == NULL) PyErr_Clear();
@@ -169,7 +174,7 @@ static void opb_format_exception(char *buf, size_t n) {
     Py_XDECREF(str);
     const char *msg = text ? PyBytes_AS_STRING(text) : "(message could not be read)";
     char where[256] = "";
-    if (tb != NULL) {
+    if (tb != NULL && !bare) {
         PyObject *last = tb, *next;
         Py_INCREF(last);
         while ((next = PyObject_GetAttrString(last, "tb_next")) != NULL && next != Py_None) {
@@ -198,7 +203,10 @@ static void opb_format_exception(char *buf, size_t n) {
         Py_XDECREF(func);
         Py_DECREF(last);
     }
-    snprintf(buf, n, "%s: %s%s", tname, msg, where);
+    if (bare)
+        snprintf(buf, n, "%s", msg);
+    else
+        snprintf(buf, n, "%s: %s%s", tname, msg, where);
     Py_XDECREF(text);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -1039,9 +1047,13 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
         /* sys.exit() inside a kernel (a SIGTERM handler's, say): the run fails, and run() raises the
            SystemExit itself once ONNX Runtime has returned (take_exit), as for Ctrl-C */
         if (PyErr_ExceptionMatches(PyExc_SystemExit)) opb_keep_exit();
+        const int checked = g_result_error != NULL && PyErr_ExceptionMatches(g_result_error);
         opb_format_exception(exc, sizeof exc);
         if (interrupted && opb_on_main_thread()) PyErr_SetInterrupt();
-        snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
+        if (checked) /* the kernel returned; its result failed a check whose message names the op */
+            snprintf(err, sizeof err, "%s", exc);
+        else
+            snprintf(err, sizeof err, "%s: kernel raised %s", k->label, exc);
         result = opb_status(err);
         goto done;
     }
@@ -1449,6 +1461,13 @@ PyMODINIT_FUNC PyInit__bridge(void) {
     Py_INCREF(&OpDescriptorType);
     if (PyModule_AddObject(m, "OpDescriptor", (PyObject *)&OpDescriptorType) < 0) {
         Py_DECREF(&OpDescriptorType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *errors = PyImport_ImportModule("opbridge.errors");
+    g_result_error = errors ? PyObject_GetAttrString(errors, "KernelResultError") : NULL;
+    Py_XDECREF(errors);
+    if (g_result_error == NULL) {
         Py_DECREF(m);
         return NULL;
     }

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _version, find_op
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import KernelResultError, OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
 from opbridge.shape import SymDim, result_check, rule_failed
 
@@ -229,7 +229,7 @@ def _no_plain_list(result: Any, label: str) -> None:
 
     if isinstance(result, list) and any(not isinstance(v, (np.ndarray, np.generic)) for v in result):
         kinds = sorted({type(v).__name__ for v in result if not isinstance(v, (np.ndarray, np.generic))})
-        raise TypeError(
+        raise KernelResultError(
             f"{label}: the kernel returned a list (of {', '.join(kinds)}), not an array; return a numpy array "
             "(e.g. np.asarray(result, dtype=...)), or a tuple of arrays for several outputs"
         )
