@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 import opbridge
 from opbridge.backends import BACKENDS, InputError, TensorMeta, available_backends, backend_names, get_backend
 from opbridge.backends.base import check_feed, onnx_io_meta
+from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
 from opbridge.backends.openvino_backend import OpenVINORunner
 from opbridge.backends.torch_backend import TorchRunner
 from opbridge.compare import compare_arrays
@@ -1037,3 +1038,16 @@ def test_a_missing_domain_import_is_named_with_the_version_of_its_ops() -> None:
     model.opset_import.append(helper.make_opsetid("tests.backends.v2", 2))  # (the fix named)
     with get_backend("reference")(model) as runner:
         np.testing.assert_array_equal(runner.infer({"x": np.ones(2, np.float32)})["y"], [3.0, 3.0])
+
+
+def test_onnxruntime_runner_raises_a_failing_kernel_without_logging_it(tmp_path, capfd) -> None:
+    """The run's error is raised, with ONNX Runtime's message: ONNX Runtime does not also print it (in red,
+    on stderr, where `opbridge verify -q` should be quiet)."""
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(explodes), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with OnnxRuntimeRunner(path) as runner:
+        capfd.readouterr()
+        with pytest.raises(Exception, match=r"Explodes node '/Explodes': kernel raised ValueError: kernel exploded"):
+            runner.infer({"x": np.ones((2, 3), np.float32)})
+    err = capfd.readouterr().err
+    assert "onnxruntime" not in err and "kernel exploded" not in err, err
