@@ -300,6 +300,29 @@ def test_derived_shape_rule_for_onnx() -> None:
     assert [d.dim_param or d.dim_value for d in pooled.tensor_type.shape.dim] == ["n", 3, 0]  # L // 8 unknown
 
 
+def test_an_input_of_unknown_rank_gives_no_shape_for_onnx() -> None:
+    """An input with no shape (not even a rank) ran the rule as a scalar: a rule refusing it failed the
+    model's shape inference (a rewrite of a model of such inputs was refused), and a rule taking it
+    declared its outputs scalars. Now: the element type where the rule gives one, no shape."""
+    import onnx
+
+    from opbridge.ops import DynamicResize
+    from opbridge.shape import TensorInfo, infer_onnx
+
+    unranked = onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None)
+    ranked = onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [1, 1, "h", "w"])
+    spec, rule = DynamicResize.spec, DynamicResize.shape_rule
+    assert infer_onnx(spec, rule, DynamicResize.reference, [unranked, ranked], {"align_corners": 0}) == [None]
+
+    @opbridge.op("tests.def::Twice", shape=lambda x: TensorInfo(x.shape, torch.float16))
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return (2 * x).half()
+
+    (out,) = infer_onnx(twice.spec, twice.shape_rule, twice.reference, [unranked], {})
+    assert out.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    assert not out.tensor_type.HasField("shape"), out
+
+
 _SCALE = torch.tensor([0.5, 2.0, -1.0])  # a module-level tensor the next op's reference reads
 
 

@@ -443,17 +443,22 @@ def infer_onnx(
             continue
         dims = _dims_from_type(tp)
         infos.append(TensorInfo(dims if dims is not None else (), onnx_to_torch(tp.tensor_type.elem_type)))
-    required_missing = any(info is None for info, p in zip(infos, spec.inputs) if not p.optional) or any(
+    # an input of unknown rank runs the rule as a scalar: what it says of shapes then is void, and a
+    # refusal of that scalar says nothing of the model
+    unknown_rank = any(
         i is not None and _dims_from_type(t) is None for i, t in zip(infos, input_types) if t is not None
     )
+    required_missing = unknown_rank or any(info is None for info, p in zip(infos, spec.inputs) if not p.optional)
     if required_missing and rule is None:
         return [None] * len(spec.outputs)
     try:
         results = output_infos(spec, rule, reference, infos, attrs)
     except OpDefinitionError:
+        if unknown_rank:
+            return [None] * len(spec.outputs)
         raise
     except Exception as exc:
-        if required_missing and isinstance(exc, (TypeError, AttributeError, IndexError)):
+        if unknown_rank or (required_missing and isinstance(exc, (TypeError, AttributeError, IndexError))):
             return [None] * len(spec.outputs)
         if rule is None:
             raise
@@ -475,6 +480,9 @@ def infer_onnx(
     for info in results:
         tp = onnx.TypeProto()
         tp.tensor_type.elem_type = torch_to_onnx(info.dtype)
+        if unknown_rank:  # (the element type alone)
+            out.append(tp)
+            continue
         shape = tp.tensor_type.shape
         for d in info.shape:
             dim = shape.dim.add()
