@@ -1314,7 +1314,7 @@ def test_an_index_input_takes_the_range_given_and_the_record_keeps_it(take_path:
     assert main([*argv, "--range", "idx:0,4,table:2,3", "--json", str(report), "-q"]) == 0, capsys.readouterr()
     assert json.loads(report.read_text())["ranges"] == {"idx": [0, 4], "table": [2, 3]}
     npz = tmp_path / "in.npz"
-    np.savez(npz, table=np.zeros((4, 3), np.float32), idx=np.array([3, 0]))
+    np.savez(npz, table=np.ones((4, 3), np.float32), idx=np.array([3, 0]))
     record = opbridge.verify(take_path, take_model(), backends=["reference"], inputs=npz, ranges={"idx": (0, 4)})
     assert record.exit_code == 0
     assert record.notes == [
@@ -1439,3 +1439,216 @@ def test_verify_words_bad_tolerance_arguments_for_the_api(tmp_path: Path, kwargs
     (a 1-tuple was read as rtol alone, a 3-tuple reached Tolerance's constructor)."""
     with pytest.raises(opbridge.OpbridgeError, match=message):
         opbridge.verify(_silu_model(tmp_path), SILU_REFERENCE, backends=["openvino"], **kwargs)
+
+
+# --------------------------------------------------------------------------- what a tolerance covers, by dtype
+
+
+@opbridge.op("tests.verify::IdxVal", tolerances={"float32": Tolerance(rtol=0.1, atol=0.1)})
+def idx_val(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The index of the largest value of each row (int64) and the row's sum (float32)."""
+    return torch.argmax(x, dim=-1), x.sum(-1)
+
+
+def _model(nodes: list, inputs: list, outputs: list, *domains: str) -> onnx.ModelProto:
+    """A model of ``nodes`` at opset 17, importing ``domains`` at version 1."""
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    opsets = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, 1) for d in domains)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def _tolerances(model: onnx.ModelProto) -> dict[str, tuple[Tolerance, str]]:
+    from opbridge.backends.base import onnx_io_meta
+    from opbridge.verify import _output_tolerances
+
+    return _output_tolerances(model, onnx_io_meta(model)[1], None, None, None)
+
+
+def test_a_tolerance_covers_the_values_computed_from_its_op_not_shapes_or_conditions() -> None:
+    """A loose op whose output only gave another op's result its shape (Shape -> Reshape), or the
+    condition of a Where, lent that result its tolerance; an op with several outputs was looked up by
+    output 0's dtype (an int64 index), so its float32 output lost the tolerance declared for it."""
+    f32 = onnx.TensorProto.FLOAT
+    nodes = [
+        helper.make_node("LooseTol", ["x"], ["a"], domain="tests.verify"),
+        helper.make_node("FivePercent", ["x"], ["b"], domain="tests.verify"),
+        helper.make_node("Shape", ["a"], ["s"]),
+        helper.make_node("Reshape", ["b", "s"], ["reshaped"]),
+        helper.make_node("Greater", ["a", "x"], ["c"]),
+        helper.make_node("Where", ["c", "b", "b"], ["picked"]),
+        helper.make_node("Where", ["c", "a", "b"], ["mixed"]),
+        helper.make_node("IdxVal", ["x"], ["i", "v"], domain="tests.verify"),
+        helper.make_node("Relu", ["v"], ["v_relu"]),
+    ]
+    outputs = ["reshaped", "picked", "mixed", "v", "v_relu"]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", f32, [2, 8])],
+        [
+            helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [2]),
+            *(helper.make_tensor_value_info(o, f32, None) for o in outputs),
+        ],
+        "tests.verify",
+    )
+    tols = _tolerances(model)
+    assert tols["reshaped"] == (Tolerance(), "default")
+    assert tols["picked"] == (Tolerance(), "default")
+    assert tols["mixed"] == (
+        Tolerance(0.1, 1e-2),
+        "declared by tests.verify::LooseTol; default for tests.verify::FivePercent",
+    )
+    assert tols["i"] == (Tolerance(0.0, 0.0), "exact (int64 output)")
+    assert tols["v"] == (Tolerance(0.1, 0.1), "declared by tests.verify::IdxVal")
+    assert tols["v_relu"] == (Tolerance(0.1, 0.1), "declared by tests.verify::IdxVal")
+
+
+def test_the_default_tolerance_follows_the_dtype_that_was_computed_in() -> None:
+    """float16 and bfloat16 results took float32's default: a float16 Conv or a bfloat16 kernel
+    failed by a few units in their last place. A bfloat16 op cast to float32 takes bfloat16's."""
+    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    model = _model(
+        [
+            helper.make_node("Mul", ["h", "h"], ["h2"]),
+            helper.make_node("ToBFloat16", ["x"], ["b"], domain="tests.verify"),
+            helper.make_node("Cast", ["b"], ["b32"], to=f32),
+            helper.make_node("Mul", ["x", "x"], ["x2"]),
+            helper.make_node("LooseTol", ["x"], ["a"], domain="tests.verify"),
+            helper.make_node("Add", ["a", "b32"], ["sum"]),
+        ],
+        [helper.make_tensor_value_info("h", f16, [3]), helper.make_tensor_value_info("x", f32, [3])],
+        [helper.make_tensor_value_info(n, t, [3]) for n, t in [("h2", f16), ("b32", f32), ("x2", f32), ("sum", f32)]],
+        "tests.verify",
+    )
+    tols = _tolerances(model)
+    assert tols["h2"] == (Tolerance(2e-3, 1e-3), "default for float16")
+    assert tols["b32"] == (Tolerance(1.6e-2, 8e-3), "default for bfloat16")
+    assert tols["x2"] == (Tolerance(), "default")
+    assert tols["sum"] == (
+        Tolerance(0.1, 1e-2),
+        "declared by tests.verify::LooseTol; default for bfloat16 (Add, tests.verify::ToBFloat16)",
+    )
+
+
+class _SquareOff(torch.nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h * h * 1.01  # 1% off the model's h * h
+
+
+def test_a_low_precision_output_failing_on_its_default_says_how_to_loosen_it() -> None:
+    model = _model(
+        [helper.make_node("Mul", ["h", "h"], ["y"])],
+        [helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT16, [2, 8])],
+    )
+    h = torch.linspace(1.0, 2.0, 16, dtype=torch.float16).reshape(2, 8)
+    record = opbridge.verify(model, (_SquareOff(), (h,)), backends=["reference"])
+    assert record.exit_code == 1
+    reason = record.failures()[0][1].reason
+    assert reason.endswith(
+        "; the default for float16 applied: where this is the rounding of a float16 op, declare its tolerance "
+        "(@opbridge.op(..., tolerances={'float16': Tolerance(rtol, atol)})) or give the output one with "
+        "--tol y:RTOL,ATOL (tolerances=)"
+    ), reason
+
+
+@opbridge.op("tests.verify::RightForOneRow")
+def right_for_one_row(x: torch.Tensor) -> torch.Tensor:
+    return x * 2.0
+
+
+@right_for_one_row.register_kernel
+def _right_for_one_row(x: np.ndarray) -> np.ndarray:
+    """Wrong on purpose beyond the first row."""
+    y = (x * 2.0).astype(x.dtype)
+    y[1:] = 0.0
+    return y
+
+
+class _OneRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return right_for_one_row(x)
+
+
+def test_unnamed_dynamic_dims_are_varied_too() -> None:
+    """A dynamic dim without a name (no dim_param) was left at the example's size: a kernel wrong for
+    a batch above 1 passed on a batch of 1 alone."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("RightForOneRow", ["x"], ["y"], domain="tests.verify")],
+        [helper.make_tensor_value_info("x", f32, [None, 4])],
+        [helper.make_tensor_value_info("y", f32, [None, 4])],
+        "tests.verify",
+    )
+    record = opbridge.verify(model, (_OneRow(), (torch.randn(1, 4),)), backends=["reference"])
+    assert record.shape_sets == [{"x": (1, 4)}, {"x": (2, 4)}]
+    assert record.set_origins[1].endswith("the example's dynamic dims varied, x dim 0 (unnamed) 1->2")
+    assert [r.status for r in record.runs] == ["pass", "fail"]
+    assert record.exit_code == 1
+
+
+class _Zeros(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 0.0
+
+
+def test_empty_and_all_zero_reference_outputs_are_named() -> None:
+    """An output with no element at a set, or one whose reference is 0 everywhere (where a backend's
+    9e-6 passes under atol 1e-5), passed with no word."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("Mul", ["x", "zero"], ["y"])],
+        [helper.make_tensor_value_info("x", f32, ["n", 4])],
+        [helper.make_tensor_value_info("y", f32, ["n", 4])],
+    )
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero"))
+    record = opbridge.verify(
+        model, (_Zeros(), (torch.randn(2, 4),)), backends=["reference"], shapes=[{"x": (2, 4)}, {"x": (0, 4)}]
+    )
+    assert record.exit_code == 0
+    assert record.notes == [
+        "set 1 (x:2x4) output 'y': every PyTorch value is 0, so any value within atol 1e-05 of zero would pass; "
+        "give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
+        "set 2 (x:0x4) output 'y': the PyTorch reference output is empty (0x4), so only its shape and dtype are "
+        "compared; give shapes at which it has elements with --shape (shapes=).",
+    ]
+
+
+def test_the_verdict_line_says_what_failed_where_no_output_was_compared() -> None:
+    """Every run refused (a kernel's result of another dtype) or an error read '0 of 0 output comparison(s)
+    within tolerance'."""
+    from opbridge.verify import BackendReport, RunReport, VerifyRecord
+
+    record = VerifyRecord("m.onnx", "ref", 0, [], [{"x": (2,)}], {}, backends=[BackendReport("reference", "ran")])
+    refused = "output 0 has dtype float64, but the node's output type is float32"
+    record.runs = [RunReport("reference", 0, "fail", error=refused)]
+    assert record.table().splitlines()[-1] == (
+        "FAIL: no output compared, 1 run(s) whose kernel returned another dtype or shape than the node's"
+    )
+    record.runs = [RunReport("reference", 0, "error", error="boom")]
+    assert record.table().splitlines()[-1] == "ERROR: no output compared, 1 error(s)"
+
+
+def test_arrays_given_in_python_are_named_in_python_words(take_path: Path) -> None:
+    arrays = {"table": np.ones((4, 3)), "idx": np.array([0, 1])}  # table: float64, the model's is float32
+    with pytest.raises(opbridge.OpbridgeError, match=r"^inputs\['table'\] is float64, the model expects float32; "):
+        opbridge.verify(take_path, take_model(), backends=["reference"], inputs=arrays)
+    with pytest.raises(opbridge.OpbridgeError, match=r"^inputs\[1\]\['table'\] is float64"):
+        opbridge.verify(
+            take_path,
+            take_model(),
+            backends=["reference"],
+            inputs=[{**arrays, "table": np.ones((4, 3), np.float32)}, arrays],
+        )
+
+
+def test_complex_nan_is_placed_per_part() -> None:
+    """``nan+0j`` against ``0+nanj`` passed: NaN was placed per element, not per part."""
+    from opbridge.compare import compare_arrays
+
+    nan = float("nan")
+    swapped = compare_arrays(np.array([complex(nan, 0.0)]), np.array([complex(0.0, nan)]))
+    assert not swapped.passed and swapped.nan_mismatched == 1
+    other_part = compare_arrays(np.array([complex(nan, 1.0)]), np.array([complex(nan, 2.0)]))
+    assert not other_part.passed and "1 beyond tolerance" in other_part.reason
+    same = compare_arrays(np.array([complex(nan, 1.0), 2j]), np.array([complex(nan, 1.0), 2j]))
+    assert same.passed and same.nan_both == 1

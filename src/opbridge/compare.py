@@ -10,7 +10,9 @@ relative errors. The rules:
 * **Integer and bool outputs** are compared exactly (rtol = atol = 0), in
   integer arithmetic: int64 / uint64 values beyond 2**53 that differ by 1 fail.
 * **Complex outputs**: the error is the modulus ``|actual - expected|``, so the
-  real and the imaginary part both count.
+  real and the imaginary part both count. NaN is placed per part: ``nan+0j``
+  against ``0+nanj`` fails; where the NaN parts match, the other part is
+  compared on its own (``nan+1j`` against ``nan+2j`` fails).
 * **String outputs** are compared by value, element by element; numpy's
   ``<U`` strings and object arrays of ``str`` compare equal when their values do.
 * **Tolerances** are finite (see :class:`~opbridge.spec.Tolerance`); an element
@@ -255,6 +257,16 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
     a_nan, e_nan = np.isnan(af), np.isnan(ef)
     nan_both = a_nan & e_nan
     nan_bad = a_nan ^ e_nan
+    part_bad = np.zeros(e.shape, dtype=bool)
+    if e.dtype.kind == "c":  # NaN placed per part: nan+0j is not 0+nanj; the other part of a match is compared
+        halves = ((af.real, ef.real), (af.imag, ef.imag))
+        for ap, ep in halves:
+            nan_bad |= np.isnan(ap) ^ np.isnan(ep)
+        nan_both &= ~nan_bad
+        for ap, ep in halves:
+            numbers = nan_both & ~np.isnan(ep)
+            part_bad |= numbers & ~((ap == ep) | (np.abs(ap - ep) <= atol + rtol * np.abs(ep)))
+        nan_both &= ~part_bad
     a_inf, e_inf = np.isinf(af), np.isinf(ef)
     # An infinity matches only the same value (same sign; for complex, both parts equal).
     inf_bad = (a_inf | e_inf) & ~(af == ef) & ~(a_nan | e_nan)
@@ -262,7 +274,7 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
 
     diff = np.abs(af - ef)
     bound = atol + rtol * np.abs(ef)
-    bad_value = finite & ~(diff <= bound)  # a NaN bound (inf * 0) never passes
+    bad_value = (finite & ~(diff <= bound)) | part_bad  # a NaN bound (inf * 0) never passes
     bad = bad_value | nan_bad | inf_bad
 
     abs_err = diff[finite]

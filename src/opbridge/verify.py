@@ -14,7 +14,7 @@ take the reference's example shape, with every dynamic dim whose ONNX name
 input applies to every input whose dim is called ``batch``; two named inputs
 that give one such dim different sizes are an error). Without shape sets or
 input arrays, the example inputs' shapes are the first set, and (``vary_dims``)
-the same with every dynamic dim one larger the second.
+the same with every dynamic dim one larger the second (an unnamed one each on its own).
 
 Random values: floats from a standard normal, integers in [0, 10), bools at random; ``ranges``
 gives an input its own interval ``[lo, hi)`` (uniform floats, or the whole numbers in it).
@@ -22,7 +22,7 @@ gives an input its own interval ``[lo, hi)`` (uniform floats, or the whole numbe
 Tolerance of an output, first that applies: ``tolerances[output]``; ``rtol`` /
 ``atol`` given; the loosest tolerance that the custom ops it is computed from
 declare (``OpSpec.tolerances``), with the default too where other ops round on the
-way; the default (rtol 1e-3, atol 1e-5).
+way; the default (rtol 1e-3, atol 1e-5; looser for float16 and bfloat16, see ``_DEFAULTS``).
 
 Exit code (:attr:`VerifyRecord.exit_code`): 0 when every comparison passed, 1
 on a mismatch, 2 when a backend could not load or run the model (the other
@@ -264,10 +264,16 @@ class VerifyRecord:
             + len(self.errors)
             + sum(b.status in ("error", "unavailable") for b in self.backends)
         )
-        lines.append(
-            f"{verdict}: {total - failed} of {total} output comparison(s) within tolerance"
-            + (f", {errors} error(s)" if errors else "")
-        )
+        # runs whose kernel result had another dtype or shape than the node's: failed, with no output compared
+        refused = sum(r.status == "fail" and not r.outputs for r in self.runs)
+        parts = [
+            f"{total - failed} of {total} output comparison(s) within tolerance" if total else "no output compared"
+        ]
+        if refused:
+            parts.append(f"{refused} run(s) whose kernel returned another dtype or shape than the node's")
+        if errors:
+            parts.append(f"{errors} error(s)")
+        lines.append(f"{verdict}: " + ", ".join(parts))
         from opbridge._text import printable
 
         return "\n".join(printable(line) for line in lines)
@@ -546,44 +552,53 @@ def _bfloat16_refusal(name: str) -> str:
     )
 
 
-def load_npz(source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta]) -> dict[str, np.ndarray]:
-    """Arrays for every input from an ``.npz`` (or a dict); raise naming a missing or mistyped input."""
-    what = "inputs"
+def load_npz(
+    source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta], *, given_as: str = "inputs"
+) -> dict[str, np.ndarray]:
+    """Arrays for every input from an ``.npz`` (or a dict); raise naming a missing or mistyped input.
+    ``given_as``: how a dict's errors name it (the Python argument, e.g. ``inputs[1]``)."""
     if isinstance(source, Mapping):
         arrays = {k: np.asarray(v) for k, v in source.items()}
+        where = given_as
+        missing_fix = "Give one array per input, e.g. {%r: array, ...}."
     else:
-        what = str(source)
+        where = f"--inputs {source}"
         if not os.path.exists(source):
-            raise OpbridgeError(f"--inputs {what}: no such file; give the path of an .npz file of the inputs.")
+            raise OpbridgeError(f"{where}: no such file; give the path of an .npz file of the inputs.")
         try:
             loaded = np.load(source, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise OpbridgeError(
-                f"--inputs {what}: cannot read it as .npz (not a numpy archive: {type(exc).__name__}); save the "
+                f"{where}: cannot read it as .npz (not a numpy archive: {type(exc).__name__}); save the "
                 "arrays with numpy.savez(path, NAME=array, ...)."
             ) from None
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise OpbridgeError(
-                f"--inputs {what}: a single array (.npy), not an archive of arrays by input name; save them with "
+                f"{where}: a single array (.npy), not an archive of arrays by input name; save them with "
                 "numpy.savez(path, NAME=array, ...)."
             )
         with loaded as data:
             arrays = {k: data[k] for k in data.files}
+        missing_fix = "Save one array per input, e.g. numpy.savez(path, %s=...)."
     for m in meta:
         if m.name not in arrays:
+            held = "the dict holds" if isinstance(source, Mapping) else "it holds"
             raise OpbridgeError(
-                f"--inputs {what}: no array named {m.name!r}; it holds {sorted(arrays)}, the model takes "
-                f"{[x.name for x in meta]}. Save one array per input, e.g. numpy.savez(path, {m.name}=...)."
+                f"{where}: no array named {m.name!r}; {held} {sorted(arrays)}, the model takes "
+                f"{[x.name for x in meta]}. {missing_fix % (m.name,)}"
             )
         if arrays[m.name].dtype.name == "bfloat16":  # (ml_dtypes' numpy dtype)
             raise OpbridgeError(_bfloat16_refusal(m.name))
         if m.dtype is not None and arrays[m.name].dtype != m.dtype:
-            raise OpbridgeError(
-                f"--inputs {what}: array {m.name!r} is {arrays[m.name].dtype}, the model expects {m.dtype}."
-            )
+            if isinstance(source, Mapping):
+                raise OpbridgeError(
+                    f"{where}[{m.name!r}] is {arrays[m.name].dtype}, the model expects {m.dtype}; give it as "
+                    f"{m.dtype} (array.astype(numpy.{m.dtype}))."
+                )
+            raise OpbridgeError(f"{where}: array {m.name!r} is {arrays[m.name].dtype}, the model expects {m.dtype}.")
     extra = sorted(set(arrays) - {m.name for m in meta})
     if extra:
-        logger.warning("--inputs %s: ignoring arrays %s that are not model inputs", what, extra)
+        logger.warning("%s: ignoring arrays %s that are not model inputs", where, extra)
     return {m.name: arrays[m.name] for m in meta}
 
 
@@ -604,20 +619,72 @@ _EXACT_OPS = frozenset(
 )  # fmt: skip
 
 
+# Inputs whose values do not reach the values of the op's output (None: every input): an op that
+# reads only its input's shape (Shape, Size, EyeLike, the random ...Like ops), a shape given as a tensor
+# (Reshape, Expand, Tile, ConstantOfShape), and a condition (Where, If), which picks whole elements or a
+# branch: a wrong one is no rounding that a tolerance describes. Their upstream ops' tolerances stay there.
+_NO_VALUE_INPUTS: dict[str, frozenset[int] | None] = {
+    "Shape": None,
+    "Size": None,
+    "EyeLike": None,
+    "RandomNormalLike": None,
+    "RandomUniformLike": None,
+    "ConstantOfShape": None,
+    "Reshape": frozenset({1}),
+    "Expand": frozenset({1}),
+    "Tile": frozenset({1}),
+    "Where": frozenset({0}),
+    "If": frozenset({0}),
+}
+
+# The default tolerance per dtype (any other: Tolerance()): for the low-precision floats, rtol twice their
+# epsilon (2 to 4 units in the last place) and atol one unit in the last place at 1.0 (float16's epsilon
+# is 2**-10 ~ 9.8e-4, bfloat16's 2**-7 ~ 7.8e-3).
+_DEFAULTS: dict[str, Tolerance] = {
+    "float16": Tolerance(rtol=2e-3, atol=1e-3),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=8e-3),
+}
+
+
+def _default_tolerance(dtypes: Iterable[str]) -> tuple[Tolerance, str]:
+    """The loosest default of ``dtypes`` (see ``_DEFAULTS``) and the dtype it is for ("" for Tolerance())."""
+    best, which = Tolerance(), ""
+    for dtype in dtypes:
+        tol = _DEFAULTS.get(dtype)
+        if tol is not None and (tol.rtol, tol.atol) > (best.rtol, best.atol):
+            best, which = tol, dtype
+    return best, which
+
+
 @dataclass
 class _Upstream:
     """What computes one model output: the custom ops whose declared tolerance covers it (qualname ->
     that tolerance) and whether anything else rounds on the way (standard arithmetic, or a custom op
-    that declares no tolerance for its dtype), in which case the default tolerance applies too."""
+    that declares no tolerance for its dtype), in which case the default tolerance applies too
+    (``rounds_in``: the dtypes of those ops' outputs; ``dtype``: the output's own)."""
 
     declared: dict[str, Tolerance] = field(default_factory=dict)
     other: list[str] = field(default_factory=list)
+    rounds_in: set[str] = field(default_factory=set)
+    dtype: str = "float32"
+
+    def add(self, part: _Upstream) -> None:
+        """Take in what computes ``part`` (a declared tolerance met twice: the loosest)."""
+        for qualname, tol in part.declared.items():
+            had = self.declared.get(qualname)
+            self.declared[qualname] = (
+                tol if had is None else Tolerance(max(had.rtol, tol.rtol), max(had.atol, tol.atol))
+            )
+        self.other.extend(part.other)
+        self.other = list(dict.fromkeys(self.other))[:4]  # (reports name three, then "...")
+        self.rounds_in |= part.rounds_in
 
 
 def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]:
     """Per model output, the ops it depends on (:class:`_Upstream`), found by walking the graph back
     from it: through If/Loop/Scan bodies and into calls of model-local functions that are not an
-    opbridge op's own body."""
+    opbridge op's own body; from each op output to the inputs whose values it is computed from
+    (``_NO_VALUE_INPUTS``)."""
     from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
     from opbridge.definition import find_op
     from opbridge.model_io import elem_types, walk_nodes
@@ -626,7 +693,9 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
     versions = domain_versions(model)
     functions = {(f.domain, f.name): f for f in model.functions}
     producer = {name: node for node in graph.node for name in node.output if name}
-    custom_outputs = [n.output[0] for n in walk_nodes(graph.node) if n.output and n.domain not in STANDARD_DOMAINS]
+    custom_outputs = [
+        name for n in walk_nodes(graph.node) if n.domain not in STANDARD_DOMAINS for name in n.output if name
+    ]
     types = elem_types(model, custom_outputs)
 
     def dtype_of(value: str, fallback: str) -> str:
@@ -640,67 +709,90 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
         except Exception:
             return fallback
 
-    def classify(node: Any, fallback: str, found: _Upstream, seen_functions: frozenset[Any]) -> None:
+    def classify(
+        node: Any, fallback: str, found: _Upstream, seen_functions: frozenset[Any], which: Sequence[int] | None = None
+    ) -> None:
+        """``node``'s own part in ``found``: for its outputs ``which`` (None: all of them)."""
         key = (node.domain, node.op_type)
         for inner in (n for a in node.attribute for n in _subgraph_nodes(a)):  # (classify walks their own)
             classify(inner, fallback, found, seen_functions)
+        names = [node.output[i] for i in which] if which is not None else [o for o in node.output if o]
+        dtypes = list(dict.fromkeys(dtype_of(name, fallback) for name in names)) or [fallback]
         if node.domain in STANDARD_DOMAINS and key not in functions:
             from opbridge.legacy_domain import is_standard_op
 
             if is_standard_op(node.op_type):
                 if node.op_type not in _EXACT_OPS:
                     found.other.append(node.op_type)
+                    found.rounds_in.update(dtypes)
                 return
         opdef = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain else None
         if opdef is None and key in functions and key not in seen_functions:  # a plain model-local function
             for inner in functions[key].node:
                 classify(inner, fallback, found, seen_functions | {key})
             return
-        dtype = dtype_of(node.output[0], fallback) if node.output else fallback
-        if opdef is not None and dtype in opdef.spec.tolerances:
-            found.declared[opdef.spec.qualname] = opdef.spec.tolerances[dtype]
-        else:
-            found.other.append(f"{node.domain}::{node.op_type}" if node.domain else node.op_type)
+        for dtype in dtypes:
+            if opdef is not None and dtype in opdef.spec.tolerances:
+                found.add(_Upstream({opdef.spec.qualname: opdef.spec.tolerances[dtype]}))
+            else:
+                found.other.append(f"{node.domain}::{node.op_type}" if node.domain else node.op_type)
+                found.rounds_in.add(dtype)
 
-    def reads(node: Any) -> list[Any]:
-        """The nodes whose outputs ``node`` reads, its If/Loop/Scan bodies' reads from outside included."""
-        names = [*node.input, *(i for n in itertools.islice(walk_nodes([node]), 1, None) for i in n.input)]
-        return [producer[v] for v in dict.fromkeys(names) if v in producer]
+    def value_inputs(node: Any) -> list[str]:
+        """The inputs of ``node`` whose values reach its outputs' values."""
+        skipped = _NO_VALUE_INPUTS.get(node.op_type, frozenset()) if node.domain in STANDARD_DOMAINS else frozenset()
+        if skipped is None:
+            return []
+        return [v for i, v in enumerate(node.input) if i not in skipped]
 
-    # What computes each node's outputs, the node's own part and its inputs' (a summary per node, once:
-    # walking back from every output anew was quadratic where a model exposes many blocks' outputs)
-    summaries: dict[tuple[int, str], _Upstream] = {}
+    def reads(node: Any) -> list[str]:
+        """The values ``node`` is computed from, its If/Loop/Scan bodies' reads from outside included."""
+        names = [
+            *value_inputs(node),
+            *(i for n in itertools.islice(walk_nodes([node]), 1, None) for i in value_inputs(n)),
+        ]
+        return [v for v in dict.fromkeys(names) if v in producer]
 
-    def summary(root: Any, fallback: str) -> _Upstream:
-        stack, busy = [(root, False)], set()
+    # What computes each node's inputs (once per node: walking back from every output anew was quadratic
+    # where a model exposes many blocks' outputs), and each value (its producer's own part for that output)
+    inputs_of: dict[tuple[int, str], _Upstream] = {}
+    values: dict[tuple[str, str], _Upstream] = {}
+
+    def of_value(value: str, fallback: str) -> _Upstream:
+        key = (value, fallback)
+        if key not in values:
+            node = producer[value]
+            found = _Upstream()
+            classify(node, fallback, found, frozenset(), [list(node.output).index(value)])
+            found.add(inputs_of.get((id(node), fallback), _Upstream()))  # (absent only in a cycle)
+            values[key] = found
+        return values[key]
+
+    def summary(root: str, fallback: str) -> _Upstream:
+        stack, busy = [(producer[root], False)], set()
         while stack:
             node, ready = stack.pop()
             key = (id(node), fallback)
-            if key in summaries:
+            if key in inputs_of:
                 continue
-            deps = reads(node)
+            deps = [producer[v] for v in reads(node)]
             if not ready:
                 busy.add(id(node))
                 stack.append((node, True))
-                stack.extend((d, False) for d in deps if (id(d), fallback) not in summaries and id(d) not in busy)
+                stack.extend((d, False) for d in deps if (id(d), fallback) not in inputs_of and id(d) not in busy)
                 continue
             found = _Upstream()
-            classify(node, fallback, found, frozenset())
-            for d in deps:
-                part = summaries.get((id(d), fallback))  # (absent only in a cycle, which the checker refuses)
-                if part is not None:
-                    for qualname, tol in part.declared.items():
-                        found.declared.setdefault(qualname, tol)
-                    found.other.extend(part.other)
-            found.other = list(dict.fromkeys(found.other))[:4]  # (reports name three, then "...")
-            summaries[key] = found
-        return summaries[(id(root), fallback)]
+            for value in reads(node):
+                if (id(producer[value]), fallback) in inputs_of:  # (absent only in a cycle, which the checker refuses)
+                    found.add(of_value(value, fallback))
+            inputs_of[key] = found
+        return of_value(root, fallback)
 
     out: dict[str, _Upstream] = {}
     for o in outputs:
-        fallback = str(o.dtype) if o.dtype is not None else "float32"
-        node = producer.get(o.name)
-        out[o.name] = _Upstream() if node is None else summary(node, fallback)
+        fallback = dtype_of(o.name, str(o.dtype) if o.dtype is not None else "float32")
+        found = _Upstream() if o.name not in producer else summary(o.name, fallback)
+        out[o.name] = dataclasses.replace(found, dtype=fallback)
     return out
 
 
@@ -776,7 +868,6 @@ def _output_tolerances(
         )
     upstream = {} if checks_only else _upstream(model, outputs)
     out: dict[str, tuple[Tolerance, str]] = {}
-    default = Tolerance()
     for o in outputs:
         if o.dtype is not None and o.dtype.kind in "biuUSO":  # compared exactly, whatever was asked
             if o.name in given:
@@ -793,7 +884,9 @@ def _output_tolerances(
             continue
         found = upstream[o.name]
         hits = sorted(found.declared.items())
-        base, source = default, "default"
+        # the default of the output's dtype, or of a lower precision that an op on the way rounds in
+        default, low = _default_tolerance([found.dtype, *sorted(found.rounds_in)])
+        base, source = default, f"default for {low}" if low else "default"
         if hits:
             # the loosest of the ops on the way; the default too where anything else rounds there
             tols = [t for _, t in hits] + ([default] if found.other else [])
@@ -801,7 +894,8 @@ def _output_tolerances(
             source = "declared by " + ", ".join(q for q, _ in hits)
             if found.other:
                 others = list(dict.fromkeys(found.other))
-                source += f"; default for {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+                named = f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+                source += f"; default for {low} ({named})" if low else f"; default for {named}"
         if rtol is not None and atol is not None:
             out[o.name] = (Tolerance(rtol, atol), "--rtol/--atol")
         elif rtol is not None:  # the other one stays what would apply without the flag
@@ -945,29 +1039,37 @@ def verify(
     sets: list[dict[str, tuple[int, ...]]] = []
     origins: list[str] = []
     given_arrays = [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    for source in given_arrays:
-        feed = load_npz(source, meta)
+    for k, source in enumerate(given_arrays):
+        # (a dict is named as the Python argument, a file as the command line's flag)
+        label = f"inputs[{k}]" if isinstance(inputs, (list, tuple)) else "inputs"
+        feed = load_npz(source, meta, given_as=label)
         where = str(source) if isinstance(source, (str, os.PathLike)) else "arrays"
         # the arrays' shapes against the model's, as --shape sets are
         resolve_shape_sets(
-            meta, [{m.name: tuple(feed[m.name].shape) for m in meta}], example, given_as=f"--inputs {where}: array"
+            meta,
+            [{m.name: tuple(feed[m.name].shape) for m in meta}],
+            example,
+            given_as=f"--inputs {where}: array" if where != "arrays" else f"{label}: array",
         )
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})
         origins.append(f"--inputs {where}" if where != "arrays" else "the arrays given")
     varied: dict[str, tuple[int, int]] = {}
+    unnamed: list[str] = []  # the varied dims that have no name in the model, each varied on its own
     if shapes or not given_arrays:
         wanted = list(shapes or [])
         if not wanted and example is not None and vary_dims:
             grown, varied = _varied_dims(meta, example)
             wanted = [{}, grown] if varied else []
+            named = {d for m in meta for d in m.shape or () if isinstance(d, str) and d}
+            unnamed = [d for d in varied if d not in named]
         for full in resolve_shape_sets(meta, wanted or None, example):
             feeds.append(make_inputs(meta, full, _set_seed(seed, len(feeds)), onnx_types, value_ranges))
             sets.append(full)
             origins.append(f"random (seed {seed}, set {len(feeds)})")
         if varied:
             origins[-1] += ": the example's dynamic dims varied, " + ", ".join(
-                f"{d} {a}->{b}" for d, (a, b) in varied.items()
+                f"{d}{' (unnamed)' if d in unnamed else ''} {a}->{b}" for d, (a, b) in varied.items()
             )
 
     names = list(dict.fromkeys(backends)) if backends else None  # each backend once, in the order given
@@ -1023,6 +1125,13 @@ def verify(
                         if values_at_fault
                         else "(where the model does not take these shapes, give the ones it takes with --shape, or "
                         "leave this set out with --export-shape-only; the random values may be at fault instead)."
+                    )
+                    + (
+                        f" The model names no dim for {', '.join(unnamed)}, so each grew on its own; where some must "
+                        "be equal, give shapes that keep them so with --shape, or name the dims at export "
+                        "(dynamic_shapes=, dynamic_axes=)."
+                        if unnamed and not values_at_fault
+                        else ""
                     )
                     + hint
                 )
@@ -1111,8 +1220,9 @@ def _range_hint(meta: Sequence[TensorMeta], ranges: Mapping[str, tuple[float, fl
 def _varied_dims(
     meta: Sequence[TensorMeta], example: Mapping[str, Sequence[int]]
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, int]]]:
-    """The example's shapes with every named dynamic dim one larger (2 where it is 1), and
-    ``{dim name: (example size, new size)}`` (empty where the model has no dynamic dim)."""
+    """The example's shapes with every dynamic dim one larger (2 where it is 1), and ``{dim: (example
+    size, new size)}`` (empty where the model has no dynamic dim). A named dim grows alike in every
+    input; an unnamed one (no ``dim_param``) grows on its own, keyed ``"NAME dim AXIS"``."""
     varied: dict[str, tuple[int, int]] = {}
     grown: dict[str, tuple[int, ...]] = {}
     for m in meta:
@@ -1120,9 +1230,11 @@ def _varied_dims(
             continue
         dims = list(example[m.name])
         for axis, want in enumerate(m.shape):
-            if isinstance(want, str) and want:
-                varied.setdefault(want, (dims[axis], dims[axis] + 1 if dims[axis] > 1 else 2))
-                dims[axis] = varied[want][1]
+            if isinstance(want, int):
+                continue
+            key = want if isinstance(want, str) and want else f"{m.name} dim {axis}"
+            varied.setdefault(key, (dims[axis], dims[axis] + 1 if dims[axis] > 1 else 2))
+            dims[axis] = varied[key][1]
         if dims != list(example[m.name]):
             grown[m.name] = tuple(dims)
     return grown, varied
@@ -1132,24 +1244,36 @@ def _check_reference_values(
     record: VerifyRecord, index: int, want: Mapping[str, np.ndarray], tol: Mapping[str, tuple[Tolerance, str]]
 ) -> None:
     """Name the outputs of set ``index`` whose comparison proves nothing: every reference value NaN
-    (an error: nothing compared), or every one within atol of zero (a note: zeros would pass)."""
+    (an error: nothing compared), no element at all, or every value within atol of zero (notes: only
+    the shape is compared; zeros would pass)."""
     for name, value in want.items():
         array = np.asarray(value)
-        if array.dtype.kind not in "fc" or array.size == 0:
-            continue
         where = f"set {index + 1} ({record.set_label(index)}) output {name!r}"
+        if array.size == 0:
+            record.notes.append(
+                f"{where}: the PyTorch reference output is empty ({format_shape(array.shape)}), so only its shape "
+                "and dtype are compared; give shapes at which it has elements with --shape (shapes=)."
+            )
+            continue
+        if array.dtype.kind not in "fc":
+            continue
         if np.isnan(array).all():
             record.errors.append(
                 f"{where}: every value of the PyTorch reference is NaN, so nothing of it is compared; give inputs "
                 "in the ops' domain with --inputs FILE.npz (inputs=)."
             )
             continue
-        atol = tol.get(name, (Tolerance(), ""))[0].atol
+        rtol, atol = dataclasses.astuple(tol.get(name, (Tolerance(), ""))[0])
         largest = float(np.nanmax(np.abs(array)))
-        if 0.0 < largest <= atol:
+        if largest == 0.0 < atol:
+            record.notes.append(
+                f"{where}: every PyTorch value is 0, so any value within atol {atol:g} of zero would pass; give "
+                f"atol 0 to ask for zeros, e.g. --tol {name}:{rtol:g},0."
+            )
+        elif largest <= atol:
             record.notes.append(
                 f"{where}: every PyTorch value is within atol {atol:g} of zero (the largest {largest:.3g}), so zeros "
-                f"would pass; give a smaller atol, e.g. --tol {name}:{tol[name][0].rtol:g},{largest / 100:.1g}."
+                f"would pass; give a smaller atol, e.g. --tol {name}:{rtol:g},{largest / 100:.1g}."
             )
 
 
@@ -1257,10 +1381,22 @@ def _run_one(
             )
             continue
         compared = compare_arrays(got[out_name], want, tolerance, out_name)
-        outputs.append(_against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name)))
+        compared = _against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name))
+        low = _LOW_PRECISION_DEFAULT.search(tol.get(out_name, (tolerance, ""))[1])
+        if low and not compared.passed and compared.mismatched:
+            compared = dataclasses.replace(
+                compared,
+                reason=f"{compared.reason}; the default for {low[1]} applied: where this is the rounding of a "
+                f"{low[1]} op, declare its tolerance (@opbridge.op(..., tolerances={{{low[1]!r}: Tolerance(rtol, "
+                f"atol)}})) or give the output one with --tol {out_name}:RTOL,ATOL (tolerances=)",
+            )
+        outputs.append(compared)
     status = "pass" if all(o.passed for o in outputs) else "fail"
     return RunReport(name, index, status, outputs, seconds=seconds)
 
+
+# A tolerance source (see _output_tolerances) naming the default of a low-precision dtype
+_LOW_PRECISION_DEFAULT = re.compile(rf"default for ({'|'.join(map(re.escape, _DEFAULTS))})\b")
 
 # How each backend's bridge refuses a kernel's result of another dtype or shape than the node's
 # (ONNX Runtime's bridge and the reference session: "output 0 has dtype float64, but the node's output
