@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from _graph_models import (
@@ -318,6 +319,33 @@ def test_function_bodies_are_linted() -> None:
     assert ("custom-op-default-domain", "acme::Inner/MYSELU#0") in [(f.code, f.node) for f in lint_model(legacy)]
     clean = _calls([helper.make_node("Relu", ["x"], ["y"])])
     assert not lint_model(clean)
+
+
+def _default_domain_function() -> onnx.ModelProto:
+    neg = helper.make_function(
+        "", "MyNeg", ["x"], ["y"], [helper.make_node("Neg", ["x"], ["y"])], [helper.make_opsetid("", 13)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MyNeg", ["x"], ["y"], name="call")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], functions=[neg])
+
+
+def test_a_local_function_in_the_default_domain_is_an_error_the_sessions_run() -> None:
+    """The checker, ONNX Runtime and onnx.reference look up no function in the default domain: lint said
+    nothing. opbridge's sessions move the function with its calls, as they move default-domain custom ops."""
+    from opbridge.reference import ReferenceSession
+
+    model = _default_domain_function()
+    assert [(f.code, f.node) for f in lint_model(model)] == [("custom-op-default-domain", "::MyNeg")]
+    with pytest.raises(Exception, match="No Op registered for MyNeg"):
+        ort.InferenceSession(model.SerializeToString())
+    x = np.array([1.5, -2.0], np.float32)
+    for session in (opbridge.InferenceSession(model), ReferenceSession(model)):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], -x)
 
 
 def test_onnxruntime_contrib_ops_are_known() -> None:

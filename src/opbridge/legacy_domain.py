@@ -2,7 +2,9 @@
 
 ``g.op("MYSELU", ...)`` without a domain puts the node in the default domain ""
 with no opset import; the checker and every runtime reject it. The fix is to
-move such nodes into a domain of their own and import that domain.
+move such nodes into a domain of their own and import that domain. A model-local
+function in the default domain fails alike (the checker and ONNX Runtime look up no
+function there): it moves, with its calls, too.
 
 Example:
     >>> import onnx
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_LEGACY_DOMAIN",
     "default_domain_custom_nodes",
+    "default_domain_functions",
     "is_standard_op",
     "move_default_domain_ops",
     "runs_default_domain_kernel",
@@ -83,11 +86,18 @@ def default_domain_custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     ]
 
 
+def default_domain_functions(model: onnx.ModelProto) -> list[onnx.FunctionProto]:
+    """The model-local functions in the default domain under a name ONNX does not define as an op: the
+    checker, ONNX Runtime and onnx's reference evaluator refuse their calls ("No Op registered for ...")."""
+    return [f for f in model.functions if f.domain in ("", "ai.onnx") and not is_standard_op(f.name)]
+
+
 def move_default_domain_ops(
     model: onnx.ModelProto, domain: str = DEFAULT_LEGACY_DOMAIN, version: int = 1, *, copy: bool = True
 ) -> tuple[onnx.ModelProto, list[str]]:
     """Move default-domain custom nodes into ``domain`` and add its opset import (to the model, and to
-    each local function whose body holds one).
+    each local function whose body holds one); a default-domain local function
+    (:func:`default_domain_functions`) moves with its calls.
 
     Returns the (copied, unless ``copy=False``) model and the sorted op types moved.
     """
@@ -101,11 +111,21 @@ def move_default_domain_ops(
     else:
         fixed = model
     nodes = default_domain_custom_nodes(fixed)
-    moved = sorted({n.op_type for n in nodes})
+    functions = default_domain_functions(fixed)
+    called = {f.name for f in functions}
+    nodes += [
+        n
+        for body in [fixed.graph.node, *(f.node for f in fixed.functions)]
+        for n in walk_nodes(body)
+        if n.domain in ("", "ai.onnx") and n.op_type in called
+    ]
+    moved = sorted({n.op_type for n in nodes} | called)
     if not moved:
         return fixed, []
     for node in nodes:
         node.domain = domain
+    for fn in functions:
+        fn.domain = domain
     owners = [fixed, *(f for f in fixed.functions if any(n.domain == domain for n in walk_nodes(f.node)))]
     for owner in owners:
         if not any(o.domain == domain for o in owner.opset_import):

@@ -269,7 +269,7 @@ def _op_of_a_later_opset(message: str) -> Finding | None:
 
 
 def _check_domains(model: onnx.ModelProto) -> list[Finding]:
-    from opbridge.legacy_domain import is_standard_op
+    from opbridge.legacy_domain import default_domain_functions, is_standard_op
 
     findings: list[Finding] = []
 
@@ -299,6 +299,18 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
         if domain not in imported[key(fn)]:
             owner = "the model" if fn is None else f"function {fn.domain}::{fn.name}"
             missing.setdefault((owner, domain), []).append(label)
+    for fn in default_domain_functions(model):
+        findings.append(
+            Finding(
+                "error",
+                "custom-op-default-domain",
+                f"::{fn.name}",
+                f"the model-local function {fn.name} is in the default domain, where the checker, ONNX Runtime and "
+                f'onnx\'s reference evaluator look up no function: its calls fail ("No Op registered for {fn.name}").',
+                "opbridge rewrite MODEL -o OUT --rule legacy-domain (it moves the function and its calls to a domain "
+                "of their own)",
+            )
+        )
     for (owner, domain), labels in missing.items():
         findings.append(
             Finding(
