@@ -421,6 +421,27 @@ def test_foldable_scales_hint_and_sizes_pass() -> None:
     assert verdict(resize_model("linear", scales="sizes-runtime"), "resize").verdict == "native"
 
 
+def test_scales_in_a_function_body_are_not_sent_to_a_rule_that_cannot_reach_them() -> None:
+    """fold-resize-scales works on graphs: for a Resize in a model-local function's body, the hint says to
+    inline the functions first (it sent the user to a rule that then found no Resize node)."""
+    body = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32))),
+        helper.make_node("Identity", ["c"], ["sc"]),
+        helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear"),
+    ]
+    up = helper.make_function("acme", "Up", ["x"], ["y"], body, [helper.make_opsetid("", 13)])
+    model = make_model(
+        [helper.make_node("Up", ["x"], ["y"], domain="acme", name="up")],
+        [("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [("y", TensorProto.FLOAT, None)],
+        domains={"acme": 1},
+        functions=[up],
+    )
+    reason = verdict(model, "up").reason
+    assert "in the body of the model-local function acme::Up" in reason, reason
+    assert "inline_local_functions), then run --rule fold-resize-scales" in reason, reason
+
+
 def test_plugin_lookup_reads_plugin_attributes() -> None:
     v = verdict(custom_node_model("Unknown", plugin_version="2", plugin_namespace="ns"), "custom")
     assert "creator 'Unknown' version '2' namespace 'ns'" in v.reason

@@ -222,11 +222,16 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
     from opbridge.graph._model import evaluate_constant
 
     arr, why = evaluate_constant(scales, opset=ctx.version)
-    hint = (
-        "constant-computable: run --rule fold-resize-scales"
-        if arr is not None
-        else f"computed at run time ({why}): use sizes, or --rule resize-cubic-to-dynamic-resize"
-    )
+    if ctx.function:  # (the rewrite rules work on graphs, not on function bodies)
+        hint = (
+            f"in the body of the model-local function {ctx.function}, which the rewrite rules do not enter: "
+            "inline the model's functions (onnx.inliner.inline_local_functions), then "
+            + ("run --rule fold-resize-scales" if arr is not None else "use sizes")
+        )
+    elif arr is not None:
+        hint = "constant-computable: run --rule fold-resize-scales"
+    else:
+        hint = f"computed at run time ({why}): use sizes, or --rule resize-cubic-to-dynamic-resize"
     return Hit(
         "fail", f'scales {scales.name!r} are not an initializer: "Resize scales must be an initializer!"; {hint}'
     )
