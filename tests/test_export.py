@@ -1154,3 +1154,96 @@ def test_the_eager_rule_check_after_dynamo_export_changes_nothing_of_the_callers
     opbridge.export(model, (x,), tmp_path / "m.onnx", exporter="dynamo")
     assert float(model.calls) == 0.0
     assert torch.equal(x, torch.ones(2, 3))
+
+
+def test_a_model_and_its_data_file_are_replaced_together_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data file was renamed into place before the model file was written: a full disk at the model
+    left the old model reading the new data file (its tensors swapped, no error). Both are now whole
+    before either replaces what is there."""
+    import errno
+    import os
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from opbridge.model_io import save_with_data_file
+
+    def model(value: float) -> onnx.ModelProto:
+        weight = numpy_helper.from_array(np.full(1024, value, np.float32), "w")
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])],
+            [weight],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    path = tmp_path / "m.onnx"
+    save_with_data_file(model(1.0), path, data_name="m.onnx.data")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    class FullDisk:  # the second file opened (the model's) cannot be written
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    opened: list[Any] = []
+    real = os.fdopen
+
+    def fdopen(fd: int, mode: str) -> Any:
+        opened.append(real(fd, mode))
+        return FullDisk(opened[-1]) if len(opened) == 2 else opened[-1]
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    with pytest.raises(OSError, match="No space left"):
+        save_with_data_file(model(2.0), path, data_name="m.onnx.data")
+    monkeypatch.undo()
+    assert len(opened) == 2
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary file left either
+    loaded = onnx.load(path)
+    np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[0]), np.full(1024, 1.0, np.float32))
+
+
+def test_a_command_that_runs_out_of_room_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A full disk while writing blamed the input ("m.onnx is not a valid ONNX model ... Fix the model")."""
+    import errno
+    import os
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from opbridge.cli import main
+
+    graph = helper.make_graph(
+        [helper.make_node("MYSELU", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    real = os.fdopen
+
+    def full(fd: int, mode: str) -> Any:
+        real(fd, mode).close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", full)
+    code = main(["rewrite", str(source), "-o", str(tmp_path / "out.onnx"), "--rule", "legacy-domain"])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: No space left on device; the files it would replace are unchanged" in err, err
+    assert "not a valid ONNX model" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from opbridge.errors import OutputPathError
 
-__all__ = ["prepare_output", "read_files", "write_atomic"]
+__all__ = ["prepare_output", "read_files", "write_atomic", "write_atomic_group"]
 
 
 def prepare_output(
@@ -84,21 +84,38 @@ def write_atomic(
 ) -> Path:
     """Write a file through ``write(fh)`` into a temporary file beside ``path``, then rename it into
     place (see :func:`prepare_output`); the path written (a link's target for a link)."""
-    target = prepare_output(path, protected=protected, create=True)
-    mode = _mode_for(target)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise OutputPathError(f"cannot write in {target.parent}: {exc.strerror or exc}.") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    (target,) = write_atomic_group([(path, write)], protected=protected)
     return target
+
+
+def write_atomic_group(
+    files: Sequence[tuple[str | os.PathLike[str], Callable[[IO[bytes]], object]]],
+    *,
+    protected: Iterable[str | os.PathLike[str]] = (),
+) -> list[Path]:
+    """:func:`write_atomic` for files that belong together (a model and its data file): each written,
+    in order, into a temporary file beside it; only once every one is whole are they renamed into place,
+    in the same order. A failed write (a full disk) leaves every file as it was. The paths written."""
+    protected = list(protected)
+    staged: list[tuple[Path, str]] = []
+    try:
+        for path, write in files:
+            target = prepare_output(path, protected=protected, create=True)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            except OSError as exc:
+                raise OutputPathError(f"cannot write in {target.parent}: {exc.strerror or exc}.") from None
+            staged.append((target, tmp))
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+            os.chmod(tmp, _mode_for(target))
+        for target, tmp in staged:
+            os.replace(tmp, target)
+    except BaseException:
+        for _, tmp in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    return [target for target, _ in staged]
 
 
 def read_files(model: Any, reference: Any = None, inputs: Any = None, ops: Iterable[Any] | None = None) -> list[str]:

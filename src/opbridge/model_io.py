@@ -517,14 +517,14 @@ def save_with_data_file(
     keep_tensors: bool = True,
 ) -> Path:
     """Write ``model`` to ``path`` with its tensors of 1 KiB or more in ``data_name`` beside it (ONNX's
-    external data), each file through a temporary one and a rename, the data first. ``model`` keeps its
+    external data), both through temporary files renamed into place once both are whole. ``model`` keeps its
     tensors, or with ``keep_tensors=False`` refers to the data file for them (holding no second copy
     while it is written). A data file there that the model already at ``path`` does not use is refused
     (an :class:`~opbridge.errors.OutputPathError`), not overwritten."""
     import onnx
     from onnx.external_data_helper import _get_all_tensors, set_external_data
 
-    from opbridge._files import prepare_output, write_atomic
+    from opbridge._files import prepare_output, write_atomic, write_atomic_group
 
     protected = list(protected)
     target = prepare_output(Path(path), protected=protected, create=True)
@@ -551,12 +551,15 @@ def save_with_data_file(
             tensor.data_location = onnx.TensorProto.EXTERNAL
 
     try:
-        write_atomic(data_path, write_data, protected=protected)
-        serialized = model.SerializeToString()
+        # both files whole before either replaces what is there: a full disk while writing the model
+        # must not leave an older model beside a new data file
+        written = write_atomic_group(
+            [(data_path, write_data), (target, lambda fh: fh.write(model.SerializeToString()))], protected=protected
+        )
     finally:
         for tensor, raw in moved if keep_tensors else ():  # the caller's model holds its tensors again
             tensor.raw_data = raw
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
     logger.info("%s keeps its tensors in %s", target.name, data_path)
-    return write_atomic(target, lambda fh: fh.write(serialized), protected=protected)
+    return written[1]

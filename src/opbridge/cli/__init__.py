@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a check failed (mismatch, lint error, build failed),
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -103,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in _FULL:  # (the writes go through temporary files)
+            where = f" writing {exc.filename}" if exc.filename else ""
+            print(
+                f"opbridge {args.command}: error: {exc.strerror or exc}{where}; the files it would replace are "
+                "unchanged. Free space (or raise the file-size limit), or write elsewhere.",
+                file=sys.stderr,
+            )
+            return 2
         invalid = _invalid_model(getattr(args, "model", None))
         if invalid is None:  # a valid model: opbridge's own failure, with its traceback
             raise
@@ -113,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+
+
+# The errors of a write that ran out of room: a full disk, a quota, the file-size limit
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _invalid_model(path: str | None) -> str | None:
