@@ -1247,3 +1247,38 @@ def test_a_command_that_runs_out_of_room_says_so(tmp_path: Path, monkeypatch: py
     assert "error: No space left on device; the files it would replace are unchanged" in err, err
     assert "not a valid ONNX model" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("length", [32, None], ids=["length-short", "file-short"])
+def test_external_data_shorter_than_its_dims_is_named_at_load(tmp_path: Path, length: int | None) -> None:
+    """An external tensor whose data is not the size of its dims loaded; lint passed it and ONNX Runtime
+    failed later with "Deserialize tensor W failed"."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from opbridge.model_io import load_model
+
+    weight = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[16])
+    weight.data_location = TensorProto.EXTERNAL
+    entries = {"location": "w.bin", "offset": "32" if length is None else "0"}
+    if length is not None:
+        entries["length"] = str(length)
+    for key, value in entries.items():
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "W"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])],
+        [weight],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.arange(16, dtype=np.float32).tofile(tmp_path / "w.bin")
+    message = r"tensor 'W' is 16 float \(64 bytes\), but its external data holds 32 bytes"
+    for external_data in (True, 1 << 20):  # (every tensor read; only the small ones, as lint reads them)
+        with pytest.raises(opbridge.ModelLoadError, match=message):
+            load_model(path, external_data=external_data)
+    with pytest.raises(opbridge.ModelLoadError, match=message):
+        opbridge.InferenceSession(path)

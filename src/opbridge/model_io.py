@@ -138,10 +138,21 @@ def _check_structure(model: onnx.ModelProto, where: str, fix: str) -> None:
 
 def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
     """Read the tensors ``model`` (loaded from ``path`` without them) keeps in external data files, naming
-    a file that is missing or out of reach (a :class:`~opbridge.errors.ModelLoadError`)."""
+    a file that is missing or out of reach, or a tensor whose data there is not the size of its dims (a
+    :class:`~opbridge.errors.ModelLoadError`)."""
+    import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
     base = os.path.dirname(path)
+    for tensor in _all_tensors(model):  # (before reading: a short one would be read as it is)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in tensor.external_data}
+            where = os.path.join(base, info.get("location", ""))
+            try:  # (without a length, the data runs to the file's end)
+                length = info["length"] if "length" in info else os.path.getsize(where) - int(info.get("offset", 0))
+            except (OSError, ValueError):
+                continue  # (named by the read below)
+            _check_external_size(tensor, length, path)
     try:
         load_external_data_for_model(model, base)
     except Exception as exc:
@@ -172,6 +183,8 @@ def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> 
             problem = f"{type(exc).__name__}: {exc}"
         else:
             problem = f"{size} bytes at offset {info.get('offset', 0)}, {max(available, 0)} there"
+        if available >= 0:
+            _check_external_size(tensor, size, path)
         if available < size or available < 0:  # (named as when every tensor is read, but without reading)
             raise ModelLoadError(
                 f"{path}: tensor {tensor.name!r} is kept in {where}, which does not hold it ({problem}). The model "
@@ -189,6 +202,40 @@ def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> 
             ) from None
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
+
+
+# Element types packed below a byte (their sizes are not itemsize * count)
+_PACKED_TYPES = frozenset({"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"})
+
+
+def _check_external_size(tensor: onnx.TensorProto, length: int | str, path: str | os.PathLike[str]) -> None:
+    """A :class:`~opbridge.errors.ModelLoadError` where an external tensor's data (``length`` bytes) is not
+    the size its dims and element type make (ONNX Runtime fails with "Deserialize tensor ... failed")."""
+    import math
+
+    import numpy as np
+    import onnx
+
+    name = (
+        onnx.TensorProto.DataType.Name(tensor.data_type)
+        if tensor.data_type in onnx.TensorProto.DataType.values()
+        else ""
+    )
+    if not name or name in _PACKED_TYPES or tensor.data_type == onnx.TensorProto.STRING:
+        return
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        given = int(length)
+    except (KeyError, TypeError, ValueError):
+        return
+    want = math.prod(tensor.dims) * itemsize
+    if given != want:
+        dims = "x".join(map(str, tensor.dims)) or "a scalar"
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name!r} is {dims} {name.lower()} ({want} bytes), but its external data holds "
+            f"{given} bytes; the model file and its data file do not belong together (or the file was cut): "
+            "export the model again, or fix the tensor's length and dims."
+        )
 
 
 def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
