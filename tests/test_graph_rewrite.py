@@ -1098,3 +1098,202 @@ def test_write_model_keeps_fields_this_onnx_does_not_know() -> None:
         write_model(case, out)
         assert out.getvalue() == case.SerializeToString()
     assert len(raw.SerializeToString()) == len(model.SerializeToString()) + 2 * len(unknown)
+
+
+# ---------------------------------------------------------------- output sizes, shapes, IR versions
+
+
+def _resize_to_the_size_of(coord: str, size: list[Any]) -> onnx.ModelProto:
+    """X -> cubic Resize to the height and width of a second input R (sizes computed at run time)."""
+    nodes = [
+        helper.make_node("Shape", ["X"], ["xs"]),
+        helper.make_node("Slice", ["xs", "zero", "two"], ["nc"]),
+        helper.make_node("Shape", ["R"], ["rs"]),
+        helper.make_node("Slice", ["rs", "two", "four"], ["hw"]),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], mode="cubic", coordinate_transformation_mode=coord),
+    ]
+    return make_model(
+        nodes,
+        [("X", TensorProto.FLOAT, ["N", 2, "H", "W"]), ("R", TensorProto.FLOAT, size)],
+        [("Y", TensorProto.FLOAT, None)],
+        initializers=[(n, np.array([v], np.int64)) for n, v in (("zero", 0), ("two", 2), ("four", 4))],
+    )
+
+
+@pytest.mark.parametrize(
+    ("coord", "size", "caveat"),
+    [
+        ("pytorch_half_pixel", [1, 1, "h", "w"], True),
+        ("pytorch_half_pixel", [1, 1, 1, 5], True),
+        ("pytorch_half_pixel", [1, 1, 3, 2], False),
+        ("half_pixel", [1, 1, "h", "w"], False),
+    ],
+)
+def test_pytorch_half_pixel_is_rewritten_with_a_caveat_where_an_output_size_may_be_one(
+    coord: str, size: list[Any], caveat: bool
+) -> None:
+    """ONNX's pytorch_half_pixel samples index 0 along an axis of output length 1, DynamicResize its centre:
+    the report says so unless the output height and width are static sizes above 1, where the two agree."""
+    original = _resize_to_the_size_of(coord, size)
+    report = rewrite_model(original, ["resize-cubic-to-dynamic-resize"])
+    (outcome,) = report.outcomes
+    assert outcome.applied
+    warned = "'pytorch_half_pixel' samples input index 0 where the output height or width is 1" in outcome.reason
+    assert warned == caveat
+    x = RNG.standard_normal((1, 2, 6, 7)).astype(np.float32)
+    for hw in [tuple(size[2:])] if isinstance(size[2], int) else [(1, 5), (13, 4)]:
+        feeds = {"X": x, "R": np.zeros((1, 1, *hw), np.float32)}
+        (expected,), (got,) = run_ort(original, feeds), run_rewritten(report.model, feeds)
+        if coord == "pytorch_half_pixel" and 1 in hw:
+            assert np.abs(got - expected).max() > 0.1  # what the caveat is about
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("after", "declared", "renamed"),
+    [
+        ([helper.make_node("Relu", ["r"], ["Y"])], [1, 16, 16, 16], [1, 16, "size_height", "size_width"]),
+        (
+            [helper.make_node("Transpose", ["r"], ["Y"], perm=[0, 2, 3, 1])],
+            [1, 16, 16, 3],
+            [1, "size_height", "size_width", 3],
+        ),
+        (
+            [helper.make_node("Transpose", ["r"], ["Y"], perm=[0, 2, 3, 1])],
+            [1, 16, 16, 16],
+            [1, "size_height", "size_width", 16],
+        ),
+    ],
+    ids=["relu", "transpose", "transpose-channels-as-wide"],
+)
+def test_downstream_dims_are_renamed_where_the_resize_output_declares_no_shape(
+    after: list[onnx.NodeProto], declared: list[int], renamed: list[Any]
+) -> None:
+    """A file from elsewhere declares no shape for the Resize's output: its old 16x16 comes from shape
+    inference, and the graph output computed from it (through a Transpose too) does not keep a stale 16x16."""
+    channels = declared[1] if after[0].op_type == "Relu" else declared[3]
+    original = make_model(
+        [helper.make_node("Resize", ["X", "", "sc"], ["r"], mode="cubic", name="rs"), *after],
+        [("X", TensorProto.FLOAT, [1, channels, 8, 8])],
+        [("Y", TensorProto.FLOAT, declared)],
+        initializers=[("sc", np.array([1, 1, 2, 2], np.float32))],
+    )
+    assert not original.graph.value_info
+    report = rewrite_model(original, ["resize-cubic-to-dynamic-resize"], {"size_input": "size"})
+    output = report.model.graph.output[0]
+    assert [d.dim_param or d.dim_value for d in output.type.tensor_type.shape.dim] == renamed
+    x = RNG.standard_normal((1, channels, 8, 8)).astype(np.float32)
+    (expected,) = run_ort(original, {"X": x})
+    (got,) = run_rewritten(report.model, {"X": x, "size": np.zeros((1, 1, 16, 16), np.float32)})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    (other,) = run_rewritten(report.model, {"X": x, "size": np.zeros((1, 1, 10, 12), np.float32)})
+    assert [d if isinstance(d, int) else other.shape[k] for k, d in enumerate(renamed)] == list(other.shape)
+    assert other.shape[renamed.index("size_height")] == 10 and other.shape[renamed.index("size_width")] == 12
+
+
+def _loop_model_without_output_shape() -> onnx.ModelProto:
+    """X -> Resize(linear, scales from Constant nodes) -> r; Loop(trip) sums r each turn into Z, a graph
+    output declared without a shape, which ONNX Runtime runs and the ONNX checker refuses."""
+    scalar = []
+    body = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["r"], ["s"], keepdims=0),
+            helper.make_node("Add", ["acc", "s"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, scalar),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, scalar),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, scalar),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, scalar),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, scalar),
+        ],
+    )
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["k"], value=onnx.numpy_helper.from_array(np.array([1, 1, 1.5, 2], np.float32))
+        ),
+        helper.make_node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.ones(4, np.float32))),
+        helper.make_node("Mul", ["k", "one"], ["sc"]),
+        helper.make_node("Resize", ["X", "", "sc"], ["r"], mode="linear", name="rs"),
+        helper.make_node("Loop", ["trip", "", "acc0"], ["Z"], body=body, name="loop"),
+    ]
+    model = make_model(
+        nodes,
+        [("X", TensorProto.FLOAT, ["N", 2, "H", "W"]), ("trip", TensorProto.INT64, [])],
+        [("Z", TensorProto.FLOAT, [])],
+        initializers=[("acc0", np.array(0, np.float32))],
+    )
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    return model
+
+
+@pytest.mark.parametrize("checked", ["in-memory", "through-files"])
+def test_a_graph_output_the_input_declares_without_a_shape_is_not_refused(
+    checked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checker requires a shape for every graph output, ONNX Runtime does not: an output the input
+    already declared without one (and inference gives none) does not refuse the rewrite, and stays so."""
+    from opbridge.graph import rewrite as rewrite_module
+
+    if checked == "through-files":
+        monkeypatch.setattr(rewrite_module, "CHECK_AS_FILES_BYTES", 0)
+    original = _loop_model_without_output_shape()
+    with pytest.raises(onnx.checker.ValidationError, match="Field 'shape' of 'type' is required"):
+        onnx.checker.check_model(original)
+    report = rewrite_model(original, ["fold-resize-scales"])
+    assert report.changed and [i.name for i in report.model.graph.initializer] == ["acc0", "rs_scales"]
+    assert [o.name for o in report.model.graph.output] == ["Z"]
+    assert not report.model.graph.output[0].type.tensor_type.HasField("shape")
+    feeds = {"X": RNG.standard_normal((1, 2, 3, 4)).astype(np.float32), "trip": np.array(3, np.int64)}
+    np.testing.assert_allclose(run_ort(report.model, feeds)[0], run_ort(original, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_graph_output_the_rewrite_leaves_without_a_shape_is_named() -> None:
+    """Where the result itself has a graph output without a shape, the refusal names it."""
+    from opbridge.graph.rewrite import check_rewritten
+
+    model = custom_node_model()
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(
+        RewriteError, match=r"graph output\(s\) \['y'\] declare no shape, which the input model declared"
+    ):
+        check_rewritten(model)
+    check_rewritten(model, shapeless=["y"])  # one the input model already had
+
+
+def _ir3(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` at IR version 3, where every initializer is also a graph input."""
+    model.ir_version = 3
+    for t in model.graph.initializer:
+        model.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("model", "rule"),
+    [
+        (
+            lambda: resize_model("cubic", scales="sizes-runtime", shape=(1, 2, "H", "W")),
+            "resize-cubic-to-dynamic-resize",
+        ),
+        (lambda: resize_model("linear", scales="folded-chain", shape=(1, 2, "H", "W")), "fold-resize-scales"),
+    ],
+    ids=["dynamic-resize", "fold"],
+)
+def test_initializers_a_rule_adds_to_an_ir3_model_are_graph_inputs(model: Any, rule: str) -> None:
+    """IR version 3 requires every initializer to be a graph input: those a rule adds are, and the
+    result runs in ONNX Runtime with the original's outputs."""
+    original = _ir3(model())
+    report = rewrite_model(original, [rule])
+    assert report.changed and report.model.ir_version == 3
+    added = {t.name for t in report.model.graph.initializer} - {t.name for t in original.graph.initializer}
+    assert added and added <= {i.name for i in report.model.graph.input}
+    full_check(report.model)
+    x = RNG.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(report.model, {"X": x})[0], run_ort(original, {"X": x})[0], rtol=1e-6, atol=1e-6)

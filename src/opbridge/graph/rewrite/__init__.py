@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,8 +92,12 @@ CHECK_AS_FILES_BYTES = 16 << 20
 HELD_TENSOR_BYTES = 1 << 20
 
 
-def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
+def check_rewritten(model: onnx.ModelProto, shapeless: Collection[str] = ()) -> onnx.ModelProto:
     """Strict shape inference and the full checker, with opbridge's schemas registered; the inferred model.
+
+    ``shapeless``: graph outputs the model had no shape for before it was rewritten (the checker requires
+    one, ONNX Runtime does not); those that shape inference gives none either are left out of the checker's
+    view rather than refused.
 
     A model of 16 MiB or more (its tensors in memory) is checked as files: its graph written to a
     temporary folder without the data of its tensors (:func:`opbridge.model_io.infer_and_check_as_files`),
@@ -105,25 +109,85 @@ def check_rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
     import opbridge
 
     opbridge.register_onnx_schemas()
+    inferred = model
     try:
         if too_large(model) or approximate_size(model) >= CHECK_AS_FILES_BYTES:
-            return _check_as_files(model)
+            return _check_as_files(model, shapeless)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-        onnx.checker.check_model(inferred, full_check=True)
+        kept = _set_aside_outputs(inferred, shapeless)
+        try:
+            onnx.checker.check_model(inferred, full_check=True)
+        finally:
+            del inferred.graph.output[:]
+            inferred.graph.output.extend(kept)
     except RewriteError:
         raise
     except Exception as exc:
-        raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
+        raise _invalid(inferred, shapeless, exc) from exc
     return inferred
 
 
-def _check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
+def _check_as_files(model: onnx.ModelProto, shapeless: Collection[str] = ()) -> onnx.ModelProto:
     """:func:`check_rewritten` for a model too large for one protobuf message (see
     :func:`opbridge.model_io.infer_and_check_as_files`)."""
+    kept = _set_aside_outputs(model, shapeless)
+    aside = {o.name for o in kept} - {o.name for o in model.graph.output}
     try:
-        return infer_and_check_as_files(model)
+        checked = infer_and_check_as_files(model)
     except Exception as exc:
-        raise RewriteError(f"the rewritten model is not valid, nothing was written: {exc}") from exc
+        raise _invalid(model, shapeless, exc) from exc
+    finally:
+        del model.graph.output[:]
+        model.graph.output.extend(kept)
+    # what inference found for an output set aside (as a value of the graph) is that output's type
+    found = {v.name: v for v in checked.graph.value_info if v.name in aside}
+    for output in checked.graph.output:
+        if output.name in found:
+            output.type.CopyFrom(found[output.name].type)
+    if found:
+        infos = [v for v in checked.graph.value_info if v.name not in found]
+        del checked.graph.value_info[:]
+        checked.graph.value_info.extend(infos)
+    return checked
+
+
+def _shapeless_outputs(model: onnx.ModelProto) -> list[str]:
+    """The main graph's tensor outputs declared without a shape (which ONNX's checker refuses)."""
+    return [
+        o.name
+        for o in model.graph.output
+        if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")
+    ]
+
+
+def _set_aside_outputs(model: onnx.ModelProto, shapeless: Collection[str]) -> list[onnx.ValueInfoProto]:
+    """Remove from ``model``'s graph outputs those named in ``shapeless`` that still have no shape; returns
+    (copies of) all the outputs, to put back after the check."""
+    import onnx
+
+    kept = [onnx.ValueInfoProto() for _ in model.graph.output]
+    for copy, output in zip(kept, model.graph.output):
+        copy.CopyFrom(output)
+    aside = set(shapeless) & set(_shapeless_outputs(model))
+    if aside:
+        logger.debug("graph output(s) %s had no shape before the rewrite either: not checked for one", sorted(aside))
+        rest = [o for o in kept if o.name not in aside]
+        del model.graph.output[:]
+        model.graph.output.extend(rest)
+    return kept
+
+
+def _invalid(model: onnx.ModelProto, shapeless: Collection[str], exc: Exception) -> RewriteError:
+    """The RewriteError for a rewritten model that fails the checks, naming the graph outputs the rewrite
+    left without a shape where that is what the checker refused (those of ``shapeless`` are not checked)."""
+    message = f"the rewritten model is not valid, nothing was written: {exc}"
+    missing = [n for n in _shapeless_outputs(model) if n not in shapeless]
+    if "Field 'shape' of 'type' is required" in str(exc) and missing:
+        message += (
+            f" (graph output(s) {missing} declare no shape, which the input model declared; declare one for "
+            "each, e.g. with onnx.shape_inference.infer_shapes or their dims as far as known)"
+        )
+    return RewriteError(message)
 
 
 def rewrite_model(
@@ -160,6 +224,7 @@ def rewrite_model(
 
 def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str, Any], *, check: bool) -> RewriteReport:
     """:func:`rewrite_model` of a model of its own, which becomes the result (its weights not copied)."""
+    shapeless = _shapeless_outputs(model)
     light, _ = strip_tensors(model, HELD_TENSOR_BYTES)
     outcomes: list[RuleOutcome] = []
     for name in rules:
@@ -172,7 +237,7 @@ def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str,
     _attach_bodies(light)
     current = restore_tensors(model, light)
     if check:
-        current = check_rewritten(current)
+        current = check_rewritten(current, shapeless)
     return RewriteReport(current, outcomes)
 
 

@@ -108,16 +108,24 @@ def _unique(name: str, taken: set[str]) -> str:
     return name
 
 
-def _const(graph: ir.Graph, array: np.ndarray, name: str, taken: set[str] | None = None) -> ir.Value:
+def _const(
+    graph: ir.Graph, array: np.ndarray, name: str, taken: set[str] | None = None, *, model: ir.Model | None = None
+) -> ir.Value:
     """A new initializer holding ``array``, under a name the graph does not use yet (``taken``: the names
-    in use, when the caller keeps them)."""
+    in use, when the caller keeps them). In a ``model`` of IR version 3 or older, where every initializer
+    is also a graph input, it is an initializer and an input of the main graph (which a subgraph reads from
+    the outer scope: its own inputs are fixed by its node)."""
     import onnx_ir as ir
 
     name = _unique(name, _taken_names(graph) if taken is None else taken)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     value.shape = ir.Shape(array.shape)
     value.dtype = ir.DataType.from_numpy(array.dtype)
-    graph.register_initializer(value)
+    if model is not None and model.ir_version < 4:
+        model.graph.register_initializer(value)
+        model.graph.inputs.append(value)
+    else:
+        graph.register_initializer(value)
     return value
 
 
@@ -127,13 +135,51 @@ def _set_opset(model: ir.Model, domain: str, version: int) -> None:
         model.opset_imports[domain] = version
 
 
+def _declared_shapes(graph: onnx.GraphProto) -> dict[str, list[int | str | None]]:
+    """The dims the value infos, inputs and outputs of ``graph`` and its subgraphs declare, by name."""
+    from opbridge.model_io import subgraphs
+
+    shapes: dict[str, list[int | str | None]] = {}
+    for g in [graph, *subgraphs(graph)]:
+        for info in [*g.input, *g.value_info, *g.output]:
+            tensor = info.type.tensor_type
+            if info.type.HasField("tensor_type") and tensor.HasField("shape"):
+                dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+                shapes.setdefault(info.name, dims)
+    return shapes
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, ir.Shape]:
+    """The shapes ONNX shape inference gives the values of ``model`` (``{}`` where it fails); the names it
+    makes up for unknown dims (``unk__0``, which another value's unknown dim may get too) are left unknown."""
+    import onnx
+    import onnx_ir as ir
+
+    import opbridge
+
+    opbridge.register_onnx_schemas()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # (the checks after the rewrite name what is wrong with the model)
+        logger.debug("shape inference of the model before the rewrite failed: %s", exc)
+        return {}
+    named = {d for dims in _declared_shapes(model.graph).values() for d in dims if isinstance(d, str)}
+    return {
+        name: ir.Shape([d if not isinstance(d, str) or d in named else None for d in dims])
+        for name, dims in _declared_shapes(inferred.graph).items()
+    }
+
+
 def _rename_dims(start: ir.Value, old: list[Any], new: list[Any]) -> None:
-    """Give ``start`` (a 4-D value) and the values computed from it new height and width dims: ``old[i]``
-    becomes ``new[i]`` where it is a symbolic dim (anywhere in their shapes) or the static one of a
-    4-D value's axis 2 + i; a symbolic dim written in terms of an old one (``floor(H/2)``) becomes unknown."""
+    """Give ``start`` (a 4-D value) new height and width dims, and the values computed from it dims that
+    are not stale: a symbolic ``old[i]`` becomes ``new[i]`` anywhere in their shapes; a symbolic dim written
+    in terms of an old one (``floor(H/2)``) and a static dim equal to a static old one become unknown (after
+    a Transpose or Reshape, which axis holds the old height or width cannot be told from the shape; shape
+    inference fills them in again)."""
     import onnx_ir as ir
 
     renamed = {d.value: n for d, n in zip(old, new) if isinstance(d, ir.SymbolicDim) and d.value}
+    static = {d for d in old if isinstance(d, int)}
     seen, todo = {id(start)}, [start]
     while todo:
         value = todo.pop()
@@ -144,8 +190,8 @@ def _rename_dims(start: ir.Value, old: list[Any], new: list[Any]) -> None:
                     dims[axis] = renamed[dim.value]
                 elif isinstance(dim, ir.SymbolicDim) and any(n in (dim.value or "") for n in renamed):
                     dims[axis] = None
-                elif len(dims) == 4 and axis >= 2 and isinstance(dim, int) and dim == old[axis - 2]:
-                    dims[axis] = new[axis - 2]
+                elif value is not start and isinstance(dim, int) and dim in static:
+                    dims[axis] = None
             if value is start:
                 dims[2:4] = new
             value.shape = ir.Shape(dims)
@@ -164,6 +210,14 @@ _SCALES_CAVEAT = (
     "scales uses 1/scale, and the values differ (check with opbridge verify at the scales you run)"
 )
 
+# ONNX's pytorch_half_pixel samples index 0 along an axis resized to length 1; DynamicResize, like
+# F.interpolate, samples that axis's centre (half_pixel): the two agree at every length above 1.
+_PYTORCH_HALF_PIXEL_CAVEAT = (
+    "; WARNING: coordinate_transformation_mode 'pytorch_half_pixel' samples input index 0 where the output "
+    "height or width is 1, DynamicResize (like F.interpolate) the input's centre: the values differ at such a "
+    "size and agree at any size above 1 (the output size is not a known static size above 1 here)"
+)
+
 
 class ResizeCubicToDynamicResize(IRRule):
     """Cubic ``Resize`` with run-time scales/sizes -> opbridge ``DynamicResize`` (``Test::DynamicTRTResize``)."""
@@ -180,11 +234,15 @@ class ResizeCubicToDynamicResize(IRRule):
     looks_for = "Resize node"
     #: whether a rewrite of this application read ``scale_input``/``size_input``
     _option_used: bool = False
+    #: the model of this application, and the shapes shape inference gives its values (once asked for)
+    _source: onnx.ModelProto
+    _inferred: dict[str, ir.Shape] | None = None
 
     def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
         """:meth:`IRRule.apply`, with one more outcome where ``scale_input``/``size_input`` is given and no
         node used it (each node's outcome says why)."""
         self._option_used = False
+        self._source, self._inferred = model, None
         out, outcomes = super().apply(model, options)
         given = [f"{k}={options[k]!r}" for k in ("scale_input", "size_input") if options.get(k)]
         if given and not self._option_used and any(o.node for o in outcomes):
@@ -258,7 +316,7 @@ class ResizeCubicToDynamicResize(IRRule):
             )
             return Check.success(
                 f"{what} {source.name!r} computed at run time{note}" + (_SCALES_CAVEAT if what == "scales" else ""),
-                {"align": align, "kind": what, "src": source},
+                {"align": align, "coord": coord, "kind": what, "src": source},
             )
         if scale_input and size_input:
             return Check.fail("scale_input and size_input both given; give one (size_input for TensorRT)")
@@ -297,11 +355,11 @@ class ResizeCubicToDynamicResize(IRRule):
         if size_input:
             return Check.success(
                 f"frozen {what} {flat} replaced by the shape of graph input {name!r} (1, 1, H, W)",
-                {"align": align, "kind": "size_input", "name": str(name)},
+                {"align": align, "coord": coord, "kind": "size_input", "name": str(name)},
             )
         return Check.success(
             f"frozen scales {flat} replaced by graph input {name!r}{_SCALES_CAVEAT}",
-            {"align": align, "kind": "scale_input", "name": str(name)},
+            {"align": align, "coord": coord, "kind": "scale_input", "name": str(name)},
         )
 
     def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
@@ -328,7 +386,7 @@ class ResizeCubicToDynamicResize(IRRule):
             return n.outputs[0]
 
         def const(array: np.ndarray, name: str) -> ir.Value:
-            return _const(graph, array, name, taken)
+            return _const(graph, array, name, taken, model=model)
 
         def hw_from_scale(scale: ir.Value) -> ir.Value:
             shape = op("Shape", [x])
@@ -395,19 +453,43 @@ class ResizeCubicToDynamicResize(IRRule):
             name=node.name or _unique(f"{prefix}/DynamicResize", taken),
         )
         new_nodes.append(resize)
+        resized = node.outputs[0]
+        if resized.shape is None:  # (a file from elsewhere declares no shape for it: inferred)
+            resized.shape = self._inferred_shape(resized.name)
+            if resized.shape is not None and resized.type is None and x.dtype is not None:
+                resized.type = ir.TensorType(x.dtype)
         ir.convenience.replace_nodes_and_values(graph, node, [node], new_nodes, node.outputs[:1], resize.outputs[:1])
         out = resize.outputs[0]
+        sized = size_tensor.shape if data["kind"] == "size_input" else None
+        # the output's height and width as the rewritten model computes them, where known
+        out_hw: list[Any] = [None, None]
+        if sized is not None and len(sized) == 4:
+            out_hw = [sized[2], sized[3]]  # the size input's own H and W
+        elif data["kind"] in ("sizes", "scales") and out.shape is not None and len(out.shape) == 4:
+            out_hw = [out.shape[2], out.shape[3]]  # computed as before
         if out.shape is not None and len(out.shape) == 4:
             # the output's height and width now follow the run-time size: the dims declared for them (and
             # for the values computed from them, a graph output's too) would be stale
-            sized = size_tensor.shape if data["kind"] == "size_input" else None
             if sized is not None and len(sized) == 4 and all(d is not None for d in (sized[2], sized[3])):
-                new_hw = [sized[2], sized[3]]  # the size input's own H and W
+                new_hw = [sized[2], sized[3]]
             else:
                 new_hw = [ir.SymbolicDim(_unique(f"{prefix}_{d}", taken)) for d in ("height", "width")]
             _rename_dims(out, [out.shape[2], out.shape[3]], new_hw)
         _set_opset(model, spec.domain, spec.version)
-        return f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape (1, 1, H, W)"
+        caveat = ""
+        if data["coord"] == "pytorch_half_pixel" and not all(isinstance(d, int) and d > 1 for d in out_hw):
+            caveat = _PYTORCH_HALF_PIXEL_CAVEAT
+        return (
+            f"{check.reason}; now {spec.qualname}(align_corners={data['align']}) with a size tensor of shape "
+            f"(1, 1, H, W){caveat}"
+        )
+
+    def _inferred_shape(self, name: str | None) -> ir.Shape | None:
+        """The shape ONNX shape inference gives value ``name`` of the model before the rewrite (inferred once
+        per application of the rule), or None where it infers none."""
+        if self._inferred is None:
+            self._inferred = _inferred_shapes(self._source)
+        return self._inferred.get(name or "")
 
 
 class FoldResizeScales(IRRule):
@@ -455,6 +537,7 @@ class FoldResizeScales(IRRule):
                 arr,
                 f"{(node.name or 'resize').strip('/').replace('/', '_')}_{what}",
                 _names_in_use(self),
+                model=model,
             )
             node.replace_input_with(index, new)
             if arr.size:
