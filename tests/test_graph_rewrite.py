@@ -1297,3 +1297,57 @@ def test_initializers_a_rule_adds_to_an_ir3_model_are_graph_inputs(model: Any, r
     full_check(report.model)
     x = RNG.standard_normal((1, 2, 5, 7)).astype(np.float32)
     np.testing.assert_allclose(run_ort(report.model, {"X": x})[0], run_ort(original, {"X": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_in_place_rewrite_refuses_a_data_file_another_model_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two models keeping their weights in one data file: an in-place rewrite of one replaced the file
+    with its own tensors, and the other then ran on them (no error)."""
+    from onnx.external_data_helper import set_external_data
+
+    a, b = np.full(256, 1.0, np.float32), np.full(256, 2.0, np.float32)
+    (tmp_path / "weights.bin").write_bytes(b.tobytes() + a.tobytes())
+
+    def model(nodes: list[onnx.NodeProto], name: str, offset: int) -> onnx.ModelProto:
+        built = make_model(nodes, [("x", TensorProto.FLOAT, [256])], [("y", TensorProto.FLOAT, [256])])
+        weight = built.graph.initializer.add()
+        weight.name, weight.data_type = name, TensorProto.FLOAT
+        weight.dims.append(256)
+        weight.raw_data = b"\0" * 1024  # (replaced by the reference to the shared file)
+        set_external_data(weight, location="weights.bin", offset=offset, length=1024)
+        weight.ClearField("raw_data")
+        weight.data_location = TensorProto.EXTERNAL
+        return built
+
+    onnx.save(
+        model([helper.make_node("Add", ["x", "A"], ["a"]), helper.make_node("MYSELU", ["a"], ["y"])], "A", 1024),
+        tmp_path / "a.onnx",
+    )
+    onnx.save(model([helper.make_node("Add", ["x", "B"], ["y"])], "B", 0), tmp_path / "b.onnx")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(["rewrite", str(tmp_path / "a.onnx"), "--in-place", "--rule", "legacy-domain"]) == 2
+    err = capsys.readouterr().err
+    assert "weights.bin is also the data file of" in err and "b.onnx" in err and "write the result elsewhere" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    (y,) = ort.InferenceSession(str(tmp_path / "b.onnx")).run(None, {"x": np.zeros(256, np.float32)})
+    np.testing.assert_array_equal(y, b)
+
+
+def test_legacy_domain_moves_a_local_function_of_the_default_domain() -> None:
+    """A model-local function in the default domain is refused by the checker and ONNX Runtime: the rule
+    said there was no custom op in the default domain."""
+    neg = helper.make_function(
+        "", "MyNeg", ["x"], ["y"], [helper.make_node("Neg", ["x"], ["y"])], [helper.make_opsetid("", OPSET)]
+    )
+    model = make_model(
+        [helper.make_node("MyNeg", ["x"], ["y"], name="call")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        functions=[neg],
+    )
+    report = rewrite_model(model, "legacy-domain")
+    assert [o.node for o in report.outcomes if o.applied] == ["function MyNeg"]
+    assert {(f.domain, f.name) for f in report.model.functions} == {("opbridge.legacy", "MyNeg")}
+    (y,) = ort.InferenceSession(report.model.SerializeToString()).run(None, {"x": np.array([1, -2], np.float32)})
+    np.testing.assert_array_equal(y, np.array([-1, 2], np.float32))

@@ -342,6 +342,13 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
     in (beside it), else ``<source>.data``, which must then be free or one of the model's own files:
     an unrelated file of that name is not overwritten."""
     if len(external) == 1 and external[0].parent.resolve() == source.parent.resolve():
+        others = _other_readers(external[0], source)
+        if others:
+            raise RewriteError(
+                f"{external[0]} is also the data file of {', '.join(str(o) for o in others)}: an in-place rewrite "
+                f"of {source.name} would replace it and change {'that model' if len(others) == 1 else 'those models'}"
+                "' weights; write the result elsewhere with -o."
+            )
         return external[0].name
     data = source.with_name(f"{source.name}.data")
     own = any(data.exists() and f.exists() and os.path.samefile(data, f) for f in external)
@@ -351,3 +358,24 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
             "which an in-place rewrite would write there; move it away, or write the result elsewhere with -o."
         )
     return data.name
+
+
+#: model files beside a data file larger than this are not read to see whether they share it (a model
+#: that keeps its weights in a data file is small)
+_SHARING_SCAN_BYTES = 64 << 20
+
+
+def _other_readers(data: Path, source: Path) -> list[Path]:
+    """The other model files in ``data``'s folder (``*.onnx``) that keep tensors in ``data``."""
+    from opbridge.model_io import external_files
+
+    found = []
+    for candidate in sorted(data.parent.glob("*.onnx")):
+        try:
+            if candidate.samefile(source) or candidate.stat().st_size > _SHARING_SCAN_BYTES:
+                continue
+        except OSError:
+            continue
+        if any(f.exists() and f.samefile(data) for f in external_files(candidate)):
+            found.append(candidate)
+    return found

@@ -703,7 +703,12 @@ class LegacyDomain(RewriteRule):
     options: ClassVar[Mapping[str, str]] = {"domain": "target domain (default opbridge.legacy)"}
 
     def apply(self, model: onnx.ModelProto, options: Mapping[str, Any]) -> tuple[onnx.ModelProto, list[RuleOutcome]]:
-        from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, default_domain_custom_nodes, move_default_domain_ops
+        from opbridge.legacy_domain import (
+            DEFAULT_LEGACY_DOMAIN,
+            default_domain_custom_nodes,
+            default_domain_functions,
+            move_default_domain_ops,
+        )
 
         domain = str(options.get("domain") or DEFAULT_LEGACY_DOMAIN)
         if domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training") or domain.startswith("ai.onnx."):
@@ -712,6 +717,7 @@ class LegacyDomain(RewriteRule):
                 "domain of your own, e.g. domain=acme.legacy."
             )
         names = [n.name or n.op_type for n in default_domain_custom_nodes(model)]
+        names += [f"function {f.name}" for f in default_domain_functions(model)]
         if not names:
             return model, [self.outcome("", False, "no custom op in the default domain")]
         fixed, moved = move_default_domain_ops(model, domain=domain)
