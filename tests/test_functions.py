@@ -595,6 +595,25 @@ def test_body_op_newer_than_the_model_opset_names_the_opset_it_needs(case: str) 
         pair.function_builder = None
 
 
+def test_a_body_op_onnx_does_not_define_is_named_with_its_op() -> None:
+    """A misspelt op type in a body reached the checker ("No Op registered for Reul"), which names
+    neither the op whose body it is nor a fix."""
+    pair.register_function(
+        lambda spec, opset: _body(
+            [helper.make_node("Reul", ["a"], ["output"])], ["a", "b"], ["output"], ["gain"], opset=opset
+        )
+    )
+    try:
+        with pytest.raises(opbridge.OpDefinitionError) as info:
+            function_proto(pair, opset=18)
+    finally:
+        pair.function_builder = None
+    assert str(info.value).startswith(
+        "tests.functions::Pair: the function body has a node of op type 'Reul' in ONNX's domain, where ONNX defines "
+        "no such op (did you mean 'Relu'?)"
+    ), info.value
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_export_names_a_body_op_newer_than_the_model_opset(tmp_path, exporter: str) -> None:
     pair.register_function(_gelu_of_sum)

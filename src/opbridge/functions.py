@@ -288,6 +288,16 @@ def _check_ops_in_opset(fn: onnx.FunctionProto, opset: int, qualname: str, build
     for node in walk_nodes(fn.node):
         if node.domain not in _DEFAULT_DOMAINS:
             continue
+        if not onnx.defs.has(node.op_type):
+            import difflib
+
+            names = sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain == ""})
+            close = difflib.get_close_matches(node.op_type, names, n=1)
+            raise OpDefinitionError(
+                f"{qualname}: the function body has a node of op type {node.op_type!r} in ONNX's domain, where "
+                f"ONNX defines no such op{f' (did you mean {close[0]!r}?)' if close else ''}; correct the op type, "
+                "or give a custom op its own domain (and an opset import for it in the body)."
+            )
         try:
             if _node_fits(node, opset):
                 continue
