@@ -75,6 +75,11 @@ USER_OPS = textwrap.dedent(
 
     HalfOnly.register_gpu_kernel(lambda i, o, a, s: o[0].copy_(i[0] * 2), dtypes=("float16",))
 
+    @opbridge.op("faults::Shrink")
+    def FaultsShrink(x: torch.Tensor, lambd: float = 0.5) -> torch.Tensor:
+        """Named like the standard Shrink, and not one."""
+        return x * 3
+
     @opbridge.op("faults::Doubled")
     def Doubled(x: torch.Tensor) -> torch.Tensor:
         return torch.cat((x, x))  # dim 0 twice the input's: no input dim, no constant
@@ -415,6 +420,138 @@ def test_a_profile_the_op_does_not_take_fails_the_build(tmp_path: Path, columns:
     assert re.search(message, report.describe()), report.describe()
     fine = build_engine(path, None, profiles={"x": ((2, 1), (2, 3), (2, 6))}, isolate=False)
     assert fine.ok, fine.describe()
+
+
+@opbridge.op("tests.trt::Broadcast")
+def broadcast(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+@broadcast.register_shape
+def _broadcast(x: Any, y: Any) -> opbridge.TensorInfo:
+    return opbridge.TensorInfo(tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape)), x.dtype)
+
+
+@opbridge.op("tests.trt::BroadcastInts")
+def broadcast_ints(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+@broadcast_ints.register_shape
+def _broadcast_ints(x: Any, y: Any) -> opbridge.TensorInfo:
+    # (a dynamic dim is not an int: this takes x's dim even where it is 1)
+    return opbridge.TensorInfo(
+        tuple(b if isinstance(a, int) and a == 1 else a for a, b in zip(x.shape, y.shape)), x.dtype
+    )
+
+
+def _broadcast_model(path: Path, op_type: str, columns: int | str = "cx") -> Path:
+    t = helper.make_tensor_value_info
+    return _model(
+        path,
+        [helper.make_node(op_type, ["x", "y"], ["z"], domain="tests.trt", name="bcast")],
+        [t("x", TensorProto.FLOAT, [2, columns]), t("y", TensorProto.FLOAT, [2, 5])],
+        [t("z", TensorProto.FLOAT, None)],
+        {"tests.trt": 1},
+    )
+
+
+@pytest.mark.parametrize(
+    ("op_type", "message"),
+    [
+        (
+            "Broadcast",
+            r"tests.trt::Broadcast: the shape rule compares TrtDim\(x.shape\[1\]\) with 1, which TensorRT cannot "
+            r"decide while the engine is built .*or make that dim static in the model",
+        ),
+        (
+            "BroadcastInts",
+            r"tests.trt::BroadcastInts: at the profile's smallest inputs \(x \[2, 1\], y \[2, 5\]\) the shape "
+            r"rule gives output 0 \('output'\) the shape \[2, 5\], but the expressions it gave TensorRT for the "
+            r"dynamic dims make it \[2, 1\] \(TensorRT's range for it: \[2, 1..8\]\)",
+        ),
+    ],
+    ids=["undecidable-comparison", "branch-on-dynamic-dim"],
+)
+def test_a_rule_that_branches_on_a_dynamic_dim_fails_the_build(tmp_path: Path, op_type: str, message: str) -> None:
+    """Broadcasting ``b if a == 1 else a`` over a dynamic a: ``a == 1`` was False, and the engine built with
+    output [2, 1..8] where PyTorch and ONNX Runtime give [2, 5] at x [2, 1]."""
+    path = _broadcast_model(tmp_path / "bcast.onnx", op_type)
+    report = build_engine(path, None, profiles={"x": ((2, 1), (2, 1), (2, 8))}, isolate=False)
+    assert not report.ok
+    assert re.search(message, report.describe()), report.describe()
+    # a dim static in the model is an int in the rule, which may branch on it
+    static = _broadcast_model(tmp_path / "static.onnx", op_type, 1)
+    fixed = build_engine(static, None, isolate=False)
+    assert fixed.ok, fixed.describe()
+    assert fixed.plugin_shapes["bcast"]["outputs"] == [[[2, 5], [2, 5]]]
+
+
+@opbridge.op("tests.trt::CountAbove")
+def count_above(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """No shape rule; rank-2 data, rank-1 index and an int32 output."""
+    n, c = x.shape
+    (k,) = index.shape
+    return (x[index] > 0).sum(1).to(torch.int32)
+
+
+def test_a_plugin_without_a_rule_takes_its_dtypes_at_its_inputs_ranks(tmp_path: Path) -> None:
+    """Inputs of different ranks: the reference ran only at one rank shared by all inputs, failed, and the
+    output was taken to be float32; the build then blamed "the shape rule" (there was none) for an int32."""
+    t = helper.make_tensor_value_info
+
+    def model(name: str) -> Path:
+        return _model(
+            tmp_path / f"count{name or '_unnamed'}.onnx",
+            [helper.make_node("CountAbove", ["x", "index"], ["y"], domain="tests.trt", name=name)],
+            [t("x", TensorProto.FLOAT, [4, 3]), t("index", TensorProto.INT64, [2])],
+            [t("y", TensorProto.INT32, None)],
+            {"tests.trt": 1},
+        )
+
+    report = build_engine(model("count"), None, isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["count"]["outputs"] == [[[2], [2]]]
+    # a node without a name: the build cannot tell its plugin the ranks, and asks for a rule
+    unnamed = build_engine(model(""), None, isolate=False)
+    assert not unnamed.ok
+    text = unnamed.describe()
+    assert "tests.trt::CountAbove declares no shape rule" in text and "@CountAbove.register_shape" in text, text
+    assert "the shape rule gives" not in text
+
+
+@opbridge.op("tests.trt::Doubled64")
+def doubled64(x: torch.Tensor) -> torch.Tensor:
+    return x.double() * 2
+
+
+def test_a_float64_output_is_refused_by_name(tmp_path: Path) -> None:
+    """An op without a GPU kernel was told to register one for float64, which TensorRT has no tensors of."""
+    path = _model(
+        tmp_path / "double.onnx",
+        [helper.make_node("Doubled64", ["x"], ["y"], domain="tests.trt", name="double")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        {"tests.trt": 1},
+    )
+    report = build_engine(path, None, isolate=False)
+    assert not report.ok
+    text = report.describe()
+    assert "tests.trt::Doubled64: output 'output' is float64, and TensorRT has no float64 tensors" in text, text
+    assert "register a kernel" not in text
+
+
+def test_an_op_named_like_a_standard_op_becomes_its_plugin(user_ops_file: Path, tmp_path: Path) -> None:
+    """faults::Shrink is no ONNX Shrink: build_engine tags the node with plugin_namespace (in memory),
+    which makes the parser take the plugin rather than its own Shrink importer."""
+    model = _single_node_model(tmp_path / "shrink.onnx", "Shrink", "faults")
+    report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["Shrink_node"] == {
+        "op": "Shrink",
+        "inputs": [[[1, 3, 5], [3, 3, 5]]],
+        "outputs": [[[1, 3, 5], [3, 3, 5]]],
+    }
 
 
 def test_a_node_name_with_a_nul_is_refused_by_name(tmp_path: Path) -> None:

@@ -202,9 +202,9 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
     launcher = KernelLauncher(opbridge.ops.MySELU, opbridge.ops.MySELU.spec.bind_attributes({}))
     with pytest.raises(
         opbridge.OpDefinitionError,
-        match=r"input 'x' is float64, but the op's GPU kernel supports only float32, float16",
+        match=r"input 'x' is bfloat16, but the op's GPU kernel supports only float32, float16",
     ):
-        launcher.on_shape_change([((2,), "float64")] * 3, [((2,), "float64")])
+        launcher.on_shape_change([((2,), "bfloat16")] * 3, [((2,), "bfloat16")])
     launcher.on_shape_change([((2, 3), "float16")] * 3, [((2, 3), "float16")])
     assert launcher.shapes == ([((2, 3), "float16")] * 3, [((2, 3), "float16")])
     # integer tensors (NMS's int32 labels) pass a kernel that declares floating-point dtypes only
@@ -217,6 +217,34 @@ def test_kernel_launcher_refuses_undeclared_dtypes_and_missing_kernels() -> None
     with pytest.raises(opbridge.OpDefinitionError, match=r"output 'dets' is float64"):
         nms.on_shape_change([((1, 5, 1, 4), "float32")] * 2, [((1, 5, 5), "float64"), ((1, 5), "int32")])
     # (an op without a GPU kernel runs its reference on the GPU: tests/gpu/test_trt_kernels_gpu.py)
+
+
+@opbridge.op("trt_test::Doubled64")
+def doubled64(x: torch.Tensor) -> torch.Tensor:
+    return x.double() * 2
+
+
+doubled64.register_gpu_kernel(lambda i, o, a, s: o[0].copy_(i[0] * 2), dtypes=("float32", "float64"))
+
+
+def test_dtypes_tensorrt_has_no_tensors_of_are_refused_by_name() -> None:
+    """A kernel declaring float64 made float64 look supported, and the build then failed on a bare
+    KeyError 'float64'; an op without a kernel was told to register one for float64."""
+    from opbridge.tensorrt import KernelLauncher
+    from opbridge.tensorrt._runtime import dtype_supported
+
+    assert not dtype_supported(doubled64, "float64", output=True)
+    assert not dtype_supported(all_attrs, "float64")
+    launcher = KernelLauncher(doubled64, {})
+    with pytest.raises(
+        opbridge.OpDefinitionError,
+        match=r"trt_test::Doubled64: output 'output' is float64, and TensorRT has no float64 tensors .*; make the "
+        r"op return float32 for TensorRT",
+    ):
+        launcher.check_dtypes(["float64"], "output")
+    with pytest.raises(opbridge.OpDefinitionError, match=r"input 'x' is float64, and TensorRT has no float64 tensors"):
+        KernelLauncher(all_attrs, {}).check_dtypes(["float64"], "input")
+    launcher.check_dtypes(["float32"], "output")
 
 
 def _desc(trt: Any, dims: tuple[int, ...], dtype: Any) -> Any:

@@ -393,6 +393,34 @@ def _called_functions(model: Any) -> set[tuple[str, str]]:
     return called
 
 
+def _ranks(model: Any, wanted: set[str]) -> dict[str, int]:
+    """The rank of each value of the graph and its subgraphs that declares a shape; where a ``wanted``
+    one declares none (a custom node's output), ONNX shape inference with opbridge's schemas may give it."""
+    from opbridge.model_io import subgraphs
+
+    ranks: dict[str, int] = {}
+
+    def collect(graph: Any) -> None:
+        for g in [graph, *subgraphs(graph)]:
+            for vi in [*g.value_info, *g.output, *g.input]:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                    ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+            ranks.update((t.name, len(t.dims)) for t in g.initializer)
+
+    collect(model.graph)
+    if any(name not in ranks for name in wanted):
+        import onnx
+
+        import opbridge
+
+        try:
+            opbridge.register_onnx_schemas()
+            collect(onnx.shape_inference.infer_shapes(model).graph)
+        except Exception as exc:  # the ranks stay unknown
+            logger.debug("shape inference could not give the plugin inputs' ranks: %s", exc)
+    return ranks
+
+
 def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]]:
     """Faults the parser would hide, and the model as the parser should read it.
 
@@ -411,8 +439,12 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     - Attributes the op does not declare (the parser passes a plugin only the fields its creator names:
       a misspelt one would vanish) and more inputs than the op takes are refused.
 
+    - The plugin nodes' inputs' ranks (declared, else from ONNX shape inference) go to the plugins
+      (:func:`~opbridge.tensorrt._plugin.set_input_ranks`): TensorRT asks for output dtypes before shapes.
+
     Returns the errors, the tagged model's bytes (None where no node was tagged) and the plugin
-    ops without a GPU kernel (an engine holding them builds, and fails at its first enqueue).
+    ops without a GPU kernel (an engine holding them builds, and each enqueue runs the op's PyTorch
+    reference on the GPU).
     """
     import onnx
 
@@ -426,6 +458,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     local = {(f.domain, f.name) for f in model.functions}
     errors: list[ErrorEntry] = []
     kernelless: set[str] = set()
+    plugin_inputs: dict[str, list[str]] = {}
     tagged = False
     called = _called_functions(model)
     # the graph, its If/Loop/Scan bodies and the bodies of the local functions it calls, which the parser
@@ -539,11 +572,18 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
         # op type alone, and would import that function's body in its place)
         if opdef.gpu_kernel is None:
             kernelless.add(spec.qualname)
+        if fn is None and node.name:
+            plugin_inputs[node.name] = inputs
         present = {a.name for a in node.attribute}
         for key, value in (("plugin_namespace", node.domain), ("plugin_version", str(opdef.spec.version))):
             if key not in present:
                 node.attribute.append(onnx.helper.make_attribute(key, value))
                 tagged = True
+    if plugin_inputs and not errors:
+        from opbridge.tensorrt._plugin import set_input_ranks
+
+        ranks = _ranks(model, {name for names in plugin_inputs.values() for name in names})
+        set_input_ranks({node: [ranks.get(name) for name in names] for node, names in plugin_inputs.items()})
     return errors, (model.SerializeToString() if tagged and not errors else None), sorted(kernelless)
 
 

@@ -21,9 +21,9 @@ from opbridge.tensorrt._runtime import (
     dtype_supported,
     kernel_dtypes,
 )
-from opbridge.tensorrt._shapes import TrtDim, to_expr, wrap_dim
+from opbridge.tensorrt._shapes import DynamicDimError, TrtDim, evaluate, input_dim, to_expr, wrap_dim
 
-__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors"]
+__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors", "set_input_ranks"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,17 @@ _ERRORS: list[tuple[str, str, str]] = []
 _RANGES: dict[
     str, tuple[str, list[tuple[tuple[int, ...], tuple[int, ...]]], list[tuple[tuple[int, ...], tuple[int, ...]]]]
 ] = {}
+
+
+# node name -> its inputs' ranks in the model (None where unknown): TensorRT asks a plugin for its
+# output dtypes before it gives it any shape.
+_INPUT_RANKS: dict[str, tuple[int | None, ...]] = {}
+
+
+def set_input_ranks(ranks: dict[str, Sequence[int | None]]) -> None:
+    """Record each node's inputs' ranks (from the model) for the plugins' output dtypes."""
+    with _ERRORS_LOCK:
+        _INPUT_RANKS.update({node: tuple(r) for node, r in ranks.items()})
 
 
 def configured_ranges() -> dict[str, Any]:
@@ -67,6 +78,7 @@ def clear_errors() -> None:
     with _ERRORS_LOCK:
         _ERRORS.clear()
         _RANGES.clear()
+        _INPUT_RANKS.clear()
 
 
 def _guard(method: Any) -> Any:
@@ -124,6 +136,8 @@ def make_classes(trt: Any) -> tuple[type, type]:
             self.input_dtypes: list[str] | None = None
             self._serialized: Any = None
             self._dtype_cache: dict[tuple[str, ...], list[str]] = {}
+            # per output, per dim: an int, or the function giving the dim's expression's value from input shapes
+            self._symbolic: list[tuple[Any, ...]] | None = None
 
         # -- core
         def get_capability_interface(self, kind: Any) -> Any:
@@ -133,6 +147,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
             other = OpbridgePlugin(self.opdef, self.attrs, self.layer_name, self.plugin_namespace)
             other.input_dtypes = self.input_dtypes
             other.launcher.shapes = self.launcher.shapes
+            other._symbolic = self._symbolic
             return other
 
         # -- build
@@ -159,14 +174,21 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
                     "per output."
                 )
-            # Ranks are not known yet (TensorRT asks for types before shapes). A rule gets unknown dims, rank 8
-            # first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes; without one,
-            # the reference runs on meta tensors of size 2 (dtypes rarely depend on sizes), rank 4 first.
+            # TensorRT asks for types before shapes: the inputs' ranks come from the model where the build
+            # found them. Else a rule gets unknown dims, rank 8 first, then the ranks a rule that unpacks its
+            # inputs' shapes (n, c = x.shape) takes; without one, the reference runs on meta tensors of size 2
+            # (dtypes rarely depend on sizes), rank 4 first.
+            with _ERRORS_LOCK:
+                known = _INPUT_RANKS.get(self.layer_name)
+            tries: list[list[int]] = []
+            if known is not None and len(known) == len(dtypes) and None not in known:
+                tries.append([int(r) for r in known if r is not None])
             ranks = (8, 4, 2, 3, 1, 5, 6, 7, 0) if rule is not None else (4, 2, 3, 1, 5, 0, 6, 7, 8)
-            for rank in ranks:
-                dims = (SymDim(None),) * rank if rule is not None else (2,) * rank
+            tries += [[rank] * len(dtypes) for rank in ranks]
+            for per_input in tries:
+                shapes = [(SymDim(None),) * r if rule is not None else (2,) * r for r in per_input]
                 try:
-                    results = self._outputs(rule, [dims] * len(dtypes), dtypes)
+                    results = self._outputs(rule, shapes, dtypes)
                 except OpDefinitionError:
                     if rule is not None:
                         raise
@@ -206,20 +228,30 @@ def make_classes(trt: Any) -> tuple[type, type]:
             names = [p.name for p in spec.inputs]
             shapes = [
                 tuple(
-                    wrap_dim(d, builder, ops, f"{names[i] if i < len(names) else i}.shape[{k}]")
+                    wrap_dim(d, builder, ops, f"{names[i] if i < len(names) else i}.shape[{k}]", input_dim(i, k))
                     for k, d in enumerate(dims)
                 )
                 for i, dims in enumerate(inputs)
             ]
-            if rule is None:
-                results = self._derived(shapes, dtypes, builder)
-            else:
-                results = self._outputs(rule, shapes, dtypes)
+            try:
+                if rule is None:
+                    results = self._derived(shapes, dtypes, builder)
+                else:
+                    results = self._outputs(rule, shapes, dtypes)
+            except DynamicDimError as exc:
+                raise OpDefinitionError(f"{spec.qualname}: {exc}") from None
             out = []
             declared = self._rule_dtypes(dtypes) if self.input_dtypes else None
             for i, info in enumerate(results):
                 expected = declared[i] if declared else None
                 if expected is not None and _dtype_name(info.dtype) != expected:
+                    if rule is None:
+                        raise OpDefinitionError(
+                            f"{spec.qualname} declares no shape rule, and TensorRT asks for output dtypes before it "
+                            f"gives the inputs' ranks: output {i} was taken to be {expected}, but the reference "
+                            f"gives {_dtype_name(info.dtype)} at these ranks; declare the dtypes with "
+                            f"@{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) per output."
+                        )
                     raise OpDefinitionError(
                         f"{spec.qualname}: the shape rule gives output {i} dtype {_dtype_name(info.dtype)} here but "
                         f"{expected} when ranks are unknown; make the dtype independent of the ranks."
@@ -231,6 +263,7 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     except TypeError as exc:
                         raise OpDefinitionError(f"{spec.qualname}: shape rule output {i} dim {k}: {exc}") from None
                 out.append(dims)
+            self._symbolic = [tuple(d.value if isinstance(d, TrtDim) else d for d in info.shape) for info in results]
             return out
 
         def _derived(self, shapes: list[tuple[Any, ...]], dtypes: list[str], builder: Any) -> list[TensorInfo]:
@@ -315,18 +348,49 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     )
             if rule is None or self.input_dtypes is None:
                 return
-            # the rule saw TensorRT's symbolic dims while building: at the profile's own corners, it may refuse
+            # the rule saw TensorRT's symbolic dims while building: at the profile's own corners, it may refuse,
+            # or give other shapes than the expressions it gave TensorRT (a branch on a dynamic dim)
             for corner, pick in (("smallest", 0), ("largest", 1)):
+                at = [r[pick] for r in given]
+                where = ", ".join(f"{p.name} {_span(s, s)}" for p, s in zip(spec.inputs, at))
                 try:
-                    self._outputs(rule, [r[pick] for r in given], self.input_dtypes)
+                    results = self._outputs(rule, at, self.input_dtypes)
                 except OpDefinitionError:
                     raise
                 except Exception as exc:
                     raise OpDefinitionError(
-                        f"{spec.qualname}: the shape rule refuses the profile's {corner} inputs "
-                        f"({', '.join(f'{p.name} {_span(r[pick], r[pick])}' for p, r in zip(spec.inputs, given))}): "
+                        f"{spec.qualname}: the shape rule refuses the profile's {corner} inputs ({where}): "
                         f"{type(exc).__name__}: {exc}; narrow the profile to inputs the op takes."
                     ) from exc
+                self._check_corner(corner, where, at, results, made)
+
+        def _check_corner(
+            self,
+            corner: str,
+            where: str,
+            at: list[tuple[int, ...]],
+            results: list[TensorInfo],
+            made: list[tuple[tuple[int, ...], tuple[int, ...]]],
+        ) -> None:
+            """Refuse outputs of the rule at a profile corner (``at``) other than its expressions give there."""
+            spec = self.opdef.spec
+            for i, (info, dims) in enumerate(zip(results, self._symbolic or [])):
+                try:
+                    concrete: list[int | None] = [int(d) for d in info.shape]
+                except TypeError:
+                    continue  # (a size that depends on the data: refused as an expression already)
+                symbolic = [evaluate(d, at) for d in dims]
+                if len(concrete) == len(symbolic) and all(s is None or s == c for s, c in zip(symbolic, concrete)):
+                    continue
+                name = spec.outputs[i].name if i < len(spec.outputs) else str(i)
+                bounds = f" (TensorRT's range for it: {_span(*made[i])})" if i < len(made) else ""
+                raise OpDefinitionError(
+                    f"{spec.qualname}: at the profile's {corner} inputs ({where}) the shape rule gives output {i} "
+                    f"({name!r}) the shape {concrete}, but the expressions it gave TensorRT for the dynamic dims make "
+                    f"it {['?' if s is None else s for s in symbolic]}{bounds}: the rule branches on a dynamic dim "
+                    "(an isinstance(dim, int) test, say). Compute output dims with + - * // from input dims, or make "
+                    "the dims it branches on static in the model (a fixed size at export)."
+                )
 
         def get_workspace_size(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
             return 0

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_GPU_DTYPES",
     "INDEX_DTYPES",
+    "TENSORRT_DTYPES",
     "KernelLauncher",
     "TensorRef",
     "as_torch",
@@ -56,6 +57,9 @@ TRT_DTYPE_NAMES: dict[str, str] = {
     "BOOL": "bool",
     "UINT8": "uint8",
 }
+
+# The dtypes a plugin's tensors may have: TensorRT has no float64 (nor complex, int16 or uint16+) tensors.
+TENSORRT_DTYPES: frozenset[str] = frozenset(TRT_DTYPE_NAMES.values())
 
 _TYPESTR = {
     "float32": "<f4",
@@ -127,6 +131,8 @@ def dtype_supported(opdef: OpDef, dtype: str, output: bool = False) -> bool:
     >>> dtype_supported(BatchedNMS, "int32", output=True)
     True
     """
+    if dtype not in TENSORRT_DTYPES:
+        return False
     if opdef.gpu_kernel is None:
         return dtype in _TYPESTR
     return dtype in kernel_dtypes(opdef) or (output and dtype in INDEX_DTYPES)
@@ -153,13 +159,25 @@ class KernelLauncher:
         self._streams: dict[tuple[int, int], Any] = {}
 
     def check_dtypes(self, dtypes: Sequence[str], what: str = "input") -> None:
-        """Raise :class:`OpDefinitionError` unless the kernel takes every dtype (:func:`dtype_supported`)."""
+        """Raise :class:`OpDefinitionError` unless TensorRT has tensors of every dtype (:data:`TENSORRT_DTYPES`)
+        and the kernel takes them (:func:`dtype_supported`)."""
         allowed = kernel_dtypes(self.opdef)
         spec = self.opdef.spec
         names = [p.name for p in spec.inputs] if what == "input" else [o.name for o in spec.outputs]
         for i, dtype in enumerate(dtypes):
+            name = names[i] if i < len(names) else str(i)
+            if dtype not in TENSORRT_DTYPES:
+                fix = (
+                    "cast it to float32 before the op in the model, before export"
+                    if what == "input"
+                    else "make the op return float32 for TensorRT, casting to and from float32 around it in the "
+                    "model before export where the model needs the wider dtype"
+                )
+                raise OpDefinitionError(
+                    f"{spec.qualname}: {what} {name!r} is {dtype}, and TensorRT has no {dtype} tensors (a plugin's "
+                    f"tensors are {', '.join(sorted(TENSORRT_DTYPES))}); {fix}."
+                )
             if not dtype_supported(self.opdef, dtype, output=what == "output"):
-                name = names[i] if i < len(names) else str(i)
                 raise OpDefinitionError(
                     f"{spec.qualname}: {what} {name!r} is {dtype}, but the op's GPU kernel supports only "
                     f"{', '.join(allowed)}; cast the tensor in the model, or register a kernel for {dtype} with "
