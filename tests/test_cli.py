@@ -93,6 +93,78 @@ def test_a_module_in_the_current_folder_is_found_by_name(
     assert record["exporter"] == "dynamo" and [n["domain"] for n in record["custom_nodes"]] == ["tests.cli.cwd"]
 
 
+def _pkgk_model(path: Path, domain: str) -> Path:
+    """A model of one ``domain::PkgK`` node, saved at ``path``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("PkgK", ["x"], ["y"], domain=domain)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
+    onnx.save(model, str(path))
+    return path
+
+
+KERNEL_FILE = "import opbridge\n{imports}\n@opbridge.kernel('{domain}::PkgK')\ndef k(x):\n    return x\n{tail}"
+
+
+def test_ops_given_as_a_package_folder_or_a_module_of_a_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder given to --ops was taken for a missing file ("no such Python file"); a package's module
+    with relative imports, given as a path, failed with no hint of its module name."""
+    import opbridge
+
+    folder = tmp_path / "cli_ops_folder_pkg"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(KERNEL_FILE.format(imports="", domain="tests.cli.folder", tail=""))
+    package = tmp_path / "cli_ops_relative_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "util.py").write_text("FACTOR = 2\n")
+    (package / "ops.py").write_text(
+        KERNEL_FILE.format(imports="from .util import FACTOR", domain="tests.cli.relative", tail="")
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    model = _pkgk_model(tmp_path / "folder.onnx", "tests.cli.folder")
+    assert main(["lint", str(model), "--ops", "cli_ops_folder_pkg"]) == 0
+    assert opbridge.find_kernel("tests.cli.folder", "PkgK", 1) is not None
+    assert "0 warning(s)" in capsys.readouterr().out and str(tmp_path) not in sys.path
+    model = _pkgk_model(tmp_path / "relative.onnx", "tests.cli.relative")
+    assert main(["lint", str(model), "--ops", "cli_ops_relative_pkg/ops.py"]) == 2
+    err = capsys.readouterr().err
+    assert "attempted relative import" in err
+    assert "give it as the module name cli_ops_relative_pkg.ops instead of a path" in err
+    assert main(["lint", str(model), "--ops", "cli_ops_relative_pkg.ops"]) == 0
+    assert opbridge.find_kernel("tests.cli.relative", "PkgK", 1) is not None
+
+
+@pytest.mark.parametrize(
+    ("tail", "code"),
+    [("import sys\nsys.exit(0)\n", 0), ("import argparse\nargparse.ArgumentParser().parse_args()\n", 2)],
+    ids=["sys-exit", "argparse"],
+)
+def test_an_ops_file_that_exits_at_import_fails_the_command(
+    tail: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sys.exit(0) in an --ops file ended opbridge lint with exit code 0 and no output, a false pass; an
+    argparse at its top level read opbridge's command line and ended it."""
+    ops = tmp_path / "exits_at_import.py"
+    ops.write_text(KERNEL_FILE.format(imports="", domain="tests.cli.exits", tail=tail))
+    model = _pkgk_model(tmp_path / "m.onnx", "tests.cli.exits")
+    argv = ["lint", str(model), "--ops", str(ops)]
+    monkeypatch.setattr(sys, "argv", ["opbridge", *argv])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{ops}: importing it exited with code {code}" in err
+    assert 'if __name__ == "__main__":' in err
+
+
 @pytest.mark.parametrize("command", ["inspect", "lint", "trt-build"])
 def test_files_that_are_not_models_are_named_alike(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -391,6 +391,78 @@ def test_default_domain_custom_op_is_repaired_on_a_copy(caplog: pytest.LogCaptur
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x / (1 + np.exp(-2 * x)), rtol=1e-6)
 
 
+@opbridge.kernel("LegacyScaleForTests", domain="", since_version=1)
+def _legacy_scale_v1(x):
+    return x * np.float32(2)
+
+
+@opbridge.kernel("LegacyScaleForTests", domain="", since_version=13)
+def _legacy_scale_v13(x):
+    return x * np.float32(3)
+
+
+@opbridge.kernel("RMSNormalization", domain="")
+def _legacy_rms(x):
+    return x * np.float32(0.5)
+
+
+def _legacy_model(op_type: str, opset: int, domain: str = "") -> onnx.ModelProto:
+    """One ``op_type`` node of ``domain`` in a model of default opset ``opset``."""
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["y"], domain=domain)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=imports)
+
+
+@pytest.mark.parametrize(
+    ("opset", "domain", "factor"),
+    [(11, "", 2.0), (17, "", 3.0), (11, "opbridge.legacy", 2.0), (17, "opbridge.legacy", 3.0)],
+    ids=["opset11", "opset17", "rewritten-opset11", "rewritten-opset17"],
+)
+def test_default_domain_kernel_is_the_one_for_the_model_opset(opset: int, domain: str, factor: float) -> None:
+    """The kernel registered since version 13 ran at opset 11 too (ONNX Runtime's bridge ran version 1's)."""
+    x = np.array([1.0, -2.0], np.float32)
+    (y,) = ReferenceSession(_legacy_model("LegacyScaleForTests", opset, domain)).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x * np.float32(factor))
+
+
+def test_a_default_domain_kernel_only_for_later_opsets_is_refused_with_the_reason() -> None:
+    @opbridge.kernel("LegacyOnlyNewForTests", domain="", since_version=13)
+    def only_new(x):
+        return x
+
+    with pytest.raises(opbridge.UnknownOpError) as info:
+        ReferenceSession(_legacy_model("LegacyOnlyNewForTests", 11))
+    text = str(info.value)
+    assert "<default>::LegacyOnlyNewForTests (opset 11)" in text
+    assert "registered only from opset version 13 on" in text and "the model imports opset 11" in text
+    assert "since_version=11 or lower" in text
+
+
+def test_an_onnx_op_name_of_a_later_opset_is_a_custom_op_of_an_older_model() -> None:
+    """ONNX has RMSNormalization from opset 23 on: in an opset-11 model it is a legacy custom op."""
+    from opbridge.legacy_domain import default_domain_custom_nodes, is_standard_op
+
+    model = _legacy_model("RMSNormalization", 11)
+    assert [n.op_type for n in default_domain_custom_nodes(model)] == ["RMSNormalization"]
+    assert not is_standard_op("RMSNormalization", 11) and is_standard_op("RMSNormalization", 23)
+    assert is_standard_op("RMSNormalization") and not default_domain_custom_nodes(_legacy_model("RMSNormalization", 23))
+    x = np.array([1.0, -2.0], np.float32)
+    (y,) = ReferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x * np.float32(0.5))
+
+
+@pytest.mark.parametrize("since_version", ["13", 0, True, 1.0])
+def test_kernel_since_version_is_checked_at_registration(since_version: Any) -> None:
+    with pytest.raises(opbridge.OpDefinitionError, match=r"since_version must be an int >= 1.*got"):
+        opbridge.kernel("tests.reference.nospec::BadVersion", since_version=since_version)(lambda x: x)
+    assert opbridge.find_kernel("tests.reference.nospec", "BadVersion", 17) is None
+
+
 # --------------------------------------------------------------------------- errors
 
 

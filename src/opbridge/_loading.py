@@ -17,8 +17,10 @@ __all__ = ["load_factory", "load_module", "load_ops"]
 
 
 def load_module(target: str) -> ModuleType:
-    """Import ``target``: a path to a ``.py`` file, or a dotted module name."""
+    """Import ``target``: a path to a ``.py`` file or to a package folder, or a dotted module name."""
     path = Path(target)
+    if path.is_dir() and not target.endswith(".py"):
+        return _load_package(target, path)
     if target.endswith(".py") or path.exists():
         if not path.is_file():
             raise OpbridgeError(f"{target}: no such Python file; give an existing .py file or a module name.")
@@ -34,27 +36,84 @@ def load_module(target: str) -> ModuleType:
         sys.path.insert(0, str(resolved.parent))
         try:
             spec.loader.exec_module(module)
+        except SystemExit as exc:
+            del sys.modules[name]
+            raise OpbridgeError(_exit_message(target, exc)) from None
         except Exception as exc:
             del sys.modules[name]
-            raise OpbridgeError(f"{target}: importing it failed: {type(exc).__name__}: {exc}") from exc
+            hint = _package_hint(resolved) if isinstance(exc, ImportError) and "relative import" in str(exc) else ""
+            raise OpbridgeError(f"{target}: importing it failed: {type(exc).__name__}: {exc}{hint}") from exc
         finally:
             sys.path.remove(str(resolved.parent))
         return module
     # the current folder on the path, as `python -m opbridge` has it: the opbridge script finds a module
     # there too (mymod for ./mymod.py)
-    here = os.getcwd()
-    added = here not in sys.path and "" not in sys.path
+    return _import_name(target, target, os.getcwd())
+
+
+def _import_name(label: str, name: str, folder: str) -> ModuleType:
+    """Import the module ``name`` with ``folder`` on the path; errors name it as ``label``."""
+    added = folder not in sys.path and not (folder == os.getcwd() and "" in sys.path)
     if added:
-        sys.path.insert(0, here)
+        sys.path.insert(0, folder)
     try:
-        return importlib.import_module(target)
+        return importlib.import_module(name)
+    except SystemExit as exc:
+        raise OpbridgeError(_exit_message(label, exc)) from None
     except ImportError as exc:
         raise OpbridgeError(
-            f"{target}: cannot import module ({exc}); give a .py file path or an importable module name."
+            f"{label}: cannot import module ({exc}); give a .py file path or an importable module name."
         ) from exc
     finally:
         if added:
-            sys.path.remove(here)
+            sys.path.remove(folder)
+
+
+def _load_package(target: str, path: Path) -> ModuleType:
+    """Import the package folder ``path`` as the module of its name, from the folder that holds it."""
+    resolved = path.resolve()
+    if not (resolved / "__init__.py").is_file():
+        raise OpbridgeError(
+            f"{target}: a folder without __init__.py, not a Python package; give a .py file in it, or add an "
+            "__init__.py that imports the modules defining the ops."
+        )
+    if not resolved.name.isidentifier():
+        raise OpbridgeError(
+            f"{target}: {resolved.name!r} is no Python module name; rename the folder or give a .py file in it."
+        )
+    module = _import_name(target, resolved.name, str(resolved.parent))
+    where = Path(module.__file__).resolve().parent if module.__file__ else None
+    if where != resolved:
+        raise OpbridgeError(
+            f"{target}: the module name {resolved.name!r} is taken by {module.__file__ or module!r}; rename the folder."
+        )
+    return module
+
+
+def _package_hint(path: Path) -> str:
+    """How to give ``path``, a module of a package, so that its relative imports work ('' outside a package)."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1 or not all(p.isidentifier() for p in parts):
+        return ""
+    name = ".".join(parts)
+    if folder == Path.cwd().resolve():
+        return f". It is a module of package {parts[0]}: give it as the module name {name} instead of a path."
+    return (
+        f". It is a module of package {parts[0]}: run from the folder {folder} and give it as the module name {name}."
+    )
+
+
+def _exit_message(target: str, exc: SystemExit) -> str:
+    """Why importing ``target`` stopped: it called ``sys.exit`` (or its argparse did)."""
+    return (
+        f"{target}: importing it exited with code {exc.code!r} (sys.exit, or argparse reading the command line): "
+        "the file runs as a script when imported. Put its script part under "
+        'if __name__ == "__main__": so that importing it only defines the ops and kernels.'
+    )
 
 
 def load_ops(targets: list[str] | tuple[str, ...] | None) -> list[ModuleType]:

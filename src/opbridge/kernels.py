@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from opbridge._locks import ForkSafeLock
 from opbridge.errors import OpDefinitionError
 
-__all__ = ["KernelDef", "all_kernels", "find_kernel", "kernel"]
+__all__ = ["KernelDef", "all_kernels", "find_kernel", "kernel", "later_kernel_note"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,6 +77,12 @@ def kernel(
         raise OpDefinitionError(f"kernel op type {name!r} is not a valid ONNX op type")
     if kind not in ("numpy", "torch"):
         raise OpDefinitionError(f"{domain}::{name}: kernel kind must be 'numpy' or 'torch', got {kind!r}")
+    if not isinstance(since_version, int) or isinstance(since_version, bool) or since_version < 1:
+        owner = domain or "the default domain"
+        raise OpDefinitionError(
+            f"{domain}::{name}: since_version must be an int >= 1 (the first opset version of {owner} the kernel "
+            f"serves), got {since_version!r}; give it as a number, e.g. since_version=1."
+        )
 
     def decorate(fn: F) -> F:
         if not callable(fn):
@@ -98,6 +104,20 @@ def find_kernel(domain: str, name: str, version: int | None = None) -> KernelDef
     if version is not None:
         found = [k for k in found if k.since_version <= version]
     return max(found, key=lambda k: k.since_version, default=None)
+
+
+def later_kernel_note(domain: str, name: str, version: int) -> str | None:
+    """Why no kernel of ``domain::name`` serves opset ``version`` when kernels are registered only for later
+    versions (None when there are none, or one serves it)."""
+    with _LOCK:
+        first = min((k.since_version for (d, n, _), k in _KERNELS.items() if d == domain and n == name), default=None)
+    if first is None or first <= version:
+        return None
+    return (
+        f'@opbridge.kernel("{name}", domain="{domain}") is registered only from opset version {first} on '
+        f"(since_version={first}), but the model imports opset {version} of {domain or 'the default domain'}: "
+        f"register it with since_version={version} or lower (since_version=1 serves every opset)."
+    )
 
 
 def all_kernels() -> list[KernelDef]:

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_LEGACY_DOMAIN",
     "default_domain_custom_nodes",
     "default_domain_functions",
+    "default_domain_opset",
     "is_standard_op",
     "move_default_domain_ops",
     "runs_default_domain_kernel",
@@ -39,15 +40,35 @@ DEFAULT_LEGACY_DOMAIN = "opbridge.legacy"
 
 
 @functools.cache
-def _standard_names() -> frozenset[str]:
+def _standard_since() -> dict[str, int]:
+    """The first opset version of each op of ONNX's default domain."""
     import onnx
 
-    return frozenset(s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx"))
+    first: dict[str, int] = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        if s.domain in ("", "ai.onnx"):
+            first[s.name] = min(first.get(s.name, s.since_version), s.since_version)
+    return first
 
 
-def is_standard_op(op_type: str) -> bool:
-    """Whether ``op_type`` is an op of ONNX's default domain (in any opset)."""
-    return op_type in _standard_names()
+def is_standard_op(op_type: str, opset: int | None = None) -> bool:
+    """Whether ``op_type`` is an op of ONNX's default domain at opset ``opset`` (defined at that version or
+    before), or in any opset when ``opset`` is None. A TorchScript-era custom ``Gelu`` of an opset-11 model
+    is no standard op there: ONNX defines Gelu from opset 20 on.
+
+    >>> is_standard_op("Gelu", 11), is_standard_op("Gelu", 20), is_standard_op("Gelu")
+    (False, True, True)
+    """
+    since = _standard_since().get(op_type)
+    return since is not None and (opset is None or since <= opset)
+
+
+def default_domain_opset(model: onnx.ModelProto) -> int | None:
+    """The version of ONNX's default domain that ``model`` imports (None when it imports none)."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return None
 
 
 def runs_default_domain_kernel(domain: str, op_type: str, version: int | None, moved: Collection[str] = ()) -> bool:
@@ -71,25 +92,28 @@ def runs_default_domain_kernel(domain: str, op_type: str, version: int | None, m
 
 
 def default_domain_custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Nodes in the default domain whose op type ONNX does not define: of the main graph, its subgraphs
-    (If/Loop/Scan bodies) and the model-local functions' bodies. A call of a model-local function
-    of the default domain is not one."""
+    """Nodes in the default domain whose op type ONNX does not define at the model's opset of that domain:
+    of the main graph, its subgraphs (If/Loop/Scan bodies) and the model-local functions' bodies. A call of
+    a model-local function of the default domain is not one."""
     from opbridge.model_io import walk_nodes
 
+    opset = default_domain_opset(model)
     local = {(f.domain, f.name) for f in model.functions}
     bodies = [model.graph.node, *(f.node for f in model.functions)]
     return [
         n
         for nodes in bodies
         for n in walk_nodes(nodes)
-        if n.domain in ("", "ai.onnx") and not is_standard_op(n.op_type) and ("", n.op_type) not in local
+        if n.domain in ("", "ai.onnx") and not is_standard_op(n.op_type, opset) and ("", n.op_type) not in local
     ]
 
 
 def default_domain_functions(model: onnx.ModelProto) -> list[onnx.FunctionProto]:
-    """The model-local functions in the default domain under a name ONNX does not define as an op: the
-    checker, ONNX Runtime and onnx's reference evaluator refuse their calls ("No Op registered for ...")."""
-    return [f for f in model.functions if f.domain in ("", "ai.onnx") and not is_standard_op(f.name)]
+    """The model-local functions in the default domain under a name ONNX does not define as an op at the
+    model's opset of that domain: the checker, ONNX Runtime and onnx's reference evaluator refuse their
+    calls ("No Op registered for ...")."""
+    opset = default_domain_opset(model)
+    return [f for f in model.functions if f.domain in ("", "ai.onnx") and not is_standard_op(f.name, opset)]
 
 
 def move_default_domain_ops(

@@ -719,11 +719,12 @@ class ReferenceSession:
 
     def _custom_ops(self, proto: onnx.ModelProto) -> list[type]:
         from opbridge.definition import find_op
-        from opbridge.kernels import find_kernel
-        from opbridge.legacy_domain import runs_default_domain_kernel
+        from opbridge.kernels import find_kernel, later_kernel_note
+        from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, default_domain_opset, runs_default_domain_kernel
         from opbridge.onnxruntime.bridge import check_node
 
         opsets = {o.domain: o.version for o in proto.opset_import}
+        default_opset = default_domain_opset(proto) or 1
         functions = {(f.domain, f.name) for f in proto.functions}
         nodes = list(walk_nodes(proto.graph.node))
         for fn in proto.functions:
@@ -769,7 +770,8 @@ class ReferenceSession:
                 continue
             kern = find_kernel(domain, op_type, version)
             if kern is None and runs_default_domain_kernel(domain, op_type, version, moved):
-                kern = find_kernel("", op_type, None)
+                # the default domain's kernel for the model's opset of that domain, as ONNX Runtime's bridge picks
+                kern = find_kernel("", op_type, default_opset)
             if kern is not None:
                 classes.append(_op_class(domain, op_type, _kernel_runner(kern), f"kernel {kern.qualname}", types))
                 self.implementations[domain, op_type] = "kernel"
@@ -780,12 +782,15 @@ class ReferenceSession:
             unknown.append((domain, op_type, version))
         if unknown:
             # a node this session moved out of ONNX's default domain is named as the model has it
-            given = [("", n, opsets.get("", 1)) if (d, n) in self._legacy else (d, n, v) for d, n, v in unknown]
-            raise UnknownOpError(
-                unknown_ops_message(
-                    (g[0], n, g[2], node.name) for g, (d, n, _) in zip(given, unknown) for node in by_op[d, n]
-                )
+            given = [("", n, default_opset) if (d, n) in self._legacy else (d, n, v) for d, n, v in unknown]
+            message = unknown_ops_message(
+                (g[0], n, g[2], node.name) for g, (d, n, _) in zip(given, unknown) for node in by_op[d, n]
             )
+            notes = [
+                later_kernel_note(d, n, v) if d != DEFAULT_LEGACY_DOMAIN else later_kernel_note("", n, default_opset)
+                for d, n, v in given
+            ]
+            raise UnknownOpError("\n".join([message, *dict.fromkeys(n for n in notes if n)]))
         return classes
 
     # ------------------------------------------------------------------ ORT-like API

@@ -44,7 +44,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError, OutputPathError, UnknownOpError, unknown_ops_message
-from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
+from opbridge.kernels import later_kernel_note
+from opbridge.legacy_domain import (
+    DEFAULT_LEGACY_DOMAIN,
+    default_domain_opset,
+    move_default_domain_ops,
+    runs_default_domain_kernel,
+)
 from opbridge.model_io import check_domain_imports, elem_types, load_model, save_with_data_file, too_large, walk_nodes
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
@@ -397,6 +403,7 @@ class InferenceSession:
         import onnx
 
         opset = {o.domain: o.version for o in model.opset_import}
+        default_opset = default_domain_opset(model) or 1
         local = {(f.domain, f.name) for f in model.functions}
         moved = set(self.moved_ops)
         bound: dict[int, BoundKernel] = {}
@@ -420,7 +427,8 @@ class InferenceSession:
                 names.add(candidate)
             legacy = runs_default_domain_kernel(node.domain, node.op_type, opset.get(node.domain, 1), moved)
             lookup = "" if legacy else node.domain
-            version = opset.get("" if legacy else node.domain, 1)
+            # (the default domain's kernel for the model's opset of that domain)
+            version = default_opset if legacy else opset.get(node.domain, 1)
             if (node.domain, node.op_type) in local:
                 if not self._kernel_instead_of_body(node, version):
                     self.kernels[node.name] = NodeKernel(
@@ -452,7 +460,8 @@ class InferenceSession:
                 found.native is not None,
             )
         if unknown:
-            raise UnknownOpError(unknown_ops_message(unknown))
+            notes = (later_kernel_note(domain, op_type, version) for domain, op_type, version, _ in unknown)
+            raise UnknownOpError("\n".join([unknown_ops_message(unknown), *dict.fromkeys(n for n in notes if n)]))
         for domain in {nodes[i].domain for i in bound}:
             if domain not in opset:
                 model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
