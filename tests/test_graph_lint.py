@@ -348,6 +348,27 @@ def test_a_local_function_in_the_default_domain_is_an_error_the_sessions_run() -
         np.testing.assert_array_equal(session.run(None, {"x": x})[0], -x)
 
 
+def test_an_onnx_op_of_a_later_opset_is_a_custom_node_of_an_older_model() -> None:
+    """Gelu is ONNX's from opset 20 on: at opset 11 it is a custom op (a TorchScript-era g.op("Gelu")), which
+    the sessions move and run with its kernel; inspect counted it as a standard op."""
+    from opbridge.graph import inspect_model
+
+    def gelu(opset: int) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node("Gelu", ["x"], ["y"], name="g")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+    assert [n.op_type for n in inspect_model(gelu(11)).custom_nodes] == ["Gelu"]
+    assert inspect_model(gelu(20)).custom_nodes == []
+    (finding,) = lint_model(gelu(11))
+    assert finding.code == "invalid-model" and "--rule legacy-domain" in finding.hint, finding
+    assert not lint_model(gelu(20))
+
+
 def test_onnxruntime_contrib_ops_are_known() -> None:
     """com.microsoft ops run in ONNX Runtime without a plugin: not an unknown op."""
     node = helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain="com.microsoft", name="fmm")

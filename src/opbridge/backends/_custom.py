@@ -43,33 +43,41 @@ def domain_versions(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-def is_custom_node(node: onnx.NodeProto, local_functions: set[tuple[str, str]] | None = None) -> bool:
-    """Whether ``node`` is neither a standard op nor a call of a model-local function."""
+def is_custom_node(
+    node: onnx.NodeProto, local_functions: set[tuple[str, str]] | None = None, opset: int | None = None
+) -> bool:
+    """Whether ``node`` is neither a standard op (at ``opset`` of the default domain, the model's; in any
+    opset where None) nor a call of a model-local function."""
     if local_functions and (node.domain, node.op_type) in local_functions:
         return False
     if node.domain in STANDARD_DOMAINS:
         from opbridge.legacy_domain import is_standard_op
 
-        return not is_standard_op(node.op_type)
+        return not is_standard_op(node.op_type, opset)
     return True
 
 
 def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Main-graph nodes that no runtime knows by itself (local-function calls excluded)."""
+    from opbridge.legacy_domain import default_domain_opset
+
     local = {(f.domain, f.name) for f in model.functions}
-    return [n for n in model.graph.node if is_custom_node(n, local)]
+    opset = default_domain_opset(model)
+    return [n for n in model.graph.node if is_custom_node(n, local, opset)]
 
 
 def custom_op_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """Every node of a non-standard op anywhere in the model: the main graph, subgraphs and
     model-local function bodies, calls of model-local functions included (an op exported with
     its ONNX body is such a call)."""
+    from opbridge.legacy_domain import default_domain_opset
     from opbridge.model_io import walk_nodes
 
     nodes = list(walk_nodes(model.graph.node))
     for fn in model.functions:
         nodes.extend(walk_nodes(fn.node))
-    return [n for n in nodes if is_custom_node(n)]
+    opset = default_domain_opset(model)
+    return [n for n in nodes if is_custom_node(n, opset=opset)]
 
 
 def _attrs_generic(node: onnx.NodeProto) -> dict[str, Any]:

@@ -82,12 +82,13 @@ def function_label(fn: onnx.FunctionProto) -> str:
     return f"{fn.domain}::{fn.name}" + (f":{overload}" if overload else "")
 
 
-def is_custom_node(node: onnx.NodeProto) -> bool:
-    """Whether ``node`` is outside ONNX's standard domains, or an op ONNX does not define in the default domain."""
+def is_custom_node(node: onnx.NodeProto, opset: int | None = None) -> bool:
+    """Whether ``node`` is outside ONNX's standard domains, or an op ONNX does not define in the default domain
+    (at ``opset`` of it, the model's; in any opset where None)."""
     from opbridge.legacy_domain import is_standard_op
 
     if node.domain in ("", "ai.onnx"):
-        return not is_standard_op(node.op_type)
+        return not is_standard_op(node.op_type, opset)
     return node.domain not in STANDARD_DOMAINS
 
 

@@ -250,6 +250,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
 
     path = "" if isinstance(model, (onnx.ModelProto, bytes, bytearray)) else str(model)
     proto = load_model(model, external_data=False)  # (sizes come from the dims: no weights read)
+    default_opset = opset_version(proto, "")
     functions = function_keys(proto)
     counts: Counter[str] = Counter()
     custom: list[CustomNodeInfo] = []
@@ -258,7 +259,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
         if fn is None:
             counts[key] += 1
-        if is_custom_node(node):
+        if is_custom_node(node, default_opset):
             version = opset_version(fn, node.domain) if fn is not None else None
             custom.append(
                 CustomNodeInfo(
