@@ -1051,3 +1051,24 @@ def test_onnxruntime_runner_raises_a_failing_kernel_without_logging_it(tmp_path,
             runner.infer({"x": np.ones((2, 3), np.float32)})
     err = capfd.readouterr().err
     assert "onnxruntime" not in err and "kernel exploded" not in err, err
+
+
+def test_openvino_names_a_default_domain_kernel_registered_only_for_later_opsets() -> None:
+    """As the two sessions do: the kernel exists, from a later opset than the model's."""
+    _needs("openvino")
+    from onnx import TensorProto, helper
+
+    @opbridge.kernel("LaterOnly", domain="", since_version=13)
+    def _later_only(x: np.ndarray) -> np.ndarray:
+        return x * 3
+
+    graph = helper.make_graph(
+        [helper.make_node("LaterOnly", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(opbridge.UnknownOpError, match=r"registered only from opset version 13 on .* imports opset 11"):
+        with OpenVINORunner(model) as runner:
+            runner.infer({"x": np.ones(2, np.float32)})

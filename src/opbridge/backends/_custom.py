@@ -181,7 +181,7 @@ def _call(fn: Any, kind: str, inputs: Sequence[np.ndarray | None], attrs: dict[s
 def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKernel:
     """The kernel for ``domain::name``, or :class:`~opbridge.errors.UnknownOpError` saying how to add one."""
     from opbridge.definition import find_op
-    from opbridge.kernels import find_kernel
+    from opbridge.kernels import find_kernel, later_kernel_note
 
     opdef = find_op(domain, name, version) if domain else None
     if opdef is not None:
@@ -190,6 +190,9 @@ def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKer
     if kdef is not None:
         return CustomKernel(domain, name, kdef.since_version, kerneldef=kdef)
     qual = f"{domain or '<default domain>'}::{name}"
+    later = None if version is None else later_kernel_note(domain, name, version)
+    if later is not None:  # (registered, but only for later versions than the model's)
+        raise UnknownOpError(f"custom op {qual} has no opbridge kernel for opset {version}: {later}")
     if not domain:
         from opbridge.errors import default_domain_hint
 
