@@ -614,6 +614,24 @@ def test_a_body_op_onnx_does_not_define_is_named_with_its_op() -> None:
     ), info.value
 
 
+def test_a_body_taking_an_attribute_as_another_type_is_named() -> None:
+    """A FLOAT attribute referred to as an INT (Constant value_int <- @gain) passed the body's checks, and
+    export failed on the inlined model ("Mismatched attribute type in ' : value_int'")."""
+    constant = helper.make_node("Constant", [], ["k"])
+    constant.attribute.append(ref_attr("value_int", "gain", onnx.AttributeProto.INT))
+    nodes = [constant, helper.make_node("Mul", ["a", "k"], ["output"])]
+    pair.register_function(lambda spec, opset: _body(nodes, ["a", "b"], ["output"], ["gain"], opset=opset))
+    try:
+        with pytest.raises(opbridge.OpDefinitionError) as info:
+            function_proto(pair, opset=18)
+    finally:
+        pair.function_builder = None
+    assert (
+        "function body node Constant (unnamed) takes the op's attribute 'gain' as its value_int (INT), but the "
+        "op declares it FLOAT"
+    ) in str(info.value), info.value
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_export_names_a_body_op_newer_than_the_model_opset(tmp_path, exporter: str) -> None:
     pair.register_function(_gelu_of_sum)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import OpDefinitionError
@@ -373,7 +373,13 @@ def _adapt_opset(fn: onnx.FunctionProto, opset: int, qualname: str) -> None:
     entry.version = opset
 
 
-def _check_ref_attrs(fn: onnx.FunctionProto, qualname: str, declared: set[str]) -> None:
+def _check_ref_attrs(
+    fn: onnx.FunctionProto, qualname: str, declared: set[str], types: Mapping[str, str] | None = None
+) -> None:
+    """An OpDefinitionError for a body node that refers to an attribute the op does not declare, or, with
+    ``types`` (ONNX type name per attribute), as another type than the op declares it."""
+    import onnx
+
     for node in walk_nodes(fn.node):
         for attr in node.attribute:
             if attr.ref_attr_name and attr.ref_attr_name not in declared:
@@ -381,6 +387,15 @@ def _check_ref_attrs(fn: onnx.FunctionProto, qualname: str, declared: set[str]) 
                     f"{qualname}: function body node {node.op_type} ({node.name or 'unnamed'}) refers to "
                     f"attribute {attr.ref_attr_name!r}, which the op does not declare; declare it as a "
                     "parameter of the op or remove the reference."
+                )
+            want = (types or {}).get(attr.ref_attr_name) if attr.ref_attr_name else None
+            if want is not None and attr.type and onnx.AttributeProto.AttributeType.Name(attr.type) != want:
+                got = onnx.AttributeProto.AttributeType.Name(attr.type)
+                raise OpDefinitionError(
+                    f"{qualname}: function body node {node.op_type} ({node.name or 'unnamed'}) takes the op's "
+                    f"attribute {attr.ref_attr_name!r} as its {attr.name} ({got}), but the op declares it {want}; "
+                    f"refer to it from an attribute of type {want} (ref_attr(name, {attr.ref_attr_name!r}, "
+                    f"onnx.AttributeProto.{want})), or declare the parameter with the type the node needs."
                 )
 
 
@@ -479,7 +494,7 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
         raise OpDefinitionError(
             f"{spec.qualname}: function body uses attribute(s) {sorted(names - declared)} the op does not declare."
         )
-    _check_ref_attrs(fn, spec.qualname, names)
+    _check_ref_attrs(fn, spec.qualname, names, {a.name: a.type.onnx_name for a in spec.attributes})
     _check_dataflow(fn, spec.qualname)
     _declare_defaults(fn, spec)
     if opset is not None:
