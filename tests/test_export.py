@@ -1282,3 +1282,17 @@ def test_external_data_shorter_than_its_dims_is_named_at_load(tmp_path: Path, le
             load_model(path, external_data=external_data)
     with pytest.raises(opbridge.ModelLoadError, match=message):
         opbridge.InferenceSession(path)
+
+
+def test_an_output_path_that_is_a_symbolic_link_loop_is_refused(tmp_path: Path) -> None:
+    """A link that loops was replaced by a regular file, where open() would fail; a link to a file not
+    written yet is still written through."""
+    from opbridge._files import prepare_output
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(opbridge.OutputPathError, match=r"a is a symbolic link that cannot be followed"):
+        prepare_output(tmp_path / "a")
+    (tmp_path / "later").symlink_to(tmp_path / "model.onnx")
+    assert prepare_output(tmp_path / "later") == tmp_path / "model.onnx"
+    assert (tmp_path / "a").is_symlink() and (tmp_path / "b").is_symlink()

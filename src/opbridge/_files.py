@@ -40,6 +40,16 @@ def prepare_output(
     given = Path(path)
     if text.endswith(("/", os.sep)):  # Path() drops the slash: "out/" would become a file named out
         raise OutputPathError(f"{text} names a folder; give a file path inside it.")
+    if given.is_symlink():
+        try:
+            os.path.realpath(given, strict=True)
+        except FileNotFoundError:  # (a link to a file not written yet: the write creates it)
+            pass
+        except OSError as exc:
+            raise OutputPathError(
+                f"{given} is a symbolic link that cannot be followed ({exc.strerror or exc}, a loop); remove the link "
+                "or give another path."
+            ) from None
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
     if target.is_dir():
         raise OutputPathError(f"{given} is a folder; give a file path inside it.")
