@@ -1129,7 +1129,9 @@ def test_outputs_that_cannot_fail_are_named(tmp_path: Path) -> None:
     assert len(record.errors) == 1
     assert "output 'nan': every value of the PyTorch reference is NaN, so nothing of it is compared" in record.errors[0]
     assert "--inputs FILE.npz" in record.errors[0]
-    assert any("output 'tiny': every PyTorch value is within atol 1e-05 of zero" in n for n in record.notes)
+    assert any(
+        "output 'tiny': every value of the PyTorch reference is within atol 1e-05 of zero" in n for n in record.notes
+    )
 
 
 _CALLS = itertools.count()
@@ -1606,9 +1608,28 @@ def test_empty_and_all_zero_reference_outputs_are_named() -> None:
     )
     assert record.exit_code == 0
     assert record.notes == [
-        "set 1 (x:2x4) output 'y': every PyTorch value is 0, so any value within atol 1e-05 of zero would pass; "
+        "set 1 (x:2x4) output 'y': every value of the PyTorch reference is 0, so any value within atol 1e-05 of zero would pass; "
         "give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
-        "set 2 (x:0x4) output 'y': the PyTorch reference output is empty (0x4), so only its shape and dtype are "
+        "set 2 (x:0x4) output 'y': the PyTorch reference is empty (0x4), so only its shape and dtype are "
+        "compared; give shapes at which it has elements with --shape (shapes=).",
+    ]
+
+
+def test_outputs_that_prove_nothing_are_named_without_a_pytorch_reference_too() -> None:
+    """With no PyTorch reference the first backend's outputs are the reference: the same notes apply."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("Mul", ["x", "zero"], ["y"])],
+        [helper.make_tensor_value_info("x", f32, ["n", 4])],
+        [helper.make_tensor_value_info("y", f32, ["n", 4])],
+    )
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero"))
+    record = opbridge.verify(model, None, backends=["reference", "onnxruntime"], shapes=[{"x": (2, 4)}, {"x": (0, 4)}])
+    assert record.exit_code == 0
+    assert record.notes == [
+        "set 1 (x:2x4) output 'y': every value of the reference (reference's output) is 0, so any value within atol 1e-05 of zero would pass; "
+        "give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
+        "set 2 (x:0x4) output 'y': the reference (reference's output) is empty (0x4), so only its shape and dtype are "
         "compared; give shapes at which it has elements with --shape (shapes=).",
     ]
 

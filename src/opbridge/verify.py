@@ -1171,6 +1171,8 @@ def verify(
                     continue
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
                 record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared))
+                if record.runs[-1].status == "reference":  # (the first backend's outputs are the reference)
+                    _check_reference_values(record, i, expected[i], tol, f"the reference ({name}'s output)")  # type: ignore[arg-type]
         finally:
             runner.close()
     if torch_ref is not None:
@@ -1241,17 +1243,21 @@ def _varied_dims(
 
 
 def _check_reference_values(
-    record: VerifyRecord, index: int, want: Mapping[str, np.ndarray], tol: Mapping[str, tuple[Tolerance, str]]
+    record: VerifyRecord,
+    index: int,
+    want: Mapping[str, np.ndarray],
+    tol: Mapping[str, tuple[Tolerance, str]],
+    source: str = "the PyTorch reference",
 ) -> None:
     """Name the outputs of set ``index`` whose comparison proves nothing: every reference value NaN
     (an error: nothing compared), no element at all, or every value within atol of zero (notes: only
-    the shape is compared; zeros would pass)."""
+    the shape is compared; zeros would pass). ``source``: what gave the reference values, in words."""
     for name, value in want.items():
         array = np.asarray(value)
         where = f"set {index + 1} ({record.set_label(index)}) output {name!r}"
         if array.size == 0:
             record.notes.append(
-                f"{where}: the PyTorch reference output is empty ({format_shape(array.shape)}), so only its shape "
+                f"{where}: {source} is empty ({format_shape(array.shape)}), so only its shape "
                 "and dtype are compared; give shapes at which it has elements with --shape (shapes=)."
             )
             continue
@@ -1259,7 +1265,7 @@ def _check_reference_values(
             continue
         if np.isnan(array).all():
             record.errors.append(
-                f"{where}: every value of the PyTorch reference is NaN, so nothing of it is compared; give inputs "
+                f"{where}: every value of {source} is NaN, so nothing of it is compared; give inputs "
                 "in the ops' domain with --inputs FILE.npz (inputs=)."
             )
             continue
@@ -1267,12 +1273,12 @@ def _check_reference_values(
         largest = float(np.nanmax(np.abs(array)))
         if largest == 0.0 < atol:
             record.notes.append(
-                f"{where}: every PyTorch value is 0, so any value within atol {atol:g} of zero would pass; give "
+                f"{where}: every value of {source} is 0, so any value within atol {atol:g} of zero would pass; give "
                 f"atol 0 to ask for zeros, e.g. --tol {name}:{rtol:g},0."
             )
         elif largest <= atol:
             record.notes.append(
-                f"{where}: every PyTorch value is within atol {atol:g} of zero (the largest {largest:.3g}), so zeros "
+                f"{where}: every value of {source} is within atol {atol:g} of zero (the largest {largest:.3g}), so zeros "
                 f"would pass; give a smaller atol, e.g. --tol {name}:{rtol:g},{largest / 100:.1g}."
             )
 
