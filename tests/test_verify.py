@@ -1627,8 +1627,8 @@ def test_outputs_that_prove_nothing_are_named_without_a_pytorch_reference_too() 
     record = opbridge.verify(model, None, backends=["reference", "onnxruntime"], shapes=[{"x": (2, 4)}, {"x": (0, 4)}])
     assert record.exit_code == 0
     assert record.notes == [
-        "set 1 (x:2x4) output 'y': every value of the reference (reference's output) is 0, so any value within atol 1e-05 of zero would pass; "
-        "give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
+        "set 1 (x:2x4) output 'y': every value of the reference (reference's output) is 0, so any value within "
+        "atol 1e-05 of zero would pass; give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
         "set 2 (x:0x4) output 'y': the reference (reference's output) is empty (0x4), so only its shape and dtype are "
         "compared; give shapes at which it has elements with --shape (shapes=).",
     ]
