@@ -1013,3 +1013,24 @@ def test_reference_session_refuses_a_proto_without_outputs() -> None:
         ReferenceSession(model)
     with pytest.raises(opbridge.ModelLoadError, match=r"the given ModelProto: not a usable ONNX model"):
         ReferenceSession(onnx.ModelProto())
+
+
+def test_a_kernel_result_of_another_dtype_than_a_bfloat16_output_names_ml_dtypes() -> None:
+    """numpy has no bfloat16: the fix named result.astype(np.bfloat16), which fails."""
+    from onnx import TensorProto, helper
+
+    @opbridge.kernel("HalfWidth", domain="tests.ref.bf16")
+    def _half_width(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float32)
+
+    graph = helper.make_graph(
+        [helper.make_node("HalfWidth", ["x"], ["y"], domain="tests.ref.bf16", name="hw")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.ref.bf16", 1)]
+    )
+    with pytest.raises(opbridge.OpbridgeError, match=r"e\.g\. result\.astype\(ml_dtypes\.bfloat16\)"):
+        ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})

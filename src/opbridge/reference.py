@@ -305,12 +305,15 @@ def _check_dtypes(results: Sequence[Any], node: onnx.NodeProto, types: Mapping[s
         if got is None or got == want_name:
             continue
         try:
-            np_name = onnx.helper.tensor_dtype_to_np_dtype(want).name
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(want)
+            np_name = dtype.name
         except (KeyError, TypeError, ValueError):
-            np_name = want_name
+            dtype, np_name = None, want_name
+        # numpy's own dtypes by numpy's name; bfloat16 and the float8 types are ml_dtypes'
+        module = "np" if dtype is not None and dtype.type.__module__.startswith("numpy") else "ml_dtypes"
         raise OpbridgeError(
             f"{label}: output {i} ({name!r}) has dtype {result.dtype}, but the node's output type is {want_name}; "
-            f"return an array of dtype {np_name} (e.g. result.astype(np.{np_name}))."
+            f"return an array of dtype {np_name} (e.g. result.astype({module}.{np_name}))."
         )
 
 
