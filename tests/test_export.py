@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -823,7 +824,9 @@ def test_names_and_arguments_the_exporters_cannot_take_are_named(
     train = torch.nn.Sequential(torch.nn.Dropout(0.5), _Static2()).train()
     with caplog.at_level(logging.WARNING, logger="opbridge.export"):
         opbridge.export(train, (x,), tmp_path / "d.onnx", exporter="torchscript")
-    assert "exporting Sequential in training mode: its Dropout export as in training" in caplog.text
+    assert "the TorchScript exporter exports its Dropout as in eval mode" in caplog.text
+    assert "export as in training" not in caplog.text  # (torch.onnx's TorchScript exporter traces in eval mode)
+    assert [n.op_type for n in onnx.load(str(tmp_path / "d.onnx")).graph.node] == ["AddPair"]
 
 
 class _Weighted(torch.nn.Module):
@@ -1296,3 +1299,116 @@ def test_an_output_path_that_is_a_symbolic_link_loop_is_refused(tmp_path: Path) 
     (tmp_path / "later").symlink_to(tmp_path / "model.onnx")
     assert prepare_output(tmp_path / "later") == tmp_path / "model.onnx"
     assert (tmp_path / "a").is_symlink() and (tmp_path / "b").is_symlink()
+
+
+@opbridge.op("tests.export::Noise")
+def _noise(x: torch.Tensor, p: float = 0.1) -> torch.Tensor:
+    return x + p * torch.randn_like(x)
+
+
+@opbridge.op("tests.export::Signed")
+def _signed(x: torch.Tensor, k: float = 0.0) -> torch.Tensor:
+    return x + math.copysign(1.0, k)
+
+
+class _RepeatedCalls(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _noise(x), _noise(x), _signed(x, k=0.0), _signed(x, k=-0.0)
+
+
+def test_dynamo_keeps_each_call_of_an_op_a_node_of_its_own(tmp_path: Path) -> None:
+    """torch.onnx's optimizer merged two calls of an op on one input (as if pure): an op drawing random
+    numbers gave both outputs one draw, and attributes 0.0 and -0.0 (equal as floats) became one node."""
+    x = torch.zeros(2, 3)
+    result = opbridge.export(_RepeatedCalls(), (x,), tmp_path / "m.onnx", exporter="dynamo")
+    nodes = [n for n in result.model.graph.node if n.domain == "tests.export"]
+    assert [n.op_type for n in nodes] == ["Noise", "Noise", "Signed", "Signed"]
+    assert all(n.overload == "" for n in result.model.graph.node)
+    signs = [math.copysign(1.0, onnx.helper.get_attribute_value(n.attribute[0])) for n in nodes[2:]]
+    assert signs == [1.0, -1.0]
+    first, second, plus, minus = opbridge.InferenceSession(result.path).run(None, {"x": x.numpy()})
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(plus, np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(minus, -np.ones((2, 3), np.float32))
+
+
+class _KeywordSizeAsAttribute(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        assert y is not None
+        return x.sum() + repeat_rows(y, n=y.shape[0])
+
+
+class _DictSizeAsAttribute(torch.nn.Module):
+    def forward(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
+        return d["b"].sum() + repeat_rows(d["a"], n=d["a"].shape[0])
+
+
+def test_a_dynamic_dim_of_a_keyword_or_dict_input_that_came_out_static_is_refused(tmp_path: Path) -> None:
+    """Only positional inputs' dims were checked: a keyword input's, or a dict input's tensor's, came out
+    static silently."""
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    n = torch.export.Dim("n")
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"input 'y' dim 0 \(n\) was asked to be dynamic, but .* static \(2\)"):
+        opbridge.export(
+            _KeywordSizeAsAttribute(), (x,), target, kwargs={"y": y}, dynamic_shapes={"x": None, "y": {0: n}}
+        )
+    with pytest.raises(ExportError, match=r"input 'd_a' dim 0 \(n\) was asked to be dynamic, but .* static \(2\)"):
+        opbridge.export(_DictSizeAsAttribute(), ({"a": x, "b": y},), target, dynamic_shapes=({"a": {0: n}, "b": None},))
+    assert not target.exists()
+
+
+class _DictInput(torch.nn.Module):
+    def forward(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _add_pair(d["a"], d["b"] * 2)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_dict_last_in_args_is_a_positional_input_unless_its_keys_are_parameters(
+    tmp_path: Path, exporter: str
+) -> None:
+    """torch.onnx takes a dict last in args as keyword inputs: a forward taking a dict failed with "missing
+    a required argument: 'd'". Such a dict is now the positional input; one whose keys name the forward's
+    parameters left open (``(x, {'bias': b})``, ``(d, {})``) is still keyword inputs."""
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    for i, args in enumerate([({"a": a, "b": b},), ({"a": a, "b": b}, {})]):
+        result = opbridge.export(_DictInput(), args, tmp_path / f"d{i}.onnx", exporter=exporter)
+        assert [i.name for i in result.model.graph.input] == ["d_a", "d_b"]
+        (out,) = opbridge.InferenceSession(result.path).run(None, {"d_a": a.numpy(), "d_b": b.numpy()})
+        np.testing.assert_allclose(out, (a + b * 2).numpy(), rtol=1e-6, atol=1e-6)
+    result = opbridge.export(_KeywordInput(), (a, {"bias": b}), tmp_path / "kw.onnx", exporter=exporter)
+    assert [i.name for i in result.model.graph.input] == ["x", "bias"]
+
+
+def test_torchscript_refuses_dims_of_a_dict_input_and_an_example_outside_a_dims_bounds(tmp_path: Path) -> None:
+    """A dict input's dims crashed the conversion to dynamic_axes ("invalid literal for int()"); a Dim's
+    min/max were ignored where the example lies outside them (torch.export refuses that example)."""
+    a = torch.randn(2, 3)
+    batch = torch.export.Dim("batch")
+    with pytest.raises(ExportError, match=r"gives dims for input 'd', a dict: the TorchScript exporter takes"):
+        opbridge.export(
+            _DictInput(),
+            ({"a": a, "b": a},),
+            tmp_path / "d.onnx",
+            exporter="torchscript",
+            dynamic_shapes=({"a": {0: batch}, "b": {0: batch}},),
+        )
+    bounded = torch.export.Dim("rows", min=3, max=8)
+    with pytest.raises(ExportError, match=r"input 'x' dim 0 the Dim 'rows' of 3\.\.8, but the example .* size is 2"):
+        opbridge.export(_Static2(), (a,), tmp_path / "b.onnx", exporter="torchscript", dynamic_shapes=({0: bounded},))
+
+
+class _ScaledByNumber(torch.nn.Module):
+    def forward(self, x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
+        return scaled_swish(x, beta=k)
+
+
+def test_torchscript_names_a_number_given_as_an_example_input_for_an_attribute(tmp_path: Path) -> None:
+    """The TorchScript exporter makes ``3.0`` in ``(x, 3.0)`` a tensor input: the error blamed a size
+    (x.shape[0]) where the user passed a constant."""
+    with pytest.raises(
+        ExportError,
+        match=r"example inputs that are Python numbers \(\['k'\]\) tensor inputs.*"
+        r"exporter='dynamo'.*attribute 'beta' expects float, got Tensor",
+    ):
+        opbridge.export(_ScaledByNumber(), (torch.randn(2, 3), 3.0), tmp_path / "m.onnx", exporter="torchscript")

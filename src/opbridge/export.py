@@ -355,6 +355,24 @@ def _unexported_dtype_hint(model: Any, args: tuple[Any, ...], kwargs: Mapping[st
     return f"the TorchScript exporter cannot write tensors of dtype {dtype} ({where}): {fix}. "
 
 
+def _number_input_hint(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, text: str) -> str:
+    """Where an attribute got a tensor in a TorchScript export of a model given Python numbers as example
+    inputs: which inputs the exporter made tensors, and the fix; empty otherwise."""
+    if not re.search(r"attribute '\w+' expects \w+, got Tensor", text):
+        return ""
+    names = _positional_names(model, args, None)
+    numbers = [n for n, a in zip(names, args) if isinstance(a, (bool, int, float))]
+    numbers += [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], (bool, int, float))]  # type: ignore[index]
+    if not numbers:
+        return ""
+    return (
+        f"the TorchScript exporter makes example inputs that are Python numbers ({numbers}) tensor inputs, "
+        "which an op's attribute, a constant of the ONNX node, cannot take: make such a number a constant of "
+        "the model (an attribute of the module, or a default of forward left out of the example inputs), or "
+        "export with exporter='dynamo', which keeps it a constant. "
+    )
+
+
 def _axes_from_dims(
     model: Any,
     args: tuple[Any, ...],
@@ -364,19 +382,48 @@ def _axes_from_dims(
 ) -> dict[str, dict[int, str]]:
     """Convert torch.export-style ``dynamic_shapes`` into TorchScript ``dynamic_axes`` (keyword inputs'
     by their names)."""
+    import torch
+
     names = _input_names(model, args, kwargs, input_names)
     items = _shape_entries(model, args, names, dynamic_shapes)
+    values = list(args) + [kwargs[k] for k in names[len(args) :]]  # type: ignore[index]
     axes: dict[str, dict[int, str]] = {}
     for i, entry in enumerate(items):
         if not entry:
             continue
-        pairs = entry.items() if isinstance(entry, Mapping) else enumerate(entry)
+        if i < len(values) and not isinstance(values[i], torch.Tensor):
+            kind = type(values[i]).__name__
+            raise ExportError(
+                f"dynamic_shapes gives dims for input {names[i]!r}, a {kind}: the TorchScript exporter takes "
+                f"dynamic axes of tensor inputs only (it flattens a {kind} into inputs of its own). Export with "
+                f"exporter='dynamo', which takes dims for the {kind}'s tensors, or pass them as inputs of their own."
+            )
+        pairs = list(entry.items() if isinstance(entry, Mapping) else enumerate(entry))
+        if i < len(values):
+            _check_dim_bounds(names[i], values[i], pairs)
         axes[names[i]] = {
             int(a): str(getattr(d, "__name__", None) or f"{names[i]}_dim{a}")
             for a, d in pairs
             if d is not None and not _is_static_hint(d)
         }
     return axes
+
+
+def _check_dim_bounds(name: str, value: Any, pairs: Iterable[tuple[Any, Any]]) -> None:
+    """An ExportError where an example input's size is outside the ``min``/``max`` of the ``torch.export.Dim``
+    given for it, which torch.export refuses and TorchScript's ``dynamic_axes``, which carry no bounds, do not."""
+    for axis, dim in pairs:
+        low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+        if not isinstance(low, int) or -value.dim() > int(axis) or int(axis) >= value.dim():
+            continue
+        size = int(value.shape[int(axis)])
+        if size < low or (isinstance(high, int) and size > high):
+            bounds = f"{low}..{high}" if isinstance(high, int) else f">= {low}"
+            raise ExportError(
+                f"dynamic_shapes gives input {name!r} dim {axis} the Dim {getattr(dim, '__name__', dim)!r} of "
+                f"{bounds}, but the example input's size is {size}: give an example inside the bounds, or widen "
+                "them (torch.export refuses such an example; an ONNX file's dims carry no bounds either way)."
+            )
 
 
 def _shape_entries(model: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_shapes: Any) -> list[Any]:
@@ -405,16 +452,32 @@ def _is_static_hint(dim: Any) -> bool:
 
 
 def _check_dims_kept(
-    proto: onnx.ModelProto, model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None, shapes: Any
+    proto: onnx.ModelProto,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    input_names: Sequence[str] | None,
+    shapes: Any,
 ) -> None:
     """An ExportError where a dim ``shapes`` names with a ``torch.export.Dim`` came out static: torch.onnx
-    falls back to a strict trace, which specializes dims, when the first trace fails."""
+    falls back to a strict trace, which specializes dims, when the first trace fails. Positional and
+    keyword inputs are checked, and the tensors of a dict input (graph inputs ``<name>_<key>``)."""
     import torch
 
-    names = _positional_names(model, args, input_names)
+    keywords = _keyword_order(model, kwargs)
+    positional = _positional_names(model, args, input_names)
+    renamed = iter(positional[len(args) :])  # (input_names beyond the positional inputs name tensor keyword ones)
+    names = positional[: len(args)] + keywords
+    values = list(args) + [kwargs[k] for k in keywords]  # type: ignore[index]
     items = _shape_entries(model, args, names, shapes)
     graph_inputs = {i.name: i for i in proto.graph.input}
-    for name, entry in zip(names, items):
+    checked: list[tuple[str, Any]] = []
+    for name, value, entry in zip(names, values, items):
+        if isinstance(value, torch.Tensor):
+            checked.append((next(renamed, name) if name in keywords else name, entry))
+        elif isinstance(value, Mapping) and isinstance(entry, Mapping):
+            checked += [(f"{name}_{key}", entry.get(key)) for key in value]
+    for name, entry in checked:
         if not entry or name not in graph_inputs:
             continue
         dims = graph_inputs[name].type.tensor_type.shape.dim
@@ -472,11 +535,19 @@ def _traced_input_names(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, input_names: Sequence[str] | None
 ) -> list[str]:
     """The TorchScript graph's input names: as :func:`_input_names`, without the names of positional
-    arguments given as None (the traced graph has no input for them)."""
+    arguments given as None (the traced graph has no input for them), and a dict of tensors' as
+    ``<name>_<key>``, one input each."""
+    import torch
+
     if input_names:
         return _input_names(model, args, kwargs, input_names)
     names = _input_names(model, args, kwargs, None)
-    positional = [n for n, a in zip(names, args) if a is not None]
+    positional: list[str] = []
+    for name, arg in zip(names, args):
+        if isinstance(arg, Mapping) and arg and all(isinstance(v, torch.Tensor) for v in arg.values()):
+            positional += [f"{name}_{key}" for key in arg]  # (traced in the dict's order; named as dynamo names them)
+        elif arg is not None:
+            positional.append(name)
     return positional + names[len(args) :]
 
 
@@ -568,22 +639,67 @@ def _export_dynamo(
     with _quiet_exporter_logs():
         program = torch.onnx.export(
             model,
-            args,
+            _passed_args(args, kwargs),
             kwargs=kwargs,
             dynamo=True,
             custom_translation_table=table,
             dynamic_shapes=dynamic_shapes,
-            input_names=list(input_names) if input_names else None,
-            output_names=list(output_names) if output_names else None,
-            optimize=True,
+            optimize=False,
             verbose=False,
             **options,
         )
-    if program is None:
-        raise ExportError("torch.onnx.export returned no program")
+        if program is None:
+            raise ExportError("torch.onnx.export returned no program")
+        _optimize_keeping_calls(program, ops)
+    _rename_graph_values(program.model.graph.inputs, input_names)
+    _rename_graph_values(program.model.graph.outputs, output_names)
     proto = program.model_proto
     _distinct_outputs(proto)
     return proto
+
+
+# the overload that sets each opbridge node apart while torch.onnx's optimizer runs
+_CALL_OVERLOAD = "opbridge_call_"
+
+
+def _ir_nodes(model: Any) -> Iterator[Any]:
+    """Every node of an onnx_ir model: its graph's, its subgraphs' and its functions'."""
+    import onnx_ir as ir
+
+    yield from ir.traversal.RecursiveGraphIterator(model.graph)
+    for function in model.functions.values():
+        yield from ir.traversal.RecursiveGraphIterator(function)
+
+
+def _optimize_keeping_calls(program: Any, ops: list[OpDef]) -> None:
+    """Optimize ``program`` as torch.onnx's ``optimize=True`` does, keeping each call of an opbridge op
+    a node of its own: the optimizer's common subexpression elimination takes every node but ONNX's
+    Random* ones as pure, and merged two calls of one op on one input (an op that draws random numbers
+    gave both outputs one draw; attributes 0.0 and -0.0 compare equal). Each node has an overload of
+    its own meanwhile (an attribute would fail the op schema's shape inference)."""
+    keys = {(d.spec.domain, d.spec.name) for d in ops}
+    functions = set(program.model.functions)  # (a node that calls a function, or has an overload, is left as is)
+    nodes = [
+        n
+        for n in _ir_nodes(program.model)
+        if (n.domain, n.op_type) in keys and not n.overload and n.op_identifier() not in functions
+    ]
+    for i, node in enumerate(nodes):
+        node.overload = f"{_CALL_OVERLOAD}{i}"
+    try:
+        program.optimize()
+    finally:
+        for node in _ir_nodes(program.model):
+            if node.overload.startswith(_CALL_OVERLOAD):
+                node.overload = ""
+
+
+def _rename_graph_values(values: Sequence[Any], names: Sequence[str] | None) -> None:
+    """Name the graph's inputs or outputs ``names`` in order, as torch.onnx's ``input_names`` and
+    ``output_names`` do (after its optimizer, which export runs itself)."""
+    for value, name in zip(values, names or []):
+        value.metadata_props["pkg.torch.onnx.original_node_name"] = str(value.name)
+        value.name = name
 
 
 def _distinct_outputs(model: onnx.ModelProto) -> None:
@@ -753,7 +869,7 @@ def _export_torchscript(
     _register_torchscript(ops, opset)
     # Domains get their opset import (with the op's version) in _fix_opset_imports after
     # export: passing every known domain as custom_opsets here would warn about unused ones.
-    export_args: Any = args + (kwargs,) if kwargs else args
+    export_args: Any = args + (kwargs,) if kwargs else _passed_args(args, kwargs)
     with tempfile.TemporaryDirectory(prefix="opbridge_ts_") as workdir:
         raw_path = os.path.join(workdir, "model.onnx")
         torch.onnx.export(
@@ -966,6 +1082,32 @@ def _check_inlined(model: onnx.ModelProto) -> None:
 # --------------------------------------------------------------------------- API
 
 
+def _split_keyword_dict(model: Any, args: tuple[Any, ...], kwargs: Any) -> tuple[tuple[Any, ...], Any]:
+    """``args`` and ``kwargs`` with a dict last in ``args`` taken as keyword inputs, as torch.onnx takes it,
+    where ``kwargs`` is not given and the dict's keys name parameters that the other arguments leave open
+    (``(x, {'mask': m})``, ``(d, {})``); any other dict there is a positional input (a forward taking a dict)."""
+    if kwargs or not args or not isinstance(args[-1], dict):
+        return args, kwargs
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):  # (no signature: as torch.onnx takes it)
+        return args[:-1], dict(args[-1])
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    open_names = {p.name for p in positional[len(args) - 1 :] if p.kind is not p.POSITIONAL_ONLY}
+    open_names |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    if set(args[-1]) <= open_names:
+        return args[:-1], dict(args[-1])
+    return args, kwargs
+
+
+def _passed_args(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """``args`` as torch.onnx is to take them: an empty keyword dict after a dict that is a positional
+    input (torch.onnx takes a dict last in ``args`` as keyword inputs where ``kwargs`` is empty)."""
+    if not kwargs and args and isinstance(args[-1], dict):
+        return (*args, {})
+    return args
+
+
 def _distinct_examples(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[tuple[Any, ...], Any]:
     """``args`` and ``kwargs`` with each example tensor that shares memory with an earlier one as a copy:
     torch.export makes tensors that alias one graph input, and the model's other input is left unread
@@ -1045,6 +1187,7 @@ def export(
         raise ExportError(f"unknown exporter {exporter!r}; use 'dynamo' or 'torchscript'.")
     if not isinstance(args, tuple):
         args = (args,)
+    args, kwargs = _split_keyword_dict(model, args, kwargs)
     _check_argument_types(model, args, kwargs, opset_version, dynamic_axes)
     from opbridge._files import prepare_output
 
@@ -1098,10 +1241,18 @@ def export(
             )
     if isinstance(model, torch.nn.Module) and model.training:
         moded = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _training_modules())})
-        if moded:
+        if moded and exporter == "dynamo":
             logger.warning(
                 "exporting %s in training mode: its %s export as in training (active dropout, batch statistics); "
                 "call model.eval() before exporting for inference",
+                type(model).__name__,
+                ", ".join(moded),
+            )
+        elif moded:  # (torch.onnx's TorchScript exporter traces in eval mode by default)
+            logger.warning(
+                "exporting %s in training mode: the TorchScript exporter exports its %s as in eval mode (no "
+                "dropout, running batch statistics), unlike the model's training-mode forward; call model.eval() "
+                "before exporting so that the model and the file agree",
                 type(model).__name__,
                 ", ".join(moded),
             )
@@ -1131,7 +1282,7 @@ def export(
                         f"{len(proto.graph.output)}: one name per output, in order."
                     )
                 if shapes is not None:
-                    _check_dims_kept(proto, model, args, names, shapes)
+                    _check_dims_kept(proto, model, args, kwargs, names, shapes)
                 if dynamic_axes and output_names:
                     _note_output_dim_names(proto, dynamic_axes, output_names)
             else:
@@ -1173,7 +1324,11 @@ def export(
                     "writes the graph with it), which is not installed: pip install 'onnxscript>=0.6', or export "
                     "with exporter='torchscript' (--exporter torchscript)."
                 ) from exc
-            hint = _unexported_dtype_hint(model, args, kwargs, text) if exporter == "torchscript" else ""
+            hint = (
+                _unexported_dtype_hint(model, args, kwargs, text) + _number_input_hint(model, args, kwargs, text)
+                if exporter == "torchscript"
+                else ""
+            )
             raise ExportError(
                 f"{exporter} export of {type(model).__name__} failed: {hint}{text}{_causes(exc)}"
             ) from exc

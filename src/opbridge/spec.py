@@ -179,13 +179,16 @@ class AttrSpec:
 
 def _traced_size_hint(value: Any) -> str:
     """What to say of a 0-d tensor given for an attribute: the TorchScript exporter traces sizes such as
-    ``x.shape[0]`` as tensors, where eager PyTorch gives an int."""
+    ``x.shape[0]`` as tensors, where eager PyTorch gives an int, and makes a Python number given as an
+    example input of the model a tensor input."""
     if type(value).__name__ != "Tensor" or getattr(value, "ndim", None) != 0:
         return ""
     return (
         " An attribute is a constant of the ONNX node: where this value comes from a size (x.shape[0]), the "
         "TorchScript exporter traces it as a tensor; pass a constant, or take the value as a tensor input "
-        "if it must follow the input's shape."
+        "if it must follow the input's shape; where it is a Python number given as an example input of the "
+        "model (export(model, (x, 3.0))), the exporter made it a tensor input: make it a constant of the "
+        "model, or export with exporter='dynamo'."
     )
 
 
