@@ -1034,3 +1034,42 @@ def test_a_kernel_result_of_another_dtype_than_a_bfloat16_output_names_ml_dtypes
     )
     with pytest.raises(opbridge.OpbridgeError, match=r"e\.g\. result\.astype\(ml_dtypes\.bfloat16\)"):
         ReferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+@opbridge.op("tests.reference.names::Shifted")
+def _shifted(
+    x: torch.Tensor, run: float = 0.0, output: int = 1, domain: str = "a", onnx_node: float = 0.0
+) -> torch.Tensor:
+    return x * output + run + len(domain) + onnx_node
+
+
+@pytest.mark.parametrize("ref", [False, True], ids=["direct", "in_function"])
+def test_attributes_named_like_the_evaluators_own_members_reach_the_op(ref: bool) -> None:
+    """The evaluator stores a node's attributes on its op object: an attribute named ``run`` replaced the
+    method that runs the node, and ``output``, ``domain`` or ``onnx_node`` the evaluator's own fields."""
+    attrs = {"run": 0.5, "output": 3, "domain": "abcd", "onnx_node": 0.25}
+    given = [helper.make_attribute(name, value) for name, value in attrs.items()]
+    node = helper.make_node("Shifted", ["x"], ["y"], domain="tests.reference.names")
+    functions = []
+    domains = {"tests.reference.names": 1}
+    if ref:
+        types = {"run": onnx.AttributeProto.FLOAT, "output": onnx.AttributeProto.INT}
+        types.update(domain=onnx.AttributeProto.STRING, onnx_node=onnx.AttributeProto.FLOAT)
+        node.attribute.extend(ref_attr(name, name, kind) for name, kind in types.items())
+        body = helper.make_function(
+            "tests.reference.fn",
+            "Wrap",
+            ["x"],
+            ["y"],
+            [node],
+            [helper.make_opsetid("tests.reference.names", 1)],
+            attributes=list(types),
+        )
+        node, functions = helper.make_node("Wrap", ["x"], ["y"], domain="tests.reference.fn"), [body]
+        domains["tests.reference.fn"] = 1
+    node.attribute.extend(given)
+    model = one_node_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains, functions)
+    x = np.array([1.0, -2.0], np.float32)
+    (y,) = ReferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x * 3 + 0.5 + 4 + 0.25)
+    np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], y)

@@ -346,6 +346,47 @@ def _node_error(exc: Exception) -> type[OpbridgeError]:
     return next((ours for base, ours in kinds if isinstance(exc, base)), OpbridgeError)
 
 
+def _load_node_only(self: Any) -> None:
+    """``OpRun._load_attributes`` for opbridge's op classes: onnx.reference sets each attribute of the node on
+    the op object, where one named like its members (``run``, ``output``, ``domain``, ``onnx_node``)
+    replaced them; these classes read the node's attributes themselves."""
+    self.has_linked_attribute = any(a.ref_attr_name for a in self.onnx_node.attribute)
+    self.attributes_names_ = set()
+
+
+def _linked(node: onnx.NodeProto, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The values of ``node``'s attributes that reference the calling function's, by the node's names;
+    one the call leaves out is None (absent, as ONNX defines it)."""
+    return {a.name: (given or {}).get(a.ref_attr_name) for a in node.attribute if a.ref_attr_name}
+
+
+def _call_class(function: onnx.FunctionProto, body: Any) -> type:
+    """An ``OpFunction`` subclass that runs calls of the model-local ``function`` on ``body``, its
+    evaluator: onnx.reference's own sets the call's attributes on the op object, which failed for one
+    named like its members (``output``, ``domain``)."""
+    from onnx.reference.op_run import OpFunction, OpRun
+
+    def init(self: Any, onnx_node: onnx.NodeProto, run_params: dict[str, Any]) -> None:
+        OpRun.__init__(self, onnx_node, run_params)
+        self.impl_ = body
+        self.attributes_ = {
+            a.name: self._extract_attribute_value(a) for a in onnx_node.attribute if not a.ref_attr_name
+        }
+
+    def run(self: Any, *inputs: Any, linked_attributes: Mapping[str, Any] | None = None, **_: Any) -> tuple[Any, ...]:
+        if len(inputs) != len(body.input_names):
+            raise RuntimeError(
+                f"{function.domain}::{function.name} takes {len(body.input_names)} input(s), the node gives "
+                f"{len(inputs)}."
+            )
+        linked = {k: v for k, v in _linked(self.onnx_node, linked_attributes).items() if v is not None}
+        results = body.run(None, dict(zip(body.input_names, inputs)), attributes={**self.attributes_, **linked})
+        return self._check_and_fix_outputs(tuple(results))
+
+    members = {"__init__": init, "_load_attributes": _load_node_only, "run": run}
+    return type(function.name, (OpFunction,), {"op_domain": function.domain, "op_schema": None, **members})
+
+
 def _op_class(
     domain: str,
     op_type: str,
@@ -357,7 +398,10 @@ def _op_class(
     types the model gives the outputs of its nodes (where known), which the results must have."""
     from onnx.reference.op_run import OpRun
 
-    def _run(self: Any, *inputs: Any, **linked: Any) -> tuple[Any, ...]:
+    def run(self: Any, *inputs: Any, linked_attributes: Mapping[str, Any] | None = None, **_: Any) -> tuple[Any, ...]:
+        return self._check_and_fix_outputs(_run(self, inputs, _linked(self.onnx_node, linked_attributes)))
+
+    def _run(self: Any, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
         node = self.onnx_node
         try:
             results = runner(node, inputs, linked)
@@ -387,7 +431,8 @@ def _op_class(
         return results
 
     # op_schema = None: attribute defaults come from the op spec, not from onnx.defs.
-    return type(op_type, (OpRun,), {"op_domain": domain, "op_schema": None, "_run": _run, "__doc__": source})
+    members = {"_load_attributes": _load_node_only, "run": run, "_run": _run}
+    return type(op_type, (OpRun,), {"op_domain": domain, "op_schema": None, **members, "__doc__": source})
 
 
 def _callees_first(functions: Sequence[onnx.FunctionProto]) -> list[onnx.FunctionProto]:
@@ -640,19 +685,20 @@ def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any
 
     ``ReferenceEvaluator(model, new_ops=...)`` gives the custom ops to the main
     graph only; a function body calling a custom op would not find it. The
-    functions are built here, callees first, each with the ops and the functions
-    built before it, and the main graph is evaluated with them. The functions'
+    functions are built here, callees first, each with the ops and the calls of
+    the functions built before it (:func:`_call_class`), and the main graph is
+    evaluated with them. The functions'
     attribute defaults are first written into the nodes that call them (in
     place: ``proto`` is the session's own copy).
     """
     from onnx.reference import ReferenceEvaluator
 
     _fill_function_defaults(proto, {(getattr(cls, "op_domain", ""), cls.__name__) for cls in new_ops})
-    functions: list[Any] = []
+    calls: list[type] = []  # (after new_ops: where both cover a node, the evaluator takes the first)
     for fn in _callees_first(proto.functions):
-        functions.append(ReferenceEvaluator(fn, functions=list(functions), new_ops=new_ops, verbose=verbose))
+        calls.append(_call_class(fn, ReferenceEvaluator(fn, new_ops=[*new_ops, *calls], verbose=verbose)))
     opsets = {o.domain: o.version for o in proto.opset_import}
-    return ReferenceEvaluator(proto.graph, opsets=opsets, functions=functions, new_ops=new_ops, verbose=verbose)
+    return ReferenceEvaluator(proto.graph, opsets=opsets, new_ops=[*new_ops, *calls], verbose=verbose)
 
 
 class ReferenceSession:
