@@ -48,6 +48,19 @@ def custom_node_model(
     return make_model(nodes, [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])], domains=domains)
 
 
+def legacy_model(op_type: str, opset: int, domain: str = "") -> onnx.ModelProto:
+    """One ``op_type`` node of ``domain`` (a default-domain op of a legacy export by default) in a model of
+    default opset ``opset``: float32 x[2] -> y[2]."""
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["y"], name="legacy0", domain=domain)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=imports)
+
+
 def swish_function(domain: str, name: str) -> onnx.FunctionProto:
     """A model-local function ``domain::name(x) = x * sigmoid(x)``."""
     return helper.make_function(

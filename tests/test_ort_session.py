@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from _graph_models import legacy_model
 from conftest import run_script
 from onnx import TensorProto, helper
 from torch import nn
@@ -197,39 +198,9 @@ def test_legacy_two_output_op_in_default_domain(tmp_path: Path) -> None:
     assert seen["int_attr"] == [2, 2]
 
 
-@opbridge.kernel("LegacyScaleForSessions", domain="", since_version=1)
-def _legacy_scale_v1(x):
-    return x * np.float32(2)
-
-
-@opbridge.kernel("LegacyScaleForSessions", domain="", since_version=13)
-def _legacy_scale_v13(x):
-    return x * np.float32(3)
-
-
 @opbridge.kernel("Swish", domain="")
 def _legacy_swish(x):
     return x * np.float32(0.5)
-
-
-def _legacy_model(op_type: str, opset: int) -> onnx.ModelProto:
-    """One default-domain ``op_type`` node in a model of default opset ``opset``."""
-    graph = helper.make_graph(
-        [helper.make_node(op_type, ["x"], ["y"], name="legacy0")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-@pytest.mark.parametrize(("opset", "factor"), [(11, 2.0), (17, 3.0)])
-def test_sessions_agree_on_the_default_domain_kernel_of_the_model_opset(opset: int, factor: float) -> None:
-    """The reference session ran the kernel registered since version 13 at opset 11, ONNX Runtime version 1's."""
-    model = _legacy_model("LegacyScaleForSessions", opset)
-    x = np.array([1.0, -2.0], np.float32)
-    for session in (opbridge.InferenceSession(model), opbridge.ReferenceSession(model)):
-        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * np.float32(factor))
 
 
 def test_a_default_domain_kernel_only_for_later_opsets_is_named_with_its_version() -> None:
@@ -240,7 +211,7 @@ def test_a_default_domain_kernel_only_for_later_opsets_is_named_with_its_version
         return x
 
     with pytest.raises(opbridge.UnknownOpError) as err:
-        opbridge.InferenceSession(_legacy_model("LegacyOnlyNewForSessions", 11))
+        opbridge.InferenceSession(legacy_model("LegacyOnlyNewForSessions", 11))
     text = str(err.value)
     assert "<default>::LegacyOnlyNewForSessions (opset 11), node(s) 'legacy0'" in text
     assert "registered only from opset version 13 on" in text and "the model imports opset 11" in text
@@ -250,7 +221,7 @@ def test_a_default_domain_kernel_only_for_later_opsets_is_named_with_its_version
 def test_an_onnx_op_name_of_a_later_opset_runs_its_kernel_in_an_older_model() -> None:
     """ONNX has Swish from opset 24 on; an opset-11 legacy export's Swish node failed in ONNX Runtime
     ("No Op registered for Swish with domain_version of 11")."""
-    sess = opbridge.InferenceSession(_legacy_model("Swish", 11))
+    sess = opbridge.InferenceSession(legacy_model("Swish", 11))
     assert sess.moved_ops == ["Swish"]
     x = np.array([1.0, -2.0], np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * np.float32(0.5))

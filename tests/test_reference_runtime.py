@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from _graph_models import legacy_model
 from conftest import EXPORTERS, SEED_IDS, SEED_TOLERANCE, SHAPE_IDS, seed_by_name
 from conftest import seed_case as shared_seed_case
 from onnx import TensorProto, helper
@@ -406,28 +407,18 @@ def _legacy_rms(x):
     return x * np.float32(0.5)
 
 
-def _legacy_model(op_type: str, opset: int, domain: str = "") -> onnx.ModelProto:
-    """One ``op_type`` node of ``domain`` in a model of default opset ``opset``."""
-    graph = helper.make_graph(
-        [helper.make_node(op_type, ["x"], ["y"], domain=domain)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    return helper.make_model(graph, opset_imports=imports)
-
-
 @pytest.mark.parametrize(
     ("opset", "domain", "factor"),
     [(11, "", 2.0), (17, "", 3.0), (11, "opbridge.legacy", 2.0), (17, "opbridge.legacy", 3.0)],
     ids=["opset11", "opset17", "rewritten-opset11", "rewritten-opset17"],
 )
 def test_default_domain_kernel_is_the_one_for_the_model_opset(opset: int, domain: str, factor: float) -> None:
-    """The kernel registered since version 13 ran at opset 11 too (ONNX Runtime's bridge ran version 1's)."""
+    """The kernel registered since version 13 ran at opset 11 too, where ONNX Runtime's bridge ran version
+    1's: both sessions take the kernel of the model's opset."""
     x = np.array([1.0, -2.0], np.float32)
-    (y,) = ReferenceSession(_legacy_model("LegacyScaleForTests", opset, domain)).run(None, {"x": x})
-    np.testing.assert_array_equal(y, x * np.float32(factor))
+    model = legacy_model("LegacyScaleForTests", opset, domain)
+    for session in (ReferenceSession(model), opbridge.InferenceSession(model)):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * np.float32(factor))
 
 
 def test_a_default_domain_kernel_only_for_later_opsets_is_refused_with_the_reason() -> None:
@@ -436,7 +427,7 @@ def test_a_default_domain_kernel_only_for_later_opsets_is_refused_with_the_reaso
         return x
 
     with pytest.raises(opbridge.UnknownOpError) as info:
-        ReferenceSession(_legacy_model("LegacyOnlyNewForTests", 11))
+        ReferenceSession(legacy_model("LegacyOnlyNewForTests", 11))
     text = str(info.value)
     assert "<default>::LegacyOnlyNewForTests (opset 11)" in text
     assert "registered only from opset version 13 on" in text and "the model imports opset 11" in text
@@ -447,10 +438,10 @@ def test_an_onnx_op_name_of_a_later_opset_is_a_custom_op_of_an_older_model() -> 
     """ONNX has RMSNormalization from opset 23 on: in an opset-11 model it is a legacy custom op."""
     from opbridge.legacy_domain import default_domain_custom_nodes, is_standard_op
 
-    model = _legacy_model("RMSNormalization", 11)
+    model = legacy_model("RMSNormalization", 11)
     assert [n.op_type for n in default_domain_custom_nodes(model)] == ["RMSNormalization"]
     assert not is_standard_op("RMSNormalization", 11) and is_standard_op("RMSNormalization", 23)
-    assert is_standard_op("RMSNormalization") and not default_domain_custom_nodes(_legacy_model("RMSNormalization", 23))
+    assert is_standard_op("RMSNormalization") and not default_domain_custom_nodes(legacy_model("RMSNormalization", 23))
     x = np.array([1.0, -2.0], np.float32)
     (y,) = ReferenceSession(model).run(None, {"x": x})
     np.testing.assert_array_equal(y, x * np.float32(0.5))
