@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "strip_tensors",
     "subgraphs",
     "too_large",
+    "value_types",
     "walk_nodes",
     "write_model",
 ]
@@ -319,30 +320,44 @@ def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
     )
 
 
-def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
-    """Element type of each value the graph (and its subgraphs) declares; where a ``wanted`` value is not
-    declared (a custom node's output feeding another node), ONNX shape inference with opbridge's schemas
-    gives it."""
-    types: dict[str, int] = {}
+def value_types(
+    model: onnx.ModelProto, wanted: Sequence[str] = (), known: Callable[[onnx.TypeProto], bool] = lambda t: True
+) -> dict[str, onnx.TypeProto]:
+    """The tensor type of each value the graph and its subgraphs declare (initializers' from their data), where
+    ``known`` takes it; where a ``wanted`` value has none so (a custom node's output feeding another node),
+    ONNX shape inference with opbridge's schemas may give it.
+
+    Example:
+        >>> ranks = {n: len(t.tensor_type.shape.dim) for n, t in value_types(model).items()}  # doctest: +SKIP
+    """
+    import onnx
+
+    types: dict[str, onnx.TypeProto] = {}
 
     def collect(graph: onnx.GraphProto) -> None:
         for g in [graph, *subgraphs(graph)]:  # (the If/Loop/Scan bodies' values too)
-            for vi in list(g.value_info) + list(g.output) + list(g.input):
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                    types[vi.name] = vi.type.tensor_type.elem_type
+            for vi in [*g.value_info, *g.output, *g.input]:
+                if vi.type.HasField("tensor_type") and known(vi.type):
+                    types[vi.name] = vi.type
+            for t in g.initializer:
+                types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
 
     collect(model.graph)
     if any(name not in types for name in wanted):
-        import onnx
-
         import opbridge
 
         try:
             opbridge.register_onnx_schemas()
             collect(onnx.shape_inference.infer_shapes(model).graph)
         except Exception as exc:  # the types stay unknown
-            logger.debug("shape inference could not type the custom nodes' outputs: %s", exc)
+            logger.debug("shape inference could not type the values %s: %s", sorted(set(wanted) - set(types)), exc)
     return types
+
+
+def elem_types(model: onnx.ModelProto, wanted: Sequence[str] = ()) -> dict[str, int]:
+    """Element type of each value the graph (and its subgraphs) declares, as :func:`value_types` gives it."""
+    typed = value_types(model, wanted, lambda t: bool(t.tensor_type.elem_type))
+    return {name: t.tensor_type.elem_type for name, t in typed.items()}
 
 
 def external_files(source: Path, model: onnx.ModelProto | None = None) -> list[Path]:

@@ -396,29 +396,10 @@ def _called_functions(model: Any) -> set[tuple[str, str]]:
 def _ranks(model: Any, wanted: set[str]) -> dict[str, int]:
     """The rank of each value of the graph and its subgraphs that declares a shape; where a ``wanted``
     one declares none (a custom node's output), ONNX shape inference with opbridge's schemas may give it."""
-    from opbridge.model_io import subgraphs
+    from opbridge.model_io import value_types
 
-    ranks: dict[str, int] = {}
-
-    def collect(graph: Any) -> None:
-        for g in [graph, *subgraphs(graph)]:
-            for vi in [*g.value_info, *g.output, *g.input]:
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-                    ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
-            ranks.update((t.name, len(t.dims)) for t in g.initializer)
-
-    collect(model.graph)
-    if any(name not in ranks for name in wanted):
-        import onnx
-
-        import opbridge
-
-        try:
-            opbridge.register_onnx_schemas()
-            collect(onnx.shape_inference.infer_shapes(model).graph)
-        except Exception as exc:  # the ranks stay unknown
-            logger.debug("shape inference could not give the plugin inputs' ranks: %s", exc)
-    return ranks
+    shaped = value_types(model, sorted(wanted), lambda t: t.tensor_type.HasField("shape"))
+    return {name: len(t.tensor_type.shape.dim) for name, t in shaped.items()}
 
 
 def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]]:
