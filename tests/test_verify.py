@@ -1593,9 +1593,15 @@ class _Zeros(torch.nn.Module):
         return x * 0.0
 
 
-def test_empty_and_all_zero_reference_outputs_are_named() -> None:
+@pytest.mark.parametrize(
+    ("with_torch", "source"),
+    [(True, "the PyTorch reference"), (False, "the reference (reference's output)")],
+    ids=["pytorch_reference", "first_backend_reference"],
+)
+def test_empty_and_all_zero_reference_outputs_are_named(with_torch: bool, source: str) -> None:
     """An output with no element at a set, or one whose reference is 0 everywhere (where a backend's
-    9e-6 passes under atol 1e-5), passed with no word."""
+    9e-6 passes under atol 1e-5), passed with no word; with no PyTorch reference the first backend's
+    outputs are the reference, and the same notes apply."""
     f32 = onnx.TensorProto.FLOAT
     model = _model(
         [helper.make_node("Mul", ["x", "zero"], ["y"])],
@@ -1603,34 +1609,15 @@ def test_empty_and_all_zero_reference_outputs_are_named() -> None:
         [helper.make_tensor_value_info("y", f32, ["n", 4])],
     )
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero"))
-    record = opbridge.verify(
-        model, (_Zeros(), (torch.randn(2, 4),)), backends=["reference"], shapes=[{"x": (2, 4)}, {"x": (0, 4)}]
-    )
+    reference = (_Zeros(), (torch.randn(2, 4),)) if with_torch else None
+    backends = ["reference"] if with_torch else ["reference", "onnxruntime"]
+    record = opbridge.verify(model, reference, backends=backends, shapes=[{"x": (2, 4)}, {"x": (0, 4)}])
     assert record.exit_code == 0
     assert record.notes == [
-        "set 1 (x:2x4) output 'y': every value of the PyTorch reference is 0, so any value within atol 1e-05 of zero would pass; "
-        "give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
-        "set 2 (x:0x4) output 'y': the PyTorch reference is empty (0x4), so only its shape and dtype are "
-        "compared; give shapes at which it has elements with --shape (shapes=).",
-    ]
-
-
-def test_outputs_that_prove_nothing_are_named_without_a_pytorch_reference_too() -> None:
-    """With no PyTorch reference the first backend's outputs are the reference: the same notes apply."""
-    f32 = onnx.TensorProto.FLOAT
-    model = _model(
-        [helper.make_node("Mul", ["x", "zero"], ["y"])],
-        [helper.make_tensor_value_info("x", f32, ["n", 4])],
-        [helper.make_tensor_value_info("y", f32, ["n", 4])],
-    )
-    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero"))
-    record = opbridge.verify(model, None, backends=["reference", "onnxruntime"], shapes=[{"x": (2, 4)}, {"x": (0, 4)}])
-    assert record.exit_code == 0
-    assert record.notes == [
-        "set 1 (x:2x4) output 'y': every value of the reference (reference's output) is 0, so any value within "
-        "atol 1e-05 of zero would pass; give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
-        "set 2 (x:0x4) output 'y': the reference (reference's output) is empty (0x4), so only its shape and dtype are "
-        "compared; give shapes at which it has elements with --shape (shapes=).",
+        f"set 1 (x:2x4) output 'y': every value of {source} is 0, so any value within atol 1e-05 of zero would "
+        "pass; give atol 0 to ask for zeros, e.g. --tol y:0.001,0.",
+        f"set 2 (x:0x4) output 'y': {source} is empty (0x4), so only its shape and dtype are compared; give "
+        "shapes at which it has elements with --shape (shapes=).",
     ]
 
 

@@ -833,9 +833,11 @@ def _output_tolerances(
     atol: float | None,
     *,
     checks_only: bool = False,
+    low_defaults: dict[str, str] | None = None,
 ) -> dict[str, tuple[Tolerance, str]]:
     """Each output's tolerance and where it comes from; ``checks_only``: only refuse bad arguments (the
-    graph walk, which runs shape inference, is left out)."""
+    graph walk, which runs shape inference, is left out); ``low_defaults`` (filled where given): each
+    output whose tolerance is, in part, the default of a low-precision dtype, and that dtype."""
     import numbers
 
     given: dict[str, Tolerance] = {}
@@ -896,6 +898,8 @@ def _output_tolerances(
                 others = list(dict.fromkeys(found.other))
                 named = f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
                 source += f"; default for {low} ({named})" if low else f"; default for {named}"
+        if low and (not hits or found.other) and low_defaults is not None and (rtol is None or atol is None):
+            low_defaults[o.name] = low
         if rtol is not None and atol is not None:
             out[o.name] = (Tolerance(rtol, atol), "--rtol/--atol")
         elif rtol is not None:  # the other one stays what would apply without the flag
@@ -1033,7 +1037,8 @@ def verify(
             m.name: tuple(int(d) for d in getattr(t, "shape", ())) for m, t in zip(meta, torch_ref.example_inputs)
         }
     # (after the reference's factory ran: the ops it defines declare their tolerances)
-    tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol)
+    low_defaults: dict[str, str] = {}
+    tol = _output_tolerances(proto, out_meta, tolerances, rtol, atol, low_defaults=low_defaults)
 
     feeds: list[dict[str, np.ndarray]] = []
     sets: list[dict[str, tuple[int, ...]]] = []
@@ -1170,7 +1175,7 @@ def verify(
                 if isinstance(expected[i], str):  # the reference failed on this set: said once, above
                     continue
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
-                record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared))
+                record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared, low_defaults))
                 if record.runs[-1].status == "reference":  # (the first backend's outputs are the reference)
                     _check_reference_values(record, i, expected[i], tol, f"the reference ({name}'s output)")  # type: ignore[arg-type]
         finally:
@@ -1353,6 +1358,7 @@ def _run_one(
     expected: list[dict[str, np.ndarray] | str],
     tol: Mapping[str, tuple[Tolerance, str]],
     declared: Mapping[str, tuple[int | None, ...]] | None = None,
+    low_defaults: Mapping[str, str] | None = None,
 ) -> RunReport:
     ref = expected[index]
     assert not isinstance(ref, str), "a set whose reference failed is not run"
@@ -1388,21 +1394,18 @@ def _run_one(
             continue
         compared = compare_arrays(got[out_name], want, tolerance, out_name)
         compared = _against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name))
-        low = _LOW_PRECISION_DEFAULT.search(tol.get(out_name, (tolerance, ""))[1])
+        low = (low_defaults or {}).get(out_name)
         if low and not compared.passed and compared.mismatched:
             compared = dataclasses.replace(
                 compared,
-                reason=f"{compared.reason}; the default for {low[1]} applied: where this is the rounding of a "
-                f"{low[1]} op, declare its tolerance (@opbridge.op(..., tolerances={{{low[1]!r}: Tolerance(rtol, "
+                reason=f"{compared.reason}; the default for {low} applied: where this is the rounding of a "
+                f"{low} op, declare its tolerance (@opbridge.op(..., tolerances={{{low!r}: Tolerance(rtol, "
                 f"atol)}})) or give the output one with --tol {out_name}:RTOL,ATOL (tolerances=)",
             )
         outputs.append(compared)
     status = "pass" if all(o.passed for o in outputs) else "fail"
     return RunReport(name, index, status, outputs, seconds=seconds)
 
-
-# A tolerance source (see _output_tolerances) naming the default of a low-precision dtype
-_LOW_PRECISION_DEFAULT = re.compile(rf"default for ({'|'.join(map(re.escape, _DEFAULTS))})\b")
 
 # How each backend's bridge refuses a kernel's result of another dtype or shape than the node's
 # (ONNX Runtime's bridge and the reference session: "output 0 has dtype float64, but the node's output
