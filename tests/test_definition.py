@@ -746,6 +746,26 @@ def test_float_attributes_reach_the_reference_as_onnx_carries_them() -> None:
     assert _steps(x, step=0.8).tolist()[0] == 8 + float(np.float32(0.1)) * 1e8  # 0.800000011920929
 
 
+class _CallsSteps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _steps(x, step=0.7, scales=[0.1])
+
+
+@pytest.mark.parametrize("path", ["compile", "exported_module", "torch_ops"])
+def test_float_attributes_reach_the_reference_as_onnx_carries_them_on_every_torch_path(path: str) -> None:
+    """Compiled code, an ExportedProgram's module and a direct torch.ops call gave the reference the double
+    0.7 (int(0.7 * 10) = 7), where eager PyTorch and every runtime compute with 0.699999988 (6)."""
+    x = torch.ones(2, dtype=torch.float64)
+    want = 6 + float(np.float32(0.1)) * 1e8
+    if path == "compile":
+        got = torch.compile(_CallsSteps(), backend="eager", fullgraph=True)(x)
+    elif path == "exported_module":
+        got = torch.export.export(_CallsSteps(), (x,)).module()(x)
+    else:
+        got = getattr(torch.ops.opbridge, _steps.torch_op_name.split("::")[-1])(x, 0.7, [0.1])
+    assert got.tolist() == [want, want]
+
+
 @pytest.mark.parametrize(
     "strings", [(), ("",), ("", ""), ("a:b", "12:x"), ("3:", ":"), ("日本語", "ß", "\n\x00"), ("9" * 12,)]
 )

@@ -1008,11 +1008,19 @@ def _version(t: Any) -> int | None:
 
 
 def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
-    """A torch op's arguments as (tensor inputs, attribute values by name)."""
+    """A torch op's arguments as (tensor inputs, attribute values by name), FLOAT and FLOATS values that are
+    numbers rounded to float32 as an eager call rounds them: compiled code, an ExportedProgram's module and
+    direct ``torch.ops`` calls hand the op the value as given (0.7, where the ONNX node carries 0.699999988)."""
     n = len(opdef.spec.inputs)
     if len(args) == n:
         return list(args), {}
     attrs = {a.name: _decode_attr(a, v) for a, v in zip(opdef.spec.attributes, args[n:])}
+    for a in opdef.spec.attributes:
+        value = attrs.get(a.name)
+        if a.type is AttrType.FLOAT and type(value) is float:  # (a symbolic float under tracing stays as it is)
+            attrs[a.name] = _float32(value)
+        elif a.type is AttrType.FLOATS and isinstance(value, tuple) and all(type(v) is float for v in value):
+            attrs[a.name] = tuple(_float32(v) for v in value)
     return list(args[:n]), attrs
 
 
