@@ -685,16 +685,31 @@ class _MaskOnward(torch.nn.Module):
         return torch.where(mask & (x < 1), x, -x), mask
 
 
+@opbridge.op("tests.backends::ShiftAndSign")
+def _shift_and_sign(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x + 2, x > 0
+
+
+class _SignOnward(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shifted, sign = _shift_and_sign(x)
+        return torch.where(sign, shifted, x), sign
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize(
-    ("model", "dtype"), [(_IndicesOnward, np.int64), (_MaskOnward, np.bool_)], ids=["int64-indices", "bool-mask"]
+    ("model", "dtype"),
+    [(_IndicesOnward, np.int64), (_MaskOnward, np.bool_), (_SignOnward, np.bool_)],
+    ids=["int64-indices", "bool-mask", "bool-after-float"],
 )
 def test_openvino_runs_standard_ops_on_lowered_outputs_of_custom_nodes(
     tmp_path, exporter: str, model: type[torch.nn.Module], dtype: type
 ) -> None:
     """The CPU plugin computes int64 in int32 and bool in uint8 while compiling, but not a custom op's
     output: ``indices + 1`` met int64 and int32 ("Arguments do not have the same element type"), And and
-    Where met a boolean ("unsupported src_prc: boolean"). The model's own outputs keep their types."""
+    Where met a boolean ("unsupported src_prc: boolean"). The model's own outputs keep their types. A bool
+    output after a float one read output 0 (a Convert from uint8 to boolean there took the float output:
+    x + 2 > 0, not x > 0)."""
     _needs("openvino")
     path = tmp_path / "onward.onnx"
     x = torch.randn(3, 5)

@@ -745,18 +745,27 @@ def _plugin_type(etype: Any) -> Any | None:
 
 
 def _converter(cls: type) -> Any:
+    import openvino as ov
     import openvino.opset13 as opset
 
     def convert(ctx: Any) -> Any:
         inputs = [ctx.get_input(i) for i in range(ctx.get_input_size())]
         node = cls(inputs, int(ctx.get_attribute(_NODE_ATTR, -1)))
-        # an int64, bool or float64 output is made as int32, uint8 or float32 (validate_and_infer_types): a Convert gives
-        # the graph its type, which the plugin's precision pass then lowers with the rest of the graph
+        # an int64, bool or float64 output is made as int32, uint8 or float32 (validate_and_infer_types): an op
+        # gives the graph its type, which the plugin's precision pass then lowers with the rest of the graph
         wanted = node._infer_outputs()
-        return [
-            opset.convert(out, wanted[i][0]).output(0) if i < len(wanted) and _plugin_type(wanted[i][0]) else out
-            for i, out in enumerate(node.outputs())
-        ]
+        outputs = []
+        for i, out in enumerate(node.outputs()):
+            etype = wanted[i][0] if i < len(wanted) else None
+            if etype is not None and etype == ov.Type.boolean:
+                # (uint8 != 0, not a Convert: the CPU plugin read a Convert to boolean of output i > 0 from
+                # output 0, a float output truncated to uint8)
+                outputs.append(opset.not_equal(out, opset.constant(np.uint8(0))).output(0))
+            elif etype is not None and _plugin_type(etype):
+                outputs.append(opset.convert(out, etype).output(0))
+            else:
+                outputs.append(out)
+        return outputs
 
     return convert
 
