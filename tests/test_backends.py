@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -13,7 +14,7 @@ from onnx import TensorProto, helper
 
 import opbridge
 from opbridge.backends import BACKENDS, InputError, TensorMeta, available_backends, backend_names, get_backend
-from opbridge.backends.base import check_feed, onnx_io_meta
+from opbridge.backends.base import BackendRunError, check_feed, onnx_io_meta
 from opbridge.backends.onnxruntime_backend import OnnxRuntimeRunner
 from opbridge.backends.openvino_backend import OpenVINORunner
 from opbridge.backends.torch_backend import TorchRunner
@@ -865,6 +866,48 @@ def test_openvino_runner_serves_several_threads() -> None:
         t.join()
     runner.close()
     assert wrong == []
+
+
+_REENTERING: list[Any] = []
+
+
+@opbridge.kernel("tests.backends.nospec::Reenter")
+def _reenter(x: np.ndarray) -> np.ndarray:
+    return _REENTERING[0].infer({"x": x.copy()})["y"]
+
+
+def test_openvino_refuses_a_kernel_calling_its_own_runner() -> None:
+    """A kernel that called infer() of the runner running it waited for that runner's lock for ever."""
+    import threading
+
+    _needs("openvino")
+    node = helper.make_node("Reenter", ["x"], ["y"], domain="tests.backends.nospec")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.backends.nospec", 1)]
+    )
+    runner = OpenVINORunner(model).load()
+    _REENTERING[:] = [runner]
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            runner.infer({"x": np.ones(3, np.float32)})
+        except BaseException as exc:  # the test's verdict
+            raised.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "infer() called from the runner's own kernel did not return"
+    runner.close()
+    assert len(raised) == 1 and isinstance(raised[0], BackendRunError)
+    assert "a kernel called infer() of the runner that is running it" in str(raised[0])
 
 
 @pytest.mark.parametrize(

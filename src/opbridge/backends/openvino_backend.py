@@ -256,8 +256,8 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
         def validate_and_infer_types(self) -> None:
             result = self._infer_outputs()
             for i, (etype, pshape) in enumerate(result):
-                # int64, bool and float64 outputs are int32, uint8 and float32 ones behind a Convert (see
-                # _converter): the plugins compute them so, converting the ops they know while
+                # int64, bool and float64 outputs are int32, uint8 and float32 ones behind a Convert or
+                # NotEqual (see _converter): the plugins compute them so, converting the ops they know while
                 # compiling but not this one, whose output then met the lowered type in the ops it feeds
                 # (evaluate checks an int64 result's range)
                 self.set_output_type(i, _plugin_type(etype) or etype, pshape)
@@ -515,6 +515,7 @@ class OpenVINORunner(OnnxRunner):
         self._compiled: Any = None
         self._request: Any = None
         self._lock = threading.Lock()
+        self._running_in: int | None = None  # (the thread whose infer holds the lock)
         self._core: Any = None
         self._out_index: dict[str, int] = {}
         self._out_dtypes: dict[str, np.dtype] = {}
@@ -621,7 +622,13 @@ class OpenVINORunner(OnnxRunner):
             _check_narrowed(name, np.asarray(value))
         # one infer request: calls from several threads take turns (overlapping calls on one request
         # failed as "busy", or returned another call's result)
+        if self._running_in == threading.get_ident():  # (the plugin runs a kernel in the calling thread)
+            raise BackendRunError(
+                "openvino: a kernel called infer() of the runner that is running it, which would wait for itself "
+                "for ever; run the inner model on an OpenVINORunner of its own."
+            )
         with self._lock:
+            self._running_in = threading.get_ident()
             try:
                 results = self._request.infer(feed, share_inputs=False, share_outputs=False)
             except RuntimeError as exc:
@@ -629,6 +636,8 @@ class OpenVINORunner(OnnxRunner):
                 if marked and marked[0].startswith(_INTERRUPTED):
                     raise KeyboardInterrupt from None
                 raise BackendRunError(f"openvino: {marked[0] if marked else _first_line(exc)}") from None
+            finally:
+                self._running_in = None
             values = list(results.values())
             out = {name: np.asarray(values[self._out_index[name]]) for name in self._outputs()}  # already copies
         # the CPU plugin computes int64 in int32: the model's outputs come back in their declared dtype
