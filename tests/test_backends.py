@@ -425,13 +425,18 @@ class _Wrap(torch.nn.Module):
     [
         (
             explodes,
-            r"^openvino: tests.backends::Explodes: the numpy kernel raised ValueError: kernel exploded on purpose$",
+            r"^openvino: tests.backends::Explodes node '/Explodes': the numpy kernel raised ValueError: "
+            r"kernel exploded on purpose$",
         ),
         (
             grows,
-            r"^openvino: tests.backends::Grows: the numpy kernel returned shape 4x3 for output 0, but its shape rule",
+            r"^openvino: tests.backends::Grows node '/Grows': the numpy kernel returned shape 4x3 for output 0, "
+            r"but its shape rule",
         ),
-        (writes_input, r"^openvino: tests.backends::WritesInput: the numpy kernel raised ValueError: .*read-only"),
+        (
+            writes_input,
+            r"^openvino: tests.backends::WritesInput node '/WritesInput': the numpy kernel raised ValueError: .*read-only",
+        ),
         (
             returns_none,
             r"^openvino: tests.backends::ReturnsNone: the numpy kernel returned a NoneType for output 0, not an array",
@@ -547,7 +552,8 @@ def test_openvino_kernel_gets_its_inputs_in_the_model_dtypes(retype_runner) -> N
 def test_openvino_refuses_a_kernel_result_of_another_dtype(retype_runner, monkeypatch, mode: str, message: str) -> None:
     runner, feed = retype_runner
     monkeypatch.setitem(_RETYPE, "mode", mode)
-    with pytest.raises(opbridge.OpbridgeError, match=r"^openvino: tests.backends::Retype: the numpy kernel " + message):
+    prefix = r"^openvino: tests.backends::Retype node '/Retype': the numpy kernel "
+    with pytest.raises(opbridge.OpbridgeError, match=prefix + message):
         runner.infer(feed)
     monkeypatch.setitem(_RETYPE, "mode", "ok")  # the request survives
     assert list(runner.infer(feed).values())[1].dtype == np.int64

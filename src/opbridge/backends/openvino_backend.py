@@ -81,6 +81,12 @@ class _NodeInfo:
     # The op's input position of each input the OpenVINO node has (omitted optional inputs are left
     # out of it: OpenVINO's CPU plugin cannot compile an empty input).
     positions: list[int] = field(default_factory=list)
+    # the ONNX node's name ("" where it has none), for messages
+    name: str = ""
+
+    def label(self) -> str:
+        """The op and, where it has a name, the node: ``domain::Op node 'n'``."""
+        return f"{self.kernel.qualname} node {self.name!r}" if self.name else self.kernel.qualname
 
     def expand(self, values: list[Any]) -> list[Any]:
         """``values`` of the node's inputs at the op's input positions, None where one was omitted."""
@@ -166,6 +172,7 @@ def prepare_model(
                 len(node.output),
                 [types.get(o, (None, None)) for o in node.output],
                 positions,
+                node.name,
             )
         )
         node.attribute.append(onnx.helper.make_attribute(_NODE_ATTR, len(infos) - 1))
@@ -290,7 +297,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
             # OpenVINO's Python API hands bfloat16 buffers over as float16 ones (the bits would be misread)
             if any(t.get_element_type() == ov.Type.bf16 for t in (*inputs, *outputs)):
                 raise RuntimeError(
-                    f"{_MARK}{kernel.qualname}: a bfloat16 input or output, which OpenVINO's Python API passes to "
+                    f"{_MARK}{info.label()}: a bfloat16 input or output, which OpenVINO's Python API passes to "
                     "Python ops as float16 (other bits): opbridge does not run such nodes in OpenVINO; cast to "
                     "float32 around the op for OpenVINO."
                 )
@@ -308,7 +315,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 raise RuntimeError(f"{_MARK}{exc}") from exc
             except Exception as exc:  # reported through OpenVINO, marked for _infer
                 raise RuntimeError(
-                    f"{_MARK}{kernel.qualname}: the {kernel.source} raised {type(exc).__name__}: {exc}"
+                    f"{_MARK}{info.label()}: the {kernel.source} raised {type(exc).__name__}: {exc}"
                 ) from exc
             # the shapes the op gives for these inputs' own shapes (the compiled ones may be dynamic: a
             # result of another size would then be taken, and OpenVINO hand on memory it never wrote)
@@ -327,7 +334,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 if not declared.compatible(ov.PartialShape(list(value.shape))):
                     ruled = kernel.opdef is not None and kernel.opdef.shape_rule is not None
                     raise RuntimeError(
-                        f"{_MARK}{kernel.qualname}: the {kernel.source} returned shape "
+                        f"{_MARK}{info.label()}: the {kernel.source} returned shape "
                         f"{'x'.join(map(str, value.shape)) or '() (a scalar)'} for output {i}, but "
                         + (
                             f"OpenVINO expects {declared}: {unknown}"
@@ -344,7 +351,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 if value.dtype != want:
                     fix = unknown if guessed else f"return an array of dtype {want} (e.g. result.astype(np.{want}))."
                     raise RuntimeError(
-                        f"{_MARK}{kernel.qualname}: the {kernel.source} returned dtype {value.dtype} for output {i}, "
+                        f"{_MARK}{info.label()}: the {kernel.source} returned dtype {value.dtype} for output {i}, "
                         f"but the node's output type is {want}; {fix}"
                     )
                 # The plugin's own buffer may hold a lowered precision (int32 for int64, float32 for float64).
@@ -353,7 +360,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                     limit = float(np.finfo(buffer).max)
                     if finite.size and float(finite.max()) > limit:
                         raise RuntimeError(
-                            f"{_MARK}{kernel.qualname}: output {i} holds values beyond {buffer} (e.g. "
+                            f"{_MARK}{info.label()}: output {i} holds values beyond {buffer} (e.g. "
                             f"{float(finite.max())!r}), which OpenVINO's CPU plugin computes {value.dtype} in; keep "
                             f"them within {buffer} for OpenVINO."
                         )
@@ -361,7 +368,7 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                     info32 = np.iinfo(buffer)
                     if value.min() < info32.min or value.max() > info32.max:
                         raise RuntimeError(
-                            f"{_MARK}{kernel.qualname}: output {i} holds values beyond {buffer} (e.g. "
+                            f"{_MARK}{info.label()}: output {i} holds values beyond {buffer} (e.g. "
                             f"{int(value.max()) if value.max() > info32.max else int(value.min())}), which OpenVINO's "
                             f"CPU plugin computes {value.dtype} in; keep them within {buffer} for OpenVINO."
                         )
