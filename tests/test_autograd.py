@@ -195,6 +195,41 @@ def test_registered_formula_replaces_the_reference() -> None:
     assert x.grad is not None and x.grad.tolist() == [1.0, -2.0, 3.0]
 
 
+@opbridge.op("tests.grad::ReadsDetached")
+def _reads_detached(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.from_numpy(x.detach().numpy()).sum()
+
+
+@pytest.mark.parametrize(
+    ("read", "how"),
+    [
+        (lambda x: torch.from_numpy(np.tanh(x.numpy())), "numpy"),
+        (lambda x: torch.from_numpy(np.tanh(np.asarray(x))), "__array__"),
+    ],
+    ids=["numpy", "asarray"],
+)
+def test_a_reference_handing_a_tracked_tensor_to_numpy_is_named(read: Callable[..., Any], how: str) -> None:
+    """torch's own error ("Can't call numpy() on Tensor that requires grad") named neither the op nor the
+    backward formula it needs."""
+
+    @opbridge.op("tests.grad::ReadsValues")
+    def reads_values(x: torch.Tensor) -> torch.Tensor:
+        return read(x)
+
+    x = torch.linspace(0, 1, 5, requires_grad=True)
+    y = reads_values(x)
+    torch.testing.assert_close(y, torch.tanh(x.detach()), rtol=1e-6, atol=0)
+    with pytest.raises(
+        OpDefinitionError,
+        match=rf"tests.grad::ReadsValues: its reference, run again for the gradient, hands a tensor that autograd "
+        rf"tracks to numpy \({how}\).*@ReadsValues.register_autograd.*x.detach\(\).numpy\(\)",
+    ):
+        y.sum().backward()
+    # a value read from a detached tensor is a constant of the reference, as asked
+    _reads_detached(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((5,), float(x.detach().sum())), rtol=1e-6, atol=0)
+
+
 def test_bad_formulas_are_named() -> None:
     @opbridge.op("tests.grad::Twice")
     def twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

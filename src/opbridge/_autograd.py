@@ -355,6 +355,37 @@ def _checked_grads(opdef: Any, result: Any, ctx: BackwardContext) -> list[Any]:
     return grads
 
 
+# Tensor methods that hand a tensor's values to numpy, which torch refuses on a tensor that requires grad.
+# (.item(), .tolist() and float(x) are allowed: they give what autograd gives the plain function, a
+# constant, which is right where the value is a count or an index, as in RoIAlign's sampling grid.)
+_LEAVING_AUTOGRAD = ("numpy", "__array__")
+
+
+@contextmanager
+def _values_kept_tracked(spec: Any) -> Iterator[None]:
+    """An OpDefinitionError where the reference, run again for its gradient, hands a tensor that autograd
+    tracks to numpy: torch's own error names neither the op nor the backward formula it needs."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    leaving = {getattr(torch.Tensor, name) for name in _LEAVING_AUTOGRAD}
+
+    class _Refusing(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in leaving and args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+                name = getattr(func, "__name__", str(func))
+                raise OpDefinitionError(
+                    f"{spec.qualname}: its reference, run again for the gradient, hands a tensor that autograd "
+                    f"tracks to numpy ({name}), where the gradient cannot follow; attach a backward formula "
+                    f"with @{spec.name}.register_autograd, or, where the value is meant as a constant, read it "
+                    "from a detached tensor (x.detach().numpy())."
+                )
+            return func(*args, **(kwargs or {}))
+
+    with _Refusing():
+        yield
+
+
 def _recomputed_grads(
     opdef: Any,
     ctx: BackwardContext,
@@ -382,7 +413,7 @@ def _recomputed_grads(
     for i in differentiable:
         x = args[i]
         args[i] = x.view_as(x) if higher and x.requires_grad and i in wanted else x.detach().requires_grad_(True)
-    with torch.enable_grad(), _replaying(rng), inside(), watching_draws(not rng) as watch:
+    with torch.enable_grad(), _replaying(rng), inside(), watching_draws(not rng) as watch, _values_kept_tracked(spec):
         outputs = opdef.reference(*args, **ctx.attrs)
     if watch.drew:
         raise OpDefinitionError(
