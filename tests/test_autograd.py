@@ -487,6 +487,33 @@ def test_forward_mode_ad_is_refused_not_zero() -> None:
     assert torch.func.vmap(selu)(x.reshape(2, 2)).shape == (2, 2)
 
 
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda f, x: torch.func.grad(lambda t: f(t).sum())(x),
+        lambda f, x: torch.func.vjp(f, x)[1](torch.ones_like(x)),
+        lambda f, x: torch.func.jacrev(f)(x),
+        lambda f, x: torch.func.vmap(torch.func.grad(lambda t: f(t).sum()))(x.reshape(2, 2)),
+    ],
+    ids=["grad", "vjp", "jacrev", "vmap-of-grad"],
+)
+def test_func_reverse_transforms_are_refused_by_name(transform: Callable[..., Any]) -> None:
+    """torch.func.grad/vjp/jacrev raised PyTorch's own error, which asks for an autograd.Function's
+    setup_context the user never wrote; the refusal names the op and the torch.autograd calls that work."""
+    x = torch.randn(4, dtype=torch.float64)
+    ride = torch.ones(1, dtype=torch.float64)
+
+    def selu(t: torch.Tensor) -> torch.Tensor:
+        return MySELU(t, ride, ride)
+
+    with pytest.raises(
+        opbridge.OpCallError, match=r"MySELU: called under torch.func.grad / vjp / jacrev.*torch.autograd.grad"
+    ):
+        transform(selu, x)
+    _, vjp = torch.autograd.functional.vjp(selu, x, torch.ones_like(x))
+    torch.testing.assert_close(vjp, torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x))), rtol=1e-10, atol=1e-12)
+
+
 def test_compiled_backward_of_a_redefined_op_follows_the_new_definition() -> None:
     """A compiled backward runs the op's definition of now, as its compiled forward does (re-running a
     notebook cell, importlib.reload): it gave the old definition's gradient."""

@@ -669,8 +669,14 @@ class OpDef(Generic[P, R]):
             raise OpCallError(
                 f"{self.spec.qualname}: called under forward-mode AD ({forward_ad}), which opbridge ops do not "
                 "carry: the tangents would come out as zeros or None. Differentiate in reverse mode with "
-                "torch.autograd.grad or torch.autograd.functional.jacobian instead (torch.func.grad, vjp and "
-                "jacrev raise PyTorch's own error on these ops)."
+                "torch.autograd.grad or torch.autograd.functional.jacobian instead."
+            )
+        if _func_grad_transform():
+            raise OpCallError(
+                f"{self.spec.qualname}: called under torch.func.grad / vjp / jacrev, whose transforms PyTorch "
+                "does not run through torch.library ops (its own error asks for an autograd.Function's "
+                "setup_context). Differentiate with torch.autograd.grad, or torch.autograd.functional.jacobian "
+                "/ vjp, which do; torch.func.vmap works on the op."
             )
         if not attrs:
             return self.torch_op()(*tensors)
@@ -1274,6 +1280,18 @@ def _forward_mode_ad(tensors: Sequence[Any]) -> str:
             if t is not None and forward_ad.unpack_dual(t).tangent is not None:
                 return "torch.autograd.forward_ad"
     return ""
+
+
+def _func_grad_transform() -> bool:
+    """Whether the call runs under ``torch.func.grad``, ``vjp`` or ``jacrev`` (eagerly)."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return False
+    functorch = torch._C._functorch
+    if functorch.peek_interpreter_stack() is None:
+        return False
+    return any(i.key() == functorch.TransformType.Grad for i in functorch.get_interpreter_stack())
 
 
 def _dynamo_tracing() -> bool:
