@@ -922,8 +922,9 @@ def test_openvino_refuses_a_kernel_calling_its_own_runner() -> None:
         (TensorProto.INT64, 2**40 + 1, r"input 'x' holds 1099511627777, beyond int32"),
         (TensorProto.INT64, -(2**31) - 1, r"input 'x' holds -2147483649, beyond int32"),
         (TensorProto.DOUBLE, 1e300, r"input 'x' holds 1e\+300, beyond float32"),
+        (TensorProto.DOUBLE, -np.inf, r"input 'x' holds -inf, which .* turns into float32's largest finite value"),
     ],
-    ids=["int64-high", "int64-low", "float64"],
+    ids=["int64-high", "int64-low", "float64", "float64-inf"],
 )
 def test_openvino_refuses_inputs_its_cpu_plugin_would_narrow(elem: int, value: float, message: str) -> None:
     """OpenVINO's CPU plugin computes int64 in int32 and float64 in float32: such inputs arrived wrapped or

@@ -20,7 +20,7 @@ Loading a model:
    differs from its output's is an error (never cast), as in the ONNX Runtime bridge.
 
 OpenVINO's CPU plugin computes int64 in int32, bool in uint8 and float64 in float32 (for any model,
-custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range)
+custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range or infinite)
 are refused, and :attr:`OpenVINORunner.notes` names a model's float64 inputs and outputs.
 
 Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
@@ -671,7 +671,8 @@ class OpenVINORunner(OnnxRunner):
 
 def _check_narrowed(name: str, value: np.ndarray) -> None:
     """Refuse an input OpenVINO's CPU plugin would change: it computes int64 in int32 and float64 in
-    float32, so larger values reach the graph (and opbridge's kernels) wrapped or as float32's limit."""
+    float32, so larger values and infinities reach the graph (and opbridge's kernels) wrapped or as
+    float32's limit."""
     if not value.size:
         return
     if value.dtype in (np.int64, np.uint64):
@@ -683,6 +684,13 @@ def _check_narrowed(name: str, value: np.ndarray) -> None:
                 f"{value.dtype} in (the value would arrive wrapped); keep {value.dtype} inputs within int32 for OpenVINO."
             )
     elif value.dtype == np.float64:
+        infinite = value[np.isinf(value)]
+        if infinite.size:
+            raise BackendRunError(
+                f"openvino: input {name!r} holds {float(infinite[0])!r}, which OpenVINO's CPU plugin, computing "
+                "float64 in float32, turns into float32's largest finite value (3.4e38); feed such inputs as "
+                "float32, which keeps infinities, or keep float64 inputs finite for OpenVINO."
+            )
         finite = np.abs(value[np.isfinite(value)])
         if finite.size and float(finite.max()) > _FLOAT32_MAX:
             raise BackendRunError(
