@@ -784,6 +784,29 @@ def test_string_lists_reach_the_reference_whole(strings: tuple[str, ...]) -> Non
     assert out.tolist() == [float(len(strings))] * 2
 
 
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [("abc", r"at character 0, 'abc' does not start"), ("2:ab5:c", r"at character 4, a length of 5 runs past the end")],
+    ids=["plain-string", "short"],
+)
+def test_a_string_list_not_encoded_for_the_torch_op_is_named(given: str, why: str) -> None:
+    """Scripted code calls the torch.library op with a string list encoded as one string; a plain string
+    raised "substring not found" from the decoder."""
+
+    @opbridge.op("tests.strings::Names")
+    def names_op(x: torch.Tensor, names: list[str] = []) -> torch.Tensor:  # noqa: B006
+        return x + len(names)
+
+    op = getattr(torch.ops.opbridge, names_op.torch_op_name.split("::")[1])
+    assert op(torch.zeros(1), "2:ab0:").tolist() == [2.0]
+    with pytest.raises(
+        opbridge.OpCallError,
+        match=rf"tests.strings::Names: attribute 'names' \(a list of strings\) reached "
+        rf"torch.ops.opbridge.tests_strings__Names_v1 as '{given}'.*\({why}.*\['ab', ''\] is '2:ab0:'",
+    ):
+        op(torch.zeros(1), given)
+
+
 def test_defining_and_calling_an_op_leaves_torch_compile_unloaded(tmp_path: Path) -> None:
     """An op of every attribute kind defines and runs without importing torch._dynamo (seconds of
     import time in every process that defines an op)."""

@@ -292,12 +292,19 @@ def _encode_strings(value: tuple[str, ...]) -> str:
 
 
 def _decode_strings(encoded: str) -> tuple[str, ...]:
-    """The strings :func:`_encode_strings` joined."""
+    """The strings :func:`_encode_strings` joined; a ValueError naming the first bad part."""
+    if not isinstance(encoded, str):
+        raise ValueError(f"got {type(encoded).__name__}, not str")
     out: list[str] = []
     at = 0
     while at < len(encoded):
-        colon = encoded.index(":", at)
-        end = colon + 1 + int(encoded[at:colon])
+        colon = encoded.find(":", at)
+        length = encoded[at:colon] if colon >= 0 else ""
+        if not length.isascii() or not length.isdigit():
+            raise ValueError(f"at character {at}, {encoded[at : at + 12]!r} does not start with '<length>:'")
+        end = colon + 1 + int(length)
+        if end > len(encoded):
+            raise ValueError(f"at character {at}, a length of {length} runs past the end")
         out.append(encoded[colon + 1 : end])
         at = end
     return tuple(out)
@@ -1020,7 +1027,17 @@ def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, A
     n = len(opdef.spec.inputs)
     if len(args) == n:
         return list(args), {}
-    attrs = {a.name: _decode_attr(a, v) for a, v in zip(opdef.spec.attributes, args[n:])}
+    attrs = {}
+    for a, v in zip(opdef.spec.attributes, args[n:]):
+        try:
+            attrs[a.name] = _decode_attr(a, v)
+        except ValueError as exc:  # (only a string list decodes)
+            raise OpCallError(
+                f"{opdef.spec.qualname}: attribute {a.name!r} (a list of strings) reached torch.ops."
+                f"{opdef.torch_op_name.replace('::', '.')} as {v!r}, which is not a string list as that op takes it ({exc}): "
+                "each string as '<length>:<text>', joined (['ab', ''] is '2:ab0:'); call the OpDef itself with "
+                "a list where the code allows it."
+            ) from None
     for a in opdef.spec.attributes:
         value = attrs.get(a.name)
         if a.type is AttrType.FLOAT and type(value) is float:  # (a symbolic float under tracing stays as it is)
