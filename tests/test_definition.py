@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -848,6 +851,38 @@ def test_redefining_an_op_recompiles_the_models_compiled_with_the_old_one(backen
     got = compiled(x)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, (x * 6 + 1).double())
+
+
+def test_an_op_edited_between_processes_misses_the_on_disk_compile_cache(tmp_path: Path) -> None:
+    """Inductor's on-disk graph cache knew an op by its name: the process after an edit of the op's
+    output dtype (here a module constant) got the last process's graph back, and its float32 buffers
+    held the float64 results (garbage, no error)."""
+    script = tmp_path / "edited.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+            import torch, opbridge
+
+            DTYPE = getattr(torch, sys.argv[1])
+
+            @opbridge.op("tests.edited::Scale")
+            def scale(x: torch.Tensor) -> torch.Tensor:
+                return (x * 2).to(DTYPE)
+
+            got = torch.compile(lambda t: scale(t) * 3 + 1, fullgraph=True)(torch.arange(4.0))
+            print(got.dtype, got.tolist())
+            """
+        ),
+        encoding="utf-8",
+    )
+    for dtype in ("float32", "float64", "float32"):
+        done = subprocess.run(
+            [sys.executable, str(script), dtype], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == [f"torch.{dtype}", "[1.0,", "7.0,", "13.0,", "19.0]"], dtype
 
 
 def test_fx_symbolic_trace_records_an_op_call_as_one_node() -> None:

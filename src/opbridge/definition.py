@@ -28,6 +28,7 @@ import dataclasses
 import inspect
 import itertools
 import logging
+import os
 import struct
 import sys
 import threading
@@ -399,6 +400,7 @@ class OpDef(Generic[P, R]):
         self.gpu_kernel_dtypes: tuple[str, ...] = ()
         self.backward: Callable[..., Any] | None = None
         self._definition_index = -1
+        self._digest: bytes | None = None
         #: the module that defined the op (applied @opbridge.op), which unpickling imports
         self._defined_in: str | None = None
         self.__doc__ = reference.__doc__
@@ -408,6 +410,19 @@ class OpDef(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<opbridge op {self.spec.qualname} v{self.spec.version}>"
+
+    def _fingerprint(self) -> bytes:
+        """The digest of what decides this definition's traced graphs (see :func:`_definition_digest`)."""
+        if self._digest is None:
+            self._digest = _definition_digest(self.spec, (self.reference, self.spec.shape_rule, self.backward))
+        return self._digest
+
+    def _definition_changed(self) -> None:
+        """A shape rule or backward formula came after the op was defined: the cache keys follow it."""
+        self._digest = None
+        with _LOCK:
+            if _TORCH_IMPLS.get(f"{_TORCH_NAMESPACE}::{_torch_op_name(self.spec)}") is self:
+                _tag_compile_caches()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name (a module holding the op can be saved): loading imports the module that
@@ -427,6 +442,7 @@ class OpDef(Generic[P, R]):
         # The spec is frozen: a new rule makes a new spec (schemas keyed on it re-register).
         self.spec = dataclasses.replace(self.spec, shape_rule=rule)
         self._rule_fits = set()
+        self._definition_changed()
 
     def register_shape(self, rule: ShapeRule) -> ShapeRule:
         """Declare the output shape/dtype rule (see :mod:`opbridge.shape`). Usable as a decorator."""
@@ -597,6 +613,7 @@ class OpDef(Generic[P, R]):
                 f"got {type(backward).__name__}."
             )
         self.backward = backward
+        self._definition_changed()
         return backward
 
     # ------------------------------------------------------------------ calling
@@ -983,9 +1000,7 @@ def _make_current(qual: str, opdef: OpDef) -> None:
         _SUPERSEDED.append(previous)
         _forget_compiled_code()
     _TORCH_IMPLS[qual] = opdef
-
-
-_REDEFINITIONS = itertools.count(1)
+    _tag_compile_caches()
 
 
 def _forget_compiled_code() -> None:
@@ -996,12 +1011,117 @@ def _forget_compiled_code() -> None:
     if dynamo is not None:
         logger.info("an op was redefined: torch.compile's compiled code is dropped and compiled again when called")
         dynamo.reset()
-        # inductor's graph caches know the op by name: a graph compiled with the old definition would come
-        # back from them. Later compiles of this process take keys of their own (the tag is part of the key).
-        import torch.compiler.config as compiler_config
 
-        tag = compiler_config.cache_key_tag.split("|opbridge-redefined-")[0]
-        compiler_config.cache_key_tag = f"{tag}|opbridge-redefined-{next(_REDEFINITIONS)}"
+
+_TAG_MARK = "|opbridge-"
+
+
+def _tag_compile_caches() -> None:
+    """Make the ops' definitions part of torch.compile's cache keys (``torch.compiler.config.cache_key_tag``).
+    Inductor's graph caches, in memory and on disk, know an op by its name: a graph compiled with another
+    definition of it (the cell run before, or the file as it was in the last process) came back from them,
+    with that definition's output dtypes and sizes, and ran the new one into its buffers (garbage, no error)."""
+    import hashlib
+
+    import torch.compiler.config as compiler_config
+
+    digest = hashlib.sha256()
+    for qual in sorted(_TORCH_IMPLS):
+        digest.update(qual.encode() + _TORCH_IMPLS[qual]._fingerprint())
+    base = compiler_config.cache_key_tag.split(_TAG_MARK)[0]
+    compiler_config.cache_key_tag = f"{base}{_TAG_MARK}{digest.hexdigest()[:20]}"
+
+
+def _definition_digest(spec: OpSpec, functions: Sequence[Any]) -> bytes:
+    """What decides an op's traced graphs: its schema, and the code of ``functions`` (the reference, the shape
+    rule, the backward formula) with their defaults, the values of their closures and of the globals they
+    read (``dtype`` of a factory's op, a module constant; functions among them alike, three calls deep) and
+    their source files' contents. Values whose repr holds an address give another digest in each process (a
+    cache miss, never a wrong hit)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{spec.qualname}/{spec.version}/{_torch_schema(spec)}".encode())
+    for fn in functions:
+        _digest_callable(digest, fn, depth=0)
+    return digest.digest()
+
+
+def _digest_callable(digest: Any, fn: Any, depth: int) -> None:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        digest.update(_value_text(fn).encode())
+        return
+    _digest_code(digest, code)
+    digest.update(_value_text((fn.__defaults__, fn.__kwdefaults__)).encode())
+    digest.update(_file_digest(code.co_filename))
+    values: list[Any] = []
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # (a cell not filled yet)
+            continue
+    scope = getattr(fn, "__globals__", {})
+    values += [scope[name] for name in _names(code) if name in scope]  # (a module-level dtype, a helper)
+    for value in values:
+        if isinstance(value, types.ModuleType):
+            digest.update(value.__name__.encode())
+        elif depth < 3 and isinstance(getattr(value, "__code__", None), types.CodeType):
+            _digest_callable(digest, value, depth + 1)
+        else:
+            digest.update(_value_text(value).encode())
+
+
+def _names(code: types.CodeType) -> list[str]:
+    """The global and attribute names ``code`` and the code nested in it read."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return names
+
+
+def _digest_code(digest: Any, code: types.CodeType) -> None:
+    digest.update(code.co_code + repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _digest_code(digest, const)
+        else:
+            digest.update(repr(const).encode())
+
+
+def _value_text(value: Any) -> str:
+    """A short text of ``value`` for a digest (a tensor by its dtype and shape, not its data)."""
+    import reprlib
+
+    if type(value).__name__ in ("Tensor", "Parameter", "ndarray"):
+        return f"{type(value).__name__}({getattr(value, 'dtype', '')}, {tuple(getattr(value, 'shape', ()))})"
+    try:
+        return reprlib.repr(value)
+    except Exception:  # (a repr that fails: the type stands for it)
+        return type(value).__qualname__
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], bytes] = {}
+
+
+def _file_digest(path: str) -> bytes:
+    """The digest of a source file's contents (an edit anywhere in the op's file changes it); empty for code
+    without a file (a notebook cell, exec)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return b""
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _FILE_DIGESTS:
+        import hashlib
+
+        try:
+            with open(path, "rb") as f:
+                _FILE_DIGESTS[key] = hashlib.sha256(f.read()).digest()
+        except OSError:
+            return b""
+    return _FILE_DIGESTS[key]
 
 
 def _definition(index: int) -> OpDef:
