@@ -1047,16 +1047,15 @@ def _definition_digest(spec: OpSpec, functions: Sequence[Any]) -> bytes:
 
 
 def _digest_callable(digest: Any, fn: Any, depth: int) -> None:
-    fn = inspect.unwrap(fn) if callable(fn) else fn
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         digest.update(_value_text(fn).encode())
         return
     _digest_code(digest, code)
-    digest.update(_value_text((fn.__defaults__, fn.__kwdefaults__)).encode())
+    digest.update(_value_text((getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None))).encode())
     digest.update(_file_digest(code.co_filename))
     values: list[Any] = []
-    for cell in fn.__closure__ or ():
+    for cell in getattr(fn, "__closure__", None) or ():
         try:
             values.append(cell.cell_contents)
         except ValueError:  # (a cell not filled yet)
