@@ -200,14 +200,18 @@ def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
 
 
 def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | None:
-    """Resize scales that are not an initializer are refused.
+    """Resize scales that are not an initializer are refused (before TensorRT 10), or with ``axes`` (from 10).
 
-    The importer asserts ``scales.is_weights() && "Resize scales must be an
+    Before 10 the importer asserts ``scales.is_weights() && "Resize scales must be an
     initializer!"`` (seed 001's second error; onnx-tensorrt#398 and #483 on
     TensorRT 7, NVIDIA/TensorRT#2803 on 8.5 in 2023, where scales coming from an
-    Identity of an initializer failed). A Constant node counts as weights. No
-    release documents lifting it; ``sizes`` given as a tensor are the supported
-    dynamic form. Fix: fold-resize-scales when the scales are constant-computable.
+    Identity of an initializer failed). A Constant node counts as weights. From 10
+    (onnx-tensorrt onnxOpImporters.cpp importResize, and TensorRT-RTX 1.7's parser,
+    measured: Identity, Cast, Concat, Mul of initializers and Shape arithmetic pass)
+    tensor scales give the output shape at run time, unless the node's ``axes`` are
+    not ``0..rank-1``: "Currently, `axes` attribute is supported with `scales` tensor
+    only when it's trivial". The 10.0 boundary is inferred (8.6 and 9.x are judged
+    as 8.5). Fix: fold-resize-scales when the scales are constant-computable.
     """
     if not _is_resize(ctx):
         return None
@@ -219,6 +223,14 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
     producer = scales.producer()
     if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
         return None
+    axes = ctx.attr("axes", None)
+    if version >= (10, 0) and axes is None:
+        return None  # (the output shape is computed from the scales at run time)
+    if version >= (10, 0):
+        data = ctx.node.inputs[0] if ctx.node is not None and ctx.node.inputs else None
+        rank = len(data.shape) if data is not None and data.shape is not None else len(axes)
+        if list(axes) == list(range(rank)):
+            return None
     from opbridge.graph._model import evaluate_constant
 
     arr, why = evaluate_constant(scales, opset=ctx.version)
@@ -232,6 +244,13 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
         hint = "constant-computable: run --rule fold-resize-scales"
     else:
         hint = f"computed at run time ({why}): use sizes, or --rule resize-cubic-to-dynamic-resize"
+    if version >= (10, 0):
+        return Hit(
+            "fail",
+            f"scales {scales.name!r} are not an initializer and the node's axes {list(axes)} are not 0..rank-1: "
+            '"Currently, `axes` attribute is supported with `scales` tensor only when it\'s trivial"; '
+            f"{hint}, or give scales for every dim without axes",
+        )
     return Hit(
         "fail", f'scales {scales.name!r} are not an initializer: "Resize scales must be an initializer!"; {hint}'
     )
@@ -539,14 +558,16 @@ _SHAPE_ARITHMETIC = frozenset(
 )
 
 
-def _shape_slots(ctx: NodeContext) -> tuple[int, ...]:
-    """The input indices of ``ctx`` that TensorRT takes as shape tensors."""
+def _shape_slots(ctx: NodeContext, version: Version) -> tuple[int, ...]:
+    """The input indices of ``ctx`` that TensorRT ``version`` takes as shape tensors."""
     if ctx.domain not in ("", "ai.onnx"):
         return ()
-    if _is_resize(ctx):  # (scales: trt-resize-scales-not-initializer)
+    if _is_resize(ctx):  # (scales before 10: trt-resize-scales-not-initializer)
         from opbridge.graph._model import resize_input_slots
 
-        return tuple(i for i, what in resize_input_slots(ctx.version) if what == "sizes")
+        # from 10, tensor scales are multiplied into the output shape: a shape computation too
+        shapes = ("sizes", "scales") if version >= (10, 0) else ("sizes",)
+        return tuple(i for i, what in resize_input_slots(ctx.version) if what in shapes)
     return _SHAPE_SLOTS.get(ctx.op_type, ())
 
 
@@ -579,7 +600,7 @@ def _rule_float_input_shape_tensor(ctx: NodeContext, version: Version) -> Hit | 
     "Network input X is a shape tensor and must have type Int32 or Int64" (TensorRT-RTX 1.7 on a
     Resize rewritten with resize-cubic-to-dynamic-resize and a float ``scale_input``).
     """
-    slots = _shape_slots(ctx)
+    slots = _shape_slots(ctx, version)
     if not slots or ctx.node is None or ctx.ir_model is None:  # (onnx-ir could not read the model)
         return None
     graph_inputs = list(ctx.ir_model.graph.inputs)
