@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from _graph_models import custom_node_model, make_model, resize_model, swish_function
+from _graph_models import OPSET, custom_node_model, make_model, resize_model, swish_function
 from onnx import TensorProto, helper, numpy_helper
 
 import opbridge
@@ -1171,3 +1171,23 @@ def test_docs_and_help_give_compat_real_rules(capsys: pytest.CaptureFixture[str]
         main(["compat", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "openvino has no static rules" in help_text
+
+
+def test_a_default_domain_function_is_not_passed_as_a_plain_onnx_runtime_function() -> None:
+    """ONNX Runtime looks up no function in the default domain: the verdict said "runs through the model's
+    function body" where a plain session fails; opbridge's session moves it (the opbridge path)."""
+    body = helper.make_function(
+        "", "MyFn", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], [helper.make_opsetid("", OPSET)]
+    )
+    model = make_model(
+        [helper.make_node("MyFn", ["x"], ["y"], name="o")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        functions=[body],
+    )
+    report = check_compat(model, "onnxruntime")
+    (node,) = report.nodes
+    assert node.verdict == "opbridge" and "--rule legacy-domain" in node.reason, node
+    assert node.real is not None and node.real.startswith("fail")
+    y = opbridge.InferenceSession(model).run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0]
+    np.testing.assert_array_equal(y, [0.0, 2.0])

@@ -421,3 +421,53 @@ def test_a_node_the_legacy_domain_rewrite_moved_is_covered_by_its_default_domain
     assert verdict.verdict == "opbridge"
     moved.graph.node[1].op_type = "LintLegacyOther"  # no kernel anywhere: still unknown
     assert "unknown-custom-op" in codes(moved)
+
+
+def _relu_function_call(function_imports: list[tuple[str, int]]) -> onnx.ModelProto:
+    """acme::Outer (a Relu body importing ``function_imports``) in a model of opset ``OPSET``."""
+    body = helper.make_function(
+        "acme",
+        "Outer",
+        ["a"],
+        ["b"],
+        [helper.make_node("Relu", ["a"], ["b"])],
+        [helper.make_opsetid(*i) for i in function_imports],
+    )
+    return make_model(
+        [helper.make_node("Outer", ["x"], ["y"], domain="acme", name="o")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+        domains={"acme": 1},
+        functions=[body],
+    )
+
+
+def test_a_function_without_an_onnx_import_gets_one_finding_and_the_models_opset_as_fix() -> None:
+    """The fix said version 1 for ONNX's domain (following it gave two new errors), and the checker's own
+    message for the same problem came as a second finding."""
+    found = lint_model(_relu_function_call([]))
+    assert [f.code for f in found] == ["domain-without-opset"], found
+    assert f"add opset_import {{domain: '', version: {OPSET}}} to function acme::Outer" in found[0].hint
+    old_relu = lint_model(_relu_function_call([("", 1)]))  # (Relu changed since opset 1: the checker refuses)
+    assert [f.code for f in old_relu] == ["function-opset-mismatch"], old_relu
+    assert "the checker refuses it only where an op of the body changed" in old_relu[0].message
+
+
+def test_a_sparse_initializer_that_onnx_runtime_runs_is_a_warning() -> None:
+    """onnx's shape inference types a sparse initializer as sparse_tensor and the checker refuses the model,
+    which ONNX Runtime runs: an error said "runtimes refuse what the checker refuses"."""
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "sp")
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([1], np.int64), "spi"), [2])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "sp"], ["y"], name="a")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        sparse_initializer=[sparse],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": np.zeros(2, np.float32)})[0]
+    np.testing.assert_array_equal(got, [0.0, 1.0])
+    (finding,) = lint_model(model)
+    assert (finding.severity, finding.code) == ("warning", "invalid-model") and "sparse_tensor" in finding.message
+    assert not has_errors([finding])

@@ -102,8 +102,21 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
             {"scale_input": "scales"},
             "scale_input 'scales' names an initializer, which other nodes read",
         ),
+        (
+            lambda: resize_model("cubic", scales="initializer", shape=(1, 3, 4, 4)),
+            {"scale_input": "X"},
+            "scale_input 'X' is a graph input of shape [1, 3, 4, 4], not one scale factor",
+        ),
     ],
-    ids=["linear", "constant-scales", "asymmetric", "unequal-frozen-scales", "no-resize", "scale-input-taken"],
+    ids=[
+        "linear",
+        "constant-scales",
+        "asymmetric",
+        "unequal-frozen-scales",
+        "no-resize",
+        "scale-input-taken",
+        "scale-input-not-a-factor",
+    ],
 )
 def test_resize_to_dynamic_resize_negative(model, options: dict, reason: str) -> None:
     report = rewrite_model(model(), ["resize-cubic-to-dynamic-resize"], options)
@@ -196,9 +209,9 @@ def test_fold_resize_scales() -> None:
     np.testing.assert_allclose(run_ort(report.model, feeds)[0], run_ort(original, feeds)[0], rtol=RTOL, atol=ATOL)
     from opbridge.graph import check_compat
 
-    before = check_compat(original, "tensorrt", real=False).nodes[-1]
-    after = check_compat(report.model, "tensorrt", real=False).nodes[-1]
-    assert before.verdict == "fail" and after.verdict == "native"
+    before = check_compat(original, "tensorrt", trt_version="8.6", real=False).nodes[-1]
+    after = check_compat(report.model, "tensorrt", trt_version="8.6", real=False).nodes[-1]
+    assert before.verdict == "fail" and after.verdict == "native"  # (TensorRT before 10 takes initializers only)
 
 
 def test_fold_scales_from_static_shape() -> None:
@@ -295,6 +308,40 @@ def test_replace_op_negative_and_bad_options() -> None:
     assert not report.changed and report.outcomes[0].reason == "no node of type Sigmoid in the graph"
     with pytest.raises(opbridge.OpbridgeError, match="write Old=domain::New"):
         rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Relu=Fast"]})
+
+
+def test_replace_op_does_not_move_the_domains_other_nodes_to_another_version() -> None:
+    """--option version=2 into a domain the model imports at 1 raised the import to 2 without a word:
+    the domain's other node then resolved to a version of its op that does not exist."""
+    nodes = [
+        helper.make_node("Keep", ["x"], ["t"], domain="acme", name="keep"),
+        helper.make_node("Relu", ["t"], ["y"], name="relu"),
+    ]
+    model = make_model(nodes, [("x", 1, [3])], [("y", 1, [3])], domains={"acme": 1})
+    report = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 2})
+    assert not report.changed
+    assert "imports domain 'acme' at version 1, which 1 other node(s)" in report.outcomes[0].reason
+    assert "give --option version=1" in report.outcomes[0].reason
+    same = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 1})
+    assert same.changed and {(o.domain, o.version) for o in same.model.opset_import} == {("", OPSET), ("acme", 1)}
+    alone = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [3])], [("y", 1, [3])], domains={"acme": 3})
+    moved = rewrite_model(alone, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 2})
+    assert moved.changed and ("acme", 2) in {(o.domain, o.version) for o in moved.model.opset_import}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"map": ["Relu=acme::A", "Relu=acme::B"]}, "Relu is mapped twice"),
+        ({"map": ["Relu=a::b::c"]}, "write Old=domain::New"),
+        ({"map": ["Relu=ai.onnx::Sigmoid"], "version": 3}, "an ONNX op runs at the model's ONNX opset"),
+    ],
+    ids=["mapped-twice", "two-separators", "version-of-onnx-op"],
+)
+def test_replace_op_refuses_maps_it_would_apply_silently_otherwise(options: dict, message: str) -> None:
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [3])], [("y", 1, [3])])
+    with pytest.raises(opbridge.OpbridgeError, match=message):
+        rewrite_model(model, ["replace-op"], options)
 
 
 # ---------------------------------------------------------------- legacy-domain

@@ -87,8 +87,8 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # checker messages left out: what custom-op-default-domain and domain-without-opset name already, and a
 # graph input or output declared without a shape, which the checker wants and ONNX Runtime does not
 _COVERED = re.compile(
-    r"No Op registered for .* with domain_version|No opset import for domain|opset_import"
-    r"|Field 'shape' of 'type' is required"
+    r"No Op registered for .* with domain_version|No opset import for domain|No Opset registered for domain"
+    r"|opset_import|FunctionOp imports version|Field 'shape' of 'type' is required"
 )
 _TRACER_VALUE = re.compile(
     r"Python (number|float|integer|boolean|index|value)|\.item\(\)|constant in the future", re.IGNORECASE
@@ -186,6 +186,21 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
             # what other codes name, or a model over 2 GiB, which the checker cannot take in memory
             return []
         label, where = _checker_node(model, message)
+        if "sparse_tensor(" in message and len(model.graph.sparse_initializer):
+            # onnx's shape inference types a sparse initializer as sparse_tensor, which ONNX Runtime densifies
+            # at load and runs
+            return [
+                Finding(
+                    "warning",
+                    "invalid-model",
+                    label,
+                    f"onnx.checker refuses the model: {message}{where}; the cause is its sparse initializer(s), which "
+                    "onnx's shape inference types as sparse_tensor: ONNX Runtime densifies them and runs the model, "
+                    "tools that follow the checker (and opbridge's rewrite rules) do not",
+                    "make the sparse initializers dense (numpy_helper.to_array of each, as a plain initializer) "
+                    "where another runtime or tool must load the model",
+                )
+            ]
         return [
             Finding(
                 "error",
@@ -270,6 +285,21 @@ def _op_of_a_later_opset(message: str) -> Finding | None:
     )
 
 
+def _import_to_add(model: onnx.ModelProto, domain: str, default: int | None) -> int:
+    """The version to import ``domain`` at, for a hint: the model's own import of it (a function must
+    agree with the model), for ONNX's domain else the newest opset onnx knows, for an opbridge op's
+    domain the op's version, else 1."""
+    import opbridge
+
+    theirs = next((o.version for o in model.opset_import if o.domain == domain), None)
+    if domain == "":
+        return default or _newest_onnx_opset() or 1
+    if theirs is not None:
+        return theirs
+    versions = [op.spec.version for op in opbridge.all_ops() if op.spec.domain == domain]
+    return max(versions, default=1)
+
+
 def _check_domains(model: onnx.ModelProto) -> list[Finding]:
     from opbridge.legacy_domain import default_domain_functions, is_standard_op
 
@@ -317,6 +347,7 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                 "of their own)",
             )
         )
+    default = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     for (owner, domain), labels in missing.items():
         findings.append(
             Finding(
@@ -325,11 +356,10 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                 labels[0],
                 f"domain {domain or 'ai.onnx'!r} is used by {len(labels)} node(s) but {owner} has no opset import "
                 "for it.",
-                f"add opset_import {{domain: {domain!r}, version: 1}} to {owner} (opbridge.export adds it for "
-                "opbridge ops)",
+                f"add opset_import {{domain: {domain!r}, version: {_import_to_add(model, domain, default)}}} to "
+                f"{owner} (opbridge.export adds it for opbridge ops)",
             )
         )
-    default = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     for fn in model.functions:
         theirs = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), None)
         if default is not None and theirs is not None and theirs != default:
@@ -340,7 +370,8 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                     f"{fn.domain}::{fn.name}",
                     f"the function imports ONNX opset {theirs}, the model {default}: ONNX Runtime runs its body's "
                     "ops at the model's opset (where they may not exist or differ), and onnx's inliner, which "
-                    "OpenVINO's path uses, leaves the function out; the checker does not look.",
+                    "OpenVINO's path uses, leaves the function out; the checker refuses it only where an op of "
+                    "the body changed between the two opsets.",
                     f"build the body for opset {default} (opbridge.export does), or export the model at opset {theirs}",
                 )
             )

@@ -66,6 +66,16 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
                     "fail",
                     f"model-local function body, whose node {failed[0].node} fails: {failed[0].reason}",
                 )
+        if domain == "":
+            return NodeVerdict(
+                ctx.label,
+                ctx.domain,
+                ctx.op_type,
+                "opbridge",
+                f"model-local function {ctx.op_type} of the default domain, where ONNX Runtime looks up no function "
+                '("is not a registered function/op"): opbridge.InferenceSession moves it into a domain of its own '
+                "(in memory); for plain ONNX Runtime: opbridge rewrite MODEL -o OUT --rule legacy-domain",
+            )
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
     if ctx.opbridge_op() is not None:
         return NodeVerdict(

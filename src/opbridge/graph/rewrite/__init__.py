@@ -347,7 +347,7 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
             raise RewriteError(
                 f"{external[0]} is also the data file of {', '.join(str(o) for o in others)}: an in-place rewrite "
                 f"of {source.name} would replace it and change {'that model' if len(others) == 1 else 'those models'}"
-                "' weights; write the result elsewhere with -o."
+                "'s weights; write the result elsewhere with -o."
             )
         return external[0].name
     data = source.with_name(f"{source.name}.data")

@@ -74,8 +74,9 @@ class IRRule(RewriteRule):
 
     #: what the rule looks for, for the "found none" reason (``looking_for`` on an instance overrides it).
     looks_for: ClassVar[str] = ""
-    #: the main graph of the model being rewritten (set by :meth:`apply`)
+    #: the main graph of the model being rewritten, and the model (set by :meth:`apply`)
     root: ir.Graph
+    model: ir.Model
 
     def candidates(self, graph: ir.Graph, options: Mapping[str, Any]) -> list[ir.Node]:
         raise NotImplementedError
@@ -114,6 +115,7 @@ class IRRule(RewriteRule):
         # likewise the initializers something reads (of the main graph and its subgraphs)
         read_inits = {id(v) for g in _graphs(irm.graph) for v in g.initializers.values() if _is_read(v)}
         self.root = irm.graph  # (for checks of nodes in subgraphs, which need the main graph)
+        self.model = irm  # (for checks that read the model's functions)
         found = self.candidates(irm.graph, options)
         if not found:
             what = getattr(self, "looking_for", "") or self.looks_for

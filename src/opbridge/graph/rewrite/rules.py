@@ -129,6 +129,23 @@ def _const(
     return value
 
 
+def _holds_one_factor(value: ir.Value) -> bool:
+    """Whether graph input ``value`` can be a scale factor: a number (no string, bool or complex) of shape
+    [] or [1] (a symbolic dim counts as 1: the feed decides)."""
+    import onnx_ir as ir
+
+    if value.dtype is not None and (value.dtype == ir.DataType.STRING or value.dtype == ir.DataType.BOOL):
+        return False
+    if value.shape is None:
+        return True
+    dims = list(value.shape)
+    return len(dims) == 0 or (len(dims) == 1 and (not isinstance(dims[0], int) or dims[0] == 1))
+
+
+def _dims_text(value: ir.Value) -> str:
+    return "unknown" if value.shape is None else str([d if isinstance(d, int) else str(d) for d in value.shape])
+
+
 def _set_opset(model: ir.Model, domain: str, version: int) -> None:
     current = model.opset_imports.get(domain)
     if current is None or current < version:
@@ -352,6 +369,11 @@ class ResizeCubicToDynamicResize(IRRule):
                 )
         elif size_input and existing.shape is not None and len(existing.shape) != 4:
             return Check.fail(f"size_input {name!r} is a graph input of rank {len(existing.shape)}, not (1, 1, H, W)")
+        elif scale_input and not _holds_one_factor(existing):
+            return Check.fail(
+                f"scale_input {name!r} is a graph input of shape {_dims_text(existing)}, not one scale factor "
+                "(shape [] or [1]); choose a name the graph does not use, and the rule adds that input"
+            )
         if size_input:
             return Check.success(
                 f"frozen {what} {flat} replaced by the shape of graph input {name!r} (1, 1, H, W)",
@@ -584,16 +606,27 @@ class ReplaceOp(IRRule):
     def _maps(self, options: Mapping[str, Any]) -> list[tuple[str | None, str, str, str]]:
         from opbridge.errors import OpbridgeError
 
-        maps = []
+        maps: list[tuple[str | None, str, str, str]] = []
         for item in self._pairs(options, "map"):
             old, sep, new = str(item).partition("=")
             new_domain, new_name = _split_op(new)
-            if not sep or not old or not new_name or new_domain is None:
-                raise OpbridgeError(f"--map {item!r}: write Old=domain::New (e.g. Resize=acme::BicubicResize)")
             old_domain, old_name = _split_op(old)
+            if not sep or not old or not new_name or new_domain is None or "::" in new_name or "::" in old_name:
+                raise OpbridgeError(f"--map {item!r}: write Old=domain::New (e.g. Resize=acme::BicubicResize)")
+            same = next((m for m in maps if (m[0], m[1]) == (old_domain, old_name)), None)
+            if same is not None:
+                raise OpbridgeError(
+                    f"--map {item!r}: {old} is mapped twice (to {same[2] or 'ai.onnx'}::{same[3]} too); give one "
+                    "target per op"
+                )
             maps.append((old_domain, old_name, "" if new_domain == "ai.onnx" else new_domain, new_name))
         if not maps:
             raise OpbridgeError("rule replace-op needs --map Old=domain::New")
+        if options.get("version") is not None and all(m[2] == "" for m in maps):
+            raise OpbridgeError(
+                f"--option version={options['version']}: the version is that of the new op's custom domain; an "
+                "ONNX op runs at the model's ONNX opset (leave version out)"
+            )
         return maps
 
     @staticmethod
@@ -643,6 +676,9 @@ class ReplaceOp(IRRule):
         renames = self._renames(options)
         attrs = [renames.get(a, a) for a in node.attributes]
         opdef = opbridge.find_op(domain, name)
+        conflict = self._version_conflict(node, domain, self._version(options) if opdef is None else opdef.spec.version)
+        if conflict:
+            return Check.fail(conflict)
         if opdef is None:
             return Check.success(
                 f"{domain + '::' if domain else ''}{name} is not an opbridge op; its attributes are not checked",
@@ -672,6 +708,24 @@ class ReplaceOp(IRRule):
             return Check.fail(f"the node has {len(node.outputs)} outputs, {spec.qualname} has {len(spec.outputs)}")
         return Check.success(f"matches {spec.qualname}'s signature", (domain, name, spec.version))
 
+    def _version_conflict(self, node: ir.Node, domain: str, version: int) -> str | None:
+        """Why ``domain`` cannot be imported at ``version``: the model imports it at another version, which
+        other nodes of it (in the graphs or the model's functions) run under; None where it can."""
+        current = self.root.opset_imports.get(domain) if domain else None
+        if current is None or current == version:
+            return None
+        nodes = [n for n in every_node(self.root) if n is not node and n.domain == domain]
+        users = [n.name or n.op_type for n in nodes]
+        users += [f"function {f.domain}::{f.name}" for f in self.model.functions.values() if domain in f.opset_imports]
+        if not users:
+            return None  # (an import nothing uses: it takes the new version)
+        return (
+            f"the model imports domain {domain!r} at version {current}, which {len(users)} other node(s) or "
+            f"function(s) run under ({', '.join(users[:3])}{', ...' if len(users) > 3 else ''}); the new op is "
+            f"version {version}, and a model imports one version per domain, so those nodes would silently change "
+            f"version: map to another domain, or give --option version={current} (for an op opbridge does not know)"
+        )
+
     def rewrite(self, model: ir.Model, node: ir.Node, check: Check, options: Mapping[str, Any]) -> str:
         import onnx_ir as ir
 
@@ -687,8 +741,9 @@ class ReplaceOp(IRRule):
             else:
                 absent.append(old_name)
         node.domain, node.op_type, node.version = domain, name, None
-        if domain:  # an ONNX op keeps the model's own opset
-            _set_opset(model, domain, int(version or self._version(options)))
+        if domain:  # an ONNX op keeps the model's own opset; a custom domain takes the op's version (check: no
+            # other node runs under another one)
+            model.opset_imports[domain] = int(version or self._version(options))
         extra = f", renamed {', '.join(renamed)}" if renamed else ""
         if absent:
             extra += f", no attribute {' or '.join(repr(a) for a in absent)} to rename (--rename not applied)"
