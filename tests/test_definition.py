@@ -991,3 +991,27 @@ def test_numpy_scalars_are_taken_for_attributes_of_their_kind(attrs: dict, want:
 def test_numpy_scalars_of_another_kind_are_still_refused(name: str, value: object, message: str) -> None:
     with pytest.raises(opbridge.OpCallError, match=message):
         everything(torch.zeros(2), None, **{name: value})
+
+
+def test_a_tensor_parameter_with_a_default_is_refused_with_the_optional_form() -> None:
+    """``x: torch.Tensor = None`` made a required input, and calling without it said "missing tensor input"."""
+    with pytest.raises(OpDefinitionError, match=r"'x' has a default \(None\).*Optional\[torch.Tensor\] = None"):
+
+        @opbridge.op("tests.defaults::Fill")
+        def fill(x: torch.Tensor = None, n: int = 3) -> torch.Tensor:  # type: ignore[assignment]
+            return x
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4,), ()], ids=["2d", "1d", "0d"])
+def test_a_shape_rule_returning_a_shape_is_named(shape: tuple[int, ...]) -> None:
+    """A rule returning ``x.shape`` was told about output counts (2-D, 0-D) or an int output (1-D)."""
+
+    @opbridge.op("tests.rules::Double")
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    double.register_shape(lambda x: x.shape)
+    with pytest.raises(
+        OpDefinitionError, match=r"returned a shape \(Size .*return opbridge.TensorInfo\(shape, dtype\)"
+    ):
+        double(torch.zeros(shape))

@@ -1270,3 +1270,51 @@ def test_a_reference_contradicting_its_rule_and_a_list_result_are_named() -> Non
     model = make_model("RowsAsList", [("x", F, [2, 3])], [("y", F, [2, 3])], name="n")
     with pytest.raises(_fail_type(), match=r"the kernel returned a list \(of list\), not an array; return a numpy"):
         InferenceSession(model).run(None, {"x": x})
+
+
+@opbridge.op(f"{DOMAIN}::PairNoReturn")
+def _pair_no_return(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x + 1, x * 2
+
+
+@_pair_no_return.register_shape
+def _pair_no_return_shape(x):  # (a rule: ONNX Runtime's outputs are allocated and handed to the kernel as out)
+    return opbridge.TensorInfo(x.shape, x.dtype), opbridge.TensorInfo(x.shape, x.dtype)
+
+
+@_pair_no_return.register_kernel
+def _pair_no_return_kernel(x, out=None):
+    np.add(x, 1, out=out[0])  # (writes ONNX Runtime's buffers, and forgets to return them)
+    np.multiply(x, 2, out=out[1])
+
+
+def test_a_multi_output_out_kernel_returning_none_is_told_so() -> None:
+    """The message said "the kernel returned 1 output, the node has 2" for a kernel that returned None."""
+    model = make_model("PairNoReturn", [("x", F, [2])], [("a", F, [2]), ("b", F, [2])], name="pair")
+    with pytest.raises(Exception, match=r"the kernel returned None, the node has 2 outputs; .*returns out"):
+        InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})
+
+
+@opbridge.op(f"{DOMAIN}::MeanRows")
+def _mean_rows(x: torch.Tensor) -> torch.Tensor:
+    return x.float().mean(0)
+
+
+@_mean_rows.register_shape
+def _mean_rows_shape(x):  # (torch's dtype API: numpy arrays' dtypes fail it)
+    return opbridge.TensorInfo(tuple(x.shape[1:]), torch.promote_types(x.dtype, torch.float32))
+
+
+@_mean_rows.register_kernel
+def _mean_rows_kernel(x):
+    return x.astype(np.float32)  # (forgets the mean: shape (4, 3) where the rule says (3,))
+
+
+def test_a_shape_rule_written_for_torch_dtypes_still_checks_the_kernel() -> None:
+    """The rule raised on numpy arrays' dtypes, and the bridge turned the shape check off for the session
+    without a word: the kernel's (4, 3) came back where the op gives (3,)."""
+    model = make_model("MeanRows", [("x", F, [4, 3])], [("y", F, [3])], name="mean")
+    with pytest.raises(
+        Exception, match=r"output 0 \('output'\) has shape \(4, 3\), but the op's shape rule gives \(3,\)"
+    ):
+        InferenceSession(model).run(None, {"x": np.ones((4, 3), np.float32)})

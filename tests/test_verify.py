@@ -746,6 +746,29 @@ def test_output_shape_other_than_the_model_declares_fails(tmp_path: Path) -> Non
     assert run.outputs[0].abs.max == 0.0, "the values themselves agree"
 
 
+def test_a_named_output_dim_that_does_not_follow_its_input_fails() -> None:
+    """An output declared ``seq`` x 3 like its input but clamped to 4 rows (a TorchScript trace's derived shape
+    can say so): at 9 rows the declaration said 9, and verify passed it."""
+    f32 = onnx.TensorProto.FLOAT
+    nodes = [helper.make_node("Slice", ["x", "zero", "four"], ["y"])]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", f32, ["seq", 3])],
+        [helper.make_tensor_value_info("y", f32, ["seq", 3])],
+    )
+    model.graph.initializer.extend(
+        [onnx.numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("zero", 0), ("four", 4))]
+    )
+    record = opbridge.verify(model, None, backends=["reference", "onnxruntime"], shapes=[{"x": (2, 3)}, {"x": (9, 3)}])
+    assert record.exit_code == 1
+    by_set = {(r.backend, r.shape_set): r for r in record.runs}
+    assert by_set["onnxruntime", 0].status == "pass", by_set["onnxruntime", 0]
+    failed = by_set["onnxruntime", 1]
+    assert (
+        failed.status == "fail" and "declares this output as seq(=9)x3, but it is 4x3 here" in failed.outputs[0].reason
+    )
+
+
 def test_reference_without_example_inputs_is_named(tmp_path: Path) -> None:
     path = _silu_model(tmp_path)
     with pytest.raises(opbridge.OpbridgeError, match=r"the reference is a SwishModel; give \(model, example_inputs\)"):

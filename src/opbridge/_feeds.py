@@ -126,7 +126,10 @@ class FeedCheck:
             inputs += f" (and {self._optional}, of optional type, which may be left out)"
         if unknown and self._overridable:
             inputs += f"; initializers a feed may override: {self._overridable}"
-        self._refuse(f"input feed mismatch: missing {missing}, unknown {unknown}; {inputs}.")
+        what = ", ".join(
+            part for part in (f"missing {missing}" if missing else "", f"unknown {unknown}" if unknown else "") if part
+        )
+        self._refuse(f"input feed mismatch: {what}; {inputs}.")
 
     def _refuse(self, message: str) -> NoReturn:
         from opbridge.backends.base import InputError

@@ -185,6 +185,11 @@ def spec_from_function(
                     f"{qualname}: tensor parameter {param.name!r} comes after attribute "
                     f"{attrs[-1].name!r}; put all tensor inputs first."
                 )
+            if param.default is not inspect.Parameter.empty:
+                raise OpDefinitionError(
+                    f"{qualname}: tensor parameter {param.name!r} has a default ({param.default!r}), which a "
+                    "required input cannot take; annotate it Optional[torch.Tensor] = None for an optional input."
+                )
             inputs.append(InputSpec(param.name))
             continue
         inner = _optional_inner(ann)

@@ -134,6 +134,16 @@ class TensorInfo:
 
 def _as_infos(result: Any, spec: OpSpec, where: str) -> list[Any]:
     """Normalise a rule's result into a list with one entry per output, or raise."""
+    import torch
+
+    if isinstance(result, torch.Size) or (
+        isinstance(result, (tuple, list)) and result and all(isinstance(d, int) for d in result)
+    ):
+        raise OpDefinitionError(
+            f"{spec.qualname}: {where} returned a shape ({type(result).__name__} {tuple(result)}), not the output's "
+            "shape and dtype: return opbridge.TensorInfo(shape, dtype) per output, e.g. "
+            "opbridge.TensorInfo(x.shape, x.dtype)."
+        )
     items = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(items) != len(spec.outputs):
         raise OpDefinitionError(
@@ -496,6 +506,26 @@ def infer_onnx(
     return out
 
 
+def run_rule_on_arrays(rule: ShapeRule, arrays: Sequence[Any], attrs: dict[str, Any], state: dict[str, bool]) -> Any:
+    """``rule`` run on a kernel call's numpy ``arrays``; where it does not take them (a torch-only API
+    on ``x.dtype``, such as ``torch.promote_types``), on :class:`TensorInfo` of their shapes and torch
+    dtypes, as ONNX shape inference runs it (``state["infos"]`` remembers that)."""
+    if not state.get("infos"):
+        try:
+            return rule(*arrays, **attrs)
+        except ValueError:
+            raise
+        except Exception:
+            if state["ran"]:
+                raise
+    from opbridge._dtypes import numpy_to_onnx, onnx_to_torch
+
+    infos = [None if a is None else TensorInfo(tuple(a.shape), onnx_to_torch(numpy_to_onnx(a.dtype))) for a in arrays]
+    found = rule(*infos, **attrs)
+    state["infos"] = True
+    return found
+
+
 def rule_failed(state: dict[str, bool], exc: Exception, label: str, what: str) -> None:
     """A shape rule raised on a call's arrays. A rule that ran on arrays before, or that raised a
     ValueError (an op's rules name inputs they refuse so), refused these inputs: skip it for this
@@ -525,7 +555,7 @@ def result_check(
 
     def expected(arrays: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         if rule is not None:
-            found = rule(*arrays, **attrs)
+            found = run_rule_on_arrays(rule, arrays, attrs, state)
             items = list(found) if isinstance(found, (tuple, list)) else [found]
             return [tuple(d if isinstance(d, SymDim) else int(d) for d in getattr(w, "shape", ())) for w in items]
         key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays)

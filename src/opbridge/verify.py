@@ -1009,10 +1009,9 @@ def verify(
     load_ops(list(ops) if ops else None)
     proto = load_model(model)
     meta, out_meta = onnx_io_meta(proto)
-    # each output's dims as the file declares them (None: symbolic or unknown)
-    declared = {
-        m.name: tuple(d if isinstance(d, int) else None for d in m.shape) for m in out_meta if m.shape is not None
-    }
+    # each output's dims as the file declares them: a size, a name (bound by the inputs' dims of that name at
+    # each set), or None (unknown)
+    declared = {m.name: tuple(m.shape) for m in out_meta if m.shape is not None}
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else f"<{type(model).__name__}>"
     _output_tolerances(proto, out_meta, tolerances, rtol, atol, checks_only=True)  # named before anything runs
     onnx_types = onnx_input_types(proto, meta)
@@ -1175,7 +1174,8 @@ def verify(
                 if isinstance(expected[i], str):  # the reference failed on this set: said once, above
                     continue
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
-                record.runs.append(_run_one(runner, name, i, feed, expected, tol, declared, low_defaults))
+                bound = _bound_declarations(declared, meta, feed)
+                record.runs.append(_run_one(runner, name, i, feed, expected, tol, bound, low_defaults))
                 if record.runs[-1].status == "reference":  # (the first backend's outputs are the reference)
                     _check_reference_values(record, i, expected[i], tol, f"the reference ({name}'s output)")  # type: ignore[arg-type]
         finally:
@@ -1332,13 +1332,36 @@ def _set_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
+def _bound_declarations(
+    declared: Mapping[str, tuple[Any, ...]], inputs: Sequence[Any], feed: Mapping[str, Any]
+) -> dict[str, tuple[tuple[int | None, ...], str]]:
+    """Each output's declared dims at ``feed``: a named dim takes the size the inputs' dims of that name
+    have there (``seq`` of an input fed 9000 rows is 9000 in the outputs too); (sizes, the declaration in
+    words)."""
+    binding: dict[str, int] = {}
+    for m in inputs:
+        if m.shape is not None and m.name in feed:
+            for dim, size in zip(m.shape, np.shape(feed[m.name])):
+                if isinstance(dim, str):
+                    binding.setdefault(dim, int(size))
+    out: dict[str, tuple[tuple[int | None, ...], str]] = {}
+    for name, dims in declared.items():
+        sizes = tuple(d if isinstance(d, int) else binding.get(d) if isinstance(d, str) else None for d in dims)
+        shown = "x".join(
+            str(d) if isinstance(d, int) else f"{d}(={binding[d]})" if d in binding else str(d or "?") for d in dims
+        )
+        out[name] = (sizes, shown)
+    return out
+
+
 def _against_declared(comparison: OutputComparison, shape: tuple[int, ...], declared: Any) -> OutputComparison:
-    """``comparison`` failed where the output's shape is not the one the model declares (static dims)."""
+    """``comparison`` failed where the output's shape is not the one the model declares (static dims, and
+    named dims the inputs bind)."""
     if declared is None or not comparison.passed:
         return comparison
+    declared, shown = declared
     if len(declared) == len(shape) and all(d is None or d == n for d, n in zip(declared, shape)):
         return comparison
-    shown = "x".join("?" if d is None else str(d) for d in declared)
     return dataclasses.replace(
         comparison,
         passed=False,
@@ -1357,7 +1380,7 @@ def _run_one(
     feed: dict[str, np.ndarray],
     expected: list[dict[str, np.ndarray] | str],
     tol: Mapping[str, tuple[Tolerance, str]],
-    declared: Mapping[str, tuple[int | None, ...]] | None = None,
+    declared: Mapping[str, tuple[tuple[int | None, ...], str]] | None = None,
     low_defaults: Mapping[str, str] | None = None,
 ) -> RunReport:
     ref = expected[index]

@@ -1086,6 +1086,12 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
             }
         }
     } else {
+        if (n_out != 1 && res == Py_None) {
+            snprintf(err, sizeof err, "%s: the kernel returned None, the node has %zu outputs; return a tuple with "
+                     "one array per output (a kernel that writes out returns out)", k->label, n_out);
+            result = opb_status(err);
+            goto done;
+        }
         if (n_out != 1) {
             snprintf(err, sizeof err, "%s: the kernel returned 1 output, the node has %zu; return a tuple with one "
                      "array per output", k->label, n_out);

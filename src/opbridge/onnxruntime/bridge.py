@@ -55,7 +55,7 @@ from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _version, find_op
 from opbridge.errors import KernelResultError, OpDefinitionError
 from opbridge.kernels import KernelDef, find_kernel
-from opbridge.shape import SymDim, result_check, rule_failed
+from opbridge.shape import SymDim, result_check, rule_failed, run_rule_on_arrays
 
 if TYPE_CHECKING:
     import onnx
@@ -290,7 +290,7 @@ def _output_shapes(
         if required is not None:
             required(arrays)
         try:
-            infos = rule(*arrays, **attrs)
+            infos = run_rule_on_arrays(rule, arrays, attrs, state)
             items = list(infos) if isinstance(infos, (tuple, list)) else [infos]
             if any(isinstance(d, SymDim) for info in items for d in info.shape):
                 return None  # a size that depends on the data: the kernel's result is copied
