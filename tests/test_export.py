@@ -1412,3 +1412,76 @@ def test_torchscript_names_a_number_given_as_an_example_input_for_an_attribute(t
         r"exporter='dynamo'.*attribute 'beta' expects float, got Tensor",
     ):
         opbridge.export(_ScaledByNumber(), (torch.randn(2, 3), 3.0), tmp_path / "m.onnx", exporter="torchscript")
+
+
+@opbridge.op("tests.calls::Noise")
+def _calls_noise(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    return x + scale * torch.randn_like(x)
+
+
+@opbridge.op("tests.calls::Table")
+def _calls_table(w: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    return torch.sin(w) * scale
+
+
+class _TwoDraws(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _calls_noise(x) - _calls_noise(x)  # (two calls, two draws: never zero)
+
+
+class _OneFolded(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _calls_table(x) + _calls_table(torch.arange(3.0), scale=-1.0)  # (the second on a constant)
+
+
+class _OneUnused(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _calls_table(x, scale=3.0)  # (a result nothing reads)
+        return _calls_table(x)
+
+
+class _TwoEqual(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _calls_table(x) + _calls_table(x)
+
+
+@pytest.mark.parametrize(
+    ("model", "exporter", "message"),
+    [
+        (_TwoDraws, "torchscript", r"merged equal calls of tests.calls::Noise v1 .* one draw where PyTorch gives one"),
+        (_OneFolded, "torchscript", r"wrote 1 node\(s\) of tests.calls::Table v1 for the 2 calls traced.*folded"),
+        (_OneUnused, "dynamo", r"wrote 1 node\(s\) of tests.calls::Table v1 for the 2 calls traced.*dead code"),
+        (_OneUnused, "torchscript", r"wrote 1 node\(s\) of tests.calls::Table v1 for the 2 calls traced"),
+    ],
+    ids=["merged-random-torchscript", "folded-torchscript", "unused-dynamo", "unused-torchscript"],
+)
+def test_each_call_of_an_op_must_be_a_node(tmp_path: Path, model: type, exporter: str, message: str) -> None:
+    """The check counted op types: with one call of an op kept, another call could be folded into a constant,
+    removed as dead code, or (TorchScript) merged with an equal one, so that a random op gave one draw for
+    two: zeros where PyTorch gives noise."""
+    with pytest.raises(ExportError, match=message):
+        opbridge.export(model(), (torch.zeros(3),), tmp_path / "m.onnx", exporter=exporter)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_equal_calls_of_a_deterministic_op_may_share_a_node(tmp_path: Path) -> None:
+    """TorchScript merges two equal calls of an op that draws nothing into one node: the same values."""
+    path = tmp_path / "m.onnx"
+    opbridge.export(_TwoEqual(), (torch.zeros(3),), path, exporter="torchscript")
+    assert sum(n.op_type == "Table" for n in onnx.load(path).graph.node) == 1
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    (y,) = opbridge.InferenceSession(path).run(None, {"x": x})
+    np.testing.assert_allclose(y, 2 * np.sin(x), rtol=1e-6)
+
+
+class _ComplexTwice(torch.nn.Module):
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return _calls_table(z)
+
+
+def test_a_complex_input_to_an_op_is_named_with_the_fix(tmp_path: Path) -> None:
+    """dynamo's message was torch's "file an issue" text around "No decompositions registered for the
+    complex-valued input"."""
+    z = torch.randn(3, dtype=torch.complex64)
+    with pytest.raises(ExportError, match=r"the op tests.calls::Table is given a complex tensor.*view_as_real"):
+        opbridge.export(_ComplexTwice(), (z,), tmp_path / "c.onnx", exporter="dynamo")

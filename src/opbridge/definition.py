@@ -69,8 +69,18 @@ class _TraceState(threading.local):
     """Per thread: the calls seen while an export is tracing, op key -> count (see ``tracing_calls``), and
     how many op references run (see ``inside_reference``). (Defaults on the class: read at every call.)"""
 
-    counts: dict[tuple[str, str, int], int] | None = None
+    counts: TracedCalls | None = None
     inside = 0
+
+
+class TracedCalls(dict[tuple[str, str, int], int]):
+    """The op calls an export traced: op key -> count, plus per op the distinct calls (its inputs and
+    attributes: two equal ones may become one node) and the ops whose reference drew random numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.distinct: dict[tuple[str, str, int], set[tuple[Any, ...]]] = {}
+        self.random: set[tuple[str, str, int]] = set()
 
 
 _TRACE_STATE = _TraceState()
@@ -685,10 +695,12 @@ class OpDef(Generic[P, R]):
 
         tensors, attrs = self.bind(args, kwargs)
         counts = _TRACE_STATE.counts
-        if counts is not None and not _TRACE_STATE.inside and not _dynamo_tracing():
+        if counts is not None and (_TRACE_STATE.inside or _dynamo_tracing()):
             # (a call inside another op's reference is that op's business, not a node of the graph; under
             # dynamo, which traces control flow's branches, a write here is a side effect it refuses there:
             # export finds those calls in the graph it wrote)
+            counts = None
+        if counts is not None:
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
         if any(isinstance(t, torch.fx.Proxy) for t in tensors):  # torch.fx.symbolic_trace: a call_function node
             encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
@@ -707,10 +719,17 @@ class OpDef(Generic[P, R]):
                 "setup_context). Differentiate with torch.autograd.grad, or torch.autograd.functional.jacobian "
                 "/ vjp, which do; torch.func.vmap works on the op."
             )
-        if not attrs:
-            return self.torch_op()(*tensors)
         encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
-        return self.torch_op()(*tensors, *encoded)
+        if counts is None:
+            return self.torch_op()(*tensors, *encoded)
+        # traced by an export: the call's inputs and attributes (the TorchScript exporter merges two equal
+        # calls into one node) and whether its reference draws random numbers (then a merge is one draw for two)
+        counts.distinct.setdefault(self.spec.key, set()).add((tuple(id(t) for t in tensors), repr(encoded)))
+        before = torch.random.get_rng_state()
+        result = self.torch_op()(*tensors, *encoded)
+        if not torch.equal(before, torch.random.get_rng_state()):
+            counts.random.add(self.spec.key)
+        return result
 
     def run_reference(self, *tensors: Any, **attrs: Any) -> Any:
         """Run the PyTorch reference with checked attributes (no torch.library dispatch)."""
@@ -1461,10 +1480,10 @@ def _run_eagerly_after_graph_breaks(*codes: types.CodeType) -> None:
 
 
 @contextmanager
-def tracing_calls() -> Iterator[dict[tuple[str, str, int], int]]:
-    """Count op calls in this thread (used by export to prove no op was lost)."""
+def tracing_calls() -> Iterator[TracedCalls]:
+    """Count op calls in this thread (used by export to prove no op call was lost)."""
     previous = _TRACE_STATE.counts
-    counts: dict[tuple[str, str, int], int] = {}
+    counts = TracedCalls()
     _TRACE_STATE.counts = counts
     try:
         yield counts

@@ -355,6 +355,24 @@ def _unexported_dtype_hint(model: Any, args: tuple[Any, ...], kwargs: Mapping[st
     return f"the TorchScript exporter cannot write tensors of dtype {dtype} ({where}): {fix}. "
 
 
+def _complex_input_hint(text: str) -> str:
+    """Where the dynamo exporter found no function for an opbridge op given a complex tensor: the fix; empty
+    for other messages."""
+    found = re.search(r"No ONNX function found for <OpOverload\(op='opbridge\.(\w+)'", text)
+    if found is None or "complex-valued input" not in text:
+        return ""
+    from opbridge.definition import _TORCH_IMPLS
+
+    opdef = _TORCH_IMPLS.get(f"opbridge::{found.group(1)}")
+    name = opdef.spec.qualname if opdef is not None else found.group(1)
+    return (
+        f"the op {name} is given a complex tensor, which an ONNX custom node cannot take (torch.onnx "
+        "writes complex tensors as real ones with a last dim of 2, and has no such form for custom ops): give the "
+        "op real inputs, e.g. torch.view_as_real(z) or z.real and z.imag as two inputs, and build the complex "
+        "result outside it with torch.complex. torch's message: "
+    )
+
+
 def _number_input_hint(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, text: str) -> str:
     """Where an attribute got a tensor in a TorchScript export of a model given Python numbers as example
     inputs: which inputs the exporter made tensors, and the fix; empty otherwise."""
@@ -941,12 +959,50 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
             f"tracing but are not in the exported graph. {hint} (A call whose result the model's outputs do not "
             "depend on is removed as dead code: use its result, or leave the call out.)"
         )
+    _check_each_call_present(model, calls, exporter)
     stray = default_domain_custom_nodes(model)
     if stray:
         raise ExportError(
             f"the {exporter} exporter wrote op(s) {sorted({n.op_type for n in stray})} in the default domain, "
             "which no runtime accepts; define them with @opbridge.op('domain::Name')."
         )
+
+
+def _check_each_call_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
+    """An ExportError where an op has fewer nodes than the export traced calls of it: a call folded into a
+    constant or removed as dead code beside calls that stayed, or, for an op drawing random numbers, two
+    equal calls the TorchScript exporter merged into one node (one draw for two; for other ops a merge
+    computes the same values and is let be)."""
+    nodes: dict[tuple[str, str], int] = {}
+    for n in walk_nodes(model.graph.node):
+        nodes[(n.domain, n.op_type)] = nodes.get((n.domain, n.op_type), 0) + 1
+    distinct = getattr(calls, "distinct", {})
+    random = getattr(calls, "random", set())
+    for key, count in calls.items():
+        have = nodes.get((key[0], key[1]), 0)
+        if have == 0 or have >= count:
+            continue  # (none: _check_ops_present names it)
+        name = f"{key[0]}::{key[1]} v{key[2]}"
+        unequal = len(distinct.get(key, ())) or count
+        if have < unequal:
+            folded = (
+                "A call on tensors made inside forward (torch.arange(3)) is computed at trace time by the "
+                "TorchScript tracer (export with exporter='dynamo', or feed such tensors as model inputs); a call"
+                if exporter == "torchscript"
+                else "A call"
+            )
+            raise ExportError(
+                f"the {exporter} exporter wrote {have} node(s) of {name} for the {count} calls traced: a call was "
+                f"dropped{' or folded into a constant' if exporter == 'torchscript' else ''}. {folded} whose result "
+                "the model's outputs do not depend on is removed as dead code (use its result, or leave the call out)."
+            )
+        if key in random:
+            raise ExportError(
+                f"the {exporter} exporter merged equal calls of {name} (the same inputs and attributes) into one "
+                f"node: {have} node(s) for {count} calls. Its reference draws random numbers, so the model would "
+                "give one draw where PyTorch gives one per call: export with exporter='dynamo', which keeps each "
+                "call a node of its own."
+            )
 
 
 def _fix_opset_imports(model: onnx.ModelProto, ops: list[OpDef]) -> None:
@@ -1327,7 +1383,7 @@ def export(
             hint = (
                 _unexported_dtype_hint(model, args, kwargs, text) + _number_input_hint(model, args, kwargs, text)
                 if exporter == "torchscript"
-                else ""
+                else _complex_input_hint(text)
             )
             raise ExportError(
                 f"{exporter} export of {type(model).__name__} failed: {hint}{text}{_causes(exc)}"
