@@ -976,8 +976,8 @@ def _check_each_call_present(model: onnx.ModelProto, calls: Mapping[tuple[str, s
     nodes: dict[tuple[str, str], int] = {}
     for n in walk_nodes(model.graph.node):
         nodes[(n.domain, n.op_type)] = nodes.get((n.domain, n.op_type), 0) + 1
-    distinct = getattr(calls, "distinct", {})
-    random = getattr(calls, "random", set())
+    distinct: Mapping[tuple[str, str, int], set[Any]] = getattr(calls, "distinct", {})
+    random: set[tuple[str, str, int]] = getattr(calls, "random", set())
     for key, count in calls.items():
         have = nodes.get((key[0], key[1]), 0)
         if have == 0 or have >= count:
