@@ -327,6 +327,16 @@ def test_replace_op_does_not_move_the_domains_other_nodes_to_another_version() -
     alone = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [3])], [("y", 1, [3])], domains={"acme": 3})
     moved = rewrite_model(alone, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 2})
     assert moved.changed and ("acme", 2) in {(o.domain, o.version) for o in moved.model.opset_import}
+    # every node of the domain moved by the same map: nothing is left at the old version
+    both = make_model(
+        [helper.make_node("Old", ["x"], ["t"], domain="acme"), helper.make_node("Old", ["t"], ["y"], domain="acme")],
+        [("x", 1, [3])],
+        [("y", 1, [3])],
+        domains={"acme": 1},
+    )
+    renamed = rewrite_model(both, ["replace-op"], {"map": ["acme::Old=acme::New"], "version": 2})
+    assert [o.applied for o in renamed.outcomes] == [True, True]
+    assert ("acme", 2) in {(o.domain, o.version) for o in renamed.model.opset_import}
 
 
 @pytest.mark.parametrize(

@@ -130,7 +130,7 @@ def _const(
 
 
 def _holds_one_factor(value: ir.Value) -> bool:
-    """Whether graph input ``value`` can be a scale factor: a number (no string, bool or complex) of shape
+    """Whether graph input ``value`` can be a scale factor: a number (no string or bool) of shape
     [] or [1] (a symbolic dim counts as 1: the feed decides)."""
     import onnx_ir as ir
 
@@ -676,7 +676,9 @@ class ReplaceOp(IRRule):
         renames = self._renames(options)
         attrs = [renames.get(a, a) for a in node.attributes]
         opdef = opbridge.find_op(domain, name)
-        conflict = self._version_conflict(node, domain, self._version(options) if opdef is None else opdef.spec.version)
+        conflict = self._version_conflict(
+            node, domain, self._version(options) if opdef is None else opdef.spec.version, self._maps(options)
+        )
         if conflict:
             return Check.fail(conflict)
         if opdef is None:
@@ -708,13 +710,20 @@ class ReplaceOp(IRRule):
             return Check.fail(f"the node has {len(node.outputs)} outputs, {spec.qualname} has {len(spec.outputs)}")
         return Check.success(f"matches {spec.qualname}'s signature", (domain, name, spec.version))
 
-    def _version_conflict(self, node: ir.Node, domain: str, version: int) -> str | None:
+    def _version_conflict(
+        self, node: ir.Node, domain: str, version: int, maps: list[tuple[str | None, str, str, str]]
+    ) -> str | None:
         """Why ``domain`` cannot be imported at ``version``: the model imports it at another version, which
-        other nodes of it (in the graphs or the model's functions) run under; None where it can."""
+        other nodes of it (in the graphs or the model's functions) run under, and which this rewrite does not
+        move into the domain too; None where it can."""
         current = self.root.opset_imports.get(domain) if domain else None
         if current is None or current == version:
             return None
-        nodes = [n for n in every_node(self.root) if n is not node and n.domain == domain]
+        nodes = [
+            n
+            for n in every_node(self.root)
+            if n is not node and n.domain == domain and (self._target(n, maps) or ("", ""))[0] != domain
+        ]
         users = [n.name or n.op_type for n in nodes]
         users += [f"function {f.domain}::{f.name}" for f in self.model.functions.values() if domain in f.opset_imports]
         if not users:
