@@ -427,7 +427,7 @@ def test_foldable_scales_hint_and_sizes_pass() -> None:
 
 def _scales_from(kind: str, axes: list[int] | None = None) -> onnx.ModelProto:
     """X (1x3x8x8) -> Resize(linear) with scales that are no initializer: ``kind`` is how they are made."""
-    full = np.array([1, 1, 2, 2] if axes is None else [2, 2], np.float32)
+    full = np.array([1, 1, 2, 2] if axes is None or len(axes) == 4 else [2, 2], np.float32)  # (one per axis)
     producers = {
         "identity": [helper.make_node("Identity", ["init"], ["sc"])],
         "cast": [helper.make_node("Cast", ["init64"], ["sc"], to=TensorProto.FLOAT)],
