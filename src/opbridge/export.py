@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import inspect
 import logging
 import os
@@ -935,7 +936,7 @@ def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
     from opbridge.definition import find_op
 
-    present = {(n.domain, n.op_type) for n in walk_nodes(model.graph.node)}
+    present = collections.Counter((n.domain, n.op_type) for n in walk_nodes(model.graph.node))
     lost = [key for key in calls if (key[0], key[1]) not in present]
     if lost:
         names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
@@ -959,7 +960,7 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
             f"tracing but are not in the exported graph. {hint} (A call whose result the model's outputs do not "
             "depend on is removed as dead code: use its result, or leave the call out.)"
         )
-    _check_each_call_present(model, calls, exporter)
+    _check_each_call_present(present, calls, exporter)
     stray = default_domain_custom_nodes(model)
     if stray:
         raise ExportError(
@@ -968,14 +969,13 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
         )
 
 
-def _check_each_call_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, int], int], exporter: str) -> None:
-    """An ExportError where an op has fewer nodes than the export traced calls of it: a call folded into a
-    constant or removed as dead code beside calls that stayed, or, for an op drawing random numbers, two
-    equal calls the TorchScript exporter merged into one node (one draw for two; for other ops a merge
-    computes the same values and is let be)."""
-    nodes: dict[tuple[str, str], int] = {}
-    for n in walk_nodes(model.graph.node):
-        nodes[(n.domain, n.op_type)] = nodes.get((n.domain, n.op_type), 0) + 1
+def _check_each_call_present(
+    nodes: Mapping[tuple[str, str], int], calls: Mapping[tuple[str, str, int], int], exporter: str
+) -> None:
+    """An ExportError where an op has fewer ``nodes`` (by domain and op type, in the graph and its bodies)
+    than the export traced calls of it: a call folded into a constant or removed as dead code beside calls
+    that stayed, or, for an op drawing random numbers, two equal calls the TorchScript exporter merged into
+    one node (one draw for two; for other ops a merge computes the same values and is let be)."""
     distinct: Mapping[tuple[str, str, int], set[Any]] = getattr(calls, "distinct", {})
     random: set[tuple[str, str, int]] = getattr(calls, "random", set())
     for key, count in calls.items():

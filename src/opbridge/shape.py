@@ -518,12 +518,16 @@ def run_rule_on_arrays(rule: ShapeRule, arrays: Sequence[Any], attrs: dict[str, 
         except Exception:
             if state["ran"]:
                 raise
-    from opbridge._dtypes import numpy_to_onnx, onnx_to_torch
-
-    infos = [None if a is None else TensorInfo(tuple(a.shape), onnx_to_torch(numpy_to_onnx(a.dtype))) for a in arrays]
-    found = rule(*infos, **attrs)
+    found = rule(*_infos_of(arrays), **attrs)
     state["infos"] = True
     return found
+
+
+def _infos_of(arrays: Sequence[Any]) -> list[TensorInfo | None]:
+    """:class:`TensorInfo` of numpy ``arrays``' shapes and torch dtypes (None for an absent input)."""
+    from opbridge._dtypes import numpy_to_onnx, onnx_to_torch
+
+    return [None if a is None else TensorInfo(tuple(a.shape), onnx_to_torch(numpy_to_onnx(a.dtype))) for a in arrays]
 
 
 def rule_failed(state: dict[str, bool], exc: Exception, label: str, what: str) -> None:
@@ -561,11 +565,7 @@ def result_check(
         key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
         shapes = derived.get(key)
         if shapes is None:
-            from opbridge._dtypes import numpy_to_onnx, onnx_to_torch
-
-            infos = [
-                None if a is None else TensorInfo(tuple(a.shape), onnx_to_torch(numpy_to_onnx(a.dtype))) for a in arrays
-            ]
+            infos = _infos_of(arrays)
             if len(derived) >= 64:  # inputs of ever new sizes: keep the cache bounded
                 derived.clear()
             shapes = [

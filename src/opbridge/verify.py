@@ -1144,6 +1144,7 @@ def verify(
             continue
         _check_reference_values(record, i, expected[-1], tol)  # type: ignore[arg-type]
 
+    bound = [_bound_declarations(declared, meta, feed) for feed in feeds]  # (the same for every backend)
     for name in names:
         try:
             if name == "torch":
@@ -1174,8 +1175,7 @@ def verify(
                 if isinstance(expected[i], str):  # the reference failed on this set: said once, above
                     continue
                 say(f"{name}: set {i + 1}/{len(feeds)} {record.set_label(i)}")
-                bound = _bound_declarations(declared, meta, feed)
-                record.runs.append(_run_one(runner, name, i, feed, expected, tol, bound, low_defaults))
+                record.runs.append(_run_one(runner, name, i, feed, expected, tol, bound[i], low_defaults))
                 if record.runs[-1].status == "reference":  # (the first backend's outputs are the reference)
                     _check_reference_values(record, i, expected[i], tol, f"the reference ({name}'s output)")  # type: ignore[arg-type]
         finally:
