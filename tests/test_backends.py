@@ -548,6 +548,7 @@ def test_openvino_kernel_gets_its_inputs_in_the_model_dtypes(retype_runner) -> N
          r"dtype int64 \(e.g. result.astype\(np.int64\)\)"),
         ("float-for-int", "returned dtype float64 for output 1, but the node's output type is int64"),
     ],
+    ids=["float64", "int32", "float-for-int"],
 )  # fmt: skip
 def test_openvino_refuses_a_kernel_result_of_another_dtype(retype_runner, monkeypatch, mode: str, message: str) -> None:
     runner, feed = retype_runner

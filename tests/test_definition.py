@@ -987,6 +987,7 @@ def test_numpy_scalars_are_taken_for_attributes_of_their_kind(attrs: dict, want:
         ("flag", np.int64(1), "attribute 'flag' expects bool, got int64"),
         ("alpha", np.complex64(1), "attribute 'alpha' expects float, got complex64"),
     ],
+    ids=["int-got-np-float32", "int-got-float", "float-got-np-bool", "bool-got-np-int64", "float-got-np-complex64"],
 )
 def test_numpy_scalars_of_another_kind_are_still_refused(name: str, value: object, message: str) -> None:
     with pytest.raises(opbridge.OpCallError, match=message):

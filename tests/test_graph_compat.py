@@ -365,6 +365,7 @@ def test_deform_conv_has_no_importer_in_tensorrt_rtx_nor_before_tensorrt_10_1(ve
         (17, None),
         (25, "above the range docs/operators.md for TensorRT 10.15 documents opsets 9 to 24"),
     ],
+    ids=["opset6", "opset8", "opset17", "opset25"],
 )
 def test_the_models_opset_is_compared_with_the_parsers(opset: int, note: str | None) -> None:
     """The model's opset was never looked at: the parser warns below opset 7, and TensorRT documents 9 to 24."""

@@ -300,6 +300,7 @@ def _dangling_relu_in(where: str) -> onnx.ModelProto:
         ),
         ("function", "acme::F/Relu_3", "(at function acme::F > node 'Relu_3')"),
     ],
+    ids=["if", "nested", "function"],
 )
 def test_invalid_model_names_where_a_body_node_lives(where: str, label: str, place: str) -> None:
     """The checker names a subgraph's node by its own name and only the outermost If: the finding named

@@ -376,6 +376,26 @@ def test_legacy_domain_negative() -> None:
     assert not report.changed and report.outcomes[0].reason == "no custom op in the default domain"
 
 
+@pytest.mark.parametrize(
+    ("domain", "message"),
+    [
+        ("", "names no domain; give the target domain"),
+        ("  ", "names no domain; give the target domain"),
+        ("ai.onnx", "one of ONNX's own domains"),
+        ("ai.onnx.ml", "one of ONNX's own domains"),
+    ],
+    ids=["empty", "blank", "ai.onnx", "ai.onnx.ml"],
+)
+def test_legacy_domain_refuses_no_domain_and_onnxs_own(domain: str, message: str, tmp_path: Path) -> None:
+    """An empty --option domain= is refused, not taken as the default domain, and nothing is written."""
+    with pytest.raises(RewriteError, match=message):
+        rewrite_model(custom_node_model("MYSELU", ""), ["legacy-domain"], {"domain": domain})
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(custom_node_model("MYSELU", ""), src)
+    assert main(["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain", "--option", f"domain={domain}"]) == 2
+    assert not out.exists()
+
+
 # ---------------------------------------------------------------- files and CLI
 
 

@@ -774,8 +774,14 @@ class LegacyDomain(RewriteRule):
             move_default_domain_ops,
         )
 
-        domain = str(options.get("domain") or DEFAULT_LEGACY_DOMAIN)
-        if domain in ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training") or domain.startswith("ai.onnx."):
+        given = options.get("domain")
+        if given is not None and not str(given).strip():
+            raise RewriteError(
+                "--option domain= names no domain; give the target domain, e.g. domain=acme.legacy, or leave "
+                f"the option out for {DEFAULT_LEGACY_DOMAIN}."
+            )
+        domain = DEFAULT_LEGACY_DOMAIN if given is None else str(given)
+        if domain in ("ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training") or domain.startswith("ai.onnx."):
             raise RewriteError(
                 f"--option domain={domain}: that is one of ONNX's own domains, which has no custom ops; name a "
                 "domain of your own, e.g. domain=acme.legacy."
