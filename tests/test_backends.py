@@ -1138,3 +1138,53 @@ def test_openvino_names_a_default_domain_kernel_registered_only_for_later_opsets
     with pytest.raises(opbridge.UnknownOpError, match=r"registered only from opset version 13 on .* imports opset 11"):
         with OpenVINORunner(model) as runner:
             runner.infer({"x": np.ones(2, np.float32)})
+
+
+@opbridge.op("tests.mismatch::Shift")
+def _shift(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+    return x + k
+
+
+def _shift_model(inputs: list[str], outputs: list[str], **attrs: Any) -> onnx.ModelProto:
+    node = helper.make_node("Shift", inputs, outputs, domain="tests.mismatch", name="s", **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "z")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.mismatch", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+_MISMATCHES = {
+    "attribute-type": (
+        _shift_model(["x"], ["y"], k="one"),
+        r"attribute 'k' is STRING in the node; the op declares it int",
+    ),
+    "float-for-int": (_shift_model(["x"], ["y"], k=1.5), r"attribute 'k' is FLOAT in the node"),
+    "undeclared-attribute": (
+        _shift_model(["x"], ["y"], q=1),
+        r"has attribute\(s\) \['q'\] that the op does not declare",
+    ),
+    "extra-input": (_shift_model(["x", "z"], ["y"]), r"has 2 inputs; the op takes at most 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(_MISMATCHES))
+@pytest.mark.parametrize(
+    "backend", ["InferenceSession", "ReferenceSession", "onnxruntime", "onnxruntime-kernels", "reference", "openvino"]
+)
+def test_every_backend_raises_node_mismatch_error_for_a_node_that_does_not_fit_its_op(backend: str, case: str) -> None:
+    """A node of another attribute type than its op declares was an OpDefinitionError in opbridge's ONNX
+    Runtime session, a ModelLoadError in the reference session and a bare ValueError in OpenVINO; every
+    backend now raises the one NodeMismatchError, which both former classes still catch."""
+    model, message = _MISMATCHES[case]
+    with pytest.raises(opbridge.NodeMismatchError, match=r"tests\.mismatch::Shift node 's'.*" + message) as caught:
+        if backend in ("InferenceSession", "ReferenceSession"):
+            getattr(opbridge, backend)(model).run(None, {"x": np.ones(2, np.float32), "z": np.ones(2, np.float32)})
+        else:
+            _needs(backend)
+            with get_backend(backend)(model) as runner:
+                runner.infer({"x": np.ones(2, np.float32), "z": np.ones(2, np.float32)})
+    assert isinstance(caught.value, opbridge.OpDefinitionError) and isinstance(caught.value, opbridge.ModelLoadError)

@@ -9,6 +9,7 @@ __all__ = [
     "ExportError",
     "KernelResultError",
     "ModelLoadError",
+    "NodeMismatchError",
     "OpCallError",
     "OpbridgeError",
     "OpDefinitionError",
@@ -38,6 +39,18 @@ class ExportError(OpbridgeError, RuntimeError):
 
 class ModelLoadError(OpbridgeError, ValueError):
     """A model file could not be read or is not a valid ONNX model."""
+
+
+class NodeMismatchError(OpDefinitionError, ModelLoadError):
+    """A model's node does not fit its op's definition: an attribute of another type or one the op does
+    not declare, more inputs than the op takes, a required input or an output left out. Every backend
+    raises it when it loads such a model; it is both an :class:`OpDefinitionError` and a
+    :class:`ModelLoadError`, as the fix can be on either side.
+
+    Example:
+        >>> issubclass(NodeMismatchError, OpDefinitionError) and issubclass(NodeMismatchError, ModelLoadError)
+        True
+    """
 
 
 class OutputPathError(OpbridgeError, ValueError):

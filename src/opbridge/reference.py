@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from opbridge._dtypes import tensor_to_numpy
 from opbridge._feeds import FeedCheck
 from opbridge.definition import _version
-from opbridge.errors import ModelLoadError, OpbridgeError, UnknownOpError, unknown_ops_message
+from opbridge.errors import ModelLoadError, NodeMismatchError, OpbridgeError, UnknownOpError, unknown_ops_message
 from opbridge.model_io import check_domain_imports, elem_types, load_model, walk_nodes
 from opbridge.shape import result_check
 
@@ -157,8 +157,8 @@ def _spec_attributes(opdef: OpDef, node: onnx.NodeProto, linked: Mapping[str, An
     direct = {a.name: a for a in node.attribute if not a.ref_attr_name}
     try:
         values = attribute_values(spec, getter=direct.get)
-    except ValueError as exc:  # (not an OpDefinitionError: onnx.reference hides a TypeError's message)
-        raise ModelLoadError(f"{spec.qualname} node {node.name!r}: {exc}") from None
+    except ValueError as exc:  # (onnx.reference wraps it in a TypeError of its own: unwrapped at load)
+        raise NodeMismatchError(f"{spec.qualname} node {node.name!r}: {exc}") from None
     for attr in node.attribute:
         if attr.ref_attr_name and linked.get(attr.name) is not None:
             values[attr.name] = spec.attribute(attr.name).from_onnx_value(_plain(linked[attr.name]))
@@ -752,6 +752,8 @@ class ReferenceSession:
         try:
             self._evaluator = _evaluator(proto, new_ops, verbose)
         except Exception as exc:  # the evaluator raises many kinds
+            if isinstance(exc.__cause__, OpbridgeError):  # (ours, wrapped by the evaluator's op loading)
+                raise exc.__cause__ from None
             raise ModelLoadError(f"the ONNX reference evaluator cannot load the model: {exc}") from exc
         self._model = proto
         init_names = {i.name for i in proto.graph.initializer}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbridge._dtypes import tensor_to_numpy
-from opbridge.errors import KernelResultError, UnknownOpError
+from opbridge.errors import KernelResultError, NodeMismatchError, UnknownOpError
 
 if TYPE_CHECKING:
     import onnx
@@ -123,8 +123,12 @@ class CustomKernel:
             from opbridge.onnx_schema import attribute_values
             from opbridge.onnxruntime.bridge import check_node
 
-            check_node(self.opdef, node, f"{self.qualname} node {node.name!r}")
-            return attribute_values(self.opdef.spec, node)
+            label = f"{self.qualname} node {node.name!r}"
+            check_node(self.opdef, node, label)
+            try:
+                return attribute_values(self.opdef.spec, node)
+            except ValueError as exc:
+                raise NodeMismatchError(f"{label}: {exc}") from None
         attrs = _attrs_generic(node)
         for name in skip:
             attrs.pop(name, None)

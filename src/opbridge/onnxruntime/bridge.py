@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _version, find_op
-from opbridge.errors import KernelResultError, OpDefinitionError
+from opbridge.errors import KernelResultError, NodeMismatchError
 from opbridge.kernels import KernelDef, find_kernel
 from opbridge.shape import SymDim, result_check, rule_failed, run_rule_on_arrays
 
@@ -173,7 +173,7 @@ def check_attribute_names(opdef: OpDef, node: onnx.NodeProto) -> None:
     known = {a.name for a in spec.attributes}
     unknown = sorted(a.name for a in node.attribute if a.name not in known and a.name != NODE_ATTRIBUTE)
     if unknown:
-        raise OpDefinitionError(
+        raise NodeMismatchError(
             f"{spec.qualname} node {node.name!r} has attribute(s) {unknown} that the op does not declare "
             f"(it takes {sorted(known)}); re-export the model or fix the op definition."
         )
@@ -195,7 +195,7 @@ def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
     try:
         return spec.bind_attributes(attribute_values(spec, node))
     except (TypeError, ValueError) as exc:
-        raise OpDefinitionError(f"{spec.qualname} node {node.name!r}: {exc}") from None
+        raise NodeMismatchError(f"{spec.qualname} node {node.name!r}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- adapters
@@ -436,21 +436,21 @@ def check_arity(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
     while named and not named[-1]:  # trailing empty names: optional inputs left out
         named.pop()
     if len(named) > len(spec.inputs):
-        raise OpDefinitionError(
+        raise NodeMismatchError(
             f"{label} has {len(named)} inputs; the op takes at most {len(spec.inputs)} "
             f"({', '.join(i.name for i in spec.inputs)}): re-export the model or fix the node."
         )
     given = list(node.input) + [""] * (len(spec.inputs) - len(node.input))
     missing = [i.name for i, name in zip(spec.inputs, given) if not i.optional and not name]
     if missing:
-        raise OpDefinitionError(
+        raise NodeMismatchError(
             f"{label} gives no {', '.join(repr(m) for m in missing)}, which the op requires "
             f"(it takes {', '.join(i.name for i in spec.inputs)}): re-export the model or fix the node."
         )
     outputs = list(node.output)
     if len(outputs) > len(spec.outputs) or "" in outputs or len(outputs) < len(spec.outputs):
         names = ", ".join(o.name for o in spec.outputs)
-        raise OpDefinitionError(
+        raise NodeMismatchError(
             f"{label} lists outputs {outputs}; the op has {len(spec.outputs)} ({names}), each produced by its "
             "kernel: name every one of them in the node (an unused one may go unread)."
         )
@@ -500,7 +500,7 @@ def kernel_for_node(
         return BoundKernel("reference", "torch", fn, label, attrs)
     if registered is not None:
         if "" in node.output:
-            raise OpDefinitionError(
+            raise NodeMismatchError(
                 f"{label} leaves output(s) {[i for i, o in enumerate(node.output) if not o]} unnamed; the kernel "
                 "produces every output of the node: name each of them (an unused one may go unread)."
             )
