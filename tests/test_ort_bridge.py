@@ -342,7 +342,9 @@ def test_a_misaligned_feed_is_an_unaligned_array_for_the_kernel() -> None:
         np.testing.assert_array_equal(y, x)
 
 
-@pytest.mark.parametrize("shape", [(1,), (2, 3), (4, 1, 5, 6), (0, 3), ()], ids=lambda s: "x".join(map(str, s)) or "scalar")
+@pytest.mark.parametrize(
+    "shape", [(1,), (2, 3), (4, 1, 5, 6), (0, 3), ()], ids=lambda s: "x".join(map(str, s)) or "scalar"
+)
 def test_dynamic_shapes_in_one_session(shape: tuple[int, ...]) -> None:
     model = make_model("Silu", [("x", F, None)], [("y", F, None)])
     sess = _cached_session("silu", model)

@@ -1527,6 +1527,45 @@ def test_a_tolerance_covers_the_values_computed_from_its_op_not_shapes_or_condit
     assert tols["v_relu"] == (Tolerance(0.1, 0.1), "declared by tests.verify::IdxVal")
 
 
+def test_a_tolerance_does_not_cover_values_picked_by_indices_computed_from_its_op() -> None:
+    """A loose op's ArgMax fed a Gather (and its TopK's indices, cast to float, an output): the gathered
+    values and the cast indices took the op's tolerance, so a kernel picking other elements passed
+    verify. An index is right or picks another element: the picked values keep what computes them."""
+    f32, i64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    k = helper.make_tensor("k", i64, [1], [2])
+    nodes = [
+        helper.make_node("LooseTol", ["x"], ["a"], domain="tests.verify"),
+        helper.make_node("ArgMax", ["a"], ["idx"], axis=1, keepdims=1),
+        helper.make_node("GatherElements", ["y", "idx"], ["picked"], axis=1),
+        helper.make_node("GatherElements", ["a", "idx"], ["picked_loose"], axis=1),
+        helper.make_node("Cast", ["idx"], ["idx_f"], to=f32),
+        helper.make_node("TopK", ["a", "k"], ["top", "top_i"], axis=1),
+        helper.make_node("Cast", ["top_i"], ["top_i_f"], to=f32),
+        helper.make_node("Gather", ["y", "top_i"], ["rows"], axis=0),
+        helper.make_node("NonZero", ["a"], ["nz"]),
+        helper.make_node("Cast", ["nz"], ["nz_f"], to=f32),
+    ]
+    outputs = ["picked", "picked_loose", "idx_f", "top", "top_i_f", "rows", "nz_f"]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info(n, f32, [2, 8]) for n in ("x", "y")],
+        [helper.make_tensor_value_info(o, f32, None) for o in outputs],
+        "tests.verify",
+    )
+    model.graph.initializer.append(k)
+    loose = (Tolerance(0.1, 1e-2), "declared by tests.verify::LooseTol")
+    tols = _tolerances(model)
+    assert {o: tols[o] for o in outputs} == {
+        "picked": (Tolerance(), "default"),
+        "picked_loose": loose,
+        "idx_f": (Tolerance(), "default"),
+        "top": loose,
+        "top_i_f": (Tolerance(), "default"),
+        "rows": (Tolerance(), "default"),
+        "nz_f": (Tolerance(), "default"),
+    }
+
+
 def test_the_default_tolerance_follows_the_dtype_that_was_computed_in() -> None:
     """float16 and bfloat16 results took float32's default: a float16 Conv or a bfloat16 kernel
     failed by a few units in their last place. A bfloat16 op cast to float32 takes bfloat16's."""

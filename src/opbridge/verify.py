@@ -621,8 +621,9 @@ _EXACT_OPS = frozenset(
 
 # Inputs whose values do not reach the values of the op's output (None: every input): an op that
 # reads only its input's shape (Shape, Size, EyeLike, the random ...Like ops), a shape given as a tensor
-# (Reshape, Expand, Tile, ConstantOfShape), and a condition (Where, If), which picks whole elements or a
-# branch: a wrong one is no rounding that a tolerance describes. Their upstream ops' tolerances stay there.
+# (Reshape, Expand, Tile, ConstantOfShape), a condition (Where, If, Compress), which picks whole elements
+# or a branch, and indices (Gather*, Scatter*, OneHot), which pick whole elements: a wrong one is no
+# rounding that a tolerance describes. Their upstream ops' tolerances stay there.
 _NO_VALUE_INPUTS: dict[str, frozenset[int] | None] = {
     "Shape": None,
     "Size": None,
@@ -635,7 +636,22 @@ _NO_VALUE_INPUTS: dict[str, frozenset[int] | None] = {
     "Tile": frozenset({1}),
     "Where": frozenset({0}),
     "If": frozenset({0}),
+    "Compress": frozenset({1}),
+    "Gather": frozenset({1}),
+    "GatherElements": frozenset({1}),
+    "GatherND": frozenset({1}),
+    "Scatter": frozenset({1}),
+    "ScatterElements": frozenset({1}),
+    "ScatterND": frozenset({1}),
+    "OneHot": frozenset({0, 1}),
+    "ArgMax": None,
+    "ArgMin": None,
+    "NonZero": None,
 }
+
+# Outputs that are indices (a position, not a value computed from the inputs' values): their values
+# take no upstream op's tolerance, as a wrong index is no rounding; the op's other outputs keep theirs.
+_INDEX_OUTPUTS: dict[str, frozenset[int]] = {"TopK": frozenset({1}), "Unique": frozenset({1, 2, 3})}
 
 # The default tolerance per dtype (any other: Tolerance()): for the low-precision floats, rtol twice their
 # epsilon (2 to 4 units in the last place) and atol one unit in the last place at 1.0 (float16's epsilon
@@ -763,8 +779,10 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
         if key not in values:
             node = producer[value]
             found = _Upstream()
-            classify(node, fallback, found, frozenset(), [list(node.output).index(value)])
-            found.add(inputs_of.get((id(node), fallback), _Upstream()))  # (absent only in a cycle)
+            index = list(node.output).index(value)
+            classify(node, fallback, found, frozenset(), [index])
+            if not (node.domain in STANDARD_DOMAINS and index in _INDEX_OUTPUTS.get(node.op_type, ())):
+                found.add(inputs_of.get((id(node), fallback), _Upstream()))  # (absent only in a cycle)
             values[key] = found
         return values[key]
 
