@@ -586,6 +586,19 @@ def test_parameter_named_out_and_outputs_as_a_string_are_refused() -> None:
         def add_out(x: torch.Tensor, out: float = 1.0) -> torch.Tensor:
             return x + out
 
+    # (an attribute named self broke a call by name and dynamo's export; a tensor one the same way)
+    with pytest.raises(OpDefinitionError, match=r"parameter 'self': the name is reserved.*rename it"):
+
+        @opbridge.op("tests.def::AddSelf")
+        def add_self(x: torch.Tensor, self: int = 1) -> torch.Tensor:
+            return x + self
+
+    with pytest.raises(OpDefinitionError, match=r"parameter 'self': the name is reserved"):
+
+        @opbridge.op("tests.def::SelfInput")
+        def self_input(self: torch.Tensor) -> torch.Tensor:
+            return self + 1
+
     with pytest.raises(OpDefinitionError, match=r"outputs= takes a tuple of names, one per output.*got 'ab'"):
 
         @opbridge.op("tests.def::TwoNamed", outputs="ab")  # type: ignore[arg-type]

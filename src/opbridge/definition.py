@@ -155,6 +155,8 @@ def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] 
 _RESERVED_PARAMETERS = {
     "out": "the name is reserved: a CPU kernel's parameter 'out' receives ONNX Runtime's preallocated outputs "
     "(see register_kernel); rename it.",
+    "self": "the name is reserved: the op's call and PyTorch's op call take 'self' as their own first "
+    "parameter, so a call by name (and dynamo's export) would give it twice; rename it, e.g. to 'x' or 'k'.",
 }
 
 
