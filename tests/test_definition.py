@@ -579,6 +579,29 @@ def test_a_built_in_op_cannot_be_taken_over(qualname: str) -> None:
     assert opbridge.find_op("mmdeploy", "TestsOwnOp") is own
 
 
+@opbridge.op("tests.def::TextLen")
+def _text_len(x: torch.Tensor, s: str = "", words: list[str] = []) -> torch.Tensor:  # noqa: B006
+    return x + len(s) + len(words)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"s": "\ud800"},
+            r"attribute 's' holds text that is not valid Unicode \(a lone surrogate '\\ud800' at index 0\)",
+        ),
+        ({"words": ["ok", "a\udcffb"]}, r"attribute 'words' holds text .* '\\udcff' at index 1\)"),
+    ],
+    ids=["string", "string-list"],
+)
+def test_text_that_utf8_cannot_hold_is_refused_by_name(kwargs: dict, message: str) -> None:
+    """A lone surrogate reached torch's schema check: "Expected a value of type 'str' ... found type 'str'"."""
+    with pytest.raises(opbridge.OpCallError, match=r"tests.def::TextLen: " + message):
+        _text_len(torch.zeros(2), **kwargs)
+    assert _text_len(torch.zeros(2), s="这是", words=["é"]).tolist() == [3.0, 3.0]
+
+
 def test_parameter_named_out_and_outputs_as_a_string_are_refused() -> None:
     with pytest.raises(OpDefinitionError, match=r"parameter 'out': the name is reserved"):
 

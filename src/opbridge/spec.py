@@ -116,6 +116,7 @@ def _check_scalar(kind: AttrType, value: Any) -> Any:
         return value
     if not isinstance(value, str):
         raise TypeError
+    value.encode("utf-8")  # (UnicodeEncodeError for a lone surrogate, which no UTF-8 attribute holds)
     return value
 
 
@@ -150,6 +151,13 @@ class AttrSpec:
             where = f"{op}: " if op else ""
             raise OpCallError(
                 f"{where}attribute {self.name!r} = {exc}; pass a value within that range (or a tensor input)."
+            ) from None
+        except UnicodeEncodeError as exc:
+            where = f"{op}: " if op else ""
+            raise OpCallError(
+                f"{where}attribute {self.name!r} holds text that is not valid Unicode (a lone surrogate "
+                f"{exc.object[exc.start : exc.end]!r} at index {exc.start}), which an ONNX STRING attribute "
+                "cannot hold (UTF-8); pass valid text, e.g. decode bytes with errors='replace'."
             ) from None
         except TypeError:
             where = f"{op}: " if op else ""
