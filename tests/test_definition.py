@@ -602,6 +602,31 @@ def test_text_that_utf8_cannot_hold_is_refused_by_name(kwargs: dict, message: st
     assert _text_len(torch.zeros(2), s="这是", words=["é"]).tolist() == [3.0, 3.0]
 
 
+def test_a_kernels_out_parameter_without_a_default_is_refused() -> None:
+    """Only ONNX Runtime passes ``out``: such a kernel passed verify there and raised TypeError ("missing
+    1 required positional argument: 'out'") in the reference evaluator and OpenVINO."""
+
+    @opbridge.op("tests.def::Twice", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(
+        OpDefinitionError, match=r"tests.def::Twice: the kernel's parameter 'out' has no default.*out=None"
+    ):
+
+        @twice.register_kernel
+        def _(x, out):
+            return np.multiply(x, 2, out=out)
+
+    assert twice.kernel is None
+
+    @twice.register_kernel(kind="torch")
+    def _(x, *, out=None):
+        return torch.mul(x, 2, out=out)
+
+    assert twice.kernel_kind == "torch"
+
+
 def test_parameter_named_out_and_outputs_as_a_string_are_refused() -> None:
     with pytest.raises(OpDefinitionError, match=r"parameter 'out': the name is reserved"):
 

@@ -521,6 +521,17 @@ class OpDef(Generic[P, R]):
                     f"{self.spec.qualname}: register_kernel takes a function fn(*arrays, **attrs), got "
                     f"{type(f).__name__}."
                 )
+            try:
+                out = inspect.signature(f).parameters.get("out")
+            except (TypeError, ValueError):  # (a builtin without a signature)
+                out = None
+            if out is not None and out.default is inspect.Parameter.empty and out.kind != out.VAR_KEYWORD:
+                raise OpDefinitionError(
+                    f"{self.spec.qualname}: the kernel's parameter 'out' has no default, but only ONNX Runtime "
+                    "(on an op with a shape rule) passes it; the reference evaluator and OpenVINO call the kernel "
+                    "without it: give it a default of None (def kernel(x, ..., out=None)) and return a new result "
+                    "when it is None."
+                )
             self.kernel, self.kernel_kind, self.native_kernel = f, kind, native
             return f
 
