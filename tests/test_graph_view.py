@@ -174,3 +174,41 @@ def test_view_serves_the_model_and_its_data_files_only(tmp_path: Path) -> None:
         assert _get(alone.url + "/")[0] == 200 and _get(f"{alone.url}/data/weights.bin")[0] == 404
     finally:
         alone.stop()
+
+
+def test_view_does_not_serve_data_files_outside_the_models_folder(tmp_path: Path) -> None:
+    """A model naming ``../secret.data``, an absolute path or a link that leads out of its folder as a
+    tensor's data had that file served to the viewer's clients (``/etc/passwd`` by a crafted model)."""
+    pytest.importorskip("netron", reason="netron (the 'view' extra) is not installed")
+    import os
+
+    from onnx import TensorProto, helper
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    secret = tmp_path / "secret.data"
+    secret.write_bytes(b"\0" * 16)
+    (folder / "link.data").symlink_to(secret)
+    (folder / "inside.data").write_bytes(b"\0" * 16)
+    tensors = []
+    for name, location in [("a", "../secret.data"), ("b", str(secret)), ("c", "link.data"), ("d", "inside.data")]:
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+        tensor.external_data.add(key="location", value=location)
+        tensors.append(tensor)
+    graph = helper.make_graph(
+        [helper.make_node("Sum", ["x", "a", "b", "c", "d"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        tensors,
+    )
+    path = folder / "evil.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    server = serve_model(path, port=0)
+    try:
+        for location in ["../secret.data", os.path.relpath(secret, folder), "link.data"]:
+            escaped = "/".join("%2E%2E" if part == ".." else part for part in location.split("/"))
+            assert _get(f"{server.url}/data/{escaped}")[0] == 404, location
+        assert _get(f"{server.url}/data/inside.data") == (200, b"\0" * 16)
+    finally:
+        server.stop()

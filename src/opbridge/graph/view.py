@@ -216,11 +216,22 @@ def _page(template: str, model: Path) -> bytes:
 
 def _model_files(path: Path) -> dict[str, Path]:
     """The files the viewer may fetch, by the name it asks for: the model and its external data files
-    (by their locations, relative to the model)."""
+    (by their locations, relative to the model). A location outside the model's folder (absolute, with
+    ``..``, or through a link that leads out), which ONNX itself refuses, is not served: a model file
+    must not open the rest of the disk to the viewer's clients."""
     from opbridge.model_io import external_files
 
+    base = path.parent.resolve()
     files = {path.name: path}
     for data in external_files(path):
+        if not Path(data).resolve().is_relative_to(base):
+            logger.warning(
+                "not serving %s, which a tensor of %s names as its data: it lies outside the model's folder (ONNX "
+                "refuses such locations); move the data file beside the model",
+                data,
+                path.name,
+            )
+            continue
         files[Path(os.path.relpath(data, path.parent)).as_posix()] = data
     return files
 
