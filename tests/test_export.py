@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -392,6 +393,40 @@ def test_dynamic_dim_made_static_is_refused(tmp_path: Path) -> None:
     assert not target.exists()
 
 
+@opbridge.op("acme::CountAll")
+def count_all(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(x.numel(), dtype=torch.int64)
+
+
+@opbridge.op("acme::CountAllDeclared", shape=lambda x: opbridge.TensorInfo((), torch.int64))
+def count_all_declared(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(x.numel(), dtype=torch.int64)
+
+
+def test_a_dim_made_static_by_a_derived_shape_names_the_op_without_a_shape_rule(tmp_path: Path) -> None:
+    """A reference that turns a size into a value, run on the trace's fake tensors for want of a shape
+    rule, fixes the dim: the error gave only causes that did not apply. It now names the op; declaring
+    its shape keeps the dim dynamic."""
+
+    class Count(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return count_all(x)
+
+    class CountDeclared(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return count_all_declared(x)
+
+    dims = ({0: torch.export.Dim("b")},)
+    with pytest.raises(
+        ExportError, match=r"an op that declares no shape rule \(acme::CountAll\).*@CountAll.register_shape"
+    ):
+        opbridge.export(Count(), (torch.ones(3, 4),), tmp_path / "c.onnx", dynamic_shapes=dims)
+    result = opbridge.export(CountDeclared(), (torch.ones(3, 4),), tmp_path / "d.onnx", dynamic_shapes=dims)
+    assert result.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    (got,) = opbridge.InferenceSession(result.path).run(None, {"x": np.ones((5, 4), np.float32)})
+    assert int(got) == 20
+
+
 @opbridge.op("acme::Positives", shape=lambda x: opbridge.TensorInfo((opbridge.SymDim(),), x.dtype))
 def positives(x: torch.Tensor) -> torch.Tensor:
     """An output size that depends on the data: the rule says so with SymDim()."""
@@ -422,8 +457,57 @@ def test_data_dependent_output_size(tmp_path: Path, exporter: str) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return positives_no_rule(x)
 
-    with pytest.raises(ExportError, match=r"acme::PositivesNoRule declares no shape rule, and its reference cannot"):
+    with pytest.raises(
+        ExportError,
+        match=r"acme::PositivesNoRule declares no shape rule, and its reference (raised \w+ on the fake|cannot run on meta)",
+    ):
         opbridge.export(NoRule(), (x,), tmp_path / "dd_no_rule.onnx", exporter=exporter)
+
+
+@opbridge.op("acme::PadCols")
+def pad_cols(x: torch.Tensor, pad: list[int] = [0, 0]) -> torch.Tensor:  # noqa: B006
+    return torch.nn.functional.pad(x, pad)
+
+
+@pad_cols.register_shape
+def _(x: Any, pad: list[int] = [0, 0]) -> opbridge.TensorInfo:  # noqa: B006
+    return opbridge.TensorInfo((x.shape[0], x.shape[1] + pad[0] + pad[1]), x.dtype)
+
+
+@opbridge.op("acme::FirstFactor")
+def first_factor(x: torch.Tensor, k: list[int] = []) -> torch.Tensor:  # noqa: B006
+    return x * k[0]
+
+
+_RAISED_BY = {
+    "shape-rule": r"\(raised by acme::PadCols's shape rule, @PadCols.register_shape\)",
+    "reference": r"\(raised by acme::FirstFactor's reference\)",
+}
+
+
+@pytest.mark.parametrize("exporter", ["eager", "torchscript", "dynamo"])
+@pytest.mark.parametrize("where", ["shape-rule", "reference"])
+def test_an_exception_of_a_shape_rule_or_reference_names_the_op(tmp_path: Path, exporter: str, where: str) -> None:
+    """A rule's or a reference's own IndexError came out as "tuple index out of range" alone, in eager
+    calls and in the TorchScript export's message: it now carries a note naming the op and which of its
+    functions raised. (dynamo runs a reference without a rule on fake tensors: its own message there.)"""
+    op, kwargs = (pad_cols, {"pad": []}) if where == "shape-rule" else (first_factor, {})
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return op(x, **kwargs)
+
+    x = torch.ones(2, 3)
+    if exporter == "eager":
+        with pytest.raises(IndexError, match="tuple index out of range") as caught:
+            Model()(x)
+        assert re.fullmatch(_RAISED_BY[where], " ".join(caught.value.__notes__))
+        return
+    message = r"(?s)tuple index out of range.*" + _RAISED_BY[where]
+    if exporter == "dynamo" and where == "reference":
+        message = r"acme::FirstFactor declares no shape rule, and its reference raised IndexError on the fake tensors"
+    with pytest.raises(ExportError, match=message):
+        opbridge.export(Model(), (x,), tmp_path / "m.onnx", exporter=exporter)
 
 
 def test_dynamo_keeps_the_forward_parameter_names(tmp_path: Path) -> None:

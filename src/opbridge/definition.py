@@ -41,7 +41,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from opbridge._autograd import BackwardContext, shares_memory
 from opbridge._locks import ForkSafeLock
-from opbridge.errors import OpCallError, OpDefinitionError
+from opbridge.errors import OpbridgeError, OpCallError, OpDefinitionError
 from opbridge.shape import ShapeRule, fake_outputs
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
 
@@ -791,10 +791,10 @@ class OpDef(Generic[P, R]):
             return
         import torch
 
-        from opbridge.shape import SymDim, _as_infos
+        from opbridge.shape import SymDim, _as_infos, call_shape_rule
 
         spec = self.spec
-        infos = _as_infos(rule(*tensors, **attrs), spec, "the shape rule")
+        infos = _as_infos(call_shape_rule(rule, spec, tensors, attrs), spec, "the shape rule")
         for i, (info, tensor) in enumerate(zip(infos, results)):
             if not isinstance(info.dtype, torch.dtype):
                 raise OpDefinitionError(
@@ -858,16 +858,21 @@ def _define_torch_op(opdef: OpDef) -> Any:
             tensors, attrs = decode(args)
             versions = [_version(t) for t in tensors]
             rng = _autograd.rng_before(tensors)
-            if _autograd.watched():  # (an enclosing watch counts this thread's draws only: so must this one)
-                with inside_reference(), _autograd.watching_draws() as watch:
-                    result = current._check_result(current.reference(*tensors, **attrs), "the reference")
-                drew = watch.drew
-            else:
-                with inside_reference():
-                    result = current._check_result(current.reference(*tensors, **attrs), "the reference")
-                # (kept for the backward whether or not the states moved: a reference drawing under fork_rng
-                # leaves them as they were, and its backward must replay the same draws)
-                drew = rng is not None
+            try:
+                if _autograd.watched():  # (an enclosing watch counts this thread's draws only: so must this one)
+                    with inside_reference(), _autograd.watching_draws() as watch:
+                        result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+                    drew = watch.drew
+                else:
+                    with inside_reference():
+                        result = current._check_result(current.reference(*tensors, **attrs), "the reference")
+                    # (kept for the backward whether or not the states moved: a reference drawing under fork_rng
+                    # leaves them as they were, and its backward must replay the same draws)
+                    drew = rng is not None
+            except Exception as exc:
+                if not isinstance(exc, OpbridgeError):
+                    _note_raised_by(exc, f"{current.spec.qualname}'s reference")
+                raise
             current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
             outputs = _fresh_outputs(result if isinstance(result, tuple) else (result,), tensors, current.shape_rule)
@@ -897,6 +902,13 @@ def _define_torch_op(opdef: OpDef) -> Any:
             inside=inside_reference,
         )
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
+
+
+def _note_raised_by(exc: BaseException, where: str) -> None:
+    """Add ``(raised by WHERE)`` to ``exc``'s notes, once: its traceback and opbridge's export errors show it."""
+    note = f"(raised by {where})"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
 
 
 def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:

@@ -509,9 +509,36 @@ def _check_dims_kept(
                     f"has it static ({dims[axis].dim_value}): the traced model fixed its size. Causes: a size passed "
                     "to an op's int attribute (attributes are constants in the file: pass it as a tensor input, or "
                     "read it from a tensor inside the op's reference), or an operation with a fixed-size tensor "
-                    "(adding a torch.ones(4, 3), say); torch.export's own message names the line where it "
-                    "specializes: export with torch.export.export(..., dynamic_shapes=...) to see it."
+                    f"(adding a torch.ones(4, 3), say){_derived_shape_cause(proto)}; torch.export's own message "
+                    "names the line where it specializes: export with torch.export.export(..., dynamic_shapes=...) "
+                    "to see it."
                 )
+
+
+def _derived_shape_cause(proto: onnx.ModelProto) -> str:
+    """The third cause of a dim made static, where the model's custom ops include some without a shape
+    rule: their references run on the trace's fake tensors, and one that makes a size a value fixes it."""
+    from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
+    from opbridge.definition import find_op
+    from opbridge.model_io import walk_nodes
+
+    versions = domain_versions(proto)
+    derived: dict[str, str] = {}
+    for node in walk_nodes(proto.graph.node):
+        if node.domain in STANDARD_DOMAINS:
+            continue
+        op = find_op(node.domain, node.op_type, versions.get(node.domain))
+        if op is not None and op.shape_rule is None:
+            derived.setdefault(op.spec.qualname, op.spec.name)
+    if not derived:
+        return ""
+    names = ", ".join(derived)
+    first = next(iter(derived.values()))
+    return (
+        f", or an op that declares no shape rule ({names}): its reference runs on the trace's fake tensors to "
+        "give its output shapes, and one that turns a size into a value (torch.tensor(x.numel()), "
+        f"int(x.shape[0])) fixes it; declare the output shapes with @{first}.register_shape"
+    )
 
 
 def _note_output_dim_names(
@@ -1463,8 +1490,10 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 def _uncoloured(exc: BaseException) -> str:
-    """``exc``'s message without terminal colour codes (torch.onnx colours its messages for a terminal)."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    """``exc``'s message without terminal colour codes (torch.onnx colours its messages for a terminal),
+    with its notes (a shape rule's exception names the op's rule in one)."""
+    notes = "".join(f" {n}" for n in getattr(exc, "__notes__", ()) if isinstance(n, str))
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(exc) + notes)
 
 
 def _causes(exc: BaseException, limit: int = 4) -> str:

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import KernelResultError, OpDefinitionError
+from opbridge.errors import KernelResultError, OpbridgeError, OpDefinitionError
 
 if TYPE_CHECKING:
     import onnx
@@ -177,6 +177,20 @@ def _reference_on_fakes(reference: Callable[..., Any], args: Sequence[Any], attr
         mode.allow_non_fake_inputs = False
 
 
+def call_shape_rule(rule: ShapeRule, spec: OpSpec, args: Sequence[Any], attrs: dict[str, Any]) -> Any:
+    """``rule(*args, **attrs)``; an exception of the rule's own (not an opbridge error) carries a note
+    naming the op's rule, which its traceback and opbridge's export errors show."""
+    try:
+        return rule(*args, **attrs)
+    except OpbridgeError:
+        raise
+    except Exception as exc:
+        note = f"(raised by {spec.qualname}'s shape rule, @{spec.name}.register_shape)"
+        if note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        raise
+
+
 def fake_outputs(
     spec: OpSpec, rule: ShapeRule | None, reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]
 ) -> Any:
@@ -190,15 +204,17 @@ def fake_outputs(
             raise
         except Exception as exc:
             raise OpDefinitionError(
-                f"{spec.qualname} declares no shape rule, and its reference cannot run on the fake tensors of "
-                f"torch.compile and torch.export to derive one ({type(exc).__name__}: {str(exc)[:300]}); declare "
-                f"the output shapes and dtypes with @{spec.name}.register_shape (an output size that depends on "
-                "the data as opbridge.SymDim())."
+                f"{spec.qualname} declares no shape rule, and its reference raised {type(exc).__name__} on the fake "
+                f"tensors of torch.compile and torch.export, which derive the op's output shapes from it "
+                f"({str(exc)[:300]}). Where the reference raises that on real tensors of these shapes too, the "
+                "reference is at fault (or its arguments); where it needs the data (.item(), .tolist(), numpy), "
+                f"declare the output shapes and dtypes with @{spec.name}.register_shape (an output size that "
+                "depends on the data as opbridge.SymDim())."
             ) from exc
         items = _as_infos(result, spec, "the reference")
         out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
     else:
-        items = _as_infos(rule(*args, **attrs), spec, "the shape rule")
+        items = _as_infos(call_shape_rule(rule, spec, args, attrs), spec, "the shape rule")
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
         def size(d: Any) -> Any:
@@ -430,7 +446,7 @@ def output_infos(
     Uses the declared ``rule``, else derives the outputs from ``reference`` on meta tensors.
     """
     if rule is not None:
-        return _as_infos(rule(*infos, **attrs), spec, "the shape rule")
+        return _as_infos(call_shape_rule(rule, spec, infos, attrs), spec, "the shape rule")
     return _derive_with_meta(spec, reference, infos, attrs)
 
 
