@@ -743,6 +743,24 @@ def test_openvino_on_an_invalid_model_fails_instead_of_raising() -> None:
     assert report.real_ok is False and not report.ok and report.notes[0].startswith("conversion raised")
 
 
+def test_openvino_conversion_note_gives_the_cause_not_the_check_line() -> None:
+    """The note kept the error's first line, "Check 'false' failed at src/frontends/...", without the
+    cause the next lines give."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    values = helper.make_tensor("s", TensorProto.FLOAT, [1], [1.0])
+    sparse = helper.make_sparse_tensor(values, helper.make_tensor("i", TensorProto.INT64, [1], [0]), [4])
+    model = make_model(
+        [helper.make_node("Add", ["x", "s"], ["y"], name="add")],
+        [("x", TensorProto.FLOAT, [4])],
+        [("y", TensorProto.FLOAT, [4])],
+    )
+    model.graph.sparse_initializer.append(sparse)
+    report = check_compat(model, "openvino")
+    assert report.real_ok is False
+    assert report.notes[0].startswith("conversion raised: ") and "Check '" not in report.notes[0]
+    assert 'Input tensor isn\'t found for node "s"' in report.notes[0]
+
+
 def test_ort_blames_nodes_by_their_quoted_names_only() -> None:
     """A node named "error" is not blamed for ONNX Runtime's "Fatal error: ..." about another node."""
     model = custom_node_model("Unknown")

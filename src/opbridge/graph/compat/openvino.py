@@ -252,5 +252,13 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
     )
     if error is not None:
         report.real_ok = False
-        report.notes.append(f"conversion raised: {error.splitlines()[0]}")
+        report.notes.append(f"conversion raised: {_cause(error)}")
     return report
+
+
+def _cause(error: str, limit: int = 400) -> str:
+    """The informative lines of an OpenVINO error (its first line is often only "Check 'false' failed at
+    src/frontends/common/src/frontend.cpp:47:"; the cause follows), joined and short."""
+    from opbridge.backends.openvino_backend import _first_line
+
+    return _first_line(RuntimeError(error), limit)
