@@ -1210,3 +1210,38 @@ def test_a_default_domain_function_is_not_passed_as_a_plain_onnx_runtime_functio
     assert node.real is not None and node.real.startswith("fail")
     y = opbridge.InferenceSession(model).run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0]
     np.testing.assert_array_equal(y, [0.0, 2.0])
+
+
+def _recursive_model() -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("acme", 1)]
+
+    def function(name: str, calls: str, domain: str = "acme") -> onnx.FunctionProto:
+        return helper.make_function(
+            "acme", name, ["a"], ["b"], [helper.make_node(calls, ["a"], ["b"], domain=domain)], opsets
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Rec", ["x"], ["y"], domain="acme", name="rec"),
+            helper.make_node("A", ["y"], ["z"], domain="acme", name="a"),
+            helper.make_node("Fine", ["z"], ["w"], domain="acme", name="fine"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, [2])],
+    )
+    functions = [function("Rec", "Rec"), function("A", "B"), function("B", "A"), function("Fine", "Relu", "")]
+    return helper.make_model(graph, opset_imports=opsets, functions=functions)
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_a_call_of_a_recursive_function_fails_statically(target: str) -> None:
+    """A function calling itself (or A -> B -> A) was "runs through the model's function body" by the
+    static rules, exit 0; TensorRT's parser crashed on it (SIGSEGV) and the checker refuses it."""
+    if target != "tensorrt":
+        pytest.importorskip(target, reason=f"{target} is not installed")
+    report = check_compat(_recursive_model(), target, real=False)
+    nodes = {n.node: n for n in report.nodes if "/" not in n.node}
+    assert nodes["rec"].verdict == "fail" and "calls itself (acme::Rec -> acme::Rec)" in nodes["rec"].reason
+    assert nodes["a"].verdict == "fail" and "(acme::A -> acme::B -> acme::A)" in nodes["a"].reason
+    assert nodes["fine"].verdict == "function" and not report.ok

@@ -66,7 +66,7 @@ def check_compat(
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt
 
-        return check_tensorrt(proto, version=trt_version, real=real, path=path)
+        return _fail_recursive_calls(check_tensorrt(proto, version=trt_version, real=real, path=path), proto)
     if target == "onnxruntime":
         try:
             import onnxruntime  # noqa: F401
@@ -74,7 +74,7 @@ def check_compat(
             raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime") from exc
         from opbridge.graph.compat.onnxruntime import check_onnxruntime
 
-        return check_onnxruntime(proto, real=real, path=path)
+        return _fail_recursive_calls(check_onnxruntime(proto, real=real, path=path), proto)
     if target == "openvino":
         try:
             import openvino  # noqa: F401
@@ -82,5 +82,52 @@ def check_compat(
             raise BackendUnavailableError("openvino is not installed: pip install 'opbridge[openvino]'") from exc
         from opbridge.graph.compat.openvino import check_openvino
 
-        return check_openvino(proto, real=real, path=path)
+        return _fail_recursive_calls(check_openvino(proto, real=real, path=path), proto)
     raise OpbridgeError(f"unknown compat target {target!r}; choose one of {', '.join(TARGETS)}.")
+
+
+def _recursive_functions(model: onnx.ModelProto) -> dict[tuple[str, str], str]:
+    """The model-local functions that call themselves, directly or through others, by (domain, name),
+    each with the cycle in words (``acme::A -> acme::B -> acme::A``): ONNX forbids them, and no runtime
+    expands one (TensorRT's parser crashed on one)."""
+    from opbridge.model_io import walk_nodes
+
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for fn in model.functions:
+        callees = calls.setdefault((fn.domain, fn.name), [])
+        callees += [(n.domain, n.op_type) for n in walk_nodes(fn.node)]
+    found: dict[tuple[str, str], str] = {}
+    for start in calls:
+        path, stack, seen = [start], [iter(calls[start])], {start}
+        while stack:  # depth first, without recursion
+            callee = next(stack[-1], None)
+            if callee is None:
+                stack.pop()
+                path.pop()
+                continue
+            if callee == start:
+                found[start] = " -> ".join(f"{d}::{n}" for d, n in [*path, start])
+                break
+            if callee in calls and callee not in seen:
+                seen.add(callee)
+                path.append(callee)
+                stack.append(iter(calls[callee]))
+    return found
+
+
+def _fail_recursive_calls(report: CompatReport, model: onnx.ModelProto) -> CompatReport:
+    """``report`` with every node that calls a recursive model-local function failed (the static rules
+    took its body for one a runtime expands)."""
+    import dataclasses
+
+    recursive = _recursive_functions(model) if len(model.functions) else {}
+    for k, verdict in enumerate(report.nodes):
+        cycle = recursive.get((verdict.domain, verdict.op_type))
+        if cycle is not None and verdict.verdict != "fail":
+            report.nodes[k] = dataclasses.replace(
+                verdict,
+                verdict="fail",
+                reason=f"model-local function {verdict.domain}::{verdict.op_type} calls itself ({cycle}): ONNX "
+                "forbids recursive functions and no runtime expands one; define the op without recursion",
+            )
+    return report
