@@ -306,6 +306,15 @@ def test_replace_op_checks_the_opbridge_signature() -> None:
 def test_replace_op_negative_and_bad_options() -> None:
     report = rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Sigmoid=acme::Fast"]})
     assert not report.changed and report.outcomes[0].reason == "no node of type Sigmoid in the graph"
+    # a node that is the map's target already: said so, not "no node of type"
+    report = rewrite_model(
+        custom_node_model("MYSELU", "legacy"), ["replace-op"], {"map": ["MYSELU=legacy::MYSELU"], "rename": ["a=b"]}
+    )
+    assert not report.changed
+    assert report.outcomes[0].reason == (
+        "no node of type MYSELU to move in the graph: its nodes of that name are legacy::MYSELU already, which "
+        "replace-op leaves as they are (--rename renames the attributes of the nodes a map moves)"
+    )
     with pytest.raises(opbridge.OpbridgeError, match="write Old=domain::New"):
         rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Relu=Fast"]})
 

@@ -119,7 +119,7 @@ class IRRule(RewriteRule):
         found = self.candidates(irm.graph, options)
         if not found:
             what = getattr(self, "looking_for", "") or self.looks_for
-            return model, [self.outcome("", False, f"no {what} in the graph")]
+            return model, [self.outcome("", False, getattr(self, "none_found", "") or f"no {what} in the graph")]
         outcomes = []
         for node in found:
             label = node.name or node.op_type

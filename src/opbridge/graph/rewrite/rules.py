@@ -659,7 +659,16 @@ class ReplaceOp(IRRule):
         maps = self._maps(options)
         self._version(options)  # (a bad version is refused whether or not a node matches)
         self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
-        return [n for n in every_node(graph) if self._target(n, maps) is not None]
+        found = [n for n in every_node(graph) if self._target(n, maps) is not None]
+        targets = {(d, n) for _, _, d, n in maps}
+        there = sorted({f"{n.domain}::{n.op_type}" for n in every_node(graph) if (n.domain, n.op_type) in targets})
+        self.none_found = ""
+        if not found and there:  # (the map's target is there already: "no node of type Foo" read as a lie)
+            self.none_found = (
+                f"no {self.looking_for} to move in the graph: its nodes of that name are {', '.join(there)} already, "
+                "which replace-op leaves as they are (--rename renames the attributes of the nodes a map moves)"
+            )
+        return found
 
     @staticmethod
     def _target(node: ir.Node, maps: list[tuple[str | None, str, str, str]]) -> tuple[str, str] | None:
