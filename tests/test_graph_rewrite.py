@@ -509,6 +509,32 @@ def test_written_files_get_the_usual_permissions_and_links_are_written_through(t
     assert link.is_symlink() and onnx.load(real).graph.node[0].domain == "opbridge.legacy"
 
 
+def test_an_output_given_as_a_link_keeps_its_data_beside_the_file_it_leads_to(tmp_path: Path) -> None:
+    """-o through a link into another folder wrote the model there and its data file named after the
+    link (models/out.onnx.data, which the model named): it loaded by neither path."""
+    from onnx import numpy_helper
+
+    src = tmp_path / "in.onnx"
+    weights = numpy_helper.from_array(np.arange(2048, dtype=np.float32).reshape(1024, 2), "w")
+    model = make_model(
+        [helper.make_node("MYSELU", ["x"], ["s"]), helper.make_node("Add", ["s", "w"], ["y"])],
+        [("x", 1, [1024, 2])],
+        [("y", 1, [1024, 2])],
+    )
+    model.graph.initializer.append(weights)
+    onnx.save(model, src, save_as_external_data=True, location="in.onnx.data", size_threshold=0)
+    (tmp_path / "models").mkdir()
+    real = tmp_path / "models" / "real.onnx"
+    real.write_bytes(b"old")
+    link = tmp_path / "out.onnx"
+    link.symlink_to(real)
+    assert main(["rewrite", str(src), "-o", str(link), "--rule", "legacy-domain"]) == 0
+    assert link.is_symlink() and not (tmp_path / "models" / "out.onnx.data").exists()
+    written = onnx.load(real)
+    assert written.graph.node[0].domain == "opbridge.legacy"
+    np.testing.assert_array_equal(numpy_helper.to_array(written.graph.initializer[0]), numpy_helper.to_array(weights))
+
+
 def test_replace_op_into_onnx_and_bad_versions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A map into ai.onnx:: keeps the model's default opset (no 'ai.onnx' import at version 1), and
     the version option must be a whole number from 1."""

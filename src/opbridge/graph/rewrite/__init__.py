@@ -315,6 +315,18 @@ def rewrite_file(
         target = output  # as given: an empty path is named as such
     model = load_model(src, external_data=False)
     external = external_files(src, model)
+    if not in_place and os.fspath(target) and Path(target).is_symlink():
+        # written through the link, its data file named after the link beside the real file: a model that
+        # loaded by neither path; both now follow the file the link leads to
+        real = Path(os.path.realpath(target))
+        if real.parent != Path(target).absolute().parent and external:
+            logger.warning(
+                "%s is a link to %s: the model and its data file are written there; load it by that path (ONNX "
+                "looks for data files beside the path it is given)",
+                target,
+                real,
+            )
+        target = real
     protected = [] if in_place else [src, *external]
     prepare_output(target, protected=protected)  # a bad path is named before the rules run
     data_name = f"{Path(target).name}.data"  # the output keeps its weights beside it, in <output>.data
