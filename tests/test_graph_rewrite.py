@@ -580,6 +580,28 @@ def test_fold_resize_10_scales() -> None:
     assert [a.tolist() for a in init.values()] == [[1.0, 1.0, 2.0, 2.0]]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["domain=a", "domain=b"], "--option domain= is given twice (domain=a and domain=b); give each option once."),
+        (["scale_input="], "--option 'scale_input=' gives scale_input no value; give one"),
+        (["domain= "], "--option 'domain= ' gives domain no value"),
+    ],
+    ids=["twice", "empty", "blank"],
+)
+def test_cli_options_given_twice_or_empty_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    """The last of two values was kept silently, and an empty one read as the option left out."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(custom_node_model("MYSELU", ""), src)
+    argv = ["rewrite", str(src), "-o", str(out), "--rule", "legacy-domain"]
+    for option in options:
+        argv += ["--option", option]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
 def test_an_option_no_rule_reads_is_refused() -> None:
     """A misspelt option (scale_inputs for scale_input) would be dropped silently."""
     with pytest.raises(RewriteError, match=r"option\(s\) \['scale_inputs'\] are not read by rule\(s\)"):

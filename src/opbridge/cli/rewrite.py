@@ -52,6 +52,15 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise OpbridgeError(f"--option {item!r}: write KEY=VALUE")
+        if not value.strip():
+            raise OpbridgeError(
+                f"--option {item!r} gives {key} no value; give one (e.g. {key}=NAME), or leave the option out for "
+                "the rule's default."
+            )
+        if key in options and key not in ("map", "rename"):
+            raise OpbridgeError(
+                f"--option {key}= is given twice ({key}={options[key]} and {item}); give each option once."
+            )
         options[key] = value
     return options
 
