@@ -185,3 +185,16 @@ def test_sparse_initializers_unknown_types_and_long_values() -> None:
     assert "W: float[2, 4] 36 B (sparse)" in text
     assert "... (5002 characters)" in text and max(len(line) for line in text.splitlines()) < 400
     assert json.loads(report.to_json())["custom_nodes"][0]["attributes"][0]["value"] == "z" * 5000
+
+
+def test_inspect_names_each_overload_of_a_function() -> None:
+    """Two overloads of one function were listed as "acme::Ov, acme::Ov"."""
+    opsets = [helper.make_opsetid("", 17)]
+    first = helper.make_function("acme", "Ov", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], opsets)
+    second = helper.make_function("acme", "Ov", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])], opsets)
+    first.overload, second.overload = "relu", "neg"
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+    model.functions.extend([first, second])
+    assert inspect_model(model).functions == ["acme::Ov:relu", "acme::Ov:neg"]

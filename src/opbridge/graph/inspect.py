@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbridge.graph._model import (
     function_keys,
+    function_label,
     is_custom_node,
     labelled_nodes,
     load_model,
@@ -288,7 +289,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         outputs=[_value_info(v) for v in proto.graph.output],
         custom_nodes=custom,
         op_counts=dict(counts),
-        functions=[f"{f.domain}::{f.name}" for f in proto.functions],
+        functions=[function_label(f) for f in proto.functions],
         initializers=[
             InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t))
             for t in proto.graph.initializer
