@@ -506,3 +506,17 @@ def test_an_output_without_a_shape_hides_no_other_checker_error(
     assert len(findings) == 1 and findings[0].severity == "error"
     assert re.search(message, findings[0].message), findings[0].message
     assert codes(_unshaped_output_model(helper.make_node("Relu", ["x"], ["y"], name="r"))) == []
+
+
+def test_an_initializer_of_an_unknown_data_type_is_an_error() -> None:
+    """The checker let a tensor of data type 999 pass, and lint with it; ONNX Runtime refuses the model."""
+    tensor = TensorProto(name="u", data_type=999, dims=[3], raw_data=b"abc")
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+    model.graph.initializer.append(tensor)
+    with pytest.raises(Exception, match="valid data type"):
+        ort.InferenceSession(model.SerializeToString())
+    (finding,) = lint_model(model)
+    assert (finding.severity, finding.code, finding.node) == ("error", "invalid-model", "u")
+    assert "has data type 999, which ONNX does not define" in finding.message

@@ -214,6 +214,32 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
     return []
 
 
+def _check_tensor_types(model: onnx.ModelProto) -> list[Finding]:
+    """``invalid-model`` for an initializer (of any graph) of a data type ONNX does not define, which the
+    checker lets pass and ONNX Runtime refuses ("does not have valid data type")."""
+    import onnx
+
+    from opbridge.model_io import walk_nodes
+
+    known = set(onnx.TensorProto.DataType.values())
+    graphs = [model.graph] + [
+        g for n in walk_nodes(model.graph.node) for a in n.attribute for g in ([a.g] if a.HasField("g") else a.graphs)
+    ]
+    return [
+        Finding(
+            "error",
+            "invalid-model",
+            tensor.name,
+            f"initializer {tensor.name!r} has data type {tensor.data_type}, which ONNX does not define (ONNX Runtime "
+            "refuses the model)",
+            "give it one of onnx.TensorProto.DataType's types (re-export the model)",
+        )
+        for graph in graphs
+        for tensor in graph.initializer
+        if tensor.data_type not in known
+    ]
+
+
 def _checker_message(check: Any) -> str:
     """What ``check()`` raises, as one line ("" where it passes): the checker's message runs over lines
     ("... input 'q' of node: \nname: n OpType: Relu\n is not output of any previous nodes.")."""
@@ -643,6 +669,7 @@ def lint_model(
     if builtin_ops:
         ensure_builtin_ops()
     findings = _check_valid(proto, path)
+    findings += _check_tensor_types(proto)
     findings += _check_domains(proto)
     findings += _check_node_names(proto)
     findings += _check_unknown(proto)
