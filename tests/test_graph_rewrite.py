@@ -602,6 +602,17 @@ def test_cli_options_given_twice_or_empty_are_refused(
     assert message in capsys.readouterr().err and not out.exists()
 
 
+def test_an_input_the_checker_refuses_is_blamed_not_the_rewrite() -> None:
+    """A model the checker refused before any rule ran (IR version 1 with opset imports) failed as "the
+    rewritten model is not valid": the rewrite's fault, read the message."""
+    model = resize_model("linear", scales="folded-chain")
+    model.ir_version = 1
+    with pytest.raises(
+        RewriteError, match=r"the input model is not valid, before any rule ran \(model with IR version < 3"
+    ):
+        rewrite_model(model, ["fold-resize-scales"])
+
+
 def test_an_option_no_rule_reads_is_refused() -> None:
     """A misspelt option (scale_inputs for scale_input) would be dropped silently."""
     with pytest.raises(RewriteError, match=r"option\(s\) \['scale_inputs'\] are not read by rule\(s\)"):

@@ -226,6 +226,7 @@ def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str,
     """:func:`rewrite_model` of a model of its own, which becomes the result (its weights not copied)."""
     shapeless = _shapeless_outputs(model)
     light, _ = strip_tensors(model, HELD_TENSOR_BYTES)
+    before, _ = strip_tensors(model, HELD_TENSOR_BYTES)  # (checked where the result fails: was the input valid?)
     outcomes: list[RuleOutcome] = []
     for name in rules:
         light, done = RULES[name]().apply(light, options)
@@ -237,8 +238,27 @@ def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str,
     _attach_bodies(light)
     current = restore_tensors(model, light)
     if check:
-        current = check_rewritten(current, shapeless)
+        try:
+            current = check_rewritten(current, shapeless)
+        except RewriteError as exc:
+            cause = _input_invalid(before, shapeless)
+            if cause:
+                raise RewriteError(
+                    f"the input model is not valid, before any rule ran ({cause}); nothing was written: fix the "
+                    "input first (opbridge lint MODEL names what is wrong)"
+                ) from exc
+            raise
     return RewriteReport(current, outcomes)
+
+
+def _input_invalid(light: onnx.ModelProto, shapeless: Collection[str]) -> str:
+    """Why the checks refuse the input model itself (``light``: it without the data of its large
+    tensors), or ""."""
+    try:
+        _check_as_files(light, shapeless)
+    except Exception as exc:
+        return str(exc.__cause__ or exc)
+    return ""
 
 
 def _check_rules(rules: Sequence[str] | str, options: Mapping[str, Any] | None) -> list[str]:
