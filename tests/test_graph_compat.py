@@ -1245,3 +1245,12 @@ def test_a_call_of_a_recursive_function_fails_statically(target: str) -> None:
     assert nodes["rec"].verdict == "fail" and "calls itself (acme::Rec -> acme::Rec)" in nodes["rec"].reason
     assert nodes["a"].verdict == "fail" and "(acme::A -> acme::B -> acme::A)" in nodes["a"].reason
     assert nodes["fine"].verdict == "function" and not report.ok
+
+
+def test_a_multi_line_parser_message_is_one_line_in_the_report() -> None:
+    """A crashed parser's message (its last lines) reached the report's note with its line breaks, which
+    the report printed as literal backslash-n text."""
+    from opbridge.graph.compat.tensorrt import _attribute_errors
+
+    per_node, notes = _attribute_errors([("", "", "process ended; its last lines:\nfirst\n\nsecond")], [])
+    assert per_node == {} and notes == ["real parser: process ended; its last lines: | first | second"]

@@ -1290,6 +1290,7 @@ def test_a_worker_that_aborts_is_named_with_its_signal_and_last_step(tmp_path: P
     message = report.errors[0][2]
     assert message.startswith("TensorRT's process ended (killed by SIGABRT, exit code -6) before reporting"), message
     assert f"opbridge: parsing {model.resolve()}" in message, message
+    assert report.backend == "TensorRT (its process ended before it reported)"  # (it read "?")
 
 
 def test_an_ops_module_that_builds_when_imported_cannot_start_workers_without_end(tmp_path: Path) -> None:

@@ -664,7 +664,7 @@ def _run_isolated(request: dict[str, Any], timeout: float | None) -> dict[str, A
         if ended is None:
             return {
                 "ok": False,
-                "backend": "?",
+                "backend": _ENDED_BACKEND,
                 "errors": [["", "", f"TensorRT did not finish within {timeout:.0f} s"]],
             }
         if res_path.exists():
@@ -672,7 +672,7 @@ def _run_isolated(request: dict[str, Any], timeout: float | None) -> dict[str, A
             if result.get("usage_error"):
                 _raise_usage_error(result)
             return _name_main_ops(result)
-        return {"ok": False, "backend": "?", "errors": [["", "", _ended_early(*ended)]]}
+        return {"ok": False, "backend": _ENDED_BACKEND, "errors": [["", "", _ended_early(*ended)]]}
 
 
 def _run_worker(argv: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str] | None:
@@ -722,6 +722,10 @@ def _sigterm_unwinds() -> Iterator[None]:
         raise  # not reached: SIGTERM's default action ends the process
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# the backend of a worker that ended before it reported which TensorRT it loaded
+_ENDED_BACKEND = "TensorRT (its process ended before it reported)"
 
 
 def _ended_early(code: int, stderr: str | None) -> str:

@@ -794,6 +794,7 @@ def _attribute_errors(
     messages: dict[str, list[str]] = {}
     notes = []
     for node_name, op_type, message in errors:
+        message = " | ".join(line for line in message.splitlines() if line.strip())  # (one line per verdict and note)
         # every message of the node, in order: opbridge's reason first, then TensorRT's own
         if node_name in by_name:
             targets = [(label, message) for label in by_name[node_name]]
