@@ -100,7 +100,12 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
         (
             lambda: resize_model("cubic", scales="initializer"),
             {"scale_input": "scales"},
-            "scale_input 'scales' names an initializer, which other nodes read",
+            "scale_input 'scales' names an initializer (read by other nodes), which a new graph input",
+        ),
+        (
+            lambda: resize_model("cubic", scales="initializer"),
+            {"scale_input": "Y"},
+            "scale_input 'Y' names a value computed in the graph (a graph output), which a new graph input",
         ),
         (
             lambda: resize_model("cubic", scales="initializer", shape=(1, 3, 4, 4)),
@@ -115,6 +120,7 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
         "unequal-frozen-scales",
         "no-resize",
         "scale-input-taken",
+        "scale-input-an-output",
         "scale-input-not-a-factor",
     ],
 )

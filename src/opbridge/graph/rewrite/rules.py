@@ -363,9 +363,10 @@ class ResizeCubicToDynamicResize(IRRule):
             clash = values.get(name)
             if clash is not None:
                 kind = "an initializer" if clash.is_initializer() else "a value computed in the graph"
+                readers = "a graph output" if clash.is_graph_output() and not clash.uses() else "read by other nodes"
                 return Check.fail(
-                    f"{option} {name!r} names {kind}, which other nodes read; choose a name the graph does not use "
-                    "(or an existing graph input)"
+                    f"{option} {name!r} names {kind} ({readers}), which a new graph input of that name would "
+                    "shadow; choose a name the graph does not use (or an existing graph input)"
                 )
         elif size_input and existing.shape is not None and len(existing.shape) != 4:
             return Check.fail(f"size_input {name!r} is a graph input of rank {len(existing.shape)}, not (1, 1, H, W)")
