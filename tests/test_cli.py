@@ -144,6 +144,13 @@ def test_ops_given_as_a_package_folder_or_a_module_of_a_package(
     assert opbridge.find_kernel("tests.cli.relative", "PkgK", 1) is not None
 
 
+def test_an_empty_ops_target_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--ops '' was read as the current folder: ": a folder without __init__.py ..." named nothing."""
+    model = _pkgk_model(tmp_path / "m.onnx", "tests.cli.empty")
+    assert main(["lint", str(model), "--ops", ""]) == 2
+    assert "an empty module name or path was given (e.g. --ops '')" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("tail", "code"),
     [("import sys\nsys.exit(0)\n", 0), ("import argparse\nargparse.ArgumentParser().parse_args()\n", 2)],

@@ -18,6 +18,11 @@ __all__ = ["load_factory", "load_module", "load_ops"]
 
 def load_module(target: str) -> ModuleType:
     """Import ``target``: a path to a ``.py`` file or to a package folder, or a dotted module name."""
+    if not str(target).strip():
+        raise OpbridgeError(
+            "an empty module name or path was given (e.g. --ops ''); give a .py file, a package folder or a module "
+            "name, e.g. --ops my_ops.py"
+        )
     path = Path(target)
     if path.is_dir() and not target.endswith(".py"):
         return _load_package(target, path)
