@@ -391,6 +391,32 @@ def test_legacy_domain_negative() -> None:
     assert not report.changed and report.outcomes[0].reason == "no custom op in the default domain"
 
 
+def test_legacy_domain_refuses_to_move_a_function_onto_one_of_the_same_name() -> None:
+    """A default-domain function named as one the target domain has already failed with the checker's
+    "multiple local functions with the same implementation id", without the fix."""
+    opsets = [helper.make_opsetid("", OPSET)]
+    old = helper.make_function("", "MyAct", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], opsets)
+    new = helper.make_function(
+        "opbridge.legacy", "MyAct", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])], opsets
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MyAct", ["x"], ["y"]), helper.make_node("MyAct", ["y"], ["z"], domain="opbridge.legacy")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[*opsets, helper.make_opsetid("opbridge.legacy", 1)], functions=[old, new]
+    )
+    with pytest.raises(
+        RewriteError, match=r"function\(s\) \['MyAct'\] in domain 'opbridge.legacy' already.*--option domain=NAME"
+    ):
+        rewrite_model(model, ["legacy-domain"])
+    report = rewrite_model(model, ["legacy-domain"], {"domain": "acme"})
+    feeds = {"x": np.array([1.0, -2.0], np.float32)}
+    np.testing.assert_array_equal(run_ort(report.model, feeds)[0], [-1.0, 0.0])
+
+
 @pytest.mark.parametrize(
     ("domain", "message"),
     [

@@ -797,7 +797,16 @@ class LegacyDomain(RewriteRule):
                 "domain of your own, e.g. domain=acme.legacy."
             )
         names = [n.name or n.op_type for n in default_domain_custom_nodes(model)]
-        names += [f"function {f.name}" for f in default_domain_functions(model)]
+        moving = default_domain_functions(model)
+        names += [f"function {f.name}" for f in moving]
+        there = {(f.name, f.overload) for f in model.functions if f.domain == domain}
+        clash = sorted({f.name for f in moving if (f.name, f.overload) in there})
+        if clash:
+            raise RewriteError(
+                f"the model has function(s) {clash} in domain {domain!r} already, and in the default domain too: "
+                "moving the latter there would give two functions of one name; move them to another domain with "
+                "--option domain=NAME"
+            )
         if not names:
             return model, [self.outcome("", False, "no custom op in the default domain")]
         fixed, moved = move_default_domain_ops(model, domain=domain)
