@@ -126,7 +126,7 @@ TRT_CASES = [
         lambda: custom_node_model(big=2**40),
         "custom",
         "fail",
-        "does not fit the int32",
+        "do not fit the int32",
         lambda: custom_node_model(big=2**31 - 1),
     ),
     (
@@ -1245,6 +1245,14 @@ def test_a_call_of_a_recursive_function_fails_statically(target: str) -> None:
     assert nodes["rec"].verdict == "fail" and "calls itself (acme::Rec -> acme::Rec)" in nodes["rec"].reason
     assert nodes["a"].verdict == "fail" and "(acme::A -> acme::B -> acme::A)" in nodes["a"].reason
     assert nodes["fine"].verdict == "function" and not report.ok
+
+
+def test_int_narrowing_names_every_attribute_out_of_int32() -> None:
+    """Only the first attribute out of int32 was named; lint names every one."""
+    report = check_compat(custom_node_model(big=2**40, bigs=[1, -(2**33)], fine=7), "tensorrt", real=False)
+    (node,) = [n for n in report.nodes if n.op_type == "Foo"]
+    assert node.verdict == "fail"
+    assert "attribute(s) 'big' = 1099511627776, 'bigs' = -8589934592 do not fit the int32 plugin fields" in node.reason
 
 
 def test_a_multi_line_parser_message_is_one_line_in_the_report() -> None:

@@ -385,14 +385,18 @@ def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
 
     if not ctx.custom:
         return None
+    found = []
     for a in ctx.proto.attribute:
         values = (
             [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
         )
         bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
         if bad:
-            return Hit("fail", f"attribute {a.name!r} = {bad[0]} does not fit the int32 plugin field it becomes")
-    return None
+            found.append(f"{a.name!r} = {bad[0]}")
+    if not found:
+        return None
+    fields = "the int32 plugin field it becomes" if len(found) == 1 else "the int32 plugin fields they become"
+    return Hit("fail", f"attribute(s) {', '.join(found)} do not fit {fields}")
 
 
 def _rule_tensor_attr(ctx: NodeContext, version: Version) -> Hit | None:
