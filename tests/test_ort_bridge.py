@@ -1320,3 +1320,57 @@ def test_a_shape_rule_written_for_torch_dtypes_still_checks_the_kernel() -> None
         Exception, match=r"output 0 \('output'\) has shape \(4, 3\), but the op's shape rule gives \(3,\)"
     ):
         InferenceSession(model).run(None, {"x": np.ones((4, 3), np.float32)})
+
+
+@opbridge.op("tests.bridge::TwoOut", outputs=("a", "b"))
+def _two_out(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * 9, x * 2
+
+
+@_two_out.register_shape
+def _two_out_shape(x):
+    return opbridge.TensorInfo(x.shape, x.dtype), opbridge.TensorInfo(x.shape, x.dtype)
+
+
+def _in_other_buffer(x, out=None):
+    """Output b computed in output a's buffer, returned as b; a new array for a."""
+    out[0][...] = x * 2
+    return x * 9, out[0]
+
+
+def _swapped(x, out=None):
+    """Each output computed in the other's buffer."""
+    out[0][...] = x * 2
+    out[1][...] = x * 9
+    return out[1], out[0]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kernel", [_in_other_buffer, _swapped], ids=["in-other-buffer", "swapped"])
+def test_a_result_in_another_outputs_buffer_is_delivered_whole(kernel, kind: str) -> None:
+    """Results are copied into their outputs in order: a result lying in an earlier output's buffer was
+    overwritten before it was copied, and that output came back with the other's values, silently."""
+    if kind == "torch":
+        numpy_kernel = kernel
+
+        def kernel(x, out=None):  # (the same kernel over tensors)
+            return numpy_kernel(x, out=out)
+
+    _two_out.register_kernel(kernel, kind=kind)
+    try:
+        node = helper.make_node("TwoOut", ["x"], ["a", "b"], domain="tests.bridge")
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"],
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.bridge", 1)]
+        )
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        a, b = InferenceSession(model.SerializeToString()).run(None, {"x": x})
+        np.testing.assert_array_equal(a, x * 9)
+        np.testing.assert_array_equal(b, x * 2)
+    finally:
+        _two_out.kernel = None

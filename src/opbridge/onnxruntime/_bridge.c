@@ -815,6 +815,69 @@ static void opb_shape_text(PyArrayObject *a, char *buf, size_t n) {
     if (used < n) snprintf(buf + used, n - used, PyArray_NDIM(a) == 1 ? ",)" : ")");
 }
 
+/* The bytes [lo, hi) an array's elements span (its data pointer and strides, either sign). */
+static void opb_span(PyArrayObject *a, const char **lo, const char **hi) {
+    const char *start = (const char *)PyArray_DATA(a), *end = start;
+    npy_intp size = PyArray_SIZE(a);
+    if (size > 0) {
+        for (int d = 0; d < PyArray_NDIM(a); d++) {
+            npy_intp step = PyArray_STRIDE(a, d) * (PyArray_DIM(a, d) - 1);
+            if (step < 0) start += step;
+            else end += step;
+        }
+        end += PyArray_ITEMSIZE(a);
+    }
+    *lo = start;
+    *hi = end;
+}
+
+/* ``res`` (a tuple of results, one per output) where a result lies in another output's preallocated
+ * buffer (a kernel that computed output j in out[i], i != j): that result copied first, as filling
+ * output i would overwrite it before output j is filled. A new reference, or NULL with ``err`` set. */
+static PyObject *opb_detach_crossed(OpbKernel *k, PyObject *res, PyObject *outs, char *err, size_t n) {
+    Py_ssize_t count = PyTuple_GET_SIZE(res);
+    PyObject *fixed = NULL;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *item = PyTuple_GET_ITEM(res, j);
+        if (!PyArray_Check(item) || PyArray_SIZE((PyArrayObject *)item) == 0) continue;
+        const char *lo, *hi;
+        opb_span((PyArrayObject *)item, &lo, &hi);
+        int crossed = 0;
+        for (Py_ssize_t i = 0; i < count && !crossed; i++) {
+            PyArrayObject *dst = (PyArrayObject *)PyTuple_GET_ITEM(outs, i);
+            if (i == j || PyArray_NBYTES(dst) == 0) continue;
+            crossed = opb_overlap(lo, PyArray_DATA(dst), (size_t)PyArray_NBYTES(dst)) &&
+                      opb_overlap(PyArray_DATA(dst), lo, (size_t)(hi - lo));
+        }
+        if (!crossed) continue;
+        if (fixed == NULL) { /* (a tuple of its own: the kernel's may be referenced elsewhere) */
+            fixed = PyTuple_New(count);
+            if (fixed == NULL) break;
+            for (Py_ssize_t m = 0; m < count; m++) {
+                Py_INCREF(PyTuple_GET_ITEM(res, m));
+                PyTuple_SET_ITEM(fixed, m, PyTuple_GET_ITEM(res, m));
+            }
+        }
+        PyObject *copy = PyArray_NewCopy((PyArrayObject *)item, NPY_CORDER);
+        if (copy == NULL) {
+            Py_CLEAR(fixed);
+            break;
+        }
+        Py_DECREF(PyTuple_GET_ITEM(fixed, j));
+        PyTuple_SET_ITEM(fixed, j, copy);
+    }
+    if (PyErr_Occurred()) {
+        opb_format_exception(err, n);
+        snprintf(err + strlen(err), n - strlen(err), " (%s: copying a result that lies in another output)", k->label);
+        return NULL;
+    }
+    if (fixed == NULL) {
+        Py_INCREF(res);
+        return res;
+    }
+    return fixed;
+}
+
 /* Deliver result i into a preallocated output: nothing to do when the kernel wrote in place. */
 static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, PyObject *obj, PyObject *target,
                                  char *err, size_t n) {
@@ -1075,6 +1138,14 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
                      got, n_out, n_out == 1 ? "one array" : "a tuple with one array per output");
             result = opb_status(err);
             goto done;
+        }
+        if (outs && got > 1) { /* (a result in another output's buffer is copied before any is filled) */
+            PyObject *detached = opb_detach_crossed(k, res, outs, err, sizeof err);
+            if (detached == NULL) {
+                result = opb_status(err);
+                goto done;
+            }
+            Py_SETREF(res, detached);
         }
         for (Py_ssize_t i = 0; i < got; i++) {
             PyObject *item = PyTuple_GET_ITEM(res, i);
