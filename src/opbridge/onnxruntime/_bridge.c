@@ -846,8 +846,8 @@ static PyObject *opb_detach_crossed(OpbKernel *k, PyObject *res, PyObject *outs,
         for (Py_ssize_t i = 0; i < count && !crossed; i++) {
             PyArrayObject *dst = (PyArrayObject *)PyTuple_GET_ITEM(outs, i);
             if (i == j || PyArray_NBYTES(dst) == 0) continue;
-            crossed = opb_overlap(lo, PyArray_DATA(dst), (size_t)PyArray_NBYTES(dst)) &&
-                      opb_overlap(PyArray_DATA(dst), lo, (size_t)(hi - lo));
+            const char *start = (const char *)PyArray_DATA(dst), *end = start + PyArray_NBYTES(dst);
+            crossed = lo < end && start < hi;
         }
         if (!crossed) continue;
         if (fixed == NULL) { /* (a tuple of its own: the kernel's may be referenced elsewhere) */
