@@ -41,8 +41,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from opbridge._autograd import BackwardContext, shares_memory
 from opbridge._locks import ForkSafeLock
-from opbridge.errors import OpbridgeError, OpCallError, OpDefinitionError
-from opbridge.shape import ShapeRule, fake_outputs
+from opbridge.errors import OpCallError, OpDefinitionError
+from opbridge.shape import ShapeRule, fake_outputs, note_raised_by
 from opbridge.spec import AttrSpec, AttrType, InputSpec, OpSpec, OutputSpec, Tolerance, parse_qualname
 
 __all__ = ["BackwardContext", "OpDef", "all_ops", "find_op", "op"]
@@ -870,8 +870,7 @@ def _define_torch_op(opdef: OpDef) -> Any:
                     # leaves them as they were, and its backward must replay the same draws)
                     drew = rng is not None
             except Exception as exc:
-                if not isinstance(exc, OpbridgeError):
-                    _note_raised_by(exc, f"{current.spec.qualname}'s reference")
+                note_raised_by(exc, f"{current.spec.qualname}'s reference")
                 raise
             current._check_unchanged(tensors, versions)
             current._check_rule(tensors, attrs, result)
@@ -902,13 +901,6 @@ def _define_torch_op(opdef: OpDef) -> Any:
             inside=inside_reference,
         )
         return getattr(getattr(torch.ops, _TORCH_NAMESPACE), opname).default
-
-
-def _note_raised_by(exc: BaseException, where: str) -> None:
-    """Add ``(raised by WHERE)`` to ``exc``'s notes, once: its traceback and opbridge's export errors show it."""
-    note = f"(raised by {where})"
-    if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
 
 
 def _vmap_rule(qual: str, opname: str) -> Callable[..., Any]:

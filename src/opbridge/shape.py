@@ -177,17 +177,21 @@ def _reference_on_fakes(reference: Callable[..., Any], args: Sequence[Any], attr
         mode.allow_non_fake_inputs = False
 
 
+def note_raised_by(exc: BaseException, where: str) -> None:
+    """Add ``(raised by WHERE)`` to the notes of ``exc``, an exception of a user's function (not an
+    opbridge error, whose message names the op already), once: its traceback and opbridge's export
+    errors show it."""
+    note = f"(raised by {where})"
+    if not isinstance(exc, OpbridgeError) and note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+
+
 def call_shape_rule(rule: ShapeRule, spec: OpSpec, args: Sequence[Any], attrs: dict[str, Any]) -> Any:
-    """``rule(*args, **attrs)``; an exception of the rule's own (not an opbridge error) carries a note
-    naming the op's rule, which its traceback and opbridge's export errors show."""
+    """``rule(*args, **attrs)``; an exception of the rule's own carries a note naming the op's rule."""
     try:
         return rule(*args, **attrs)
-    except OpbridgeError:
-        raise
     except Exception as exc:
-        note = f"(raised by {spec.qualname}'s shape rule, @{spec.name}.register_shape)"
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
+        note_raised_by(exc, f"{spec.qualname}'s shape rule, @{spec.name}.register_shape")
         raise
 
 
