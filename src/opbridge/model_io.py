@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opbridge.errors import ModelLoadError, OutputPathError
 
@@ -33,6 +33,7 @@ __all__ = [
     "external_files",
     "infer_and_check_as_files",
     "load_model",
+    "on_files",
     "read_external_data",
     "restore_tensors",
     "save_with_data_file",
@@ -43,6 +44,8 @@ __all__ = [
     "walk_nodes",
     "write_model",
 ]
+
+T = TypeVar("T")
 
 #: Models at least this large are written with their tensors in a data file: protobuf serializes no
 #: message of 2 GiB or more (the margin leaves room for what a write adds).
@@ -392,26 +395,33 @@ def infer_and_check_as_files(model: onnx.ModelProto) -> onnx.ModelProto:
     temporary folder, their bytes standing in an empty (sparse) file, its smaller tensors in a data file;
     ``model`` is returned with the inferred value infos (its tensors neither copied nor moved). Raises
     what onnx raises."""
+    import onnx
+
+    def infer_and_check(path: str) -> onnx.ModelProto:
+        inferred_path = os.path.join(os.path.dirname(path), "inferred.onnx")
+        onnx.shape_inference.infer_shapes_path(path, inferred_path, check_type=True, strict_mode=True, data_prop=True)
+        onnx.checker.check_model(inferred_path, full_check=True)
+        return onnx.load(inferred_path, load_external_data=False)
+
+    inferred = on_files(*strip_tensors(model, 1024), infer_and_check)
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    return model
+
+
+def on_files(light: onnx.ModelProto, held: int, action: Callable[[str], T]) -> T:
+    """``action(path)`` on ``light`` (a :func:`strip_tensors` copy, and the bytes it holds back) written
+    to a temporary folder: its held tensors standing in an empty (sparse) file, its smaller tensors in a
+    data file. The folder is removed afterwards. For checks that read a file, not the weights."""
     import shutil
     import tempfile
 
-    import onnx
-
-    light, held = strip_tensors(model, 1024)
     folder = tempfile.mkdtemp(prefix="opbridge-check-")
     try:
         with open(os.path.join(folder, HELD_LOCATION), "wb") as fh:
             fh.truncate(held)  # (the checker only looks for the file; nothing reads it)
         path = save_with_data_file(light, os.path.join(folder, "model.onnx"), data_name="model.onnx.data")
-        inferred_path = os.path.join(folder, "inferred.onnx")
-        onnx.shape_inference.infer_shapes_path(
-            str(path), inferred_path, check_type=True, strict_mode=True, data_prop=True
-        )
-        onnx.checker.check_model(inferred_path, full_check=True)
-        inferred = onnx.load(inferred_path, load_external_data=False)
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(inferred.graph.value_info)
-        return model
+        return action(str(path))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -255,12 +255,9 @@ def _message_past_unshaped(model: onnx.ModelProto) -> str:
     graph inputs and outputs without a shape have ONNX shape inference's, or one of unknown dims where it
     gives none: the checker stops at the first error, and a custom op's output without a shape hid every
     error after it ("" where the copy passes)."""
-    import shutil
-    import tempfile
-
     import onnx
 
-    from opbridge.model_io import HELD_LOCATION, save_with_data_file, strip_tensors
+    from opbridge.model_io import on_files, strip_tensors
 
     light, held = strip_tensors(model, 1024)
     try:
@@ -276,14 +273,9 @@ def _message_past_unshaped(model: onnx.ModelProto) -> str:
             tensor.shape.CopyFrom(found.tensor_type.shape)
         else:  # (shape inference gave it no rank: the full check's own inference gives none either)
             tensor.shape.dim.add()
-    folder = tempfile.mkdtemp(prefix="opbridge-lint-")
-    try:
-        with open(os.path.join(folder, HELD_LOCATION), "wb") as fh:
-            fh.truncate(held)  # (the checker only looks for the file; nothing reads it)
-        path = save_with_data_file(light, os.path.join(folder, "model.onnx"), data_name="model.onnx.data")
-        message = _checker_message(lambda: onnx.checker.check_model(str(path), full_check=True))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    message = on_files(
+        light, held, lambda path: _checker_message(lambda: onnx.checker.check_model(path, full_check=True))
+    )
     return "" if _UNSHAPED in message else message
 
 
