@@ -625,29 +625,22 @@ _EXACT_OPS = frozenset(
 # or a branch, and indices (Gather*, Scatter*, OneHot), which pick whole elements: a wrong one is no
 # rounding that a tolerance describes. Their upstream ops' tolerances stay there.
 _NO_VALUE_INPUTS: dict[str, frozenset[int] | None] = {
-    "Shape": None,
-    "Size": None,
-    "EyeLike": None,
-    "RandomNormalLike": None,
-    "RandomUniformLike": None,
-    "ConstantOfShape": None,
-    "Reshape": frozenset({1}),
-    "Expand": frozenset({1}),
-    "Tile": frozenset({1}),
-    "Where": frozenset({0}),
+    # every input: shapes only, or indices computed from the inputs' values
+    **dict.fromkeys(
+        ("Shape", "Size", "EyeLike", "RandomNormalLike", "RandomUniformLike", "ConstantOfShape", "ArgMax", "ArgMin",
+         "NonZero"),
+        None,
+    ),
+    # input 1: a shape, a condition or indices
+    **dict.fromkeys(
+        ("Reshape", "Expand", "Tile", "Compress", "Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements",
+         "ScatterND"),
+        frozenset({1}),
+    ),
+    "Where": frozenset({0}),  # the condition
     "If": frozenset({0}),
-    "Compress": frozenset({1}),
-    "Gather": frozenset({1}),
-    "GatherElements": frozenset({1}),
-    "GatherND": frozenset({1}),
-    "Scatter": frozenset({1}),
-    "ScatterElements": frozenset({1}),
-    "ScatterND": frozenset({1}),
-    "OneHot": frozenset({0, 1}),
-    "ArgMax": None,
-    "ArgMin": None,
-    "NonZero": None,
-}
+    "OneHot": frozenset({0, 1}),  # indices and depth
+}  # fmt: skip
 
 # Outputs that are indices (a position, not a value computed from the inputs' values): their values
 # take no upstream op's tolerance, as a wrong index is no rounding; the op's other outputs keep theirs.

@@ -794,8 +794,8 @@ def _converter(cls: type) -> Any:
     return convert
 
 
-def _first_line(exc: BaseException, limit: int = 400) -> str:
-    """OpenVINO errors span many lines; keep the informative ones, short."""
+def _first_line(exc: BaseException | str, limit: int = 400) -> str:
+    """OpenVINO errors (an exception or its text) span many lines; keep the informative ones, short."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check ", "At:", "/"))]
     text = " | ".join(useful or lines)

@@ -66,24 +66,26 @@ def check_compat(
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt
 
-        return _fail_recursive_calls(check_tensorrt(proto, version=trt_version, real=real, path=path), proto)
-    if target == "onnxruntime":
+        report = check_tensorrt(proto, version=trt_version, real=real, path=path)
+    elif target == "onnxruntime":
         try:
             import onnxruntime  # noqa: F401
         except ImportError as exc:
             raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime") from exc
         from opbridge.graph.compat.onnxruntime import check_onnxruntime
 
-        return _fail_recursive_calls(check_onnxruntime(proto, real=real, path=path), proto)
-    if target == "openvino":
+        report = check_onnxruntime(proto, real=real, path=path)
+    elif target == "openvino":
         try:
             import openvino  # noqa: F401
         except ImportError as exc:
             raise BackendUnavailableError("openvino is not installed: pip install 'opbridge[openvino]'") from exc
         from opbridge.graph.compat.openvino import check_openvino
 
-        return _fail_recursive_calls(check_openvino(proto, real=real, path=path), proto)
-    raise OpbridgeError(f"unknown compat target {target!r}; choose one of {', '.join(TARGETS)}.")
+        report = check_openvino(proto, real=real, path=path)
+    else:
+        raise OpbridgeError(f"unknown compat target {target!r}; choose one of {', '.join(TARGETS)}.")
+    return _fail_recursive_calls(report, proto)
 
 
 def _recursive_functions(model: onnx.ModelProto) -> dict[tuple[str, str], str]:

@@ -251,14 +251,9 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
         "openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None
     )
     if error is not None:
+        from opbridge.backends.openvino_backend import _first_line
+
         report.real_ok = False
-        report.notes.append(f"conversion raised: {_cause(error)}")
+        # (its first line is often only "Check 'false' failed at src/frontends/...": the cause follows)
+        report.notes.append(f"conversion raised: {_first_line(error)}")
     return report
-
-
-def _cause(error: str, limit: int = 400) -> str:
-    """The informative lines of an OpenVINO error (its first line is often only "Check 'false' failed at
-    src/frontends/common/src/frontend.cpp:47:"; the cause follows), joined and short."""
-    from opbridge.backends.openvino_backend import _first_line
-
-    return _first_line(RuntimeError(error), limit)
