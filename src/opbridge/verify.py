@@ -622,8 +622,9 @@ _EXACT_OPS = frozenset(
 # Inputs whose values do not reach the values of the op's output (None: every input): an op that
 # reads only its input's shape (Shape, Size, EyeLike, the random ...Like ops), a shape given as a tensor
 # (Reshape, Expand, Tile, ConstantOfShape), a condition (Where, If, Compress), which picks whole elements
-# or a branch, and indices (Gather*, Scatter*, OneHot), which pick whole elements: a wrong one is no
-# rounding that a tolerance describes. Their upstream ops' tolerances stay there.
+# or a branch, indices (Gather*, Scatter*, OneHot), which pick whole elements, and an op whose output is
+# an index (ArgMax, ArgMin, NonZero): a wrong one is no rounding that a tolerance describes. Their
+# upstream ops' tolerances stay there.
 _NO_VALUE_INPUTS: dict[str, frozenset[int] | None] = {
     # every input: shapes only, or indices computed from the inputs' values
     **dict.fromkeys(
