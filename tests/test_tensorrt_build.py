@@ -35,6 +35,8 @@ pytestmark = pytest.mark.skipif(
 
 USER_OPS = textwrap.dedent(
     '''
+    from typing import Optional
+
     import torch
     import opbridge
     from opbridge import TensorInfo
@@ -80,6 +82,15 @@ USER_OPS = textwrap.dedent(
         """Named like the standard Shrink, and not one."""
         return x * 3
 
+    @opbridge.op("acme_trt::AddOpt")
+    def AddOpt(x: torch.Tensor, b: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return x if b is None else x + b
+
+    @opbridge.op("faults::Lookup")
+    def Lookup(x: torch.Tensor, plugin_version: str = "") -> torch.Tensor:
+        """An attribute named like one TensorRT's parser takes for itself."""
+        return x * 1
+
     @opbridge.op("faults::Doubled")
     def Doubled(x: torch.Tensor) -> torch.Tensor:
         return torch.cat((x, x))  # dim 0 twice the input's: no input dim, no constant
@@ -119,6 +130,28 @@ USER_OPS = textwrap.dedent(
     @RowArgmax.register_shape
     def _row_argmax(x):
         n, c = x.shape  # a rule for rank 2 only
+        return TensorInfo((n,), torch.int32)
+
+    @opbridge.op("rules_trt::TopIdx")
+    def TopIdx(x: torch.Tensor, k: int = 2) -> torch.Tensor:
+        return x.topk(k, 1).indices.to(torch.int32)
+
+    @TopIdx.register_shape
+    def _top_idx(x, k):
+        n, c = x.shape
+        if c < k:  # branches on the column count: fixed in the model, so an int here
+            raise ValueError(f"k={k} exceeds the {c} columns")
+        return TensorInfo((n, k), torch.int32)
+
+    @opbridge.op("rules_trt::SumArgmax")
+    def SumArgmax(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x + y).argmax(1).to(torch.int32)
+
+    @SumArgmax.register_shape
+    def _sum_argmax(x, y):
+        n, c = x.shape
+        if (n, c) != tuple(y.shape):  # one named ONNX dim each: equal
+            raise ValueError(f"x is {x.shape}, y {y.shape}")
         return TensorInfo((n,), torch.int32)
 
     @opbridge.op("versioned_trt::Halve", version=2, shape=lambda x: TensorInfo(x.shape, x.dtype))
@@ -702,6 +735,54 @@ def test_nodes_the_plugin_cannot_serve_are_named(tmp_path: Path) -> None:
     assert "optional input(s) ['feat1'] are skipped before a given one" in report.errors[0][2]
 
 
+def test_a_required_input_left_out_is_named(user_ops_file: Path, tmp_path: Path) -> None:
+    """A node without a required input got "'NoneType' object has no attribute 'shape'" from the plugin's
+    shape pass; the build names the input before TensorRT parses."""
+    t = helper.make_tensor_value_info
+    for inputs in (["x"], ["", "x"]):
+        path = _model(
+            tmp_path / "take_without_idx.onnx",
+            [helper.make_node("Take", inputs, ["y"], domain="mixed_trt", name="take")],
+            [t("x", TensorProto.FLOAT, [4])],
+            [t("y", TensorProto.FLOAT, None)],
+            {"mixed_trt": 1},
+        )
+        report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+        assert not report.ok
+        wanted = "'idx'" if inputs == ["x"] else "'x'"
+        assert f"the node gives no {wanted}, which mixed_trt::Take requires (it takes x, idx)" in report.errors[0][2]
+        assert not any("optional input" in m for _, _, m in report.errors)
+
+
+def test_a_trailing_optional_input_named_empty_builds(user_ops_file: Path, tmp_path: Path) -> None:
+    """``AddOpt(x, "")`` (the optional input left out by an empty name, valid ONNX) failed inside TensorRT
+    ("addPluginV3 ... (input) != nullptr"); the empty name is dropped in memory, as a node of one input."""
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "add_opt.onnx",
+        [helper.make_node("AddOpt", ["x", ""], ["y"], domain="acme_trt", name="add")],
+        [t("x", TensorProto.FLOAT, [2, 3])],
+        [t("y", TensorProto.FLOAT, None)],
+        {"acme_trt": 1},
+    )
+    report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+    assert report.ok, report.errors
+    assert report.output_shapes == {"y": [2, 3]}
+    assert build_engine(path, None, ops=[str(user_ops_file)], isolate=False).ok
+    assert list(onnx.load(path).graph.node[0].input) == ["x", ""]  # the file is left as it was
+
+
+def test_an_op_attribute_the_parser_takes_for_itself_is_refused(user_ops_file: Path, tmp_path: Path) -> None:
+    """TensorRT's parser reads ``plugin_version`` and ``plugin_namespace`` for the plugin's lookup and passes
+    them to no plugin: an op declaring one would silently see its default."""
+    path = _single_node_model(tmp_path / "lookup.onnx", "Lookup", "faults")
+    report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert "faults::Lookup declares attribute(s) ['plugin_version'], which TensorRT's ONNX parser takes" in (
+        report.errors[0][2]
+    )
+
+
 def test_op_defined_in_main_is_named_when_the_child_cannot_see_it(tmp_path: Path) -> None:
     stdout = run_script(
         tmp_path,
@@ -820,6 +901,7 @@ def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file
     ("attrs", "message"),
     [
         ({"alpah": 0.5}, "attribute(s) ['alpah'] that acme_trt::Blend does not declare"),
+        ({"plugin_namspace": "acme_trt"}, "attribute(s) ['plugin_namspace'] that acme_trt::Blend does not declare"),
         ({"steps": 2**40}, "attribute 'steps' holds 1099511627776, outside int32"),
         ({"names": ["a\x00b", "c"]}, "attribute 'names' holds a string with a NUL character"),
         (
@@ -827,7 +909,7 @@ def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file
             "attribute 'alpha' is TENSOR in the node; the op declares it float",
         ),
     ],
-    ids=["misspelt", "beyond-int32", "nul-in-strings", "tensor-for-float"],
+    ids=["misspelt", "misspelt-parser-attribute", "beyond-int32", "nul-in-strings", "tensor-for-float"],
 )
 def test_node_attributes_the_plugin_would_not_see_are_refused_in_function_bodies_too(
     user_ops_file: Path, tmp_path: Path, attrs: dict[str, Any], message: str
@@ -870,6 +952,49 @@ def test_a_rule_for_one_rank_gives_its_output_dtype(user_ops_file: Path, tmp_pat
     report = build_engine(path, None, ops=[str(user_ops_file)], isolate=False)
     assert report.ok, report.describe()
     assert report.plugin_shapes["argmax"]["outputs"] == [[[3], [3]]]
+
+
+@pytest.mark.parametrize("cols", ["fixed", "dynamic"])
+def test_a_rule_branching_on_a_fixed_dim_gives_its_output_dtype(user_ops_file: Path, tmp_path: Path, cols: str) -> None:
+    """TensorRT asks for output dtypes before shapes, and the rule was probed with every dim unknown, so one
+    that branches on a dim fixed in the model (``if c < k``) failed every probe: its int32 output was taken
+    for float32 and the build blamed "the dtype ... when ranks are unknown". The model's fixed dims now reach
+    the probe as ints; a dynamic one is refused for what it is."""
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / f"top_idx_{cols}.onnx",
+        [helper.make_node("TopIdx", ["x"], ["i"], domain="rules_trt", name="top", k=3)],
+        [t("x", TensorProto.FLOAT, ["batch", 8 if cols == "fixed" else "cols"])],
+        [t("i", TensorProto.INT32, None)],
+        {"rules_trt": 1},
+    )
+    dims = ((1, 8), (2, 8), (4, 8)) if cols == "fixed" else ((1, 4), (2, 8), (4, 16))
+    report = build_engine(path, None, profiles={"x": dims}, ops=[str(user_ops_file)], isolate=False)
+    if cols == "fixed":
+        assert report.ok, report.describe()
+        assert report.plugin_shapes["top"]["outputs"] == [[[1, 3], [4, 3]]]
+    else:
+        assert not report.ok
+        assert "TrtDim(x.shape[1]) is a dynamic TensorRT dim" in report.describe()
+        assert "when ranks are unknown" not in report.describe()
+
+
+def test_a_rule_comparing_named_dims_gives_its_output_dtype(user_ops_file: Path, tmp_path: Path) -> None:
+    """The dtype probe gives a rule the model's dim names: dims of one name compare equal there, as they
+    do in TensorRT's shape pass (the probe's unnamed dims did not, and the int32 output was taken for
+    float32)."""
+    t = helper.make_tensor_value_info
+    path = _model(
+        tmp_path / "sum_argmax.onnx",
+        [helper.make_node("SumArgmax", ["x", "y"], ["i"], domain="rules_trt", name="pick")],
+        [t("x", TensorProto.FLOAT, ["batch", "cols"]), t("y", TensorProto.FLOAT, ["batch", "cols"])],
+        [t("i", TensorProto.INT32, None)],
+        {"rules_trt": 1},
+    )
+    dims = ((1, 4), (2, 8), (4, 16))
+    report = build_engine(path, None, profiles={"x": dims, "y": dims}, ops=[str(user_ops_file)], isolate=False)
+    assert report.ok, report.describe()
+    assert report.plugin_shapes["pick"]["outputs"] == [[[1], [4]]]
 
 
 def test_an_op_defined_at_another_version_than_the_model_imports_is_named(user_ops_file: Path, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opbridge.errors import ModelLoadError, OpbridgeError
+from opbridge.tensorrt._fields import PARSER_ATTRIBUTES
 
 if TYPE_CHECKING:
     from opbridge.definition import OpDef
@@ -393,13 +394,20 @@ def _called_functions(model: Any) -> set[tuple[str, str]]:
     return called
 
 
-def _ranks(model: Any, wanted: set[str]) -> dict[str, int]:
-    """The rank of each value of the graph and its subgraphs that declares a shape; where a ``wanted``
-    one declares none (a custom node's output), ONNX shape inference with opbridge's schemas may give it."""
+def _shapes(model: Any, wanted: set[str]) -> dict[str, tuple[int | str | None, ...]]:
+    """The dims of each value of the graph and its subgraphs that declares a shape (its name, else None,
+    where a dim is not a fixed size); where a ``wanted`` one declares none (a custom node's output), ONNX shape inference
+    with opbridge's schemas may give it."""
     from opbridge.model_io import value_types
 
     shaped = value_types(model, sorted(wanted), lambda t: t.tensor_type.HasField("shape"))
-    return {name: len(t.tensor_type.shape.dim) for name, t in shaped.items()}
+    return {
+        name: tuple(
+            d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+            for d in t.tensor_type.shape.dim
+        )
+        for name, t in shaped.items()
+    }
 
 
 def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]]:
@@ -418,10 +426,13 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
       function of another domain is tagged too (the parser finds local functions by op type alone); inside
       a function body the parser takes that function even so, and such a node is refused.
     - Attributes the op does not declare (the parser passes a plugin only the fields its creator names:
-      a misspelt one would vanish) and more inputs than the op takes are refused.
+      a misspelt one would vanish), ops declaring an attribute the parser takes for itself
+      (``plugin_namespace``, ``plugin_version``), more inputs than the op takes and required inputs left
+      out are refused. Trailing empty input names (optional inputs left out) are dropped in memory: the
+      parser would hand the plugin a null tensor for each.
 
-    - The plugin nodes' inputs' ranks (declared, else from ONNX shape inference) go to the plugins
-      (:func:`~opbridge.tensorrt._plugin.set_input_ranks`): TensorRT asks for output dtypes before shapes.
+    - The plugin nodes' inputs' shapes (declared, else from ONNX shape inference) go to the plugins
+      (:func:`~opbridge.tensorrt._plugin.set_input_shapes`): TensorRT asks for output dtypes before shapes.
 
     Returns the errors, the tagged model's bytes (None where no node was tagged) and the plugin
     ops without a GPU kernel (an engine holding them builds, and each enqueue runs the op's PyTorch
@@ -498,7 +509,19 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
         inputs = list(node.input)
         while inputs and not inputs[-1]:
             inputs.pop()
-        skipped = [spec.inputs[i].name for i, name in enumerate(inputs) if not name and i < len(spec.inputs)]
+        given = inputs + [""] * (len(spec.inputs) - len(inputs))
+        missing = [p.name for p, name in zip(spec.inputs, given) if not p.optional and not name]
+        if missing:
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: the node gives no {', '.join(repr(m) for m in missing)}, which {spec.qualname} "
+                    f"requires (it takes {', '.join(p.name for p in spec.inputs)}): re-export the model or fix the "
+                    "node.",
+                )
+            )
+        skipped = [p.name for p, name in zip(spec.inputs, inputs) if p.optional and not name]
         if skipped:
             errors.append(
                 (
@@ -510,7 +533,17 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                 )
             )
         declared = {a.name for a in spec.attributes}
-        stray = sorted(a.name for a in node.attribute if a.name not in declared and not a.name.startswith("plugin_"))
+        taken = sorted(declared & PARSER_ATTRIBUTES)
+        if taken:  # the parser reads them for itself (the plugin's lookup) and passes them to no plugin
+            errors.append(
+                (
+                    node.name,
+                    node.op_type,
+                    f"opbridge: {spec.qualname} declares attribute(s) {taken}, which TensorRT's ONNX parser takes "
+                    "for the plugin's lookup and never passes to a plugin; rename them in the op.",
+                )
+            )
+        stray = sorted(a.name for a in node.attribute if a.name not in declared | PARSER_ATTRIBUTES)
         if stray:  # the parser hands the plugin only the fields its creator names: these would vanish
             errors.append(
                 (
@@ -535,6 +568,9 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
             )
         if (node.domain, node.op_type) in local:
             continue  # the parser imports the function body (a plugin_namespace would override it)
+        if len(inputs) < len(node.input):  # trailing empty names: the parser would hand the plugin null tensors
+            del node.input[len(inputs) :]
+            tagged = True
         twins = sorted(f"{d}::{n}" for d, n in local if n == node.op_type)
         if fn is not None and twins:
             # inside a function body the parser takes the local function of that op type even over a
@@ -561,10 +597,10 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                 node.attribute.append(onnx.helper.make_attribute(key, value))
                 tagged = True
     if plugin_inputs and not errors:
-        from opbridge.tensorrt._plugin import set_input_ranks
+        from opbridge.tensorrt._plugin import set_input_shapes
 
-        ranks = _ranks(model, {name for names in plugin_inputs.values() for name in names})
-        set_input_ranks({node: [ranks.get(name) for name in names] for node, names in plugin_inputs.items()})
+        shapes = _shapes(model, {name for names in plugin_inputs.values() for name in names})
+        set_input_shapes({node: [shapes.get(name) for name in names] for node, names in plugin_inputs.items()})
     return errors, (model.SerializeToString() if tagged and not errors else None), sorted(kernelless)
 
 

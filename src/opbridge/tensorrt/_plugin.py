@@ -23,7 +23,7 @@ from opbridge.tensorrt._runtime import (
 )
 from opbridge.tensorrt._shapes import DynamicDimError, TrtDim, evaluate, input_dim, to_expr, wrap_dim
 
-__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors", "set_input_ranks"]
+__all__ = ["clear_errors", "configured_ranges", "make_classes", "recorded_errors", "set_input_shapes"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +40,18 @@ _RANGES: dict[
 ] = {}
 
 
-# node name -> its inputs' ranks in the model (None where unknown): TensorRT asks a plugin for its
-# output dtypes before it gives it any shape.
-_INPUT_RANKS: dict[str, tuple[int | None, ...]] = {}
+# node name -> its inputs' dims in the model (an int where fixed, the dim's name or None where dynamic;
+# None for an input of unknown rank): TensorRT asks a plugin for its output dtypes before it gives it any
+# shape.
+_INPUT_SHAPES: dict[str, tuple[tuple[int | str | None, ...] | None, ...]] = {}
 
 
-def set_input_ranks(ranks: dict[str, Sequence[int | None]]) -> None:
-    """Record each node's inputs' ranks (from the model) for the plugins' output dtypes."""
+def set_input_shapes(shapes: dict[str, Sequence[Sequence[int | str | None] | None]]) -> None:
+    """Record each node's inputs' dims (from the model) for the plugins' output dtypes."""
     with _ERRORS_LOCK:
-        _INPUT_RANKS.update({node: tuple(r) for node, r in ranks.items()})
+        _INPUT_SHAPES.update(
+            {node: tuple(None if s is None else tuple(s) for s in inputs) for node, inputs in shapes.items()}
+        )
 
 
 def configured_ranges() -> dict[str, Any]:
@@ -78,7 +81,7 @@ def clear_errors() -> None:
     with _ERRORS_LOCK:
         _ERRORS.clear()
         _RANGES.clear()
-        _INPUT_RANKS.clear()
+        _INPUT_SHAPES.clear()
 
 
 def _guard(method: Any) -> Any:
@@ -174,19 +177,26 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     f"declare them with @{spec.name}.register_shape returning opbridge.TensorInfo(shape, dtype) "
                     "per output."
                 )
-            # TensorRT asks for types before shapes: the inputs' ranks come from the model where the build
-            # found them. Else a rule gets unknown dims, rank 8 first, then the ranks a rule that unpacks its
-            # inputs' shapes (n, c = x.shape) takes; without one, the reference runs on meta tensors of size 2
-            # (dtypes rarely depend on sizes), rank 4 first.
+            # TensorRT asks for types before shapes: the inputs' dims come from the model where the build
+            # found them (fixed ones as ints, so that a rule may branch on them; named ones as SymDims of that
+            # name, equal where the names are). Else a rule gets unknown dims,
+            # rank 8 first, then the ranks a rule that unpacks its inputs' shapes (n, c = x.shape) takes;
+            # without one, the reference runs on meta tensors of size 2 (dtypes rarely depend on sizes), rank 4
+            # first.
             with _ERRORS_LOCK:
-                known = _INPUT_RANKS.get(self.layer_name)
-            tries: list[list[int]] = []
+                known = _INPUT_SHAPES.get(self.layer_name)
+            tries: list[list[tuple[Any, ...]]] = []
             if known is not None and len(known) == len(dtypes) and None not in known:
-                tries.append([int(r) for r in known if r is not None])
+                tries.append(
+                    [
+                        tuple(d if isinstance(d, int) else SymDim(d) if rule is not None else 2 for d in dims)
+                        for dims in known
+                        if dims is not None
+                    ]
+                )
             ranks = (8, 4, 2, 3, 1, 5, 6, 7, 0) if rule is not None else (4, 2, 3, 1, 5, 0, 6, 7, 8)
-            tries += [[rank] * len(dtypes) for rank in ranks]
-            for per_input in tries:
-                shapes = [(SymDim(None),) * r if rule is not None else (2,) * r for r in per_input]
+            tries += [[(SymDim(None),) * rank if rule is not None else (2,) * rank] * len(dtypes) for rank in ranks]
+            for shapes in tries:
                 try:
                     results = self._outputs(rule, shapes, dtypes)
                 except OpDefinitionError:
