@@ -177,6 +177,13 @@ def test_complex_nan_and_inf_rules() -> None:
     assert compare_arrays(np.array([inf_j]), np.array([-inf_j]), TOL).inf_mismatched == 1
     r = compare_arrays(np.array([complex(1.0, NAN)]), np.array([1 + 0j]), TOL)
     assert not r.passed and r.nan_mismatched == 1
+    # beside a NaN in the other part, an infinite part is matched only by the same infinity (its bound,
+    # atol + rtol * inf, passed any value)
+    nan_inf = np.array([complex(NAN, INF)])
+    assert compare_arrays(nan_inf.copy(), nan_inf, TOL).passed
+    for other in (complex(NAN, 5.0), complex(NAN, -INF)):
+        assert not compare_arrays(np.array([other]), nan_inf, TOL).passed, other
+    assert not compare_arrays(nan_inf, np.array([complex(NAN, 5.0)]), TOL).passed
 
 
 def test_strings_compare_by_value_whatever_their_numpy_dtype() -> None:

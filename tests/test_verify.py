@@ -814,6 +814,24 @@ def test_inputs_files_are_checked_up_front_and_never_overwritten(seed_export, tm
     assert (good.read_bytes(), ops.read_text()) == before
 
 
+def test_json_never_replaces_the_models_external_data_file(seed_export, tmp_path: Path, capsys) -> None:
+    """The model's external data file is one of the files verify reads: ``--json`` naming it wrote the record
+    over the weights, and the model no longer loaded."""
+    from onnx import numpy_helper
+
+    model = onnx.load(str(seed_export("myselu", "torchscript").path))
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(64, dtype=np.float32), "unused"))
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    data = tmp_path / "m.onnx.data"
+    before = data.read_bytes()
+    base = ["verify", str(path), "--reference", MYSELU, "--backend", "onnxruntime", "-q"]
+    assert main([*base, "--json", str(data)]) == 2
+    assert f"{data} is one of the input's own files ({data})" in capsys.readouterr().err
+    assert data.read_bytes() == before
+    assert main([*base, "--json", str(tmp_path / "record.json")]) == 0
+
+
 def test_api_arguments_are_checked() -> None:
     """A seed, shape set or backend list of the wrong kind is an OpbridgeError saying how to write it."""
     model = str(Path(__file__).parent / "data" / "missing.onnx")  # (refused before the model is read)
@@ -1137,24 +1155,55 @@ def test_tolerances_declared_by_ops_the_factory_defines_apply(tmp_path: Path) ->
 
 
 class _Tiny(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.dtype = dtype
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.to(self.dtype)
         return torch.sqrt(-x.abs() - 1.0), x * 1e-7
 
 
-def test_outputs_that_cannot_fail_are_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_outputs_that_cannot_fail_are_named(tmp_path: Path, dtype: torch.dtype) -> None:
     """An output that is NaN everywhere in the reference passed with nothing compared; one whose every
-    value lies within atol of zero passed whatever a backend gave (zeros included)."""
+    value lies within atol of zero passed whatever a backend gave (zeros included). bfloat16 outputs
+    (ml_dtypes' arrays, which numpy's isnan does not take) were not checked at all."""
     path = tmp_path / "tiny.onnx"
     example = (torch.randn(3, 4),)
-    opbridge.export(_Tiny(), example, path, exporter="torchscript", input_names=["x"], output_names=["nan", "tiny"])
-    record = opbridge.verify(path, (_Tiny(), example), backends=["onnxruntime"])
+    model = _Tiny(dtype)
+    opbridge.export(model, example, path, exporter="torchscript", input_names=["x"], output_names=["nan", "tiny"])
+    backend = "onnxruntime" if dtype == torch.float32 else "reference"  # (ONNX Runtime has no bfloat16 Sqrt)
+    record = opbridge.verify(path, (model, example), backends=[backend])
     assert record.exit_code == 2, record.table()
     assert len(record.errors) == 1
     assert "output 'nan': every value of the PyTorch reference is NaN, so nothing of it is compared" in record.errors[0]
     assert "--inputs FILE.npz" in record.errors[0]
+    atol = "1e-05" if dtype == torch.float32 else "0.008"  # (the default for bfloat16)
     assert any(
-        "output 'tiny': every value of the PyTorch reference is within atol 1e-05 of zero" in n for n in record.notes
+        f"output 'tiny': every value of the PyTorch reference is within atol {atol} of zero" in n for n in record.notes
     )
+
+
+class _WithSize(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return x * 2, x.shape[0]
+
+
+def test_a_python_number_the_model_returns_is_compared(tmp_path: Path) -> None:
+    """A model returning a size next to a tensor exports it as a 0-d int64 output; the PyTorch side failed
+    on it ("'int' object has no attribute 'detach'") and blamed the random inputs."""
+    path = tmp_path / "size.onnx"
+    example = (torch.randn(3, 4),)
+    opbridge.export(
+        _WithSize(), example, path, exporter="torchscript", input_names=["x"], dynamic_axes={"x": {0: "batch"}}
+    )
+    record = opbridge.verify(path, (_WithSize(), example), backends=["onnxruntime"])
+    assert record.exit_code == 0, record.table()
+    compared = [o for run in record.runs for o in run.outputs]
+    assert len(compared) == 4  # two outputs at two batch sizes
+    size = [o for o in compared if o.dtype == "int64"]
+    assert len(size) == 2 and all(o.shape == () and o.passed for o in size)
 
 
 _CALLS = itertools.count()
@@ -1591,6 +1640,35 @@ def test_the_default_tolerance_follows_the_dtype_that_was_computed_in() -> None:
         Tolerance(0.1, 1e-2),
         "declared by tests.verify::LooseTol; default for bfloat16 (Add, tests.verify::ToBFloat16)",
     )
+
+
+def test_a_cast_to_a_narrower_float_counts_as_rounding() -> None:
+    """A Cast only moves values, except to a narrower floating-point dtype: there an error within an op's
+    float32 tolerance may flip the float16 result's last bit, which the float32 tolerance (kept as if the
+    Cast were exact) failed. A widening Cast, and one from integers, still keeps the op's own."""
+    f16, f32, f64 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+    model = _model(
+        [
+            helper.make_node("LooseTol", ["x"], ["a"], domain="tests.verify"),
+            helper.make_node("Cast", ["a"], ["a16"], to=f16),
+            helper.make_node("CastLike", ["a", "h"], ["a16_like"]),
+            helper.make_node("Cast", ["a"], ["a64"], to=f64),
+            helper.make_node("ArgMax", ["a"], ["i"], axis=0, keepdims=1),
+            helper.make_node("Cast", ["i"], ["i16"], to=f16),
+        ],
+        [helper.make_tensor_value_info("x", f32, [3]), helper.make_tensor_value_info("h", f16, [1])],
+        [
+            helper.make_tensor_value_info(n, t, None)
+            for n, t in [("a16", f16), ("a16_like", f16), ("a64", f64), ("i16", f16)]
+        ],
+        "tests.verify",
+    )
+    tols = _tolerances(model)
+    narrowed = (Tolerance(0.1, 1e-2), "declared by tests.verify::LooseTol; default for float16 (Cast)")
+    assert tols["a16"] == narrowed
+    assert tols["a16_like"] == (narrowed[0], narrowed[1].replace("(Cast)", "(CastLike)"))
+    assert tols["a64"] == (Tolerance(0.1, 1e-2), "declared by tests.verify::LooseTol")
+    assert tols["i16"] == (Tolerance(2e-3, 1e-3), "default for float16")
 
 
 class _SquareOff(torch.nn.Module):

@@ -24,7 +24,8 @@ def prepare_output(
 ) -> Path:
     """The file to write for ``path``; an :class:`OutputPathError` naming the problem and the fix
     where it cannot be used. A symbolic link is written through (its target is replaced, the link
-    stays); ``protected``: files it must not be (the input's own). Missing folders are created only
+    stays); ``protected``: files it must not be (the input's own, and the external data files of a model
+    among them). Missing folders are created only
     with ``create`` (as the write does), so a check made before the work leaves nothing behind.
 
     Example:
@@ -55,9 +56,11 @@ def prepare_output(
         raise OutputPathError(f"{given} is a folder; give a file path inside it.")
     if target.exists() and not target.is_file():  # a device or a FIFO would be replaced by a file
         raise OutputPathError(f"{given} is not a regular file (a device or a pipe); give a file path.")
-    for other in protected:
-        if target.exists() and Path(other).exists() and os.path.samefile(target, other):
-            raise OutputPathError(f"{given} is one of the input's own files ({other}); write elsewhere.")
+    if target.exists():
+        for other in protected:
+            for own in [os.fspath(other), *_data_files(os.fspath(other))]:
+                if Path(own).exists() and os.path.samefile(target, own):
+                    raise OutputPathError(f"{given} is one of the input's own files ({own}); write elsewhere.")
     parent = target.parent
     existing = parent
     for folder in [parent, *parent.parents]:
@@ -76,6 +79,15 @@ def prepare_output(
         except OSError as exc:
             raise OutputPathError(f"cannot create the folder {parent} for {given}: {exc.strerror or exc}.") from None
     return target
+
+
+def _data_files(path: str) -> list[str]:
+    """The external data files the ONNX model at ``path`` keeps tensors in (none for another file)."""
+    if path.endswith((".py", ".npy", ".npz")) or not os.path.isfile(path):
+        return []
+    from opbridge.model_io import external_files
+
+    return [os.fspath(p) for p in external_files(Path(path))]
 
 
 def _mode_for(target: Path) -> int:

@@ -47,7 +47,7 @@ import numpy as np
 
 from opbridge.spec import Tolerance
 
-__all__ = ["ErrorStats", "OutputComparison", "compare_arrays", "jsonable"]
+__all__ = ["ErrorStats", "OutputComparison", "compare_arrays", "jsonable", "ml_float"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def compare_arrays(
         return _compare_text(a, e, base)
     if a.dtype != e.dtype:
         return OutputComparison(passed=False, reason=f"dtype {a.dtype} != reference {e.dtype}", **base)
-    if _ml_float(a.dtype):  # bfloat16 (ml_dtypes', as onnx and the backends give it): by value, as floats are
+    if ml_float(a.dtype):  # bfloat16 (ml_dtypes', as onnx and the backends give it): by value, as floats are
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             return _compare_values(a.astype(np.float64), e.astype(np.float64), rtol, atol, base)
     if a.dtype.kind not in "biufc":
@@ -173,8 +173,14 @@ def compare_arrays(
         return _compare_values(a.astype(wide), e.astype(wide), rtol, atol, base)
 
 
-def _ml_float(dtype: np.dtype) -> bool:
-    """Whether ``dtype`` is one of ml_dtypes' floating-point types (bfloat16, float8...)."""
+def ml_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one of ml_dtypes' floating-point types (bfloat16, float8...).
+
+    Example:
+        >>> import ml_dtypes, numpy as np
+        >>> ml_float(np.dtype(ml_dtypes.bfloat16)), ml_float(np.dtype(np.float32))
+        (True, False)
+    """
     if dtype.kind != "V" or dtype.names is not None:
         return False
     try:
@@ -265,7 +271,8 @@ def _compare_values(af: np.ndarray, ef: np.ndarray, rtol: float, atol: float, ba
         nan_both &= ~nan_bad
         for ap, ep in halves:
             numbers = nan_both & ~np.isnan(ep)
-            part_bad |= numbers & ~((ap == ep) | (np.abs(ap - ep) <= atol + rtol * np.abs(ep)))
+            infinite = np.isinf(ap) | np.isinf(ep)  # (matched only by the same infinity: an inf bound passes all)
+            part_bad |= numbers & ~((ap == ep) | (~infinite & (np.abs(ap - ep) <= atol + rtol * np.abs(ep))))
         nan_both &= ~part_bad
     a_inf, e_inf = np.isinf(af), np.isinf(ef)
     # An infinity matches only the same value (same sign; for complex, both parts equal).

@@ -56,7 +56,7 @@ import numpy as np
 
 from opbridge._files import read_files
 from opbridge.backends.base import TensorMeta, format_shape, onnx_io_meta
-from opbridge.compare import OutputComparison, compare_arrays
+from opbridge.compare import OutputComparison, compare_arrays, ml_float
 from opbridge.errors import BackendUnavailableError, OpbridgeError
 from opbridge.model_io import load_model
 from opbridge.spec import Tolerance, valid_tolerance
@@ -606,7 +606,8 @@ def load_npz(
 
 
 # Standard ops that only move, select or compare values: a backend gives them bit for bit what
-# their inputs hold, so they add no rounding of their own to an output's tolerance.
+# their inputs hold, so they add no rounding of their own to an output's tolerance (a Cast to a
+# narrower floating-point dtype excepted: _narrows).
 _EXACT_OPS = frozenset(
     {
         "Abs", "And", "ArgMax", "ArgMin", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Constant",
@@ -617,6 +618,22 @@ _EXACT_OPS = frozenset(
         "Where", "Xor",
     }
 )  # fmt: skip
+
+
+# The bytes of each floating-point dtype (numpy's names, ml_dtypes' for bfloat16 and the float8 types).
+_FLOAT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _float_bytes(dtype: str) -> int | None:
+    return _FLOAT_BYTES.get(dtype, 1 if dtype.startswith("float8") else None)
+
+
+def _narrows(source: str, targets: Sequence[str]) -> bool:
+    """Whether a cast from ``source`` to one of ``targets`` rounds floating-point values to fewer bits
+    (float32 to float16, say): an error within the wider dtype's tolerance may then flip the last bit
+    of the narrower one."""
+    wide = _float_bytes(source)
+    return wide is not None and any((_float_bytes(t) or wide) < wide for t in targets)
 
 
 # Inputs whose values do not reach the values of the op's output (None: every input): an op that
@@ -732,7 +749,9 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
             from opbridge.legacy_domain import is_standard_op
 
             if is_standard_op(node.op_type):
-                if node.op_type not in _EXACT_OPS:
+                if node.op_type not in _EXACT_OPS or (
+                    node.op_type in ("Cast", "CastLike") and _narrows(dtype_of(node.input[0], fallback), dtypes)
+                ):
                     found.other.append(node.op_type)
                     found.rounds_in.update(dtypes)
                 return
@@ -1278,6 +1297,8 @@ def _check_reference_values(
                 "and dtype are compared; give shapes at which it has elements with --shape (shapes=)."
             )
             continue
+        if ml_float(array.dtype):  # (bfloat16, float8: numpy's nan and abs do not take them)
+            array = array.astype(np.float32)
         if array.dtype.kind not in "fc":
             continue
         if np.isnan(array).all():

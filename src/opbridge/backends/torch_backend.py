@@ -119,6 +119,8 @@ class TorchRunner(Runner):
             )
         out: dict[str, np.ndarray] = {}
         for i, (n, t) in enumerate(zip(names, flat)):
+            if isinstance(t, (bool, int, float)):  # a Python number (a size): the exporters make it a 0-d output
+                t = torch.tensor(t)
             value = tensor_to_numpy(t)  # (bfloat16 as ml_dtypes' bfloat16, as the ONNX backends give it)
             if n in out and not _same(out[n], value):
                 # the graph lists one value at both positions; the reference gives two different ones
