@@ -742,9 +742,16 @@ def optional_inputs(
     return r - c if c is not None else r
 
 
+@opbridge.op("tests.backends::OptBeforeRequired")
+def optional_before_required(x: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor) -> torch.Tensor:
+    return x * c if b is None else x * c + b
+
+
 class _Gaps(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return optional_inputs(x, None, x + 1, None) + optional_inputs(x, c=x * 3)
+        # (the last: a required input after the omitted one, which OpenVINO's node check missed once the
+        # node's inputs were compacted)
+        return optional_inputs(x, None, x + 1, None) + optional_inputs(x, c=x * 3) + optional_before_required(x, None, x)
 
 
 def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> None:
@@ -752,7 +759,9 @@ def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> No
     path = tmp_path / "gaps.onnx"
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     opbridge.export(_Gaps(), (x,), path, exporter="torchscript", input_names=["x"])
-    assert [list(n.input)[:3] for n in onnx.load(path).graph.node if n.op_type == "Opt"][0][1] == ""
+    nodes = onnx.load(path).graph.node
+    assert [list(n.input)[:3] for n in nodes if n.op_type == "Opt"][0][1] == ""
+    assert [list(n.input)[1] for n in nodes if n.op_type == "OptBeforeRequired"] == [""]
     with OpenVINORunner(path) as runner:
         (out,) = runner.infer({"x": x.numpy()}).values()
     np.testing.assert_array_equal(out, _Gaps()(x).numpy())

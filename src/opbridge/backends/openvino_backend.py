@@ -158,6 +158,7 @@ def prepare_model(
                 f"{onnx.TensorProto.DataType.Name(untaken[name]).lower()}, which OpenVINO's Python ops do not "
                 "take (numpy has no such type): cast to float32 around the op for OpenVINO."
             )
+        attributes = kernel.attributes(node)  # (checks the node's inputs too: before they are compacted)
         positions = [i for i, name in enumerate(node.input) if name]
         if len(positions) != len(node.input):  # omitted optional inputs: the node gets the given ones only
             given = [node.input[i] for i in positions]
@@ -168,7 +169,7 @@ def prepare_model(
         infos.append(
             _NodeInfo(
                 kernel,
-                kernel.attributes(node),
+                attributes,
                 len(node.output),
                 [types.get(o, (None, None)) for o in node.output],
                 positions,
