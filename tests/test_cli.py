@@ -93,6 +93,25 @@ def test_a_module_in_the_current_folder_is_found_by_name(
     assert record["exporter"] == "dynamo" and [n["domain"] for n in record["custom_nodes"]] == ["tests.cli.cwd"]
 
 
+def test_a_module_given_by_name_is_never_written_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A factory given as ``path.py:fn`` was protected, one given by module name (or a module it imports)
+    was not: ``export cli_victim:build -o cli_victim.py`` replaced the user's source with the model."""
+    source = FACTORY.replace("tests.cli::", "tests.cli.victim::").replace(
+        "import torch, opbridge", "import torch, opbridge, cli_victim_helper"
+    )
+    (tmp_path / "cli_victim.py").write_text(source, encoding="utf-8")
+    (tmp_path / "cli_victim_helper.py").write_text("SIZE = 3\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    for target in ("cli_victim.py", "cli_victim_helper.py"):
+        assert main(["export", "cli_victim:build", "-o", target]) == 2
+        module = target.removesuffix(".py")
+        assert f"{target} is the source of the module {module}, which this run imported" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def _pkgk_model(path: Path, domain: str) -> Path:
     """A model of one ``domain::PkgK`` node, saved at ``path``."""
     import onnx

@@ -57,6 +57,9 @@ def prepare_output(
     if target.exists() and not target.is_file():  # a device or a FIFO would be replaced by a file
         raise OutputPathError(f"{given} is not a regular file (a device or a pipe); give a file path.")
     if target.exists():
+        module = _module_of(target)
+        if module is not None:  # a factory or --ops module given by name, or a module one of them imported
+            raise OutputPathError(f"{given} is the source of the module {module}, which this run imported; write elsewhere.")
         for other in protected:
             for own in [os.fspath(other), *_data_files(os.fspath(other))]:
                 if Path(own).exists() and os.path.samefile(target, own):
@@ -79,6 +82,23 @@ def prepare_output(
         except OSError as exc:
             raise OutputPathError(f"cannot create the folder {parent} for {given}: {exc.strerror or exc}.") from None
     return target
+
+
+def _module_of(target: Path) -> str | None:
+    """The name of an imported module whose source (or compiled) file ``target`` is, else None."""
+    import sys
+
+    if target.suffix not in (".py", ".pyc", ".pyw", ".so", ".pyd"):
+        return None
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None)
+        if isinstance(source, str) and os.path.basename(source) == target.name:
+            try:
+                if os.path.samefile(source, target):
+                    return name
+            except OSError:
+                continue
+    return None
 
 
 def _data_files(path: str) -> list[str]:
