@@ -1416,6 +1416,45 @@ def test_dynamo_keeps_each_call_of_an_op_a_node_of_its_own(tmp_path: Path) -> No
     np.testing.assert_array_equal(minus, -np.ones((2, 3), np.float32))
 
 
+class _SignedPair(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _scaled(x, k=0.0) + _scaled(x, k=-0.0)
+
+
+@opbridge.op("tests.export::Scaled")
+def _scaled(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
+    return x * k + 1
+
+
+def test_torchscript_calls_that_differ_only_in_a_zeros_sign_may_become_one_node(tmp_path: Path) -> None:
+    """The TorchScript exporter writes -0.0 as 0.0 (the README says so), which makes two calls differing
+    only there equal, and it merges them: that was called "a call was dropped or folded into a constant"."""
+    x = torch.randn(2, 3)
+    result = opbridge.export(_SignedPair(), (x,), tmp_path / "m.onnx", exporter="torchscript", input_names=["x"])
+    nodes = [n for n in result.model.graph.node if n.domain == "tests.export"]
+    assert [onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute] == [0.0]
+    (out,) = opbridge.InferenceSession(result.path).run(None, {"x": x.numpy()})
+    np.testing.assert_array_equal(out, _SignedPair()(x).numpy())
+
+
+class _OneCallTwoInputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _scaled(x, k=2.0) + y
+
+
+def test_a_call_traced_by_a_capture_torch_onnx_retried_is_not_counted(tmp_path: Path) -> None:
+    """Two Dims that the model makes equal fail torch.export's first capture, and torch.onnx traces again
+    with refined shapes: the failed capture's call was counted too, and the export said "1 node(s) for the
+    2 calls traced: a call was dropped". Only the capture that made the graph counts."""
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    shapes = ({0: torch.export.Dim("a")}, {0: torch.export.Dim("b")})
+    result = opbridge.export(_OneCallTwoInputs(), (x, y), tmp_path / "m.onnx", dynamic_shapes=shapes)
+    assert [n.op_type for n in result.model.graph.node if n.domain == "tests.export"] == ["Scaled"]
+    feed = {"x": np.ones((4, 3), np.float32), "y": np.ones((4, 3), np.float32)}
+    (out,) = opbridge.InferenceSession(result.path).run(None, feed)
+    np.testing.assert_array_equal(out, np.full((4, 3), 4.0, np.float32))
+
+
 class _KeywordSizeAsAttribute(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         assert y is not None

@@ -75,15 +75,45 @@ class _TraceState(threading.local):
 
 class TracedCalls(dict[tuple[str, str, int], int]):
     """The op calls an export traced: op key -> count, plus per op the distinct calls (its inputs and
-    attributes: two equal ones may become one node) and the ops whose reference drew random numbers."""
+    attributes: two equal ones may become one node) and the ops whose reference drew random numbers.
+
+    Only the last trace counts: torch.onnx may trace the model again after a failed attempt (with
+    refined dynamic shapes), each time in a fake tensor mode of its own, and a call in a new mode
+    starts the count anew."""
 
     def __init__(self) -> None:
         super().__init__()
         self.distinct: dict[tuple[str, str, int], set[tuple[Any, ...]]] = {}
         self.random: set[tuple[str, str, int]] = set()
+        self._mode: Any = None  # the fake tensor mode of the trace being counted
+
+    def begin(self, tensors: Sequence[Any]) -> None:
+        """Before a call on ``tensors`` is counted: start anew where they belong to another trace."""
+        mode = next((m for m in (getattr(t, "fake_mode", None) for t in tensors) if m is not None), None)
+        if mode is None or mode is self._mode:
+            return
+        if self._mode is not None:
+            self.clear()
+            self.distinct.clear()
+            self.random.clear()
+        self._mode = mode
 
 
 _TRACE_STATE = _TraceState()
+
+
+def _call_key(encoded: Sequence[Any]) -> str:
+    """A call's encoded attributes as the TorchScript exporter tells calls apart: -0.0 as 0.0 (it writes
+    both as 0.0, so two calls that differ only there are one node in its graph)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, float):
+            return value + 0.0  # (-0.0 + 0.0 is 0.0)
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return repr([plain(a) for a in encoded])
 
 
 def _attr_type(annotation: Any) -> AttrType | None:
@@ -714,6 +744,7 @@ class OpDef(Generic[P, R]):
             # export finds those calls in the graph it wrote)
             counts = None
         if counts is not None:
+            counts.begin(tensors)
             counts[self.spec.key] = counts.get(self.spec.key, 0) + 1
         if any(isinstance(t, torch.fx.Proxy) for t in tensors):  # torch.fx.symbolic_trace: a call_function node
             encoded = [_encode_attr(a, attrs[a.name]) for a in self.spec.attributes]
@@ -737,7 +768,7 @@ class OpDef(Generic[P, R]):
             return self.torch_op()(*tensors, *encoded)
         # traced by an export: the call's inputs and attributes (the TorchScript exporter merges two equal
         # calls into one node) and whether its reference draws random numbers (then a merge is one draw for two)
-        counts.distinct.setdefault(self.spec.key, set()).add((tuple(id(t) for t in tensors), repr(encoded)))
+        counts.distinct.setdefault(self.spec.key, set()).add((tuple(id(t) for t in tensors), _call_key(encoded)))
         before = torch.random.get_rng_state()
         result = self.torch_op()(*tensors, *encoded)
         if not torch.equal(before, torch.random.get_rng_state()):
