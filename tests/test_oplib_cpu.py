@@ -1669,6 +1669,37 @@ def test_openvino_runs_the_ops(case: tuple, tmp_path: Path) -> None:
         _close(got, w, atol=1e-4)
 
 
+class _NearestClipped(torch.nn.Module):
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # the paddings that clip (border, reflection), one per corner rule (OpenVINO takes seconds a node)
+        return tuple(
+            d.GridSample(x, grid, interpolation_mode=1, padding_mode=padding, align_corners=align)
+            for padding, align in ((1, False), (2, True))
+        )
+
+
+def test_nearest_body_in_openvino_takes_non_finite_coordinates_as_pytorch_does(tmp_path: Path) -> None:
+    """The nearest body clips a NaN coordinate to pixel 0 through Greater(NaN, 0) being false; OpenVINO's
+    CPU plugin gives it true, and a NaN (or, under reflection, an infinite) coordinate picked the last
+    pixel with border and reflection padding. The body now replaces NaN explicitly."""
+    pytest.importorskip("openvino", reason="openvino (the 'openvino' extra) is not installed")
+    from opbridge.backends.openvino_backend import OpenVINORunner
+
+    nan, inf = float("nan"), float("inf")
+    x = torch.arange(1.0, 13.0).view(1, 1, 3, 4)
+    grid = torch.tensor([[[[nan, 0.3], [0.3, nan], [inf, 0.3], [-inf, -0.3], [0.3, -inf], [nan, nan]]]])
+    model = _NearestClipped()
+    path = tmp_path / "nearest.onnx"
+    opbridge.export(model, (x, torch.zeros(1, 1, 6, 2)), path, exporter="torchscript", input_names=["x", "grid"])
+    with OpenVINORunner(str(path)) as runner:
+        assert runner.kernels == []  # (the bodies, not the op's Python kernel)
+        got = list(runner.infer({"x": x.numpy(), "grid": grid.numpy()}).values())
+    want = model(x, grid)
+    assert len(got) == len(want) == 2
+    for g, w, which in zip(got, want, ("border", "reflection")):
+        np.testing.assert_array_equal(g, w.numpy(), err_msg=which)
+
+
 def test_openvino_unconverted_op_message_is_parsed() -> None:
     from opbridge.backends.openvino_backend import _unconverted_ops
 

@@ -265,7 +265,9 @@ def _nearest_nodes(padding: int, align: int, out: str, p: str) -> list[Any]:
         last = op("Sub", [size_f, one], f"max{which}")
         zero = const(f"zero{which}", 0.0, f32)
 
-        def clip(x: str) -> str:  # v > 0 ? v : 0 (NaN becomes 0), then v < size - 1 ? v : size - 1
+        def clip(x: str) -> str:  # NaN becomes 0, then v > 0 ? v : 0, then v < size - 1 ? v : size - 1
+            # (NaN explicitly: OpenVINO's CPU plugin gives Greater(NaN, 0) true)
+            x = op("Where", [op("IsNaN", [x], f"nan{which}"), zero, x], f"num{which}")
             low = op("Where", [op("Greater", [x, zero], f"gt{which}"), x, zero], f"lo{which}")
             return op("Where", [op("Less", [low, last], f"lt{which}"), low, last], f"cl{which}")
 
