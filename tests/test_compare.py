@@ -101,6 +101,16 @@ def test_all_zero_reference_has_no_relative_statistics() -> None:
     assert r.passed and r.rel == ErrorStats() and r.abs.max == 0.0
 
 
+def test_an_error_that_overflows_keeps_its_statistics_numbers() -> None:
+    """-max against +max differs by inf in float64: the p99 interpolated next to it was inf - inf, NaN."""
+    big = np.finfo(np.float64).max
+    r = compare_arrays(np.array([-big, 0.0, 1.0]), np.array([big, 0.0, 1.0]), TOL)
+    assert not r.passed
+    assert (r.abs.max, r.abs.p99, r.abs.median) == (np.inf, np.inf, 0.0)
+    finite = ErrorStats.of(np.array([0.0, 1.0, 2.0, 3.0]))
+    assert finite.median == 1.5 and finite.p99 == pytest.approx(2.97, rel=1e-12, abs=0)  # (interpolated)
+
+
 def test_empty_arrays_pass_with_no_statistics() -> None:
     r = compare_arrays(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), TOL)
     assert r.passed and r.abs == ErrorStats() and r.total == 0

@@ -1206,6 +1206,43 @@ def test_a_python_number_the_model_returns_is_compared(tmp_path: Path) -> None:
     assert len(size) == 2 and all(o.shape == () and o.passed for o in size)
 
 
+class _UnusedMask(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+        return x * scale
+
+
+class _UnusedMaskNoScale(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+
+class _AnyArgs(torch.nn.Module):
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return xs[0] * 2.0
+
+
+@pytest.mark.parametrize(
+    ("exporter", "inputs"), [("torchscript", ["x"]), ("dynamo", ["x", "mask"])], ids=["torchscript", "dynamo"]
+)
+def test_inputs_the_exporter_dropped_keep_their_example_values(
+    tmp_path: Path, exporter: str, inputs: list[str]
+) -> None:
+    """The TorchScript exporter drops an input the outputs do not use, and dynamo folds a number into a
+    constant: verify refused the model, asking for one example per model input, which the PyTorch model
+    cannot be called with. The model's inputs now go to forward's parameters of their names."""
+    path = tmp_path / "unused.onnx"
+    example = (torch.randn(3, 4), torch.ones(3, 4, dtype=torch.bool))
+    model = _UnusedMask() if exporter == "dynamo" else _UnusedMaskNoScale()
+    args = (*example, 2.0) if exporter == "dynamo" else example
+    opbridge.export(model, args, path, exporter=exporter)
+    assert [i.name for i in onnx.load(path).graph.input] == inputs
+    record = opbridge.verify(path, (model, args), backends=["onnxruntime"])
+    assert record.exit_code == 0, record.table()
+    assert record.runs and all(r.status == "pass" for r in record.runs)
+    with pytest.raises(opbridge.OpbridgeError, match=r"name the model's inputs after forward's parameters"):
+        opbridge.verify(path, (_AnyArgs(), (*example, 2.0)), backends=["onnxruntime"])
+
+
 _CALLS = itertools.count()
 
 

@@ -64,7 +64,10 @@ class ErrorStats:
         if values.size == 0:
             return cls()
         v = values.astype(np.float64, copy=False)
-        return cls(float(v.max()), float(v.mean()), float(np.median(v)), float(np.quantile(v, 0.99)))
+        # (an error that overflows to inf, -max against max: interpolating next to it gives inf - inf, NaN)
+        method = "linear" if np.isfinite(v).all() else "higher"
+        median, p99 = np.quantile(v, [0.5, 0.99], method=method)
+        return cls(float(v.max()), float(v.mean()), float(median), float(p99))
 
 
 @dataclass(frozen=True)

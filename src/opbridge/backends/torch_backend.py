@@ -4,7 +4,10 @@ The model comes from a factory (``path/to/file.py:factory`` or
 ``package.module:factory`` returning ``(model, example_inputs)``, see
 :func:`opbridge._loading.load_factory`), or is given directly. Inputs are passed
 positionally, in the order of ``inputs`` (the ONNX model's input order in
-``opbridge verify``); outputs are flattened (tensor, tuple/list, dict values) and
+``opbridge verify``). Where the model has fewer inputs than the examples (an exporter dropped one the
+outputs do not use, or folded a number into a constant) and its input names are parameter names of
+the module's ``forward``, the inputs go to those parameters and the others get their example values.
+Outputs are flattened (tensor, tuple/list, dict values) and
 named after ``output_names``.
 
 Example:
@@ -18,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +33,8 @@ from opbridge.backends.base import InputError, Runner, TensorMeta
 from opbridge.errors import BackendUnavailableError, OpbridgeError
 
 __all__ = ["TorchRunner"]
+
+logger = logging.getLogger(__name__)
 
 
 class TorchRunner(Runner):
@@ -57,6 +64,8 @@ class TorchRunner(Runner):
         self.module: Any = None
         self.example_inputs: tuple[Any, ...] = ()
         self._was_training: bool | None = None
+        # per forward position: the model input's name, or None where the example value is passed
+        self._positions: list[str | None] = []
 
     def _load(self) -> None:
         try:
@@ -81,12 +90,41 @@ class TorchRunner(Runner):
         self._was_training = getattr(self.module, "training", None)
         if hasattr(self.module, "eval"):
             self.module.eval()
-        if self._given_inputs is not None and len(self._given_inputs) != len(self.example_inputs):
-            raise OpbridgeError(
-                f"torch: the reference takes {len(self.example_inputs)} example input(s), the model has "
-                f"{len(self._given_inputs)} input(s) {[m.name for m in self._given_inputs]}; the factory must "
-                "return one example per model input, in the model's input order."
-            )
+        names = [m.name for m in self._inputs()]
+        self._positions = list(names)
+        if len(names) != len(self.example_inputs):
+            positions = self._by_parameter_name(names)
+            if positions is None:
+                raise OpbridgeError(
+                    f"torch: the reference takes {len(self.example_inputs)} example input(s), the model has "
+                    f"{len(names)} input(s) {names}; the factory must return one example per model input, in the "
+                    "model's input order. Where the exporter dropped an input the outputs do not use, name the "
+                    "model's inputs after forward's parameters (input_names=) so that the others keep their "
+                    "example values."
+                )
+            kept = [p for p, n in zip(self._parameters(), positions) if n is None]
+            logger.info("torch: the model has no input %s; the reference gets their example values", kept)
+            self._positions = positions
+
+    def _parameters(self) -> list[str]:
+        """The names of the positional parameters of the module's forward."""
+        try:  # (an nn.Module's own signature is (*args, **kwargs))
+            signature = inspect.signature(getattr(self.module, "forward", self.module))
+        except (TypeError, ValueError):
+            return []
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [p.name for p in signature.parameters.values() if p.kind in kinds]
+
+    def _by_parameter_name(self, names: list[str]) -> list[str | None] | None:
+        """Per example position, the model input of the parameter's name (None: none, the example is
+        passed); None where the model's inputs are not parameters of forward, in their order."""
+        parameters = self._parameters()[: len(self.example_inputs)]
+        if len(parameters) < len(self.example_inputs) or len(names) > len(parameters):
+            return None
+        positions: list[str | None] = [p if p in names else None for p in parameters]
+        if [p for p in positions if p is not None] != names:
+            return None
+        return positions
 
     def _close(self) -> None:
         if self._was_training and hasattr(self.module, "train"):
@@ -108,7 +146,10 @@ class TorchRunner(Runner):
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        args = [torch.from_numpy(np.array(feed[m.name], copy=True)) for m in self.input_metadata()]
+        args = [
+            self.example_inputs[i] if name is None else torch.from_numpy(np.array(feed[name], copy=True))
+            for i, name in enumerate(self._positions)
+        ]
         with torch.no_grad():
             result = self.module(*args)
         flat = _flatten(result)
