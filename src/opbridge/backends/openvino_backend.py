@@ -19,9 +19,10 @@ Loading a model:
    inference recorded for them, with dynamic dims. A kernel result whose dtype
    differs from its output's is an error (never cast), as in the ONNX Runtime bridge.
 
-OpenVINO's CPU plugin computes int64 in int32, bool in uint8 and float64 in float32 (for any model,
-custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range or infinite)
-are refused, and :attr:`OpenVINORunner.notes` names a model's float64 inputs and outputs.
+OpenVINO's CPU plugin computes int64 and uint32 in int32, bool in uint8 and float64 in float32 (for any
+model, custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range
+or infinite) and custom ops' outputs past those are refused, and :attr:`OpenVINORunner.notes` names a model's
+float64 inputs and outputs.
 
 Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
 shared input buffer after the call returns, and a freed one crashed the process.
