@@ -751,7 +751,9 @@ class _Gaps(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # (the last: a required input after the omitted one, which OpenVINO's node check missed once the
         # node's inputs were compacted)
-        return optional_inputs(x, None, x + 1, None) + optional_inputs(x, c=x * 3) + optional_before_required(x, None, x)
+        return (
+            optional_inputs(x, None, x + 1, None) + optional_inputs(x, c=x * 3) + optional_before_required(x, None, x)
+        )
 
 
 def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> None:

@@ -778,8 +778,9 @@ def test_an_op_attribute_the_parser_takes_for_itself_is_refused(user_ops_file: P
     path = _single_node_model(tmp_path / "lookup.onnx", "Lookup", "faults")
     report = parse_with_tensorrt(path, ops=[str(user_ops_file)])
     assert not report.ok
-    assert "faults::Lookup declares attribute(s) ['plugin_version'], which TensorRT's ONNX parser takes" in (
-        report.errors[0][2]
+    assert (
+        "faults::Lookup declares attribute(s) ['plugin_version'], which TensorRT's ONNX parser takes"
+        in (report.errors[0][2])
     )
 
 

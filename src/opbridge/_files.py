@@ -59,7 +59,9 @@ def prepare_output(
     if target.exists():
         module = _module_of(target)
         if module is not None:  # a factory or --ops module given by name, or a module one of them imported
-            raise OutputPathError(f"{given} is the source of the module {module}, which this run imported; write elsewhere.")
+            raise OutputPathError(
+                f"{given} is the source of the module {module}, which this run imported; write elsewhere."
+            )
         for other in protected:
             for own in [os.fspath(other), *_data_files(os.fspath(other))]:
                 if Path(own).exists() and os.path.samefile(target, own):

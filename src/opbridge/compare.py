@@ -65,8 +65,10 @@ class ErrorStats:
             return cls()
         v = values.astype(np.float64, copy=False)
         # (an error that overflows to inf, -max against max: interpolating next to it gives inf - inf, NaN)
-        method = "linear" if np.isfinite(v).all() else "higher"
-        median, p99 = np.quantile(v, [0.5, 0.99], method=method)
+        if np.isfinite(v).all():
+            median, p99 = np.quantile(v, [0.5, 0.99])
+        else:
+            median, p99 = np.quantile(v, [0.5, 0.99], method="higher")
         return cls(float(v.max()), float(v.mean()), float(median), float(p99))
 
 
