@@ -117,6 +117,11 @@ def boom(x):
     return x
 
 
+@opbridge.kernel("LongBoom", domain=DOMAIN)
+def long_boom(x):
+    raise ValueError("输入无效 " * int(x.reshape(-1)[0]))  # (repeats: where the buffers cut it, mid-character)
+
+
 @opbridge.kernel("WrongDtype", domain=DOMAIN)
 def wrong_dtype(x):
     return x.astype(np.float64)
@@ -388,6 +393,18 @@ def test_kernel_exception_carries_python_message_and_process_survives() -> None:
     assert "test_ort_bridge.py" in text  # where the kernel raised
     (y,) = sess.run(None, {"x": np.array([1.0, 2.0], np.float32)})  # the session still works
     np.testing.assert_array_equal(y, [1.0, 2.0])
+
+
+def test_a_long_message_cut_inside_a_character_still_reaches_the_caller() -> None:
+    """The bridge cuts a message to its buffers, and a cut inside a multi-byte character made ONNX Runtime's
+    strict UTF-8 decoding raise UnicodeDecodeError in place of the kernel's error."""
+    model = make_model("LongBoom", [("x", F, [1])], [("y", F, [1])], name="long_boom")
+    sess = InferenceSession(model)
+    for repeats in range(300, 310):  # (cuts at every byte of a character)
+        with pytest.raises(_fail_type()) as err:
+            sess.run(None, {"x": np.array([repeats], np.float32)})
+        text = str(err.value)
+        assert f"{DOMAIN}::LongBoom node 'long_boom': kernel raised ValueError: 输入无效 输入无效" in text
 
 
 _INTERRUPTED_KERNEL = """

@@ -59,9 +59,45 @@ static opb_KernelContext_ParallelFor_fn g_parallel_for = NULL; /* NULL before AP
 
 /* ------------------------------------------------------------------ helpers */
 
+/* Make s valid UTF-8 in place: a sequence cut short at the end (a message cut to its buffer, perhaps
+   inside a character) is dropped, any other invalid byte becomes '?'. ONNX Runtime's Python binding
+   decodes a status message strictly, and an invalid byte replaced the whole error with a
+   UnicodeDecodeError. */
+static void opb_utf8_clean(char *s) {
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        const unsigned char c = *p;
+        const size_t len = c < 0x80                    ? 1
+                           : (c >= 0xC2 && c <= 0xDF) ? 2
+                           : (c >= 0xE0 && c <= 0xEF) ? 3
+                           : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                      : 0;
+        if (len == 0) { /* a continuation byte without its lead, or a byte UTF-8 never uses */
+            *p++ = '?';
+            continue;
+        }
+        /* the second byte's range where the lead limits it (no overlong forms, surrogates or code points
+           past U+10FFFF) */
+        const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+        const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        size_t i = 1;
+        while (i < len && p[i] >= (i == 1 ? lo : 0x80) && p[i] <= (i == 1 ? hi : 0xBF)) i++;
+        if (i == len) {
+            p += len;
+        } else if (p[i] == '\0') { /* cut short at the end */
+            *p = '\0';
+        } else {
+            *p++ = '?';
+        }
+    }
+}
+
 static OrtStatus *opb_status(const char *msg) {
     if (g_api == NULL) return NULL; /* cannot happen after registration; never dereference NULL */
-    return API(CreateStatus, opb_CreateStatus_fn)(OPB_ORT_FAIL, msg);
+    char clean[4096];
+    snprintf(clean, sizeof clean, "%s", msg ? msg : "(no message)");
+    opb_utf8_clean(clean);
+    return API(CreateStatus, opb_CreateStatus_fn)(OPB_ORT_FAIL, clean);
 }
 
 /* Copy an ORT status message into buf and release the status. */
