@@ -769,6 +769,32 @@ def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> No
     np.testing.assert_array_equal(out, _Gaps()(x).numpy())
 
 
+@opbridge.kernel("tests.backends.kernel::AddOptional")
+def _add_optional(a: np.ndarray, b: np.ndarray | None, c: np.ndarray | None, *, scale: float = 1.0) -> np.ndarray:
+    return (a + (0 if b is None else b) + (0 if c is None else c)) * np.float32(scale)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-kernels", "reference", "openvino"])
+def test_a_registered_kernel_gets_none_for_optional_inputs_left_out_at_the_end(backend: str) -> None:
+    """In ONNX, ``["x"]`` and ``["x", "", ""]`` both leave the last two inputs out: the kernel got
+    ``(x, None, None)`` for the second spelling and ``(x,)`` for the first, which failed with "missing 2
+    required positional arguments"."""
+    _needs(backend)
+    x = np.arange(3, dtype=np.float32)
+    for inputs in (["x", "", ""], ["x"], ["x", "x"]):
+        node = helper.make_node("AddOptional", inputs, ["y"], domain="tests.backends.kernel", scale=2.0)
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        )
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.kernel", 1)]
+        with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
+            (y,) = runner.infer({"x": x}).values()
+        np.testing.assert_array_equal(y, x * 2 * (2 if inputs == ["x", "x"] else 1), err_msg=str(inputs))
+
+
 def test_openvino_runs_kernels_where_bodies_do_not_convert(tmp_path) -> None:
     """DynamicResize's body at opset 11 (Resize-11 with empty roi and scales) does not convert in
     OpenVINO: the op runs through its kernel instead, and the model still matches PyTorch."""

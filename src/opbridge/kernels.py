@@ -16,7 +16,9 @@ Example (seed 000's script writes ``MYSELU`` in the default domain; the doc uses
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import inspect
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,8 +38,9 @@ class KernelDef:
     """A kernel for ``domain::name`` from opset version ``since_version`` on.
 
     ``fn(*inputs, **attributes)`` gets numpy arrays (``kind="numpy"``) or CPU
-    torch tensors (``kind="torch"``), with ``None`` for omitted optional inputs,
-    and the node's attributes as Python values (strings decoded as UTF-8, lists
+    torch tensors (``kind="torch"``), with ``None`` for omitted optional inputs
+    (those left out at the node's end too, up to ``fn``'s positional parameters
+    without a default: :meth:`pad_inputs`), and the node's attributes as Python values (strings decoded as UTF-8, lists
     as lists). It returns one array or a tuple, one per node output.
     """
 
@@ -51,6 +54,35 @@ class KernelDef:
     @property
     def qualname(self) -> str:
         return f"{self.domain or '<default>'}::{self.name}"
+
+    def pad_inputs(self, inputs: Sequence[Any], attributes: Collection[str]) -> tuple[Any, ...]:
+        """``inputs`` with ``None`` for optional inputs a node leaves out at its end: in ONNX ``["x"]`` is
+        ``["x", "", ""]``, so either gives ``fn`` its leading positional parameters without a default
+        (other than ``attributes`` and ``out``).
+
+        Example:
+            >>> k = KernelDef("doc", "Sum3", 1, lambda a, b, c, *, scale=1.0: a)
+            >>> k.pad_inputs([1.0], {"scale"})
+            (1.0, None, None)
+        """
+        return (*inputs, *[None] * (_leading_positionals(self.fn, frozenset(attributes)) - len(inputs)))
+
+
+@functools.lru_cache(maxsize=256)
+def _leading_positionals(fn: Callable[..., Any], attributes: frozenset[str]) -> int:
+    """How many positional parameters ``fn`` takes before its first with a default, its first attribute
+    or ``out`` (0 where its signature cannot be read)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    count = 0
+    for p in parameters:
+        positional = p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if not positional or p.default is not inspect.Parameter.empty or p.name in attributes or p.name == "out":
+            break
+        count += 1
+    return count
 
 
 def kernel(

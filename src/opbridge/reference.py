@@ -278,6 +278,7 @@ def _kernel_runner(kernel: KernelDef) -> Callable[..., tuple[Any, ...]]:
 
     def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
         attrs = _kernel_attributes(node, linked)
+        inputs = kernel.pad_inputs(inputs, attrs)
         if kernel.kind == "numpy":
             return _own(_to_numpy(kernel.fn(*inputs, **attrs)), inputs)
         import torch

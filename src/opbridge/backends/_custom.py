@@ -142,6 +142,7 @@ class CustomKernel:
             result = _call(self.opdef.run_reference, "torch", inputs, attrs)
         else:
             assert self.kerneldef is not None
+            inputs = self.kerneldef.pad_inputs(inputs, attrs)
             result = _call(self.kerneldef.fn, self.kerneldef.kind, inputs, attrs)
         if isinstance(result, list) and any(not isinstance(v, (np.ndarray, np.generic)) for v in result):
             # (.tolist(): its rows would be read as outputs)

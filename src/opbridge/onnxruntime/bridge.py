@@ -505,7 +505,7 @@ def kernel_for_node(
                 "produces every output of the node: name each of them (an unused one may go unread)."
             )
         attrs = node_attributes(node)
-        n_inputs = len(node.input)
+        n_inputs = len(registered.pad_inputs(node.input, attrs))
         no_checks: tuple[Any, Any] = (None, None)
         if registered.kind == "torch":
             fn = _torch_adapter(registered.fn, attrs, n_inputs, no_checks, label)
