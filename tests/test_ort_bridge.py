@@ -448,6 +448,58 @@ def test_ctrl_c_inside_a_kernel_still_interrupts() -> None:
     assert proc.returncode != 0
 
 
+_HANDLER = """
+import os, signal, numpy as np, opbridge
+from onnx import helper, TensorProto as T
+
+calls = []
+
+def handler(signum, frame):  # a program's own Ctrl-C handler: records, then interrupts
+    calls.append(signum)
+    raise KeyboardInterrupt("the handler's")
+
+signal.signal(signal.SIGINT, handler)
+
+@opbridge.kernel("Raises", domain="test.interrupt")
+def raises(x):
+    raise KeyboardInterrupt("the kernel's own")
+
+@opbridge.kernel("Interrupted", domain="test.interrupt")
+def interrupted(x):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the kernel runs
+    for _ in range(10**7):
+        pass
+    return x
+
+for op in ("Raises", "Interrupted"):
+    node = helper.make_node(op, ["x"], ["y"], domain="test.interrupt")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])]
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("test.interrupt", 1)]
+    sess = opbridge.InferenceSession(helper.make_model(graph, opset_imports=opsets))
+    try:
+        sess.run(None, {"x": np.ones(1, np.float32)})
+        print(op, "not interrupted")
+    except KeyboardInterrupt as exc:
+        print(op, "KeyboardInterrupt:", exc, "handler calls:", len(calls))
+    except Exception as exc:
+        print(op, "failed:", type(exc).__name__)
+"""
+
+
+def test_a_programs_own_sigint_handler_runs_once_per_ctrl_c() -> None:
+    """With a SIGINT handler of the program's own, a KeyboardInterrupt in a kernel (the kernel's own, or one
+    the handler raised on Ctrl-C) raised SIGINT again: the handler ran for a Ctrl-C never pressed (a
+    server's graceful shutdown, say). run() now raises the KeyboardInterrupt itself."""
+    proc = subprocess.run([sys.executable, "-c", _HANDLER], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "Raises KeyboardInterrupt: the kernel's own handler calls: 0",
+        "Interrupted KeyboardInterrupt: the handler's handler calls: 1",
+    ], proc.stdout + proc.stderr
+
+
 def test_keyboard_interrupt_raised_by_a_kernel_off_the_main_thread_stays_in_its_run(tmp_path: Path) -> None:
     """Ctrl-C reaches the main thread only: a KeyboardInterrupt that a kernel raises on another thread
     fails that thread's run and is not raised again in the main thread."""

@@ -28,6 +28,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,6 +147,20 @@ static const char *opb_elem_name(int elem) {
 }
 
 /* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
+/* Whether SIGINT's handler is Python's own (signal.default_int_handler, which raises KeyboardInterrupt). */
+static int opb_default_sigint(void) {
+    int is_default = 0;
+    PyObject *signal = PyImport_ImportModule("signal");
+    PyObject *handler = signal ? PyObject_CallMethod(signal, "getsignal", "i", SIGINT) : NULL;
+    PyObject *default_handler = signal ? PyObject_GetAttrString(signal, "default_int_handler") : NULL;
+    if (handler != NULL && default_handler != NULL) is_default = handler == default_handler;
+    Py_XDECREF(default_handler);
+    Py_XDECREF(handler);
+    Py_XDECREF(signal);
+    PyErr_Clear();
+    return is_default;
+}
+
 static int opb_on_main_thread(void) {
     int on_main = 0;
     PyObject *threading = PyImport_ImportModule("threading");
@@ -167,21 +182,22 @@ static PyObject *opb_utf8_bytes(PyObject *s) {
     return b;
 }
 
-/* Keep a SystemExit with the pending one's arguments for this thread's take_exit() (the exception stays
-   pending). Not the exception itself: its traceback holds the kernel's frames, and they its inputs, views of
-   ONNX Runtime's memory that are invalid once the run returns (they would also read as inputs kept). */
-static void opb_keep_exit(void) {
+/* Keep a SystemExit (or KeyboardInterrupt) with the pending one's arguments for this thread's take_exit()
+   (the exception stays pending). Not the exception itself: its traceback holds the kernel's frames, and they
+   its inputs, views of ONNX Runtime's memory that are invalid once the run returns (they would also read as
+   inputs kept). */
+static void opb_keep_exit(PyObject *base) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *args = value != NULL ? PyObject_GetAttrString(value, "args") : NULL;
     PyObject *kept = NULL;
     if (args != NULL && PyTuple_Check(args)) {
-        kept = PyObject_CallObject((PyObject *)Py_TYPE(value), args); /* its class: a SystemExit subclass too */
-        if (kept == NULL || !PyObject_TypeCheck(kept, (PyTypeObject *)PyExc_SystemExit)) {
+        kept = PyObject_CallObject((PyObject *)Py_TYPE(value), args); /* its class: a subclass of base too */
+        if (kept == NULL || !PyObject_TypeCheck(kept, (PyTypeObject *)base)) {
             PyErr_Clear();
             Py_XDECREF(kept);
-            kept = PyObject_CallObject(PyExc_SystemExit, args);
+            kept = PyObject_CallObject(base, args);
         }
     }
     Py_XDECREF(args);
@@ -1143,12 +1159,25 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
            Only on the main thread, where Ctrl-C arrives: elsewhere a KeyboardInterrupt is the kernel's
            own exception, and the run's error carries it. */
         const int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+        int resignal = 0;
+        if (interrupted) {
+            /* With a SIGINT handler of the program's own, that handler ran already (and raised this), or
+               the kernel raised the KeyboardInterrupt itself: raising SIGINT again would call the handler
+               once more (a second Ctrl-C the user never pressed). run() raises the KeyboardInterrupt
+               itself then (take_exit), as for sys.exit(). */
+            PyObject *type = NULL, *value = NULL, *tb = NULL;
+            PyErr_Fetch(&type, &value, &tb);
+            const int on_main = opb_on_main_thread();
+            resignal = on_main && opb_default_sigint();
+            PyErr_Restore(type, value, tb);
+            if (on_main && !resignal) opb_keep_exit(PyExc_KeyboardInterrupt);
+        }
         /* sys.exit() inside a kernel (a SIGTERM handler's, say): the run fails, and run() raises the
            SystemExit itself once ONNX Runtime has returned (take_exit), as for Ctrl-C */
-        if (PyErr_ExceptionMatches(PyExc_SystemExit)) opb_keep_exit();
+        if (PyErr_ExceptionMatches(PyExc_SystemExit)) opb_keep_exit(PyExc_SystemExit);
         const int checked = g_result_error != NULL && PyErr_ExceptionMatches(g_result_error);
         opb_format_exception(exc, sizeof exc);
-        if (interrupted && opb_on_main_thread()) PyErr_SetInterrupt();
+        if (resignal) PyErr_SetInterrupt();
         if (checked) /* the kernel returned; its result failed a check whose message names the op */
             snprintf(err, sizeof err, "%s", exc);
         else
