@@ -177,6 +177,31 @@ def test_missing_annotations() -> None:
             return [x]
 
 
+def test_a_one_tensor_tuple_return_is_refused() -> None:
+    """``-> tuple[torch.Tensor]`` was one output that the op returned as a bare tensor: ``op(x)[0]`` was the
+    output's first row where the Python function gives the output."""
+    with pytest.raises(OpDefinitionError, match=r"declares one output in a tuple.*annotate '-> torch.Tensor'"):
+
+        @opbridge.op("tests.def::OneTuple")
+        def one_tuple(x: torch.Tensor) -> tuple[torch.Tensor]:
+            return (x * 2,)
+
+
+@opbridge.op("tests.def::KeywordOnly")
+def keyword_only(x: torch.Tensor, *, k: float = 1.0, bias: float = 0.0) -> torch.Tensor:
+    return x * k + bias
+
+
+def test_keyword_only_attributes_are_refused_by_position() -> None:
+    """The definition's keyword-only attributes were taken by position (``op(x, 5.0)`` set k), where the
+    Python function refuses such a call."""
+    x = torch.ones(2)
+    with pytest.raises(opbridge.OpCallError, match=r"takes 1 positional argument\(s\), got 2; give k, bias by name"):
+        keyword_only(x, 5.0)  # type: ignore[misc]
+    torch.testing.assert_close(keyword_only(x, k=5.0, bias=1.0), torch.full((2,), 6.0), rtol=0, atol=0)
+    torch.testing.assert_close(keyword_only(x), x, rtol=0, atol=0)
+
+
 def test_tensor_after_attribute() -> None:
     with pytest.raises(
         OpDefinitionError, match=r"tensor parameter 'y' comes after attribute 'k'; put all tensor inputs first"

@@ -154,6 +154,12 @@ def _optional_inner(annotation: Any) -> Any:
 def _outputs_from_return(qualname: str, annotation: Any, names: tuple[str, ...] | None) -> tuple[OutputSpec, ...]:
     if _is_tensor(annotation):
         count = 1
+    elif typing.get_origin(annotation) is tuple and len(typing.get_args(annotation)) == 1:
+        raise OpDefinitionError(
+            f"{qualname}: the return annotation {annotation!r} declares one output in a tuple, but an op with "
+            "one output returns the tensor itself (op(x)[0] would be its first row, not the output); "
+            "annotate '-> torch.Tensor' and return the tensor."
+        )
     elif (
         typing.get_origin(annotation) is tuple
         and typing.get_args(annotation)
@@ -394,16 +400,25 @@ class _CallPlan:
     defaults: tuple[dict[str, Any], dict[str, Any]] | None
     #: whether an attribute is FLOAT or FLOATS (values given to a call are rounded)
     rounds: bool
+    #: how many parameters a call may give by position (those before the definition's keyword-only ones)
+    positional: int
 
     @classmethod
-    def of(cls, spec: OpSpec) -> _CallPlan:
+    def of(cls, spec: OpSpec, reference: Callable[..., Any]) -> _CallPlan:
         names = tuple(p.name for p in spec.inputs) + tuple(a.name for a in spec.attributes)
         defaults = None
         if not any(a.required for a in spec.attributes):
             given = spec.bind_attributes({})
             defaults = (given, _float32_attributes(spec, given))
         rounds = any(a.type in (AttrType.FLOAT, AttrType.FLOATS) for a in spec.attributes)
-        return cls(names, defaults, rounds)
+        try:
+            keyword_only = {
+                p.name for p in inspect.signature(reference).parameters.values() if p.kind is p.KEYWORD_ONLY
+            }
+        except (TypeError, ValueError):  # (a reference without a readable signature: every name by position)
+            keyword_only = set()
+        positional = next((i for i, n in enumerate(names) if n in keyword_only), len(names))
+        return cls(names, defaults, rounds, positional)
 
 
 # Signatures an op keeps whose outputs its shape rule was found to give (OpDef._check_rule).
@@ -433,7 +448,7 @@ class OpDef(Generic[P, R]):
                 f"{type(shape).__name__}."
             )
         self.spec = spec if shape is None else dataclasses.replace(spec, shape_rule=shape)
-        self._plan = _CallPlan.of(spec)
+        self._plan = _CallPlan.of(spec, reference)
         # the signatures (inputs' and outputs' shapes, dtypes and devices, attribute values) whose outputs
         # the shape rule was found to give: a call of one of them again needs no second look
         self._rule_fits: set[Any] = set()
@@ -681,13 +696,18 @@ class OpDef(Generic[P, R]):
         import torch
 
         plan = self._plan
-        if not kwargs and len(args) == len(self.spec.inputs) and plan.defaults is not None:
+        if not kwargs and len(args) == len(self.spec.inputs) <= plan.positional and plan.defaults is not None:
             # every input given in order and no attribute (the common call): only the inputs to check
             if all(isinstance(t, torch.Tensor) for t in args):
                 return list(args), dict(plan.defaults[0] if torch.compiler.is_compiling() else plan.defaults[1])
         names = plan.names
-        if len(args) > len(names):
-            raise OpCallError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
+        if len(args) > plan.positional:
+            if plan.positional == len(names):
+                raise OpCallError(f"{self.spec.qualname}: takes {len(names)} arguments, got {len(args)}.")
+            raise OpCallError(
+                f"{self.spec.qualname}: takes {plan.positional} positional argument(s), got {len(args)}; give "
+                f"{', '.join(names[plan.positional :])} by name (keyword-only in the definition)."
+            )
         given = dict(zip(names, args))
         for key, value in kwargs.items():
             if key in given:
