@@ -1216,6 +1216,39 @@ def test_a_rule_contradicting_the_reference_and_float8_are_named_at_dynamo_expor
     assert not target.exists()
 
 
+class _TrainingHalvedTo64(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _halved_to_64(self.norm(x))
+
+
+@opbridge.op("tests.export::AddsInPlace")
+def _adds_in_place(x: torch.Tensor) -> torch.Tensor:
+    return x.add_(1)  # (no shape rule)
+
+
+class _AddsInPlace(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _adds_in_place(x * 1)
+
+
+def test_the_eager_check_covers_models_in_training_mode_and_ops_without_rules(tmp_path: Path) -> None:
+    """The eager call that checks each op against its reference after a dynamo export was skipped for a model
+    in training mode (its rule contradicting the reference then reached the file) and where no used op had a
+    shape rule (a reference writing its input in place was exported, and every runtime then failed)."""
+    target = tmp_path / "m.onnx"
+    model = _TrainingHalvedTo64().train()
+    with pytest.raises(ExportError, match=r"the shape rule declares output 0 \('output'\) as \[4, 3\] torch\.float32"):
+        opbridge.export(model, (torch.randn(4, 3),), target, exporter="dynamo")
+    assert model.training and model.norm.training  # (the check ran on an eval copy)
+    with pytest.raises(ExportError, match=r"tests.export::AddsInPlace: the reference changed its input 'x' in place"):
+        opbridge.export(_AddsInPlace(), (torch.randn(2, 3),), target, exporter="dynamo")
+    assert not target.exists()
+
+
 @opbridge.op("tests.export::Halved", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
 def _halved(x: torch.Tensor) -> torch.Tensor:
     return x * 0.5

@@ -1461,25 +1461,29 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
     reference, as an eager call checks it (the dynamo exporter traces with fake tensors, which only the rule
     shapes): a rule that contradicts the reference is an ExportError naming the op, not a runtime's dtype error.
 
-    It calls a copy of the model on copies of the inputs, and not a model whose batch norm or dropout is
-    in training mode; the call leaves the random number generator as it was."""
+    The call also meets what only an eager call sees, such as a reference that writes its input in place.
+    It calls a copy of the model, in eval mode (batch norm and dropout change no op's shapes or dtypes), on
+    copies of the inputs; the call leaves the random number generator as it was."""
     import torch
 
     from opbridge.errors import OpDefinitionError
 
-    if not any(d.spec.shape_rule is not None for d in used):
-        return
-    if isinstance(model, torch.nn.Module) and any(
-        m.training for m in model.modules() if isinstance(m, _training_modules())
-    ):
+    if not used:
         return
     import copy
 
     try:  # (on copies: the call must change neither the model's buffers nor the caller's example inputs)
         model, args, kwargs = copy.deepcopy((model, args, kwargs or {}))
     except Exception as exc:  # (a model that cannot be copied is not called)
-        logger.debug("shape rules not checked eagerly: %s cannot be copied (%s)", type(model).__name__, exc)
+        logger.warning(
+            "the ops' shape rules were not checked against their references before the export: %s cannot be "
+            "copied (%s); call the model once eagerly to check them",
+            type(model).__name__,
+            exc,
+        )
         return
+    if isinstance(model, torch.nn.Module):
+        model.eval()
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             model(*args, **kwargs)
