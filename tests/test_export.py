@@ -1249,6 +1249,42 @@ def test_the_eager_check_covers_models_in_training_mode_and_ops_without_rules(tm
     assert not target.exists()
 
 
+@opbridge.op("tests.export::RuledBadly")
+def _ruled_badly(x: torch.Tensor, case: int = 0) -> torch.Tensor:
+    return x + 1
+
+
+@_ruled_badly.register_shape
+def _ruled_badly_rule(x: Any, case: int) -> opbridge.TensorInfo:
+    if case == 0:
+        return opbridge.TensorInfo(x.shape, np.float32)  # a numpy dtype
+    return opbridge.TensorInfo((x.shape[0], -1), x.dtype)  # a negative dim
+
+
+class _RuledBadly(torch.nn.Module):
+    def __init__(self, case: int) -> None:
+        super().__init__()
+        self.case = case
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ruled_badly(x, case=self.case)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [(0, r"gives output 0 the dtype <class 'numpy.float32'>"), (1, r"gives output 0 dim 1 as -1; a dim is an int")],
+    ids=["numpy-dtype", "negative-dim"],
+)
+def test_a_rule_giving_fake_tracing_no_dtype_or_size_is_named_at_dynamo_export(
+    tmp_path: Path, case: int, message: str
+) -> None:
+    """Under dynamo export (and torch.compile) the rule's outputs went to torch.empty unchecked: torch's
+    TypeError, behind torch.onnx's "create an issue" text, named neither the op nor the rule."""
+    with pytest.raises(ExportError) as err:
+        opbridge.export(_RuledBadly(case), (torch.randn(2, 3),), tmp_path / "m.onnx", exporter="dynamo")
+    assert re.match(rf"dynamo export of _RuledBadly failed: tests.export::RuledBadly: the shape rule {message}", str(err.value))
+
+
 @opbridge.op("tests.export::Halved", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))
 def _halved(x: torch.Tensor) -> torch.Tensor:
     return x * 0.5

@@ -1407,6 +1407,12 @@ def export(
                     "writes the graph with it), which is not installed: pip install 'onnxscript>=0.6', or export "
                     "with exporter='torchscript' (--exporter torchscript)."
                 ) from exc
+            own = _opbridge_cause(exc)
+            if own is not None:  # (torch.onnx wraps it in its own words, which name neither the op nor the fix)
+                raise ExportError(
+                    f"{exporter} export of {type(model).__name__} failed: {_uncoloured(own)} (torch.onnx's message: "
+                    f"{text})"
+                ) from exc
             hint = (
                 _unexported_dtype_hint(model, args, kwargs, text) + _number_input_hint(model, args, kwargs, text)
                 if exporter == "torchscript"
@@ -1498,6 +1504,21 @@ def _uncoloured(exc: BaseException) -> str:
     with its notes (a shape rule's exception names the op's rule in one)."""
     notes = "".join(f" {n}" for n in getattr(exc, "__notes__", ()) if isinstance(n, str))
     return re.sub(r"\x1b\[[0-9;]*m", "", str(exc) + notes)
+
+
+def _opbridge_cause(exc: BaseException, limit: int = 8) -> BaseException | None:
+    """The first of opbridge's own errors among the exceptions behind ``exc`` (an op's error that torch
+    raised again in its words), else None."""
+    from opbridge.errors import OpbridgeError
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen and len(seen) < limit:
+        if isinstance(cause, OpbridgeError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _causes(exc: BaseException, limit: int = 4) -> str:

@@ -195,6 +195,29 @@ def call_shape_rule(rule: ShapeRule, spec: OpSpec, args: Sequence[Any], attrs: d
         raise
 
 
+def _check_fake_infos(spec: OpSpec, items: Sequence[Any]) -> None:
+    """An OpDefinitionError naming the op where its rule gives fake tracing a dtype that is not torch's or
+    a dim that is no size (torch's own error names neither the op nor the rule)."""
+    import numbers
+
+    import torch
+
+    for i, info in enumerate(items):
+        if not isinstance(info.dtype, torch.dtype):
+            raise OpDefinitionError(
+                f"{spec.qualname}: the shape rule gives output {i} the dtype {info.dtype!r} "
+                f"({type(info.dtype).__name__}); give a torch dtype, e.g. torch.float32 or x.dtype."
+            )
+        for k, d in enumerate(info.shape):
+            if isinstance(d, (SymDim, torch.SymInt)):
+                continue
+            if isinstance(d, bool) or not isinstance(d, numbers.Integral) or int(d) < 0:
+                raise OpDefinitionError(
+                    f"{spec.qualname}: the shape rule gives output {i} dim {k} as {d!r}; a dim is an int >= 0 (an "
+                    "input's dim or arithmetic of dims), or opbridge.SymDim() for a size that depends on the data."
+                )
+
+
 def fake_outputs(
     spec: OpSpec, rule: ShapeRule | None, reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]
 ) -> Any:
@@ -219,6 +242,7 @@ def fake_outputs(
         out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
     else:
         items = _as_infos(call_shape_rule(rule, spec, args, attrs), spec, "the shape rule")
+        _check_fake_infos(spec, items)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
         def size(d: Any) -> Any:
