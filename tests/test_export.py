@@ -863,6 +863,9 @@ def test_dim_hints_and_axes_are_checked_on_both_exporters(tmp_path: Path) -> Non
         assert dims == ["batch", 3], exporter  # Dim.STATIC came out dynamic in TorchScript
     with pytest.raises(ExportError, match=r"dynamic_axes gives input 'x' axis 5, but the example input has 2 dim"):
         opbridge.export(_Static2(), (x,), tmp_path / "a.onnx", dynamic_axes={"x": {5: "b"}})
+    for exporter in ("dynamo", "torchscript"):  # (torch.onnx said only "tuple index out of range")
+        with pytest.raises(ExportError, match=r"dynamic_shapes gives input 'x' axis 5, but the example input has 2"):
+            opbridge.export(_Static2(), (x,), tmp_path / "a.onnx", exporter=exporter, dynamic_shapes=({5: Dim("b")},))
     with pytest.raises(ExportError, match=r"dynamic_axes names \['X'\], which the exported graph has no input"):
         opbridge.export(_Static2(), (x,), tmp_path / "b.onnx", exporter="torchscript", dynamic_axes={"X": {0: "b"}})
     assert not (tmp_path / "b.onnx").exists()

@@ -428,6 +428,31 @@ def _axes_from_dims(
     return axes
 
 
+def _check_axes_in_range(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, input_names: Sequence[str] | None, shapes: Any
+) -> None:
+    """An ExportError where ``dynamic_shapes`` names an axis a tensor input does not have (torch.onnx's own
+    error says only "tuple index out of range"); a form this cannot align with the inputs is left to torch."""
+    import torch
+
+    try:
+        names = _input_names(model, args, kwargs, input_names)
+        items = _shape_entries(model, args, names, shapes)
+    except Exception:
+        return
+    values = list(args) + [(kwargs or {}).get(k) for k in names[len(args) :]]
+    for name, value, entry in zip(names, values, items):
+        if not isinstance(value, torch.Tensor) or not isinstance(entry, (Mapping, list, tuple)):
+            continue
+        rank = value.dim()
+        for axis in entry.keys() if isinstance(entry, Mapping) else range(len(entry)):
+            if isinstance(axis, int) and not -rank <= axis < rank:
+                raise ExportError(
+                    f"dynamic_shapes gives input {name!r} axis {axis}, but the example input has {rank} dim(s) "
+                    f"(shape {list(value.shape)}): name an axis in 0..{rank - 1}."
+                )
+
+
 def _check_dim_bounds(name: str, value: Any, pairs: Iterable[tuple[Any, Any]]) -> None:
     """An ExportError where an example input's size is outside the ``min``/``max`` of the ``torch.export.Dim``
     given for it, which torch.export refuses and TorchScript's ``dynamic_axes``, which carry no bounds, do not."""
@@ -1358,6 +1383,8 @@ def export(
                 if not names and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
                     # the forward's parameter names, as written (torch.onnx would lower-case them)
                     names = _forward_names(model, len(args))
+                if dynamic_shapes is not None:
+                    _check_axes_in_range(model, args, kwargs, input_names, dynamic_shapes)
                 proto = _export_dynamo(model, args, kwargs, ops, opset_version, names, output_names, shapes)
                 if output_names and len(output_names) > len(proto.graph.output):  # (torch drops the extra names)
                     raise ExportError(
