@@ -664,6 +664,37 @@ def test_openvino_verdicts_from_its_frontend() -> None:
     assert cubic["resize"].verdict == "native"
 
 
+def _function_of_a_later_opset() -> onnx.ModelProto:
+    """A call of a function importing opset 18, whose body's BitwiseAnd exists from 18, in an opset 17 model."""
+    body = helper.make_function(
+        "acme", "F", ["a", "b"], ["c"], [helper.make_node("BitwiseAnd", ["a", "b"], ["c"])], [helper.make_opsetid("", 18)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x", "x"], ["y"], domain="acme", name="call")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT32, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[body])
+
+
+def test_a_function_of_another_opset_than_the_model_fails_where_the_runtimes_refuse_it() -> None:
+    """OpenVINO: onnx's inliner leaves such a call in place, which OpenVINO has no rule for, but compat took the
+    body as inlined ("function"). ONNX Runtime runs the body's ops at the model's opset, where BitwiseAnd does
+    not exist, but the static verdict judged them at the function's."""
+    model = _function_of_a_later_opset()
+    (static,) = check_compat(model, "onnxruntime", real=False).nodes
+    assert static.verdict == "fail"
+    assert "onnxruntime defines BitwiseAnd only from opset 18, the model imports 17 (and runs the function" in (
+        static.reason
+    )
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    (ov,) = check_compat(model, "openvino").nodes
+    assert ov.verdict == "fail" and "onnx's inliner left this call of a model-local function in place" in ov.reason
+    assert "No conversion rule found for operations: acme.F" in ov.reason
+
+
 # ---------------------------------------------------------------- CLI
 
 

@@ -43,7 +43,12 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
     domain = "" if ctx.domain == "ai.onnx" else ctx.domain
     versions = ort_schemas().get((domain, ctx.op_type))
     if versions and not (ctx.custom and domain == ""):
-        usable = [v for v in versions if ctx.version is None or v <= ctx.version]
+        version = ctx.version
+        if ctx.function and domain == "":  # ONNX Runtime runs a body's ONNX ops at the model's opset
+            from opbridge.graph._model import opset_version
+
+            version = opset_version(ctx.model, "") or version
+        usable = [v for v in versions if version is None or v <= version]
         if usable:
             return NodeVerdict(
                 ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}"
@@ -53,7 +58,8 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
             ctx.domain,
             ctx.op_type,
             "fail",
-            f"onnxruntime defines {ctx.op_type} only from opset {versions[0]}, the model imports {ctx.version}",
+            f"onnxruntime defines {ctx.op_type} only from opset {versions[0]}, the model imports {version}"
+            + (" (and runs the function body's ops at it)" if version != ctx.version else ""),
         )
     if ctx.has_function:
         if not ctx.function:  # ONNX Runtime expands the body (body_contexts: nested calls' too)

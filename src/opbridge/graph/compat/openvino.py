@@ -187,7 +187,18 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
         no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
         if ctx.opbridge_mismatch():
             no_rule += f" ({ctx.opbridge_mismatch()})"
-        if ctx.has_function:
+        if ctx.has_function and key in missing:
+            # onnx's inliner left the call in place (a function importing another opset version than the model,
+            # or one that calls itself): OpenVINO meets the call itself, which it has no rule for
+            left = (
+                "onnx's inliner left this call of a model-local function in place (its opset imports differ from "
+                "the model's, or it calls itself)"
+            )
+            if ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None:
+                add("opbridge", f"{left}; OpenVINO Python op from opbridge's backend")
+            else:
+                add("fail", f"{left}: {no_rule}")
+        elif ctx.has_function:
             # the body's ops, and those of the functions it calls, as inlined
             unconverted = [
                 c
