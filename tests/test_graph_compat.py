@@ -1278,6 +1278,50 @@ def test_a_call_of_a_recursive_function_fails_statically(target: str) -> None:
     assert nodes["fine"].verdict == "function" and not report.ok
 
 
+def _function_with_attributes(**attrs: object) -> onnx.ModelProto:
+    """``acme::AddOffset``, a model-local function whose Constant takes the call's attribute ``offset`` (TENSOR
+    or INT, by ``ref_attr_name``)."""
+    kind = onnx.AttributeProto.TENSOR if "tensor" in attrs else onnx.AttributeProto.INT
+    constant = helper.make_node("Constant", [], ["k"])
+    ref = onnx.AttributeProto(name="value" if kind == onnx.AttributeProto.TENSOR else "value_int", type=kind)
+    ref.ref_attr_name = "offset"
+    constant.attribute.append(ref)
+    body = helper.make_function(
+        "acme",
+        "AddOffset",
+        ["a"],
+        ["b"],
+        [constant, helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT), helper.make_node("Add", ["a", "kf"], ["b"])],
+        [helper.make_opsetid("", OPSET)],
+        attributes=["offset"],
+    )
+    offset = attrs.get("tensor", attrs.get("int"))
+    call = helper.make_node("AddOffset", ["x"], ["y"], domain="acme", name="call", offset=offset)
+    graph = helper.make_graph(
+        [call],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("acme", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[body])
+
+
+@pytest.mark.parametrize(
+    "attrs", [{"tensor": numpy_helper.from_array(np.array([3], np.int64))}, {"int": 2**40}], ids=["int64-tensor", "int-past-int32"]
+)
+def test_attributes_of_a_call_whose_body_tensorrt_imports_become_no_plugin_fields(attrs: dict) -> None:
+    """From TensorRT 10 the parser imports a model-local function's body, where the call's attributes bind:
+    the plugin-field rules (int64 TENSOR refused, INT narrowed to int32) called such a call FAILS, and lint
+    warned, where the real parser imports it."""
+    from opbridge.graph.lint import lint_model
+
+    model = _function_with_attributes(**attrs)
+    assert verdict(model, "call", "10.8").verdict == "function"
+    assert verdict(model, "call", "8.6").verdict == "fail"  # (no function importer: a plugin)
+    assert not [f for f in lint_model(model) if f.code.startswith("trt-")]
+
+
 def test_int_narrowing_names_every_attribute_out_of_int32() -> None:
     """Only the first attribute out of int32 was named; lint names every one."""
     report = check_compat(custom_node_model(big=2**40, bigs=[1, -(2**33)], fine=7), "tensorrt", real=False)

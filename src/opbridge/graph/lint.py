@@ -599,9 +599,10 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
 
     findings: list[Finding] = []
     opset = opset_version(model, "")
+    local = {(f.domain, f.name) for f in model.functions}
     for path, name, node, _ in labelled_nodes(model):
-        if not is_custom_node(node, opset):
-            continue
+        if not is_custom_node(node, opset) or (node.domain, node.op_type) in local:
+            continue  # (TensorRT 10 imports a model-local function's body: its attributes become no plugin fields)
         label = path + name
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.INT:

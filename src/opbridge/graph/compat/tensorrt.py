@@ -383,8 +383,8 @@ def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
     """
     import onnx
 
-    if not ctx.custom:
-        return None
+    if not ctx.custom or (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
+        return None  # (a function's body is imported: its attributes bind there and become no plugin fields)
     found = []
     for a in ctx.proto.attribute:
         values = (
@@ -407,8 +407,8 @@ def _rule_tensor_attr(ctx: NodeContext, version: Version) -> Hit | None:
     """
     import onnx
 
-    if not ctx.custom:
-        return None
+    if not ctx.custom or (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
+        return None  # (a function's body is imported: its attributes bind there and become no plugin fields)
     bad = {onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool", onnx.TensorProto.UINT8: "uint8"}
     for a in ctx.proto.attribute:
         if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in bad:
