@@ -89,6 +89,34 @@ def test_resize_to_dynamic_resize(scales: str, feeds_extra: dict, coord: str) ->
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
 
 
+def test_resize_to_dynamic_resize_of_a_bfloat16_input_before_opset_20() -> None:
+    """The size tensor's ConstantOfShape was filled with the input's dtype, which it makes in bfloat16 only from
+    opset 20: the rewrite of a valid bfloat16 model failed the checker on a node the rule built."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["R"], ["sizes"], name="shape"),
+            helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], mode="cubic", name="resize"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.BFLOAT16, [1, 1, 4, 4]),
+            helper.make_tensor_value_info("R", TensorProto.FLOAT, [1, 1, "H", "W"]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, [1, 1, "H", "W"])],
+    )
+    report = rewrite_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), ["resize-cubic-to-dynamic-resize"])
+    assert report.outcomes[0].applied, report.outcomes[0].reason
+    full_check(report.model)
+    (fill,) = [n for n in report.model.graph.node if n.op_type == "ConstantOfShape"]
+    assert helper.get_attribute_value(fill.attribute[0]).data_type == TensorProto.FLOAT
+    import ml_dtypes
+
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    feeds = {"X": x.astype(ml_dtypes.bfloat16), "R": np.zeros((1, 1, 6, 6), np.float32)}
+    (got,) = opbridge.ReferenceSession(report.model).run(None, feeds)
+    assert got.dtype == ml_dtypes.bfloat16 and got.shape == (1, 1, 6, 6)
+
+
 @pytest.mark.parametrize(
     ("model", "options", "reason"),
     [

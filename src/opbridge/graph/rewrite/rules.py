@@ -465,7 +465,10 @@ class ResizeCubicToDynamicResize(IRRule):
                 model.graph.inputs.append(size_tensor)
         else:
             shape4 = op("Concat", [const(np.array([1, 1], np.int64), f"{prefix}_nc"), hw], axis=0)
-            fill = ir.tensor(np.zeros(1, dtype=(x.dtype or ir.DataType.FLOAT).numpy()))
+            dtype = x.dtype or ir.DataType.FLOAT
+            if dtype == ir.DataType.BFLOAT16 and model.opset_imports.get("", 20) < 20:
+                dtype = ir.DataType.FLOAT  # (ConstantOfShape makes bfloat16 from opset 20; only the shape is read)
+            fill = ir.tensor(np.zeros(1, dtype=dtype.numpy()))
             size_tensor = op("ConstantOfShape", [shape4], value=fill)
         spec = DynamicResize.spec
         resize = ir.node(
