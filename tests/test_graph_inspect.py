@@ -198,3 +198,34 @@ def test_inspect_names_each_overload_of_a_function() -> None:
     )
     model.functions.extend([first, second])
     assert inspect_model(model).functions == ["acme::Ov:relu", "acme::Ov:neg"]
+
+
+def test_initializers_of_if_loop_and_scan_bodies_are_listed() -> None:
+    """Only the main graph's initializers were counted: a model holding its weights in If branches read
+    "initializers: 0, 0 B"."""
+    weight = np.ones((4, 8), np.float32)
+    value = helper.make_tensor_value_info
+
+    def branch(name: str, op: str) -> object:
+        return helper.make_graph(
+            [helper.make_node(op, ["x", f"w_{name}"], [name])],
+            name,
+            [],
+            [value(name, TensorProto.FLOAT, [4, 8])],
+            initializer=[numpy_helper.from_array(weight, f"w_{name}")],
+        )
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("t", "Add"), else_branch=branch("e", "Sub"), name="cond")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [value("x", TensorProto.FLOAT, [4, 8]), value("c", TensorProto.BOOL, [])],
+        [value("y", TensorProto.FLOAT, [4, 8])],
+        initializer=[numpy_helper.from_array(np.zeros(2, np.float32), "unused")],
+    )
+    report = inspect_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert sorted((i.name, i.nbytes) for i in report.initializers) == [
+        ("cond/else_branch/w_e", 128),
+        ("cond/then_branch/w_t", 128),
+        ("unused", 8),
+    ]

@@ -21,6 +21,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from opbridge.graph._model import (
@@ -29,6 +30,7 @@ from opbridge.graph._model import (
     is_custom_node,
     labelled_nodes,
     load_model,
+    node_label,
     opset_version,
 )
 
@@ -291,17 +293,42 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         op_counts=dict(counts),
         functions=[function_label(f) for f in proto.functions],
         initializers=[
-            InitializerInfo(t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t))
-            for t in proto.graph.initializer
-        ]
-        + [
-            InitializerInfo(
-                s.values.name,
-                _dtype_name(s.values.data_type),
-                list(s.dims),
-                _tensor_nbytes(s.values) + _tensor_nbytes(s.indices),
-                sparse=True,
-            )
-            for s in proto.graph.sparse_initializer
+            info for path, graph in [("", proto.graph), *_bodies(proto.graph.node, "")] for info in _initializers(graph, path)
         ],
     )
+
+
+def _initializers(graph: onnx.GraphProto, path: str) -> list[InitializerInfo]:
+    """The initializers of ``graph``, named after its place (``path``: ``""`` for the main graph)."""
+    return [
+        InitializerInfo(path + t.name, _dtype_name(t.data_type), list(t.dims), _tensor_nbytes(t))
+        for t in graph.initializer
+    ] + [
+        InitializerInfo(
+            path + s.values.name,
+            _dtype_name(s.values.data_type),
+            list(s.dims),
+            _tensor_nbytes(s.values) + _tensor_nbytes(s.indices),
+            sparse=True,
+        )
+        for s in graph.sparse_initializer
+    ]
+
+
+def _bodies(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """``(path, graph)`` for the If/Loop/Scan bodies of ``nodes`` and theirs, each path as node labels give it
+    (``cond/then_branch/``)."""
+    import onnx
+
+    for index, node in enumerate(nodes):
+        owner = node_label(node, index)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                graphs = [(f"{prefix}{owner}/{attr.name}/", attr.g)]
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                graphs = [(f"{prefix}{owner}/{attr.name}[{i}]/", g) for i, g in enumerate(attr.graphs)]
+            else:
+                continue
+            for path, graph in graphs:
+                yield path, graph
+                yield from _bodies(graph.node, path)
