@@ -1527,6 +1527,48 @@ def test_a_call_traced_by_a_capture_torch_onnx_retried_is_not_counted(tmp_path: 
     np.testing.assert_array_equal(out, np.full((4, 3), 4.0, np.float32))
 
 
+@opbridge.op("tests.export::TopUpTo")  # (no shape rule: derived from the reference)
+def _top_up_to(x: torch.Tensor, k: int = 16) -> torch.Tensor:
+    return x.topk(min(k, x.shape[0])).values
+
+
+@opbridge.op("tests.export::TopUpToRuled")
+def _top_up_to_ruled(x: torch.Tensor, k: int = 16) -> torch.Tensor:
+    return x.topk(min(k, x.shape[0])).values
+
+
+@_top_up_to_ruled.register_shape
+def _top_up_to_rule(x: Any, k: int) -> opbridge.TensorInfo:
+    return opbridge.TensorInfo((opbridge.SymDim(),), x.dtype)  # (min(k, n): no arithmetic of n)
+
+
+class _TopFour(torch.nn.Module):
+    def __init__(self, ruled: bool) -> None:
+        super().__init__()
+        self.ruled = ruled
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_top_up_to_ruled if self.ruled else _top_up_to)(x, k=4)
+
+
+def test_an_output_size_torch_export_fixed_while_tracing_is_refused(tmp_path: Path) -> None:
+    """``min(k, x.shape[0])`` on a dynamic dim takes the example's branch under torch.export, which guards
+    nothing: the file declared the output 4 long for every n, ONNX Runtime gave 3 at n = 3, and runtimes that
+    trust the declaration size it wrong. With the size declared as a SymDim the export is right."""
+    x = torch.randn(10)
+    shapes = ({0: torch.export.Dim("n", min=2)},)
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"TopUpTo declares no shape rule, and the exported file gives its output 0"):
+        opbridge.export(_TopFour(False), (x,), target, exporter="dynamo", dynamic_shapes=shapes)
+    assert not target.exists()
+    result = opbridge.export(_TopFour(True), (x,), target, exporter="dynamo", dynamic_shapes=shapes)
+    (dim,) = result.model.graph.output[0].type.tensor_type.shape.dim
+    assert not dim.HasField("dim_value")
+    for n in (3, 10):
+        (got,) = opbridge.InferenceSession(result.path).run(None, {"x": np.arange(n, dtype=np.float32)})
+        np.testing.assert_array_equal(got, np.arange(n, dtype=np.float32)[::-1][: min(4, n)])
+
+
 class _KeywordSizeAsAttribute(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         assert y is not None

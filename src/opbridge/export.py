@@ -540,6 +540,50 @@ def _check_dims_kept(
                 )
 
 
+def _check_derived_output_dims(proto: onnx.ModelProto) -> None:
+    """An ExportError where a custom node of an op without a shape rule has an output dim the file declares
+    static, which its reference gives other sizes at other sizes of the inputs' dynamic dims: torch.export
+    fixed the size while tracing (a ``min(k, x.shape[0])`` on a dynamic dim takes the example's branch and
+    guards nothing), and the file would declare a wrong size elsewhere."""
+    from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
+    from opbridge.definition import find_op
+    from opbridge.model_io import value_types
+    from opbridge.onnx_schema import attribute_values
+    from opbridge.shape import infer_onnx
+
+    versions = domain_versions(proto)
+    types: dict[str, onnx.TypeProto] | None = None
+    for node in proto.graph.node:
+        op = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain not in STANDARD_DOMAINS else None
+        if op is None or op.shape_rule is not None:
+            continue
+        types = value_types(proto) if types is None else types
+        given = [types.get(name) if name else None for name in node.input]
+        given += [None] * (len(op.spec.inputs) - len(given))
+        if not any(t is not None and any(not d.HasField("dim_value") for d in t.tensor_type.shape.dim) for t in given):
+            continue  # (every input static: so is every output)
+        try:
+            derived = infer_onnx(op.spec, None, op.reference, given, attribute_values(op.spec, node))
+        except Exception as exc:  # (the checks after export name a reference that cannot run)
+            logger.debug("%s: output shapes not derived to check the file's: %s", op.spec.qualname, exc)
+            continue
+        for i, (name, found) in enumerate(zip(node.output, derived)):
+            declared = types.get(name)
+            if found is None or declared is None:
+                continue
+            dims, derived_dims = declared.tensor_type.shape.dim, found.tensor_type.shape.dim
+            for k, (d, g) in enumerate(zip(dims, derived_dims)):
+                if len(dims) == len(derived_dims) and d.HasField("dim_value") and not g.HasField("dim_value"):
+                    raise ExportError(
+                        f"{op.spec.qualname} declares no shape rule, and the exported file gives its output {i} "
+                        f"({op.spec.outputs[i].name!r}) dim {k} the size {d.dim_value}, which torch.export fixed while "
+                        "tracing, but its reference gives that dim other sizes at other sizes of the inputs' dynamic "
+                        "dims (it branches on one: min(k, x.shape[0]), max, an if), so the file would be wrong there. "
+                        f"Declare the output shapes with @{op.spec.name}.register_shape, giving that dim as "
+                        "opbridge.SymDim() (a size known at run time), or export the input dims static."
+                    )
+
+
 def _derived_shape_cause(proto: onnx.ModelProto) -> str:
     """The third cause of a dim made static, where the model's custom ops include some without a shape
     rule: their references run on the trace's fake tensors, and one that makes a size a value fixes it."""
@@ -1393,6 +1437,7 @@ def export(
                     )
                 if shapes is not None:
                     _check_dims_kept(proto, model, args, kwargs, names, shapes)
+                    _check_derived_output_dims(proto)
                 if dynamic_axes and output_names:
                     _note_output_dim_names(proto, dynamic_axes, output_names)
             else:
