@@ -1156,6 +1156,8 @@ def test_arguments_of_the_wrong_type_or_names_given_twice_are_named_before_expor
         ({"input_names": ["a", "a"]}, r"input_names \['a', 'a'\] gives \['a'\] more than once"),
         ({"output_names": ["y", "y"]}, r"output_names \['y', 'y'\] gives \['y'\] more than once"),
         ({"input_names": ["x"], "output_names": ["x"]}, r"\['x'\] are both in input_names and in output_names"),
+        ({"output_names": [1]}, r"output_names is \[1\]: give a list of non-empty strings, one per graph output"),
+        ({"input_names": [""]}, r"input_names is \[''\]: give a list of non-empty strings, one per graph input"),
         ({"output_names": ["y"], "dynamic_axes": {"y": {-1: "w"}}}, r"gives 'y' axis -1, a negative axis"),
     ]
     for kw, message in refused:

@@ -314,6 +314,11 @@ def _check_names(input_names: Sequence[str] | None, output_names: Sequence[str] 
     """An ExportError naming a name given twice in ``input_names`` or ``output_names``, or in both (the
     TorchScript exporter renames such an input, ``x.1``, and the file's input is not the name asked for)."""
     for label, names in (("input_names", input_names), ("output_names", output_names)):
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) and n for n in names)):
+            raise ExportError(
+                f"{label} is {names!r}: give a list of non-empty strings, one per graph {label.split('_')[0]}, "
+                "e.g. ['x', 'mask']."
+            )
         repeated = sorted({n for n in names or [] if list(names or []).count(n) > 1})
         if repeated:
             raise ExportError(
