@@ -1167,6 +1167,13 @@ def test_arguments_of_the_wrong_type_or_names_given_twice_are_named_before_expor
         opbridge.export(build, (x,), target)  # type: ignore[arg-type]
     with pytest.raises(ExportError, match=r"model is the class _Static2; give the torch.nn.Module instance"):
         opbridge.export(_Static2, (x,), target)  # type: ignore[arg-type]
+
+    def doubled(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    for exporter in ("dynamo", "torchscript"):  # (TorchScript: "'function' object has no attribute 'modules'")
+        with pytest.raises(ExportError, match=r"model doubled is a Python function, which torch.onnx does not"):
+            opbridge.export(doubled, (x,), target, exporter=exporter)  # type: ignore[arg-type]
     with pytest.raises(ExportError, match=r"output_names \['a', 'b'\] name 2 outputs, and the model returns 1"):
         opbridge.export(_Static2(), (x,), target, exporter="dynamo", output_names=["a", "b"])
     assert not target.exists()

@@ -308,6 +308,12 @@ def _check_argument_types(
             f"take the example inputs ({exc}): give the module to export (a function that builds one: call it, "
             "and pass the module it returns)."
         ) from None
+    if inspect.isfunction(model) or inspect.ismethod(model):  # (torch.onnx exports modules and scripted code)
+        name = getattr(model, "__name__", "the function")
+        raise ExportError(
+            f"model {name} is a Python function, which torch.onnx does not export; wrap it in a torch.nn.Module "
+            f"whose forward calls it (def forward(self, *inputs): return {name}(*inputs))."
+        )
 
 
 def _check_names(input_names: Sequence[str] | None, output_names: Sequence[str] | None) -> None:
