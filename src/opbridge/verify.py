@@ -749,9 +749,7 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
             from opbridge.legacy_domain import is_standard_op
 
             if is_standard_op(node.op_type):
-                if node.op_type not in _EXACT_OPS or (
-                    node.op_type in ("Cast", "CastLike") and _narrows(dtype_of(node.input[0], fallback), dtypes)
-                ):
+                if node.op_type not in _EXACT_OPS:
                     found.other.append(node.op_type)
                     found.rounds_in.update(dtypes)
                 return
@@ -766,6 +764,13 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
             else:
                 found.other.append(f"{node.domain}::{node.op_type}" if node.domain else node.op_type)
                 found.rounds_in.add(dtype)
+
+    def _narrowing_cast(node: Any, value: str, fallback: str) -> bool:
+        return (
+            node.domain in STANDARD_DOMAINS
+            and node.op_type in ("Cast", "CastLike")
+            and _narrows(dtype_of(node.input[0], fallback), [dtype_of(value, fallback)])
+        )
 
     def value_inputs(node: Any) -> list[str]:
         """The inputs of ``node`` whose values reach its outputs' values."""
@@ -795,7 +800,13 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
             index = list(node.output).index(value)
             classify(node, fallback, found, frozenset(), [index])
             if not (node.domain in STANDARD_DOMAINS and index in _INDEX_OUTPUTS.get(node.op_type, ())):
-                found.add(inputs_of.get((id(node), fallback), _Upstream()))  # (absent only in a cycle)
+                upstream = inputs_of.get((id(node), fallback), _Upstream())  # (absent only in a cycle)
+                if (upstream.declared or upstream.other) and _narrowing_cast(node, value, fallback):
+                    # an error within the wider dtype's tolerance may flip the narrower one's last bit (a cast
+                    # of exact values rounds alike everywhere)
+                    found.other.append(node.op_type)
+                    found.rounds_in.add(dtype_of(value, fallback))
+                found.add(upstream)
             values[key] = found
         return values[key]
 
