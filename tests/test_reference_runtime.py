@@ -1064,3 +1064,78 @@ def test_attributes_named_like_the_evaluators_own_members_reach_the_op(ref: bool
     (y,) = ReferenceSession(model).run(None, {"x": x})
     np.testing.assert_array_equal(y, x * 3 + 0.5 + 4 + 0.25)
     np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], y)
+
+
+@opbridge.op("tests.reference.leaky::Leaky")
+def _leaky(x: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    return torch.nn.functional.leaky_relu(x, alpha)
+
+
+@_leaky.register_function
+def _leaky_body(spec: Any, opset: int) -> onnx.FunctionProto:
+    from opbridge.functions import make_body
+
+    node = helper.make_node("LeakyRelu", ["x"], ["output"])
+    node.attribute.append(ref_attr("alpha", "alpha", onnx.AttributeProto.FLOAT))
+    return make_body(spec, [node], opset)
+
+
+def test_a_body_whose_unary_op_takes_an_attribute_by_reference_runs() -> None:
+    """onnx.reference hands a referenced attribute to the body's node as ``linked_attributes``, which its
+    unary and binary ops (LeakyRelu, Elu, Mod) do not take: the README's LeakyRelu(alpha <- @alpha) body
+    failed with a TypeError under prefer="function". Each set of values now runs a copy that holds them."""
+    from opbridge.functions import attach_functions
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Leaky", ["x"], ["y"], domain="tests.reference.leaky", alpha=0.25),
+            helper.make_node("Leaky", ["x"], ["z"], domain="tests.reference.leaky"),  # (the default, 0.5)
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("tests.reference.leaky", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    attach_functions(model, [_leaky])
+    x = np.array([-2.0, 2.0], np.float32)
+    session = ReferenceSession(model, prefer="function")
+    assert session.implementations[("tests.reference.leaky", "Leaky")] == "function"
+    for _ in range(2):  # (the second run takes the copies made by the first)
+        y, z = session.run(None, {"x": x})
+        np.testing.assert_array_equal(y, [-0.5, 2.0])
+        np.testing.assert_array_equal(z, [-1.0, 2.0])
+
+
+def test_a_reference_a_call_leaves_out_takes_the_callees_default() -> None:
+    """F(beta) calls G with alpha <- @beta; a call of F without beta leaves alpha out, so G's default applies
+    (as in ONNX Runtime). The evaluator got "linked attributes but None are given"."""
+    const = helper.make_node("Constant", [], ["a"])
+    const.attribute.append(ref_attr("value_float", "alpha", onnx.AttributeProto.FLOAT))
+    inner = helper.make_function(
+        "q",
+        "G",
+        ["x"],
+        ["y"],
+        [const, helper.make_node("Mul", ["x", "a"], ["y"])],
+        [helper.make_opsetid("", 18)],
+        attribute_protos=[helper.make_attribute("alpha", 0.5)],
+    )
+    call = helper.make_node("G", ["x"], ["y"], domain="q")
+    call.attribute.append(ref_attr("alpha", "beta", onnx.AttributeProto.FLOAT))
+    outer = helper.make_function(
+        "q", "F", ["x"], ["y"], [call], [helper.make_opsetid("", 18), helper.make_opsetid("q", 1)], attributes=["beta"]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y"], domain="q"), helper.make_node("F", ["x"], ["z"], domain="q", beta=3.0)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("q", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[outer, inner])
+    x = np.array([-1.0, 2.0], np.float32)
+    y, z = ReferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, [-0.5, 1.0])
+    np.testing.assert_array_equal(z, [-3.0, 6.0])
+    np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], y)

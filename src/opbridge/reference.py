@@ -49,7 +49,7 @@ import logging
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -361,11 +361,46 @@ def _linked(node: onnx.NodeProto, given: Mapping[str, Any] | None) -> dict[str, 
     return {a.name: (given or {}).get(a.ref_attr_name) for a in node.attribute if a.ref_attr_name}
 
 
-def _call_class(function: onnx.FunctionProto, body: Any) -> type:
+def _refers(nodes: Iterable[onnx.NodeProto]) -> bool:
+    """Whether a node of ``nodes`` (or of their subgraphs) takes an attribute by reference."""
+    return any(a.ref_attr_name for node in walk_nodes(nodes) for a in node.attribute)
+
+
+def _substituted(function: onnx.FunctionProto, values: Mapping[str, onnx.AttributeProto]) -> onnx.FunctionProto:
+    """A copy of ``function`` whose attribute references (in its subgraphs too) hold the call's ``values``;
+    one the call leaves out is dropped (absent, as ONNX defines it)."""
+    import onnx
+
+    copy = onnx.FunctionProto()
+    copy.CopyFrom(function)
+    for node in walk_nodes(copy.node):
+        kept = []
+        for a in node.attribute:
+            if not a.ref_attr_name:
+                kept.append(a)
+            elif a.ref_attr_name in values:
+                value = onnx.AttributeProto()
+                value.CopyFrom(values[a.ref_attr_name])
+                value.name = a.name
+                kept.append(value)
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    return copy
+
+
+def _call_class(function: onnx.FunctionProto, body: Any, build: Callable[[onnx.FunctionProto], Any]) -> type:
     """An ``OpFunction`` subclass that runs calls of the model-local ``function`` on ``body``, its
     evaluator: onnx.reference's own sets the call's attributes on the op object, which failed for one
-    named like its members (``output``, ``domain``)."""
+    named like its members (``output``, ``domain``). A body that takes attributes by reference runs on an
+    evaluator of a copy holding the call's values (``build`` makes one per set of values): onnx.reference
+    hands the references' values to its nodes as ``linked_attributes``, which its unary and binary ops
+    (``LeakyRelu``, ``Elu``, ``Mod``) do not take."""
+    import onnx
     from onnx.reference.op_run import OpFunction, OpRun
+
+    refers = _refers(function.node)
+    defaults = {a.name: a for a in function.attribute_proto}
+    evaluators: dict[tuple[tuple[str, bytes], ...], Any] = {}
 
     def init(self: Any, onnx_node: onnx.NodeProto, run_params: dict[str, Any]) -> None:
         OpRun.__init__(self, onnx_node, run_params)
@@ -374,6 +409,16 @@ def _call_class(function: onnx.FunctionProto, body: Any) -> type:
             a.name: self._extract_attribute_value(a) for a in onnx_node.attribute if not a.ref_attr_name
         }
 
+    def evaluator(self: Any, linked: Mapping[str, Any]) -> Any:
+        """The evaluator of this call's values (the function's defaults, the node's own, and the values of
+        the references it takes from a caller that still holds them)."""
+        values = {**defaults, **{a.name: a for a in self.onnx_node.attribute if not a.ref_attr_name}}
+        values.update({name: onnx.helper.make_attribute(name, value) for name, value in linked.items()})
+        key = tuple(sorted((name, a.SerializeToString()) for name, a in values.items()))
+        if key not in evaluators:
+            evaluators[key] = build(_substituted(function, values))
+        return evaluators[key]
+
     def run(self: Any, *inputs: Any, linked_attributes: Mapping[str, Any] | None = None, **_: Any) -> tuple[Any, ...]:
         if len(inputs) != len(body.input_names):
             raise RuntimeError(
@@ -381,7 +426,11 @@ def _call_class(function: onnx.FunctionProto, body: Any) -> type:
                 f"{len(inputs)}."
             )
         linked = {k: v for k, v in _linked(self.onnx_node, linked_attributes).items() if v is not None}
-        results = body.run(None, dict(zip(body.input_names, inputs)), attributes={**self.attributes_, **linked})
+        feeds = dict(zip(body.input_names, inputs))
+        if refers:
+            results = evaluator(self, linked).run(None, feeds, attributes={})  # (the values are in the copy)
+        else:
+            results = body.run(None, feeds, attributes={**self.attributes_, **linked})
         return self._check_and_fix_outputs(tuple(results))
 
     members = {"__init__": init, "_load_attributes": _load_node_only, "run": run}
@@ -697,7 +746,12 @@ def _evaluator(proto: onnx.ModelProto, new_ops: list[type], verbose: int) -> Any
     _fill_function_defaults(proto, {(getattr(cls, "op_domain", ""), cls.__name__) for cls in new_ops})
     calls: list[type] = []  # (after new_ops: where both cover a node, the evaluator takes the first)
     for fn in _callees_first(proto.functions):
-        calls.append(_call_class(fn, ReferenceEvaluator(fn, new_ops=[*new_ops, *calls], verbose=verbose)))
+        ops = [*new_ops, *calls]
+
+        def build(function: onnx.FunctionProto, ops: list[type] = ops) -> Any:
+            return ReferenceEvaluator(function, new_ops=ops, verbose=verbose)
+
+        calls.append(_call_class(fn, build(fn), build))
     opsets = {o.domain: o.version for o in proto.opset_import}
     return ReferenceEvaluator(proto.graph, opsets=opsets, new_ops=[*new_ops, *calls], verbose=verbose)
 
