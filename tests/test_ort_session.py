@@ -457,6 +457,40 @@ def test_custom_node_inside_a_function_body() -> None:
     np.testing.assert_array_equal(y, [2.0, -1.0, 1.5])
 
 
+def test_custom_node_in_an_if_branch_inside_a_function_body() -> None:
+    """Only a function body's own nodes were searched for custom ones: a bridged node inside an If branch of
+    a function was never inlined, and ONNX Runtime refused it ("is not a registered function/op")."""
+    value = helper.make_tensor_value_info
+    then = helper.make_graph(
+        [helper.make_node("Halve", ["x"], ["t"], domain="acme.inner")],
+        "then",
+        [],
+        [value("t", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [value("e", TensorProto.FLOAT, None)]
+    )
+    body = helper.make_function(
+        "acme.outer",
+        "HalveIf",
+        ["x", "c"],
+        ["y"],
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        [helper.make_opsetid("", 17), helper.make_opsetid("acme.inner", 1)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("HalveIf", ["x", "c"], ["y"], domain="acme.outer")],
+        "g",
+        [value("x", TensorProto.FLOAT, [2]), value("c", TensorProto.BOOL, [])],
+        [value("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid(d, 17 if not d else 1) for d in ("", "acme.outer", "acme.inner")]
+    sess = opbridge.InferenceSession(helper.make_model(graph, functions=[body], opset_imports=opsets))
+    x = np.array([2.0, -4.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "c": np.array(True)})[0], [1.0, -2.0])
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "c": np.array(False)})[0], [-2.0, 4.0])
+
+
 def test_custom_output_types_of_intermediate_values_come_from_the_op() -> None:
     """TRTBatchedNMS's int32 labels feeding another node (no value_info for them): the output type
     comes from the op's schema through shape inference, not from its first input (float32)."""

@@ -565,7 +565,11 @@ def _check_derived_output_dims(proto: onnx.ModelProto) -> None:
     versions = domain_versions(proto)
     types: dict[str, onnx.TypeProto] | None = None
     for node in proto.graph.node:
-        op = find_op(node.domain, node.op_type, versions.get(node.domain)) if node.domain not in STANDARD_DOMAINS else None
+        op = (
+            find_op(node.domain, node.op_type, versions.get(node.domain))
+            if node.domain not in STANDARD_DOMAINS
+            else None
+        )
         if op is None or op.shape_rule is not None:
             continue
         types = value_types(proto) if types is None else types

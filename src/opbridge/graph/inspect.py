@@ -293,7 +293,9 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         op_counts=dict(counts),
         functions=[function_label(f) for f in proto.functions],
         initializers=[
-            info for path, graph in [("", proto.graph), *_bodies(proto.graph.node, "")] for info in _initializers(graph, path)
+            info
+            for path, graph in [("", proto.graph), *_bodies(proto.graph.node, "")]
+            for info in _initializers(graph, path)
         ],
     )
 

@@ -133,8 +133,12 @@ def _pending_signals() -> None:
 
 
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
+    """Whether a model-local function's body (its If/Loop/Scan bodies too) holds a custom node no function
+    covers, which the bridge serves only once the functions are inlined."""
     local = {(f.domain, f.name) for f in model.functions}
-    return any(_is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in f.node)
+    return any(
+        _is_custom(n) and (n.domain, n.op_type) not in local for f in model.functions for n in walk_nodes(f.node)
+    )
 
 
 # Session config entries carried over when set (SessionOptions cannot list its entries).
