@@ -795,6 +795,55 @@ def test_a_registered_kernel_gets_none_for_optional_inputs_left_out_at_the_end(b
         np.testing.assert_array_equal(y, x * 2 * (2 if inputs == ["x", "x"] else 1), err_msg=str(inputs))
 
 
+@opbridge.op("tests.backends.versions::Inc")
+def _inc_v1(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@opbridge.op("tests.backends.versions::Inc", version=2)
+def _inc_v2(x: torch.Tensor) -> torch.Tensor:
+    return x + 2
+
+
+def _calling_inc(model_version: int | None) -> onnx.ModelProto:
+    """A function importing tests.backends.versions at 2 that calls its Inc, in a model importing the domain
+    at ``model_version`` (None: not at all)."""
+    domain = "tests.backends.versions"
+    body = helper.make_function(
+        "q",
+        "F",
+        ["x"],
+        ["y"],
+        [helper.make_node("Inc", ["x"], ["y"], domain=domain)],
+        [helper.make_opsetid("", 17), helper.make_opsetid(domain, 2)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y"], domain="q")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("q", 1)]
+    if model_version is not None:
+        opsets.append(helper.make_opsetid(domain, model_version))
+    return helper.make_model(graph, opset_imports=opsets, functions=[body])
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-kernels", "reference", "openvino"])
+def test_a_node_in_a_function_runs_the_version_its_function_imports(backend: str) -> None:
+    """A function's node ran its domain at the version the model imports (1 where the model imports none),
+    not its function's: Inc v1 for Inc v2, and an op defined at 2 only was unknown. Two versions of one
+    domain are refused: a session binds one kernel per op."""
+    _needs(backend)
+    x = np.array([1.0, 2.0], np.float32)
+    for model_version in (None, 2):
+        with get_backend(backend)(_calling_inc(model_version)) as runner:
+            (y,) = runner.infer({"x": x}).values()
+        np.testing.assert_array_equal(y, x + 2, err_msg=str(model_version))
+    with pytest.raises(opbridge.ModelLoadError, match=r"imported at more than one version \(version 1 by the model"):
+        get_backend(backend)(_calling_inc(1)).load()
+
+
 def test_openvino_runs_kernels_where_bodies_do_not_convert(tmp_path) -> None:
     """DynamicResize's body at opset 11 (Resize-11 with empty roi and scales) does not convert in
     OpenVINO: the op runs through its kernel instead, and the model still matches PyTorch."""

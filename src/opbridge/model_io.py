@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROTO_LIMIT",
     "approximate_size",
+    "adopt_function_domains",
     "check_domain_imports",
     "elem_types",
     "external_files",
@@ -321,6 +322,36 @@ def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
         + "; ".join(problems)
         + ". `opbridge lint MODEL` names each such domain; opbridge.export writes the imports of opbridge ops."
     )
+
+
+def adopt_function_domains(proto: onnx.ModelProto, runtime: str) -> None:
+    """Give ``proto`` (in place: a session's own copy) the opset imports of custom domains that only its
+    model-local functions import, at their version: a session binds one kernel per op of a domain, at the
+    version the model imports (a node of a function importing ``pw`` at 2 ran ``pw``'s version 1 where the
+    model did not import it). A custom domain imported at two versions is refused.
+
+    Raises:
+        ModelLoadError: naming the domain, its versions and who imports each.
+    """
+    import onnx
+
+    versions: dict[str, dict[int, list[str]]] = {}
+    for owner, holder in [("the model", proto), *((f"function {f.domain}::{f.name}", f) for f in proto.functions)]:
+        for o in holder.opset_import:
+            if o.domain not in ("", "ai.onnx", "ai.onnx.ml"):
+                versions.setdefault(o.domain, {}).setdefault(o.version, []).append(owner)
+    for domain, found in versions.items():
+        if len(found) > 1:
+            who = "; ".join(f"version {v} by {', '.join(owners)}" for v, owners in sorted(found.items()))
+            raise ModelLoadError(
+                f"{runtime} refuses the model: domain {domain!r} is imported at more than one version ({who}), and a "
+                "session runs one version of a domain's ops; import one version everywhere (re-export the model "
+                "with the ops of one version)."
+            )
+    imported = {o.domain for o in proto.opset_import}
+    for domain, found in versions.items():
+        if domain not in imported:
+            proto.opset_import.append(onnx.helper.make_opsetid(domain, next(iter(found))))
 
 
 def value_types(

@@ -57,7 +57,7 @@ from opbridge._dtypes import tensor_to_numpy
 from opbridge._feeds import FeedCheck
 from opbridge.definition import _version
 from opbridge.errors import ModelLoadError, NodeMismatchError, OpbridgeError, UnknownOpError, unknown_ops_message
-from opbridge.model_io import check_domain_imports, elem_types, load_model, walk_nodes
+from opbridge.model_io import adopt_function_domains, check_domain_imports, elem_types, load_model, walk_nodes
 from opbridge.shape import result_check
 
 if TYPE_CHECKING:
@@ -800,6 +800,7 @@ class ReferenceSession:
             )
         self._legacy = {(DEFAULT_LEGACY_DOMAIN, name) for name in moved}
         check_domain_imports(proto, "ReferenceSession")
+        adopt_function_domains(proto, "ReferenceSession")
         _fill_loop_conditions(proto)
         self.prefer: Prefer = prefer
         self.implementations: dict[tuple[str, str], str] = {}

@@ -116,12 +116,13 @@ def prepare_model(
 
     from opbridge._dtypes import onnx_to_numpy
     from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
-    from opbridge.model_io import check_domain_imports
+    from opbridge.model_io import adopt_function_domains, check_domain_imports
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
     # (OpenVINO's ONNX frontend runs nodes of domains the model does not import; ONNX Runtime refuses them)
     check_domain_imports(fixed, "openvino")
+    adopt_function_domains(fixed, "openvino")
     if drop_functions:
         kept = [f for f in fixed.functions if (f.domain, f.name) not in drop_functions]
         del fixed.functions[:]

@@ -51,7 +51,15 @@ from opbridge.legacy_domain import (
     move_default_domain_ops,
     runs_default_domain_kernel,
 )
-from opbridge.model_io import check_domain_imports, elem_types, load_model, save_with_data_file, too_large, walk_nodes
+from opbridge.model_io import (
+    adopt_function_domains,
+    check_domain_imports,
+    elem_types,
+    load_model,
+    save_with_data_file,
+    too_large,
+    walk_nodes,
+)
 from opbridge.onnxruntime.bridge import (
     NODE_ATTRIBUTE,
     BoundKernel,
@@ -316,6 +324,7 @@ class InferenceSession:
         # (the bridge adds imports for the domains it binds, in memory: a model without its own would run here
         # and fail in plain ONNX Runtime, the reference evaluator and OpenVINO)
         check_domain_imports(model, "InferenceSession")
+        adopt_function_domains(model, "InferenceSession")
         if self.moved_ops:
             logger.warning(
                 "moved custom op(s) %s out of ONNX's default domain into %r (in memory; the file is unchanged): "
