@@ -1139,3 +1139,31 @@ def test_a_reference_a_call_leaves_out_takes_the_callees_default() -> None:
     np.testing.assert_array_equal(y, [-0.5, 1.0])
     np.testing.assert_array_equal(z, [-3.0, 6.0])
     np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], y)
+
+
+@opbridge.kernel("tests.reference.wide::Widen")
+def _widen(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64)  # (another dtype than the node's float output)
+
+
+def test_a_kernel_of_another_dtype_inside_a_function_body_is_refused() -> None:
+    """A kernel's result is checked against the type the model gives its node's output; inside a function
+    body the model gives none, and a float64 result came out as the model's float32 output unchecked."""
+    body = helper.make_function(
+        "q",
+        "F",
+        ["x"],
+        ["y"],
+        [helper.make_node("Widen", ["x"], ["y"], domain="tests.reference.wide")],
+        [helper.make_opsetid("", 18), helper.make_opsetid("tests.reference.wide", 1)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y"], domain="q")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("q", 1), helper.make_opsetid("tests.reference.wide", 1)]
+    session = ReferenceSession(helper.make_model(graph, opset_imports=opsets, functions=[body]))
+    with pytest.raises(opbridge.KernelResultError, match=r"output 'y' came out float64, but the model declares it float32"):
+        session.run(None, {"x": np.ones(2, np.float32)})

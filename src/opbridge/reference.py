@@ -56,7 +56,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from opbridge._dtypes import tensor_to_numpy
 from opbridge._feeds import FeedCheck
 from opbridge.definition import _version
-from opbridge.errors import ModelLoadError, NodeMismatchError, OpbridgeError, UnknownOpError, unknown_ops_message
+from opbridge.errors import (
+    KernelResultError,
+    ModelLoadError,
+    NodeMismatchError,
+    OpbridgeError,
+    UnknownOpError,
+    unknown_ops_message,
+)
 from opbridge.model_io import adopt_function_domains, check_domain_imports, elem_types, load_model, walk_nodes
 from opbridge.shape import result_check
 
@@ -821,6 +828,19 @@ class ReferenceSession:
             [v.name for v in proto.graph.input if v.name in init_names],
         )
         self._outputs = [_value_info(v) for v in proto.graph.output]
+        # the numeric dtypes the model declares for its outputs, which the results must have (a node inside a
+        # function body, whose output types the model does not give, is checked there)
+        from opbridge._dtypes import onnx_to_numpy
+        from opbridge.compare import ml_float
+
+        self._output_dtypes: dict[str, Any] = {}
+        for v in proto.graph.output:
+            try:
+                dtype = onnx_to_numpy(v.type.tensor_type.elem_type) if v.type.tensor_type.elem_type else None
+            except TypeError:
+                dtype = None
+            if dtype is not None and (dtype.kind in "biufc" or ml_float(dtype)):
+                self._output_dtypes[v.name] = dtype
 
     # ------------------------------------------------------------------ resolution
 
@@ -961,4 +981,12 @@ class ReferenceSession:
                 f"the ONNX reference evaluator: {exc}"
             ) from exc
         out = [np.asarray(r) for r in results]
+        for name, result in zip(names, out):
+            want = self._output_dtypes.get(name)
+            if want is not None and result.dtype != want:
+                raise KernelResultError(
+                    f"output {name!r} came out {result.dtype}, but the model declares it {want}: a node computing it "
+                    "gave another dtype (a kernel's result inside a function body, say, where the model gives no "
+                    "type to check it against); return arrays of the op's output dtype."
+                )
         return [r if r.flags.writeable else r.copy() for r in out]
