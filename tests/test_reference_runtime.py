@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 import opbridge
 from opbridge.functions import ref_attr
+from opbridge.backends.base import InputError
 from opbridge.reference import ReferenceSession
 
 TOLERANCE = SEED_TOLERANCE
@@ -754,6 +755,11 @@ def test_bfloat16_nodes_run_bit_for_bit() -> None:
     want = _bf_scale.reference(torch.tensor([1.0, -2.5, 3.25, 1e30], dtype=torch.bfloat16), s=0.75)
     assert y.dtype == np.dtype(ml_dtypes.bfloat16)
     assert y.view(np.uint16).tolist() == want.view(torch.int16).numpy().view(np.uint16).tolist()
+    # a float32 feed for the bfloat16 input was taken as it was (and came out float32)
+    with pytest.raises(
+        InputError, match=r"input 'x' expects tensor\(bfloat16\).*float32; cast it with \.astype\(ml_dtypes\.bfloat16\)"
+    ):
+        ReferenceSession(model).run(None, {"x": x.astype(np.float32)})
 
 
 @opbridge.op("tests.refrt::Fragile")
@@ -1165,5 +1171,7 @@ def test_a_kernel_of_another_dtype_inside_a_function_body_is_refused() -> None:
     )
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid("q", 1), helper.make_opsetid("tests.reference.wide", 1)]
     session = ReferenceSession(helper.make_model(graph, opset_imports=opsets, functions=[body]))
-    with pytest.raises(opbridge.KernelResultError, match=r"output 'y' came out float64, but the model declares it float32"):
+    with pytest.raises(
+        opbridge.KernelResultError, match=r"output 'y' came out float64, but the model declares it float32"
+    ):
         session.run(None, {"x": np.ones(2, np.float32)})

@@ -22,9 +22,10 @@ import onnx
 
 __all__ = ["FeedCheck"]
 
-# Element types whose numpy dtype a fed array must have (strings take any numpy string or object array;
-# bfloat16, float8 and the 4-bit types, which plain numpy does not name, are not checked).
-_NUMERIC_TYPES = frozenset(range(1, 16)) - {onnx.TensorProto.STRING}
+# Element types whose numpy dtype a fed array must have (strings take any numpy string or object array):
+# bfloat16 and the float8 types as ml_dtypes names them, as onnx and the runtimes give them; the 4-bit
+# types are not checked.
+_NUMERIC_TYPES = frozenset(range(1, 21)) - {onnx.TensorProto.STRING}
 
 # What a fed array of one input is checked against: numpy dtype (None: not checked), ONNX type name
 # ("" where the type is not checked), declared dims (an int where fixed; None: no shape declared) and
@@ -99,6 +100,8 @@ class FeedCheck:
                 fix = (
                     "feed an array of str or object dtype"
                     if dtype.kind == "O"
+                    else f"cast it with .astype(ml_dtypes.{dtype.name})"  # (bfloat16, float8: not numpy's own)
+                    if dtype.kind == "V"
                     else f"cast it with .astype(np.{dtype.name})"
                 )
                 self._refuse(
