@@ -901,3 +901,29 @@ def test_run_takes_the_feeds_onnx_runtime_takes() -> None:
     )
     (y,) = opbridge.InferenceSession(add).run(None, {"a": np.array([1], np.float32), "x": np.ones((3, 2), ">f4")})
     np.testing.assert_array_equal(y, np.full((3, 2), 2, np.float32))
+
+
+@pytest.mark.parametrize("session", ["InferenceSession", "ReferenceSession"])
+def test_a_proto_whose_external_data_was_not_read_is_named(tmp_path: Path, session: str) -> None:
+    """A ModelProto loaded with load_external_data=False failed in ONNX Runtime's words ("model_path must not
+    be empty") or the evaluator's ("An instance of LargeContainer should be created")."""
+    from onnx import numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")],
+    )
+    path = tmp_path / "m.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path), save_as_external_data=True, location="m.data", size_threshold=0)
+    unread = onnx.load(str(path), load_external_data=False)
+    runner = getattr(opbridge, session)
+    with pytest.raises(
+        opbridge.ModelLoadError, match=rf"{session}: the given ModelProto keeps tensor 'w' in the external"
+    ):
+        runner(unread)
+    (y,) = runner(str(path)).run(None, {"x": np.zeros(4, np.float32)})
+    np.testing.assert_array_equal(y, np.arange(4, dtype=np.float32))

@@ -36,6 +36,7 @@ __all__ = [
     "load_model",
     "on_files",
     "read_external_data",
+    "refuse_unread_external_data",
     "restore_tensors",
     "save_with_data_file",
     "strip_tensors",
@@ -120,6 +121,25 @@ def load_model(
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
     _check_structure(loaded, where, fix)
     return loaded
+
+
+def refuse_unread_external_data(model: onnx.ModelProto, caller: str) -> None:
+    """Refuse a given ModelProto that still refers to tensors in external data files (loaded with
+    ``load_external_data=False``), which a session cannot read without the model's folder.
+
+    Raises:
+        ModelLoadError: naming the first such tensor and the ways to give its data.
+    """
+    import onnx
+
+    unread = next((t for t in _all_tensors(model) if t.data_location == onnx.TensorProto.EXTERNAL), None)
+    if unread is not None:
+        location = next((e.value for e in unread.external_data if e.key == "location"), "?")
+        raise ModelLoadError(
+            f"{caller}: the given ModelProto keeps tensor {unread.name!r} in the external data file {location!r}, "
+            "unread (loaded with load_external_data=False): give the model's path instead, or read its data "
+            "first (onnx.load(path), or onnx.external_data_helper.load_external_data_for_model(model, folder))."
+        )
 
 
 def _check_structure(model: onnx.ModelProto, where: str, fix: str) -> None:

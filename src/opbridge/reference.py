@@ -64,7 +64,14 @@ from opbridge.errors import (
     UnknownOpError,
     unknown_ops_message,
 )
-from opbridge.model_io import adopt_function_domains, check_domain_imports, elem_types, load_model, walk_nodes
+from opbridge.model_io import (
+    adopt_function_domains,
+    check_domain_imports,
+    elem_types,
+    load_model,
+    refuse_unread_external_data,
+    walk_nodes,
+)
 from opbridge.shape import result_check
 
 if TYPE_CHECKING:
@@ -797,6 +804,7 @@ class ReferenceSession:
         if prefer not in ("spec", "function"):
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
         proto = load_model(model, copy=True, caller="ReferenceSession")
+        refuse_unread_external_data(proto, "ReferenceSession")
         proto, moved = move_default_domain_ops(proto, DEFAULT_LEGACY_DOMAIN, copy=False)
         if moved:
             logger.warning(

@@ -56,6 +56,7 @@ from opbridge.model_io import (
     check_domain_imports,
     elem_types,
     load_model,
+    refuse_unread_external_data,
     save_with_data_file,
     too_large,
     walk_nodes,
@@ -320,6 +321,7 @@ class InferenceSession:
         _checked_options(sess_options)
 
         model = load_model(model_or_path, copy=True, caller="InferenceSession")
+        refuse_unread_external_data(model, "InferenceSession")
         model, self.moved_ops = move_default_domain_ops(model, copy=False)
         # (the bridge adds imports for the domains it binds, in memory: a model without its own would run here
         # and fail in plain ONNX Runtime, the reference evaluator and OpenVINO)
