@@ -89,7 +89,13 @@ def _strange2_shape(a, b, bias, **_):
     return TensorInfo(_broadcast(_broadcast(a.shape, b.shape), bias.shape), _promoted(a, b, bias))
 
 
-@opbridge.op("Test::DynamicTRTResize", tolerances={"float16": Tolerance(rtol=1e-2, atol=1e-2)})
+# In float32 ONNX Runtime's cubic Resize (the body) rounds the source coordinates otherwise than PyTorch:
+# on standard-normal data up to 2.6e-4 from F.interpolate at 500 x 400 (down to 64 x 48, or up to 1000 x
+# 800 with align_corners), 5e-5 on [0, 1) data (2026-12-02), against an absolute default of 1e-5.
+@opbridge.op(
+    "Test::DynamicTRTResize",
+    tolerances={"float16": Tolerance(rtol=1e-2, atol=1e-2), "float32": Tolerance(rtol=1e-3, atol=5e-4)},
+)
 def DynamicResize(input: torch.Tensor, size_tensor: torch.Tensor, align_corners: bool = False) -> torch.Tensor:
     """Bicubic resize of input (N, C, H, W) to size_tensor's last two dims."""
     _check_resize_ranks(input.shape, size_tensor.shape)

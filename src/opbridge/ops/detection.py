@@ -71,8 +71,14 @@ _HALF = {"float16": Tolerance(rtol=1e-2, atol=1e-2)}
 
 
 # PyTorch's float16 grid_sample on the CPU rounds its intermediates to float16: up to 0.016 from the
-# float32 result on values of a few units (bilinear and bicubic), where runtimes compute in float32
-@opbridge.op(f"{DOMAIN}::grid_sampler", tolerances={"float16": Tolerance(rtol=1e-2, atol=2e-2)})
+# float32 result on values of a few units (bilinear and bicubic), where runtimes compute in float32. In
+# float32 the runtimes' GridSample (the body) rounds the sampling coordinates otherwise than PyTorch: on a
+# standard-normal 300 x 400 input up to 7.4e-5 (ONNX Runtime) and 2.3e-4 (OpenVINO) from F.grid_sample
+# (2026-12-02), against an absolute default of 1e-5; a sample taken at another pixel is off by whole units.
+@opbridge.op(
+    f"{DOMAIN}::grid_sampler",
+    tolerances={"float16": Tolerance(rtol=1e-2, atol=2e-2), "float32": Tolerance(rtol=1e-3, atol=5e-4)},
+)
 def GridSample(
     input: torch.Tensor,
     grid: torch.Tensor,
