@@ -732,14 +732,19 @@ class FirstRowsModel(torch.nn.Module):
 
 
 def test_output_shape_other_than_the_model_declares_fails(tmp_path: Path) -> None:
-    """Without a shape rule, torch's trace at batch 20 fixes min(16, batch) at 16 in the file: at batch
-    9 every backend gives 9 rows, as PyTorch does, but a runtime trusting the file would not."""
+    """Without a shape rule, torch's trace at batch 20 fixes min(16, batch) at 16: the export refuses such a
+    file now, but one written elsewhere says 16 rows where at batch 9 every backend gives 9, as PyTorch does,
+    and a runtime trusting the file would not."""
     path = tmp_path / "rows.onnx"
     x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
-    opbridge.export(FirstRowsModel(), (x,), path, exporter="dynamo", dynamic_shapes=({0: torch.export.Dim("batch")},))
-    declared = [d.dim_value or d.dim_param for d in onnx.load(path).graph.output[0].type.tensor_type.shape.dim]
+    shapes = ({0: torch.export.Dim("batch")},)
+    with pytest.raises(opbridge.ExportError, match=r"gives its output 0 \('output'\) dim 0 the size 16"):
+        opbridge.export(FirstRowsModel(), (x,), path, exporter="dynamo", dynamic_shapes=shapes)
+    opbridge.export(FirstRowsModel(), (x[:9],), path, exporter="dynamo", dynamic_shapes=shapes)  # (rows follow)
+    model = onnx.load(path)
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 16  # (as torch fixed it at batch 20)
+    onnx.save(model, path)
     record = opbridge.verify(path, (FirstRowsModel(), (x,)), backends=["onnxruntime"], shapes=[{"x": (9, 3)}])
-    assert declared == [16, 3]  # torch 2.13's trace specializes min(16, batch) at the example's 20
     assert record.exit_code == 1
     (run,) = record.runs
     assert run.status == "fail" and "declares this output as 16x3, but it is 9x3 here" in run.outputs[0].reason
