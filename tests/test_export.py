@@ -1294,7 +1294,9 @@ def test_a_rule_giving_fake_tracing_no_dtype_or_size_is_named_at_dynamo_export(
     TypeError, behind torch.onnx's "create an issue" text, named neither the op nor the rule."""
     with pytest.raises(ExportError) as err:
         opbridge.export(_RuledBadly(case), (torch.randn(2, 3),), tmp_path / "m.onnx", exporter="dynamo")
-    assert re.match(rf"dynamo export of _RuledBadly failed: tests.export::RuledBadly: the shape rule {message}", str(err.value))
+    assert re.match(
+        rf"dynamo export of _RuledBadly failed: tests.export::RuledBadly: the shape rule {message}", str(err.value)
+    )
 
 
 @opbridge.op("tests.export::Halved", shape=lambda x: opbridge.TensorInfo(x.shape, x.dtype))

@@ -667,7 +667,12 @@ def test_openvino_verdicts_from_its_frontend() -> None:
 def _function_of_a_later_opset() -> onnx.ModelProto:
     """A call of a function importing opset 18, whose body's BitwiseAnd exists from 18, in an opset 17 model."""
     body = helper.make_function(
-        "acme", "F", ["a", "b"], ["c"], [helper.make_node("BitwiseAnd", ["a", "b"], ["c"])], [helper.make_opsetid("", 18)]
+        "acme",
+        "F",
+        ["a", "b"],
+        ["c"],
+        [helper.make_node("BitwiseAnd", ["a", "b"], ["c"])],
+        [helper.make_opsetid("", 18)],
     )
     graph = helper.make_graph(
         [helper.make_node("F", ["x", "x"], ["y"], domain="acme", name="call")],
@@ -1291,7 +1296,11 @@ def _function_with_attributes(**attrs: object) -> onnx.ModelProto:
         "AddOffset",
         ["a"],
         ["b"],
-        [constant, helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT), helper.make_node("Add", ["a", "kf"], ["b"])],
+        [
+            constant,
+            helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["a", "kf"], ["b"]),
+        ],
         [helper.make_opsetid("", OPSET)],
         attributes=["offset"],
     )
@@ -1308,7 +1317,9 @@ def _function_with_attributes(**attrs: object) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(
-    "attrs", [{"tensor": numpy_helper.from_array(np.array([3], np.int64))}, {"int": 2**40}], ids=["int64-tensor", "int-past-int32"]
+    "attrs",
+    [{"tensor": numpy_helper.from_array(np.array([3], np.int64))}, {"int": 2**40}],
+    ids=["int64-tensor", "int-past-int32"],
 )
 def test_attributes_of_a_call_whose_body_tensorrt_imports_become_no_plugin_fields(attrs: dict) -> None:
     """From TensorRT 10 the parser imports a model-local function's body, where the call's attributes bind:

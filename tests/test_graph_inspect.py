@@ -215,7 +215,9 @@ def test_initializers_of_if_loop_and_scan_bodies_are_listed() -> None:
             initializer=[numpy_helper.from_array(weight, f"w_{name}")],
         )
 
-    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("t", "Add"), else_branch=branch("e", "Sub"), name="cond")
+    node = helper.make_node(
+        "If", ["c"], ["y"], then_branch=branch("t", "Add"), else_branch=branch("e", "Sub"), name="cond"
+    )
     graph = helper.make_graph(
         [node],
         "g",

@@ -104,7 +104,9 @@ def test_resize_to_dynamic_resize_of_a_bfloat16_input_before_opset_20() -> None:
         ],
         [helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, [1, 1, "H", "W"])],
     )
-    report = rewrite_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), ["resize-cubic-to-dynamic-resize"])
+    report = rewrite_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), ["resize-cubic-to-dynamic-resize"]
+    )
     assert report.outcomes[0].applied, report.outcomes[0].reason
     full_check(report.model)
     (fill,) = [n for n in report.model.graph.node if n.op_type == "ConstantOfShape"]

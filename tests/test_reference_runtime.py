@@ -18,8 +18,8 @@ from conftest import seed_case as shared_seed_case
 from onnx import TensorProto, helper
 
 import opbridge
-from opbridge.functions import ref_attr
 from opbridge.backends.base import InputError
+from opbridge.functions import ref_attr
 from opbridge.reference import ReferenceSession
 
 TOLERANCE = SEED_TOLERANCE

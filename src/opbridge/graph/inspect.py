@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opbridge.graph._model import (
