@@ -1114,37 +1114,20 @@ def test_a_body_whose_unary_op_takes_an_attribute_by_reference_runs() -> None:
 
 
 def test_a_reference_a_call_leaves_out_takes_the_callees_default() -> None:
-    """F(beta) calls G with alpha <- @beta; a call of F without beta leaves alpha out, so G's default applies
-    (as in ONNX Runtime). The evaluator got "linked attributes but None are given"."""
-    const = helper.make_node("Constant", [], ["a"])
-    const.attribute.append(ref_attr("value_float", "alpha", onnx.AttributeProto.FLOAT))
-    inner = helper.make_function(
-        "q",
-        "G",
-        ["x"],
-        ["y"],
-        [const, helper.make_node("Mul", ["x", "a"], ["y"])],
-        [helper.make_opsetid("", 18)],
-        attribute_protos=[helper.make_attribute("alpha", 0.5)],
+    """Outer(k) calls Inner with k <- @k; a call of Outer without k leaves Inner's k out, so Inner's default
+    (2) applies, as in ONNX Runtime. The evaluator got "linked attributes but None are given"."""
+    kk = helper.make_node("Constant", [], ["kk"])
+    kk.attribute.append(ref_attr("value_float", "k", onnx.AttributeProto.FLOAT))
+    inner = _function("Inner", [kk, helper.make_node("Mul", ["u", "kk"], ["v"])], 2.0)
+    one = helper.make_node("Constant", [], ["one"], value_float=1.0)
+    outer = _function(
+        "Outer", [_call("Inner", ["u"], ["t"], True), one, helper.make_node("Add", ["t", "one"], ["v"])], None
     )
-    call = helper.make_node("G", ["x"], ["y"], domain="q")
-    call.attribute.append(ref_attr("alpha", "beta", onnx.AttributeProto.FLOAT))
-    outer = helper.make_function(
-        "q", "F", ["x"], ["y"], [call], [helper.make_opsetid("", 18), helper.make_opsetid("q", 1)], attributes=["beta"]
-    )
-    graph = helper.make_graph(
-        [helper.make_node("F", ["x"], ["y"], domain="q"), helper.make_node("F", ["x"], ["z"], domain="q", beta=3.0)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")],
-    )
-    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("q", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, functions=[outer, inner])
-    x = np.array([-1.0, 2.0], np.float32)
-    y, z = ReferenceSession(model).run(None, {"x": x})
-    np.testing.assert_array_equal(y, [-0.5, 1.0])
-    np.testing.assert_array_equal(z, [-3.0, 6.0])
-    np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], y)
+    for given, factor in (({}, 2.0), ({"k": 5.0}, 5.0)):
+        model = _function_model(helper.make_node("Outer", ["x"], ["y"], domain=FN, **given), [outer, inner])
+        got = ReferenceSession(model, prefer="function").run(None, {"x": X3})[0]
+        np.testing.assert_array_equal(got, X3 * factor + 1)
+        np.testing.assert_array_equal(got, ort.InferenceSession(model.SerializeToString()).run(None, {"x": X3})[0])
 
 
 @opbridge.kernel("tests.reference.wide::Widen")
