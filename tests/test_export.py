@@ -786,6 +786,15 @@ class _AddPairModel(torch.nn.Module):
         return _add_pair(x, y)
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_inputs_input_names_leaves_unnamed_take_forwards_names(tmp_path: Path, exporter: str) -> None:
+    """``input_names=["a"]`` for a model of two inputs: dynamo named the second after forward's parameter,
+    the TorchScript exporter after torch's trace (``onnx::...``, or the op that reads it)."""
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    result = opbridge.export(_AddPairModel(), (x, y), tmp_path / "m.onnx", exporter=exporter, input_names=["a"])
+    assert [i.name for i in result.model.graph.input] == ["a", "y"]
+
+
 def test_dims_of_other_names_that_a_rule_less_op_needs_equal(tmp_path: Path) -> None:
     """Each input's batch under a name of its own, broadcast together by an op without a shape rule: its
     derivation gave the two names different sizes, which the reference refused."""

@@ -666,11 +666,15 @@ def _traced_input_names(
 ) -> list[str]:
     """The TorchScript graph's input names: as :func:`_input_names`, without the names of positional
     arguments given as None (the traced graph has no input for them), and a dict of tensors' as
-    ``<name>_<key>``, one input each."""
+    ``<name>_<key>``, one input each; forward's names for the inputs ``input_names`` does not reach."""
     import torch
 
     if input_names:
-        return _input_names(model, args, kwargs, input_names)
+        given = _input_names(model, args, kwargs, input_names)
+        # the inputs input_names leaves unnamed take forward's names, as dynamo names them (torch's own
+        # names, such as "Test::DynamicTRTResize_1", otherwise), unless one of those is taken already
+        rest = _traced_input_names(model, args, kwargs, None)[len(given) :]
+        return given if set(rest) & set(given) else given + rest
     names = _input_names(model, args, kwargs, None)
     positional: list[str] = []
     for name, arg in zip(names, args):
