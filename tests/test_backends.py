@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -793,6 +794,37 @@ def test_a_registered_kernel_gets_none_for_optional_inputs_left_out_at_the_end(b
         with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
             (y,) = runner.infer({"x": x}).values()
         np.testing.assert_array_equal(y, x * 2 * (2 if inputs == ["x", "x"] else 1), err_msg=str(inputs))
+
+
+@dataclasses.dataclass
+class _Scaled:
+    """A kernel object that cannot be hashed (a dataclass with eq: __hash__ None)."""
+
+    factor: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return (x * self.factor).astype(x.dtype)
+
+
+opbridge.kernel("tests.backends.kernel::Scaled")(_Scaled(2.0))
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime-kernels", "reference", "openvino"])
+def test_a_kernel_object_that_cannot_be_hashed_runs(backend: str) -> None:
+    """The optional-input padding looked the kernel's signature up in a cache keyed by the kernel: one that
+    cannot be hashed failed every run with a bare TypeError."""
+    _needs(backend)
+    node = helper.make_node("Scaled", ["x"], ["y"], domain="tests.backends.kernel")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.kernel", 1)]
+    with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
+        (y,) = runner.infer({"x": np.ones(3, np.float32)}).values()
+    np.testing.assert_array_equal(y, np.full(3, 2.0, np.float32))
 
 
 @opbridge.op("tests.backends.versions::Inc")

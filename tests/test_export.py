@@ -1477,6 +1477,36 @@ def test_an_output_path_that_is_a_symbolic_link_loop_is_refused(tmp_path: Path) 
     assert (tmp_path / "a").is_symlink() and (tmp_path / "b").is_symlink()
 
 
+def test_only_protected_models_are_read_for_their_data_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output that exists is checked against the protected files' external data files: every protected
+    file was parsed as a model for that, the model's data files too (gigabytes read for a name check)."""
+    from onnx import numpy_helper
+
+    import opbridge.model_io as model_io
+    from opbridge._files import prepare_output
+
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.zeros(4, np.float32), "w")],
+    )
+    model, data = tmp_path / "m.onnx", tmp_path / "w.bin"
+    onnx.save(onnx.helper.make_model(graph), str(model), save_as_external_data=True, location="w.bin", size_threshold=0)
+    read: list[Path] = []
+    real = model_io.external_files
+    monkeypatch.setattr(
+        model_io, "external_files", lambda source, proto=None: read.append(source) or real(source, proto)
+    )
+    target = tmp_path / "out.onnx"
+    target.write_bytes(b"old")
+    assert prepare_output(target, protected=[model, data]) == target
+    assert read == [model]
+    with pytest.raises(opbridge.OutputPathError, match=r"w.bin is one of the input's own files"):
+        prepare_output(data, protected=[model])
+
+
 @opbridge.op("tests.export::Noise")
 def _noise(x: torch.Tensor, p: float = 0.1) -> torch.Tensor:
     return x + p * torch.randn_like(x)

@@ -104,8 +104,9 @@ def _module_of(target: Path) -> str | None:
 
 
 def _data_files(path: str) -> list[str]:
-    """The external data files the ONNX model at ``path`` keeps tensors in (none for another file)."""
-    if path.endswith((".py", ".npy", ".npz")) or not os.path.isfile(path):
+    """The external data files the ONNX model at ``path`` keeps tensors in (none for another file: only an
+    ``.onnx`` file is read, so that a protected data file, gigabytes perhaps, is never parsed)."""
+    if not path.endswith(".onnx") or not os.path.isfile(path):
         return []
     from opbridge.model_io import external_files
 

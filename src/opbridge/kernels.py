@@ -68,10 +68,21 @@ class KernelDef:
         return (*inputs, *[None] * (_leading_positionals(self.fn, frozenset(attributes)) - len(inputs)))
 
 
-@functools.lru_cache(maxsize=256)
 def _leading_positionals(fn: Callable[..., Any], attributes: frozenset[str]) -> int:
     """How many positional parameters ``fn`` takes before its first with a default, its first attribute
-    or ``out`` (0 where its signature cannot be read)."""
+    or ``out`` (0 where its signature cannot be read); kept per kernel, where it can be hashed."""
+    try:
+        return _leading_positionals_kept(fn, attributes)
+    except TypeError:  # (a kernel object that cannot be hashed)
+        return _count_leading_positionals(fn, attributes)
+
+
+@functools.lru_cache(maxsize=256)
+def _leading_positionals_kept(fn: Callable[..., Any], attributes: frozenset[str]) -> int:
+    return _count_leading_positionals(fn, attributes)
+
+
+def _count_leading_positionals(fn: Callable[..., Any], attributes: frozenset[str]) -> int:
     try:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
