@@ -1619,6 +1619,28 @@ def test_an_output_size_torch_export_fixed_while_tracing_is_refused(tmp_path: Pa
         np.testing.assert_array_equal(got, np.arange(n, dtype=np.float32)[::-1][: min(4, n)])
 
 
+def test_an_output_size_fixed_inside_the_dims_bounds_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``Dim("n", min=8)``, min(4, n) is 4 at every size the bounds allow: the probes below them are no
+    proof, and the export stands, with a warning (the file's dims carry no bounds)."""
+    x = torch.randn(10)
+    with caplog.at_level("WARNING", logger="opbridge.export"):
+        result = opbridge.export(
+            _TopFour(False),
+            (x,),
+            tmp_path / "m.onnx",
+            exporter="dynamo",
+            dynamic_shapes=({0: torch.export.Dim("n", min=8)},),
+        )
+    assert any(
+        "TopUpTo declares no shape rule" in r.getMessage() and "bounds may exclude" in r.getMessage()
+        for r in caplog.records
+    )
+    (got,) = opbridge.InferenceSession(result.path).run(None, {"x": np.arange(8, dtype=np.float32)})
+    np.testing.assert_array_equal(got, [7.0, 6.0, 5.0, 4.0])
+
+
 class _KeywordSizeAsAttribute(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         assert y is not None

@@ -551,11 +551,27 @@ def _check_dims_kept(
                 )
 
 
-def _check_derived_output_dims(proto: onnx.ModelProto) -> None:
+def _bounded(shapes: Any) -> bool:
+    """Whether a ``torch.export.Dim`` in ``shapes`` has bounds of its own (a ``min`` above 2 or a finite
+    ``max``): sizes outside them, which a reference is probed at, are not the model's."""
+    import torch
+
+    if isinstance(shapes, Mapping):
+        return any(_bounded(v) for v in shapes.values())
+    if isinstance(shapes, (list, tuple)):
+        return any(_bounded(v) for v in shapes)
+    if isinstance(shapes, torch.export.Dim):
+        high = getattr(shapes, "max", None)
+        return int(getattr(shapes, "min", 0) or 0) > 2 or (high is not None and str(high) != "int_oo")
+    return False
+
+
+def _check_derived_output_dims(proto: onnx.ModelProto, shapes: Any = None) -> None:
     """An ExportError where a custom node of an op without a shape rule has an output dim the file declares
     static, which its reference gives other sizes at other sizes of the inputs' dynamic dims: torch.export
     fixed the size while tracing (a ``min(k, x.shape[0])`` on a dynamic dim takes the example's branch and
-    guards nothing), and the file would declare a wrong size elsewhere."""
+    guards nothing), and the file would declare a wrong size elsewhere. Where ``shapes`` bounds a dim, the
+    reference ran at sizes the bounds may exclude: a warning then, not an error."""
     from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
     from opbridge.definition import find_op
     from opbridge.model_io import value_types
@@ -589,7 +605,7 @@ def _check_derived_output_dims(proto: onnx.ModelProto) -> None:
             dims, derived_dims = declared.tensor_type.shape.dim, found.tensor_type.shape.dim
             for k, (d, g) in enumerate(zip(dims, derived_dims)):
                 if len(dims) == len(derived_dims) and d.HasField("dim_value") and not g.HasField("dim_value"):
-                    raise ExportError(
+                    message = (
                         f"{op.spec.qualname} declares no shape rule, and the exported file gives its output {i} "
                         f"({op.spec.outputs[i].name!r}) dim {k} the size {d.dim_value}, which torch.export fixed while "
                         "tracing, but its reference gives that dim other sizes at other sizes of the inputs' dynamic "
@@ -597,6 +613,14 @@ def _check_derived_output_dims(proto: onnx.ModelProto) -> None:
                         f"Declare the output shapes with @{op.spec.name}.register_shape, giving that dim as "
                         "opbridge.SymDim() (a size known at run time), or export the input dims static."
                     )
+                    if not _bounded(shapes):
+                        raise ExportError(message)
+                    logger.warning(
+                        "%s (The reference ran at small and large sizes, which the Dims' bounds may exclude; an ONNX "
+                        "file's dims carry no bounds, so a runtime may still be given such sizes.)",
+                        message,
+                    )
+                    return
 
 
 def _derived_shape_cause(proto: onnx.ModelProto) -> str:
@@ -1456,7 +1480,7 @@ def export(
                     )
                 if shapes is not None:
                     _check_dims_kept(proto, model, args, kwargs, names, shapes)
-                    _check_derived_output_dims(proto)
+                    _check_derived_output_dims(proto, shapes)
                 if dynamic_axes and output_names:
                     _note_output_dim_names(proto, dynamic_axes, output_names)
             else:
