@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import re
 from pathlib import Path
 from typing import Any, Optional
+from unittest import mock
 
 import numpy as np
 import onnx
@@ -1314,25 +1316,43 @@ def _halved(x: torch.Tensor) -> torch.Tensor:
 
 
 class _CountingHalved(torch.nn.Module):
-    """A model whose forward writes its buffer and its input (the eager check must touch neither)."""
+    """A model whose forward writes its buffer and its input (the eager check must touch neither), and
+    records where its weight's data lies on each eager call."""
 
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("calls", torch.zeros(()))
+        self.weight = torch.nn.Parameter(torch.ones(3))
+        self.weights_at: list[int] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         x.add_(1)
-        return _halved(x)
+        if type(x) is torch.Tensor:  # (not a fake tensor of the trace)
+            self.weights_at.append(self.weight.data_ptr())
+        return _halved(x) * self.weight
 
 
 def test_the_eager_rule_check_after_dynamo_export_changes_nothing_of_the_callers(tmp_path: Path) -> None:
     """The shape rules are checked by calling the model after a dynamo export: on the model and inputs
     themselves, a buffer the forward writes was counted and the example input written."""
     model, x = _CountingHalved().eval(), torch.ones(2, 3)
-    opbridge.export(model, (x,), tmp_path / "m.onnx", exporter="dynamo")
+    copies: list[_CountingHalved] = []
+    real_deepcopy = copy.deepcopy
+
+    def recording_deepcopy(value: Any, memo: Any = None) -> Any:
+        result = real_deepcopy(value, memo)
+        if isinstance(value, tuple) and value and value[0] is model:
+            copies.append(result[0])
+        return result
+
+    with mock.patch.object(copy, "deepcopy", recording_deepcopy):
+        opbridge.export(model, (x,), tmp_path / "m.onnx", exporter="dynamo")
     assert float(model.calls) == 0.0
     assert torch.equal(x, torch.ones(2, 3))
+    # the copy called shares the model's weights (they were held twice)
+    (called,) = copies
+    assert called.weights_at == [model.weight.data_ptr()]
 
 
 def test_a_model_and_its_data_file_are_replaced_together_or_not_at_all(

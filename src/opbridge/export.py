@@ -1584,7 +1584,8 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
     The call also meets what only an eager call sees, such as a reference that writes its input in place.
     It calls a copy of the model, in eval mode (batch norm and dropout change no op's shapes or dtypes), on
-    copies of the inputs; the call leaves the random number generator as it was."""
+    copies of the inputs; the copy shares the model's parameters (a forward under no_grad does not write
+    them; the weights are not held twice), and the call leaves the random number generator as it was."""
     import torch
 
     from opbridge.errors import OpDefinitionError
@@ -1593,12 +1594,15 @@ def _check_rules_eagerly(model: Any, args: tuple[Any, ...], kwargs: dict[str, An
         return
     import copy
 
+    shared: dict[int, Any] = {id(p): p for p in model.parameters()} if isinstance(model, torch.nn.Module) else {}
     try:  # (on copies: the call must change neither the model's buffers nor the caller's example inputs)
-        model, args, kwargs = copy.deepcopy((model, args, kwargs or {}))
+        model, args, kwargs = copy.deepcopy((model, args, kwargs or {}), shared)
     except Exception as exc:  # (a model that cannot be copied is not called)
-        logger.warning(
-            "the ops' shape rules were not checked against their references before the export: %s cannot be "
-            "copied (%s); call the model once eagerly to check them",
+        ruled = any(d.spec.shape_rule is not None for d in used)
+        logger.log(
+            logging.WARNING if ruled else logging.DEBUG,
+            "the ops were not checked against their references before the export (their shape rules, inputs "
+            "written in place): %s cannot be copied (%s); call the model once eagerly to check them",
             type(model).__name__,
             exc,
         )
