@@ -201,8 +201,8 @@ def test_inspect_names_each_overload_of_a_function() -> None:
 
 
 def test_initializers_of_if_loop_and_scan_bodies_are_listed() -> None:
-    """Only the main graph's initializers were counted: a model holding its weights in If branches read
-    "initializers: 0, 0 B"."""
+    """Only the main graph's initializers were counted: a model holding its weights in If branches (of the
+    graph, or of a model-local function's body) read "initializers: 0, 0 B"."""
     weight = np.ones((4, 8), np.float32)
     value = helper.make_tensor_value_info
 
@@ -218,16 +218,21 @@ def test_initializers_of_if_loop_and_scan_bodies_are_listed() -> None:
     node = helper.make_node(
         "If", ["c"], ["y"], then_branch=branch("t", "Add"), else_branch=branch("e", "Sub"), name="cond"
     )
+    inner = helper.make_node("If", ["c"], ["z"], then_branch=branch("ft", "Add"), else_branch=branch("fe", "Sub"))
+    function = helper.make_function("my", "F", ["x", "c"], ["z"], [inner], [helper.make_opsetid("", 17)])
     graph = helper.make_graph(
-        [node],
+        [node, helper.make_node("F", ["x", "c"], ["z"], domain="my", name="call")],
         "g",
         [value("x", TensorProto.FLOAT, [4, 8]), value("c", TensorProto.BOOL, [])],
-        [value("y", TensorProto.FLOAT, [4, 8])],
+        [value("y", TensorProto.FLOAT, [4, 8]), value("z", TensorProto.FLOAT, [4, 8])],
         initializer=[numpy_helper.from_array(np.zeros(2, np.float32), "unused")],
     )
-    report = inspect_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("my", 1)]
+    report = inspect_model(helper.make_model(graph, opset_imports=opsets, functions=[function]))
     assert sorted((i.name, i.nbytes) for i in report.initializers) == [
         ("cond/else_branch/w_e", 128),
         ("cond/then_branch/w_t", 128),
+        ("my::F/If#0/else_branch/w_fe", 128),
+        ("my::F/If#0/then_branch/w_ft", 128),
         ("unused", 8),
     ]

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from torch import nn
 
 import opbridge
+from opbridge.backends.base import InputError
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 from opbridge.export import custom_nodes
 
@@ -921,9 +922,27 @@ def test_a_proto_whose_external_data_was_not_read_is_named(tmp_path: Path, sessi
     onnx.save(model, str(path), save_as_external_data=True, location="m.data", size_threshold=0)
     unread = onnx.load(str(path), load_external_data=False)
     runner = getattr(opbridge, session)
-    with pytest.raises(
-        opbridge.ModelLoadError, match=rf"{session}: the given ModelProto keeps tensor 'w' in the external"
-    ):
-        runner(unread)
+    for given in (unread, unread.SerializeToString()):
+        with pytest.raises(opbridge.ModelLoadError, match=rf"{session}: the given model keeps tensor 'w' in the"):
+            runner(given)
     (y,) = runner(str(path)).run(None, {"x": np.zeros(4, np.float32)})
     np.testing.assert_array_equal(y, np.arange(4, dtype=np.float32))
+
+
+def test_bfloat16_inputs_are_refused_with_the_way_out() -> None:
+    """A float32 array for a bfloat16 input, or an ml_dtypes bfloat16 array (which ONNX Runtime's Python API
+    cannot convert: "Numpy_type 256 can't be converted to MLDataType"), is named with what to do instead."""
+    import ml_dtypes
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])],
+    )
+    sess = opbridge.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.ones(3, np.float32)
+    with pytest.raises(InputError, match=r"expects tensor\(bfloat16\).*got numpy float32; ONNX Runtime's Python"):
+        sess.run(None, {"x": x})
+    with pytest.raises(InputError, match=r"input 'x' is bfloat16, which ONNX Runtime's Python API takes no"):
+        sess.run(None, {"x": x.astype(ml_dtypes.bfloat16)})

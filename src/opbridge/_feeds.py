@@ -100,9 +100,12 @@ class FeedCheck:
                 fix = (
                     "feed an array of str or object dtype"
                     if dtype.kind == "O"
-                    else f"cast it with .astype(ml_dtypes.{dtype.name})"  # (bfloat16, float8: not numpy's own)
-                    if dtype.kind == "V"
                     else f"cast it with .astype(np.{dtype.name})"
+                    if dtype.kind != "V"
+                    else "ONNX Runtime's Python API takes no such arrays: give the model a float32 input and a Cast "
+                    "to it, or run it with opbridge.ReferenceSession"
+                    if self._who.startswith("InferenceSession")
+                    else f"cast it with .astype(ml_dtypes.{dtype.name})"  # (bfloat16, float8: not numpy's own)
                 )
                 self._refuse(
                     f"input {name!r} expects {type_name}"

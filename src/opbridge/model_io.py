@@ -124,8 +124,8 @@ def load_model(
 
 
 def refuse_unread_external_data(model: onnx.ModelProto, caller: str) -> None:
-    """Refuse a given ModelProto that still refers to tensors in external data files (loaded with
-    ``load_external_data=False``), which a session cannot read without the model's folder.
+    """Refuse a model given as a ModelProto or bytes that still refers to tensors in external data files
+    (loaded with ``load_external_data=False``), which a session cannot read without the model's folder.
 
     Raises:
         ModelLoadError: naming the first such tensor and the ways to give its data.
@@ -136,9 +136,10 @@ def refuse_unread_external_data(model: onnx.ModelProto, caller: str) -> None:
     if unread is not None:
         location = next((e.value for e in unread.external_data if e.key == "location"), "?")
         raise ModelLoadError(
-            f"{caller}: the given ModelProto keeps tensor {unread.name!r} in the external data file {location!r}, "
-            "unread (loaded with load_external_data=False): give the model's path instead, or read its data "
-            "first (onnx.load(path), or onnx.external_data_helper.load_external_data_for_model(model, folder))."
+            f"{caller}: the given model keeps tensor {unread.name!r} in the external data file {location!r}, which "
+            "a ModelProto or its bytes do not hold (one loaded with load_external_data=False, say): give the model's "
+            "path instead, or read its data first (onnx.load(path), or "
+            "onnx.external_data_helper.load_external_data_for_model(model, folder))."
         )
 
 

@@ -294,7 +294,11 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
         functions=[function_label(f) for f in proto.functions],
         initializers=[
             info
-            for path, graph in [("", proto.graph), *_bodies(proto.graph.node, "")]
+            for path, graph in [
+                ("", proto.graph),
+                *_bodies(proto.graph.node, ""),
+                *(body for f in proto.functions for body in _bodies(f.node, f"{function_label(f)}/")),
+            ]
             for info in _initializers(graph, path)
         ],
     )

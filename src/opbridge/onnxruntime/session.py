@@ -620,6 +620,15 @@ class InferenceSession:
             _native.module().take_exit()  # (one a run of the raw .session left on this thread is not this run's)
         feed = feed_arrays(input_feed)
         self._check_feed(feed)
+        for name, value in feed.items():
+            if getattr(getattr(value, "dtype", None), "kind", None) == "V":  # (ml_dtypes' bfloat16, float8)
+                from opbridge.backends.base import InputError
+
+                raise InputError(
+                    f"InferenceSession.run: input {name!r} is {value.dtype}, which ONNX Runtime's Python API takes "
+                    "no arrays of (it raised 'Numpy_type 256 can't be converted'): give the model a float32 input "
+                    "and a Cast to it, or run it with opbridge.ReferenceSession."
+                )
         try:
             return self._session.run(output_name_list(output_names), feed, run_options)
         except Exception as exc:
