@@ -537,6 +537,29 @@ def test_compiled_backward_of_a_redefined_op_follows_the_new_definition() -> Non
     assert y.tolist() == [4.0, 4.0] and x.grad is not None and x.grad.tolist() == [3.0, 3.0]
 
 
+def test_compiled_backward_follows_a_formula_registered_after_the_compile() -> None:
+    """A backward formula registered (or edited) after torch.compile ran left the compiled graphs with the
+    old backward: the compiled gradient stayed the reference's where the eager one took the formula."""
+
+    @opbridge.op("tests.grad::FormulaLater")
+    def square(x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+    run = torch.compile(lambda t: square(t).sum(), backend="aot_eager", fullgraph=True)
+    x = torch.full((3,), 0.5, requires_grad=True)
+    run(x).backward()
+    assert x.grad is not None and x.grad.tolist() == [1.0, 1.0, 1.0]
+    for factor in (100.0, 5.0):  # (registered, then edited)
+
+        @square.register_autograd
+        def _straight_through(ctx: Any, grad: torch.Tensor, factor: float = factor) -> torch.Tensor:
+            return grad * factor
+
+        x.grad = None
+        run(x).backward()
+        assert x.grad.tolist() == [factor] * 3
+
+
 def test_compiled_backward_loaded_from_the_cache_in_another_process(tmp_path: Path) -> None:
     """torch.compile's on-disk cache hands a second process the first one's backward graph: it must name
     the op, not its place among the ops the first process defined (the second defines another one

@@ -480,10 +480,13 @@ class OpDef(Generic[P, R]):
         return self._digest
 
     def _definition_changed(self) -> None:
-        """A shape rule or backward formula came after the op was defined: the cache keys follow it."""
+        """A shape rule or backward formula came after the op was defined: the cache keys follow it, and code
+        torch.compile compiled with the op as it was is dropped (its graphs, the backward's too, hold the old
+        rule or formula, which no guard checks)."""
         self._digest = None
         with _LOCK:
             if _TORCH_IMPLS.get(f"{_TORCH_NAMESPACE}::{_torch_op_name(self.spec)}") is self:
+                _forget_compiled_code()
                 _tag_compile_caches()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -1096,9 +1099,10 @@ def _make_current(qual: str, opdef: OpDef) -> None:
 
 
 def _forget_compiled_code() -> None:
-    """Drop what torch.compile compiled (an op's definition changed): its graphs hold the old one's output
-    sizes and dtypes, which no guard checks, so a compiled model ran the new definition into the old
-    buffers. Each compiled function compiles again at its next call."""
+    """Drop what torch.compile compiled (an op's definition, shape rule or backward formula changed): its
+    graphs hold the old one's output sizes, dtypes and backward, which no guard checks, so a compiled model
+    ran the new definition into the old buffers, or the old formula. Each compiled function compiles again
+    at its next call."""
     dynamo = sys.modules.get("torch._dynamo")  # (nothing was compiled where it was never imported)
     if dynamo is not None:
         logger.info("an op was redefined: torch.compile's compiled code is dropped and compiled again when called")
