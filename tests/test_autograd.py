@@ -607,6 +607,11 @@ class _SwishBeta(torch.nn.Module):
         return _swish_default(x) + _swish_default(x, beta=self.beta) + MySELU(x, x, x)
 
 
+@opbridge.op("tests.grad::ScaledBy")
+def _scaled_by(x: torch.Tensor, a: float = 1.0) -> torch.Tensor:
+    return x * a
+
+
 def test_float_attributes_under_dynamic_compile() -> None:
     """A float attribute at its default or from a module attribute: dynamic=True traces it as a symbolic
     float, which the attribute check met with math.isfinite (unsupported in a full graph, a graph break
@@ -617,6 +622,10 @@ def test_float_attributes_under_dynamic_compile() -> None:
     run = torch.compile(model, fullgraph=True, dynamic=True, backend="eager")
     torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)
     assert run(torch.randn(5, 2)).shape == (5, 2)
+    # a NaN value: the range check's ordering comparison of the symbolic float raised "Invalid NaN comparison"
+    scaled = torch.compile(lambda t, a: _scaled_by(t, a=a), fullgraph=True, dynamic=True, backend="eager")
+    assert scaled(x, 2.0).tolist() == (x * 2.0).tolist()
+    assert torch.isnan(scaled(x, float("nan"))).all()
 
 
 def test_inference_mode_and_inference_tensors() -> None:

@@ -100,7 +100,10 @@ def _check_scalar(kind: AttrType, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError
         value = float(value)
-        # (comparisons, not math.isfinite: torch.compile traces a float attribute as a symbolic one)
+        # (comparisons, not math.isfinite: torch.compile traces a float attribute as a symbolic one; NaN
+        # first, which an ordering comparison of a symbolic float refuses)
+        if value != value:
+            return value
         if _FLOAT32_MAX < abs(value) < math.inf:
             raise OverflowError(f"{value!r} is beyond float32, which ONNX FLOAT attributes hold")
         return value
