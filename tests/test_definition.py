@@ -1102,3 +1102,16 @@ def test_a_shape_rule_returning_a_shape_is_named(shape: tuple[int, ...]) -> None
         OpDefinitionError, match=r"returned a shape \(Size .*return opbridge.TensorInfo\(shape, dtype\)"
     ):
         double(torch.zeros(shape))
+
+
+@opbridge.op("tests.def::MulRuleless")
+def _mul_ruleless(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * w
+
+
+def test_a_reference_failing_on_meta_tensors_of_an_eager_call_is_named_so() -> None:
+    """An eager call on a meta and a CPU tensor blamed "the fake tensors of torch.compile and torch.export",
+    which the caller never used."""
+    with pytest.raises(OpDefinitionError, match=r"raised RuntimeError on the meta tensors it was called with") as err:
+        _mul_ruleless(torch.empty(2, device="meta"), torch.empty(2))
+    assert "torch.compile" not in str(err.value)

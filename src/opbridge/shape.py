@@ -230,10 +230,16 @@ def fake_outputs(
         except OpDefinitionError:
             raise
         except Exception as exc:
+            from torch._subclasses.fake_tensor import FakeTensor
+
+            tensors = (
+                "the fake tensors of torch.compile and torch.export, which derive the op's output shapes from it"
+                if any(isinstance(a, FakeTensor) for a in args)
+                else "the meta tensors it was called with (only shapes: the output's come from the reference)"
+            )
             raise OpDefinitionError(
-                f"{spec.qualname} declares no shape rule, and its reference raised {type(exc).__name__} on the fake "
-                f"tensors of torch.compile and torch.export, which derive the op's output shapes from it "
-                f"({str(exc)[:300]}). Where the reference raises that on real tensors of these shapes too, the "
+                f"{spec.qualname} declares no shape rule, and its reference raised {type(exc).__name__} on "
+                f"{tensors} ({str(exc)[:300]}). Where the reference raises that on real tensors of these shapes too, the "
                 "reference is at fault (or its arguments); where it needs the data (.item(), .tolist(), numpy), "
                 f"declare the output shapes and dtypes with @{spec.name}.register_shape (an output size that "
                 "depends on the data as opbridge.SymDim())."
