@@ -27,6 +27,9 @@ def compat_scale(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
     return x * k
 
 
+opbridge.kernel("test.compat::KernelOnly")(lambda x: x * 2)
+
+
 def trt(model: onnx.ModelProto, version: str | None = None):
     return check_compat(model, "tensorrt", trt_version=version, real=False)
 
@@ -660,6 +663,9 @@ def test_openvino_verdicts_from_its_frontend() -> None:
     assert check_compat(_function_model(), "openvino").nodes[0].verdict == "function"
     scale = {n.node: n for n in check_compat(custom_node_model("Scale", "test.compat"), "openvino").nodes}
     assert scale["custom"].verdict == "opbridge"
+    # an op known by an @opbridge.kernel alone runs there too (it was "FAILS: No conversion rule")
+    kernel_only = {n.node: n for n in check_compat(custom_node_model("KernelOnly", "test.compat"), "openvino").nodes}
+    assert kernel_only["custom"].verdict == "opbridge"
     cubic = {n.node: n for n in check_compat(resize_model("cubic", scales="input"), "openvino").nodes}
     assert cubic["resize"].verdict == "native"
 

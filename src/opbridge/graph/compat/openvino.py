@@ -252,7 +252,7 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
             else:
                 add("fail", no_rule)
         elif key in missing:
-            if ctx.custom and ctx.opbridge_op() is not None:
+            if ctx.custom and (ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None):
                 add("opbridge", "OpenVINO Python op from opbridge's OpenVINO backend")
             else:
                 add("fail", no_rule)
