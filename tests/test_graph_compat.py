@@ -670,6 +670,20 @@ def test_openvino_verdicts_from_its_frontend() -> None:
     assert cubic["resize"].verdict == "native"
 
 
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_a_domain_the_model_does_not_import_fails(target: str) -> None:
+    """A custom node whose domain the model does not import (as older exporters wrote it) was "runs through an
+    opbridge kernel": ONNX Runtime and every opbridge session refuse the model ("No opset import for domain")."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+    model = custom_node_model("Scale", "test.compat", with_import=False)
+    nodes = {n.node: n for n in check_compat(model, target, real=False).nodes}
+    assert nodes["custom"].verdict == "fail"
+    assert "the model has no opset import for domain 'test.compat'" in nodes["custom"].reason
+    assert nodes["relu"].verdict == "native"
+    assert check_compat(custom_node_model("Scale", "test.compat"), target, real=False).nodes[1].verdict == "opbridge"
+
+
 def _function_of_a_later_opset() -> onnx.ModelProto:
     """A call of a function importing opset 18, whose body's BitwiseAnd exists from 18, in an opset 17 model."""
     body = helper.make_function(

@@ -35,6 +35,19 @@ class NodeContext:
     ir_model: ir.Model | None = None
     functions: FunctionIndex | None = field(default=None, repr=False)
     owners: tuple[str, ...] = ()
+    #: whether the node's domain has an opset import where it sits (the model's, or its function's)
+    imported: bool = True
+
+    def unimported(self) -> str:
+        """Why a runtime that checks opset imports (ONNX Runtime, opbridge's sessions and OpenVINO backend)
+        refuses the node's domain, or "" where it is imported."""
+        if self.imported:
+            return ""
+        owner = f"function {self.function}" if self.function else "the model"
+        return (
+            f"{owner} has no opset import for domain {self.domain!r} ('No opset import for domain'): add "
+            f"opset_import {{domain: {self.domain!r}, version: 1}} (opbridge lint names each such domain)"
+        )
 
     @property
     def domain(self) -> str:
@@ -159,6 +172,7 @@ def _walk(
                 ir_model=irm,
                 functions=functions,
                 owners=owners,
+                imported=proto.domain in ("", "ai.onnx") or version is not None,
             )
         )
         for attr in proto.attribute:

@@ -40,6 +40,8 @@ def ort_schemas() -> dict[tuple[str, str], tuple[int, ...]]:
 
 
 def _verdict(ctx: NodeContext) -> NodeVerdict:
+    if ctx.unimported():
+        return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", ctx.unimported())
     domain = "" if ctx.domain == "ai.onnx" else ctx.domain
     versions = ort_schemas().get((domain, ctx.op_type))
     if versions and not (ctx.custom and domain == ""):

@@ -187,7 +187,9 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
         no_rule = f"No conversion rule found for operations: {(ctx.domain + '.') if ctx.domain else ''}{ctx.op_type}"
         if ctx.opbridge_mismatch():
             no_rule += f" ({ctx.opbridge_mismatch()})"
-        if ctx.has_function and key in missing:
+        if ctx.unimported():  # (opbridge's OpenVINO backend refuses it as ONNX Runtime does)
+            add("fail", ctx.unimported())
+        elif ctx.has_function and key in missing:
             # onnx's inliner left the call in place (a function importing another opset version than the model,
             # or one that calls itself): OpenVINO meets the call itself, which it has no rule for
             left = (
