@@ -53,7 +53,7 @@ from opbridge.backends._custom import (
 )
 from opbridge.backends.base import BackendRunError, OnnxRunner
 from opbridge.errors import BackendUnavailableError, ModelLoadError
-from opbridge.model_io import subgraphs, walk_nodes
+from opbridge.model_io import save_with_data_file, subgraphs, too_large, walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -116,7 +116,7 @@ def prepare_model(
 
     from opbridge._dtypes import onnx_to_numpy
     from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
-    from opbridge.model_io import adopt_function_domains, check_domain_imports
+    from opbridge.model_io import adopt_function_domains, check_domain_imports, restore_tensors, strip_tensors
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
@@ -127,12 +127,17 @@ def prepare_model(
         kept = [f for f in fixed.functions if (f.domain, f.name) not in drop_functions]
         del fixed.functions[:]
         fixed.functions.extend(kept)
-    if fixed.functions:
-        fixed = onnx.inliner.inline_local_functions(fixed)
+    # A model over protobuf's 2 GiB limit cannot be serialized, which the inliner and shape inference do: they
+    # run on a copy without the large tensors' bytes (the graph is all they read), put back after.
+    large = too_large(fixed)
+    light = strip_tensors(fixed, 1024)[0] if large else fixed
+    if light.functions:
+        light = onnx.inliner.inline_local_functions(light)
     try:
-        inferred = onnx.shape_inference.infer_shapes(fixed)
+        inferred = onnx.shape_inference.infer_shapes(light)
     except Exception:
-        inferred = fixed
+        inferred = light
+    fixed = restore_tensors(fixed, light) if large else light
     types: dict[str, tuple[np.dtype | None, int | None]] = {}
     untaken: dict[str, int] = {}  # values of an element type without numpy equivalent (bfloat16...)
     graphs = [inferred.graph, *subgraphs(inferred.graph)]
@@ -624,7 +629,10 @@ class OpenVINORunner(OnnxRunner):
             core.add_extension(extension(node.op_type, node.domain, _converter(cls)))
         with tempfile.TemporaryDirectory(prefix="opbridge_ov_") as tmp:
             path = Path(tmp) / "model.onnx"
-            onnx.save(prepared, str(path))
+            if too_large(prepared):  # (over protobuf's 2 GiB limit: its tensors in a data file beside it)
+                save_with_data_file(prepared, path, data_name="model.data")
+            else:
+                onnx.save(prepared, str(path))
             return core.read_model(str(path))
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
