@@ -245,3 +245,52 @@ def test_unknown_arguments_are_named_by_their_command(
     err = capsys.readouterr().err
     usage = "usage: opbridge [-h]" if argv[0].startswith("-") else f"usage: opbridge {argv[0]} "
     assert usage in err and expected in err and (argv[0] != "--bogus" or "did you mean" not in err)
+
+
+_TERMINATED_WRITE = """
+import os, signal, sys, time
+import opbridge._files as files
+from opbridge.cli import main
+
+real = files.write_atomic_group
+
+
+def terminated_midway(group, **kwargs):
+    def wrap(write):
+        def killed_while_writing(fh):
+            fh.write(b"partial")
+            fh.flush()
+            os.kill(os.getpid(), signal.SIGTERM)  # a SIGTERM while the file is half written
+            time.sleep(30)
+            write(fh)
+
+        return killed_while_writing
+
+    return real([(path, wrap(write)) for path, write in group], **kwargs)
+
+
+files.write_atomic_group = terminated_midway
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """SIGTERM's default action ended a write where it stood: the temporary file beside the output (as
+    large as the model's data) stayed. The command now unwinds, removes it and exits 143."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MYSELU", ["x"], ["y"], domain="")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "legacy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), str(model))
+    argv = ["rewrite", str(model), "-o", str(tmp_path / "fixed.onnx"), "--rule", "legacy-domain"]
+    done = subprocess.run(
+        [sys.executable, "-c", _TERMINATED_WRITE, *argv], capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 143, done.stderr.decode(errors="replace")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["legacy.onnx"]

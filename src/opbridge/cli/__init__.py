@@ -11,10 +11,12 @@ import errno
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from opbridge import __version__
+from opbridge._terminate import sigterm_unwinds
 from opbridge.errors import OpbridgeError
 
 __all__ = ["COMMANDS", "main"]
@@ -93,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.run(args))
+        # (a SIGTERM unwinds the command: the temporary files of a write beside the user's output, a
+        # session's copy of a model over 2 GiB and a TensorRT worker's folder are removed; exit code 143)
+        with sigterm_unwinds(exit_code=128 + signal.SIGTERM):
+            return int(args.run(args))
     except OpbridgeError as exc:
         print(f"opbridge {args.command}: error: {exc}", file=sys.stderr)
         return 2

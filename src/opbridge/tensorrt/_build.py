@@ -11,7 +11,6 @@ on Linux it ends itself when its caller is gone.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -21,12 +20,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from opbridge._terminate import sigterm_unwinds
 from opbridge.errors import ModelLoadError, OpbridgeError
 from opbridge.tensorrt._fields import PARSER_ATTRIBUTES
 
@@ -687,7 +686,7 @@ def _run_isolated(request: dict[str, Any], timeout: float | None) -> dict[str, A
             "put that code under `if __name__ == '__main__':`"
         )
     _MAIN_OPS.clear()
-    with _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="opbridge_trt_") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request = dict(request, auto_ops=_op_modules(request["model"]))
         req_path.write_text(json.dumps(request))
@@ -713,7 +712,7 @@ def _run_isolated(request: dict[str, Any], timeout: float | None) -> dict[str, A
 
 def _run_worker(argv: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str] | None:
     """Run the worker to its end: its exit code and stderr, or None where it did not finish within
-    ``timeout`` s. It does not outlive the call: an exception here (a timeout, Ctrl-C, :class:`_Terminated`)
+    ``timeout`` s. It does not outlive the call: an exception here (a timeout, Ctrl-C, :class:`~opbridge._terminate.Terminated`)
     kills it first."""
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
@@ -729,37 +728,6 @@ def _run_worker(argv: list[str], env: dict[str, str], timeout: float | None) -> 
                 proc.wait()
 
 
-class _Terminated(BaseException):
-    """A SIGTERM came while a worker ran (see :func:`_sigterm_unwinds`); a BaseException, as it ends the
-    process: no ``except Exception`` on the way should take it for a failed build."""
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """While inside, a SIGTERM to this process unwinds the block (its worker killed, its temporary folder
-    removed) and then ends the process as SIGTERM would have. Only in the main thread (the only one that
-    may set handlers) and where SIGTERM has its default action: a caller's own handler, or SIG_IGN, stays
-    in charge. Elsewhere SIGTERM still ends the worker (it ends itself with its caller, on Linux), but the
-    folder stays."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-
-    def _raise(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    signal.signal(signal.SIGTERM, _raise)
-    try:
-        yield
-    except _Terminated:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        logger.debug("SIGTERM while TensorRT's worker ran: worker killed, folder removed; ending as SIGTERM does")
-        signal.raise_signal(signal.SIGTERM)
-        raise  # not reached: SIGTERM's default action ends the process
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 # the backend of a worker that ended before it reported which TensorRT it loaded
 _ENDED_BACKEND = "TensorRT (its process ended before it reported)"
 
@@ -767,7 +735,6 @@ _ENDED_BACKEND = "TensorRT (its process ended before it reported)"
 def _ended_early(code: int, stderr: str | None) -> str:
     """What to say of a worker that ended without writing its result: how it ended, and its last lines
     (the steps it began and TensorRT's log, which the worker echoes to stderr)."""
-    import signal
 
     how = f"exit code {code}"
     if code < 0:
