@@ -770,6 +770,18 @@ def test_openvino_runs_optional_inputs_omitted_before_given_ones(tmp_path) -> No
     np.testing.assert_array_equal(out, _Gaps()(x).numpy())
 
 
+def _kernel_node_model(node: onnx.NodeProto) -> onnx.ModelProto:
+    """A model of ``node`` (of domain tests.backends.kernel), float x[3] -> y[3]."""
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.kernel", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
 @opbridge.kernel("tests.backends.kernel::AddOptional")
 def _add_optional(a: np.ndarray, b: np.ndarray | None, c: np.ndarray | None, *, scale: float = 1.0) -> np.ndarray:
     return (a + (0 if b is None else b) + (0 if c is None else c)) * np.float32(scale)
@@ -784,14 +796,7 @@ def test_a_registered_kernel_gets_none_for_optional_inputs_left_out_at_the_end(b
     x = np.arange(3, dtype=np.float32)
     for inputs in (["x", "", ""], ["x"], ["x", "x"]):
         node = helper.make_node("AddOptional", inputs, ["y"], domain="tests.backends.kernel", scale=2.0)
-        graph = helper.make_graph(
-            [node],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
-        )
-        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.kernel", 1)]
-        with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
+        with get_backend(backend)(_kernel_node_model(node)) as runner:
             (y,) = runner.infer({"x": x}).values()
         np.testing.assert_array_equal(y, x * 2 * (2 if inputs == ["x", "x"] else 1), err_msg=str(inputs))
 
@@ -857,14 +862,7 @@ def test_a_kernel_object_that_cannot_be_hashed_runs(backend: str) -> None:
     cannot be hashed failed every run with a bare TypeError."""
     _needs(backend)
     node = helper.make_node("Scaled", ["x"], ["y"], domain="tests.backends.kernel")
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
-    )
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.kernel", 1)]
-    with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
+    with get_backend(backend)(_kernel_node_model(node)) as runner:
         (y,) = runner.infer({"x": np.ones(3, np.float32)}).values()
     np.testing.assert_array_equal(y, np.full(3, 2.0, np.float32))
 
