@@ -241,11 +241,13 @@ def _rewrite(model: onnx.ModelProto, rules: Sequence[str], options: Mapping[str,
         try:
             current = check_rewritten(current, shapeless)
         except RewriteError as exc:
-            cause = _input_invalid(before, shapeless)
+            # (legacy-domain exists to repair an input the checker refuses: the result's own error stands)
+            repairs = any(o.applied and o.rule == "legacy-domain" for o in outcomes)
+            cause = "" if repairs else _input_invalid(before, shapeless)
             if cause:
                 raise RewriteError(
                     f"the input model is not valid, before any rule ran ({cause}); nothing was written: fix the "
-                    "input first (opbridge lint MODEL names what is wrong)"
+                    f"input first (opbridge lint MODEL names what is wrong). The rewritten model: {exc}"
                 ) from exc
             raise
     return RewriteReport(current, outcomes)
