@@ -1158,3 +1158,18 @@ def test_a_kernel_of_another_dtype_inside_a_function_body_is_refused() -> None:
         opbridge.KernelResultError, match=r"output 'y' came out float64, but the model declares it float32"
     ):
         session.run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_the_default_domain_spelt_ai_onnx_runs() -> None:
+    """A model importing ONNX as "ai.onnx" (the checker and ONNX Runtime take it as "") was refused by the
+    evaluator: "Domain '' (node type: 'Relu') is not specified. Known opsets: {'ai.onnx': 13}"."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    (y,) = ReferenceSession(model).run(None, {"x": np.array([-1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(y, [0.0, -2.0])

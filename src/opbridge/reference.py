@@ -531,6 +531,21 @@ def _callees_first(functions: Sequence[onnx.FunctionProto]) -> list[onnx.Functio
     return order
 
 
+def _default_domain_spelt_empty(proto: onnx.ModelProto) -> None:
+    """Spell ONNX's default domain ``""`` where the model (its imports, nodes and functions) spells it
+    ``"ai.onnx"``, in place: the reference evaluator tells the two apart ("Domain '' ... is not specified.
+    Known opsets: {'ai.onnx': 13}"), where ONNX, its checker and ONNX Runtime take them as one."""
+    holders = [proto, *proto.functions]
+    for holder in holders:
+        for o in holder.opset_import:
+            if o.domain == "ai.onnx":
+                o.domain = ""
+    for nodes in [proto.graph.node, *(f.node for f in proto.functions)]:
+        for node in walk_nodes(nodes):
+            if node.domain == "ai.onnx":
+                node.domain = ""
+
+
 def _fill_function_defaults(proto: onnx.ModelProto, skip: set[tuple[str, str]]) -> None:
     """Write each local function's attribute defaults into the nodes calling it that omit them (in place).
 
@@ -805,6 +820,7 @@ class ReferenceSession:
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
         proto = load_model(model, copy=True, caller="ReferenceSession")
         refuse_unread_external_data(proto, "ReferenceSession")
+        _default_domain_spelt_empty(proto)
         proto, moved = move_default_domain_ops(proto, DEFAULT_LEGACY_DOMAIN, copy=False)
         if moved:
             logger.warning(
