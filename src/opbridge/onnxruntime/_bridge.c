@@ -146,8 +146,8 @@ static const char *opb_elem_name(int elem) {
     return "an unsupported element type";
 }
 
-/* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
-/* Whether SIGINT's handler is Python's own (signal.default_int_handler, which raises KeyboardInterrupt). */
+/* Whether SIGINT's handler is Python's own (signal.default_int_handler, which raises KeyboardInterrupt; the
+   GIL held, no exception set). */
 static int opb_default_sigint(void) {
     int is_default = 0;
     PyObject *signal = PyImport_ImportModule("signal");
@@ -161,6 +161,7 @@ static int opb_default_sigint(void) {
     return is_default;
 }
 
+/* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
 static int opb_on_main_thread(void) {
     int on_main = 0;
     PyObject *threading = PyImport_ImportModule("threading");
