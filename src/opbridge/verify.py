@@ -628,12 +628,12 @@ def _float_bytes(dtype: str) -> int | None:
     return _FLOAT_BYTES.get(dtype, 1 if dtype.startswith("float8") else None)
 
 
-def _narrows(source: str, targets: Sequence[str]) -> bool:
-    """Whether a cast from ``source`` to one of ``targets`` rounds floating-point values to fewer bits
-    (float32 to float16, say): an error within the wider dtype's tolerance may then flip the last bit
-    of the narrower one."""
+def _narrows(source: str, target: str) -> bool:
+    """Whether a cast from ``source`` to ``target`` rounds floating-point values to fewer bits (float32 to
+    float16, say): an error within the wider dtype's tolerance may then flip the last bit of the narrower
+    one."""
     wide = _float_bytes(source)
-    return wide is not None and any((_float_bytes(t) or wide) < wide for t in targets)
+    return wide is not None and (_float_bytes(target) or wide) < wide
 
 
 # Inputs whose values do not reach the values of the op's output (None: every input): an op that
@@ -769,7 +769,7 @@ def _upstream(model: Any, outputs: Sequence[TensorMeta]) -> dict[str, _Upstream]
         return (
             node.domain in STANDARD_DOMAINS
             and node.op_type in ("Cast", "CastLike")
-            and _narrows(dtype_of(node.input[0], fallback), [dtype_of(value, fallback)])
+            and _narrows(dtype_of(node.input[0], fallback), dtype_of(value, fallback))
         )
 
     def value_inputs(node: Any) -> list[str]:

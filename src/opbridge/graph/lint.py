@@ -219,12 +219,10 @@ def _check_tensor_types(model: onnx.ModelProto) -> list[Finding]:
     checker lets pass and ONNX Runtime refuses ("does not have valid data type")."""
     import onnx
 
-    from opbridge.model_io import walk_nodes
+    from opbridge.model_io import subgraphs
 
     known = set(onnx.TensorProto.DataType.values())
-    graphs = [model.graph] + [
-        g for n in walk_nodes(model.graph.node) for a in n.attribute for g in ([a.g] if a.HasField("g") else a.graphs)
-    ]
+    graphs = [model.graph, *subgraphs(model.graph)]
     return [
         Finding(
             "error",
