@@ -26,6 +26,7 @@ __all__ = [
     "evaluate_constant",
     "function_keys",
     "is_custom_node",
+    "labelled_bodies",
     "labelled_nodes",
     "load_model",
     "node_label",
@@ -49,19 +50,36 @@ def ensure_builtin_ops() -> None:
     importlib.import_module("opbridge.ops")
 
 
-def _walk(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, onnx.NodeProto, int]]:
-    """``(prefix, node, index in its own graph)`` for ``nodes`` and, recursively, their subgraphs' nodes."""
+def _node_bodies(node: onnx.NodeProto, index: int, prefix: str) -> list[tuple[str, onnx.GraphProto]]:
+    """``(path, graph)`` for the If/Loop/Scan bodies of ``node`` (at ``index`` in a graph at ``prefix``), each
+    path as the labels of its nodes start (``cond/then_branch/``, ``scan/body[0]/``)."""
     import onnx
 
+    owner = node_label(node, index)
+    bodies: list[tuple[str, onnx.GraphProto]] = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            bodies.append((f"{prefix}{owner}/{attr.name}/", attr.g))
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            bodies += [(f"{prefix}{owner}/{attr.name}[{i}]/", g) for i, g in enumerate(attr.graphs)]
+    return bodies
+
+
+def labelled_bodies(nodes: Iterable[onnx.NodeProto], prefix: str = "") -> Iterator[tuple[str, onnx.GraphProto]]:
+    """``(path, graph)`` for the If/Loop/Scan bodies of ``nodes`` and, depth first, theirs: ``path`` is where
+    the body's nodes' labels start (:func:`labelled_nodes`)."""
+    for index, node in enumerate(nodes):
+        for path, graph in _node_bodies(node, index, prefix):
+            yield path, graph
+            yield from labelled_bodies(graph.node, path)
+
+
+def _walk(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, onnx.NodeProto, int]]:
+    """``(prefix, node, index in its own graph)`` for ``nodes`` and, recursively, their subgraphs' nodes."""
     for index, node in enumerate(nodes):
         yield prefix, node, index
-        owner = node_label(node, index)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attr.g.node, f"{prefix}{owner}/{attr.name}/")
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for i, g in enumerate(attr.graphs):
-                    yield from _walk(g.node, f"{prefix}{owner}/{attr.name}[{i}]/")
+        for path, graph in _node_bodies(node, index, prefix):
+            yield from _walk(graph.node, path)
 
 
 def labelled_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.NodeProto, onnx.FunctionProto | None]]:

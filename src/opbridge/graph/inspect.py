@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,9 @@ from opbridge.graph._model import (
     function_keys,
     function_label,
     is_custom_node,
+    labelled_bodies,
     labelled_nodes,
     load_model,
-    node_label,
     opset_version,
 )
 
@@ -296,8 +295,8 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
             info
             for path, graph in [
                 ("", proto.graph),
-                *_bodies(proto.graph.node, ""),
-                *(body for f in proto.functions for body in _bodies(f.node, f"{function_label(f)}/")),
+                *labelled_bodies(proto.graph.node),
+                *(body for f in proto.functions for body in labelled_bodies(f.node, f"{function_label(f)}/")),
             ]
             for info in _initializers(graph, path)
         ],
@@ -319,22 +318,3 @@ def _initializers(graph: onnx.GraphProto, path: str) -> list[InitializerInfo]:
         )
         for s in graph.sparse_initializer
     ]
-
-
-def _bodies(nodes: Iterable[onnx.NodeProto], prefix: str) -> Iterator[tuple[str, onnx.GraphProto]]:
-    """``(path, graph)`` for the If/Loop/Scan bodies of ``nodes`` and theirs, each path as node labels give it
-    (``cond/then_branch/``)."""
-    import onnx
-
-    for index, node in enumerate(nodes):
-        owner = node_label(node, index)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                graphs = [(f"{prefix}{owner}/{attr.name}/", attr.g)]
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                graphs = [(f"{prefix}{owner}/{attr.name}[{i}]/", g) for i, g in enumerate(attr.graphs)]
-            else:
-                continue
-            for path, graph in graphs:
-                yield path, graph
-                yield from _bodies(graph.node, path)
