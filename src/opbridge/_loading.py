@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["load_factory", "load_module", "load_ops"]
+__all__ = ["forward_parameters", "load_factory", "load_module", "load_ops"]
 
 
 def load_module(target: str) -> ModuleType:
@@ -156,3 +157,12 @@ def load_factory(target: str, *, label: str = "--reference") -> tuple[Any, tuple
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     return model, tuple(inputs)
+
+
+def forward_parameters(model: Any) -> list[str]:
+    """The names of the positional parameters of ``model``'s ``forward`` (of ``model`` itself where it has
+    none: an ``nn.Module``'s own signature is ``(*args, **kwargs)``), in order; raises as
+    :func:`inspect.signature` does where the signature cannot be read."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    signature = inspect.signature(getattr(model, "forward", model))
+    return [p.name for p in signature.parameters.values() if p.kind in kinds]

@@ -733,12 +733,9 @@ def _var_positional(model: Any) -> tuple[int, str] | None:
 
 
 def _forward_names(model: Any, count: int) -> list[str]:
-    forward = getattr(model, "forward", model)
-    params = [
-        p.name
-        for p in inspect.signature(forward).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    from opbridge._loading import forward_parameters
+
+    params = forward_parameters(model)
     params += [f"input{i}" for i in range(len(params), count)]
     return params[:count]
 

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -107,13 +106,13 @@ class TorchRunner(Runner):
             self._positions = positions
 
     def _parameters(self) -> list[str]:
-        """The names of the positional parameters of the module's forward."""
-        try:  # (an nn.Module's own signature is (*args, **kwargs))
-            signature = inspect.signature(getattr(self.module, "forward", self.module))
+        """The names of the positional parameters of the module's forward (none where they cannot be read)."""
+        from opbridge._loading import forward_parameters
+
+        try:
+            return forward_parameters(self.module)
         except (TypeError, ValueError):
             return []
-        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        return [p.name for p in signature.parameters.values() if p.kind in kinds]
 
     def _by_parameter_name(self, names: list[str]) -> list[str | None] | None:
         """Per example position, the model input of the parameter's name (None: none, the example is
