@@ -308,6 +308,14 @@ def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return out
 
 
+def _import_holders(proto: onnx.ModelProto) -> list[tuple[str, Any, Any]]:
+    """``(who, holder, nodes)`` for each part of ``proto`` with opset imports of its own: the model (for the
+    main graph and its subgraphs), then each model-local function (for its body)."""
+    return [("the model", proto, proto.graph.node)] + [
+        (f"function {f.domain}::{f.name}", f, f.node) for f in proto.functions
+    ]
+
+
 def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
     """Refuse, as ONNX Runtime does at load, a model whose nodes use a domain that the model (for the main
     graph and its subgraphs) or their function (for a function body) does not import.
@@ -316,9 +324,7 @@ def check_domain_imports(proto: onnx.ModelProto, runtime: str) -> None:
         ModelLoadError: naming the domain, its nodes and the opset import to add.
     """
     missing: dict[tuple[str, str], list[onnx.NodeProto]] = {}
-    owners: list[tuple[str, Any, Any]] = [("the model", proto, proto.graph.node)]
-    owners += [(f"function {f.domain}::{f.name}", f, f.node) for f in proto.functions]
-    for owner, holder, nodes in owners:
+    for owner, holder, nodes in _import_holders(proto):
         imported = {o.domain for o in holder.opset_import}
         for node in walk_nodes(nodes):
             if node.domain not in ("", "ai.onnx") and node.domain not in imported:
@@ -357,7 +363,7 @@ def adopt_function_domains(proto: onnx.ModelProto, runtime: str) -> None:
     import onnx
 
     versions: dict[str, dict[int, list[str]]] = {}
-    for owner, holder in [("the model", proto), *((f"function {f.domain}::{f.name}", f) for f in proto.functions)]:
+    for owner, holder, _ in _import_holders(proto):
         for o in holder.opset_import:
             if o.domain not in ("", "ai.onnx", "ai.onnx.ml"):
                 versions.setdefault(o.domain, {}).setdefault(o.version, []).append(owner)
