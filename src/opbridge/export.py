@@ -242,15 +242,22 @@ def _normalized_axes(
                         "whose rank is not known before export: name the axis by its non-negative index."
                     )
             elif not -rank <= axis < rank:
-                raise ExportError(
-                    f"{argument} gives input {name!r} axis {axis}, but the example input has {rank} "
-                    f"dim(s) (shape {list(values[names.index(name)].shape)}): name an axis in 0..{rank - 1}."
-                )
+                raise _axis_beyond(argument, name, axis, values[names.index(name)])
             else:
                 axis %= rank
             fixed[axis] = dim_name
         out[name] = fixed if isinstance(axes, Mapping) else list(fixed)
     return out
+
+
+def _axis_beyond(argument: str, name: str, axis: int, value: Any) -> ExportError:
+    """The error for an ``argument`` (``dynamic_axes``, ``dynamic_shapes``) naming an axis the example input
+    ``value`` does not have."""
+    rank = value.dim()
+    return ExportError(
+        f"{argument} gives input {name!r} axis {axis}, but the example input has {rank} dim(s) (shape "
+        f"{list(value.shape)}): name an axis in 0..{rank - 1}."
+    )
 
 
 def _check_argument_types(
@@ -458,10 +465,7 @@ def _check_axes_in_range(
         rank = value.dim()
         for axis in entry.keys() if isinstance(entry, Mapping) else range(len(entry)):
             if isinstance(axis, int) and not -rank <= axis < rank:
-                raise ExportError(
-                    f"dynamic_shapes gives input {name!r} axis {axis}, but the example input has {rank} dim(s) "
-                    f"(shape {list(value.shape)}): name an axis in 0..{rank - 1}."
-                )
+                raise _axis_beyond("dynamic_shapes", name, axis, value)
 
 
 def _check_dim_bounds(name: str, value: Any, pairs: Iterable[tuple[Any, Any]]) -> None:
