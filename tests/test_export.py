@@ -1124,6 +1124,27 @@ def test_a_data_dependent_size_without_a_rule_asks_for_one_and_no_static_export(
     assert "export it static" not in str(caught.value)
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_one_dim_name_for_inputs_of_two_sizes_is_refused(tmp_path: Path, exporter: str) -> None:
+    """TorchScript wrote both axes as one named dim that the example gives two sizes (verify then ran
+    inputs the file declares equal at different sizes); dynamo refused."""
+
+    class Cat(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.cat([scaled_swish(x), y])
+
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"input 'y' axis 0 and input 'x' axis 0 both 'b', one dim, but the exa"):
+        opbridge.export(
+            Cat(),
+            (torch.randn(2, 4), torch.randn(3, 4)),
+            target,
+            exporter=exporter,
+            dynamic_axes={"x": {0: "b"}, "y": {0: "b"}},
+        )
+    assert not target.exists()
+
+
 def test_negative_dynamic_axes_are_counted_from_the_end_on_torchscript(tmp_path: Path) -> None:
     """A negative axis reached torch's TorchScript exporter, which aborted the process (heap corruption):
     run in a process of its own, both forms of dynamic dims."""

@@ -169,7 +169,6 @@ def _dims_from_axes(
 
     names = _positional_names(model, args, input_names)
     dims: dict[str, Any] = {}
-    sizes: dict[str, tuple[int, str, int]] = {}  # a dim name's example size, and where it was first seen
 
     def entry(name: str, value: Any) -> Any:
         axes = dynamic_axes.get(name)
@@ -179,14 +178,6 @@ def _dims_from_axes(
             axes = {int(a): f"{name}_dim{a}" for a in axes}
         out = {}
         for axis, dim_name in axes.items():
-            size = int(value.shape[int(axis)])
-            seen = sizes.setdefault(str(dim_name), (size, name, int(axis)))
-            if seen[0] != size:
-                raise ExportError(
-                    f"dynamic_axes names input {name!r} axis {axis} and input {seen[1]!r} axis {seen[2]} both "
-                    f"{dim_name!r}, one dim, but the example inputs give them sizes {size} and {seen[0]}: give them "
-                    "names of their own, or example inputs where they are equal."
-                )
             if dim_name not in dims:
                 dims[dim_name] = torch.export.Dim(str(dim_name))
             out[int(axis)] = dims[dim_name]
@@ -222,13 +213,15 @@ def _normalized_axes(
     argument: str = "dynamic_axes",
 ) -> dict[str, Any]:
     """``dynamic_axes`` with each input's negative axis as ``axis % rank`` (torch's TorchScript exporter
-    corrupts its heap on a negative axis); an ExportError naming an axis beyond the input's rank, or a
-    negative axis of an output (whose rank is not known before export)."""
+    corrupts its heap on a negative axis); an ExportError naming an axis beyond the input's rank, a
+    negative axis of an output (whose rank is not known before export), or one dim name given to
+    example inputs' axes of different sizes."""
     import torch
 
     names = _input_names(model, args, kwargs, input_names)
     values = list(args) + [kwargs[k] for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
     ranks = {n: v.dim() for n, v in zip(names, values) if isinstance(v, torch.Tensor)}
+    sizes: dict[str, tuple[int, str, int]] = {}  # a dim name's example size, and where it was first seen
     out: dict[str, Any] = {}
     for name, axes in dynamic_axes.items():
         rank = ranks.get(name)
@@ -245,6 +238,15 @@ def _normalized_axes(
                 raise _axis_beyond(argument, name, axis, values[names.index(name)])
             else:
                 axis %= rank
+                if isinstance(dim_name, str):
+                    size = int(values[names.index(name)].shape[axis])
+                    seen = sizes.setdefault(dim_name, (size, name, axis))
+                    if seen[0] != size:
+                        raise ExportError(
+                            f"{argument} names input {name!r} axis {axis} and input {seen[1]!r} axis {seen[2]} both "
+                            f"{dim_name!r}, one dim, but the example inputs give them sizes {size} and {seen[0]}: "
+                            "give them names of their own, or example inputs where they are equal."
+                        )
             fixed[axis] = dim_name
         out[name] = fixed if isinstance(axes, Mapping) else list(fixed)
     return out
