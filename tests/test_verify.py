@@ -1772,6 +1772,44 @@ def test_unnamed_dynamic_dims_are_varied_too() -> None:
     assert record.exit_code == 1
 
 
+@opbridge.op("tests.verify::PadThreeRows")
+def pad_three_rows(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, 0, 0, 3))
+
+
+@pad_three_rows.register_shape
+def _pad_three_rows_shape(x: torch.Tensor) -> opbridge.TensorInfo:
+    """Wrong on purpose: 2 * rows equals rows + 3 at 3 rows only."""
+    return opbridge.TensorInfo((x.shape[0] * 2, x.shape[1]), x.dtype)
+
+
+class _PadThreeRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return pad_three_rows(x)
+
+
+def test_an_op_contradicting_its_shape_rule_at_the_varied_dims_fails() -> None:
+    """The reference's OpDefinitionError on the set verify varied was a note (blaming the shapes, with
+    --range advice), and verify passed on the export shape alone, where the rule happens to hold."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("PadThreeRows", ["x"], ["y"], domain="tests.verify")],
+        [helper.make_tensor_value_info("x", f32, ["b", 4])],
+        [helper.make_tensor_value_info("y", f32, [None, 4])],
+        "tests.verify",
+    )
+    record = opbridge.verify(model, (_PadThreeRows(), (torch.randn(3, 4),)), backends=["reference"])
+    assert record.shape_sets == [{"x": (3, 4)}, {"x": (4, 4)}]
+    assert record.notes == []
+    assert record.errors == [
+        "set 2 (x:4x4): the PyTorch reference failed: OpDefinitionError: tests.verify::PadThreeRows: the shape rule "
+        "declares output 0 ('output') as [8, 4] torch.float32, but the reference returned [7, 4] torch.float32 for "
+        "these inputs; exports and runtimes follow the rule, so make the two agree (@PadThreeRows.register_shape); "
+        "no backend was compared on it."
+    ]
+    assert [r.status for r in record.runs] == ["pass"] and record.exit_code == 2
+
+
 class _Zeros(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * 0.0
