@@ -1810,6 +1810,54 @@ def test_an_op_contradicting_its_shape_rule_at_the_varied_dims_fails() -> None:
     assert [r.status for r in record.runs] == ["pass"] and record.exit_code == 2
 
 
+@opbridge.op("tests.verify::AddPairs")
+def add_pairs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y.view(y.shape[0], -1, 2).sum(-1)
+
+
+class _AddPairs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return add_pairs(x, y)
+
+
+def _add_pairs_model(out_dims: list[Any]) -> onnx.ModelProto:
+    """x (b, n) and y (b, 2*n), as torch.export writes a derived dim."""
+    f32 = onnx.TensorProto.FLOAT
+    return _model(
+        [helper.make_node("AddPairs", ["x", "y"], ["z"], domain="tests.verify")],
+        [helper.make_tensor_value_info("x", f32, ["b", "n"]), helper.make_tensor_value_info("y", f32, ["b", "2*n"])],
+        [helper.make_tensor_value_info("z", f32, out_dims)],
+        "tests.verify",
+    )
+
+
+def test_dims_written_as_expressions_of_others_follow_them() -> None:
+    """verify read y's '2*n' as a name of its own: the varied set broke the relation (y 7 columns for x's
+    4), the reference refused it and only the export shape was compared; --shape x:3x4 left y at 6."""
+    model = _add_pairs_model(["b", "n"])
+    reference = (_AddPairs(), (torch.randn(2, 3), torch.randn(2, 6)))
+    record = opbridge.verify(model, reference, backends=["reference"])
+    assert record.shape_sets == [{"x": (2, 3), "y": (2, 6)}, {"x": (3, 4), "y": (3, 8)}]
+    assert record.set_origins[1].endswith("the example's dynamic dims varied, b 2->3, n 3->4, 2*n 6->8")
+    assert [r.status for r in record.runs] == ["pass", "pass"] and record.notes == [] and record.exit_code == 0
+    record = opbridge.verify(model, reference, backends=["reference"], shapes=[{"x": (3, 4)}, {"y": (1, 10)}])
+    assert record.shape_sets == [{"x": (3, 4), "y": (3, 8)}, {"x": (1, 5), "y": (1, 10)}]
+    assert record.exit_code == 0
+    with pytest.raises(opbridge.OpbridgeError, match=r"^--shape y:3x7: the model declares a dim of 'y' as '2\*n', "):
+        opbridge.verify(model, reference, backends=["reference"], shapes=[{"x": (3, 4), "y": (3, 7)}])
+
+
+def test_an_output_dim_written_as_an_expression_is_checked() -> None:
+    """An output declared '2*n' was never checked against the output's size (a name no input binds)."""
+    reference = (_AddPairs(), (torch.randn(2, 3), torch.randn(2, 6)))
+    record = opbridge.verify(_add_pairs_model(["b", "2*n"]), reference, backends=["reference"])
+    assert [r.status for r in record.runs] == ["fail", "fail"]
+    reason = record.runs[0].outputs[0].reason
+    assert reason.startswith("the model declares this output as b(=2)x2*n(=6), but it is 2x3 here"), reason
+    record = opbridge.verify(_add_pairs_model(["b", "floor(2*n/2)"]), reference, backends=["reference"])
+    assert record.exit_code == 0, record.table()
+
+
 class _Zeros(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * 0.0

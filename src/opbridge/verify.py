@@ -14,7 +14,9 @@ take the reference's example shape, with every dynamic dim whose ONNX name
 input applies to every input whose dim is called ``batch``; two named inputs
 that give one such dim different sizes are an error). Without shape sets or
 input arrays, the example inputs' shapes are the first set, and (``vary_dims``)
-the same with every dynamic dim one larger the second (an unnamed one each on its own).
+the same with every dynamic dim one larger the second (an unnamed one each on its own; one the
+model writes as an expression of others, ``2*n``, following them). A dim written as such an
+expression is checked against the dims it reads, in a shape set and in the outputs.
 
 Random values: floats from a standard normal, integers in [0, 10), bools at random; ``ranges``
 gives an input its own interval ``[lo, hi)`` (uniform floats, or the whole numbers in it).
@@ -319,6 +321,119 @@ def _whole_dims(name: str, given: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in given)
 
 
+_DIM_CALLS: dict[str, Callable[..., Any]] = {
+    "Min": min,
+    "Max": max,
+    "min": min,
+    "max": max,
+    "floor": math.floor,
+    "ceiling": math.ceil,
+    "FloorDiv": lambda a, b: a // b,
+    "Mod": lambda a, b: a % b,
+}
+
+
+def _dim_expression(text: str) -> Any:
+    """``text`` (a ``dim_param``) parsed, where it is an expression of other dims that torch.export writes
+    (``2*n``, ``n + 1``, ``floor(n/2)``, ``Min(8192, seq)``); None where it is a plain name or no such
+    expression."""
+    import ast
+
+    if text.isidentifier():
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Call, ast.Constant)
+    allowed_ops = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.operator, ast.unaryop)):
+            if not isinstance(node, allowed_ops):
+                return None
+        elif not isinstance(node, allowed):
+            return None
+        elif isinstance(node, ast.Call) and (
+            not isinstance(node.func, ast.Name) or node.func.id not in _DIM_CALLS or node.keywords
+        ):
+            return None
+        elif isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, int)):
+            return None
+    return tree
+
+
+def _dim_names(tree: Any) -> set[str]:
+    """The dims an expression of :func:`_dim_expression` reads."""
+    import ast
+
+    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in calls}
+
+
+def _dim_value(tree: Any, values: Mapping[str, int]) -> int | None:
+    """An expression of :func:`_dim_expression` at ``values``; None where a dim it reads has no value, or
+    its value is no whole number >= 0."""
+    import ast
+    from fractions import Fraction
+
+    binary: dict[type, Callable[[Any, Any], Any]] = {
+        ast.Add: lambda a, b: a + b,
+        ast.Sub: lambda a, b: a - b,
+        ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: Fraction(a) / b,
+        ast.FloorDiv: lambda a, b: a // b,
+        ast.Mod: lambda a, b: a % b,
+        ast.Pow: lambda a, b: a**b if isinstance(b, int) and 0 <= b <= 64 else None,
+    }
+
+    def value(node: Any) -> Any:
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return values.get(node.id)
+        if isinstance(node, ast.UnaryOp):
+            operand = value(node.operand)
+            return None if operand is None else -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.BinOp):
+            left, right = value(node.left), value(node.right)
+            if left is None or right is None or (right == 0 and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod))):
+                return None
+            return binary[type(node.op)](left, right)
+        args = [value(a) for a in node.args]
+        if any(a is None for a in args) or not args:
+            return None
+        return _DIM_CALLS[node.func.id](*args)
+
+    try:
+        result = value(tree)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+    if result is None or result != int(result) or result < 0:
+        return None
+    return int(result)
+
+
+def _solve_dims(pairs: Iterable[tuple[str, int]], values: dict[str, int]) -> None:
+    """Bind in ``values`` the dims that expressions of one unbound dim (``2*n`` of size 8: ``n`` 4) give,
+    from ``pairs`` (a ``dim_param``, its size); an expression with no whole solution binds nothing."""
+    pending = [(tree, size) for text, size in pairs if (tree := _dim_expression(text)) is not None]
+    progress = True
+    while progress:
+        progress = False
+        for tree, size in pending:
+            unknown = _dim_names(tree) - set(values)
+            if len(unknown) != 1:
+                continue
+            (name,) = unknown
+            for guess in range(min(2 * size + 3, 1 << 16)):
+                if _dim_value(tree, {**values, name: guess}) == size:
+                    values[name] = guess
+                    progress = True
+                    break
+
+
 def resolve_shape_sets(
     meta: Sequence[TensorMeta],
     sets: Sequence[ShapeSet] | None,
@@ -365,6 +480,20 @@ def resolve_shape_sets(
                             )
                         bound.setdefault(want, d)
                         bound_by.setdefault(want, name)
+        # dims the model writes as expressions of others (2*n): solved for the dims they read, then checked
+        plain = {k: v for k, v in bound.items() if k.isidentifier()}
+        _solve_dims(bound.items(), plain)
+        for want, d in bound.items():
+            tree = _dim_expression(want)
+            should = None if tree is None else _dim_value(tree, plain)
+            if should is not None and should != d:
+                name = bound_by[want]
+                reads = ", ".join(f"{k} {plain[k]}" for k in sorted(_dim_names(tree)))
+                raise OpbridgeError(
+                    f"{given_as} {name}:{format_shape(tuple(given[name]))}: the model declares a dim of {name!r} as "
+                    f"{want!r}, which is {should} with {reads}; give it {should}, or sizes of the dims it reads "
+                    "that make it this size."
+                )
         full: dict[str, tuple[int, ...]] = {}
         for m in meta:
             if m.name in given:
@@ -382,6 +511,14 @@ def resolve_shape_sets(
                     resolved.append(want)
                 elif isinstance(want, str) and want in bound:
                     resolved.append(bound[want])
+                elif isinstance(want, str) and want in plain:
+                    resolved.append(plain[want])
+                elif (
+                    isinstance(want, str)
+                    and (tree := _dim_expression(want)) is not None
+                    and (size := _dim_value(tree, plain)) is not None
+                ):
+                    resolved.append(size)
                 elif start is not None and axis < len(start):
                     resolved.append(int(start[axis]))
                 else:
@@ -1274,18 +1411,32 @@ def _varied_dims(
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, int]]]:
     """The example's shapes with every dynamic dim one larger (2 where it is 1), and ``{dim: (example
     size, new size)}`` (empty where the model has no dynamic dim). A named dim grows alike in every
-    input; an unnamed one (no ``dim_param``) grows on its own, keyed ``"NAME dim AXIS"``."""
+    input; one the model writes as an expression of others (``2*n``) follows them (``n`` 3 to 4: 6 to
+    8); an unnamed one (no ``dim_param``) grows on its own, keyed ``"NAME dim AXIS"``."""
+
+    def larger(size: int) -> int:
+        return size + 1 if size > 1 else 2
+
+    shaped = [m for m in meta if m.shape is not None and m.name in example and len(example[m.name]) == len(m.shape)]
+    named = [(d, int(n)) for m in shaped for d, n in zip(m.shape, example[m.name]) if isinstance(d, str) and d]  # type: ignore[arg-type]
+    at_example: dict[str, int] = {}
+    for d, n in named:
+        if d.isidentifier():
+            at_example.setdefault(d, n)
+    _solve_dims(named, at_example)  # (a dim only expressions read: 2*n of 6, n 3)
+    at_new = {d: larger(n) for d, n in at_example.items()}
     varied: dict[str, tuple[int, int]] = {}
     grown: dict[str, tuple[int, ...]] = {}
-    for m in meta:
-        if m.shape is None or m.name not in example or len(example[m.name]) != len(m.shape):
-            continue
+    for m in shaped:
         dims = list(example[m.name])
-        for axis, want in enumerate(m.shape):
+        for axis, want in enumerate(m.shape):  # type: ignore[arg-type]
             if isinstance(want, int):
                 continue
             key = want if isinstance(want, str) and want else f"{m.name} dim {axis}"
-            varied.setdefault(key, (dims[axis], dims[axis] + 1 if dims[axis] > 1 else 2))
+            if key not in varied:
+                tree = _dim_expression(key) if key == want else None
+                new = None if tree is None or _dim_value(tree, at_example) != dims[axis] else _dim_value(tree, at_new)
+                varied[key] = (dims[axis], larger(dims[axis]) if new is None else new)
             dims[axis] = varied[key][1]
         if dims != list(example[m.name]):
             grown[m.name] = tuple(dims)
@@ -1391,6 +1542,14 @@ def _bound_declarations(
             for dim, size in zip(m.shape, np.shape(feed[m.name])):
                 if isinstance(dim, str):
                     binding.setdefault(dim, int(size))
+    plain = {k: v for k, v in binding.items() if k.isidentifier()}
+    _solve_dims(binding.items(), plain)
+    for dims in declared.values():  # an output dim written as an expression of the inputs' (2*n, Min(8192, seq))
+        for d in dims:
+            if isinstance(d, str) and d not in binding and (tree := _dim_expression(d)) is not None:
+                size = _dim_value(tree, plain)
+                if size is not None:
+                    binding[d] = size
     out: dict[str, tuple[tuple[int | None, ...], str]] = {}
     for name, dims in declared.items():
         sizes = tuple(d if isinstance(d, int) else binding.get(d) if isinstance(d, str) else None for d in dims)
