@@ -958,6 +958,58 @@ def test_scalar_inputs_pass_verify_on_every_backend(tmp_path: Path, exporter: st
     assert {r.backend for r in record.runs} >= {"onnxruntime", "reference"}
 
 
+@opbridge.op("tests.degenerate::ScaleBy")
+def _scale_by(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return x * s
+
+
+@_scale_by.register_shape
+def _scale_by_shape(x: torch.Tensor, s: torch.Tensor) -> opbridge.TensorInfo:
+    return opbridge.TensorInfo(x.shape, x.dtype)
+
+
+@opbridge.op("tests.degenerate::Total")
+def _total(x: torch.Tensor) -> torch.Tensor:
+    return x.sum()
+
+
+@_total.register_shape
+def _total_shape(x: torch.Tensor) -> opbridge.TensorInfo:
+    return opbridge.TensorInfo((), x.dtype)
+
+
+class _ScaleTotal(torch.nn.Module):
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _scale_by(x, s), _total(x)
+
+
+def test_a_shape_rule_sees_scalar_inputs_and_outputs_as_scalars() -> None:
+    """A 0-d input or output reached the rule's ONNX side with no shape at all (an unknown rank):
+    OpenVINO typed the op's outputs as scalars and verify failed it, blaming the rule; a 0-d output's
+    inferred type had no rank, so a Shape of it came out unknown."""
+    from opbridge.shape import infer_onnx
+
+    (scalar,) = infer_onnx(_total.spec, _total.shape_rule, _total.reference, [helper.make_tensor_type_proto(1, [2, 3])], {})
+    assert scalar.tensor_type.HasField("shape") and len(scalar.tensor_type.shape.dim) == 0
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("ScaleBy", ["x", "s"], ["y"], domain="tests.degenerate"),
+            helper.make_node("Total", ["x"], ["t"], domain="tests.degenerate"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", f32, [2, 3]), helper.make_tensor_value_info("s", f32, [])],
+        [helper.make_tensor_value_info("y", f32, [2, 3]), helper.make_tensor_value_info("t", f32, [])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.degenerate", 1)], ir_version=9
+    )
+    backends = [b for b in ("onnxruntime", "reference", "openvino") if BACKENDS[b].available()]
+    record = opbridge.verify(model, (_ScaleTotal(), (torch.randn(2, 3), torch.tensor(1.5))), backends=backends)
+    assert record.exit_code == 0, record.table()
+    assert {r.backend for r in record.runs} == set(backends)
+
+
 @pytest.mark.skipif(not BACKENDS["openvino"].available(), reason="openvino is not installed")
 def test_openvino_refuses_bfloat16_custom_nodes(tmp_path: Path) -> None:
     """OpenVINO's Python API passes bfloat16 buffers to Python ops as float16: such a node is refused

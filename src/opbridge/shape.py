@@ -544,6 +544,7 @@ def infer_onnx(
             out.append(tp)
             continue
         shape = tp.tensor_type.shape
+        shape.SetInParent()  # (a scalar's shape is set and empty; no shape at all is an unknown rank)
         for d in info.shape:
             dim = shape.dim.add()
             if isinstance(d, SymDim):

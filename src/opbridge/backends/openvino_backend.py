@@ -459,6 +459,7 @@ def _type_proto(etype: Any, pshape: Any) -> Any:
     tp.tensor_type.elem_type = numpy_to_onnx(etype.to_dtype())
     if pshape.rank.is_static:
         shape = tp.tensor_type.shape
+        shape.SetInParent()  # (a scalar's shape is set and empty; no shape at all is an unknown rank)
         for d in pshape:
             dim = shape.dim.add()
             if d.is_static:
