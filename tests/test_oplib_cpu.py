@@ -1468,6 +1468,18 @@ def test_grid_sampler_body_samples_nearest_as_pytorch(pad: int, align: int) -> N
         np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want.numpy())
 
 
+@pytest.mark.parametrize("pad", [0, 1, 2], ids=["zeros", "border", "reflection"])
+def test_grid_sampler_nearest_body_takes_an_empty_batch(pad: int) -> None:
+    """The body reshaped the indices to (N, 1, -1), which ONNX Runtime cannot work out at N = 0: a batch
+    of 0 failed where F.grid_sample returns an empty output."""
+    x, grid = torch.randn(0, 3, 4, 5), torch.rand(0, 2, 6, 2) * 2 - 1
+    want = F.grid_sample(x, grid, mode="nearest", padding_mode=("zeros", "border", "reflection")[pad])
+    feeds = {"x": x.numpy(), "g": grid.numpy()}
+    body = [d.grid_sampler_function(17)]
+    got = _run_ort([_grid_sampler_node(1, pad, 0)], feeds, 17, body, (helper.make_opsetid("mmdeploy", 1),))
+    assert got.shape == tuple(want.shape) == (0, 3, 2, 6) and got.dtype == np.float32
+
+
 def test_onnx_deformconv_matches_reference_but_needs_opset_19() -> None:
     tensors, attrs = dcn_inputs(14, groups=2, deform_groups=2)
     x, off, mask, w, b = (t.numpy() for t in tensors)

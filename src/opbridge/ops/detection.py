@@ -323,9 +323,9 @@ def _nearest_nodes(padding: int, align: int, out: str, p: str) -> list[Any]:
     cols = op("Unsqueeze", [op("Range", [zero_i, c_scalar, one_i], "rc"), const("ax_c", [0], i64)], "rc2")
     planes = op("Add", [op("Mul", [rows, c_scalar], "rnc"), cols], "nc_index")  # (N, C)
     base = op("Unsqueeze", [op("Mul", [planes, plane], "base0"), const("ax_l", [2], i64)], "base")  # (N, C, 1)
-    n1 = op("Concat", [op("Unsqueeze", [n_scalar, const("ax_0", [0], i64)], "n"), const("one_l", [1], i64),
-                       const("m1b", [-1], i64)], "ishape", axis=0)  # fmt: skip
-    index3 = op("Reshape", [index, n1], "idx3")  # (N, 1, L)
+    # (Flatten, not a Reshape to (N, 1, -1): the -1 cannot be worked out where N is 0, and ONNX Runtime
+    # rewrites a shape computed from the grid's into one)
+    index3 = op("Unsqueeze", [op("Flatten", [index], "idx2", axis=1), const("ax_1", [1], i64)], "idx3")  # (N, 1, L)
     flat = op("Reshape", ["input", const("m1", [-1], i64)], "flat")
     picked = op("Gather", [flat, op("Add", [base, index3], "gidx")], "picked", axis=0)  # (N, C, L)
     nc = op("Slice", [shape, const("s0", [0], i64), const("s2", [2], i64)], "nc")
