@@ -266,6 +266,26 @@ def test_cli_npz_missing_input_exit_2(seed_export, tmp_path: Path, capsys) -> No
     assert f"--inputs {npz}: no array named 'image'; it holds ['img']" in err
 
 
+def test_cli_npz_that_does_not_read_exit_2(seed_export, tmp_path: Path, capsys) -> None:
+    """An empty or cut archive, or one of object arrays, ended in a traceback and exit 1 (a mismatch)."""
+    good = tmp_path / "good.npz"
+    np.savez(good, image=np.zeros((1, 1, 4, 4), np.float32))
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "cut.npz").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    np.savez(tmp_path / "objects.npz", image=np.array([{"a": 1}], dtype=object))
+    model = str(seed_export("myselu", "torchscript").path)
+    expected = {
+        "empty.npz": "cannot read it as .npz (not a numpy archive: EOFError)",
+        "cut.npz": "cannot read it as .npz (not a numpy archive: BadZipFile)",
+        "objects.npz": "cannot read its array 'image' (ValueError: Object arrays cannot be loaded when allow_pickle",
+    }
+    for name, message in expected.items():
+        npz = tmp_path / name
+        assert main(["verify", model, "--reference", MYSELU, "--inputs", str(npz), "--backend", "reference", "-q"]) == 2
+        err = capsys.readouterr().err
+        assert f"--inputs {npz}: {message}" in err and "Traceback" not in err
+
+
 def test_cli_model_that_does_not_load_exit_2(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")

@@ -702,9 +702,14 @@ def load_npz(
         where = f"--inputs {source}"
         if not os.path.exists(source):
             raise OpbridgeError(f"{where}: no such file; give the path of an .npz file of the inputs.")
+        import zipfile
+
+        unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile)
         try:
             loaded = np.load(source, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except PermissionError as exc:
+            raise OpbridgeError(f"{where}: cannot read it ({exc.strerror}); fix its permissions.") from None
+        except unreadable as exc:
             raise OpbridgeError(
                 f"{where}: cannot read it as .npz (not a numpy archive: {type(exc).__name__}); save the "
                 "arrays with numpy.savez(path, NAME=array, ...)."
@@ -715,7 +720,15 @@ def load_npz(
                 "numpy.savez(path, NAME=array, ...)."
             )
         with loaded as data:
-            arrays = {k: data[k] for k in data.files}
+            arrays = {}
+            for k in data.files:
+                try:
+                    arrays[k] = data[k]
+                except unreadable as exc:  # a damaged member, or one of Python objects (pickled)
+                    raise OpbridgeError(
+                        f"{where}: cannot read its array {k!r} ({type(exc).__name__}: {_one_line(exc)}); save "
+                        "numeric arrays with numpy.savez(path, NAME=array, ...) (no object arrays)."
+                    ) from None
         missing_fix = "Save one array per input, e.g. numpy.savez(path, %s=...)."
     for m in meta:
         if m.name not in arrays:
