@@ -72,3 +72,17 @@ def test_demo_rejects_unknown_model(tmp_path: Path, capsys) -> None:
     with pytest.raises(opbridge.OpbridgeError, match=r"unknown backend 'onnxruntme'; choose from onnxruntime"):
         run_demo(backends=["onnxruntme"], workdir=kept)
     assert not kept.exists()
+
+
+def test_demo_names_a_keep_folder_it_cannot_use(tmp_path: Path, capsys) -> None:
+    """A --keep folder that cannot be created ended in a traceback (exit 1); an empty one wrote the
+    models into the current folder."""
+    a_file = tmp_path / "file"
+    a_file.write_text("user data")
+    argv = ["demo", "--quick", "--model", "myselu", "--exporter", "torchscript", "--backend", "reference", "-q"]
+    assert main([*argv, "--keep", str(a_file / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the folder {a_file / 'sub'} for --keep: Not a directory" in err and "Traceback" not in err
+    assert main([*argv, "--keep", ""]) == 2
+    assert "--keep is empty; give a folder" in capsys.readouterr().err
+    assert a_file.read_text() == "user data"

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -109,6 +110,8 @@ def run_demo(
     from opbridge.examples.seeds import SEED_MODELS
 
     say = progress or (lambda _m: None)
+    if workdir is not None and not os.fspath(workdir).strip():
+        raise OutputPathError("--keep is empty; give a folder to keep the models in (it is created where missing).")
     by_name = {m.name: m for m in SEED_MODELS}
     chosen = list(models) if models else list(by_name)
     unknown = [m for m in chosen if m not in by_name]
@@ -127,7 +130,14 @@ def run_demo(
         root = Path(workdir) if workdir is not None else Path(tmp)
         if root.exists() and not root.is_dir():
             raise OutputPathError(f"{root} is a file; give --keep a folder (it is created where missing).")
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputPathError(
+                f"cannot create the folder {root} for --keep: {exc.strerror or exc}; give a folder that can be written."
+            ) from None
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise OutputPathError(f"cannot write in {root} (--keep): no permission; give a folder that can be written.")
         for seed in (by_name[m] for m in chosen):
             for exporter in exps:
                 say(f"{seed.name}: exporting with {exporter}")
