@@ -1074,6 +1074,22 @@ def test_profile_dims_beyond_int32_and_engines_over_data_files_are_refused(user_
     with pytest.raises(opbridge.OutputPathError, match="one of the input's own files"):
         build_engine(path, tmp_path / "ext.data")
     assert (tmp_path / "ext.data").read_bytes() == before
+    # a data file cut, missing or out of the model's folder is named as the other commands name it (TensorRT's
+    # parser said "Failed to import initializer: w", exit 1 as for a failed build)
+    (tmp_path / "ext.data").write_bytes(before[:100])
+    with pytest.raises(
+        opbridge.ModelLoadError,
+        match=r"tensor 'w' is kept in .*ext.data, which does not hold it \(16384 bytes at offset 0, 100 there\)",
+    ):
+        build_engine(path, None)
+    (tmp_path / "ext.data").unlink()
+    with pytest.raises(opbridge.ModelLoadError, match="tensor 'w' is kept in .*ext.data, which does not hold it"):
+        build_engine(path, None)
+    proto = onnx.load(path, load_external_data=False)
+    proto.graph.initializer[0].external_data[0].value = "../ext.data"
+    onnx.save(proto, path)
+    with pytest.raises(opbridge.ModelLoadError, match=r"tensor 'w' is kept in '\.\./ext.data', outside the model's"):
+        build_engine(path, None)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -200,7 +200,14 @@ def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> 
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
-        where = os.path.join(base, info.get("location", ""))
+        location = info.get("location", "")
+        if os.path.isabs(location) or os.path.normpath(location).split(os.sep)[0] == os.pardir:
+            raise ModelLoadError(  # (as onnx refuses to read it)
+                f"{path}: tensor {tensor.name!r} is kept in {location!r}, outside the model's folder, where ONNX "
+                f"reads no data file; put the data file beside the model and give its location relative to "
+                f"{base or '.'}, inside that folder (or export the model again)."
+            )
+        where = os.path.join(base, location)
         try:
             available = os.path.getsize(where) - int(info.get("offset", 0))
             size = int(info["length"]) if "length" in info else available

@@ -815,8 +815,9 @@ def _request(model_path: str | os.PathLike[str], ops: Any) -> dict[str, Any]:
         )
     targets = _ops_targets(ops)
     path = Path(model_path)
-    # a missing, foreign or empty file is named as by the other commands (its weights are not read here)
-    load_model(path, caller="TensorRT", external_data=False)
+    # a missing, foreign or empty file is named as by the other commands, and so are data files that are
+    # missing, cut or out of the model's folder (their sizes and places checked; no weight read here)
+    load_model(path, caller="TensorRT", external_data=1)
 
     load_ops(targets)  # a bad target is the caller's usage error: raise it here, not in the child
     return {"model": str(path.resolve()), "ops": targets}
