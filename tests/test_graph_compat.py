@@ -617,6 +617,31 @@ def test_a_default_domain_node_finds_the_plugin_opbridge_registers_under_the_emp
     assert "registers opbridge::MySELU's plugin under namespace '' too" in node.reason
 
 
+def test_a_default_domain_node_is_checked_against_the_op_whose_plugin_it_finds(tmp_path: Path) -> None:
+    """A default-domain MySELU node without the inputs opbridge::MySELU requires built an engine, and compat
+    said it ran through the plugin; the same node in domain opbridge was refused."""
+    model = make_model(
+        [helper.make_node("MySELU", ["x"], ["y"], name="legacy")],
+        [("x", TensorProto.FLOAT, [1, 4])],
+        [("y", TensorProto.FLOAT, [1, 4])],
+    )
+    (node,) = [n for n in check_compat(model, "tensorrt", real=False).nodes if n.node == "legacy"]
+    assert node.verdict == "fail" and "the node gives no 'p', 'c', which the op requires" in node.reason
+    from opbridge.tensorrt import backend_name, build_engine
+
+    if backend_name() is None:
+        pytest.skip("neither tensorrt nor tensorrt_rtx is installed: the build is not tried")
+
+    path = tmp_path / "legacy.onnx"
+    onnx.save(model, path)
+    report = build_engine(path, None)
+    assert not report.ok
+    assert [e[2] for e in report.errors] == [
+        "opbridge: the node gives no 'p', 'c', which opbridge::MySELU requires (it takes x, p, c): re-export the "
+        "model or fix the node."
+    ]
+
+
 # ---------------------------------------------------------------- onnxruntime
 
 

@@ -441,6 +441,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
 
     from opbridge.definition import all_ops, find_op
     from opbridge.graph._model import labelled_nodes
+    from opbridge.legacy_domain import is_standard_op
     from opbridge.onnx_schema import attribute_values
 
     names = {op.spec.name for op in all_ops()}
@@ -467,7 +468,10 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                 )
             )
         versions = opset if fn is None else {**opset, **{o.domain: o.version for o in fn.opset_import}}
-        opdef = find_op(node.domain, node.op_type, versions.get(node.domain, 1)) if node.domain else None
+        if node.domain not in ("", "ai.onnx"):
+            opdef = find_op(node.domain, node.op_type, versions.get(node.domain, 1))
+        else:  # the op whose plugin a default-domain node finds under namespace '' (not an ONNX op's node)
+            opdef = None if is_standard_op(node.op_type) else _default_domain_op(node)
         if opdef is None and node.op_type not in names:
             continue
         for attr in node.attribute:
@@ -601,6 +605,18 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
         shapes = _shapes(model, {name for names in plugin_inputs.values() for name in names})
         set_input_shapes({node: [shapes.get(name) for name in names] for node, names in plugin_inputs.items()})
     return errors, (model.SerializeToString() if tagged and not errors else None), sorted(kernelless)
+
+
+def _default_domain_op(node: Any) -> Any:
+    """The opbridge op whose plugin TensorRT's parser finds for ``node`` of the default domain: the one
+    registered under namespace ``""`` for its op type and ``plugin_version`` (unless the node names
+    another namespace), or None."""
+    from opbridge.graph.compat.tensorrt import empty_namespace_op
+
+    fields = {a.name: a.s.decode("utf-8", "replace") for a in node.attribute if a.name in PARSER_ATTRIBUTES}
+    if fields.get("plugin_namespace", ""):
+        return None
+    return empty_namespace_op(node.op_type, fields.get("plugin_version", "1"))
 
 
 def _clean(message: str) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
+from opbridge.graph.compat._common import NodeContext, _arity_mismatch, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
 
 if TYPE_CHECKING:
@@ -286,15 +286,22 @@ def plugin_lookup(ctx: NodeContext, version: Version) -> tuple[str, str, str]:
     return ctx.op_type, str(plugin_version), str(namespace)
 
 
-def _empty_namespace_plugin(name: str, plugin_version: str) -> str | None:
-    """The opbridge op whose plugin ``register_plugins`` puts under namespace ``""`` for ``name`` and
-    ``plugin_version`` (the first of its name, as opbridge.tensorrt registers them), or None."""
+def empty_namespace_op(name: str, plugin_version: str) -> Any:
+    """The opbridge op (an ``OpDef``) whose plugin ``register_plugins`` puts under namespace ``""`` for
+    ``name`` and ``plugin_version`` (the first of its name, as opbridge.tensorrt registers them), or None:
+    the plugin TensorRT's parser finds for a node of the default domain."""
     from opbridge.definition import all_ops
 
     for opdef in all_ops():
         if opdef.spec.name == name and str(opdef.spec.version) == plugin_version:
-            return opdef.spec.qualname
+            return opdef
     return None
+
+
+def _empty_namespace_plugin(name: str, plugin_version: str) -> str | None:
+    """The qualified name of :func:`empty_namespace_op`'s op, or None."""
+    opdef = empty_namespace_op(name, plugin_version)
+    return None if opdef is None else str(opdef.spec.qualname)
 
 
 def _shadowed(ctx: NodeContext) -> bool:
@@ -328,13 +335,13 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     key = f"creator {name!r} version {pversion!r} namespace {namespace!r}"
     if ctx.custom and ctx.opbridge_op() is not None:
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
-    namesake = _empty_namespace_plugin(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
+    namesake = empty_namespace_op(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
     if namesake is not None and namespace == "":
-        return Hit(
-            "opbridge",
-            f"plugin path: {key}; opbridge.tensorrt registers {namesake}'s plugin under namespace '' too, which "
-            "this node of the default domain finds by its name",
-        )
+        found = f"opbridge.tensorrt registers {namesake.spec.qualname}'s plugin under namespace '' too, which this node "
+        mismatch = _arity_mismatch(ctx.proto, namesake)
+        if mismatch:
+            return Hit("fail", f"plugin path: {key}; {found}finds by its name, but {mismatch}")
+        return Hit("opbridge", f"plugin path: {key}; {found}of the default domain finds by its name")
     why = no_importer or "no importer"
     mismatch = f" ({ctx.opbridge_mismatch()})" if ctx.opbridge_mismatch() else ""
     return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered{mismatch}")
