@@ -448,6 +448,81 @@ def test_ctrl_c_inside_a_kernel_still_interrupts() -> None:
     assert proc.returncode != 0
 
 
+_SIGNAL_STORM = """
+import signal, threading, time, _thread, numpy as np, opbridge
+from onnx import helper, TensorProto as T
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+@opbridge.kernel("Busy", domain="test.storm")
+def busy(x):
+    s = 0
+    for i in range(2000):
+        s += i
+    return x * 2
+
+node = helper.make_node("Busy", ["x"], ["y"], domain="test.storm")
+graph = helper.make_graph(
+    [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [4])], [helper.make_tensor_value_info("y", T.FLOAT, [4])]
+)
+sess = opbridge.InferenceSession(
+    helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.storm", 1)])
+)
+
+class Alarm(Exception):
+    pass
+
+armed = [False]
+
+def on_alarm(signum, frame):
+    if armed[0]:
+        raise Alarm("tick")
+
+signal.signal(signal.SIGALRM, on_alarm)
+stop = [False]
+
+def interrupter():
+    while not stop[0]:
+        time.sleep(0.003)
+        if armed[0]:
+            _thread.interrupt_main()
+
+threading.Thread(target=interrupter, daemon=True).start()
+signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+counts = {"interrupted": 0, "lost": 0}
+start = time.time()
+while time.time() - start < 3:
+    try:
+        try:
+            armed[0] = True
+            sess.run(None, {"x": np.ones(4, np.float32)})
+            armed[0] = False
+        except KeyboardInterrupt:
+            armed[0] = False
+            counts["interrupted"] += 1
+        except Exception as exc:
+            armed[0] = False
+            if "KeyboardInterrupt" in str(exc):
+                counts["lost"] += 1
+    except (KeyboardInterrupt, Alarm):  # (a signal landing in the handling above)
+        armed[0] = False
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+stop[0] = True
+print(counts["interrupted"], counts["lost"])
+"""
+
+
+def test_a_signal_while_a_kernel_is_interrupted_does_not_lose_the_interrupt() -> None:
+    """A signal whose handler raised while the bridge handled a kernel's KeyboardInterrupt (the bridge ran
+    Python code to ask whether it was on the main thread) lost both: run() failed with ONNX Runtime's plain
+    error, "kernel raised KeyboardInterrupt", which ``except Exception`` swallows (about 14 runs a second
+    under this storm of SIGALRM and Ctrl-C)."""
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_STORM], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    interrupted, lost = map(int, proc.stdout.split())
+    assert interrupted > 0 and lost == 0, (interrupted, lost)
+
+
 _HANDLER = """
 import os, signal, numpy as np, opbridge
 from onnx import helper, TensorProto as T
@@ -1443,3 +1518,30 @@ def test_a_result_in_another_outputs_buffer_is_delivered_whole(kernel, kind: str
         np.testing.assert_array_equal(b, x * 2)
     finally:
         _two_out.kernel = None
+
+
+@opbridge.kernel("Ident", domain="test.toobig")
+def _ident(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def test_an_input_numpy_cannot_hold_is_named_with_the_node() -> None:
+    """An empty input whose dims multiply past numpy's limit (0 x 2**32 x 2**32) failed with numpy's bare
+    "array is too big", naming neither the node nor the input; the session stays usable."""
+    nodes = [
+        helper.make_node(
+            "ConstantOfShape", ["shape"], ["z"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0])
+        ),
+        helper.make_node("Ident", ["z"], ["y"], domain="test.toobig", name="wide"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("test.toobig", 1)]
+    sess = InferenceSession(helper.make_model(graph, opset_imports=opsets, ir_version=9))
+    with pytest.raises(Exception, match=r"test.toobig::Ident node 'wide': input 0 cannot be given to the kernel as a "):
+        sess.run(None, {"shape": np.array([0, 2**32, 2**32], np.int64)})
+    assert sess.run(None, {"shape": np.array([0, 3, 4], np.int64)})[0].shape == (0, 3, 4)

@@ -150,7 +150,9 @@ static const char *opb_elem_name(int elem) {
    GIL held, no exception set). */
 static int opb_default_sigint(void) {
     int is_default = 0;
-    PyObject *signal = PyImport_ImportModule("signal");
+    /* (_signal, the built-in module: nothing here runs Python code, where a pending signal's handler would
+       run and its exception be lost) */
+    PyObject *signal = PyImport_ImportModule("_signal");
     PyObject *handler = signal ? PyObject_CallMethod(signal, "getsignal", "i", SIGINT) : NULL;
     PyObject *default_handler = signal ? PyObject_GetAttrString(signal, "default_int_handler") : NULL;
     if (handler != NULL && default_handler != NULL) is_default = handler == default_handler;
@@ -161,19 +163,10 @@ static int opb_default_sigint(void) {
     return is_default;
 }
 
-/* Whether this is the main thread, the one Python delivers signals to (the GIL held; no exception set). */
-static int opb_on_main_thread(void) {
-    int on_main = 0;
-    PyObject *threading = PyImport_ImportModule("threading");
-    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
-    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
-    if (ident && PyLong_Check(ident)) on_main = PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
-    Py_XDECREF(ident);
-    Py_XDECREF(main);
-    Py_XDECREF(threading);
-    PyErr_Clear();
-    return on_main;
-}
+/* Whether this is the main thread of the main interpreter, the one Python delivers signals to (the GIL
+   held). CPython's own test, in C: threading.main_thread() would run Python code, where a second signal's
+   handler may run and raise, and that exception (a second Ctrl-C, say) be lost with the first. */
+static int opb_on_main_thread(void) { return _PyOS_IsMainThread(); }
 
 /* ``s`` (a str) as UTF-8 bytes, a character UTF-8 cannot hold (a lone surrogate, as os.fsdecode makes of
    a file name's undecodable bytes) written as its backslash escape; NULL (no exception set) if that fails. */
@@ -583,8 +576,10 @@ static PyObject *opb_inputs(OpbKernel *k, OrtKernelContext *ctx, char *err, size
             int flags = NPY_ARRAY_C_CONTIGUOUS | (k->writable ? NPY_ARRAY_WRITEABLE : 0);
             arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, data, 0, flags, NULL);
         }
-        if (arr == NULL) {
-            opb_format_exception(err, n);
+        if (arr == NULL) { /* (numpy refused the dims: "array is too big", say) */
+            char exc[1024];
+            opb_format_exception(exc, sizeof exc);
+            snprintf(err, n, "%s: input %zu cannot be given to the kernel as a numpy array: %s", k->label, i, exc);
             Py_DECREF(args);
             return NULL;
         }
@@ -849,7 +844,9 @@ static PyObject *opb_preallocate(OpbKernel *k, OrtKernelContext *ctx, PyObject *
         }
         PyObject *arr = PyArray_New(&PyArray_Type, (int)rank, shape, typenum, NULL, dst, 0, NPY_ARRAY_CARRAY, NULL);
         if (arr == NULL) {
-            opb_format_exception(err, n);
+            char exc[1024];
+            opb_format_exception(exc, sizeof exc);
+            snprintf(err, n, "%s: output %zu cannot be given to the kernel as a numpy array: %s", k->label, i, exc);
             Py_CLEAR(outs);
             break;
         }
