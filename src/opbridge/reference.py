@@ -73,6 +73,7 @@ from opbridge.model_io import (
     walk_nodes,
 )
 from opbridge.shape import result_check
+from opbridge.spec import ONNX_DOMAINS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,7 +86,7 @@ __all__ = ["ReferenceSession", "ValueInfo"]
 
 logger = logging.getLogger(__name__)
 
-_STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
+_STANDARD_DOMAINS = ONNX_DOMAINS
 
 Prefer = Literal["spec", "function"]
 

@@ -28,6 +28,7 @@ from typing import Any
 from opbridge.errors import OpCallError, OpDefinitionError
 
 __all__ = [
+    "ONNX_DOMAINS",
     "AttrSpec",
     "AttrType",
     "InputSpec",
@@ -39,6 +40,11 @@ __all__ = [
 ]
 
 _NO_DEFAULT: Any = object()
+
+#: The domains of ONNX's own ops (onnx's schema registry holds "", "ai.onnx.ml", "ai.onnx.preview" and
+#: "ai.onnx.preview.training"; "ai.onnx" is another name of ""): no custom op may live there, and every
+#: runtime runs its own op of a node there.
+ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
 
 
 class AttrType(enum.Enum):
@@ -275,7 +281,7 @@ def parse_qualname(qualname: str) -> tuple[str, str]:
     domain, name = qualname.split("::")
     if not domain:
         raise OpDefinitionError(f"op name {qualname!r} has an empty domain; write it as 'mydomain::{name}'.")
-    if domain in ("ai.onnx", "onnx", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training", "com.microsoft"):
+    if domain in ONNX_DOMAINS | {"onnx", "ai.onnx.training", "com.microsoft"}:
         owner = "ONNX Runtime's" if domain == "com.microsoft" else "ONNX's"
         raise OpDefinitionError(
             f"op name {qualname!r}: domain {domain!r} is {owner} own (runtimes run their own ops there); choose a "

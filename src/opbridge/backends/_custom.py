@@ -16,6 +16,7 @@ import numpy as np
 
 from opbridge._dtypes import tensor_to_numpy
 from opbridge.errors import KernelResultError, NodeMismatchError, UnknownOpError
+from opbridge.spec import ONNX_DOMAINS
 
 if TYPE_CHECKING:
     import onnx
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+STANDARD_DOMAINS = ONNX_DOMAINS
 
 
 def domain_versions(model: onnx.ModelProto) -> dict[str, int]:

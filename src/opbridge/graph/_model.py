@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from opbridge.model_io import load_model
+from opbridge.spec import ONNX_DOMAINS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +37,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+STANDARD_DOMAINS = ONNX_DOMAINS
 
 #: the external tensors the graph tools read from a model file: shapes, scales and other small
 #: constants; the weights stay in their files

@@ -69,6 +69,7 @@ from opbridge.onnxruntime.bridge import (
     register_ops,
     spec_attributes,
 )
+from opbridge.spec import ONNX_DOMAINS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,7 +96,7 @@ _KERNEL_DOMAIN_PREFIX = "opbridge.kernel."
 _TYPED_DOMAIN_PREFIX = "opbridge.types"
 
 # Domains whose ops ONNX Runtime implements itself.
-_NATIVE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft"})
+_NATIVE_DOMAINS = ONNX_DOMAINS | {"com.microsoft"}
 
 # SessionOptions properties carried over to the copy that receives the bridge.
 _COPIED_OPTIONS = (

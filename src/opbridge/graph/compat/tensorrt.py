@@ -337,7 +337,9 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
     namesake = empty_namespace_op(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
     if namesake is not None and namespace == "":
-        found = f"opbridge.tensorrt registers {namesake.spec.qualname}'s plugin under namespace '' too, which this node "
+        found = (
+            f"opbridge.tensorrt registers {namesake.spec.qualname}'s plugin under namespace '' too, which this node "
+        )
         mismatch = _arity_mismatch(ctx.proto, namesake)
         if mismatch:
             return Hit("fail", f"plugin path: {key}; {found}finds by its name, but {mismatch}")
