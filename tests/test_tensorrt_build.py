@@ -237,6 +237,29 @@ def _single_node_model(path: Path, op_type: str, domain: str, elem: int = Tensor
 SMALL = {"x": ((1, 3, 5), (2, 3, 5), (3, 3, 5))}
 
 
+def test_a_body_node_taking_an_attribute_from_its_call_builds(user_ops_file: Path, tmp_path: Path) -> None:
+    """A node in a function body that takes its attribute by reference (``ref_attr_name``, as a body
+    forwarding its op's attribute does) failed opbridge's check before the parse ("Cannot get value of
+    reference attribute"), where TensorRT's parser imports the body with the call's value."""
+    alpha = helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT)
+    inner = helper.make_node("Blend", ["x", "x"], ["y"], domain="acme_trt")
+    inner.attribute.append(alpha)
+    outer = helper.make_function(
+        "wrap", "Outer", ["x"], ["y"], [inner], [helper.make_opsetid("acme_trt", 1)], attributes=["alpha"]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Outer", ["x"], ["y"], domain="wrap", alpha=0.5, name="outer")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("wrap", 1), helper.make_opsetid("acme_trt", 1)]
+    path = tmp_path / "ref_attr.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=opsets, functions=[outer]), path)
+    report = build_engine(path, None, profiles=SMALL, ops=[str(user_ops_file)])
+    assert report.ok and report.errors == [], report.describe()
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("seed", SEED_MODELS, ids=lambda s: s.name)
 def test_seed_model_builds_with_dynamic_profile(

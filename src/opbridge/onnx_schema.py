@@ -75,11 +75,15 @@ _PROTO_KINDS: dict[AttrType, tuple[int, ...]] = {
 }
 
 
-def attribute_values(spec: OpSpec, node: onnx.NodeProto | None = None, getter: Any = None) -> dict[str, Any]:
+def attribute_values(
+    spec: OpSpec, node: onnx.NodeProto | None = None, getter: Any = None, *, references: bool = False
+) -> dict[str, Any]:
     """Attribute values of an ONNX node as Python values typed by ``spec``.
 
     Missing attributes take their defaults; BOOL comes back as bool, lists as tuples.
-    Pass either a ``node`` or a ``getter(name) -> AttributeProto | None``.
+    Pass either a ``node`` or a ``getter(name) -> AttributeProto | None``. With ``references``, an
+    attribute a function body's node takes from its call (``ref_attr_name``) is checked for its type
+    and left out (its value is the call's).
     """
     import onnx
 
@@ -102,6 +106,8 @@ def attribute_values(spec: OpSpec, node: onnx.NodeProto | None = None, getter: A
                 f"{spec.qualname}: attribute {attr.name!r} is {got} in the node; the op declares it "
                 f"{attr.type.value} (ONNX {want}): re-export the model or fix the attribute's type."
             )
+        if references and proto.ref_attr_name:
+            continue
         value = onnx.helper.get_attribute_value(proto)
         try:
             if attr.type is AttrType.STRING:

@@ -557,7 +557,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                 )
             )
         try:  # each attribute of the type the op declares (a TENSOR or GRAPH one fails in the plugin's creator)
-            attribute_values(spec, node)
+            attribute_values(spec, node, references=fn is not None)  # (a body's node may take one from its call)
         except ValueError as exc:
             errors.append((node.name, node.op_type, f"opbridge: {exc}"))
         if len(inputs) > len(spec.inputs):
