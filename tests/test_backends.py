@@ -801,6 +801,34 @@ def test_a_registered_kernel_gets_none_for_optional_inputs_left_out_at_the_end(b
         np.testing.assert_array_equal(y, x * 2 * (2 if inputs == ["x", "x"] else 1), err_msg=str(inputs))
 
 
+@opbridge.op("tests.backends.named::Triple")
+def _triple_op(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@opbridge.kernel("tests.backends.named::Triple")
+def _triple_by_name(x: np.ndarray) -> np.ndarray:
+    return (x * 3 + 1).astype(x.dtype)  # (told apart from the reference by its + 1)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnxruntime-kernels", "reference", "openvino"])
+def test_an_op_without_a_kernel_runs_the_kernel_registered_by_its_name_everywhere(backend: str) -> None:
+    """An op with no kernel of its own and an @opbridge.kernel of its name: ONNX Runtime ran that kernel,
+    the reference evaluator and OpenVINO the op's reference, so one node gave two answers."""
+    _needs(backend)
+    graph = helper.make_graph(
+        [helper.make_node("Triple", ["x"], ["y"], domain="tests.backends.named")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("tests.backends.named", 1)]
+    x = np.arange(3, dtype=np.float32)
+    with get_backend(backend)(helper.make_model(graph, opset_imports=opsets)) as runner:
+        (y,) = runner.infer({"x": x}).values()
+    np.testing.assert_array_equal(y, x * 3 + 1)
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_openvino_runs_a_model_over_the_protobuf_limit(
     seed_export, monkeypatch: pytest.MonkeyPatch, exporter: str

@@ -909,9 +909,12 @@ class ReferenceSession:
                 self.implementations[domain, op_type] = "function"
                 continue
             opdef = None if (domain, op_type) in self._legacy else find_op(domain, op_type, version)
+            kern = find_kernel(domain, op_type, version)
             if opdef is not None:
                 for node in by_op[domain, op_type]:  # (as ONNX Runtime's bridge refuses them)
                     check_node(opdef, node, f"{opdef.spec.qualname} node {node.name!r}")
+            # (a kernel registered by the op's name runs where the op has none of its own, as in ONNX Runtime)
+            if opdef is not None and (opdef.kernel is not None or kern is None):
                 how = (
                     "numpy kernel"
                     if opdef.kernel_kind == "numpy" and opdef.kernel
@@ -920,7 +923,6 @@ class ReferenceSession:
                 classes.append(_op_class(domain, op_type, _spec_runner(opdef), how, types))
                 self.implementations[domain, op_type] = how
                 continue
-            kern = find_kernel(domain, op_type, version)
             if kern is None and runs_default_domain_kernel(domain, op_type, version, moved):
                 # the default domain's kernel for the model's opset of that domain, as ONNX Runtime's bridge picks
                 kern = find_kernel("", op_type, default_opset)

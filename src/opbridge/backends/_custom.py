@@ -97,7 +97,9 @@ def _attrs_generic(node: onnx.NodeProto) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CustomKernel:
-    """The Python code behind one custom op: an ``OpDef`` or a registered ``KernelDef``."""
+    """The Python code behind one custom op: an ``OpDef`` or a registered ``KernelDef``, or both (an op
+    with no kernel of its own and a kernel registered by its name: that kernel runs, as in ONNX Runtime's
+    bridge, and the op's spec types the node)."""
 
     domain: str
     name: str
@@ -112,10 +114,11 @@ class CustomKernel:
     @property
     def source(self) -> str:
         """What runs: ``"numpy kernel"``, ``"torch kernel"`` or ``"PyTorch reference"``."""
-        if self.opdef is not None:
-            return f"{self.opdef.kernel_kind} kernel" if self.opdef.kernel is not None else "PyTorch reference"
-        assert self.kerneldef is not None
-        return f"{self.kerneldef.kind} kernel"
+        if self.opdef is not None and self.opdef.kernel is not None:
+            return f"{self.opdef.kernel_kind} kernel"
+        if self.kerneldef is not None:
+            return f"{self.kerneldef.kind} kernel"
+        return "PyTorch reference"
 
     def attributes(self, node: onnx.NodeProto, skip: Sequence[str] = ()) -> dict[str, Any]:
         """The node's attribute values as the kernel expects them; a node that does not fit the op
@@ -139,12 +142,12 @@ class CustomKernel:
         """Compute the op on numpy arrays; returns one array per output."""
         if self.opdef is not None and self.opdef.kernel is not None:
             result = _call(self.opdef.kernel, self.opdef.kernel_kind or "numpy", inputs, attrs)
-        elif self.opdef is not None:
-            result = _call(self.opdef.run_reference, "torch", inputs, attrs)
-        else:
-            assert self.kerneldef is not None
+        elif self.kerneldef is not None:
             inputs = self.kerneldef.pad_inputs(inputs, attrs)
             result = _call(self.kerneldef.fn, self.kerneldef.kind, inputs, attrs)
+        else:
+            assert self.opdef is not None
+            result = _call(self.opdef.run_reference, "torch", inputs, attrs)
         if isinstance(result, list) and any(not isinstance(v, (np.ndarray, np.generic)) for v in result):
             # (.tolist(): its rows would be read as outputs)
             kinds = sorted({type(v).__name__ for v in result if not isinstance(v, (np.ndarray, np.generic))})
@@ -190,9 +193,10 @@ def find_custom_kernel(domain: str, name: str, version: int | None) -> CustomKer
     from opbridge.kernels import find_kernel, later_kernel_note
 
     opdef = find_op(domain, name, version) if domain else None
-    if opdef is not None:
-        return CustomKernel(domain, name, opdef.spec.version, opdef=opdef)
     kdef = find_kernel(domain, name, version)
+    if opdef is not None:  # (a kernel registered by its name runs where the op has none of its own)
+        named = kdef if opdef.kernel is None else None
+        return CustomKernel(domain, name, opdef.spec.version, opdef=opdef, kerneldef=named)
     if kdef is not None:
         return CustomKernel(domain, name, kdef.since_version, kerneldef=kdef)
     qual = f"{domain or '<default domain>'}::{name}"
