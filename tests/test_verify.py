@@ -332,6 +332,13 @@ def test_shape_sets_grouping() -> None:
         parse_shape_sets(["1x3x8x8"])
     with pytest.raises(opbridge.OpbridgeError, match="write dims as integers"):
         parse_shape_sets(["x:1xax8"])
+    # a scalar input, written as the tables print its shape (there was no way to give rank 0)
+    assert parse_shape_sets(["x:2x3,s:scalar"]) == [{"x": (2, 3), "s": ()}]
+    meta = [TensorMeta("s", np.dtype(np.float32), ())]
+    with pytest.raises(
+        opbridge.OpbridgeError, match=r"has rank 0 \(scalar\); give 0 dims \(on the command line: --shape s:scalar\)"
+    ):
+        resolve_shape_sets(meta, [{"s": (1,)}])
 
 
 def test_tolerance_parsing() -> None:

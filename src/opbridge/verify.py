@@ -460,7 +460,8 @@ def resolve_shape_sets(
                 if len(dims) != len(m.shape):
                     raise OpbridgeError(
                         f"{given_as} {name}:{format_shape(dims)}: the model's input {name!r} has rank {len(m.shape)} "
-                        f"({format_shape(m.shape)}); give {len(m.shape)} dims."
+                        f"({format_shape(m.shape)}); give {len(m.shape)} dims"
+                        + (f" (on the command line: --shape {name}:scalar)." if not m.shape else ".")
                     )
                 for axis, (d, want) in enumerate(zip(dims, m.shape)):
                     if isinstance(want, int) and d != want:

@@ -22,12 +22,17 @@ def add_ops_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
-    """``"1x3x256x256"`` or ``"1,3,256,256"`` -> ``(1, 3, 256, 256)``."""
+    """``"1x3x256x256"`` or ``"1,3,256,256"`` -> ``(1, 3, 256, 256)``; ``"scalar"`` -> ``()`` (rank 0,
+    as the tables print it)."""
+    if text == "scalar":
+        return ()
     parts = text.replace(",", "x").split("x")
     try:
         dims = tuple(int(p) for p in parts)
     except ValueError:
-        raise OpbridgeError(f"{what} {text!r}: write dims as integers like 1x3x256x256") from None
+        raise OpbridgeError(
+            f"{what} {text!r}: write dims as integers like 1x3x256x256 (a scalar, rank 0: scalar)"
+        ) from None
     if any(d < 0 for d in dims):
         raise OpbridgeError(f"{what} {text!r}: dims must be >= 0")
     return dims
