@@ -902,6 +902,10 @@ def test_run_takes_the_feeds_onnx_runtime_takes() -> None:
     )
     (y,) = opbridge.InferenceSession(add).run(None, {"a": np.array([1], np.float32), "x": np.ones((3, 2), ">f4")})
     np.testing.assert_array_equal(y, np.full((3, 2), 2, np.float32))
+    # a numpy scalar for a scalar input, as ReferenceSession and verify take it (ONNX Runtime raised "Unable to
+    # handle object of type <class 'numpy.float32'>")
+    (y,) = opbridge.InferenceSession(add).run(None, {"a": np.float32(2), "x": np.ones((1, 2), np.float32)})
+    np.testing.assert_array_equal(y, np.full((1, 2), 3, np.float32))
 
 
 @pytest.mark.parametrize("session", ["InferenceSession", "ReferenceSession"])

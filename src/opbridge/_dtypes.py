@@ -117,8 +117,9 @@ def tensor_to_numpy(t: Any) -> np.ndarray:
 
 def feed_arrays(input_feed: Any) -> dict[str, Any]:
     """A session's ``input_feed`` as ``{name: array}``: torch tensors as numpy arrays (on the CPU,
-    detached), arrays of the other byte order in native order (ONNX Runtime reads them as native: wrong
-    values), other values as they are; a ValueError where it is not a mapping."""
+    detached), numpy scalars (``np.float32(1.5)``) as 0-d arrays, arrays of the other byte order in native
+    order (ONNX Runtime reads them as native: wrong values), other values as they are; a ValueError where
+    it is not a mapping."""
     from collections.abc import Mapping
 
     if not isinstance(input_feed, Mapping):
@@ -129,7 +130,10 @@ def feed_arrays(input_feed: Any) -> dict[str, Any]:
     for name, value in out.items():
         if not isinstance(value, np.ndarray) and type(value).__module__.startswith("torch"):
             out[name] = tensor_to_numpy(value)
-        elif isinstance(value, np.ndarray) and not value.dtype.isnative:
+        elif isinstance(value, np.generic):  # (ONNX Runtime takes no numpy scalar: "Unable to handle object")
+            out[name] = np.asarray(value)
+            value = out[name]
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
             out[name] = value.astype(value.dtype.newbyteorder("="))
     return out
 
