@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -494,6 +496,41 @@ def test_corrupt_file_is_a_model_load_error(tmp_path, seed_export) -> None:
         opbridge.ModelLoadError, match="ReferenceSession takes a path, bytes or onnx.ModelProto, got int"
     ):
         ReferenceSession(42)
+
+
+def test_links_that_lead_nowhere_are_named(tmp_path: Path) -> None:
+    """A symbolic link loop was "no such file"; a dangling link did not say it was one."""
+    (tmp_path / "loop.onnx").symlink_to("loop.onnx")
+    with pytest.raises(opbridge.ModelLoadError, match=r"loop.onnx is a symbolic link that cannot be followed \("):
+        ReferenceSession(tmp_path / "loop.onnx")
+    (tmp_path / "dangling.onnx").symlink_to("gone.onnx")
+    with pytest.raises(opbridge.ModelLoadError, match=r"dangling.onnx is a symbolic link to gone.onnx, which does not"):
+        ReferenceSession(tmp_path / "dangling.onnx")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its permissions: nothing is unreadable")
+def test_files_this_process_may_not_read_are_named(tmp_path: Path) -> None:
+    """An unreadable model was "not a valid ONNX model ... truncated or corrupt. Export it again", an
+    unreadable data file "put the model's data files beside it"."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [x],
+        [x],
+        [numpy_helper.from_array(np.ones(4, np.float32), "w")],
+    )
+    graph.output[0].name = "y"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    (tmp_path / "m.data").chmod(0)
+    with pytest.raises(opbridge.ModelLoadError, match=r"m.data, which this process may not read \(permission denied\)"):
+        ReferenceSession(tmp_path / "m.onnx")
+    (tmp_path / "m.onnx").chmod(0)
+    with pytest.raises(opbridge.ModelLoadError, match=r"m.onnx: cannot read it \(Permission denied\); fix its perm"):
+        ReferenceSession(tmp_path / "m.onnx")
 
 
 def test_bad_feeds_are_reported(seed_export) -> None:

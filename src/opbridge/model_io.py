@@ -105,9 +105,27 @@ def load_model(
                 f"{where} is not a regular file (a device or a pipe); give the path of an .onnx model file."
             )
         if not os.path.isfile(where):
+            if os.path.islink(where):
+                try:
+                    os.path.realpath(where, strict=True)
+                except OSError as exc:
+                    if not isinstance(exc, FileNotFoundError):  # (a loop)
+                        raise ModelLoadError(
+                            f"{where} is a symbolic link that cannot be followed ({exc.strerror or exc}); give the "
+                            "path of the model file itself."
+                        ) from None
+                raise ModelLoadError(
+                    f"{where} is a symbolic link to {os.readlink(where)}, which does not exist; give the path of "
+                    "an .onnx model."
+                )
             raise ModelLoadError(f"{where}: no such file; give the path of an .onnx model.")
         try:
             loaded = onnx.load(where, load_external_data=False)
+        except PermissionError as exc:
+            raise ModelLoadError(
+                f"{where}: cannot read it ({exc.strerror}); fix its permissions (chmod u+r) or run as a user who "
+                "may read it."
+            ) from None
         except Exception as exc:
             raise ModelLoadError(
                 f"{where}: not a valid ONNX model ({type(exc).__name__}: {exc}); the file may be truncated "
@@ -174,6 +192,7 @@ def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> 
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             info = {e.key: e.value for e in tensor.external_data}
             where = os.path.join(base, info.get("location", ""))
+            _check_readable(where, tensor.name, path)
             try:  # (without a length, the data runs to the file's end)
                 length = info["length"] if "length" in info else os.path.getsize(where) - int(info.get("offset", 0))
             except (OSError, ValueError):
@@ -187,6 +206,16 @@ def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> 
             f"{exc}). The model file itself is fine: put its data files where it says, beside it (a location "
             f"relative to {base or '.'}, inside that folder)."
         ) from None
+
+
+def _check_readable(where: str, tensor: str, path: str | os.PathLike[str]) -> None:
+    """A :class:`~opbridge.errors.ModelLoadError` where the data file ``where`` exists but this process
+    may not read it (onnx says "kernel rejected path", which reads as a file out of place)."""
+    if os.path.isfile(where) and not os.access(where, os.R_OK):
+        raise ModelLoadError(
+            f"{path}: tensor {tensor!r} is kept in {where}, which this process may not read (permission denied); "
+            "fix its permissions (chmod u+r) or run as a user who may read it."
+        )
 
 
 def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> None:
@@ -208,6 +237,7 @@ def _load_small_external_data(model: onnx.ModelProto, path: str, limit: int) -> 
                 f"{base or '.'}, inside that folder (or export the model again)."
             )
         where = os.path.join(base, location)
+        _check_readable(where, tensor.name, path)
         try:
             available = os.path.getsize(where) - int(info.get("offset", 0))
             size = int(info["length"]) if "length" in info else available
