@@ -294,3 +294,33 @@ def test_a_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> Non
     )
     assert done.returncode == 143, done.stderr.decode(errors="replace")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["legacy.onnx"]
+
+
+def test_a_file_name_that_is_not_utf8_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model named by bytes that are not UTF-8 (Python holds them as surrogates, which onnx's checker,
+    ONNX Runtime and the JSON writer refused): lint called the valid model invalid, compat's plain session
+    failed, verify --json ended in a traceback, and trt-build's child parser died."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 3])  # noqa: E731
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [value("x")], [value("y")])
+    raw = os.fsencode(tmp_path) + b"/m\xff.onnx"
+    with open(raw, "wb") as fh:
+        fh.write(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    path = os.fsdecode(raw)
+    assert main(["lint", path]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
+    assert main(["compat", path, "--target", "onnxruntime"]) == 0
+    assert "real backend: ok" in capsys.readouterr().out
+    factory = tmp_path / "relu.py"
+    factory.write_text("import torch\n\ndef build():\n    return torch.nn.ReLU(), (torch.randn(2, 3),)\n")
+    record = tmp_path / "record.json"
+    argv = ["verify", path, "--reference", f"{factory}:build", "--backend", "onnxruntime", "--json", str(record)]
+    assert main([*argv, "-q"]) == 0
+    assert json.loads(record.read_text())["model"] == path
+    pytest.importorskip("tensorrt_rtx", reason="tensorrt_rtx is not installed: trt-build is not tried")
+    assert main(["trt-build", path, "-o", str(tmp_path / "m.engine")]) == 2
+    assert (
+        "the path holds bytes that are not UTF-8 text, which TensorRT's parser cannot open" in capsys.readouterr().err
+    )

@@ -32,8 +32,10 @@ __all__ = [
     "check_domain_imports",
     "elem_types",
     "external_files",
+    "has_external_data",
     "infer_and_check_as_files",
     "load_model",
+    "native_path",
     "on_files",
     "read_external_data",
     "refuse_unread_external_data",
@@ -139,6 +141,27 @@ def load_model(
         raise ModelLoadError(f"{caller} takes a path, bytes or onnx.ModelProto, got {type(model).__name__}.")
     _check_structure(loaded, where, fix)
     return loaded
+
+
+def native_path(path: str | os.PathLike[str] | None) -> str | None:
+    """``path`` as the C++ libraries (onnx's checker, ONNX Runtime, TensorRT's parser) take a path: UTF-8
+    text; None where its file name holds bytes that are not (``os.fsdecode`` makes surrogates of them, which
+    those libraries refuse), or where ``path`` is None."""
+    if path is None:
+        return None
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return text
+
+
+def has_external_data(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` keeps a tensor in an external data file (read from beside the model's file)."""
+    import onnx
+
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _all_tensors(model))
 
 
 def refuse_unread_external_data(model: onnx.ModelProto, caller: str) -> None:

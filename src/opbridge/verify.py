@@ -289,7 +289,11 @@ def write_json_atomic(
     from opbridge._files import write_atomic
 
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    return write_atomic(path, lambda fh: fh.write(text.encode("utf-8")), protected=protected)
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:  # (a path whose bytes are not UTF-8 text: written as JSON escapes)
+        encoded = (json.dumps(data, indent=2) + "\n").encode("ascii")
+    return write_atomic(path, lambda fh: fh.write(encoded), protected=protected)
 
 
 def _num(v: float | None) -> str:

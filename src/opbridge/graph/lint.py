@@ -175,7 +175,11 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
 
     import opbridge
 
+    from opbridge.model_io import has_external_data, native_path
+
     opbridge.register_onnx_schemas()
+    if path is not None and native_path(path) is None and not has_external_data(model):
+        path = None  # (a file name that is not UTF-8, which the checker cannot open: the model in memory)
     message = _checker_message(lambda: onnx.checker.check_model(path if path is not None else model, full_check=True))
     if _UNSHAPED in message:
         message = _message_past_unshaped(model)

@@ -831,6 +831,13 @@ def _request(model_path: str | os.PathLike[str], ops: Any) -> dict[str, Any]:
         )
     targets = _ops_targets(ops)
     path = Path(model_path)
+    from opbridge.model_io import native_path
+
+    if native_path(path.resolve()) is None:
+        raise OpbridgeError(
+            f"{os.fspath(model_path)!r}: the path holds bytes that are not UTF-8 text, which TensorRT's parser "
+            "cannot open; rename the file (or its folder)."
+        )
     # a missing, foreign or empty file is named as by the other commands, and so are data files that are
     # missing, cut or out of the model's folder (their sizes and places checked; no weight read here)
     load_model(path, caller="TensorRT", external_data=1)

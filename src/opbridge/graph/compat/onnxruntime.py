@@ -116,6 +116,15 @@ def _session_error(model: onnx.ModelProto, path: str | None) -> str | None:
     be serialized in one piece, and ONNX Runtime reads its external data from beside the file)."""
     import onnxruntime as ort
 
+    from opbridge.model_io import has_external_data, native_path
+
+    if path is not None and native_path(path) is None:  # (a file name that is not UTF-8 text)
+        if has_external_data(model):
+            return (
+                f"{path!r}: the file name holds bytes that are not UTF-8 text, which ONNX Runtime cannot open, and "
+                "its external data is read from beside it: rename the file"
+            )
+        path = None
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
