@@ -339,6 +339,45 @@ def test_replace_op_checks_the_opbridge_signature() -> None:
     assert "the node gives no ['p', 'c'] input(s), which opbridge::MySELU requires" in report.outcomes[0].reason
 
 
+def test_replace_op_names_the_nodes_inside_function_bodies_it_leaves() -> None:
+    """Nodes of the op inside a model-local function's body were passed over without a word ("no node of
+    type ... in the graph", where inspect lists them)."""
+    inner = helper.make_node("OldSwish", ["x"], ["y"], domain="legacy", name="in_body", beta=1.0)
+    body = helper.make_function("wrap", "Outer", ["x"], ["y"], [inner], [helper.make_opsetid("legacy", 1)])
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("wrap", 1), helper.make_opsetid("legacy", 1)]
+    only_body = helper.make_model(
+        helper.make_graph([helper.make_node("Outer", ["x"], ["y"], domain="wrap")], "g", [value("x")], [value("y")]),
+        opset_imports=opsets,
+        functions=[body],
+    )
+    options = {"map": ["legacy::OldSwish=test.rewrite::NewSwish"]}
+    report = rewrite_model(only_body, ["replace-op"], options)
+    assert not report.changed
+    assert report.outcomes[0].reason == (
+        "no node of type legacy::OldSwish in the graph: the 1 node(s) of that type sit in the bodies of model-local "
+        "functions (wrap::Outer), which replace-op does not enter; export the model without function bodies "
+        "(functions=False, --no-functions) to rewrite them"
+    )
+    both = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("Outer", ["x"], ["t"], domain="wrap"),
+                helper.make_node("OldSwish", ["t"], ["y"], domain="legacy", name="in_graph"),
+            ],
+            "g",
+            [value("x")],
+            [value("y")],
+        ),
+        opset_imports=opsets,
+        functions=[body],
+    )
+    report = rewrite_model(both, ["replace-op"], options)
+    assert report.changed
+    assert [(o.node, o.applied) for o in report.outcomes] == [("in_graph", True), ("in_body", False)]
+    assert report.outcomes[1].reason == "sits in the body of function wrap::Outer, which replace-op does not enter"
+
+
 def test_replace_op_negative_and_bad_options() -> None:
     report = rewrite_model(custom_node_model(), ["replace-op"], {"map": ["Sigmoid=acme::Fast"]})
     assert not report.changed and report.outcomes[0].reason == "no node of type Sigmoid in the graph"

@@ -128,6 +128,7 @@ class IRRule(RewriteRule):
                 outcomes.append(self.outcome(label, False, result.reason))
                 continue
             outcomes.append(self.outcome(label, True, self.rewrite(irm, node, result, options)))
+        outcomes += [self.outcome(label, False, reason) for label, reason in getattr(self, "left_out", [])]
         if not any(o.applied for o in outcomes):
             return model, outcomes
         _remove_unread(irm.graph, read)

@@ -664,10 +664,29 @@ class ReplaceOp(IRRule):
         self._version(options)  # (a bad version is refused whether or not a node matches)
         self.looking_for = "node of type " + " or ".join(f"{d + '::' if d else ''}{n}" for d, n, _, _ in maps)
         found = [n for n in every_node(graph) if self._target(n, maps) is not None]
+        # nodes of the op inside model-local function bodies, which this rule does not enter: named, not skipped
+        # silently
+        in_bodies = [
+            (node, f"{fn.domain}::{fn.name}")
+            for fn in self.model.functions.values()
+            for node in every_node(fn.graph)
+            if self._target(node, maps) is not None
+        ]
+        self.left_out = [
+            (node.name or node.op_type, f"sits in the body of function {fn}, which replace-op does not enter")
+            for node, fn in in_bodies
+        ]
         targets = {(d, n) for _, _, d, n in maps}
         there = sorted({f"{n.domain}::{n.op_type}" for n in every_node(graph) if (n.domain, n.op_type) in targets})
         self.none_found = ""
-        if not found and there:  # (the map's target is there already: "no node of type Foo" read as a lie)
+        if not found and self.left_out:
+            self.none_found = (
+                f"no {self.looking_for} in the graph: the {len(in_bodies)} node(s) of that type sit in the bodies of "
+                f"model-local functions ({', '.join(sorted({fn for _, fn in in_bodies}))}), which replace-op does not "
+                "enter; export the model "
+                "without function bodies (functions=False, --no-functions) to rewrite them"
+            )
+        elif not found and there:  # (the map's target is there already: "no node of type Foo" read as a lie)
             self.none_found = (
                 f"no {self.looking_for} to move in the graph: its nodes of that name are {', '.join(there)} already, "
                 "which replace-op leaves as they are (--rename renames the attributes of the nodes a map moves)"
