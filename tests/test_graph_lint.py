@@ -186,6 +186,26 @@ def test_tracer_warning_without_a_resize_is_kept() -> None:
     assert "traced-python-value" not in codes(custom_node_model())
 
 
+@opbridge.op("test.lint::OnlyLater", version=2)
+def _only_later(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def test_an_op_defined_only_at_a_later_version_is_said_so() -> None:
+    """A node of an op this process defines only at a later version than the model imports was reported as
+    an op with no definition, with "load the op's definition with --ops" (it was loaded); the sessions'
+    error asked for @opbridge.op too."""
+    note = (
+        "test.lint::OnlyLater is defined here at version 2 only, but the model imports test.lint at opset 1: "
+        "export the model again with this definition"
+    )
+    model = custom_node_model("OnlyLater", "test.lint")
+    (finding,) = [f for f in lint_model(model) if f.code == "unknown-custom-op"]
+    assert finding.message.startswith(note) and finding.hint.startswith("export the model again")
+    with pytest.raises(opbridge.UnknownOpError, match=re.escape(note)):
+        opbridge.ReferenceSession(model)
+
+
 def test_kernel_and_op_cover_custom_nodes() -> None:
     assert "unknown-custom-op" in codes(custom_node_model("LintCovered", "test.lint"))
 

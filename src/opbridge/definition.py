@@ -1457,6 +1457,23 @@ def find_op(domain: str, name: str, version: int | None = None) -> OpDef | None:
     return max(candidates, key=lambda d: d.spec.version, default=None)
 
 
+def later_op_note(domain: str, name: str, version: int) -> str | None:
+    """Why no op ``domain::name`` serves opset ``version`` when this process defines it only at later
+    versions (None when it defines none, or one serves it)."""
+    if domain in _BUILTIN_DOMAINS:
+        _ensure_builtins()
+    with _LOCK:
+        versions = sorted(v for (dom, n, v) in _OPS if dom == domain and n == name)
+    if not versions or versions[0] <= version:
+        return None
+    shown = ", ".join(map(str, versions))
+    return (
+        f"{domain}::{name} is defined here at version {shown} only, but the model imports {domain} at opset "
+        f"{version}: export the model again with this definition (its opset import follows the op's version), or "
+        f'define version {version} too (@opbridge.op("{domain}::{name}", version={version})).'
+    )
+
+
 def all_ops() -> list[OpDef]:
     """Every op defined in this process (built-ins included), sorted by qualified name and version."""
     _ensure_builtins()

@@ -82,11 +82,20 @@ def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: in
     for domain, op_type, version, name in nodes:
         by_op.setdefault((domain, op_type, version), []).append(name or "<unnamed>")
         count += 1
+    from opbridge.definition import later_op_note
+    from opbridge.kernels import later_kernel_note
+
     lines = [f"the model has {count} custom node(s) that opbridge has no kernel for:"]
     for (domain, op_type, version), names in by_op.items():
         shown = ", ".join(repr(n) for n in names[:limit])
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
         lines.append(f"  - {domain or '<default>'}::{op_type} (opset {version}), node(s) {shown}{more}")
+        # (defined or registered here, but only for later versions: "define it" would mislead)
+        later = (later_op_note(domain, op_type, version) if domain else None) or later_kernel_note(
+            domain, op_type, version
+        )
+        if later is not None:
+            lines.append(f"    {later}")
     domain, op_type, _ = next(iter(by_op))
     if domain == "":  # a node of ONNX's default domain
         lines.append(default_domain_hint(op_type))

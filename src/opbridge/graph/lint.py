@@ -493,10 +493,26 @@ def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     findings = []
     functions = function_keys(model)
     opset = opset_version(model, "")
-    for path, name, node, _ in labelled_nodes(model):
+    for path, name, node, fn in labelled_nodes(model):
         if node.domain in ("", "ai.onnx") or not is_custom_node(node, opset):
             continue
         if _coverage(model, node, functions) is None:
+            from opbridge.definition import later_op_note
+
+            imports = {o.domain: o.version for o in model.opset_import}
+            imports.update({o.domain: o.version for o in (fn.opset_import if fn is not None else ())})
+            later = later_op_note(node.domain, node.op_type, imports.get(node.domain, 1))
+            if later is not None:  # (the op is defined, at another version: "load its definition" would mislead)
+                findings.append(
+                    Finding(
+                        "warning",
+                        "unknown-custom-op",
+                        path + name,
+                        later,
+                        "export the model again, or define the op at the model's version",
+                    )
+                )
+                continue
             findings.append(
                 Finding(
                     "warning",
