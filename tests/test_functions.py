@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import EXPORTERS, SEED_IDS, SEED_TOLERANCE, SHAPE_IDS, seed_by_name
+from conftest import EXPORTERS, SEED_IDS, SEED_TOLERANCE, SHAPE_IDS, run_script, seed_by_name
 from conftest import seed_case as shared_seed_case
 from onnx import TensorProto, helper
 from onnxscript import opset18 as op
@@ -939,6 +941,65 @@ def test_body_reading_an_omitted_optional_input_is_refused_at_export(tmp_path, e
             return scale_add(x, alpha=0.5)
 
     target = tmp_path / "omitted.onnx"
-    with pytest.raises(opbridge.ExportError, match=r"not once its function bodies are inlined.*optional input"):
+    with pytest.raises(
+        opbridge.ExportError,
+        match=r"not once the function body of tests.fn.optional::ScaleAdd is inlined.*optional input",
+    ):
         opbridge.export(Model(), (torch.ones(2, 3),), target, exporter=exporter)
     assert not target.exists()
+
+
+@opbridge.op("tests.fn.optional::SumAdd", shape=lambda x, b=None: opbridge.TensorInfo(x.shape, x.dtype))
+def sum_add(x: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    return x + b if b is not None else x
+
+
+@sum_add.register_function
+def _sum_add_body(spec, opset):  # type: ignore[no-untyped-def]
+    return make_body(spec, [helper.make_node("Sum", ["x", "b"], ["output"])], opset)  # reads b whether given or not
+
+
+def test_a_body_giving_a_variadic_op_an_omitted_input_is_refused_at_export(tmp_path: Path) -> None:
+    """onnx's checker takes Sum(x, "") once inlined (an empty name in a variadic input), and ONNX Runtime
+    ended the process on it (a segmentation fault, in verify too)."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return sum_add(x)
+
+    target = tmp_path / "sum.onnx"
+    with pytest.raises(
+        opbridge.ExportError, match=r"function body of tests.fn.optional::SumAdd is inlined, as ONNX Run"
+    ):
+        opbridge.export(Model(), (torch.ones(2, 3),), target, exporter="torchscript")
+    assert not target.exists()
+
+
+def test_a_session_refuses_a_node_that_leaves_out_an_input_that_is_not_optional(tmp_path: Path) -> None:
+    """A model with Sum(x, "") (the checker passes it) ended the process in ONNX Runtime: opbridge's session
+    refuses it by name, in the graph and once a body is inlined (run in a process of its own)."""
+    out = run_script(
+        tmp_path,
+        """
+        import opbridge
+        from onnx import TensorProto, helper
+
+        value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+        plain = helper.make_graph([helper.make_node("Sum", ["x", ""], ["y"], name="s")], "g", [value("x")], [value("y")])
+        body = helper.make_function("acme", "Add2", ["a", "b"], ["c"], [helper.make_node("Sum", ["a", "b"], ["c"])],
+                                    [helper.make_opsetid("", 18)])
+        call = helper.make_graph([helper.make_node("Add2", ["x", ""], ["y"], domain="acme")], "g", [value("x")], [value("y")])
+        opsets = [helper.make_opsetid("", 18), helper.make_opsetid("acme", 1)]
+        models = [helper.make_model(plain, opset_imports=opsets)]
+        models.append(helper.make_model(call, opset_imports=opsets, functions=[body]))
+        for model in models:
+            try:
+                opbridge.InferenceSession(model)
+            except opbridge.ModelLoadError as exc:
+                print(str(exc).split(";")[0])
+        """,
+    )
+    assert out.splitlines()[:2] == [
+        "InferenceSession: Sum node 's' leaves out its input 1 (data_0), which is not optional",
+        "InferenceSession: Sum node leaves out its input 1 (data_0), which is not optional",
+    ]

@@ -41,7 +41,7 @@ import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1265,15 +1265,33 @@ def _check_inlined(model: onnx.ModelProto) -> None:
     import onnx
     import onnx.inliner
 
-    try:
-        inlined = onnx.inliner.inline_local_functions(model)
+    from opbridge.model_io import omitted_required_inputs
+
+    def checked(inline: Callable[[], onnx.ModelProto]) -> None:
+        inlined = inline()
         onnx.checker.check_model(inlined, full_check=True)
+        omitted = omitted_required_inputs(inlined)  # (the checker passes them; ONNX Runtime crashes on some)
+        if omitted:
+            raise ValueError(f"{omitted[0]} (an optional input of the op that a call leaves out)")
+
+    try:
+        checked(lambda: onnx.inliner.inline_local_functions(model))
     except Exception as exc:
         message = " ".join(str(exc).split())
+        bodies = []  # the bodies that fail inlined on their own: where the fault is
+        for function in model.functions:
+            key = (function.domain, function.name)
+            try:
+                checked(lambda key=key: onnx.inliner.inline_selected_functions(model, [key]))  # type: ignore[misc]
+            except Exception:
+                bodies.append(f"{key[0]}::{key[1]}")
+        which = f"the function body of {', '.join(bodies)}" if bodies else "its function bodies"
         raise ExportError(
-            f"the exported model is valid as written, but not once its function bodies are inlined, as ONNX "
-            f"Runtime runs them: {message}. A body must work for every call of its op: one that reads an "
-            "optional input must handle its absence (an op called without it needs a body that does not read it)."
+            f"the exported model is valid as written, but not once {which} {'is' if len(bodies) == 1 else 'are'} "
+            f"inlined, as ONNX Runtime runs them: {message}. A body must work for every call of its op: for the "
+            "dtypes its calls give it (cast inside the body, or call the op with the dtypes the body takes), and "
+            "for optional inputs a call leaves out (a body that reads one must handle its absence); or export "
+            "without function bodies (functions=False, --no-functions) and let the op's kernel run it."
         ) from exc
 
 

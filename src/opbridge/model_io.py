@@ -36,6 +36,7 @@ __all__ = [
     "infer_and_check_as_files",
     "load_model",
     "native_path",
+    "omitted_required_inputs",
     "on_files",
     "read_external_data",
     "refuse_unread_external_data",
@@ -356,6 +357,33 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from walk_nodes(g.node)
+
+
+def omitted_required_inputs(model: onnx.ModelProto) -> list[str]:
+    """The nodes of ONNX ops in ``model``'s graph and subgraphs (not in function bodies: inline them first)
+    that leave out (name "") an input their schema does not make optional, in words. onnx's checker passes
+    them; ONNX Runtime crashes on some (``Sum``, ``Max`` or ``Mean`` of an input left out)."""
+    import onnx
+
+    imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    found = []
+    for node in walk_nodes(model.graph.node):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if "" not in node.input or domain not in ("", "ai.onnx.ml"):
+            continue
+        try:
+            params = onnx.defs.get_schema(node.op_type, imports.get(domain, 1), domain).inputs
+        except onnx.defs.SchemaError:
+            continue
+        for index, name in enumerate(node.input):
+            if not name and params and params[min(index, len(params) - 1)].option != optional:
+                param = params[min(index, len(params) - 1)].name
+                named = f" {node.name!r}" if node.name else ""
+                found.append(
+                    f"{node.op_type} node{named} leaves out its input {index} ({param}), which is not optional"
+                )
+    return found
 
 
 def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:

@@ -142,6 +142,28 @@ def _pending_signals() -> None:
     KeyboardInterrupt a kernel's Ctrl-C left pending) at this point."""
 
 
+def _refuse_omitted_inputs(model: onnx.ModelProto) -> None:
+    """A ModelLoadError where an ONNX op's node, in the graph or once the function bodies are inlined,
+    leaves out an input that is not optional: the checker passes it, and ONNX Runtime crashes on some
+    (``Sum`` of an input left out ends the process)."""
+    import onnx.inliner
+
+    from opbridge.model_io import omitted_required_inputs, strip_tensors
+
+    checked = model
+    if model.functions:  # (a body reading an optional input that a call leaves out: inlined, it reads "")
+        light, _ = strip_tensors(model, 1024)  # (the graph without the weights' bytes)
+        checked = onnx.inliner.inline_local_functions(light)
+    omitted = omitted_required_inputs(checked)
+    if omitted:
+        more = f" (and {len(omitted) - 1} more)" if len(omitted) > 1 else ""
+        raise ModelLoadError(
+            f"InferenceSession: {omitted[0]}{more}; ONNX Runtime may crash on such a node. Give the input, or, "
+            "where the node is in an op's function body, make the body handle a call that leaves the op's "
+            "optional input out (or run the op's kernel: bodies='never')."
+        )
+
+
 def _functions_need_bridge(model: onnx.ModelProto) -> bool:
     """Whether a model-local function's body (its If/Loop/Scan bodies too) holds a custom node no function
     covers, which the bridge serves only once the functions are inlined."""
@@ -342,6 +364,7 @@ class InferenceSession:
         self.kernels: dict[str, NodeKernel] = {}
         self._untyped: list[str] = []
         bound = self._plan(model)
+        _refuse_omitted_inputs(model)
         self.model = model
         made = callable(sess_options)
         options = _made_options(sess_options) if made else sess_options
