@@ -950,3 +950,47 @@ def test_bfloat16_inputs_are_refused_with_the_way_out() -> None:
         sess.run(None, {"x": x})
     with pytest.raises(InputError, match=r"input 'x' is bfloat16, which ONNX Runtime's Python API takes no"):
         sess.run(None, {"x": x.astype(ml_dtypes.bfloat16)})
+
+
+@opbridge.op("tests.session.nested::Inner")
+def _nested_inner(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@opbridge.op("tests.session.nested::Outer")
+def _nested_outer(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+@_nested_outer.register_kernel
+def _nested_outer_kernel(x: np.ndarray) -> np.ndarray:
+    return x * 2 + 1
+
+
+def test_an_op_whose_body_calls_another_custom_op_still_runs_its_kernel() -> None:
+    """A body calling another custom op made the session inline every body before it chose kernels: the
+    outer op's kernel never ran, under bodies='auto' or 'never' (the body here is wrong on purpose: + 5)."""
+    domain = "tests.session.nested"
+    body = helper.make_function(
+        domain,
+        "Outer",
+        ["x"],
+        ["output"],
+        [
+            helper.make_node("Inner", ["x"], ["t"], domain=domain),
+            helper.make_node("Constant", [], ["c"], value_float=5.0),
+            helper.make_node("Add", ["t", "c"], ["output"]),
+        ],
+        [helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)],
+    )
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [3])  # noqa: E731
+    graph = helper.make_graph([helper.make_node("Outer", ["x"], ["y"], domain=domain)], "g", [value("x")], [value("y")])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)], functions=[body]
+    )
+    x = np.ones(3, np.float32)
+    for bodies, want in (("never", 3.0), ("always", 7.0)):
+        session = opbridge.InferenceSession(model, bodies=bodies)
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.full(3, want, np.float32), err_msg=bodies)
+    session = opbridge.InferenceSession(model, bodies="never")
+    assert [(k.op_type, k.path) for k in session.kernels.values()] == [("Outer", "kernel")]

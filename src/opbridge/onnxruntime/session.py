@@ -360,6 +360,9 @@ class InferenceSession:
         if _functions_need_bridge(model):
             import onnx.inliner
 
+            # (the nodes that run their op's kernel instead of its body leave the body's domain first: inlined,
+            # they would run the body)
+            self._keep_kernels(model)
             model = onnx.inliner.inline_local_functions(model)
         self.kernels: dict[str, NodeKernel] = {}
         self._untyped: list[str] = []
@@ -468,7 +471,10 @@ class InferenceSession:
             lookup = "" if legacy else node.domain
             # (the default domain's kernel for the model's opset of that domain)
             version = default_opset if legacy else opset.get(node.domain, 1)
-            if (node.domain, node.op_type) in local:
+            if node.domain.startswith(_KERNEL_DOMAIN_PREFIX):  # (moved by _keep_kernels, before inlining)
+                lookup = node.domain.removeprefix(_KERNEL_DOMAIN_PREFIX)
+                version = opset.get(lookup, 1)
+            elif (node.domain, node.op_type) in local:
                 if not self._kernel_instead_of_body(node, version):
                     self.kernels[node.name] = NodeKernel(
                         node.name, node.domain, node.op_type, version, "function", None
@@ -505,6 +511,19 @@ class InferenceSession:
             if domain not in opset:
                 model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
         return bound
+
+    def _keep_kernels(self, model: onnx.ModelProto) -> None:
+        """Move each node (of the graph or a function body) whose op has a body in the model but runs
+        opbridge's kernel here into a domain of its own, so that inlining the bodies leaves it a node."""
+        local = {(f.domain, f.name) for f in model.functions}
+        opset = {o.domain: o.version for o in model.opset_import}
+        holders: list[tuple[Any, dict[str, int]]] = [(model.graph.node, opset)]
+        holders += [(f.node, {**opset, **{o.domain: o.version for o in f.opset_import}}) for f in model.functions]
+        for nodes, versions in holders:
+            for node in walk_nodes(nodes):
+                key = (node.domain, node.op_type)
+                if key in local and self._kernel_instead_of_body(node, versions.get(node.domain, 1)):
+                    node.domain = _KERNEL_DOMAIN_PREFIX + node.domain
 
     def _kernel_instead_of_body(self, node: onnx.NodeProto, version: int) -> bool:
         """Whether ``node``, whose op has a body in the model, runs opbridge's kernel instead."""
