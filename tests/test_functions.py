@@ -683,6 +683,41 @@ def test_user_onnxscript_body(tmp_path, exporter: str) -> None:
     np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], expected, rtol=1e-5, atol=1e-6)
 
 
+@script()
+def _swish_part(x, beta: float):
+    return op.Mul(x, op.Sigmoid(op.Mul(x, op.CastLike(beta, x))))
+
+
+@script()
+def _swish_plus_one_body(x, beta: float = 1.0):
+    return op.Add(_swish_part(x, beta=beta), op.CastLike(1.0, x))
+
+
+@opbridge.op("tests.functions::SwishPlusOne")
+def swish_plus_one(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    return x * torch.sigmoid(beta * x) + 1
+
+
+swish_plus_one.register_function(_swish_plus_one_body)
+
+
+def test_an_onnxscript_body_calling_another_script_function(tmp_path: Path) -> None:
+    """onnxscript writes the call of another @script function as a node of its own domain ("this"), whose
+    body to_function_proto leaves out: the model called a function it did not hold, and no runtime ran it
+    (export warned of an unknown custom op this::_swish_part). The callee is inlined into the body."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return swish_plus_one(x, beta=1.5)
+
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
+    result = opbridge.export(Model(), (x,), tmp_path / "nested.onnx", exporter="torchscript", input_names=["x"])
+    (fn,) = result.model.functions
+    assert {n.domain for n in fn.node} == {""} and {o.domain for o in fn.opset_import} == {""}
+    got = ort_session(str(result.path)).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(got, Model()(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
 @opbridge.op("tests.functions::Scale")
 def scale(x: torch.Tensor, factor: float, offset: float = 0.25, names: list[str] = []) -> torch.Tensor:  # noqa: B006
     """x * factor + offset (``factor`` has no default)."""

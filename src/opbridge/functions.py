@@ -441,6 +441,40 @@ def _check_dataflow(fn: onnx.FunctionProto, qualname: str) -> None:
         )
 
 
+def _script_callees_inlined(builder: Any, proto: onnx.FunctionProto) -> onnx.FunctionProto:
+    """``proto`` (an onnxscript function's) with the other ``@script`` functions it calls inlined: onnxscript
+    writes those calls as nodes of its own domain (``this::helper``), whose bodies ``to_function_proto``
+    leaves out, so the exported model would call functions it does not hold."""
+    import onnx
+    import onnx.inliner
+    from onnx import helper
+
+    try:
+        callees = list(builder.to_model_proto().functions)
+    except Exception:  # (onnxscript cannot make a model of it: the body as it is, checked at export)
+        return proto
+    called = {(n.domain, n.op_type) for n in proto.node}
+    if not any((f.domain, f.name) in called for f in callees):
+        return proto
+    untyped = [helper.make_value_info(name, onnx.TypeProto()) for name in proto.input]
+    graph = helper.make_graph(
+        list(proto.node), proto.name, untyped, [helper.make_value_info(n, onnx.TypeProto()) for n in proto.output]
+    )
+    imports = {o.domain: o.version for f in [proto, *callees] for o in f.opset_import}
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()], functions=callees
+    )
+    inlined = onnx.inliner.inline_local_functions(model)
+    out = onnx.FunctionProto()
+    out.CopyFrom(proto)
+    del out.node[:]
+    out.node.extend(inlined.graph.node)
+    used = {n.domain for n in out.node}
+    del out.opset_import[:]
+    out.opset_import.extend(helper.make_opsetid(d, v) for d, v in imports.items() if d in used or d == "")
+    return out
+
+
 def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto | None:
     """The FunctionProto of ``opdef``'s registered body, named after its domain and op type.
 
@@ -466,7 +500,7 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
         return None
     spec: OpSpec = opdef.spec
     if hasattr(builder, "to_function_proto"):
-        proto = builder.to_function_proto()
+        proto = _script_callees_inlined(builder, builder.to_function_proto())
     elif _wants_opset(builder):
         proto = builder(spec, opset=opset if opset is not None else DEFAULT_BODY_OPSET)
     else:
