@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -994,3 +995,52 @@ def test_an_op_whose_body_calls_another_custom_op_still_runs_its_kernel() -> Non
         np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.full(3, want, np.float32), err_msg=bodies)
     session = opbridge.InferenceSession(model, bodies="never")
     assert [(k.op_type, k.path) for k in session.kernels.values()] == [("Outer", "kernel")]
+
+
+@opbridge.op("tests.session.pred::Pick")
+def _pick(x: torch.Tensor, mode: str = "a") -> torch.Tensor:
+    return x * 2
+
+
+_pick.register_kernel(lambda x, mode="a": x * 2)
+
+
+@_pick.register_function(prefer_kernel=lambda attrs: attrs["mdoe"] == "b")  # (misspelt on purpose)
+def _pick_body(spec, opset):  # type: ignore[no-untyped-def]
+    from opbridge.functions import make_body
+
+    return make_body(spec, [helper.make_node("Add", ["x", "x"], ["output"])], opset)
+
+
+@opbridge.kernel("tests.session.byname::Twice")
+def _twice_by_name(x: np.ndarray) -> np.ndarray:
+    return x * 2 + 100  # (told apart from the body's x * 2)
+
+
+def _one_call_with_body(domain: str, op_type: str, body_nodes: list, **attrs: Any) -> onnx.ModelProto:
+    """x -> domain::op_type -> y, the op's body (x -> output) in the model."""
+    body = helper.make_function(domain, op_type, ["x"], ["output"], body_nodes, [helper.make_opsetid("", 17)])
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [3])  # noqa: E731
+    node = helper.make_node(op_type, ["x"], ["y"], domain=domain, **attrs)
+    graph = helper.make_graph([node], "g", [value("x")], [value("y")])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[body])
+
+
+def test_a_prefer_kernel_rule_that_raises_is_named() -> None:
+    """A prefer_kernel rule that raised (a misspelt attribute) reached the user as a bare KeyError."""
+    model = _one_call_with_body(
+        "tests.session.pred", "Pick", [helper.make_node("Add", ["x", "x"], ["output"])], mode="b"
+    )
+    with pytest.raises(opbridge.OpDefinitionError, match=r"tests.session.pred::Pick: the prefer_kernel rule of its f"):
+        opbridge.InferenceSession(model)
+    assert opbridge.InferenceSession(model, bodies="always").run(None, {"x": np.ones(3, np.float32)})[0][0] == 2
+
+
+def test_bodies_never_runs_a_kernel_registered_by_name() -> None:
+    """With bodies='never' a node whose op has a body in the model and only an @opbridge.kernel (no
+    @opbridge.op) ran the body, where the reference evaluator ran the kernel."""
+    model = _one_call_with_body("tests.session.byname", "Twice", [helper.make_node("Add", ["x", "x"], ["output"])])
+    x = np.ones(3, np.float32)
+    assert opbridge.InferenceSession(model, bodies="never").run(None, {"x": x})[0].tolist() == [102.0] * 3
+    assert opbridge.InferenceSession(model, bodies="always").run(None, {"x": x})[0].tolist() == [2.0] * 3

@@ -1210,3 +1210,32 @@ def test_the_default_domain_spelt_ai_onnx_runs() -> None:
     onnx.checker.check_model(model, full_check=True)
     (y,) = ReferenceSession(model).run(None, {"x": np.array([-1.0, 2.0], np.float32)})
     np.testing.assert_array_equal(y, [0.0, -2.0])
+
+
+def test_a_kernel_registered_after_the_session_runs_in_later_sessions_only() -> None:
+    """ReferenceSession read the op's kernel at every run: one registered after the session was made ran
+    there, unchecked (its result check was made when there was none) and under the old name in
+    ``implementations``; ONNX Runtime's session keeps what it bound."""
+    from onnx import TensorProto, helper
+
+    @opbridge.op("tests.reference.late::Negate")
+    def negate(x: torch.Tensor) -> torch.Tensor:
+        return -x
+
+    graph = helper.make_graph(
+        [helper.make_node("Negate", ["x"], ["y"], domain="tests.reference.late")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("tests.reference.late", 1)]
+    )
+    x = np.ones((2, 3), np.float32)
+    session = ReferenceSession(model)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], -x)
+    negate.register_kernel(lambda x: (x * -1000).reshape(-1))  # (a wrong shape too)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], -x)
+    assert session.implementations == {("tests.reference.late", "Negate"): "PyTorch reference"}
+    with pytest.raises(opbridge.KernelResultError, match=r"has shape \(6,\), but the op's reference gives"):
+        ReferenceSession(model).run(None, {"x": x})

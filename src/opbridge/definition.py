@@ -631,7 +631,16 @@ class OpDef(Generic[P, R]):
         """Whether ONNX Runtime should run this op's kernel instead of its body for a node with
         attribute values ``attrs`` (see :meth:`register_function`)."""
         rule = self.function_prefers_kernel
-        return bool(rule(attrs)) if callable(rule) else bool(rule)
+        if not callable(rule):
+            return bool(rule)
+        try:
+            return bool(rule(attrs))
+        except Exception as exc:
+            raise OpDefinitionError(
+                f"{self.spec.qualname}: the prefer_kernel rule of its function body raised {type(exc).__name__}: "
+                f"{exc} for the node's attributes {dict(attrs)}; it is called with the attribute values by name "
+                f"({[a.name for a in self.spec.attributes]}): fix the rule (register_function(prefer_kernel=...))."
+            ) from exc
 
     @overload
     def register_gpu_kernel(self, fn: F, *, dtypes: str | Sequence[str] = ...) -> F: ...

@@ -251,26 +251,24 @@ def _unchanged(label: str, tensors: Sequence[Any], versions: Sequence[int | None
 
 
 def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
-    """Run a node with the op's numpy kernel, torch kernel or PyTorch reference."""
+    """Run a node with the op's numpy kernel, torch kernel or PyTorch reference, as the op has them when
+    the session is made (a kernel registered later runs in later sessions, as in ONNX Runtime's)."""
 
     checks: dict[tuple[str, str], Any] = {}  # result checks per node and attribute values
+    kernel, kind = opdef.kernel, opdef.kernel_kind
 
     def run(node: onnx.NodeProto, inputs: Sequence[Any], linked: Mapping[str, Any]) -> tuple[Any, ...]:
         attrs = _spec_attributes(opdef, node, linked)
         args = list(inputs) + [None] * (len(opdef.spec.inputs) - len(inputs))
-        if opdef.kernel is not None and opdef.kernel_kind == "numpy":
-            results = _to_numpy(opdef.kernel(*args, **attrs))
+        if kernel is not None and kind == "numpy":
+            results = _to_numpy(kernel(*args, **attrs))
         else:
             import torch
 
             tensors = _to_torch(args)
             versions = [_version(t) for t in tensors]
             with torch.no_grad():
-                found = (
-                    opdef.kernel(*tensors, **attrs)
-                    if opdef.kernel is not None
-                    else opdef.run_reference(*tensors, **attrs)
-                )
+                found = kernel(*tensors, **attrs) if kernel is not None else opdef.run_reference(*tensors, **attrs)
             _unchanged(f"{opdef.spec.qualname} node {node.name!r}", tensors, versions)
             results = _to_numpy(found)
         results = _own(results, args)
@@ -280,7 +278,7 @@ def _spec_runner(opdef: OpDef) -> Callable[..., tuple[Any, ...]]:
             if len(checks) >= 256:
                 checks.clear()
             label = f"{opdef.spec.qualname} node {node.name!r}"
-            check = checks[key] = result_check(opdef, attrs, label, derive=opdef.kernel is not None)
+            check = checks[key] = result_check(opdef, attrs, label, derive=kernel is not None)
         if check is not None:
             check(tuple(args), results)
         return results
