@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -1038,3 +1039,51 @@ def test_a_session_refuses_a_node_that_leaves_out_an_input_that_is_not_optional(
         "InferenceSession: Sum node 's' leaves out its input 1 (data_0), which is not optional",
         "InferenceSession: Sum node leaves out its input 1 (data_0), which is not optional",
     ]
+
+
+@opbridge.op("tests.fn.bad::StrayAttr")
+def _stray_attr(x: torch.Tensor) -> torch.Tensor:
+    return x * x
+
+
+@_stray_attr.register_function
+def _stray_attr_body(spec, opset):  # type: ignore[no-untyped-def]
+    return make_body(spec, [helper.make_node("Mul", ["x", "x"], ["output"], foo=1)], opset)  # Mul has no foo
+
+
+@opbridge.op("tests.fn.bad::BuilderBug")
+def _builder_bug(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@_builder_bug.register_function
+def _builder_bug_body(spec, opset):  # type: ignore[no-untyped-def]
+    raise RuntimeError("a bug in the builder")
+
+
+@pytest.mark.parametrize(
+    ("op", "error", "message"),
+    [
+        (
+            _stray_attr,
+            opbridge.ExportError,
+            r"fails onnx.checker \(full_check\) in the function body of tests.fn.bad::Stray",
+        ),
+        (
+            _builder_bug,
+            opbridge.OpDefinitionError,
+            r"tests.fn.bad::BuilderBug: its function body's builder '_builder_b",
+        ),
+    ],
+    ids=["checker", "builder"],
+)
+def test_a_faulty_body_is_named_by_its_op(tmp_path: Path, op: Any, error: type, message: str) -> None:
+    """The checker's error on a body ("Unrecognized attribute: foo for operator Mul") did not say whose body
+    it was; a builder that raised reached the user as its bare exception."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return op(x)
+
+    with pytest.raises(error, match=message):
+        opbridge.export(Model(), (torch.ones(2),), tmp_path / "bad.onnx", exporter="torchscript")

@@ -1217,6 +1217,21 @@ def _called_ops(model: onnx.ModelProto) -> list[OpDef]:
     return list(found.values())
 
 
+def _bodies_failing(model: onnx.ModelProto, message: str) -> list[str]:
+    """The model-local functions whose own check fails with ``message`` (the model's checker error), by
+    ``domain::name``: the op whose body is at fault."""
+    import onnx
+
+    found = []
+    for function in model.functions:
+        try:
+            onnx.checker.check_function(function)
+        except Exception as exc:
+            if str(exc).strip() and str(exc).strip() in message:
+                found.append(f"{function.domain}::{function.name}")
+    return found
+
+
 def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, check: bool = True) -> onnx.ModelProto:
     """Run opbridge's post-export steps on a model: opset imports (each custom domain at the version
     of ``ops``, the ops the model called; by default those its nodes name), shape inference, full check."""
@@ -1239,7 +1254,9 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
         try:
             onnx.checker.check_model(inferred, full_check=True)
         except Exception as exc:
-            raise ExportError(f"the exported model fails onnx.checker (full_check): {exc}") from exc
+            bodies = _bodies_failing(inferred, str(exc))
+            where = f" in the function body of {', '.join(bodies)}" if bodies else ""
+            raise ExportError(f"the exported model fails onnx.checker (full_check){where}: {exc}") from exc
         if inferred.functions:
             _check_inlined(inferred)
     return inferred

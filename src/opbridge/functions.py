@@ -50,7 +50,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opbridge.errors import OpDefinitionError
+from opbridge.errors import OpbridgeError, OpDefinitionError
 from opbridge.model_io import walk_nodes
 
 if TYPE_CHECKING:
@@ -499,12 +499,20 @@ def function_proto(opdef: OpDef, opset: int | None = None) -> onnx.FunctionProto
     if builder is None:
         return None
     spec: OpSpec = opdef.spec
-    if hasattr(builder, "to_function_proto"):
-        proto = _script_callees_inlined(builder, builder.to_function_proto())
-    elif _wants_opset(builder):
-        proto = builder(spec, opset=opset if opset is not None else DEFAULT_BODY_OPSET)
-    else:
-        proto = builder(spec)
+    try:
+        if hasattr(builder, "to_function_proto"):
+            proto = _script_callees_inlined(builder, builder.to_function_proto())
+        elif _wants_opset(builder):
+            proto = builder(spec, opset=opset if opset is not None else DEFAULT_BODY_OPSET)
+        else:
+            proto = builder(spec)
+    except OpbridgeError:
+        raise
+    except Exception as exc:  # the user's builder
+        raise OpDefinitionError(
+            f"{spec.qualname}: its function body's builder {getattr(builder, '__name__', builder)!r} raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     if proto is None:
         # The builder has no body for this opset (e.g. the ONNX op it needs is newer):
         # the node then runs through the op's kernel.
