@@ -1017,7 +1017,9 @@ def test_a_shape_rule_sees_scalar_inputs_and_outputs_as_scalars() -> None:
     inferred type had no rank, so a Shape of it came out unknown."""
     from opbridge.shape import infer_onnx
 
-    (scalar,) = infer_onnx(_total.spec, _total.shape_rule, _total.reference, [helper.make_tensor_type_proto(1, [2, 3])], {})
+    (scalar,) = infer_onnx(
+        _total.spec, _total.shape_rule, _total.reference, [helper.make_tensor_type_proto(1, [2, 3])], {}
+    )
     assert scalar.tensor_type.HasField("shape") and len(scalar.tensor_type.shape.dim) == 0
     f32 = TensorProto.FLOAT
     graph = helper.make_graph(

@@ -1036,8 +1036,8 @@ def test_a_session_refuses_a_node_that_leaves_out_an_input_that_is_not_optional(
         """,
     )
     assert out.splitlines()[:2] == [
-        "InferenceSession: Sum node 's' leaves out its input 1 (data_0), which is not optional",
-        "InferenceSession: Sum node leaves out its input 1 (data_0), which is not optional",
+        "InferenceSession: Sum node 's' leaves out its input 1, one of its variadic 'data_0', which cannot be left out",
+        "InferenceSession: Sum node leaves out its input 1, one of its variadic 'data_0', which cannot be left out",
     ]
 
 

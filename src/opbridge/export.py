@@ -1282,12 +1282,12 @@ def _check_inlined(model: onnx.ModelProto) -> None:
     import onnx
     import onnx.inliner
 
-    from opbridge.model_io import omitted_required_inputs
+    from opbridge.model_io import omitted_variadic_inputs
 
     def checked(inline: Callable[[], onnx.ModelProto]) -> None:
         inlined = inline()
         onnx.checker.check_model(inlined, full_check=True)
-        omitted = omitted_required_inputs(inlined)  # (the checker passes them; ONNX Runtime crashes on some)
+        omitted = omitted_variadic_inputs(inlined)  # (the checker passes them; ONNX Runtime crashes on some)
         if omitted:
             raise ValueError(f"{omitted[0]} (an optional input of the op that a call leaves out)")
 

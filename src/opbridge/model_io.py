@@ -36,7 +36,7 @@ __all__ = [
     "infer_and_check_as_files",
     "load_model",
     "native_path",
-    "omitted_required_inputs",
+    "omitted_variadic_inputs",
     "on_files",
     "read_external_data",
     "refuse_unread_external_data",
@@ -359,14 +359,15 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
                     yield from walk_nodes(g.node)
 
 
-def omitted_required_inputs(model: onnx.ModelProto) -> list[str]:
+def omitted_variadic_inputs(model: onnx.ModelProto) -> list[str]:
     """The nodes of ONNX ops in ``model``'s graph and subgraphs (not in function bodies: inline them first)
-    that leave out (name "") an input their schema does not make optional, in words. onnx's checker passes
-    them; ONNX Runtime crashes on some (``Sum``, ``Max`` or ``Mean`` of an input left out)."""
+    that leave out (name "") one of the inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``),
+    in words. onnx's checker passes them, and ONNX Runtime crashes on some (``Sum`` of an input left out
+    ends the process)."""
     import onnx
 
     imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
     found = []
     for node in walk_nodes(model.graph.node):
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -377,11 +378,11 @@ def omitted_required_inputs(model: onnx.ModelProto) -> list[str]:
         except onnx.defs.SchemaError:
             continue
         for index, name in enumerate(node.input):
-            if not name and params and params[min(index, len(params) - 1)].option != optional:
-                param = params[min(index, len(params) - 1)].name
+            if not name and params and index >= len(params) - 1 and params[-1].option == variadic:
                 named = f" {node.name!r}" if node.name else ""
                 found.append(
-                    f"{node.op_type} node{named} leaves out its input {index} ({param}), which is not optional"
+                    f"{node.op_type} node{named} leaves out its input {index}, one of its variadic "
+                    f"{params[-1].name!r}, which cannot be left out"
                 )
     return found
 

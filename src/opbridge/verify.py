@@ -1320,9 +1320,8 @@ def verify(
                 _range_hint(meta, value_ranges, floats=floats_too) if i >= len(given_arrays) and not definition else ""
             )
             where = f"set {i + 1} ({record.set_label(i)})"
-            if (
-                varied and i == len(feeds) - 1 and not definition
-            ):  # a set the caller did not ask for: said, not an error
+            # (a set the caller did not ask for: said, not an error)
+            if varied and i == len(feeds) - 1 and not definition:
                 # the reference failed on the example's shapes too: the random values are at fault, not the dims
                 values_at_fault = i > 0 and isinstance(expected[i - 1], str)
                 record.notes.append(
