@@ -300,7 +300,6 @@ def test_a_file_name_that_is_not_utf8_text(tmp_path: Path, capsys: pytest.Captur
     """A model named by bytes that are not UTF-8 (Python holds them as surrogates, which onnx's checker,
     ONNX Runtime and the JSON writer refused): lint called the valid model invalid, compat's plain session
     failed, verify --json ended in a traceback, and trt-build's child parser died."""
-    import onnx
     from onnx import TensorProto, helper
 
     value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 3])  # noqa: E731

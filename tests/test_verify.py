@@ -7,6 +7,7 @@ import json
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx

@@ -174,7 +174,6 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
     import onnx
 
     import opbridge
-
     from opbridge.model_io import has_external_data, native_path
 
     opbridge.register_onnx_schemas()
