@@ -101,6 +101,14 @@ def _swish_call(function_opset: int) -> onnx.ModelProto:
 
 
 # (code, severity, triggering model, clean model)
+def _sum_of(*inputs: str) -> onnx.ModelProto:
+    return make_model(
+        [helper.make_node("Sum", list(inputs), ["y"], name="sum")],
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2])],
+    )
+
+
 CASES = [
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
     ("domain-without-opset", "error", lambda: custom_node_model(with_import=False), lambda: custom_node_model()),
@@ -130,6 +138,7 @@ CASES = [
     ),
     ("trt-tensor-attr-dtype", "warning", _int64_tensor_attr, _float_tensor_attr),
     ("duplicate-node-name", "error", lambda: _named_twice("twin"), lambda: _named_twice("")),
+    ("omitted-variadic-input", "error", lambda: _sum_of("x", ""), lambda: _sum_of("x", "x")),
     ("opset-too-new", "error", lambda: _relu(_NEWEST + 1), lambda: _relu(_NEWEST)),
     ("function-opset-mismatch", "error", lambda: _swish_call(OPSET - 1), lambda: _swish_call(OPSET)),
 ]
@@ -540,3 +549,29 @@ def test_an_initializer_of_an_unknown_data_type_is_an_error() -> None:
     (finding,) = lint_model(model)
     assert (finding.severity, finding.code, finding.node) == ("error", "invalid-model", "u")
     assert "has data type 999, which ONNX does not define" in finding.message
+
+
+def test_a_variadic_input_left_out_is_an_error() -> None:
+    """Sum(x, "") passes onnx.checker and ends ONNX Runtime's process: lint said nothing, in the graph or
+    in a function body that reads an optional input a call leaves out."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    plain = helper.make_graph([helper.make_node("Sum", ["x", ""], ["y"], name="s")], "g", [value("x")], [value("y")])
+    body = helper.make_function(
+        "acme", "Add2", ["a", "b"], ["c"], [helper.make_node("Sum", ["a", "b"], ["c"])], [helper.make_opsetid("", 18)]
+    )
+    call = helper.make_graph(
+        [helper.make_node("Add2", ["x", ""], ["y"], domain="acme")], "g", [value("x")], [value("y")]
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("acme", 1)]
+    for model, message in [
+        (
+            helper.make_model(plain, opset_imports=opsets[:1]),
+            "Sum node 's' leaves out its input 1, one of its variadic",
+        ),
+        (
+            helper.make_model(call, opset_imports=opsets, functions=[body]),
+            "Sum node leaves out its input 1, one of its variadic 'data_0', which cannot be left out (once the function",
+        ),
+    ]:
+        (finding,) = [f for f in lint_model(model) if f.code == "omitted-variadic-input"]
+        assert finding.severity == "error" and finding.message.startswith(message), finding.message

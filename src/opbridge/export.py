@@ -1289,7 +1289,7 @@ def _check_inlined(model: onnx.ModelProto) -> None:
         onnx.checker.check_model(inlined, full_check=True)
         omitted = omitted_variadic_inputs(inlined)  # (the checker passes them; ONNX Runtime crashes on some)
         if omitted:
-            raise ValueError(f"{omitted[0]} (an optional input of the op that a call leaves out)")
+            raise ValueError(f"{omitted[0][1]} (an optional input of the op that a call leaves out)")
 
     try:
         checked(lambda: onnx.inliner.inline_local_functions(model))

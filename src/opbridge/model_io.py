@@ -359,16 +359,16 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
                     yield from walk_nodes(g.node)
 
 
-def omitted_variadic_inputs(model: onnx.ModelProto) -> list[str]:
+def omitted_variadic_inputs(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """The nodes of ONNX ops in ``model``'s graph and subgraphs (not in function bodies: inline them first)
     that leave out (name "") one of the inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``),
-    in words. onnx's checker passes them, and ONNX Runtime crashes on some (``Sum`` of an input left out
-    ends the process)."""
+    as (the node's name or op type, what it leaves out in words). onnx's checker passes them, and ONNX
+    Runtime crashes on some (``Sum`` of an input left out ends the process)."""
     import onnx
 
     imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
-    found = []
+    found: list[tuple[str, str]] = []
     for node in walk_nodes(model.graph.node):
         domain = "" if node.domain == "ai.onnx" else node.domain
         if "" not in node.input or domain not in ("", "ai.onnx.ml"):
@@ -381,8 +381,11 @@ def omitted_variadic_inputs(model: onnx.ModelProto) -> list[str]:
             if not name and params and index >= len(params) - 1 and params[-1].option == variadic:
                 named = f" {node.name!r}" if node.name else ""
                 found.append(
-                    f"{node.op_type} node{named} leaves out its input {index}, one of its variadic "
-                    f"{params[-1].name!r}, which cannot be left out"
+                    (
+                        node.name or node.op_type,
+                        f"{node.op_type} node{named} leaves out its input {index}, one of its variadic "
+                        f"{params[-1].name!r}, which cannot be left out",
+                    )
                 )
     return found
 

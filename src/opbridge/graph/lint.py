@@ -7,6 +7,10 @@ the node it concerns, a message and a fix hint. The codes:
 * ``domain-without-opset`` (error): a node's domain has no opset import.
 * ``duplicate-node-name`` (error): two nodes of one graph share a name; ONNX Runtime refuses
   the model (the checker does not look at node names).
+* ``omitted-variadic-input`` (error): a node leaves out (name ``""``) one of a variadic list's
+  inputs (``Sum(x, "")``), in the graph or once the function bodies are inlined (a body reading
+  an optional input that a call leaves out); the checker passes it, and ONNX Runtime crashes on
+  some.
 * ``opset-too-new`` (error): the model imports an ONNX opset newer than the installed onnx
   knows; runtimes refuse it.
 * ``unknown-custom-op`` (warning): a custom node with no ONNX schema (nor an ONNX Runtime
@@ -74,6 +78,7 @@ LINT_CODES: dict[str, str] = {
     "domain-without-opset": "a node's domain has no opset import",
     "function-opset-mismatch": "a model-local function imports another ONNX opset than the model",
     "duplicate-node-name": "two nodes of one graph share a name",
+    "omitted-variadic-input": "a node leaves out one of a variadic list's inputs",
     "opset-too-new": "an ONNX opset newer than the installed onnx knows",
     "unknown-custom-op": "a custom node with no schema, function body, opbridge op or kernel",
     "frozen-resize-scale": "Resize scales/sizes frozen to constants at export",
@@ -488,6 +493,31 @@ def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
     ]
 
 
+def _check_omitted_inputs(model: onnx.ModelProto) -> list[Finding]:
+    """``omitted-variadic-input``: ``Sum(x, "")`` and the like, in the graph or once the bodies are inlined."""
+    import onnx.inliner
+
+    from opbridge.model_io import omitted_variadic_inputs, strip_tensors
+
+    checked = model
+    if model.functions:
+        try:
+            checked = onnx.inliner.inline_local_functions(strip_tensors(model, 1024)[0])
+        except Exception:  # (a model the inliner refuses: invalid-model names it)
+            checked = model
+    return [
+        Finding(
+            "error",
+            "omitted-variadic-input",
+            label,
+            f"{found}{' (once the function bodies are inlined)' if checked is not model else ''}; onnx.checker "
+            "passes it, and ONNX Runtime may crash on it (Sum of an input left out ends the process).",
+            "give the input, or make the function body handle a call that leaves the op's optional input out",
+        )
+        for label, found in omitted_variadic_inputs(checked)
+    ]
+
+
 def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     findings = []
     functions = function_keys(model)
@@ -682,6 +712,7 @@ def lint_model(
     findings += _check_tensor_types(proto)
     findings += _check_domains(proto)
     findings += _check_node_names(proto)
+    findings += _check_omitted_inputs(proto)
     findings += _check_unknown(proto)
     findings += _check_resize(proto, warnings)
     findings += _check_trt_attributes(proto)

@@ -158,7 +158,7 @@ def _refuse_omitted_inputs(model: onnx.ModelProto) -> None:
     if omitted:
         more = f" (and {len(omitted) - 1} more)" if len(omitted) > 1 else ""
         raise ModelLoadError(
-            f"InferenceSession: {omitted[0]}{more}; ONNX Runtime may crash on such a node. Give the input, or, "
+            f"InferenceSession: {omitted[0][1]}{more}; ONNX Runtime may crash on such a node. Give the input, or, "
             "where the node is in an op's function body, make the body handle a call that leaves the op's "
             "optional input out (or run the op's kernel: bodies='never')."
         )
