@@ -1087,3 +1087,39 @@ def test_a_faulty_body_is_named_by_its_op(tmp_path: Path, op: Any, error: type, 
 
     with pytest.raises(error, match=message):
         opbridge.export(Model(), (torch.ones(2),), tmp_path / "bad.onnx", exporter="torchscript")
+
+
+@opbridge.op("tests.fn.versions::Inner", version=2)
+def _inner_v2(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@opbridge.op("tests.fn.versions::Outer")
+def _outer_of_v1(x: torch.Tensor) -> torch.Tensor:
+    return _inner_v2(x) + 1
+
+
+@_outer_of_v1.register_function
+def _outer_of_v1_body(spec, opset):  # type: ignore[no-untyped-def]
+    nodes = [
+        helper.make_node("Inner", ["x"], ["t"], domain="tests.fn.versions"),
+        helper.make_node("Constant", [], ["one"], value_float=1.0),
+        helper.make_node("Add", ["t", "one"], ["output"]),
+    ]
+    return make_body(spec, nodes, opset, extra_opsets={"tests.fn.versions": 1})  # (the model calls version 2)
+
+
+def test_a_body_importing_another_version_of_a_domain_than_the_model_is_named(tmp_path: Path) -> None:
+    """The TorchScript export raised the model's import of the domain after attaching the body, and the
+    checker's error ("Opset import for domain ... in function op Inneris not compatible") named another op."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _inner_v2(_outer_of_v1(x))
+
+    with pytest.raises(
+        opbridge.ExportError,
+        match=r"the function body of tests.fn.versions::Outer imports domain 'tests.fn.versions' at version 1, and "
+        r"the model at version 2",
+    ):
+        opbridge.export(Model(), (torch.ones(2),), tmp_path / "v.onnx", exporter="torchscript")

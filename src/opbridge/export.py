@@ -1241,6 +1241,17 @@ def finalize_model(model: onnx.ModelProto, ops: list[OpDef] | None = None, *, ch
 
     register_onnx_schemas(all_ops() if ops is None else ops)
     _fix_opset_imports(model, _called_ops(model) if ops is None else ops)
+    versions = {o.domain: o.version for o in model.opset_import}
+    for function in model.functions:  # (one version per domain in a model: the checker's words name no op)
+        for entry in function.opset_import:
+            have = versions.get(entry.domain)
+            if entry.domain not in ("", "ai.onnx") and have is not None and have != entry.version:
+                raise ExportError(
+                    f"the function body of {function.domain}::{function.name} imports domain {entry.domain!r} at "
+                    f"version {entry.version}, and the model at version {have}, for the ops it calls there; a "
+                    "model imports one version per domain: have the body call the version the model calls "
+                    f"(its extra_opsets={{{entry.domain!r}: {have}}}), or call one version of the op throughout."
+                )
     if too_large(model):  # inferred and checked through files: onnx takes no such message in one piece
         try:
             return infer_and_check_as_files(model)
