@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1239,3 +1240,38 @@ def test_a_kernel_registered_after_the_session_runs_in_later_sessions_only() -> 
     assert session.implementations == {("tests.reference.late", "Negate"): "PyTorch reference"}
     with pytest.raises(opbridge.KernelResultError, match=r"has shape \(6,\), but the op's reference gives"):
         ReferenceSession(model).run(None, {"x": x})
+
+
+def test_graphs_no_runtime_runs_are_refused_at_load() -> None:
+    """A value two nodes write ran (the last writer won: verify then reported a mismatch, exit 1, where ONNX
+    Runtime refuses the model); a cycle failed mid-run in the evaluator's words; an element type ONNX does
+    not define raised "Enum DataType has no name"."""
+    from onnx import TensorProto, helper
+
+    def model(nodes: list, inputs: int = 1) -> onnx.ModelProto:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+        graph = helper.make_graph(
+            nodes, "g", [x] * inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    relu = helper.make_node("Relu", ["x"], ["y"], name="a")
+    cases = {
+        "node 'b' (Neg) writes 'y', which node 'a' makes too": model(
+            [relu, helper.make_node("Neg", ["x"], ["y"], name="b")]
+        ),
+        "node 'a' (Add) reads 'c', which a later node makes": model(
+            [
+                helper.make_node("Add", ["x", "c"], ["t"], name="a"),
+                helper.make_node("Relu", ["t"], ["c"], name="b"),
+                helper.make_node("Relu", ["t"], ["y"], name="o"),
+            ]
+        ),
+        "the model has two graph inputs named 'x'": model([relu], inputs=2),
+    }
+    odd = model([relu])
+    odd.graph.input[0].type.tensor_type.elem_type = 999
+    cases["'x' has element type 999, which ONNX does not define"] = odd
+    for message, case in cases.items():
+        with pytest.raises(opbridge.ModelLoadError, match=re.escape(f"ReferenceSession: {message}")):
+            ReferenceSession(case)

@@ -30,6 +30,7 @@ __all__ = [
     "approximate_size",
     "adopt_function_domains",
     "check_domain_imports",
+    "check_graph_order",
     "elem_types",
     "external_files",
     "has_external_data",
@@ -202,6 +203,54 @@ def _check_structure(model: onnx.ModelProto, where: str, fix: str) -> None:
             f"{where}: the model's graph has no outputs ({len(model.graph.node)} node(s)); a model computes "
             "nothing without one: declare the values it returns as graph outputs."
         )
+
+
+def check_graph_order(model: onnx.ModelProto, caller: str) -> None:
+    """A :class:`~opbridge.errors.ModelLoadError` where the main graph is not one a runtime runs: two
+    inputs of one name, a value that two nodes (or a node and an input) make, a node reading a value no
+    input, initializer or earlier node makes (a cycle, or nodes out of order), an input or output of an
+    element type ONNX does not define. ONNX Runtime refuses such a model; onnx's evaluator ran some of
+    them (the last of two writers won) or failed mid-run in its own words."""
+    import onnx
+
+    graph = model.graph
+    made: dict[str, str] = {}
+    for value in graph.input:
+        if value.name in made:
+            raise ModelLoadError(f"{caller}: the model has two graph inputs named {value.name!r}; rename one.")
+        made[value.name] = "a graph input"
+    for tensor in graph.initializer:
+        made.setdefault(tensor.name, "an initializer")
+    known = set(onnx.TensorProto.DataType.values())
+    for value in [*graph.input, *graph.output]:
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type not in known:
+            raise ModelLoadError(
+                f"{caller}: {value.name!r} has element type {value.type.tensor_type.elem_type}, which ONNX does "
+                "not define; the file is corrupt or made by a newer tool: export it again."
+            )
+    for index, node in enumerate(graph.node):
+        label = f"node {node.name or index!r} ({node.op_type})"
+        for name in node.input:
+            if name and name not in made:
+                later = any(name in other.output for other in graph.node[index:])
+                raise ModelLoadError(
+                    f"{caller}: {label} reads {name!r}, which "
+                    + (
+                        "a later node makes: the graph is out of order or has a cycle (every runtime refuses it); "
+                        "sort its nodes, or remove the cycle"
+                        if later
+                        else "no input, initializer or node makes: give it, or fix the node's input"
+                    )
+                    + "."
+                )
+        for name in node.output:
+            if name and name in made:
+                raise ModelLoadError(
+                    f"{caller}: {label} writes {name!r}, which {made[name]} makes too; a value has one maker "
+                    "(every runtime refuses the model): rename one of them."
+                )
+            if name:
+                made[name] = f"node {node.name or index!r}"
 
 
 def read_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:

@@ -67,6 +67,7 @@ from opbridge.errors import (
 from opbridge.model_io import (
     adopt_function_domains,
     check_domain_imports,
+    check_graph_order,
     elem_types,
     load_model,
     refuse_unread_external_data,
@@ -819,6 +820,7 @@ class ReferenceSession:
             raise ValueError(f"prefer must be 'spec' or 'function', got {prefer!r}")
         proto = load_model(model, copy=True, caller="ReferenceSession")
         refuse_unread_external_data(proto, "ReferenceSession")
+        check_graph_order(proto, "ReferenceSession")
         _default_domain_spelt_empty(proto)
         proto, moved = move_default_domain_ops(proto, DEFAULT_LEGACY_DOMAIN, copy=False)
         if moved:
