@@ -1119,3 +1119,10 @@ def test_a_reference_failing_on_meta_tensors_of_an_eager_call_is_named_so() -> N
     with pytest.raises(OpDefinitionError, match=r"raised RuntimeError on the meta tensors it was called with") as err:
         _mul_ruleless(torch.empty(2, device="meta"), torch.empty(2))
     assert "torch.compile" not in str(err.value)
+
+
+def test_a_rule_comparing_dynamic_dims_is_told_of_symdim() -> None:
+    """A rule broadcasting with max() (or torch.broadcast_shapes) on dynamic dims was told to compute its
+    dims arithmetically, which broadcasting cannot, and not of opbridge.SymDim()."""
+    with pytest.raises(TypeError, match=r"cannot branch on its value \(max\(\), min\(\), .*opbridge.SymDim\(\)"):
+        max(opbridge.SymDim("a"), opbridge.SymDim("b"))

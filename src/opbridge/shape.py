@@ -96,8 +96,9 @@ class SymDim:
 
     def __bool__(self) -> bool:
         raise TypeError(
-            f"dim {self.name or '?'} is dynamic: a shape rule cannot branch on its value. "
-            "Compute output dims arithmetically from input dims."
+            f"dim {self.name or '?'} is dynamic: a shape rule cannot branch on its value (max(), min(), "
+            "torch.broadcast_shapes or an if compare dims). Compute output dims arithmetically from input dims, "
+            "or give a size that depends on the values opbridge.SymDim()."
         )
 
     def __int__(self) -> int:
