@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1044,3 +1045,15 @@ def test_bodies_never_runs_a_kernel_registered_by_name() -> None:
     x = np.ones(3, np.float32)
     assert opbridge.InferenceSession(model, bodies="never").run(None, {"x": x})[0].tolist() == [102.0] * 3
     assert opbridge.InferenceSession(model, bodies="always").run(None, {"x": x})[0].tolist() == [2.0] * 3
+
+
+def test_a_model_onnx_runtime_refuses_is_a_model_load_error_naming_the_file(tmp_path: Path) -> None:
+    """ONNX Runtime's own exception (Fail, InvalidArgument) came through as it was, naming no file:
+    ``except opbridge.ModelLoadError`` missed it."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Neg", ["x"], ["y"], name="b")]
+    path = tmp_path / "twice.onnx"
+    graph = helper.make_graph(nodes, "g", [value("x")], [value("y")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(opbridge.ModelLoadError, match=rf"{re.escape(str(path))}: ONNX Runtime cannot load it: .*Dupl"):
+        opbridge.InferenceSession(path)

@@ -395,7 +395,9 @@ class InferenceSession:
                 raise ModelLoadError(
                     f"ONNX Runtime could not load the model: {str(exc).rstrip('.')}. {self._untyped_hint()}"
                 ) from exc
-            raise
+            # (ONNX Runtime's own exception types, and words that do not name the file)
+            where = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else "the model"
+            raise ModelLoadError(f"{where}: ONNX Runtime cannot load it: {' '.join(str(exc).split())}") from exc
         finally:
             for d in descriptors:
                 d.release()
