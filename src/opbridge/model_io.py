@@ -409,12 +409,19 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
 
 
 def omitted_variadic_inputs(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """The nodes of ONNX ops in ``model``'s graph and subgraphs (not in function bodies: inline them first)
-    that leave out (name "") one of the inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``),
+    """The nodes of ONNX ops in ``model``'s graph and subgraphs, and in its function bodies once inlined (a
+    body reading an optional input that a call leaves out reads ""), that leave out (name "") one of the
+    inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``),
     as (the node's name or op type, what it leaves out in words). onnx's checker passes them, and ONNX
     Runtime crashes on some (``Sum`` of an input left out ends the process)."""
     import onnx
+    import onnx.inliner
 
+    if model.functions:
+        try:  # (on a copy without the weights' bytes)
+            model = onnx.inliner.inline_local_functions(strip_tensors(model, 1024)[0])
+        except Exception:  # (a model the inliner refuses: the graph as it is; the checker names the fault)
+            pass
     imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
     found: list[tuple[str, str]] = []

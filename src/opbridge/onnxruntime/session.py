@@ -146,15 +146,9 @@ def _refuse_omitted_inputs(model: onnx.ModelProto) -> None:
     """A ModelLoadError where an ONNX op's node, in the graph or once the function bodies are inlined,
     leaves out one of a variadic list's inputs: the checker passes it, and ONNX Runtime crashes on some
     (``Sum`` of an input left out ends the process)."""
-    import onnx.inliner
+    from opbridge.model_io import omitted_variadic_inputs
 
-    from opbridge.model_io import omitted_variadic_inputs, strip_tensors
-
-    checked = model
-    if model.functions:  # (a body reading an optional input that a call leaves out: inlined, it reads "")
-        light, _ = strip_tensors(model, 1024)  # (the graph without the weights' bytes)
-        checked = onnx.inliner.inline_local_functions(light)
-    omitted = omitted_variadic_inputs(checked)
+    omitted = omitted_variadic_inputs(model)
     if omitted:
         more = f" (and {len(omitted) - 1} more)" if len(omitted) > 1 else ""
         raise ModelLoadError(
