@@ -293,6 +293,30 @@ def test_user_op_model_builds_and_shape_expressions_follow_the_rules(user_model:
     assert by_op["EveryOther"]["outputs"] == [[[1, 3, 2], [4, 3, 9]]]  # (W - 1) // 2 + 1 on 4..18
 
 
+def test_tensorrt_rtx_imported_first_refuses_in_process_plugins_instead_of_aborting(
+    user_model: Path, user_ops_file: Path, tmp_path: Path
+) -> None:
+    """A process that imported tensorrt_rtx itself, before opbridge's loader, has a parser that would abort at
+    the first plugin node: in-process work refuses such a model by name, and the child process still builds."""
+    out = run_script(
+        tmp_path,
+        f"""
+        import tensorrt_rtx  # before opbridge: its libraries load without the one the parser dlopens
+        from opbridge.errors import BackendUnavailableError
+        from opbridge.tensorrt import build_engine, parse_with_tensorrt
+
+        try:
+            parse_with_tensorrt({str(user_model)!r}, ops=[{str(user_ops_file)!r}], isolate=False)
+        except BackendUnavailableError as exc:
+            print("refused:", exc)
+        print("isolated:", parse_with_tensorrt({str(user_model)!r}, ops=[{str(user_ops_file)!r}]).ok)
+        """,
+    )
+    assert "refused: tensorrt_rtx was imported before opbridge" in out, out
+    assert "(acme_trt::Blend)" in out and "isolate=True" in out, out
+    assert "isolated: True" in out, out
+
+
 def test_parser_hands_attributes_to_the_plugin_intact(user_model: Path) -> None:
     """The attributes the plugin decodes from the parser's fields are the node's (UTF-8, lists, bool)."""
     from opbridge._loading import load_module

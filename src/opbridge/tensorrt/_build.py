@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opbridge._terminate import sigterm_unwinds
-from opbridge.errors import ModelLoadError, OpbridgeError
+from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError
 from opbridge.tensorrt._fields import PARSER_ATTRIBUTES
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def _run_in_process(
 ) -> dict[str, Any]:
     """Parse (and build) in this process; returns the JSON-able report. With ``echo``, each step and
     TensorRT's log lines also go to stderr as they happen (the worker process's last words)."""
-    from opbridge.tensorrt._loader import load_tensorrt
+    from opbridge.tensorrt._loader import in_process_plugin_problem, load_tensorrt
     from opbridge.tensorrt._plugin import (
         clear_errors,
         configured_ranges,
@@ -268,6 +268,14 @@ def _run_in_process(
             print(f"opbridge: {text}", file=sys.stderr, flush=True)
 
     pre, tagged, kernelless = _prepare(model_path)
+    problem = in_process_plugin_problem()
+    if problem is not None:
+        plugin = _plugin_node(model_path)
+        if plugin is not None:
+            raise BackendUnavailableError(
+                f"{problem} ({plugin} in {model_path}). Parse or build with isolate=True (the default), or call "
+                "opbridge.tensorrt.load_tensorrt() before anything imports tensorrt_rtx."
+            )
     if pre:
         return {
             "backend": backend,
@@ -375,6 +383,26 @@ def _plugin_not_found(op_type: str) -> str:
         f"no op named {op_type} is defined and no other library registered a plugin for it; define it with "
         "@opbridge.op and pass its file in ops (--ops on the command line)"
     )
+
+
+def _plugin_node(model_path: str) -> str | None:
+    """The first node TensorRT's parser would import as a plugin (``node 'name' (domain::op)``), or None:
+    a node of an op outside ONNX's default domain, or of no ONNX op in it, that is no local function."""
+    import onnx
+
+    from opbridge.graph._model import labelled_nodes
+    from opbridge.legacy_domain import is_standard_op
+
+    model = onnx.load(model_path, load_external_data=False)
+    local = {(f.domain, f.name) for f in model.functions}
+    called = _called_functions(model)
+    for path, name, node, fn in labelled_nodes(model):
+        if fn is not None and (fn.domain, fn.name) not in called:
+            continue
+        standard = node.domain in ("", "ai.onnx") and is_standard_op(node.op_type)
+        if not standard and (node.domain, node.op_type) not in local:
+            return f"node {path + name!r} ({node.domain}::{node.op_type})"
+    return None
 
 
 def _called_functions(model: Any) -> set[tuple[str, str]]:

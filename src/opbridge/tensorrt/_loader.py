@@ -25,7 +25,7 @@ from types import ModuleType
 from opbridge._locks import ForkSafeLock
 from opbridge.errors import BackendUnavailableError
 
-__all__ = ["backend_name", "load_tensorrt"]
+__all__ = ["backend_name", "in_process_plugin_problem", "load_tensorrt"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +37,24 @@ _LOADED: tuple[ModuleType, str] | None = None
 # where the tensorrt_rtx_libs stand-in's folder goes (None: the temporary folder). A TensorRT worker puts
 # it in its caller's temporary folder, which the caller removes even when it has to kill the worker.
 _STAND_IN_PARENT: str | None = None
+# why this process's TensorRT parser cannot take plugin nodes (None: it can)
+_PLUGIN_PROBLEM: str | None = None
 
 
 def _shadow_rtx_libs() -> None:
     """Put a ``tensorrt_rtx_libs`` stand-in holding ``libtensorrt_rtx.so`` first on ``sys.path``."""
+    global _PLUGIN_PROBLEM
     if "tensorrt_rtx_libs" in sys.modules:
         folder = os.path.dirname(sys.modules["tensorrt_rtx_libs"].__file__ or "")
         if not os.path.exists(os.path.join(folder, "libtensorrt_rtx.so")):
+            _PLUGIN_PROBLEM = (
+                "tensorrt_rtx was imported before opbridge's TensorRT loader could add libtensorrt_rtx.so beside "
+                "its libraries, so TensorRT's ONNX parser would abort this process at the first plugin node"
+            )
             logger.warning(
-                "tensorrt_rtx_libs was imported before opbridge could add libtensorrt_rtx.so beside it; "
-                "parsing models with plugin nodes in this process may abort. opbridge parses and builds "
-                "in a subprocess by default, which is not affected."
+                "%s. opbridge parses and builds in a subprocess by default, which is not affected; in this process "
+                "(isolate=False) it refuses models with plugin nodes.",
+                _PLUGIN_PROBLEM,
             )
         return
     spec = importlib.util.find_spec("tensorrt_rtx_libs")
@@ -113,6 +120,16 @@ def load_tensorrt() -> tuple[ModuleType, str]:
             "Install NVIDIA's 'tensorrt' on a GPU machine, or TensorRT-RTX for CPU-only build checks: "
             "pip install 'opbridge[tensorrt-rtx]'."
         )
+
+
+def in_process_plugin_problem() -> str | None:
+    """Why TensorRT's ONNX parser cannot import plugin nodes in this process, or ``None`` where it can.
+
+    Set when ``tensorrt_rtx`` (its ``tensorrt_rtx_libs``) was imported before :func:`load_tensorrt` could
+    put the library its parser loads beside it: parsing a plugin node would then end the process.
+    A child process (``isolate=True``) is not affected.
+    """
+    return _PLUGIN_PROBLEM
 
 
 def backend_name() -> str | None:
