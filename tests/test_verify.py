@@ -1838,6 +1838,37 @@ def test_an_op_contradicting_its_shape_rule_at_the_varied_dims_fails() -> None:
     assert [r.status for r in record.runs] == ["pass"] and record.exit_code == 2
 
 
+@opbridge.op("tests.verify::Double", shape=lambda x: opbridge.TensorInfo((x.shape[1], x.shape[0]), x.dtype))
+def double_swapped_rule(x: torch.Tensor) -> torch.Tensor:
+    """Its shape rule swaps rows and columns by mistake: right on square inputs only."""
+    return x * 2
+
+
+class _DoubleSwappedRule(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return double_swapped_rule(x)
+
+
+def test_named_dims_equal_at_the_example_differ_in_the_varied_set() -> None:
+    """Every dynamic dim grew by one: h and w of a square example stayed equal, and an op whose shape rule
+    swaps them passed both sets."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("Double", ["x"], ["y"], domain="tests.verify")],
+        [helper.make_tensor_value_info("x", f32, ["h", "w"])],
+        [helper.make_tensor_value_info("y", f32, ["w", "h"])],
+        "tests.verify",
+    )
+    record = opbridge.verify(model, (_DoubleSwappedRule(), (torch.randn(4, 4),)), backends=["reference"])
+    assert record.shape_sets == [{"x": (4, 4)}, {"x": (5, 6)}]
+    assert record.set_origins[1].endswith("the example's dynamic dims varied, h 4->5, w 4->6")
+    assert len(record.errors) == 1 and "the shape rule declares output 0 ('output') as [6, 5]" in record.errors[0]
+    assert record.exit_code == 2
+    # dims of different sizes at the example each grow by one
+    record = opbridge.verify(model, (_DoubleSwappedRule(), (torch.randn(4, 5),)), backends=["reference"])
+    assert record.shape_sets == [{"x": (4, 5)}, {"x": (5, 6)}]
+
+
 @opbridge.op("tests.verify::AddPairs")
 def add_pairs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x + y.view(y.shape[0], -1, 2).sum(-1)

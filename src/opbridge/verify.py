@@ -14,7 +14,8 @@ take the reference's example shape, with every dynamic dim whose ONNX name
 input applies to every input whose dim is called ``batch``; two named inputs
 that give one such dim different sizes are an error). Without shape sets or
 input arrays, the example inputs' shapes are the first set, and (``vary_dims``)
-the same with every dynamic dim one larger the second (an unnamed one each on its own; one the
+the same with every dynamic dim larger the second (one larger; named dims of one size at the
+example by one, two, three... so that they differ; an unnamed one each on its own; one the
 model writes as an expression of others, ``2*n``, following them). A dim written as such an
 expression is checked against the dims it reads, in a shape set and in the outputs.
 
@@ -1161,7 +1162,8 @@ def verify(
         ops: ``--ops`` targets to import first (files or modules defining ops/kernels).
         progress: called with a short message as each backend and set starts.
         vary_dims: with a PyTorch reference and neither ``shapes`` nor ``inputs``, add a second set
-            with every dynamic dim of the model one larger than in the example (2 where it is 1).
+            with every dynamic dim of the model larger than in the example (one larger, 2 where it is 1;
+            named dims the example makes equal grow by one, two... so that they differ).
 
     Returns:
         The :class:`VerifyRecord`. Raises :class:`~opbridge.errors.OpbridgeError` for
@@ -1432,8 +1434,10 @@ def _varied_dims(
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, int]]]:
     """The example's shapes with every dynamic dim one larger (2 where it is 1), and ``{dim: (example
     size, new size)}`` (empty where the model has no dynamic dim). A named dim grows alike in every
-    input; one the model writes as an expression of others (``2*n``) follows them (``n`` 3 to 4: 6 to
-    8); an unnamed one (no ``dim_param``) grows on its own, keyed ``"NAME dim AXIS"``."""
+    input; named dims of one size at the example grow by 1, 2, 3... in the order met, so that no two stay
+    equal (an op that mixes up ``h`` and ``w`` passes on a square example); one the model writes as an
+    expression of others (``2*n``) follows them (``n`` 3 to 4: 6 to 8); an unnamed one (no ``dim_param``)
+    grows by 1 on its own, keyed ``"NAME dim AXIS"``."""
 
     def larger(size: int) -> int:
         return size + 1 if size > 1 else 2
@@ -1445,7 +1449,9 @@ def _varied_dims(
         if d.isidentifier():
             at_example.setdefault(d, n)
     _solve_dims(named, at_example)  # (a dim only expressions read: 2*n of 6, n 3)
-    at_new = {d: larger(n) for d, n in at_example.items()}
+    at_new: dict[str, int] = {}
+    for d, n in at_example.items():  # (in the order met: inputs, then axes)
+        at_new[d] = larger(n) + sum(1 for e in at_new if at_example[e] == n)
     varied: dict[str, tuple[int, int]] = {}
     grown: dict[str, tuple[int, ...]] = {}
     for m in shaped:
@@ -1456,7 +1462,12 @@ def _varied_dims(
             key = want if isinstance(want, str) and want else f"{m.name} dim {axis}"
             if key not in varied:
                 tree = _dim_expression(key) if key == want else None
-                new = None if tree is None or _dim_value(tree, at_example) != dims[axis] else _dim_value(tree, at_new)
+                if key == want and key in at_new and at_example[key] == dims[axis]:
+                    new = at_new[key]
+                elif tree is not None and _dim_value(tree, at_example) == dims[axis]:
+                    new = _dim_value(tree, at_new)
+                else:
+                    new = None
                 varied[key] = (dims[axis], larger(dims[axis]) if new is None else new)
             dims[axis] = varied[key][1]
         if dims != list(example[m.name]):

@@ -117,7 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--export-shape-only",
         action="store_true",
         help="without --shape or --inputs, check the example's shapes only (by default a second set makes "
-        "every dynamic dim one larger)",
+        "every dynamic dim larger, named dims that the example makes equal by different amounts)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
