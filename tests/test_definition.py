@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -391,6 +392,22 @@ def test_reference_reading_a_module_level_tensor(
     torch.testing.assert_close(torch.from_numpy(got), x5 * _SCALE + 1, rtol=1e-6, atol=1e-6)
 
 
+_TABLE = torch.arange(4.0)
+
+
+@opbridge.op("tests.def::Table")
+def table(x: torch.Tensor) -> torch.Tensor:
+    return _TABLE
+
+
+def test_reference_returning_a_module_level_tensor_as_it_is_compiles() -> None:
+    """Without a shape rule, torch.compile failed inside dynamo ("Please convert all Tensors to
+    FakeTensors first"): the fake output was made from the real tensor outside the fake mode's allowance."""
+    x = torch.zeros(1)
+    compiled = torch.compile(lambda a: table(a) + a, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), _TABLE, rtol=0, atol=0)
+
+
 def test_reference_disagreeing_with_its_shape_rule_is_named() -> None:
     """Exports and runtimes follow the shape rule; an eager call shows where the reference differs."""
 
@@ -654,6 +671,39 @@ def test_a_kernels_out_parameter_without_a_default_is_refused() -> None:
         return torch.mul(x, 2, out=out)
 
     assert twice.kernel_kind == "torch"
+
+
+def test_parameters_that_calls_could_not_pass_are_refused_at_definition() -> None:
+    """A keyword-only tensor or a positional-only attribute defined fine, then every call failed with a raw
+    TypeError; an attribute named like the gradient op's own parameters broke the compiled backward."""
+    with pytest.raises(OpDefinitionError, match=r"tensor parameter 'x' is keyword-only \(after '\*'\).*before the"):
+
+        @opbridge.op("tests.def::KwOnlyTensor")
+        def kw_only_tensor(*, x: torch.Tensor, k: int = 2) -> torch.Tensor:
+            return x * k
+
+    with pytest.raises(OpDefinitionError, match=r"attribute 'k' is positional-only \(before '/'\).*after the '/'"):
+
+        @opbridge.op("tests.def::PosOnlyAttr")
+        def pos_only_attr(x: torch.Tensor, k: int = 2, /) -> torch.Tensor:
+            return x * k
+
+    for name in ("needs__", "inputs__", "rng_states__"):
+        with pytest.raises(OpDefinitionError, match=rf"parameter '{name}': names ending in '__' are reserved"):
+            opbridge.op("tests.def::Clash")(_with_attribute(name))
+
+    # positional-only tensors and keyword-only attributes are what calls pass anyway
+    @opbridge.op("tests.def::Mixed")
+    def mixed(x: torch.Tensor, /, k: int = 2, *, j: int = 3) -> torch.Tensor:
+        return x * k + j
+
+    assert mixed(torch.ones(2), 4, j=1).tolist() == [5.0, 5.0]
+
+
+def _with_attribute(name: str) -> Callable[..., Any]:
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(f"def f(x: torch.Tensor, {name}: bool = True) -> torch.Tensor:\n    return x", namespace)
+    return namespace["f"]
 
 
 def test_parameter_named_out_and_outputs_as_a_string_are_refused() -> None:

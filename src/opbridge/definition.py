@@ -226,7 +226,23 @@ def spec_from_function(
             )
         if param.name in _RESERVED_PARAMETERS:
             raise OpDefinitionError(f"{qualname}: parameter {param.name!r}: {_RESERVED_PARAMETERS[param.name]}")
+        if param.name.endswith("__"):
+            raise OpDefinitionError(
+                f"{qualname}: parameter {param.name!r}: names ending in '__' are reserved for the parameters "
+                "opbridge adds to the op's gradient op (which takes the attributes beside them); rename it."
+            )
         ann = hints[param.name]
+        tensor = _is_tensor(ann) or ((inner := _optional_inner(ann)) is not None and _is_tensor(inner))
+        if tensor and param.kind is param.KEYWORD_ONLY:
+            raise OpDefinitionError(
+                f"{qualname}: tensor parameter {param.name!r} is keyword-only (after '*'); an op's tensor inputs "
+                "are passed by position (to its PyTorch op and as the ONNX node's inputs): put it before the '*'."
+            )
+        if not tensor and param.kind is param.POSITIONAL_ONLY:
+            raise OpDefinitionError(
+                f"{qualname}: attribute {param.name!r} is positional-only (before '/'); an op's attributes reach "
+                "its reference, shape rule and kernels by name: put it after the '/'."
+            )
         if _is_tensor(ann):
             if attrs:
                 raise OpDefinitionError(

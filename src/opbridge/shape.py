@@ -163,17 +163,25 @@ def _as_infos(result: Any, spec: OpSpec, where: str) -> list[Any]:
 # --------------------------------------------------------------------------- torch side
 
 
-def _reference_on_fakes(reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]) -> Any:
-    """The reference run on fake tensors. A tensor the reference reads from outside its arguments (a
-    module-level constant) is real: the fake mode is let to take it, as a constant, for this call."""
+def _reference_on_fakes(
+    spec: OpSpec, reference: Callable[..., Any], args: Sequence[Any], attrs: dict[str, Any]
+) -> list[Any]:
+    """The reference's outputs run on fake tensors, its tensors as fresh fakes. A tensor the reference reads
+    from outside its arguments (a module-level constant) is real: the fake mode is let to take it, as a
+    constant, for this call, and so is one it returns as it is."""
+    import torch
     from torch._guards import detect_fake_mode
+
+    def outputs() -> list[Any]:
+        items = _as_infos(reference(*args, **attrs), spec, "the reference")
+        return [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
 
     mode = detect_fake_mode(args)
     if mode is None or mode.allow_non_fake_inputs:
-        return reference(*args, **attrs)
+        return outputs()
     mode.allow_non_fake_inputs = True
     try:
-        return reference(*args, **attrs)
+        return outputs()
     finally:
         mode.allow_non_fake_inputs = False
 
@@ -227,7 +235,7 @@ def fake_outputs(
 
     if rule is None:
         try:
-            result = _reference_on_fakes(reference, args, attrs)
+            out = _reference_on_fakes(spec, reference, args, attrs)
         except OpDefinitionError:
             raise
         except Exception as exc:
@@ -245,8 +253,6 @@ def fake_outputs(
                 f"declare the output shapes and dtypes with @{spec.name}.register_shape (an output size that "
                 "depends on the data as opbridge.SymDim())."
             ) from exc
-        items = _as_infos(result, spec, "the reference")
-        out = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in items]
     else:
         items = _as_infos(call_shape_rule(rule, spec, args, attrs), spec, "the shape rule")
         _check_fake_infos(spec, items)
