@@ -323,6 +323,38 @@ def test_dynamo_exports_beside_ops_named_like_standard_or_other_domains_ops(tmp_
     assert stdout.strip().splitlines()[-1] == "[('names_a', 'Gelu'), ('names_b', 'Gelu')]"
 
 
+def test_dynamo_exports_ops_named_like_an_onnxscript_opsets_attributes(tmp_path: Path) -> None:
+    """An op named 'domain' or 'version' gave onnxscript's Opset attribute, a str, to call: the export
+    failed with torch's generic "Failed to convert" error."""
+
+    @opbridge.op("tests.names::domain")
+    def domain(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+        return x + k
+
+    @opbridge.op("tests.names::version")
+    def version(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @opbridge.op("tests.names::cache")
+    def cache(x: torch.Tensor) -> torch.Tensor:
+        return x - 1
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return cache(version(domain(x, k=3)))
+
+    x = torch.randn(2, 3)
+    result = opbridge.export(M(), (x,), tmp_path / "names.onnx", exporter="dynamo")
+    assert [(n.op_type, [_attr(a) for a in n.attribute]) for n in result.custom_nodes] == [
+        ("domain", [("INT", 3)]),
+        ("version", []),
+        ("cache", []),
+    ]
+    session = opbridge.InferenceSession(str(result.path))
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), (x + 3) * 2 - 1, rtol=0, atol=0)
+
+
 @opbridge.op("acme::EmptyLists")
 def empty_lists(x: torch.Tensor, fs: list[float] = [], is_: list[int] = [], ss: list[str] = []) -> torch.Tensor:  # noqa: B006
     return x + len(fs) + 2 * len(is_) + 4 * len(ss)

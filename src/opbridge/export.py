@@ -150,7 +150,9 @@ def _translation(opdef: OpDef) -> Any:
         while inputs and inputs[-1] is None:
             inputs.pop()
         _note_emitted(spec.key)
-        return getattr(opset, spec.name)(*inputs, **attrs)
+        # (by item: an op named like an Opset attribute, 'domain' or 'version', is no attribute lookup)
+        node = opset[spec.name]
+        return (node if node is not None else values.Op(opset, spec.name))(*inputs, **attrs)
 
     translate.__name__ = f"translate_{spec.domain.replace('.', '_')}_{spec.name}"
     return translate
