@@ -230,6 +230,36 @@ def test_a_reference_handing_a_tracked_tensor_to_numpy_is_named(read: Callable[.
     torch.testing.assert_close(x.grad, torch.full((5,), float(x.detach().sum())), rtol=1e-6, atol=0)
 
 
+_CAPTURED = torch.nn.Parameter(torch.tensor([2.0, -1.0, 0.5]))
+
+
+def test_a_reference_reading_a_tensor_that_requires_grad_from_elsewhere_is_named() -> None:
+    """The captured parameter silently got no gradient: plain PyTorch gives it one."""
+
+    @opbridge.op("tests.grad::ScaleByCaptured")
+    def scale_by_captured(x: torch.Tensor) -> torch.Tensor:
+        return x * _CAPTURED
+
+    x = torch.ones(2, 3, requires_grad=True)
+    with pytest.raises(
+        OpDefinitionError,
+        match=r"tests.grad::ScaleByCaptured: its reference reads a tensor that requires grad and is not one of its "
+        r"inputs \(nn.Parameter, shape \[3\] float32\).*Pass it to the op as a tensor input",
+    ):
+        scale_by_captured(x).sum().backward()
+    assert _CAPTURED.grad is None
+
+    # read detached, it is a constant of the reference; second derivatives see no captured tensor either
+    @opbridge.op("tests.grad::ScaleByConstant")
+    def scale_by_constant(x: torch.Tensor) -> torch.Tensor:
+        return x * x * _CAPTURED.detach()
+
+    (g,) = torch.autograd.grad(scale_by_constant(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, 2 * x.detach() * _CAPTURED.detach(), rtol=0, atol=0)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    torch.testing.assert_close(gg, (2 * _CAPTURED.detach()).expand(2, 3), rtol=0, atol=0)
+
+
 def test_bad_formulas_are_named() -> None:
     @opbridge.op("tests.grad::Twice")
     def twice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -386,6 +386,33 @@ def _values_kept_tracked(spec: Any) -> Iterator[None]:
         yield
 
 
+def _captured_leaf(outputs: Sequence[Any], args: Sequence[Any]) -> Any | None:
+    """A tensor that autograd would accumulate a gradient into, reached from ``outputs`` without passing
+    through ``args`` (the reference's inputs for its second run): one the reference read from elsewhere."""
+    own = {id(a) for a in args if a is not None}
+    stops = {id(a.grad_fn) for a in args if a is not None and a.grad_fn is not None}
+    seen: set[int] = set()
+    todo = [o.grad_fn for o in outputs]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen or id(node) in stops:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
+        if variable is not None and id(variable) not in own:
+            return variable
+        todo.extend(f for f, _ in node.next_functions)
+    return None
+
+
+def _describe_tensor(t: Any) -> str:
+    """``shape [3] float32`` and, for a parameter, ``nn.Parameter, ...``."""
+    import torch
+
+    kind = "nn.Parameter, " if isinstance(t, torch.nn.Parameter) else ""
+    return f"{kind}shape {list(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+
+
 def _recomputed_grads(
     opdef: Any,
     ctx: BackwardContext,
@@ -428,6 +455,14 @@ def _recomputed_grads(
             f"{spec.qualname}: its reference gives no output that autograd can differentiate with respect to "
             f"its inputs (it leaves autograd, e.g. through numpy, .item() or .detach()); attach a backward "
             f"formula with @{spec.name}.register_autograd, or call the op under torch.no_grad()."
+        )
+    captured = _captured_leaf(tracked, args)
+    if captured is not None:
+        raise OpDefinitionError(
+            f"{spec.qualname}: its reference reads a tensor that requires grad and is not one of its inputs "
+            f"({_describe_tensor(captured)}): the op's gradient covers its tensor inputs only, so that tensor would "
+            "get none. Pass it to the op as a tensor input, or read it detached (w.detach()) where it is meant as "
+            "a constant."
         )
     pairs = [
         (o, g) for o, g in zip(outputs, grads) if g is not None and isinstance(o, torch.Tensor) and o.requires_grad

@@ -1462,6 +1462,7 @@ def _varied_dims(
             key = want if isinstance(want, str) and want else f"{m.name} dim {axis}"
             if key not in varied:
                 tree = _dim_expression(key) if key == want else None
+                new: int | None
                 if key == want and key in at_new and at_example[key] == dims[axis]:
                     new = at_new[key]
                 elif tree is not None and _dim_value(tree, at_example) == dims[axis]:
