@@ -379,6 +379,33 @@ def test_shared_named_dim_given_two_sizes_is_refused() -> None:
     assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3), "idx": (5, 3)}]
 
 
+def test_a_dim_written_as_an_expression_is_checked_when_the_set_leaves_out_the_dims_it_reads() -> None:
+    """--shape y:3x7 alone, on x (b, n) and y (b, 2*n): the 7 went unchecked (no whole n gives it), x kept
+    the example's n and the reference failed on the random values."""
+    f32 = np.dtype("float32")
+    meta = [TensorMeta("x", f32, ("b", "n")), TensorMeta("y", f32, ("b", "2*n"))]
+    example = {"x": (2, 3), "y": (2, 6)}
+    with pytest.raises(
+        opbridge.OpbridgeError,
+        match=r"^--shape y:3x7: the model declares a dim of 'y' as '2\*n', and no whole n makes it 7; give it a size",
+    ):
+        resolve_shape_sets(meta, [{"y": (3, 7)}], example)
+    assert resolve_shape_sets(meta, [{"y": (3, 8)}], example) == [{"x": (3, 4), "y": (3, 8)}]
+    # the smallest whole solution of a division, beyond twice the size
+    meta = [TensorMeta("x", f32, ("n",)), TensorMeta("y", f32, ("floor(n/100)",))]
+    assert resolve_shape_sets(meta, [{"y": (5,)}], {"x": (300,), "y": (3,)}) == [{"x": (500,), "y": (5,)}]
+    # an expression of two dims the set leaves out: they keep the example's sizes, which must give it
+    meta = [TensorMeta("a", f32, ("n",)), TensorMeta("b", f32, ("m",)), TensorMeta("y", f32, ("m + n",))]
+    example = {"a": (2,), "b": (3,), "y": (5,)}
+    with pytest.raises(
+        opbridge.OpbridgeError,
+        match=r"^--shape y:7: the model declares a dim of 'y' as 'm \+ n', which is 5 with m 3, n 2 \(the inputs "
+        r"this set leaves out keep the example's sizes\); give it 5, or give the inputs holding m, n sizes",
+    ):
+        resolve_shape_sets(meta, [{"y": (7,)}], example)
+    assert resolve_shape_sets(meta, [{"a": (4,), "y": (7,)}], example) == [{"a": (4,), "b": (3,), "y": (7,)}]
+
+
 def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
     with pytest.raises(

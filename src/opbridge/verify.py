@@ -432,7 +432,7 @@ def _solve_dims(pairs: Iterable[tuple[str, int]], values: dict[str, int]) -> Non
             if len(unknown) != 1:
                 continue
             (name,) = unknown
-            for guess in range(min(2 * size + 3, 1 << 16)):
+            for guess in range(1 << 16):  # (the smallest: floor(n/4) of 5 gives n 20)
                 if _dim_value(tree, {**values, name: guess}) == size:
                     values[name] = guess
                     progress = True
@@ -492,6 +492,13 @@ def resolve_shape_sets(
         for want, d in bound.items():
             tree = _dim_expression(want)
             should = None if tree is None else _dim_value(tree, plain)
+            unknown_dims = set() if tree is None else _dim_names(tree) - set(plain)
+            if len(unknown_dims) == 1:  # (_solve_dims found no whole size for it)
+                name = bound_by[want]
+                raise OpbridgeError(
+                    f"{given_as} {name}:{format_shape(tuple(given[name]))}: the model declares a dim of {name!r} as "
+                    f"{want!r}, and no whole {next(iter(unknown_dims))} makes it {d}; give it a size it can take."
+                )
             if should is not None and should != d:
                 name = bound_by[want]
                 reads = ", ".join(f"{k} {plain[k]}" for k in sorted(_dim_names(tree)))
@@ -535,8 +542,35 @@ def resolve_shape_sets(
                         f"--shape {m.name}:{example_dims})."
                     )
             full[m.name] = tuple(resolved)
+        _check_expressions_against_filled(meta, given, full, given_as)
         out.append(full)
     return out
+
+
+def _check_expressions_against_filled(
+    meta: Sequence[TensorMeta], given: ShapeSet, full: Mapping[str, tuple[int, ...]], given_as: str
+) -> None:
+    """An error where a given input's dim that the model writes as an expression (``2*n``) disagrees with
+    the dims it reads as the completed set has them (``n`` from another input left at the example's size)."""
+    sizes: dict[str, int] = {}
+    for m in meta:
+        for want, d in zip(m.shape or (), full.get(m.name, ())):
+            if isinstance(want, str) and want.isidentifier():
+                sizes.setdefault(want, int(d))
+    for m in meta:
+        if m.name not in given or m.shape is None:
+            continue
+        for want, d in zip(m.shape, full[m.name]):
+            tree = _dim_expression(want) if isinstance(want, str) else None
+            should = None if tree is None else _dim_value(tree, sizes)
+            if should is not None and should != d:
+                reads = ", ".join(f"{k} {sizes[k]}" for k in sorted(_dim_names(tree)))
+                raise OpbridgeError(
+                    f"{given_as} {m.name}:{format_shape(tuple(given[m.name]))}: the model declares a dim of "
+                    f"{m.name!r} as {want!r}, which is {should} with {reads} (the inputs this set leaves out keep "
+                    "the example's sizes); give it "
+                    f"{should}, or give the inputs holding {', '.join(sorted(_dim_names(tree)))} sizes that make it {d}."
+                )
 
 
 def make_inputs(
