@@ -898,6 +898,37 @@ def test_a_build_says_which_ops_ran_as_function_bodies(seed_export: Any, caplog:
     assert "leave the bodies out of the model (export with functions=False, --no-functions)" in caplog.text
 
 
+def test_a_build_says_which_plugin_inputs_the_parser_narrowed_from_float64(
+    user_ops_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TensorRT's parser hands a float64 tensor over as float32, without a word: the build passed silently,
+    and its docs said it failed."""
+    f64, f32 = TensorProto.DOUBLE, TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Repeat2", ["x"], ["wide"], name="from_input", domain="acme_trt"),
+        helper.make_node("Cast", ["y"], ["y64"], to=f64),
+        helper.make_node("Repeat2", ["y64"], ["wide2"], name="from_cast", domain="acme_trt"),
+        helper.make_node("Cast", ["y"], ["y32"], to=f32),
+        helper.make_node("Repeat2", ["y32"], ["wide3"], name="float32", domain="acme_trt"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", f64, [2, 3]), helper.make_tensor_value_info("y", f32, [2, 3])],
+        [helper.make_tensor_value_info(n, t, [2, 6]) for n, t in (("wide", f64), ("wide2", f64), ("wide3", f32))],
+    )
+    path = tmp_path / "f64.onnx"
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("acme_trt", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    with caplog.at_level(logging.WARNING, logger="opbridge.tensorrt._build"):
+        report = build_engine(path, None, ops=[str(user_ops_file)])
+    assert report.ok, report.describe()
+    (warning,) = [r.getMessage() for r in caplog.records if "float64 in the model" in r.getMessage()]
+    assert warning.startswith(
+        "node 'from_input' input 'x', node 'from_cast' input 'y64': float64 in the model, float32 in the engine."
+    )
+
+
 def test_function_bodies_and_same_named_functions_of_other_domains(user_ops_file: Path, tmp_path: Path) -> None:
     """The parser finds local functions by op type alone: clash_b::Widen, next to a body of clash_a::Widen,
     took clash_a's body (x2 for x3), silently; tagged with its namespace it is clash_b's plugin. Inside a

@@ -976,6 +976,15 @@ def _build_engine(
             "of CUDA graphs); register one with <op>.register_gpu_kernel(fn, dtypes=...)",
             ", ".join(result["kernelless"]),
         )
+    narrowed = _float64_plugin_inputs(request["model"]) if result.get("ok") else []
+    if narrowed:
+        logger.warning(
+            "%s: float64 in the model, float32 in the engine. TensorRT has no float64 tensors, and its ONNX parser "
+            "narrows them to float32 without a word, so these plugins compute in float32 (and the engine's float64 "
+            "inputs take float32 data); where the other runtimes should compute as the engine does, cast to float32 "
+            "before the op in the model",
+            ", ".join(narrowed),
+        )
     bodied = _ops_with_bodies(request["model"]) if result.get("ok") else []
     if bodied:
         logger.warning(
@@ -1032,6 +1041,39 @@ def _static_explanations(model_path: str, result: dict[str, Any]) -> list[list[s
             or any(v.node == label or prefix.startswith(v.node + "/") for prefix, label in places)
         ]
     return [[v.node, v.op_type, f"opbridge: {v.reason} (compat rule {', '.join(v.rules)})"] for v in failing]
+
+
+def _float64_plugin_inputs(model_path: str) -> list[str]:
+    """``node 'name' input 'x'`` for each input of an opbridge op's node (of the graph and its If/Loop/Scan
+    bodies, without a model-local function) that the model types float64: the parser hands it over as
+    float32."""
+    import onnx
+
+    from opbridge.definition import find_op
+    from opbridge.model_io import value_types, walk_nodes
+
+    try:
+        model = onnx.load(model_path, load_external_data=False)
+    except Exception:  # (read by the build just before; nothing to add where it cannot be read now)
+        return []
+    local = {(f.domain, f.name) for f in model.functions}
+    opset = {o.domain: o.version for o in model.opset_import}
+    nodes = [
+        n
+        for n in walk_nodes(model.graph.node)
+        if n.domain not in ("", "ai.onnx")
+        and (n.domain, n.op_type) not in local
+        and find_op(n.domain, n.op_type, opset.get(n.domain, 1)) is not None
+    ]
+    wanted = sorted({i for n in nodes for i in n.input if i})
+    types = value_types(model, wanted) if wanted else {}
+    double = onnx.TensorProto.DOUBLE
+    return [
+        f"node {n.name or n.op_type!r} input {i!r}"
+        for n in nodes
+        for i in n.input
+        if i in types and types[i].tensor_type.elem_type == double
+    ]
 
 
 def _ops_with_bodies(model_path: str) -> list[str]:
