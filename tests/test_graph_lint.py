@@ -276,11 +276,15 @@ def test_export_runs_lint_with_tracer_warnings(tmp_path: Path) -> None:
     assert frozen[0].node == next(n.name for n in result.model.graph.node if n.op_type == "Resize")
 
 
-@pytest.mark.parametrize("defect", ["cycle", "dangling-input", "ir-version"])
+@pytest.mark.parametrize("defect", ["cycle", "dangling-input", "ir-version", "named-deserializer"])
 def test_invalid_model_is_an_error(defect: str) -> None:
     """What every runtime refuses (a cycle, a value nothing produces, an IR version ONNX does not
-    know) is an error, where lint reported nothing before."""
-    if defect == "cycle":
+    know) is an error, where lint reported nothing before; and where the node's name holds "serialize"
+    (the checker's message quotes it, and lint took it for the >2 GiB message)."""
+    if defect == "named-deserializer":
+        nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="/deserializer/Add")]
+        model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    elif defect == "cycle":
         nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
         model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("a", TensorProto.FLOAT, [2])])
     elif defect == "dangling-input":

@@ -1335,6 +1335,26 @@ def test_replace_op_options_are_checked() -> None:
         rewrite_model(model, ["replace-op"], {**mapped, "rename": 5})
 
 
+def test_replace_op_renames_swap_together_and_never_overwrite_an_attribute() -> None:
+    """The renames ran one after another: alpha=beta, beta=alpha left one attribute, and alpha=beta on a node
+    holding beta overwrote it, both silently."""
+    model = custom_node_model("OldSwish", "legacy", alpha=1.0, beta=2.0)
+    mapped = {"map": ["legacy::OldSwish=acme::NewSwish"]}
+
+    def attributes(m: onnx.ModelProto) -> dict[str, float]:
+        (node,) = [n for n in m.graph.node if n.name == "custom"]
+        return {a.name: a.f for a in node.attribute}
+
+    swapped = rewrite_model(model, ["replace-op"], {**mapped, "rename": ["alpha=beta", "beta=alpha"]})
+    assert attributes(swapped.model) == {"beta": 1.0, "alpha": 2.0}
+    for renames in (["alpha=beta"], ["alpha=gamma", "beta=gamma"]):
+        report = rewrite_model(model, ["replace-op"], {**mapped, "rename": renames})
+        assert not report.changed and attributes(report.model) == {"alpha": 1.0, "beta": 2.0}
+        assert "the renames would give attributes ['alpha', 'beta'] of the node one name" in report.outcomes[0].reason
+    with pytest.raises(opbridge.OpbridgeError, match=r"--rename 'alpha=c': 'alpha' is renamed to 'b' already"):
+        rewrite_model(model, ["replace-op"], {**mapped, "rename": ["alpha=b", "alpha=c"]})
+
+
 def test_cli_map_without_replace_op_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     onnx.save(custom_node_model("MYSELU", ""), src)

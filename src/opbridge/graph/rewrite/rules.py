@@ -656,6 +656,8 @@ class ReplaceOp(IRRule):
             old, sep, new = str(item).partition("=")
             if not sep or not old or not new:
                 raise OpbridgeError(f"--rename {item!r}: write old_attribute=new_attribute")
+            if old in out and out[old] != new:
+                raise OpbridgeError(f"--rename {item!r}: {old!r} is renamed to {out[old]!r} already; rename it once.")
             out[old] = new
         return out
 
@@ -707,6 +709,14 @@ class ReplaceOp(IRRule):
         domain, name = self._target(node, self._maps(options)) or ("", "")
         renames = self._renames(options)
         attrs = [renames.get(a, a) for a in node.attributes]
+        clashes = sorted({a for a in attrs if attrs.count(a) > 1})
+        if clashes:
+            sources = [a for a in node.attributes if renames.get(a, a) == clashes[0]]
+            return Check.fail(
+                f"the renames would give attributes {sources} of the node one name, {clashes[0]!r}, and one of them "
+                f"would be lost; rename the attribute that holds that name already too (--rename {clashes[0]}=OTHER), "
+                "or leave the rename out"
+            )
         opdef = opbridge.find_op(domain, name)
         conflict = self._version_conflict(
             node, domain, self._version(options) if opdef is None else opdef.spec.version, self._maps(options)
@@ -774,13 +784,16 @@ class ReplaceOp(IRRule):
         old = f"{node.domain + '::' if node.domain else ''}{node.op_type}"
         renames = self._renames(options)
         renamed, absent = [], []
-        for old_name, new_name in renames.items():
+        moved: list[tuple[str, Any]] = []
+        for old_name, new_name in renames.items():  # all taken out first: a swap (a=b, b=a) keeps both
             attr = node.attributes.pop(old_name, None)
             if attr is not None:
-                node.attributes[new_name] = ir.Attr(new_name, attr.type, attr.value)
+                moved.append((new_name, attr))
                 renamed.append(f"{old_name}->{new_name}")
             else:
                 absent.append(old_name)
+        for new_name, attr in moved:
+            node.attributes[new_name] = ir.Attr(new_name, attr.type, attr.value)
         node.domain, node.op_type, node.version = domain, name, None
         if domain:  # an ONNX op keeps the model's own opset; a custom domain takes the op's version (check: no
             # other node runs under another one)
