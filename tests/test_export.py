@@ -1536,6 +1536,40 @@ def test_external_data_shorter_than_its_dims_is_named_at_load(tmp_path: Path, le
         opbridge.InferenceSession(path)
 
 
+@pytest.mark.parametrize(("dtype", "count", "nbytes"), [("FLOAT6E2M3", 1024, 768), ("INT4", 5, 3), ("UINT2", 9, 3)])
+def test_external_data_of_types_below_a_byte_is_sized_packed(
+    tmp_path: Path, dtype: str, count: int, nbytes: int
+) -> None:
+    """float6 external data (1024 elements in 768 bytes) was refused at load as not the size of its dims; a
+    packed type's data that is short was not checked at all."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from opbridge.model_io import load_model
+
+    weight = TensorProto(
+        name="w", data_type=getattr(TensorProto, dtype), dims=[count], raw_data=bytes(i % 251 for i in range(nbytes))
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="m.data", size_threshold=0)
+    assert (tmp_path / "m.data").stat().st_size == nbytes
+    assert load_model(path).graph.initializer[0].raw_data == weight.raw_data
+    saved = onnx.load(path, load_external_data=False)
+    entry = next(e for e in saved.graph.initializer[0].external_data if e.key == "length")
+    entry.value = str(nbytes - 1)
+    onnx.save(saved, path)
+    with pytest.raises(opbridge.ModelLoadError, match=rf"tensor 'w' is {count} {dtype.lower()} \({nbytes} bytes\)"):
+        load_model(path)
+
+
 def test_an_output_path_that_is_a_symbolic_link_loop_is_refused(tmp_path: Path) -> None:
     """A link that loops was replaced by a regular file, where open() would fail; a link to a file not
     written yet is still written through."""

@@ -156,6 +156,21 @@ def test_bytes_input_has_no_path() -> None:
         [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
     )
     assert inspect_model(model.SerializeToString()).path == ""
+    assert inspect_model(memoryview(model.SerializeToString())).path == ""  # (was "<memory at 0x...>")
+
+
+def test_string_tensor_attributes_that_are_not_utf8_and_float6_sizes() -> None:
+    """A string tensor attribute holding bytes that are not UTF-8 (the checker passes it) ended inspect in
+    a UnicodeDecodeError; float6 initializers, packed four to three bytes, counted a byte each."""
+    vocab = helper.make_tensor("v", TensorProto.STRING, [2], [b"\xff", b"ok"])
+    node = helper.make_node("Foo", ["x"], ["y"], domain="acme", name="foo", vocab=vocab)
+    model = make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains={"acme": 1})
+    model.graph.initializer.append(helper.make_tensor("w", TensorProto.FLOAT6E2M3, [1024], [0.5] * 1024))
+    report = inspect_model(model)
+    (attr,) = report.custom_nodes[0].attributes
+    assert attr.value == {"dtype": "string", "shape": [2], "value": ["\ufffd", "ok"]}
+    assert [(i.name, i.nbytes) for i in report.initializers] == [("w", 768)]
+    json.loads(report.to_json())
 
 
 def test_sparse_initializers_unknown_types_and_long_values() -> None:

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["AttributeInfo", "CustomNodeInfo", "InitializerInfo", "ModelReport", "ValueInfo", "inspect_model"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,16 @@ def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
         value = f"<ref {attr.ref_attr_name}>"
     elif attr.type == onnx.AttributeProto.TENSOR:
         value = {"dtype": _dtype_name(attr.t.data_type), "shape": list(attr.t.dims)}
-        if _element_count(attr.t) <= 16 and not attr.t.external_data:
-            value["value"] = numpy_helper.to_array(attr.t).tolist()
+        count = _element_count(attr.t)
+        if count <= 16 and not attr.t.external_data and attr.t.data_type == onnx.TensorProto.STRING:
+            # (bytes that are not UTF-8, which numpy_helper refuses, shown with replacement characters)
+            texts = [t.decode("utf-8", errors="replace") for t in attr.t.string_data]
+            value["value"] = _nested(texts, list(attr.t.dims)) if len(texts) == count else texts
+        elif count <= 16 and not attr.t.external_data:
+            try:
+                value["value"] = numpy_helper.to_array(attr.t).tolist()
+            except (ValueError, TypeError) as exc:  # (data that does not fit its dims: summarized only)
+                logger.debug("attribute %s: its tensor's values cannot be read: %s", attr.name, exc)
     elif attr.type == onnx.AttributeProto.TENSORS:
         value = [{"dtype": _dtype_name(t.data_type), "shape": list(t.dims)} for t in attr.tensors]
     elif attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS):
@@ -215,6 +226,14 @@ def attribute_info(attr: onnx.AttributeProto) -> AttributeInfo:
     return AttributeInfo(attr.name, kind, value)
 
 
+def _nested(flat: list[Any], dims: list[int]) -> Any:
+    """``flat`` (row-major) as nested lists of ``dims``; a scalar's one value where ``dims`` is empty."""
+    if not dims:
+        return flat[0]
+    step = len(flat) // dims[0] if dims[0] else 0
+    return [_nested(flat[i * step : (i + 1) * step], dims[1:]) for i in range(dims[0])]
+
+
 def _element_count(t: onnx.TensorProto) -> int:
     count = 1
     for d in t.dims:
@@ -223,23 +242,15 @@ def _element_count(t: onnx.TensorProto) -> int:
 
 
 def _tensor_nbytes(t: onnx.TensorProto) -> int:
-    """The tensor's size in bytes as stored: 4-bit types packed two to a byte, strings by their lengths."""
-    import numpy as np
+    """The tensor's size in bytes as stored: types below a byte packed (int4 two to a byte, float6 four to
+    three bytes), strings by their lengths, unknown types a byte per element."""
     import onnx
 
-    count = _element_count(t)
-    T = onnx.TensorProto
-    if t.data_type == T.STRING:
+    from opbridge.model_io import data_nbytes
+
+    if t.data_type == onnx.TensorProto.STRING:
         return sum(len(v) for v in t.string_data)
-    packed = {getattr(T, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2") if hasattr(T, n)}
-    if t.data_type in packed:
-        per_byte = 4 if t.data_type in {getattr(T, n) for n in ("INT2", "UINT2") if hasattr(T, n)} else 2
-        return (count + per_byte - 1) // per_byte
-    try:
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):  # unknown element types
-        itemsize = 1
-    return count * itemsize
+    return data_nbytes(t)
 
 
 def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelReport:
@@ -250,7 +261,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
     """
     import onnx
 
-    path = "" if isinstance(model, (onnx.ModelProto, bytes, bytearray)) else str(model)
+    path = "" if isinstance(model, (onnx.ModelProto, bytes, bytearray, memoryview)) else str(model)
     proto = load_model(model, external_data=False)  # (sizes come from the dims: no weights read)
     default_opset = opset_version(proto, "")
     functions = function_keys(proto)

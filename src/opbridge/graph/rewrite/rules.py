@@ -651,7 +651,7 @@ class ReplaceOp(IRRule):
     def _renames(self, options: Mapping[str, Any]) -> dict[str, str]:
         from opbridge.errors import OpbridgeError
 
-        out = {}
+        out: dict[str, str] = {}
         for item in self._pairs(options, "rename"):
             old, sep, new = str(item).partition("=")
             if not sep or not old or not new:
