@@ -431,6 +431,15 @@ def test_a_model_file_is_linted_without_reading_its_weights(tmp_path: Path) -> N
     assert location == {"scales": TensorProto.DEFAULT, "weights": TensorProto.EXTERNAL}
     assert [f.code for f in lint_model(path)] == [f.code for f in lint_model(onnx.load(path))]
     assert "frozen-resize-scale" in [f.code for f in lint_model(path)]
+    # a ModelProto whose data was not read: named as the sessions name it (it was an invalid-model error, and
+    # check_compat named a temporary folder of its own)
+    unread = onnx.load(path, load_external_data=False)
+    for check in (lint_model, lambda m: opbridge.graph.check_compat(m, "tensorrt", real=False)):
+        with pytest.raises(
+            opbridge.ModelLoadError,
+            match=r"the given model keeps tensor 'scales' in the external data file 'model.data'",
+        ):
+            check(unread)
     (tmp_path / "model.data").unlink()  # the data file gone: the tensors lint reads are named
     with pytest.raises(
         opbridge.ModelLoadError, match=r"tensor 'scales' is kept in .*model.data, which does not hold it"

@@ -701,6 +701,10 @@ def lint_model(
     path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     # (from a file: its weights stay there; the checker reads the file itself)
     proto = load_model(model, external_data=SMALL_TENSOR_BYTES) if path is not None else load_model(model)
+    if path is None:  # (tensors in data files a ModelProto does not hold: named, not taken for a faulty graph)
+        from opbridge.model_io import refuse_unread_external_data
+
+        refuse_unread_external_data(proto, "lint_model")
     if builtin_ops:
         ensure_builtin_ops()
     findings = _check_valid(proto, path)

@@ -63,6 +63,10 @@ def check_compat(
     # which needs the weights
     whole = path is None or target == "openvino"
     proto = load_model(model) if whole else load_model(model, external_data=SMALL_TENSOR_BYTES)
+    if path is None:  # (tensors in data files a ModelProto does not hold: named, not taken for a faulty graph)
+        from opbridge.model_io import refuse_unread_external_data
+
+        refuse_unread_external_data(proto, "check_compat")
     if target == "tensorrt":
         from opbridge.graph.compat.tensorrt import check_tensorrt
 
