@@ -260,6 +260,41 @@ def test_a_body_node_taking_an_attribute_from_its_call_builds(user_ops_file: Pat
     assert report.ok and report.errors == [], report.describe()
 
 
+def test_a_body_node_given_an_int_beyond_int32_by_its_call_is_refused(user_ops_file: Path, tmp_path: Path) -> None:
+    """The int32 check read the body node's own attribute, a reference with no value: a call passing 2**40,
+    which the parser narrows in the plugin field, went through; so it did in lint and compat. The value is
+    followed through a call inside another function's body too."""
+    inner = helper.make_node("Blend", ["x", "x"], ["y"], domain="acme_trt", name="blend")
+    inner.attribute.append(helper.make_attribute_ref("steps", onnx.AttributeProto.INT))
+    middle_call = helper.make_node("Inner", ["x"], ["y"], domain="wrap", name="inner_call")
+    forwarded = helper.make_attribute_ref("steps", onnx.AttributeProto.INT)
+    forwarded.ref_attr_name = "n"  # (Inner's steps is Outer's n)
+    middle_call.attribute.append(forwarded)
+    opsets = [helper.make_opsetid("acme_trt", 1), helper.make_opsetid("wrap", 1)]
+    functions = [
+        helper.make_function("wrap", "Inner", ["x"], ["y"], [inner], opsets, attributes=["steps"]),
+        helper.make_function("wrap", "Outer", ["x"], ["y"], [middle_call], opsets, attributes=["n"]),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("Outer", ["x"], ["y"], domain="wrap", n=2**40, name="outer")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *opsets], functions=functions)
+    path = tmp_path / "ref_int.onnx"
+    onnx.save(model, path)
+    report = build_engine(path, None, profiles=SMALL, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert any(
+        "attribute 'steps' (from call outer) holds 1099511627776, outside int32" in e[2] for e in report.errors
+    ), report.describe()
+    (finding,) = [f for f in opbridge.graph.lint_model(path) if f.code == "trt-int-attr-overflow"]
+    assert finding.node == "wrap::Inner/blend (from call outer)"
+    verdicts = opbridge.graph.check_compat(path, "tensorrt", real=False).nodes
+    assert any("'steps' = 1099511627776 (from call outer)" in v.reason for v in verdicts), verdicts
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("seed", SEED_MODELS, ids=lambda s: s.name)
 def test_seed_model_builds_with_dynamic_profile(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SMALL_TENSOR_BYTES",
     "STANDARD_DOMAINS",
+    "bound_attributes",
     "const_array",
     "ensure_builtin_ops",
     "evaluate_constant",
@@ -129,6 +130,42 @@ def opset_version(model: onnx.ModelProto | onnx.FunctionProto, domain: str) -> i
 def function_keys(model: onnx.ModelProto) -> set[tuple[str, str]]:
     """``(domain, name)`` of every model-local function."""
     return {(f.domain, f.name) for f in model.functions}
+
+
+def bound_attributes(
+    model: onnx.ModelProto, node: onnx.NodeProto, fn: onnx.FunctionProto | None
+) -> Iterator[tuple[str, onnx.AttributeProto, str]]:
+    """``(name, attribute, via)`` for each attribute of ``node``: as written, or, for one a function body's
+    node takes from its function's call (``ref_attr_name``), the attribute each call of ``fn`` binds it
+    to (the function's default where a call gives none), followed through calls inside other functions'
+    bodies; ``via`` is ``""`` or `` (from call LABEL)``. A reference no call binds yields nothing."""
+    for attr in node.attribute:
+        if not attr.ref_attr_name or fn is None:
+            yield attr.name, attr, ""
+            continue
+        for label, bound in _bindings(model, fn, attr.ref_attr_name, set()):
+            yield attr.name, bound, f" (from call {label})"
+
+
+def _bindings(
+    model: onnx.ModelProto, fn: onnx.FunctionProto, name: str, seen: set[tuple[str, str, str, str]]
+) -> Iterator[tuple[str, onnx.AttributeProto]]:
+    """``(call label, attribute)`` that the calls of ``fn`` bind its attribute ``name`` to."""
+    key = (fn.domain, fn.name, getattr(fn, "overload", ""), name)
+    if key in seen:  # (recursive functions, which the checker refuses)
+        return
+    seen = seen | {key}
+    default = next((a for a in getattr(fn, "attribute_proto", ()) if a.name == name), None)
+    for path, label, call, caller in labelled_nodes(model):
+        if (call.domain, call.op_type, getattr(call, "overload", "")) != key[:3]:
+            continue
+        given = next((a for a in call.attribute if a.name == name), default)
+        if given is None:
+            continue
+        if given.ref_attr_name and caller is not None:
+            yield from _bindings(model, caller, given.ref_attr_name, seen)
+        elif not given.ref_attr_name:
+            yield path + label, given
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:

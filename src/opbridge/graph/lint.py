@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge.graph._model import (
     SMALL_TENSOR_BYTES,
+    bound_attributes,
     ensure_builtin_ops,
     evaluate_constant,
     function_keys,
@@ -642,11 +643,12 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
     findings: list[Finding] = []
     opset = opset_version(model, "")
     local = {(f.domain, f.name) for f in model.functions}
-    for path, name, node, _ in labelled_nodes(model):
+    for path, name, node, fn in labelled_nodes(model):
         if not is_custom_node(node, opset) or (node.domain, node.op_type) in local:
             continue  # (TensorRT 10 imports a model-local function's body: its attributes become no plugin fields)
-        label = path + name
-        for attr in node.attribute:
+        # (an attribute a body's node takes from its function's call: the values the calls give it)
+        for attr_name, attr, via in bound_attributes(model, node, fn):
+            label = path + name + via
             if attr.type == onnx.AttributeProto.INT:
                 bad = [attr.i] if not _INT32_MIN <= attr.i <= _INT32_MAX else []
             elif attr.type == onnx.AttributeProto.INTS:
@@ -659,7 +661,7 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
                             "warning",
                             "trt-tensor-attr-dtype",
                             label,
-                            f"TENSOR attribute {attr.name!r} is {dtype}; TensorRT's ONNX parser rejects TENSOR plugin "
+                            f"TENSOR attribute {attr_name!r} is {dtype}; TensorRT's ONNX parser rejects TENSOR plugin "
                             "fields of int64, bool and uint8.",
                             "store it as an int32/float32 tensor, or as an INTS/FLOATS attribute",
                         )
@@ -673,7 +675,7 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
                         "warning",
                         "trt-int-attr-overflow",
                         label,
-                        f"{'INT' if attr.type == onnx.AttributeProto.INT else 'INTS'} attribute {attr.name!r} holds "
+                        f"{'INT' if attr.type == onnx.AttributeProto.INT else 'INTS'} attribute {attr_name!r} holds "
                         f"{bad[0]}, outside int32; TensorRT's ONNX parser narrows "
                         "plugin fields to int32, so the plugin would see a wrong value.",
                         "keep the value within int32, or pass it as a FLOAT/STRING attribute or a tensor input",

@@ -468,7 +468,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     import onnx
 
     from opbridge.definition import all_ops, find_op
-    from opbridge.graph._model import labelled_nodes
+    from opbridge.graph._model import bound_attributes, labelled_nodes
     from opbridge.legacy_domain import is_standard_op
     from opbridge.onnx_schema import attribute_values
 
@@ -502,14 +502,15 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
             opdef = None if is_standard_op(node.op_type) else _default_domain_op(node)
         if opdef is None and node.op_type not in names:
             continue
-        for attr in node.attribute:
+        # (an attribute a body's node takes from its function's call: the values the calls give it)
+        for attr_name, attr, via in bound_attributes(model, node, fn):
             texts = [attr.s] if attr.type == onnx.AttributeProto.STRING else list(attr.strings)
             if any(b"\x00" in t for t in texts):
                 errors.append(
                     (
                         node.name,
                         node.op_type,
-                        f"opbridge: attribute {attr.name!r} holds a string with a NUL character; TensorRT passes "
+                        f"opbridge: attribute {attr_name!r}{via} holds a string with a NUL character; TensorRT passes "
                         "string fields NUL-terminated, so the plugin would see it cut or split. Keep NUL out of "
                         "attributes of ops meant for TensorRT.",
                     )
@@ -518,7 +519,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
             bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
             if bad:
                 message = (
-                    f"opbridge: attribute {attr.name!r} holds {bad[0]}, outside int32; TensorRT's ONNX parser "
+                    f"opbridge: attribute {attr_name!r}{via} holds {bad[0]}, outside int32; TensorRT's ONNX parser "
                     "narrows INT attributes to int32 plugin fields, so the plugin would see a different value. "
                     "Keep INT attributes of ops meant for TensorRT within int32."
                 )

@@ -395,13 +395,13 @@ def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
     if not ctx.custom or (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
         return None  # (a function's body is imported: its attributes bind there and become no plugin fields)
     found = []
-    for a in ctx.proto.attribute:
+    for name, a, via in _plugin_attributes(ctx):
         values = (
             [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
         )
         bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
         if bad:
-            found.append(f"{a.name!r} = {bad[0]}")
+            found.append(f"{name!r} = {bad[0]}{via}")
     if not found:
         return None
     fields = "the int32 plugin field it becomes" if len(found) == 1 else "the int32 plugin fields they become"
@@ -419,10 +419,19 @@ def _rule_tensor_attr(ctx: NodeContext, version: Version) -> Hit | None:
     if not ctx.custom or (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
         return None  # (a function's body is imported: its attributes bind there and become no plugin fields)
     bad = {onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool", onnx.TensorProto.UINT8: "uint8"}
-    for a in ctx.proto.attribute:
+    for name, a, via in _plugin_attributes(ctx):
         if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in bad:
-            return Hit("fail", f"TENSOR attribute {a.name!r} of {bad[a.t.data_type]} is rejected as a plugin field")
+            return Hit("fail", f"TENSOR attribute {name!r}{via} of {bad[a.t.data_type]} is rejected as a plugin field")
     return None
+
+
+def _plugin_attributes(ctx: NodeContext) -> list[tuple[str, Any, str]]:
+    """The node's attributes as its plugin gets them: one a function body's node takes from the function's
+    call (``ref_attr_name``) as each call binds it (see :func:`~opbridge.graph._model.bound_attributes`)."""
+    from opbridge.graph._model import bound_attributes, function_label
+
+    fn = next((f for f in ctx.model.functions if function_label(f) == ctx.function), None) if ctx.function else None
+    return list(bound_attributes(ctx.model, ctx.proto, fn))
 
 
 def _rule_op_type_shadows(ctx: NodeContext, version: Version) -> Hit | None:
