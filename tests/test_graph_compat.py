@@ -1328,6 +1328,48 @@ def test_a_call_of_a_recursive_function_fails_statically(target: str) -> None:
     assert nodes["fine"].verdict == "function" and not report.ok
 
 
+def _overload_model(call_overload: str) -> onnx.ModelProto:
+    """acme::Block:outer calls acme::Block:inner (two functions, one name); the graph calls ``call_overload``."""
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("acme", 1)]
+    inner = helper.make_function("acme", "Block", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], opsets[:1])
+    call_inner = helper.make_node("Block", ["a"], ["t"], domain="acme")
+    call_inner.overload = inner.overload = "inner"
+    outer = helper.make_function(
+        "acme", "Block", ["a"], ["b"], [call_inner, helper.make_node("Neg", ["t"], ["b"])], opsets
+    )
+    outer.overload = "outer"
+    call = helper.make_node("Block", ["x"], ["y"], domain="acme", name="call")
+    call.overload = call_overload
+    graph = helper.make_graph(
+        [call],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=opsets, functions=[inner, outer])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_overloads_of_one_function_are_functions_of_their_own(target: str) -> None:
+    """Functions were keyed by (domain, name): one overload calling another of its name was refused as
+    recursive on every target, and a call naming an overload the model lacks ran "through the model's
+    function body"; inspect and lint said the same."""
+    if target != "tensorrt":
+        pytest.importorskip(target, reason=f"{target} is not installed")
+    nested = check_compat(_overload_model("outer"), target, real=False)
+    (call,) = [n for n in nested.nodes if n.node == "call"]
+    assert call.verdict == "function" and "calls itself" not in call.reason, call
+    missing = _overload_model("tanh")
+    (call,) = [n for n in check_compat(missing, target, real=False).nodes if n.node == "call"]
+    assert call.verdict == "fail", call
+    if target == "tensorrt":
+        (node,) = opbridge.graph.inspect_model(missing).custom_nodes[:1]
+        assert node.name == "call" and not node.has_function
+        assert [f.code for f in opbridge.graph.lint_model(missing) if f.node == "call"] == ["unknown-custom-op"]
+
+
 def _function_with_attributes(**attrs: object) -> onnx.ModelProto:
     """``acme::AddOffset``, a model-local function whose Constant takes the call's attribute ``offset`` (TENSOR
     or INT, by ``ref_attr_name``)."""

@@ -26,6 +26,7 @@ __all__ = [
     "const_array",
     "ensure_builtin_ops",
     "evaluate_constant",
+    "function_key",
     "function_keys",
     "is_custom_node",
     "labelled_bodies",
@@ -127,9 +128,16 @@ def opset_version(model: onnx.ModelProto | onnx.FunctionProto, domain: str) -> i
     return max(versions) if versions else None
 
 
-def function_keys(model: onnx.ModelProto) -> set[tuple[str, str]]:
-    """``(domain, name)`` of every model-local function."""
-    return {(f.domain, f.name) for f in model.functions}
+def function_key(item: onnx.NodeProto | onnx.FunctionProto) -> tuple[str, str, str]:
+    """``(domain, name, overload)`` that a node calls, or that a model-local function defines (IR 10 tells
+    a function's overloads apart by ``overload``; "" elsewhere)."""
+    name = item.op_type if hasattr(item, "op_type") else item.name
+    return item.domain, name, getattr(item, "overload", "")
+
+
+def function_keys(model: onnx.ModelProto) -> set[tuple[str, str, str]]:
+    """``(domain, name, overload)`` of every model-local function (see :func:`function_key`)."""
+    return {function_key(f) for f in model.functions}
 
 
 def bound_attributes(

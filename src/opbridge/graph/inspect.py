@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opbridge.graph._model import (
+    function_key,
     function_keys,
     function_label,
     is_custom_node,
@@ -283,7 +284,7 @@ def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelRepor
                     attributes=[attribute_info(a) for a in node.attribute],
                     num_inputs=len(node.input),
                     num_outputs=len(node.output),
-                    has_function=(node.domain, node.op_type) in functions,
+                    has_function=function_key(node) in functions,
                     graph_path=graph_path,
                 )
             )

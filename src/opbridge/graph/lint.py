@@ -58,6 +58,7 @@ from opbridge.graph._model import (
     bound_attributes,
     ensure_builtin_ops,
     evaluate_constant,
+    function_key,
     function_keys,
     is_custom_node,
     labelled_nodes,
@@ -143,12 +144,12 @@ def _known_schema(domain: str, op_type: str, version: int | None) -> bool:
         return onnx.defs.has(op_type, domain)
 
 
-def _coverage(model: onnx.ModelProto, node: onnx.NodeProto, functions: set[tuple[str, str]]) -> str | None:
+def _coverage(model: onnx.ModelProto, node: onnx.NodeProto, functions: set[tuple[str, str, str]]) -> str | None:
     """What covers a custom node (schema, function of ``functions``, opbridge op, kernel), or None."""
     import opbridge
 
     version = opset_version(model, node.domain)
-    if (node.domain, node.op_type) in functions:
+    if function_key(node) in functions:
         return "model function"
     if opbridge.find_op(node.domain, node.op_type, version) is not None:
         return "opbridge op"
@@ -395,7 +396,7 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
         if (
             domain == ""
             and not is_standard_op(node.op_type)  # (one of a later opset: invalid-model names it, with both fixes)
-            and ("", node.op_type) not in local
+            and ("", node.op_type, getattr(node, "overload", "")) not in local
         ):
             findings.append(
                 Finding(

@@ -92,17 +92,18 @@ def check_compat(
     return _fail_recursive_calls(report, proto)
 
 
-def _recursive_functions(model: onnx.ModelProto) -> dict[tuple[str, str], str]:
-    """The model-local functions that call themselves, directly or through others, by (domain, name),
-    each with the cycle in words (``acme::A -> acme::B -> acme::A``): ONNX forbids them, and no runtime
-    expands one (TensorRT's parser crashed on one)."""
+def _recursive_functions(model: onnx.ModelProto) -> dict[tuple[str, str, str], str]:
+    """The model-local functions that call themselves, directly or through others, by (domain, name,
+    overload), each with the cycle in words (``acme::A -> acme::B -> acme::A``): ONNX forbids them, and no
+    runtime expands one (TensorRT's parser crashed on one). Overloads of one name are functions of their own."""
+    from opbridge.graph._model import function_key
     from opbridge.model_io import walk_nodes
 
-    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    calls: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
     for fn in model.functions:
-        callees = calls.setdefault((fn.domain, fn.name), [])
-        callees += [(n.domain, n.op_type) for n in walk_nodes(fn.node)]
-    found: dict[tuple[str, str], str] = {}
+        callees = calls.setdefault(function_key(fn), [])
+        callees += [function_key(n) for n in walk_nodes(fn.node)]
+    found: dict[tuple[str, str, str], str] = {}
     for start in calls:
         path, stack, seen = [start], [iter(calls[start])], {start}
         while stack:  # depth first, without recursion
@@ -112,7 +113,7 @@ def _recursive_functions(model: onnx.ModelProto) -> dict[tuple[str, str], str]:
                 path.pop()
                 continue
             if callee == start:
-                found[start] = " -> ".join(f"{d}::{n}" for d, n in [*path, start])
+                found[start] = " -> ".join(f"{d}::{n}" + (f":{o}" if o else "") for d, n, o in [*path, start])
                 break
             if callee in calls and callee not in seen:
                 seen.add(callee)
@@ -126,9 +127,14 @@ def _fail_recursive_calls(report: CompatReport, model: onnx.ModelProto) -> Compa
     took its body for one a runtime expands)."""
     import dataclasses
 
+    from opbridge.graph._model import function_key, labelled_nodes
+
     recursive = _recursive_functions(model) if len(model.functions) else {}
+    if not recursive:
+        return report
+    keys = {path + name: function_key(node) for path, name, node, _ in labelled_nodes(model)}
     for k, verdict in enumerate(report.nodes):
-        cycle = recursive.get((verdict.domain, verdict.op_type))
+        cycle = recursive.get(keys.get(verdict.node, (verdict.domain, verdict.op_type, "")))
         if cycle is not None and verdict.verdict != "fail":
             report.nodes[k] = dataclasses.replace(
                 verdict,

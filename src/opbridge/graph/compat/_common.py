@@ -98,7 +98,7 @@ class FunctionIndex:
     """A model's local functions, looked up by the key a call names (domain, name, overload), in
     the proto and the onnx-ir model; built once per model, not once per call."""
 
-    names: frozenset[tuple[str, str]]
+    names: frozenset[tuple[str, str, str]]
     by_key: dict[tuple[str, str, str], Any]
     ir_by_key: dict[tuple[str, str, str], Any]
 
@@ -153,7 +153,7 @@ def _walk(
     owners: tuple[str, ...] = (),
 ) -> None:
     """Contexts for ``protos`` (with their onnx-ir twins ``nodes``, or None) and their subgraphs' nodes."""
-    from opbridge.graph._model import is_custom_node, node_label, opset_version
+    from opbridge.graph._model import function_key, is_custom_node, node_label, opset_version
 
     for index, (proto, node) in enumerate(zip(protos, nodes if nodes is not None else [None] * len(protos))):
         label = prefix + node_label(proto, index)
@@ -166,7 +166,7 @@ def _walk(
                 node=node,
                 model=model,
                 version=version if version is not None else opset_version(model, proto.domain),
-                has_function=(proto.domain, proto.op_type) in functions.names,
+                has_function=function_key(proto) in functions.names,
                 custom=is_custom_node(proto),
                 function=function,
                 ir_model=irm,
