@@ -48,6 +48,18 @@ def _function_model(domain: str = "acme") -> onnx.ModelProto:
     )
 
 
+@opbridge.op("test.compat::Gap")
+def _gap(x: torch.Tensor, bias: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+    return x + (0 if bias is None else bias) * (1 if scale is None else scale)
+
+
+def _gap_model(inputs: list[str]) -> onnx.ModelProto:
+    """A test.compat::Gap node (x, optional bias, optional scale) given ``inputs``."""
+    node = helper.make_node("Gap", inputs, ["y"], domain="test.compat", name="gap")
+    given = [(n, TensorProto.FLOAT, [2]) for n in inputs if n]
+    return make_model([node], given, [("y", TensorProto.FLOAT, [2])], domains={"test.compat": 1})
+
+
 def _tensor_attr(dtype) -> onnx.ModelProto:
     return custom_node_model(table=numpy_helper.from_array(np.array([1, 0], dtype)))
 
@@ -131,6 +143,15 @@ TRT_CASES = [
         "fail",
         "do not fit the int32",
         lambda: custom_node_model(big=2**31 - 1),
+    ),
+    (
+        "trt-plugin-input-gap",
+        "10.8",
+        lambda: _gap_model(["x", "", "s"]),
+        "gap",
+        "fail",
+        "optional input(s) ['bias'] of test.compat::Gap are left out before a given one",
+        lambda: _gap_model(["x", "b"]),
     ),
     (
         "trt-plugin-tensor-attr-dtype",

@@ -408,6 +408,31 @@ def _rule_int_narrowing(ctx: NodeContext, version: Version) -> Hit | None:
     return Hit("fail", f"attribute(s) {', '.join(found)} do not fit {fields}")
 
 
+def _rule_input_gap(ctx: NodeContext, version: Version) -> Hit | None:
+    """An opbridge op's node that leaves out an optional input before one it gives cannot become its plugin.
+
+    TensorRT hands a plugin its inputs by position, without the names, so the plugin cannot tell which
+    inputs are missing; opbridge's trt-build refuses such a node before parsing.
+    """
+    if not ctx.custom or (ctx.has_function and version >= (10, 0)) or _shadowed(ctx):
+        return None
+    opdef = ctx.opbridge_op()
+    if opdef is None:
+        return None
+    given = list(ctx.proto.input)
+    while given and not given[-1]:
+        given.pop()
+    skipped = [p.name for p, name in zip(opdef.spec.inputs, given) if p.optional and not name]
+    if not skipped:
+        return None
+    return Hit(
+        "fail",
+        f"optional input(s) {skipped} of {opdef.spec.qualname} are left out before a given one; TensorRT hands a "
+        "plugin its inputs by position, so its plugin cannot tell which are missing (give them, or reorder the "
+        "op's inputs so that optional ones come last)",
+    )
+
+
 def _rule_tensor_attr(ctx: NodeContext, version: Version) -> Hit | None:
     """TENSOR attributes of int64, bool or uint8 are rejected as plugin fields.
 
@@ -722,6 +747,13 @@ TRT_RULES: tuple[TrtRule, ...] = (
         None,
         "onnx-tensorrt FallbackPluginImporter attribute conversion",
         _rule_int_narrowing,
+    ),
+    TrtRule(
+        "trt-plugin-input-gap",
+        (7, 0),
+        None,
+        "IPluginV3 enqueue (inputs by position); opbridge's trt-build refuses the node",
+        _rule_input_gap,
     ),
     TrtRule(
         "trt-plugin-tensor-attr-dtype",
