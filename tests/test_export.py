@@ -618,6 +618,46 @@ def test_dynamo_renaming_an_output_dim_is_logged(tmp_path: Path, caplog: pytest.
     assert any("output 'y' dim 0 is named 'batch' in the file, not 'rows'" in r.getMessage() for r in caplog.records)
 
 
+@opbridge.op("tests.export::Positives")
+def _positives(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    keep = x > 0
+    return torch.nonzero(keep), x[keep]
+
+
+@_positives.register_shape
+def _positives_shape(x: torch.Tensor) -> tuple[opbridge.TensorInfo, opbridge.TensorInfo]:
+    n = opbridge.SymDim()
+    return opbridge.TensorInfo((n, len(x.shape)), torch.int64), opbridge.TensorInfo((n,), x.dtype)
+
+
+class _Positives(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _positives(x)
+
+
+def test_dynamo_names_data_dependent_output_dims_as_dynamic_axes_asks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dynamo exporter names a size that depends on the data u0, u1 (one per output, though the rule
+    gives both one size): the export warned that it "names an output dim after the input dim it equals" and
+    said to use that name; now they take the names asked for, as under TorchScript."""
+    x = torch.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, 6.0]])
+    with caplog.at_level("WARNING", logger="opbridge.export"):
+        result = opbridge.export(
+            _Positives(),
+            (x,),
+            tmp_path / "positives.onnx",
+            exporter="dynamo",
+            input_names=["x"],
+            output_names=["idx", "vals"],
+            dynamic_axes={"x": {0: "b"}, "idx": {0: "n"}, "vals": {0: "n"}},
+        )
+    assert [_dims(o) for o in result.model.graph.output] == [["n", 2], ["n"]]
+    assert not [r for r in caplog.records if "dynamic_axes asks" in r.getMessage()]
+    idx, vals = opbridge.InferenceSession(result.path).run(None, {"x": x.numpy()})
+    assert idx.tolist() == [[0, 0], [0, 2], [1, 1], [1, 2]] and vals.tolist() == [1.0, 3.0, 5.0, 6.0]
+
+
 @opbridge.op("tests.export::AddMaybe", shape=lambda x, b, **_: opbridge.TensorInfo(x.shape, x.dtype))
 def _add_maybe(x: torch.Tensor, b: torch.Tensor | None = None, k: float = 1.0) -> torch.Tensor:
     return x * k if b is None else x * k + b

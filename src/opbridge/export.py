@@ -660,9 +660,13 @@ def _derived_shape_cause(proto: onnx.ModelProto) -> str:
 def _note_output_dim_names(
     proto: onnx.ModelProto, dynamic_axes: Mapping[str, Any], output_names: Sequence[str]
 ) -> None:
-    """Log where the dynamo exporter named an output dim otherwise than ``dynamic_axes`` asks: it names
-    an output dim after the input dim it equals (torch.export's symbols), and drops the output's names."""
+    """Name the output dims ``dynamic_axes`` asks for where the dynamo exporter named them after a size that
+    depends on the data (torch.export's unbacked symbols ``u0``, ``u1``: equal to no input dim), in the
+    outputs and the graph's value infos alike; log where it named one otherwise: it names an output dim
+    after the input dim it equals (torch.export's symbols), and drops the output's names."""
     outputs = {o.name: o for o in proto.graph.output}
+    input_dims = {d.dim_param for i in proto.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    asked: list[tuple[str, int, str, str]] = []  # (output, axis, name in the file, name asked for)
     for name in output_names:
         axes = dynamic_axes.get(name)
         if not isinstance(axes, Mapping) or name not in outputs:
@@ -671,15 +675,31 @@ def _note_output_dim_names(
         for axis, wanted in axes.items():
             axis = int(axis)
             if axis < len(dims) and dims[axis].dim_param and dims[axis].dim_param != str(wanted):
-                logger.warning(
-                    "output %r dim %d is named %r in the file, not %r as dynamic_axes asks: the dynamo exporter "
-                    "names an output dim after the input dim it equals (use that name, or exporter='torchscript', "
-                    "which keeps the given names)",
-                    name,
-                    axis,
-                    dims[axis].dim_param,
-                    wanted,
-                )
+                asked.append((name, axis, dims[axis].dim_param, str(wanted)))
+    renames: dict[str, str] = {}
+    clashing: set[str] = set()
+    for _, _, found, wanted in asked:
+        if re.fullmatch(r"u\d+", found) and found not in input_dims:
+            if renames.setdefault(found, wanted) != wanted:
+                clashing.add(found)  # (asked for under two names: left as it is)
+    renames = {k: v for k, v in renames.items() if k not in clashing}
+    if renames:
+        for graph_value in [*proto.graph.output, *proto.graph.value_info]:
+            for d in graph_value.type.tensor_type.shape.dim:
+                if d.dim_param in renames:
+                    d.dim_param = renames[d.dim_param]
+    for name, axis, found, wanted in asked:
+        if found in renames:
+            continue
+        why = (
+            "a size that depends on the data, which the dynamo exporter names uN, asked for under other names too"
+            if found in clashing
+            else "the dynamo exporter names an output dim after the input dim it equals (use that name, or "
+            "exporter='torchscript', which keeps the given names)"
+        )
+        logger.warning(
+            "output %r dim %d is named %r in the file, not %r as dynamic_axes asks: %s", name, axis, found, wanted, why
+        )
 
 
 def _input_names(
