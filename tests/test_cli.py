@@ -10,7 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import onnx
 import pytest
+from onnx import helper
 
 from opbridge.cli import main
 
@@ -189,6 +191,30 @@ def test_an_ops_file_that_exits_at_import_fails_the_command(
     err = capsys.readouterr().err
     assert f"{ops}: importing it exited with code {code}" in err
     assert 'if __name__ == "__main__":' in err
+
+
+def test_a_factory_that_exits_fails_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sys.exit(0) in a --reference factory ended opbridge verify with exit code 0 and no output: a false pass."""
+    factory = tmp_path / "exits_in_factory.py"
+    factory.write_text("import sys\n\ndef build():\n    sys.exit(0)\n")
+    model = tmp_path / "m.onnx"
+    onnx.save(
+        helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Relu", ["x"], ["y"])],
+                "g",
+                [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        ),
+        model,
+    )
+    assert main(["verify", str(model), "--reference", f"{factory}:build"]) == 2
+    err = capsys.readouterr().err
+    assert f"--reference {factory}:build: the factory exited with code 0" in err, err
+    assert main(["export", f"{factory}:build", "-o", str(tmp_path / "out.onnx")]) == 2
+    assert "the factory exited with code 0" in capsys.readouterr().err and not (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.parametrize("command", ["inspect", "lint", "trt-build"])

@@ -147,6 +147,12 @@ def load_factory(target: str, *, label: str = "--reference") -> tuple[Any, tuple
         result = factory()
     except Exception as exc:
         raise OpbridgeError(f"{label} {target}: building the PyTorch model raised {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:  # (sys.exit(0) in a factory read as a pass: the command ended with its code)
+        raise OpbridgeError(
+            f"{label} {target}: the factory exited with code {exc.code!r} (sys.exit, or argparse reading the command "
+            "line) instead of returning (model, example_inputs); return them, and keep the script part under "
+            'if __name__ == "__main__":.'
+        ) from None
     finally:
         if folder is not None:
             sys.path.remove(folder)
