@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -1073,6 +1074,80 @@ def test_openvino_gives_ctrl_c_in_a_kernel_back_to_the_caller(tmp_path) -> None:
     opbridge.export(_Wrap(interrupted), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
     with OpenVINORunner(path) as runner, pytest.raises(KeyboardInterrupt):
         runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+@opbridge.op("tests.backends::Terminating")
+def terminating(x: torch.Tensor) -> torch.Tensor:
+    """x + 1, but the numpy kernel gets a SIGTERM (opbridge's Terminated, as the CLI raises it)."""
+    return x + 1
+
+
+@terminating.register_kernel
+def _terminating_numpy(x: np.ndarray) -> np.ndarray:
+    from opbridge._terminate import Terminated
+
+    raise Terminated
+
+
+_RULE_INTERRUPTS = threading.Event()
+
+
+@opbridge.op("tests.backends::RuleInterrupted")
+def rule_interrupted(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@rule_interrupted.register_shape
+def _rule_interrupted_shape(x: Any) -> opbridge.TensorInfo:
+    if _RULE_INTERRUPTS.is_set():  # (a Ctrl-C landing while OpenVINO converts the model calls the rule)
+        raise KeyboardInterrupt
+    return opbridge.TensorInfo(x.shape, x.dtype)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime-kernels", "openvino"])
+def test_a_sigterm_in_a_kernel_ends_the_run_not_as_the_nodes_error(tmp_path: Path, backend: str) -> None:
+    """A SIGTERM inside a kernel (Terminated, which the CLI raises to unwind) came back as "kernel raised
+    Terminated", an error of the node: verify recorded it and went on, exit code 2 instead of 143."""
+    from opbridge._terminate import Terminated
+
+    _needs(backend.split("-")[0])
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(terminating), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    with get_backend(backend)(path) as runner, pytest.raises(Terminated):
+        runner.infer({"x": np.ones((2, 3), np.float32)})
+
+
+def test_openvino_gives_ctrl_c_while_converting_back_to_the_caller(tmp_path: Path) -> None:
+    """A Ctrl-C landing in a Python op's callback while OpenVINO converted the model (its shape rule) came
+    back as "openvino could not convert the model ... KeyboardInterrupt", or was dropped."""
+    _needs("openvino")
+    path = tmp_path / "m.onnx"
+    opbridge.export(_Wrap(rule_interrupted), (torch.randn(2, 3),), path, exporter="torchscript", input_names=["x"])
+    _RULE_INTERRUPTS.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            OpenVINORunner(path).load()
+    finally:
+        _RULE_INTERRUPTS.clear()
+    with OpenVINORunner(path) as runner:  # (and nothing is left over for the next load)
+        (y,) = runner.infer({"x": np.ones((2, 3), np.float32)}).values()
+    np.testing.assert_array_equal(y, _Wrap(rule_interrupted)(torch.ones(2, 3)).numpy())
+
+
+def test_a_ctrl_c_during_a_backends_import_is_no_missing_package() -> None:
+    """A Ctrl-C during an extension module's import comes back as ImportError("initialization failed")
+    caused by it: the backend was reported "not installed; pip install ...", and verify went on without it."""
+    from opbridge.errors import raise_interrupt_behind
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as inner:
+            raise ImportError("initialization failed") from inner
+    except ImportError as exc:
+        with pytest.raises(KeyboardInterrupt):
+            raise_interrupt_behind(exc)
+    raise_interrupt_behind(ImportError("No module named 'openvino'"))  # (a missing package: nothing raised)
 
 
 def _square_model(elem: int) -> onnx.ModelProto:

@@ -17,6 +17,7 @@ __all__ = [
     "UnknownOpError",
     "default_domain_hint",
     "legacy_domain_hint",
+    "raise_interrupt_behind",
     "unknown_ops_message",
 ]
 
@@ -69,6 +70,19 @@ class KernelResultError(OpbridgeError, ValueError):
 
 class BackendUnavailableError(OpbridgeError, ImportError):
     """An optional backend (OpenVINO, TensorRT...) is not installed."""
+
+
+def raise_interrupt_behind(exc: BaseException) -> None:
+    """Raise the KeyboardInterrupt (or SystemExit, or another exception that is no Exception) behind ``exc``,
+    if any: a Ctrl-C during an extension module's import comes back as ``ImportError: initialization failed``
+    caused by it, which would read as the package missing."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if not isinstance(cause, Exception):
+            raise cause.with_traceback(None) from None
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
 
 
 def unknown_ops_message(nodes: Iterable[tuple[str, str, int, str]], *, limit: int = 5) -> str:

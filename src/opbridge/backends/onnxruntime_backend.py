@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from opbridge.backends.base import OnnxRunner, TensorMeta
-from opbridge.errors import BackendUnavailableError, ModelLoadError, OpbridgeError, UnknownOpError
+from opbridge.errors import (
+    BackendUnavailableError,
+    ModelLoadError,
+    OpbridgeError,
+    UnknownOpError,
+    raise_interrupt_behind,
+)
 
 __all__ = ["OnnxRuntimeKernelsRunner", "OnnxRuntimeRunner", "node_arg_meta"]
 
@@ -78,6 +84,7 @@ class OnnxRuntimeRunner(OnnxRunner):
 
             from opbridge.onnxruntime import InferenceSession
         except ImportError as exc:
+            raise_interrupt_behind(exc)  # (a Ctrl-C during the import: no missing package)
             raise BackendUnavailableError(
                 f"onnxruntime backend is not installed ({exc}); pip install onnxruntime."
             ) from None

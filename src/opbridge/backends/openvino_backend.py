@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import threading
@@ -52,7 +53,7 @@ from opbridge.backends._custom import (
     is_custom_node,
 )
 from opbridge.backends.base import BackendRunError, OnnxRunner
-from opbridge.errors import BackendUnavailableError, ModelLoadError
+from opbridge.errors import BackendUnavailableError, ModelLoadError, raise_interrupt_behind
 from opbridge.model_io import save_with_data_file, subgraphs, too_large, walk_nodes
 
 if TYPE_CHECKING:
@@ -66,6 +67,40 @@ _NODE_ATTR = "_opbridge_node"
 # Marks the messages of errors raised inside generated ops, to find them in OpenVINO's wrapped error.
 _MARK = "[opbridge] "
 _INTERRUPTED = "KeyboardInterrupt in a kernel"
+# A Ctrl-C, SIGTERM or sys.exit() that came inside a Python op's callback, which OpenVINO reports as an
+# error of the node: kept per thread, and raised again once OpenVINO has returned (_raise_kept_exit)
+_EXITS = threading.local()
+
+
+def _keep_exit(exc: BaseException) -> None:
+    """Keep ``exc`` where it is no Exception (KeyboardInterrupt, SystemExit, a SIGTERM's Terminated)."""
+    if not isinstance(exc, Exception):
+        _EXITS.kept = exc
+
+
+def _keeping_exits(fn: Any) -> Any:
+    """``fn``, a callback OpenVINO makes, keeping a Ctrl-C, SIGTERM or sys.exit() that comes inside it (see
+    :func:`_keep_exit`): OpenVINO reports it as an error of the node, or drops it."""
+
+    @functools.wraps(fn)
+    def kept(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            _keep_exit(exc)
+            raise
+
+    return kept
+
+
+def _raise_kept_exit() -> None:
+    """Raise the exit a callback of this thread kept, if any (see :func:`_keep_exit`)."""
+    kept = getattr(_EXITS, "kept", None)
+    if kept is not None:
+        _EXITS.kept = None
+        raise kept.with_traceback(None)
+
+
 _INT32 = np.iinfo(np.int32)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -325,6 +360,9 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                 raise RuntimeError(
                     f"{_MARK}{info.label()}: the {kernel.source} raised {type(exc).__name__}: {exc}"
                 ) from exc
+            except BaseException as exc:  # SystemExit, a SIGTERM's Terminated: _infer raises it again
+                _keep_exit(exc)
+                raise RuntimeError(f"{_MARK}{type(exc).__name__} in a kernel") from None
             # the shapes the op gives for these inputs' own shapes (the compiled ones may be dynamic: a
             # result of another size would then be taken, and OpenVINO hand on memory it never wrote)
             concrete = self._infer_outputs([(t.get_element_type(), ov.PartialShape(list(t.shape))) for t in inputs])
@@ -403,6 +441,10 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
 
     _CustomOp.loaded = staticmethod(loaded)  # type: ignore[attr-defined]
     _CustomOp.forget = staticmethod(forget)  # type: ignore[attr-defined]
+    # (a Ctrl-C or SIGTERM arriving while OpenVINO works is delivered at its next call into Python; evaluate
+    # keeps its own)
+    for name in ("__init__", "validate_and_infer_types", "clone_with_new_inputs", "visit_attributes"):
+        setattr(_CustomOp, name, _keeping_exits(getattr(_CustomOp, name)))
     return _CustomOp
 
 
@@ -558,16 +600,20 @@ class OpenVINORunner(OnnxRunner):
             import openvino as ov
             from openvino.frontend.onnx import ConversionExtension
         except ImportError as exc:
+            raise_interrupt_behind(exc)  # (a Ctrl-C during the import: no missing package)
             raise BackendUnavailableError(
                 f"openvino backend is not installed ({exc}); install it with pip install 'opbridge[openvino]'."
             ) from None
         drop: frozenset[tuple[str, str]] = frozenset()
+        _EXITS.kept = None  # (one an earlier call left, had OpenVINO raised it itself)
         while True:
             prepared, nodes, moved = prepare_model(self.model, drop)
             self._node_lists.append(nodes)
             try:
                 self.ov_model = ov_model = self._read(ov, ConversionExtension, prepared, nodes)
+                _raise_kept_exit()  # (one OpenVINO dropped)
             except RuntimeError as exc:
+                _raise_kept_exit()  # (a Ctrl-C or SIGTERM inside an op's callback: not the model's fault)
                 more = _bodies_using(self.model, _unconverted_ops(str(exc))) - drop
                 if not more:  # not an op without a rule: the bodies of the ops opbridge can run, if any
                     more = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
@@ -579,8 +625,10 @@ class OpenVINORunner(OnnxRunner):
             try:
                 config = {"INFERENCE_PRECISION_HINT": self.precision} if self.precision else {}
                 self._compiled = self._core.compile_model(ov_model, self.device, config)
+                _raise_kept_exit()
                 break
             except RuntimeError as exc:
+                _raise_kept_exit()
                 # a body that converts but does not compile (Resize-11's empty inputs, say): the ops' kernels
                 bodies = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
                 if not bodies:
@@ -648,9 +696,12 @@ class OpenVINORunner(OnnxRunner):
             )
         with self._lock:
             self._running_in = threading.get_ident()
+            _EXITS.kept = None
             try:
                 results = self._request.infer(feed, share_inputs=False, share_outputs=False)
+                _raise_kept_exit()
             except RuntimeError as exc:
+                _raise_kept_exit()
                 marked = [ln.split(_MARK, 1)[1] for ln in str(exc).splitlines() if _MARK in ln]
                 if marked and marked[0].startswith(_INTERRUPTED):
                     raise KeyboardInterrupt from None
@@ -803,7 +854,7 @@ def _converter(cls: type) -> Any:
                 outputs.append(out)
         return outputs
 
-    return convert
+    return _keeping_exits(convert)
 
 
 def _first_line(exc: BaseException | str, limit: int = 400) -> str:

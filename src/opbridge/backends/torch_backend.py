@@ -29,7 +29,7 @@ import numpy as np
 
 from opbridge._dtypes import tensor_to_numpy
 from opbridge.backends.base import InputError, Runner, TensorMeta
-from opbridge.errors import BackendUnavailableError, OpbridgeError
+from opbridge.errors import BackendUnavailableError, OpbridgeError, raise_interrupt_behind
 
 __all__ = ["TorchRunner"]
 
@@ -70,6 +70,7 @@ class TorchRunner(Runner):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
+            raise_interrupt_behind(exc)  # (a Ctrl-C during the import: no missing package)
             raise BackendUnavailableError(f"torch backend is not installed ({exc}); {self.install}.") from None
         if isinstance(self.reference, str):
             from opbridge._loading import load_factory

@@ -1173,6 +1173,9 @@ static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {
         /* sys.exit() inside a kernel (a SIGTERM handler's, say): the run fails, and run() raises the
            SystemExit itself once ONNX Runtime has returned (take_exit), as for Ctrl-C */
         if (PyErr_ExceptionMatches(PyExc_SystemExit)) opb_keep_exit(PyExc_SystemExit);
+        /* another exception that is no Exception (a SIGTERM's opbridge Terminated, which unwinds the command):
+           raised again by run() the same way */
+        else if (!interrupted && !PyErr_ExceptionMatches(PyExc_Exception)) opb_keep_exit(PyExc_BaseException);
         const int checked = g_result_error != NULL && PyErr_ExceptionMatches(g_result_error);
         opb_format_exception(exc, sizeof exc);
         if (resignal) PyErr_SetInterrupt();
