@@ -406,6 +406,18 @@ def test_a_dim_written_as_an_expression_is_checked_when_the_set_leaves_out_the_d
     assert resolve_shape_sets(meta, [{"a": (4,), "y": (7,)}], example) == [{"a": (4,), "b": (3,), "y": (7,)}]
 
 
+def test_a_shape_too_large_to_fill_is_named_not_a_memory_error() -> None:
+    """--shape x:99999999999x3 ended verify in numpy's MemoryError (a traceback, exit code 1)."""
+    from opbridge.verify import make_inputs
+
+    meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
+    with pytest.raises(opbridge.OpbridgeError, match=r"^input 'x' at 99999999999x3 would take 1.12e\+03 GiB of random"):
+        make_inputs(meta, {"x": (99999999999, 3)}, 0)
+    with pytest.raises(opbridge.OpbridgeError, match=r"^input 'x' at 99999999999999999999x3 would take"):
+        make_inputs(meta, {"x": (99999999999999999999, 3)}, 0)
+    assert make_inputs(meta, {"x": (4, 3)}, 0)["x"].shape == (4, 3)
+
+
 def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
     with pytest.raises(

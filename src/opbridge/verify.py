@@ -602,6 +602,7 @@ def make_inputs(
                 f"give its values with --inputs FILE.npz (inputs=), e.g. numpy.savez(path, {m.name}=numpy.array(...))."
             )
         dtype = m.dtype if m.dtype is not None else np.dtype(np.float32)
+        _check_size(m.name, shape, dtype)
         span = ranges.get(m.name)
         if dtype.kind == "f" and span is not None:
             bottom, top = _float_span(dtype, *span)
@@ -617,6 +618,21 @@ def make_inputs(
         else:
             raise OpbridgeError(f"input {m.name!r} has dtype {dtype}; give its values with --inputs FILE.npz.")
     return feed
+
+
+# the largest random input verify makes (a shape set's typo, 99999999999x3, failed with numpy's MemoryError)
+_MAX_INPUT_BYTES = 16 << 30
+
+
+def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """An OpbridgeError where the input's random values would take more than :data:`_MAX_INPUT_BYTES`."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _MAX_INPUT_BYTES:
+        raise OpbridgeError(
+            f"input {name!r} at {format_shape(shape)} would take {nbytes / 2**30:.3g} GiB of random {dtype} values, "
+            f"more than verify makes ({_MAX_INPUT_BYTES >> 30} GiB): give a smaller shape (--shape {name}:DIMS), or "
+            "its values with --inputs FILE.npz."
+        )
 
 
 def _value_ranges(
