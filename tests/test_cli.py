@@ -235,13 +235,16 @@ def test_files_that_are_not_models_are_named_alike(
 
 
 def test_verbose_goes_before_or_after_the_command() -> None:
-    """-v was taken only before the command; after it, argparse refused it as unrecognized."""
-    from opbridge.cli import build_parser
+    """-v was taken only before the command; after it, argparse refused it as unrecognized. Then one after the
+    command replaced the count before it (-vv export ... -v gave INFO, not DEBUG)."""
+    from opbridge.cli import _verbosity, build_parser
 
     parser = build_parser()
-    assert parser.parse_args(["inspect", "m.onnx", "-vv"]).verbose == 2
-    assert parser.parse_args(["-v", "lint", "m.onnx"]).verbose == 1
-    assert parser.parse_args(["compat", "m.onnx", "--target", "onnxruntime"]).verbose == 0
+    assert _verbosity(parser.parse_args(["inspect", "m.onnx", "-vv"])) == 2
+    assert _verbosity(parser.parse_args(["-v", "lint", "m.onnx"])) == 1
+    assert _verbosity(parser.parse_args(["-vv", "lint", "m.onnx", "-v"])) == 3
+    assert _verbosity(parser.parse_args(["-v", "lint", "m.onnx", "-v"])) == 2
+    assert _verbosity(parser.parse_args(["compat", "m.onnx", "--target", "onnxruntime"])) == 0
 
 
 @pytest.mark.parametrize(

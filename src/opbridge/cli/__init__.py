@@ -44,11 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"opbridge.cli.{name.replace('-', '_')}").add_parser(sub)
-    for command in sub.choices.values():  # -v after the command too (opbridge export ... -v)
+    for command in sub.choices.values():  # -v after the command too (opbridge -v export ... -v): added up in main
         command.add_argument(
-            "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more log output (-vv for debug)"
+            "-v",
+            "--verbose",
+            action="count",
+            dest="verbose_after",
+            default=0,
+            help="more log output (-vv for debug)",
         )
     return parser
+
+
+def _verbosity(args: argparse.Namespace) -> int:
+    """How many -v the command line gives, before the command and after it together."""
+    return int(args.verbose) + int(getattr(args, "verbose_after", 0))
 
 
 def _unknown_arguments(
@@ -88,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:  # named by the command's own parser, with its usage and the closest option
         _unknown_arguments(parser, getattr(args, "command", None), extra, argv)
     logging.basicConfig(
-        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(_verbosity(args), 2)],
         format="%(levelname)s %(name)s: %(message)s",
     )
     if not getattr(args, "run", None):
