@@ -77,6 +77,12 @@ def test_export_names_its_factory_and_one_dim_of_two_sizes(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert "both 'batch', one dim, but the example inputs give them sizes" in err and "Traceback" not in err
     assert not out.exists()
+    # one axis named twice: the last name won, silently
+    for dynamic in (["x:0=a,0=b"], ["x:0=a", "x:0=b"]):
+        argv = ["export", f"{factory}:build", "-o", str(out), *[a for d in dynamic for a in ("--dynamic", d)]]
+        assert main(argv) == 2
+        assert "axis 0 of 'x' is named 'a' already; name it once." in capsys.readouterr().err
+        assert not out.exists()
 
 
 def test_a_module_in_the_current_folder_is_found_by_name(

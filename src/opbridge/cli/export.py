@@ -50,7 +50,12 @@ def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
             axis, eq, dim = pair.partition("=")
             if not eq or not axis.strip().isdigit() or not dim:
                 raise OpbridgeError(f"--dynamic {item!r}: write INPUT:AXIS=NAME[,AXIS=NAME]")
-            axes.setdefault(name, {})[int(axis)] = dim
+            given = axes.setdefault(name, {})
+            if given.get(int(axis), dim) != dim:
+                raise OpbridgeError(
+                    f"--dynamic {item!r}: axis {int(axis)} of {name!r} is named {given[int(axis)]!r} already; name it once."
+                )
+            given[int(axis)] = dim
     return axes
 
 
