@@ -72,6 +72,10 @@ def test_demo_rejects_unknown_model(tmp_path: Path, capsys) -> None:
     with pytest.raises(opbridge.OpbridgeError, match=r"unknown backend 'onnxruntme'; choose from onnxruntime"):
         run_demo(backends=["onnxruntme"], workdir=kept)
     assert not kept.exists()
+    # so is torch, the model every backend is compared with (named after both exports, with verify's fix)
+    with pytest.raises(opbridge.OpbridgeError, match=r"backend 'torch' is the PyTorch model every backend is compared"):
+        run_demo(backends=["torch"], workdir=kept)
+    assert not kept.exists()
 
 
 def test_demo_names_a_keep_folder_it_cannot_use(tmp_path: Path, capsys) -> None:

@@ -232,6 +232,8 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         (["--reference", MYSELU, "--rtol", "inf"], "--rtol inf: a tolerance must be a finite number >= 0"),
         (["--reference", MYSELU, "--atol", "nan"], "--atol nan: a tolerance must be a finite number >= 0"),
         (["--reference", MYSELU, "--seed", "-5"], "--seed -5: the seed is a whole number >= 0"),
+        # (said after the reference ran, and its fix asked for the --reference already given)
+        (["--reference", MYSELU, "--backend", "torch"], "backend 'torch' is the PyTorch reference (--reference"),
     ],
     ids=[
         "factory-missing-file",
@@ -245,6 +247,7 @@ def test_cli_unknown_backend_is_reported_and_the_others_still_run(seed_export, c
         "infinite-rtol",
         "nan-atol",
         "negative-seed",
+        "torch-backend",
     ],
 )
 def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message: str) -> None:

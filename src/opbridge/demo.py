@@ -125,6 +125,11 @@ def run_demo(
     names = list(backends) if backends else None  # None: every installed backend, as verify picks them
     for name in names or ():  # (named before the first export)
         get_backend(name)
+        if name == "torch":
+            raise OpbridgeError(
+                "demo: backend 'torch' is the PyTorch model every backend is compared with, which demo always runs, "
+                "not a backend to compare: leave it out of --backend."
+            )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="opbridge_demo_") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)

@@ -620,6 +620,11 @@ def make_inputs(
     return feed
 
 
+_TORCH_IS_THE_REFERENCE = (
+    "backend 'torch' is the PyTorch reference (--reference, reference=) that every backend is compared with, not "
+    "a backend to compare: leave it out of --backend (backends=)."
+)
+
 # the largest random input verify makes (a shape set's typo, 99999999999x3, failed with numpy's MemoryError)
 _MAX_INPUT_BYTES = 16 << 30
 
@@ -1251,6 +1256,8 @@ def verify(
         raise OpbridgeError(
             f"backends=[] names no backend; choose from {backend_names()}, or None for every installed one."
         )
+    if backends is not None and "torch" in backends:
+        raise OpbridgeError(_TORCH_IS_THE_REFERENCE)
     if isinstance(ops, str):  # one target, not its letters
         ops = [ops]
     shapes = _shape_sets_argument(shapes)
@@ -1403,7 +1410,7 @@ def verify(
     for name in names:
         try:
             if name == "torch":
-                raise OpbridgeError("torch runs the reference; give the PyTorch model with --reference instead.")
+                raise OpbridgeError(_TORCH_IS_THE_REFERENCE)
             runner_cls: Any = get_backend(name)  # an ONNX runner: takes the model
         except OpbridgeError as exc:
             record.backends.append(BackendReport(name, "error", str(exc)))
