@@ -85,6 +85,26 @@ def test_export_names_its_factory_and_one_dim_of_two_sizes(tmp_path: Path, capsy
         assert not out.exists()
 
 
+def test_json_on_stdout_is_the_whole_output_when_user_code_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the factory's module printed went to stdout ahead of the JSON (--json - of verify, --json of export),
+    which then did not parse."""
+    factory = tmp_path / "chatty.py"
+    source = FACTORY.replace("tests.cli::", "tests.cli.chatty::").replace(
+        "def build():", "def build():\n    print('building')"
+    )
+    factory.write_text("print('importing')\n" + source, encoding="utf-8")
+    out = tmp_path / "m.onnx"
+    assert main(["export", f"{factory}:build", "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["exporter"] == "dynamo" and "building" in captured.err
+    argv = ["verify", str(out), "--reference", f"{factory}:build", "--backend", "reference", "--json", "-", "-q"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["exit_code"] == 0 and "building" in captured.err
+
+
 def test_a_module_in_the_current_folder_is_found_by_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 
 from opbridge._loading import load_factory, load_ops
 from opbridge.cli._common import add_ops_argument, json_for_stdout, user_files
@@ -64,19 +66,21 @@ def run(args: argparse.Namespace) -> int:
     from opbridge._files import prepare_output
 
     prepare_output(args.output, protected=user_files(args))  # named before the export
-    load_ops(args.ops)
-    model, inputs = load_factory(args.reference, label="factory")
-    result = opbridge.export(
-        model,
-        inputs,
-        args.output,
-        exporter=args.exporter,
-        opset_version=args.opset,
-        input_names=args.input_names,
-        output_names=args.output_names,
-        dynamic_axes=_parse_dynamic(args.dynamic) or None,
-        functions=not args.no_functions,
-    )
+    # with --json, stdout holds the JSON alone: what the user's modules print goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        load_ops(args.ops)
+        model, inputs = load_factory(args.reference, label="factory")
+        result = opbridge.export(
+            model,
+            inputs,
+            args.output,
+            exporter=args.exporter,
+            opset_version=args.opset,
+            input_names=args.input_names,
+            output_names=args.output_names,
+            dynamic_axes=_parse_dynamic(args.dynamic) or None,
+            functions=not args.no_functions,
+        )
     if args.json:
         record = {
             "path": str(result.path),

@@ -17,6 +17,7 @@ from [LO, HI), in every random set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -250,22 +251,25 @@ def run(args: argparse.Namespace) -> int:
     tolerances = parse_tolerances(args.tol)  # (--rtol and --atol are checked by verify itself)
     ranges = parse_ranges(args.range)  # (checked against the model's inputs by verify)
     progress = _Progress(not args.quiet)
+    # with --json -, the pipe holds the JSON alone: what the user's modules print goes to stderr
+    user_stdout = contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext()
     try:
-        record = verify(
-            args.model,
-            args.reference,
-            backends=args.backend or None,
-            shapes=shapes or None,
-            rtol=args.rtol,
-            atol=args.atol,
-            tolerances=tolerances or None,
-            inputs=args.inputs or None,
-            ranges=ranges or None,
-            seed=args.seed,
-            ops=args.ops,
-            progress=progress,
-            vary_dims=not args.export_shape_only,
-        )
+        with user_stdout:
+            record = verify(
+                args.model,
+                args.reference,
+                backends=args.backend or None,
+                shapes=shapes or None,
+                rtol=args.rtol,
+                atol=args.atol,
+                tolerances=tolerances or None,
+                inputs=args.inputs or None,
+                ranges=ranges or None,
+                seed=args.seed,
+                ops=args.ops,
+                progress=progress,
+                vary_dims=not args.export_shape_only,
+            )
     finally:
         progress.done()
     if args.json == "-":
