@@ -1551,6 +1551,17 @@ def test_bad_ranges_are_refused_before_anything_runs(take_path: Path, ranges: ob
         opbridge.verify(take_path, "no/such/file.py:build", backends=["reference"], ranges=ranges)  # type: ignore[arg-type]
 
 
+def test_a_float64_range_too_wide_to_draw_from_says_so() -> None:
+    """[-9e307, 9e307) is inside float64, but its width is not: the error said to give a range inside float64."""
+    from opbridge.verify import make_inputs
+
+    meta = [TensorMeta("x", np.dtype("float64"), (3,))]
+    with pytest.raises(opbridge.OpbridgeError, match=r"its width, 9e\+307 - -9e\+307, is beyond float64's range"):
+        make_inputs(meta, {"x": (3,)}, 0, None, {"x": (-9e307, 9e307)})
+    wide = make_inputs(meta, {"x": (3,)}, 0, None, {"x": (-4.5e307, 4.5e307)})["x"]
+    assert np.isfinite(wide).all() and np.abs(wide).max() <= 4.5e307
+
+
 def test_range_parsing(seed_export, capsys) -> None:
     assert parse_ranges(["idx:0,4,x:-1,1.5", "a:b:1e-3,2"]) == {"idx": (0, 4), "x": (-1, 1.5), "a:b": (0.001, 2)}
     assert isinstance(parse_ranges(["idx:0,4"])["idx"][1], int)  # (exact, also past 2**53)

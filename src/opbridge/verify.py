@@ -699,9 +699,14 @@ def _value_ranges(
                 )
         else:
             limit = float(np.finfo(dtype).max)
-            if max(abs(lo), abs(hi)) > limit or not math.isfinite(float(hi) - float(lo)):
+            if max(abs(lo), abs(hi)) > limit:
                 raise OpbridgeError(
                     f"{flag}: input {name!r} is {dtype}, whose values reach +-{limit:g}; give a range inside it."
+                )
+            if not math.isfinite(float(hi) - float(lo)):  # (numpy's uniform draws lo + (hi - lo) * u)
+                raise OpbridgeError(
+                    f"{flag}: its width, {hi} - {lo}, is beyond float64's range, in which verify draws the values; "
+                    f"give a range of width up to {np.finfo(np.float64).max:g}, e.g. --range {name}:{lo / 2:g},{hi / 2:g}."
                 )
             bottom, top = _float_span(dtype, lo, hi)
             if float(bottom) > float(top):
