@@ -355,6 +355,23 @@ def test_dynamo_exports_ops_named_like_an_onnxscript_opsets_attributes(tmp_path:
     torch.testing.assert_close(torch.from_numpy(got), (x + 3) * 2 - 1, rtol=0, atol=0)
 
 
+class _InterruptedInsideTorch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            raise KeyboardInterrupt  # (as a Ctrl-C lands in one of torch's lazy imports)
+        except KeyboardInterrupt:
+            raise AttributeError("module 'torch._dynamo' has no attribute 'exc'") from None
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_ctrl_c_behind_an_exporters_error_is_raised_not_reported(tmp_path: Path, exporter: str) -> None:
+    """A Ctrl-C during torch's lazy imports comes back as another error (AttributeError), which export
+    reported as the model's fault ("dynamo export of Model failed: ... Modify the model code")."""
+    with pytest.raises(KeyboardInterrupt):
+        opbridge.export(_InterruptedInsideTorch(), (torch.ones(2),), tmp_path / "m.onnx", exporter=exporter)
+    assert not (tmp_path / "m.onnx").exists()
+
+
 @opbridge.op("acme::EmptyLists")
 def empty_lists(x: torch.Tensor, fs: list[float] = [], is_: list[int] = [], ss: list[str] = []) -> torch.Tensor:  # noqa: B006
     return x + len(fs) + 2 * len(is_) + 4 * len(ss)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
-from opbridge.errors import ExportError
+from opbridge.errors import ExportError, raise_interrupt_behind
 from opbridge.legacy_domain import default_domain_custom_nodes
 from opbridge.model_io import walk_nodes
 from opbridge.onnx_schema import register_onnx_schemas
@@ -1572,6 +1572,7 @@ def export(
         except ExportError:
             raise
         except Exception as exc:
+            raise_interrupt_behind(exc)  # (a Ctrl-C inside torch's lazy imports comes back as another error)
             text = _uncoloured(exc)
             if "UncapturedHigherOrderOpError" in text and "opbridge/definition.py" in text.replace(os.sep, "/"):
                 raise ExportError(
