@@ -1849,6 +1849,10 @@ def test_a_dict_last_in_args_is_a_positional_input_unless_its_keys_are_parameter
         assert [i.name for i in result.model.graph.input] == ["d_a", "d_b"]
         (out,) = opbridge.InferenceSession(result.path).run(None, {"d_a": a.numpy(), "d_b": b.numpy()})
         np.testing.assert_allclose(out, (a + b * 2).numpy(), rtol=1e-6, atol=1e-6)
+    # verify hands the reference its dict again (it refused: "the reference takes 1 example input(s), the model
+    # has 2 input(s)")
+    record = opbridge.verify(result.path, (_DictInput(), ({"a": a, "b": b},)), backends=["onnxruntime"])
+    assert record.exit_code == 0 and [r.status for r in record.runs] == ["pass"], record.table()
     result = opbridge.export(_KeywordInput(), (a, {"bias": b}), tmp_path / "kw.onnx", exporter=exporter)
     assert [i.name for i in result.model.graph.input] == ["x", "bias"]
 

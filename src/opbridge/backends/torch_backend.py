@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,8 +63,9 @@ class TorchRunner(Runner):
         self.module: Any = None
         self.example_inputs: tuple[Any, ...] = ()
         self._was_training: bool | None = None
-        # per forward position: the model input's name, or None where the example value is passed
-        self._positions: list[str | None] = []
+        # per forward position: the model input's name, None where the example value is passed, or, for a
+        # dict of tensors the exporters flattened into inputs <parameter>_<key>, {key: input name}
+        self._positions: list[str | dict[str, str] | None] = []
 
     def _load(self) -> None:
         try:
@@ -92,7 +93,10 @@ class TorchRunner(Runner):
             self.module.eval()
         names = [m.name for m in self._inputs()]
         self._positions = list(names)
-        if len(names) != len(self.example_inputs):
+        flattened = self._by_dict_keys(names)
+        if flattened is not None:
+            self._positions = flattened
+        elif len(names) != len(self.example_inputs):
             positions = self._by_parameter_name(names)
             if positions is None:
                 raise OpbridgeError(
@@ -115,13 +119,41 @@ class TorchRunner(Runner):
         except (TypeError, ValueError):
             return []
 
-    def _by_parameter_name(self, names: list[str]) -> list[str | None] | None:
+    def _by_dict_keys(self, names: list[str]) -> list[str | dict[str, str] | None] | None:
+        """Per example position, the model input (or ``{key: input}`` for a dict of tensors, which both
+        exporters flatten into inputs ``<parameter>_<key>``, in the dict's order), where the example holds
+        such a dict and the model's inputs are these; None elsewhere."""
+        import torch
+
+        def tensors(value: Any) -> bool:
+            return (
+                isinstance(value, Mapping) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+            )
+
+        if not any(tensors(v) for v in self.example_inputs):
+            return None
+        parameters = self._parameters()[: len(self.example_inputs)]
+        if len(parameters) < len(self.example_inputs):
+            return None
+        positions: list[str | dict[str, str] | None] = []
+        flat: list[str] = []
+        for parameter, value in zip(parameters, self.example_inputs):
+            if tensors(value):
+                keys = {str(k): f"{parameter}_{k}" for k in value}
+                positions.append(keys)
+                flat += keys.values()
+            else:
+                positions.append(parameter)
+                flat.append(parameter)
+        return positions if flat == names else None
+
+    def _by_parameter_name(self, names: list[str]) -> list[str | dict[str, str] | None] | None:
         """Per example position, the model input of the parameter's name (None: none, the example is
         passed); None where the model's inputs are not parameters of forward, in their order."""
         parameters = self._parameters()[: len(self.example_inputs)]
         if len(parameters) < len(self.example_inputs) or len(names) > len(parameters):
             return None
-        positions: list[str | None] = [p if p in names else None for p in parameters]
+        positions: list[str | dict[str, str] | None] = [p if p in names else None for p in parameters]
         if [p for p in positions if p is not None] != names:
             return None
         return positions
@@ -146,8 +178,15 @@ class TorchRunner(Runner):
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
+        def tensor(name: str) -> Any:
+            return torch.from_numpy(np.array(feed[name], copy=True))
+
         args = [
-            self.example_inputs[i] if name is None else torch.from_numpy(np.array(feed[name], copy=True))
+            self.example_inputs[i]
+            if name is None
+            else {k: tensor(n) for k, n in name.items()}
+            if isinstance(name, dict)
+            else tensor(name)
             for i, name in enumerate(self._positions)
         ]
         with torch.no_grad():
