@@ -90,3 +90,8 @@ def test_demo_names_a_keep_folder_it_cannot_use(tmp_path: Path, capsys) -> None:
     assert main([*argv, "--keep", ""]) == 2
     assert "--keep is empty; give a folder" in capsys.readouterr().err
     assert a_file.read_text() == "user data"
+    # --json over a model the run keeps: refused before the run (it was after it, with the table lost)
+    keep = tmp_path / "keep"
+    assert main([*argv, "--keep", str(keep), "--json", str(keep / "myselu_torchscript.onnx")]) == 2
+    assert "demo writes one of its exported models there (--keep" in capsys.readouterr().err
+    assert not keep.exists()

@@ -57,6 +57,23 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json not in (None, "-"):
         prepare_output(args.json)  # a bad path is named before the run
+        if args.keep:  # (and one the run writes a model to: found before the run, not after it)
+            from opbridge.demo import EXPORTERS
+            from opbridge.errors import OutputPathError
+            from opbridge.examples.seeds import SEED_MODELS
+
+            models = args.model or [m.name for m in SEED_MODELS]
+            kept = {
+                (Path(args.keep) / f"{m}_{e}.onnx{tail}").resolve()
+                for m in models
+                for e in args.exporter or EXPORTERS
+                for tail in ("", ".data")
+            }
+            if Path(args.json).resolve() in kept:
+                raise OutputPathError(
+                    f"--json {args.json}: demo writes one of its exported models there (--keep {args.keep}); "
+                    "give the records another path."
+                )
     progress = _Progress(not args.quiet)
     try:
         result = run_demo(
