@@ -63,13 +63,13 @@ def run(args: argparse.Namespace) -> int:
             from opbridge.examples.seeds import SEED_MODELS
 
             models = args.model or [m.name for m in SEED_MODELS]
-            kept = {
+            to_keep = {
                 (Path(args.keep) / f"{m}_{e}.onnx{tail}").resolve()
                 for m in models
                 for e in args.exporter or EXPORTERS
                 for tail in ("", ".data")
             }
-            if Path(args.json).resolve() in kept:
+            if Path(args.json).resolve() in to_keep:
                 raise OutputPathError(
                     f"--json {args.json}: demo writes one of its exported models there (--keep {args.keep}); "
                     "give the records another path."
