@@ -905,6 +905,57 @@ def test_torch_out_kernel_wrong_shape_is_reported() -> None:
         InferenceSession(model).run(None, {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)})
 
 
+@opbridge.op(f"{DOMAIN}::OutChanged", shape=_same)
+def out_changed(x: torch.Tensor, mode: str = "resized") -> torch.Tensor:
+    return x * x
+
+
+@out_changed.register_kernel(kind="torch")
+def _out_changed_torch(x, out=None, mode="resized"):
+    if out is None:
+        return x * x
+    if mode == "resized":  # a (1, 3) result into the (2, 3) out: torch resizes the tensor it was given
+        return torch.sum(x, 0, keepdim=True, out=out)
+    if mode == "retyped":  # int32 values through an int32 view of out
+        view = out.view(torch.int32)
+        view.copy_((x * x).to(torch.int32))
+        return view
+    return out.set_(x * x)  # re-pointed at other memory: copied as a result
+
+
+@opbridge.op(f"{DOMAIN}::OutSwapped", shape=_same)
+def out_swapped(x: torch.Tensor) -> torch.Tensor:
+    return x * x
+
+
+@out_swapped.register_kernel
+def _out_swapped_numpy(x, out=None):
+    if out is None:
+        return x * x
+    swapped = out.view(out.dtype.newbyteorder())  # the same memory, its bytes read the other way round
+    swapped[...] = x * x
+    return swapped
+
+
+def test_out_kernels_returning_out_changed_are_checked_or_copied() -> None:
+    """The torch adapter compared the returned tensor with the very tensor it handed over, which the kernel
+    had resized or re-typed: ONNX Runtime's buffer came back unchecked (3 values unwritten; int32 bits read
+    as float32). A byte-swapped view of a numpy out passed as out itself: its values, byte-swapped."""
+    x = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    for mode, message in [
+        ("resized", r"output 0 has shape \(1, 3\), but the op's shape rule gives \(2, 3\)"),
+        ("retyped", r"output 0 has dtype int32, but the node's output type is float32"),
+    ]:
+        model = make_model("OutChanged", [("x", F, [2, 3])], [("y", F, [2, 3])], mode=mode)
+        with pytest.raises(_fail_type(), match=message):
+            InferenceSession(model).run(None, {"x": x})
+    model = make_model("OutChanged", [("x", F, [2, 3])], [("y", F, [2, 3])], mode="repointed")
+    np.testing.assert_array_equal(InferenceSession(model).run(None, {"x": x})[0], x * x)
+    model = make_model("OutSwapped", [("x", F, [4])], [("y", F, [4])])
+    (y,) = InferenceSession(model).run(None, {"x": np.arange(1, 5, dtype=np.float32)})
+    np.testing.assert_array_equal(y, np.array([1, 4, 9, 16], np.float32))
+
+
 def test_out_kernel_wrong_shape_is_reported() -> None:
     model = make_model("PairOut", [("x", F, [4]), ("y", F, [4])], [("s", F, [4]), ("d", F, [4])], mode="wrong")
     with pytest.raises(
@@ -1231,13 +1282,14 @@ def exits(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-EXITS: list[int] = [3]
+EXITS: list[int | str] = [3]
 
 
 @exits.register_kernel
 def _exits(x):
     if EXITS:
-        sys.exit(EXITS.pop())  # as a SIGTERM handler's graceful shutdown would, while the kernel runs
+        code = EXITS.pop()
+        sys.exit(x if code == "input" else code)  # as a SIGTERM handler's graceful shutdown would, while it runs
     return x + 1
 
 
@@ -1263,6 +1315,13 @@ def test_sys_exit_inside_a_kernel_ends_the_caller_too(mode: str, caplog: pytest.
     # nothing is left over for the next run
     np.testing.assert_array_equal(sess.run(None, {"x": np.ones(2, np.float32)})[0], [2.0, 2.0])
     assert native.take_exit(True) is None
+    # sys.exit(x) of the kernel's input, a view of memory ONNX Runtime frees: the code was that view, read after
+    # the run (as the interpreter prints it) from freed memory; it is a copy
+    EXITS[:] = ["input"]
+    with pytest.raises(SystemExit) as raised:
+        sess.run(None, {"x": np.full(2, 5.0, np.float32)})
+    code = raised.value.code
+    assert isinstance(code, np.ndarray) and code.flags.owndata and code.tolist() == [5.0, 5.0]
 
 
 def test_a_failed_run_raises_only_its_own_kernels_exit() -> None:

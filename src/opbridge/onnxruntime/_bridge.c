@@ -186,6 +186,27 @@ static void opb_keep_exit(PyObject *base) {
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *args = value != NULL ? PyObject_GetAttrString(value, "args") : NULL;
     PyObject *kept = NULL;
+    if (args != NULL && PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0) {
+        /* the arguments copied (sys.exit(x) with x the kernel's input, a view of ONNX Runtime's memory that is
+           freed once the run returns); ones that cannot be copied, as text */
+        PyObject *copy = PyImport_ImportModule("copy");
+        PyObject *copied = copy != NULL ? PyObject_CallMethod(copy, "deepcopy", "(O)", args) : NULL;
+        Py_XDECREF(copy);
+        if (copied == NULL || !PyTuple_Check(copied)) {
+            PyErr_Clear();
+            Py_XDECREF(copied);
+            copied = PyTuple_New(PyTuple_GET_SIZE(args));
+            for (Py_ssize_t j = 0; copied != NULL && j < PyTuple_GET_SIZE(args); j++) {
+                PyObject *text = PyObject_Str(PyTuple_GET_ITEM(args, j));
+                if (text == NULL) {
+                    PyErr_Clear();
+                    text = PyUnicode_FromString("(an argument that could not be copied)");
+                }
+                PyTuple_SET_ITEM(copied, j, text);
+            }
+        }
+        Py_SETREF(args, copied);
+    }
     if (args != NULL && PyTuple_Check(args)) {
         kept = PyObject_CallObject((PyObject *)Py_TYPE(value), args); /* its class: a subclass of base too */
         if (kept == NULL || !PyObject_TypeCheck(kept, (PyTypeObject *)base)) {
@@ -961,7 +982,8 @@ static int opb_fill_preallocated(OpbKernel *k, OrtKernelContext *ctx, size_t i, 
         snprintf(err, n, "%s: output %zu has shape %s, but the op's shape rule gives %s for these inputs", k->label,
                  i, got, want);
         rc = -1;
-    } else if (PyArray_DATA(arr) == PyArray_DATA(dst) &&
+    } else if (PyArray_DATA(arr) == PyArray_DATA(dst) && PyArray_ISNOTSWAPPED(arr) && /* (a byte-swapped view of
+               `out` holds other values: copied below) */
                (PyArray_NDIM(dst) == 0 || /* (a 0-d array has no strides to compare: NULL) */
                 memcmp(PyArray_STRIDES(arr), PyArray_STRIDES(dst), (size_t)PyArray_NDIM(dst) * sizeof(npy_intp)) == 0)) {
         /* the output itself (a view of it in another layout, e.g. its transpose, is copied below:

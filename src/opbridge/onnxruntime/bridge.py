@@ -339,6 +339,8 @@ def _torch_out_adapter(
         tensors = [None if a is None else from_numpy(a) for a in arrays]
         outs = out if isinstance(out, tuple) else (out,)
         wrapped = tuple(from_numpy(o) for o in outs)
+        # (as handed over: the kernel may resize, re-point or re-type the very tensors it got)
+        layouts = [(w.data_ptr(), tuple(w.shape), w.stride(), w.dtype) for w in wrapped]
         result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
         _inputs_unchanged(tensors, label)
         results = result if isinstance(result, (tuple, list)) else (result,)
@@ -348,12 +350,9 @@ def _torch_out_adapter(
         # other is copied into it
         given = [
             o
-            if isinstance(r, torch.Tensor)
-            and r.data_ptr() == w.data_ptr()
-            and r.shape == w.shape
-            and r.stride() == w.stride()
+            if isinstance(r, torch.Tensor) and (r.data_ptr(), tuple(r.shape), r.stride(), r.dtype) == layout
             else _to_numpy(r, label, i)
-            for i, (r, o, w) in enumerate(zip(results, outs, wrapped))
+            for i, (r, o, layout) in enumerate(zip(results, outs, layouts))
         ]
         return tuple(given) if isinstance(out, tuple) else given[0]
 
