@@ -49,12 +49,13 @@ def test_demo_json_never_replaces_a_model_it_kept(tmp_path: Path, capsys: pytest
     keep = tmp_path / "keep"
     argv = ["demo", "--keep", str(keep), "--model", "myselu", "--exporter", "dynamo", "--backend", "reference"]
     target = keep / "myselu_dynamo.onnx"
-    assert main([*argv, "--quick", "-q", "--json", str(target)]) == 2
-    assert "is one of the input's own files" in capsys.readouterr().err
-    assert target.read_bytes()[:2] != b"[\n"  # still the model
     record = tmp_path / "demo.json"
     assert main([*argv, "--quick", "-q", "--json", str(record)]) == 0
     assert json.loads(record.read_text())[0]["exit_code"] == 0
+    model = target.read_bytes()
+    assert main([*argv, "--quick", "-q", "--json", str(target)]) == 2  # (refused before the run)
+    assert "demo writes one of its exported models there (--keep" in capsys.readouterr().err
+    assert target.read_bytes() == model  # still the model
 
 
 def test_view_names_a_host_it_cannot_bind(seed_export, capsys: pytest.CaptureFixture[str]) -> None:
