@@ -159,13 +159,13 @@ def _bindings(
     model: onnx.ModelProto, fn: onnx.FunctionProto, name: str, seen: set[tuple[str, str, str, str]]
 ) -> Iterator[tuple[str, onnx.AttributeProto]]:
     """``(call label, attribute)`` that the calls of ``fn`` bind its attribute ``name`` to."""
-    key = (fn.domain, fn.name, getattr(fn, "overload", ""), name)
-    if key in seen:  # (recursive functions, which the checker refuses)
+    called = function_key(fn)
+    if (*called, name) in seen:  # (recursive functions, which the checker refuses)
         return
-    seen = seen | {key}
+    seen = seen | {(*called, name)}
     default = next((a for a in getattr(fn, "attribute_proto", ()) if a.name == name), None)
     for path, label, call, caller in labelled_nodes(model):
-        if (call.domain, call.op_type, getattr(call, "overload", "")) != key[:3]:
+        if function_key(call) != called:
             continue
         given = next((a for a in call.attribute if a.name == name), default)
         if given is None:

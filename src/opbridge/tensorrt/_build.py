@@ -977,7 +977,8 @@ def _build_engine(
             "of CUDA graphs); register one with <op>.register_gpu_kernel(fn, dtypes=...)",
             ", ".join(result["kernelless"]),
         )
-    narrowed = _float64_plugin_inputs(request["model"]) if result.get("ok") else []
+    built = _built_model(request["model"]) if result.get("ok") else None  # (read once for the notes below)
+    narrowed = _float64_plugin_inputs(built) if built is not None else []
     if narrowed:
         logger.warning(
             "%s: float64 in the model, float32 in the engine. TensorRT has no float64 tensors, and its ONNX parser "
@@ -986,7 +987,7 @@ def _build_engine(
             "before the op in the model",
             ", ".join(narrowed),
         )
-    bodied = _ops_with_bodies(request["model"]) if result.get("ok") else []
+    bodied = _ops_with_bodies(built) if built is not None else []
     if bodied:
         logger.warning(
             "%s ran as the model's ONNX function bodies, not as opbridge's plugins: TensorRT's parser imports a "
@@ -1044,7 +1045,18 @@ def _static_explanations(model_path: str, result: dict[str, Any]) -> list[list[s
     return [[v.node, v.op_type, f"opbridge: {v.reason} (compat rule {', '.join(v.rules)})"] for v in failing]
 
 
-def _float64_plugin_inputs(model_path: str) -> list[str]:
+def _built_model(model_path: str) -> Any:
+    """The model a build read, without its external data; None where it cannot be read now (read by the
+    build just before: nothing to add then)."""
+    import onnx
+
+    try:
+        return onnx.load(model_path, load_external_data=False)
+    except Exception:
+        return None
+
+
+def _float64_plugin_inputs(model: Any) -> list[str]:
     """``node 'name' input 'x'`` for each input of an opbridge op's node (of the graph and its If/Loop/Scan
     bodies, without a model-local function) that the model types float64: the parser hands it over as
     float32."""
@@ -1053,10 +1065,6 @@ def _float64_plugin_inputs(model_path: str) -> list[str]:
     from opbridge.definition import find_op
     from opbridge.model_io import value_types, walk_nodes
 
-    try:
-        model = onnx.load(model_path, load_external_data=False)
-    except Exception:  # (read by the build just before; nothing to add where it cannot be read now)
-        return []
     local = {(f.domain, f.name) for f in model.functions}
     opset = {o.domain: o.version for o in model.opset_import}
     nodes = [
@@ -1077,18 +1085,12 @@ def _float64_plugin_inputs(model_path: str) -> list[str]:
     ]
 
 
-def _ops_with_bodies(model_path: str) -> list[str]:
-    """The opbridge ops whose nodes in the model at ``model_path`` TensorRT's parser runs as the model's
-    function bodies: nodes of the graph and its If/Loop/Scan bodies with a model-local function."""
-    import onnx
-
+def _ops_with_bodies(model: Any) -> list[str]:
+    """The opbridge ops whose nodes in ``model`` TensorRT's parser runs as the model's function bodies:
+    nodes of the graph and its If/Loop/Scan bodies with a model-local function."""
     from opbridge.definition import all_ops
     from opbridge.model_io import walk_nodes
 
-    try:
-        model = onnx.load(model_path, load_external_data=False)
-    except Exception:  # (read by the build just before; nothing to add where it cannot be read now)
-        return []
     local = {(f.domain, f.name) for f in model.functions}
     known = {(d.spec.domain, d.spec.name) for d in all_ops()}
     return sorted(
