@@ -1553,9 +1553,40 @@ def test_a_command_that_runs_out_of_room_says_so(tmp_path: Path, monkeypatch: py
     monkeypatch.undo()
     err = capsys.readouterr().err
     assert code == 2
-    assert "error: No space left on device; the files it would replace are unchanged" in err, err
+    assert "error: No space left on device writing the output; an output file is replaced whole" in err, err
+    assert "any file it would replace is unchanged" in err
     assert "not a valid ONNX model" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux) to fill standard output")
+def test_cli_standard_output_full_is_named(tmp_path: Path) -> None:
+    """``opbridge lint m.onnx > /dev/full``: the error says the output could not be written, without
+    claiming files that lint never writes."""
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "opbridge", "lint", str(tmp_path / "m.onnx")],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    assert "No space left on device writing the output" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("length", [32, None], ids=["length-short", "file-short"])

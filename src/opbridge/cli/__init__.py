@@ -120,10 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno in _FULL:  # (the writes go through temporary files)
-            where = f" writing {exc.filename}" if exc.filename else ""
+            # (the failed write may be standard output, which carries no file name: lint m.onnx > /dev/full)
+            where = f" writing {exc.filename}" if exc.filename else " writing the output"
             print(
-                f"opbridge {args.command}: error: {exc.strerror or exc}{where}; the files it would replace are "
-                "unchanged. Free space (or raise the file-size limit), or write elsewhere.",
+                f"opbridge {args.command}: error: {exc.strerror or exc}{where}; an output file is replaced whole or "
+                "not at all, so any file it would replace is unchanged. Free space (or raise the file-size limit), "
+                "or write elsewhere.",
                 file=sys.stderr,
             )
             return 2
