@@ -84,6 +84,15 @@ def test_export_names_its_factory_and_one_dim_of_two_sizes(tmp_path: Path, capsy
         assert main(argv) == 2
         assert "axis 0 of 'x' is named 'a' already; name it once." in capsys.readouterr().err
         assert not out.exists()
+    # export()'s checks of its arguments, named as the command's flags
+    for flags, said in (
+        (["--dynamic", "y:0=b"], "--dynamic names ['y'], which the model has no input"),
+        (["--input-names", "a", "b"], "--input-names ['a', 'b'] name 2 inputs"),
+    ):
+        assert main(["export", f"{factory}:build", "-o", str(out), *flags]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "dynamic_axes" not in err and "input_names" not in err, err
+        assert not out.exists()
 
 
 def test_json_on_stdout_is_the_whole_output_when_user_code_prints(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 
 from opbridge._loading import load_factory, load_ops
 from opbridge.cli._common import add_ops_argument, json_for_stdout, user_files
+from opbridge.errors import OpbridgeError
 
 __all__ = ["add_parser"]
 
@@ -61,6 +63,11 @@ def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
     return axes
 
 
+# export()'s arguments that this command sets from flags, and the flags
+_FLAG_OF = {"dynamic_axes": "--dynamic", "input_names": "--input-names", "output_names": "--output-names"}
+_FLAGS = re.compile(r"(?<![\w-])(?:" + "|".join(_FLAG_OF) + r")(?![\w-])")
+
+
 def run(args: argparse.Namespace) -> int:
     import opbridge
     from opbridge._files import prepare_output
@@ -70,17 +77,21 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         load_ops(args.ops)
         model, inputs = load_factory(args.reference, label="factory")
-        result = opbridge.export(
-            model,
-            inputs,
-            args.output,
-            exporter=args.exporter,
-            opset_version=args.opset,
-            input_names=args.input_names,
-            output_names=args.output_names,
-            dynamic_axes=_parse_dynamic(args.dynamic) or None,
-            functions=not args.no_functions,
-        )
+        try:
+            result = opbridge.export(
+                model,
+                inputs,
+                args.output,
+                exporter=args.exporter,
+                opset_version=args.opset,
+                input_names=args.input_names,
+                output_names=args.output_names,
+                dynamic_axes=_parse_dynamic(args.dynamic) or None,
+                functions=not args.no_functions,
+            )
+        except OpbridgeError as exc:  # the API's argument names, as this command's flags
+            exc.args = (_FLAGS.sub(lambda m: _FLAG_OF[m.group(0)], str(exc)), *exc.args[1:])
+            raise
     if args.json:
         record = {
             "path": str(result.path),
