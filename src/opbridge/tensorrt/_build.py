@@ -406,7 +406,9 @@ def _plugin_node(model_path: str) -> str | None:
 
 
 def _called_functions(model: Any) -> set[tuple[str, str]]:
-    """``(domain, name)`` of the local functions the graph calls, directly or through other functions."""
+    """``(domain, name)`` of the local functions the graph calls, directly or through other functions. Not
+    told apart by overload: TensorRT's parser finds a local function by its op type, so any overload of a
+    called name may be the body it imports."""
     from opbridge.model_io import walk_nodes
 
     bodies = {(f.domain, f.name): f for f in model.functions}
