@@ -1150,6 +1150,27 @@ def test_the_child_process_imports_ops_used_only_inside_an_if_branch(user_ops_fi
     assert report.ok, report.errors
 
 
+def test_the_child_process_imports_the_module_that_defined_an_op_not_its_functions(tmp_path: Path) -> None:
+    """An op defined in one module from a function of another (``Twice = opbridge.op(...)(lib.twice)``): the
+    child imported the function's module, which defines no op, and the plugin was "not found"."""
+    from opbridge._loading import load_module
+
+    (tmp_path / "trt_lib_functions.py").write_text(
+        "import torch\n\ndef twice(x: torch.Tensor) -> torch.Tensor:\n    return x * 2\n", encoding="utf-8"
+    )
+    ops_file = tmp_path / "trt_ops_from_lib.py"
+    ops_file.write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport opbridge\nimport trt_lib_functions\n\n"
+        'Twice = opbridge.op("defined_in_trt::Twice")(trt_lib_functions.twice)\n' % str(tmp_path),
+        encoding="utf-8",
+    )
+    module = load_module(str(ops_file))  # defined in this process only, not passed as ops=
+    assert module.Twice.reference.__module__ == "trt_lib_functions"
+    model = _single_node_model(tmp_path / "twice.onnx", "Twice", "defined_in_trt")
+    report = parse_with_tensorrt(model)
+    assert report.ok, report.errors
+
+
 def test_an_input_without_a_shape_is_named(user_ops_file: Path, tmp_path: Path) -> None:
     """An input the model gives no shape (not even a rank) was taken for a scalar: "input 'x' is  (rank 0)"."""
     model = _single_node_model(tmp_path / "norank.onnx", "Repeat2", "acme_trt")

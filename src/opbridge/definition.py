@@ -508,8 +508,11 @@ class OpDef(Generic[P, R]):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name (a module holding the op can be saved): loading imports the module that
         defined it and takes the op defined there."""
-        module = self._defined_in or getattr(self.reference, "__module__", None)
-        return (_op_by_name, (module, *self.spec.key))
+        return (_op_by_name, (self._defining_module(), *self.spec.key))
+
+    def _defining_module(self) -> str | None:
+        """The name of the module that defined the op (applied the decorator), else its reference's."""
+        return self._defined_in or getattr(self.reference, "__module__", None)
 
     # ------------------------------------------------------------------ facets
 

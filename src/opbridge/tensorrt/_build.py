@@ -675,11 +675,7 @@ def _op_modules(model_path: str) -> list[str]:
     for opdef in all_ops():
         if opdef.spec.name not in used:
             continue
-        name = getattr(opdef.reference, "__module__", None) or ""
-        module = sys.modules.get(name)
-        if not name or name.startswith("opbridge.") or module is None:
-            continue
-        if name == "__main__":
+        if opdef._defining_module() == "__main__":
             logger.warning(
                 "%s is defined in __main__, which a TensorRT child process cannot import; "
                 "move it to a module or pass isolate=False.",
@@ -687,9 +683,8 @@ def _op_modules(model_path: str) -> list[str]:
             )
             _MAIN_OPS[opdef.spec.name] = opdef.spec.qualname
             continue
-        file = getattr(module, "__file__", None)
-        target = file if name.startswith("_opbridge_user_") and file else name
-        if target not in targets:
+        target = _op_target(opdef)
+        if target is not None and target not in targets:
             targets.append(target)
     return targets
 
@@ -817,7 +812,7 @@ def _op_target(opdef: OpDef) -> str | None:
     """The target (module name, or file for an op file loaded by path) the child imports for ``opdef``;
     None where it needs none (a built-in op) or cannot import it (``__main__``, named when the model uses
     the op: :func:`_op_modules`)."""
-    name = opdef._defined_in or getattr(opdef.reference, "__module__", None) or ""
+    name = opdef._defining_module() or ""
     module = sys.modules.get(name)
     if not name or name == "__main__" or name.startswith("opbridge.") or module is None:
         return None
