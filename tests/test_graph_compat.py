@@ -1456,3 +1456,21 @@ def test_a_multi_line_parser_message_is_one_line_in_the_report() -> None:
 
     per_node, notes = _attribute_errors([("", "", "process ended; its last lines:\nfirst\n\nsecond")], [])
     assert per_node == {} and notes == ["real parser: process ended; its last lines: | first | second"]
+
+
+def test_a_plugin_of_a_later_op_version_is_looked_up_at_that_version() -> None:
+    """A node of an opbridge op's version 2 said "creator 'Scale2' version '1'", the plugin of another version
+    (or none), and not that the parser looks up version 1 unless the node names ``plugin_version``."""
+
+    @opbridge.op("test.compat.v2::Scale2", version=2)
+    def scale2(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    model = custom_node_model("Scale2", "test.compat.v2")
+    model.opset_import[-1].version = 2
+    node = {n.node: n for n in check_compat(model, "tensorrt", real=False).nodes}["custom"]
+    assert node.verdict == "opbridge"
+    assert "creator 'Scale2' version '2'" in node.reason and "adds plugin_version='2' to the node" in node.reason
+    model.graph.node[1].attribute.append(helper.make_attribute("plugin_version", "2"))
+    node = {n.node: n for n in check_compat(model, "tensorrt", real=False).nodes}["custom"]
+    assert "creator 'Scale2' version '2'" in node.reason and "adds plugin_version" not in node.reason

@@ -333,7 +333,18 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
         return Hit("function", "no importer; imported through the model-local function body (LocalFunctionImporter)")
     name, pversion, namespace = plugin_lookup(ctx, version)
     key = f"creator {name!r} version {pversion!r} namespace {namespace!r}"
-    if ctx.custom and ctx.opbridge_op() is not None:
+    opdef = ctx.opbridge_op() if ctx.custom else None
+    if opdef is not None:
+        wanted = str(opdef.spec.version)
+        if ctx.attr("plugin_version") is None and wanted != pversion:
+            # (the node's op is another version than the parser's default "1": trt-build names it on the node)
+            return Hit(
+                "opbridge",
+                f"plugin path: creator {name!r} version {wanted!r} namespace {namespace!r}; opbridge.tensorrt "
+                f"registers a plugin for this op, and opbridge's trt-build adds plugin_version={wanted!r} to the "
+                f"node (without it the parser looks up version {pversion!r}): another builder needs that attribute "
+                "on it",
+            )
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
     namesake = empty_namespace_op(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
     if namesake is not None and namespace == "":
