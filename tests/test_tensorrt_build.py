@@ -177,6 +177,14 @@ USER_OPS = textwrap.dedent(
     def _halves(x):
         n, w = x.shape
         return TensorInfo((n, -(-w // 2)), x.dtype), TensorInfo((n, w % 3), x.dtype)
+
+    @opbridge.op("faults::BoolDim", shape=lambda x: TensorInfo((True, *x.shape[1:]), x.dtype))
+    def BoolDim(x: torch.Tensor) -> torch.Tensor:
+        return x[:1] * 1
+
+    @opbridge.op("faults::Rank9", shape=lambda x: TensorInfo((*x.shape, 1, 1, 1, 1, 1, 1), x.dtype))
+    def Rank9(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(*x.shape, 1, 1, 1, 1, 1, 1)
     '''
 )
 
@@ -1169,6 +1177,23 @@ def test_the_child_process_imports_the_module_that_defined_an_op_not_its_functio
     model = _single_node_model(tmp_path / "twice.onnx", "Twice", "defined_in_trt")
     report = parse_with_tensorrt(model)
     assert report.ok, report.errors
+
+
+@pytest.mark.parametrize(
+    ("op_type", "said"),
+    [
+        ("BoolDim", "shape rule output 0 dim 0: output dim True is a bool, not a size"),
+        ("Rank9", "the shape rule gives output 0 9 dims, and a TensorRT tensor has at most 8"),
+    ],
+    ids=["bool-dim", "nine-dims"],
+)
+def test_a_shape_rule_trt_cannot_take_is_named(user_ops_file: Path, tmp_path: Path, op_type: str, said: str) -> None:
+    """A rule's ``True`` dim was taken as size 1 (the torch paths refuse it); nine dims failed in TensorRT's
+    DimsExprs ("Input length 9. Max expected length is 8") without naming the op."""
+    model = _single_node_model(tmp_path / f"{op_type}.onnx", op_type, "faults")
+    report = build_engine(model, None, profiles=SMALL, ops=[str(user_ops_file)])
+    assert not report.ok
+    assert any(f"faults::{op_type}: {said}" in e[2] for e in report.errors), report.errors
 
 
 def test_an_input_without_a_shape_is_named(user_ops_file: Path, tmp_path: Path) -> None:

@@ -121,6 +121,8 @@ def make_classes(trt: Any) -> tuple[type, type]:
     def from_trt(dtype: Any) -> str:
         return TRT_DTYPE_NAMES.get(dtype.name, dtype.name.lower())
 
+    max_dims = int(getattr(trt.Dims, "MAX_DIMS", 8))  # (the rank a TensorRT tensor can have)
+
     class OpbridgePlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
         """A TensorRT plugin running one opbridge op (built from its spec)."""
 
@@ -265,6 +267,12 @@ def make_classes(trt: Any) -> tuple[type, type]:
                     raise OpDefinitionError(
                         f"{spec.qualname}: the shape rule gives output {i} dtype {_dtype_name(info.dtype)} here but "
                         f"{expected} when ranks are unknown; make the dtype independent of the ranks."
+                    )
+                if len(info.shape) > max_dims:
+                    raise OpDefinitionError(
+                        f"{spec.qualname}: the {'shape rule' if rule else 'reference'} gives output {i} "
+                        f"{len(info.shape)} dims, and a TensorRT "
+                        f"tensor has at most {max_dims}; reshape to fewer dims around the op for TensorRT."
                     )
                 dims = trt.DimsExprs(len(info.shape))
                 for k, d in enumerate(info.shape):

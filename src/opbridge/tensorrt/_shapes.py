@@ -176,7 +176,9 @@ def to_expr(dim: Any, builder: Any) -> Any:
     """A rule's output dim back to an ``IDimensionExpr``; raise TypeError on anything else."""
     if isinstance(dim, TrtDim):
         return dim.expr
-    if isinstance(dim, int) and not isinstance(dim, bool):
+    if isinstance(dim, bool):  # (an int to operator.index, but no size a rule means)
+        raise TypeError(f"output dim {dim!r} is a bool, not a size; give an int or an input dim")
+    if isinstance(dim, int):
         if dim < 0:
             raise TypeError(f"output dim {dim} is negative")
         return builder.constant(int(dim))
