@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from _graph_models import OPSET, custom_node_model, export_seed003, make_model, resize_model, swish_function
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
@@ -1347,10 +1347,15 @@ def test_replace_op_renames_swap_together_and_never_overwrite_an_attribute() -> 
 
     swapped = rewrite_model(model, ["replace-op"], {**mapped, "rename": ["alpha=beta", "beta=alpha"]})
     assert attributes(swapped.model) == {"beta": 1.0, "alpha": 2.0}
-    for renames in (["alpha=beta"], ["alpha=gamma", "beta=gamma"]):
+    # (the fix named: renaming the attribute that holds the name, or two renames to one name)
+    for renames, fix in (
+        (["alpha=beta"], "rename the attribute that holds that name already too (--rename beta=OTHER)"),
+        (["alpha=gamma", "beta=gamma"], "would be lost; give each rename a name of its own"),
+    ):
         report = rewrite_model(model, ["replace-op"], {**mapped, "rename": renames})
         assert not report.changed and attributes(report.model) == {"alpha": 1.0, "beta": 2.0}
         assert "the renames would give attributes ['alpha', 'beta'] of the node one name" in report.outcomes[0].reason
+        assert fix in report.outcomes[0].reason
     with pytest.raises(opbridge.OpbridgeError, match=r"--rename 'alpha=c': 'alpha' is renamed to 'b' already"):
         rewrite_model(model, ["replace-op"], {**mapped, "rename": ["alpha=b", "alpha=c"]})
 
@@ -1617,6 +1622,53 @@ def test_in_place_rewrite_refuses_a_data_file_another_model_reads(
     np.testing.assert_array_equal(y, b)
 
 
+@pytest.mark.parametrize("how", ["in-place-two-data-files", "output-of-a-shared-file"])
+def test_a_rewrite_never_replaces_a_data_file_another_model_reads(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal above held for a model with one data file only: with tensors in two files, an in-place
+    rewrite replaced ``<model>.data`` that another model read; ``-o OUT`` replaced ``OUT.data`` that
+    another model read besides the one at OUT."""
+    from onnx.external_data_helper import set_external_data
+
+    def weight(name: str, values: np.ndarray, location: str, offset: int) -> onnx.TensorProto:
+        tensor = numpy_helper.from_array(values, name)
+        set_external_data(tensor, location=location, offset=offset, length=values.nbytes)
+        tensor.ClearField("raw_data")
+        tensor.data_location = TensorProto.EXTERNAL
+        return tensor
+
+    def model(names: list[str], locations: list[tuple[str, int]]) -> onnx.ModelProto:
+        nodes = [helper.make_node("Add", ["x", names[0]], ["a"])]
+        nodes += [helper.make_node("Add", ["a", n], [f"a{i}"]) for i, n in enumerate(names[1:])]
+        nodes.append(helper.make_node("MYSELU", [nodes[-1].output[0]], ["y"]))
+        built = make_model(nodes, [("x", TensorProto.FLOAT, [256])], [("y", TensorProto.FLOAT, [256])])
+        for n, (location, offset) in zip(names, locations):
+            built.graph.initializer.append(weight(n, np.full(256, 1.0, np.float32), location, offset))
+        return built
+
+    values = np.arange(512, dtype=np.float32)
+    (tmp_path / "m.onnx.data").write_bytes(values.tobytes())
+    (tmp_path / "extra.bin").write_bytes(values[:256].tobytes())
+    if how == "in-place-two-data-files":  # m.onnx reads m.onnx.data and extra.bin; other.onnx m.onnx.data
+        onnx.save(model(["A", "W"], [("m.onnx.data", 1024), ("extra.bin", 0)]), tmp_path / "m.onnx")
+        argv = ["rewrite", str(tmp_path / "m.onnx"), "--in-place", "--rule", "legacy-domain"]
+        said = "an in-place rewrite of m.onnx would replace it"
+    else:  # out.onnx and other.onnx both read out.onnx.data; the input m.onnx has a file of its own
+        (tmp_path / "out.onnx.data").write_bytes(values.tobytes())
+        onnx.save(model(["A"], [("out.onnx.data", 0)]), tmp_path / "out.onnx")
+        onnx.save(model(["A"], [("extra.bin", 0)]), tmp_path / "m.onnx")
+        argv = ["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out.onnx"), "--rule", "legacy-domain"]
+        said = "writing out.onnx would replace it"
+    shared = "m.onnx.data" if how == "in-place-two-data-files" else "out.onnx.data"
+    onnx.save(model(["A"], [(shared, 0)]), tmp_path / "other.onnx")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{shared} is also the data file of" in err and "other.onnx" in err and said in err, err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def test_legacy_domain_moves_a_local_function_of_the_default_domain() -> None:
     """A model-local function in the default domain is refused by the checker and ONNX Runtime: the rule
     said there was no custom op in the default domain."""
@@ -1634,3 +1686,51 @@ def test_legacy_domain_moves_a_local_function_of_the_default_domain() -> None:
     assert {(f.domain, f.name) for f in report.model.functions} == {("opbridge.legacy", "MyNeg")}
     (y,) = ort.InferenceSession(report.model.SerializeToString()).run(None, {"x": np.array([1, -2], np.float32)})
     np.testing.assert_array_equal(y, np.array([-1, 2], np.float32))
+
+
+def test_a_sparse_initializer_the_checker_refuses_is_named_with_the_fix(tmp_path: Path) -> None:
+    """legacy-domain on a model whose Add reads a sparse initializer: the checker's "unsupported type:
+    sparse_tensor(float)" came alone, naming neither the initializer nor what to do."""
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "sp"),
+        numpy_helper.from_array(np.array([0, 3], np.int64), "idx"),
+        [4],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "sp"], ["y"]), helper.make_node("MYOP", ["y"], ["z"], name="legacy")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+        sparse_initializer=[sparse],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    with pytest.raises(opbridge.OpbridgeError, match=r"the sparse initializer\(s\) \['sp'\].* make them dense"):
+        rewrite_model(model, ["legacy-domain"])
+
+
+def test_replace_op_skips_a_version_the_functions_import_another_of() -> None:
+    """The model does not import 'acme'; its function F does, at version 2: mapping to acme::MyRelu (version 1)
+    wrote a model importing acme at 1 while F imports it at 2, which opbridge's session and ONNX Runtime refuse."""
+    body = [helper.make_node("Neg", ["x"], ["y"])]
+    g = helper.make_function("acme", "G", ["x"], ["y"], body, [helper.make_opsetid("", OPSET)])
+    f = helper.make_function(
+        "fdom",
+        "F",
+        ["x"],
+        ["y"],
+        [helper.make_node("G", ["x"], ["y"], domain="acme")],
+        [helper.make_opsetid("", OPSET), helper.make_opsetid("acme", 2)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("F", ["a"], ["y"], domain="fdom")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("fdom", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[f, g])
+    report = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::MyRelu"]})
+    assert not report.changed
+    assert "function(s) fdom::F import domain 'acme' at version 2; the new op is version 1" in str(report)
+    report = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 2})
+    assert report.changed and [n.op_type for n in report.model.graph.node] == ["MyRelu", "F"]

@@ -187,6 +187,13 @@ def _invalid(model: onnx.ModelProto, shapeless: Collection[str], exc: Exception)
             f" (graph output(s) {missing} declare no shape, which the input model declared; declare one for "
             "each, e.g. with onnx.shape_inference.infer_shapes or their dims as far as known)"
         )
+    sparse = [t.values.name for t in model.graph.sparse_initializer]
+    if "sparse_tensor(" in str(exc) and sparse:  # (ONNX Runtime densifies them and runs the model)
+        message += (
+            f" (the cause is the sparse initializer(s) {sparse}, which onnx's checker types as sparse_tensor, and no "
+            "standard op takes one: make them dense, numpy_helper.to_array of each as a plain initializer, before "
+            "rewriting)"
+        )
     return RewriteError(message)
 
 
@@ -356,6 +363,7 @@ def rewrite_file(
         data_name = _in_place_data_name(src, external)
     if external:
         prepare_output(Path(target).with_name(data_name), protected=protected)
+        _refuse_shared_data(Path(target).with_name(data_name), Path(target), in_place)
     rules = _check_rules(rules, options)
     read_external_data(model, src)
     report = _rewrite(model, rules, options or {}, check=True)
@@ -363,6 +371,8 @@ def rewrite_file(
         # the output keeps the input's layout: its tensors beside it in one data file where the input had any
         data = data_name if external or too_large(report.model) else None  # (no 2 GiB message in one piece)
         if data is not None:
+            if not external:  # (a model that grew past 2 GiB: its data file is new, checked now)
+                _refuse_shared_data(Path(target).with_name(data), Path(target), in_place)
             report.path = save_with_data_file(
                 report.model, target, protected=protected, data_name=data, keep_tensors=False
             )
@@ -376,13 +386,6 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
     in (beside it), else ``<source>.data``, which must then be free or one of the model's own files:
     an unrelated file of that name is not overwritten."""
     if len(external) == 1 and external[0].parent.resolve() == source.parent.resolve():
-        others = _other_readers(external[0], source)
-        if others:
-            raise RewriteError(
-                f"{external[0]} is also the data file of {', '.join(str(o) for o in others)}: an in-place rewrite "
-                f"of {source.name} would replace it and change {'that model' if len(others) == 1 else 'those models'}"
-                "'s weights; write the result elsewhere with -o."
-            )
         return external[0].name
     data = source.with_name(f"{source.name}.data")
     own = any(data.exists() and f.exists() and os.path.samefile(data, f) for f in external)
@@ -392,6 +395,21 @@ def _in_place_data_name(source: Path, external: Sequence[Path]) -> str:
             "which an in-place rewrite would write there; move it away, or write the result elsewhere with -o."
         )
     return data.name
+
+
+def _refuse_shared_data(data: Path, target: Path, in_place: bool) -> None:
+    """A RewriteError where another model in ``data``'s folder keeps tensors in ``data``, the data file that
+    writing ``target`` replaces: that model's weights would change."""
+    if not data.exists():
+        return
+    others = _other_readers(data, target)
+    if others:
+        writing = f"an in-place rewrite of {target.name}" if in_place else f"writing {target.name}"
+        raise RewriteError(
+            f"{data} is also the data file of {', '.join(str(o) for o in others)}: {writing} would replace it "
+            f"and change {'that model' if len(others) == 1 else 'those models'}'s weights; write the result "
+            f"elsewhere{' with -o' if in_place else ' (another -o)'}."
+        )
 
 
 #: model files beside a data file larger than this are not read to see whether they share it (a model
@@ -406,7 +424,7 @@ def _other_readers(data: Path, source: Path) -> list[Path]:
     found = []
     for candidate in sorted(data.parent.glob("*.onnx")):
         try:
-            if candidate.samefile(source) or candidate.stat().st_size > _SHARING_SCAN_BYTES:
+            if (source.exists() and candidate.samefile(source)) or candidate.stat().st_size > _SHARING_SCAN_BYTES:
                 continue
         except OSError:
             continue

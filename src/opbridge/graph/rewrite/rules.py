@@ -712,10 +712,14 @@ class ReplaceOp(IRRule):
         clashes = sorted({a for a in attrs if attrs.count(a) > 1})
         if clashes:
             sources = [a for a in node.attributes if renames.get(a, a) == clashes[0]]
+            if clashes[0] in sources:  # an attribute the renames leave as it is holds the name
+                fix = f"rename the attribute that holds that name already too (--rename {clashes[0]}=OTHER), "
+                fix += "or leave the rename out"
+            else:  # two renames to one name
+                fix = "give each rename a name of its own"
             return Check.fail(
                 f"the renames would give attributes {sources} of the node one name, {clashes[0]!r}, and one of them "
-                f"would be lost; rename the attribute that holds that name already too (--rename {clashes[0]}=OTHER), "
-                "or leave the rename out"
+                f"would be lost; {fix}"
             )
         opdef = opbridge.find_op(domain, name)
         conflict = self._version_conflict(
@@ -759,6 +763,17 @@ class ReplaceOp(IRRule):
         other nodes of it (in the graphs or the model's functions) run under, and which this rewrite does not
         move into the domain too; None where it can."""
         current = self.root.opset_imports.get(domain) if domain else None
+        if current is None and domain:  # imported by the model's functions alone: at their version only
+            functions = self.model.functions.values()
+            others = [f for f in functions if f.opset_imports.get(domain, version) != version]
+            if others:
+                return (
+                    f"the model's function(s) {', '.join(f'{f.domain}::{f.name}' for f in others[:3])}"
+                    f"{', ...' if len(others) > 3 else ''} import domain {domain!r} at version "
+                    f"{others[0].opset_imports[domain]}; the new op is version {version}, and runtimes refuse a "
+                    "domain imported at more than one version: map to another domain, or give "
+                    f"--option version={others[0].opset_imports[domain]} (for an op opbridge does not know)"
+                )
         if current is None or current == version:
             return None
         nodes = [
