@@ -544,6 +544,25 @@ def test_bad_feeds_are_reported(seed_export) -> None:
         session.run(["nope"], {"image": np.zeros((1, 1, 4, 4), np.float32)})
 
 
+@pytest.mark.parametrize("session_type", ["InferenceSession", "ReferenceSession"])
+def test_an_unknown_output_name_is_one_error_in_both_sessions(seed_export, session_type: str) -> None:
+    """InferenceSession passed the names to ONNX Runtime, whose InvalidArgument ("Invalid output name:nope")
+    is no ValueError and names none of the model's outputs, where ReferenceSession raised a ValueError."""
+    from opbridge.backends.base import InputError
+
+    path = seed_export("myselu", "dynamo").path
+    session = getattr(opbridge, session_type)(path)
+    outputs = [o.name for o in onnx.load(path, load_external_data=False).graph.output]
+    feed = {"image": np.zeros((1, 1, 4, 4), np.float32)}
+    with pytest.raises(
+        InputError, match=re.escape(f"unknown output name(s) ['nope']; the model's outputs are {outputs}")
+    ):
+        session.run(["nope"], feed)
+    with pytest.raises(InputError, match=re.escape("unknown output name(s) ['nope']")):
+        session.run("nope", feed)
+    assert session.run(outputs[0], feed)[0].shape == (1, 1, 4, 4)
+
+
 def _optional_and_overridable() -> onnx.ModelProto:
     """y = x + w (w an initializer a feed may override), h = whether the optional input o has a value."""
     optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))

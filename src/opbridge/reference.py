@@ -969,7 +969,8 @@ class ReferenceSession:
 
         Raises:
             InputError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
-                model declares (a ValueError, as :class:`~opbridge.InferenceSession` raises).
+                model declares, or an output name is unknown (a ValueError, as :class:`~opbridge.InferenceSession`
+                raises).
         """
         import numpy as np
 
@@ -991,7 +992,9 @@ class ReferenceSession:
         names = list(output_names) if output_names else [o.name for o in self._outputs]
         bad = [n for n in names if n not in {o.name for o in self._outputs}]
         if bad:
-            raise ValueError(
+            from opbridge.backends.base import InputError
+
+            raise InputError(
                 f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._outputs]}."
             )
         try:

@@ -644,7 +644,8 @@ class InferenceSession:
 
         Raises:
             InputError: an input is missing, unknown, or has another dtype, rank or fixed dim than the
-                model declares (a ValueError, as :class:`~opbridge.reference.ReferenceSession` raises).
+                model declares, or an output name is unknown (a ValueError, as
+                :class:`~opbridge.reference.ReferenceSession` raises).
         """
         from opbridge._dtypes import feed_arrays, output_name_list
 
@@ -669,8 +670,16 @@ class InferenceSession:
                     "no arrays of (it raised 'Numpy_type 256 can't be converted'): give the model a float32 input "
                     "and a Cast to it, or run it with opbridge.ReferenceSession."
                 )
+        names = output_name_list(output_names)
+        if names:
+            known = [o.name for o in self._session.get_outputs()]
+            bad = [n for n in names if n not in known]
+            if bad:  # (ONNX Runtime's own refusal is an InvalidArgument that lists nothing)
+                from opbridge.backends.base import InputError
+
+                raise InputError(f"unknown output name(s) {bad}; the model's outputs are {known}.")
         try:
-            return self._session.run(output_name_list(output_names), feed, run_options)
+            return self._session.run(names, feed, run_options)
         except Exception as exc:
             _pending_signals()  # Ctrl-C inside a kernel failed the run: raise it here, from run()
             if self._bridged:
