@@ -53,6 +53,9 @@ def test_version_is_the_package_version(capsys) -> None:
     names = dir(opbridge)
     assert {"InferenceSession", "ReferenceSession", "op", "verify"} <= set(names)
     assert "Any" not in names and "annotations" not in names
+    import opbridge.onnxruntime  # (a subpackage whose names load lazily too)
+
+    assert {"InferenceSession", "NodeKernel"} <= set(dir(opbridge.onnxruntime))
 
 
 def test_source_distribution_carries_the_tests_examples_and_docs(tmp_path: Path) -> None:

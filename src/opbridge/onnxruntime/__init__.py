@@ -34,3 +34,8 @@ def __getattr__(name: str) -> Any:
 
         return NodeKernel
     raise AttributeError(f"module 'opbridge.onnxruntime' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names (loaded lazily by ``__getattr__``) and the module's dunders; not the helpers it imports."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})
