@@ -1168,8 +1168,8 @@ def test_the_child_process_imports_the_module_that_defined_an_op_not_its_functio
     )
     ops_file = tmp_path / "trt_ops_from_lib.py"
     ops_file.write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport opbridge\nimport trt_lib_functions\n\n"
-        'Twice = opbridge.op("defined_in_trt::Twice")(trt_lib_functions.twice)\n' % str(tmp_path),
+        f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport opbridge\nimport trt_lib_functions\n\n"
+        'Twice = opbridge.op("defined_in_trt::Twice")(trt_lib_functions.twice)\n',
         encoding="utf-8",
     )
     module = load_module(str(ops_file))  # defined in this process only, not passed as ops=

@@ -1191,7 +1191,7 @@ def _describe_reference(reference: Any) -> str:
 
 def verify(
     model: Any,
-    reference: str | tuple[Any, Sequence[Any]] | None = None,
+    reference: str | tuple[Any, Any] | None = None,
     *,
     backends: Sequence[str] | None = None,
     shapes: Sequence[ShapeSet] | ShapeSet | None = None,

@@ -52,7 +52,7 @@ class TorchRunner(Runner):
 
     def __init__(
         self,
-        reference: str | tuple[Any, Sequence[Any]],
+        reference: str | tuple[Any, Any],
         inputs: Sequence[TensorMeta] | None = None,
         output_names: Sequence[str] | None = None,
     ) -> None:

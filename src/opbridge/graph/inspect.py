@@ -254,11 +254,11 @@ def _tensor_nbytes(t: onnx.TensorProto) -> int:
     return data_nbytes(t)
 
 
-def inspect_model(model: str | os.PathLike[str] | onnx.ModelProto) -> ModelReport:
+def inspect_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> ModelReport:
     """Summarize ``model``: opsets, I/O, custom nodes, op counts, initializers.
 
     Args:
-        model: a path or a loaded ``onnx.ModelProto``.
+        model: a path, a serialized model (bytes) or a loaded ``onnx.ModelProto``.
     """
     import onnx
 

@@ -686,7 +686,7 @@ def _check_trt_attributes(model: onnx.ModelProto) -> list[Finding]:
 
 
 def lint_model(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     *,
     warnings: Sequence[Any] | None = None,
     builtin_ops: bool = True,
@@ -694,7 +694,7 @@ def lint_model(
     """Lint ``model`` and return its findings, errors first.
 
     Args:
-        model: a path or a loaded ``onnx.ModelProto``.
+        model: a path, a serialized model (bytes) or a loaded ``onnx.ModelProto``.
         warnings: warnings captured while exporting the model
             (``ExportResult.warnings``); TracerWarnings are reported against
             the node they explain.

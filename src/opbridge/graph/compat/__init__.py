@@ -34,7 +34,7 @@ TARGETS = ("tensorrt", "onnxruntime", "openvino")
 
 
 def check_compat(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     target: str,
     *,
     real: bool = True,
@@ -43,7 +43,7 @@ def check_compat(
     """What ``target`` does with each node of ``model``.
 
     Args:
-        model: a path or a loaded model.
+        model: a path, a serialized model (bytes) or a loaded model.
         target: ``"tensorrt"``, ``"onnxruntime"`` or ``"openvino"``.
         real: also ask the real backend when it is installed (OpenVINO's verdicts come from OpenVINO
             either way: it has no static rules).

@@ -198,7 +198,7 @@ def _invalid(model: onnx.ModelProto, shapeless: Collection[str], exc: Exception)
 
 
 def rewrite_model(
-    model: str | os.PathLike[str] | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     rules: Sequence[str] | str,
     options: Mapping[str, Any] | None = None,
     *,
@@ -207,7 +207,7 @@ def rewrite_model(
     """Apply ``rules`` (names from :data:`RULES`) in order to a copy of ``model``.
 
     Args:
-        model: a path or a loaded model (never modified).
+        model: a path, a serialized model (bytes) or a loaded model (never modified).
         rules: rule names, e.g. ``["fold-resize-scales"]`` (or one name).
         options: rule options (``map``, ``rename``, ``scale_input``, ``domain``, ``version``).
         check: run :func:`check_rewritten` on the result.
