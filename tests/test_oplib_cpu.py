@@ -570,6 +570,35 @@ def test_nms_kernel_matches_reference(attrs: dict, per_class: bool) -> None:
     _close(got_dets, want_dets, rtol=0, atol=0)
 
 
+def test_nms_kernel_takes_bfloat16_as_the_reference_does() -> None:
+    """ReferenceSession hands a numpy kernel ml_dtypes' bfloat16 arrays, which numpy does not file as
+    floating-point: the kernel refused them as "must be floating-point", where the reference runs."""
+    import ml_dtypes
+
+    boxes, scores = nms_inputs(7, per_class=False)
+    boxes, scores = boxes.bfloat16(), scores.bfloat16()
+    attrs = {"num_classes": 4, "topk": 50, "keep_topk": 30}
+    want_dets, want_labels = d.BatchedNMS.run_reference(boxes, scores, **attrs)
+    as_ml = [t.float().numpy().astype(ml_dtypes.bfloat16) for t in (boxes, scores)]
+    got_dets, got_labels = d.BatchedNMS.kernel(*as_ml, **d.BatchedNMS.spec.bind_attributes(attrs))
+    assert (want_labels >= 0).sum() > 0
+    np.testing.assert_array_equal(got_labels, want_labels.numpy())
+    _close(np.asarray(got_dets, np.float32), want_dets.float(), rtol=0, atol=0)
+
+
+def test_multi_level_reference_takes_bfloat16_rois() -> None:
+    """The reference read the RoIs' batch indices through numpy, which has no bfloat16 (a TypeError, where
+    RoIAlign's reference computes)."""
+    g = _gen(5)
+    feats = [torch.randn(1, 3, 64 // s, 64 // s, generator=g) for s in (4, 8)]
+    rois = rois_for(6, 8, 1, 64.0)
+    attrs = {"output_height": 2, "output_width": 2, "featmap_strides": [4.0, 8.0], "sampling_ratio": 2}
+    want = d.MultiLevelRoiAlign(rois, *feats, **attrs)
+    got = d.MultiLevelRoiAlign(rois.bfloat16(), *feats, **attrs)
+    torch.testing.assert_close(got, d.MultiLevelRoiAlign(rois.bfloat16().float(), *feats, **attrs), rtol=0, atol=0)
+    assert got.shape == want.shape
+
+
 def test_nms_kernel_infinite_scores_and_blocked_greedy(monkeypatch: pytest.MonkeyPatch) -> None:
     """+inf scores pass the threshold and rank first (as in the reference); the greedy pass in
     blocks of a few rows (its memory bound for a large topk) keeps the same boxes."""

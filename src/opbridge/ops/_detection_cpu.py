@@ -472,6 +472,11 @@ def _greedy(cand: np.ndarray, keep: np.ndarray, thr: np.float32) -> None:
                 kp &= ~sup
 
 
+def _floating(dtype: np.dtype) -> bool:
+    """A floating-point dtype: numpy's, or ml_dtypes' (bfloat16, the float8s), which numpy files as kind 'V'."""
+    return bool(np.issubdtype(dtype, np.floating) or (dtype.kind == "V" and "float" in dtype.name))
+
+
 def batched_nms(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -496,7 +501,7 @@ def batched_nms(
         num_classes,
         return_index,
         keep_topk,
-        np.issubdtype(boxes.dtype, np.floating) and np.issubdtype(scores.dtype, np.floating),
+        _floating(boxes.dtype) and _floating(scores.dtype),
     )
     bsz, n, c = scores.shape
     k = topk if 0 < topk <= n else n

@@ -498,7 +498,7 @@ def multi_level_roi_align(
     if mode is None:
         raise ValueError(f"{op}: attribute 'pool_mode' must be 0 (max) or 1 (avg); got {pool_mode}.")
     check_levels(op, [tuple(f.shape) for f in feats])
-    check_roi_batch(op, rois[:, 0].detach().cpu().numpy(), feats[0].shape[0])  # (by this op and RoI number)
+    check_roi_batch(op, rois[:, 0].detach().float().cpu().numpy(), feats[0].shape[0])  # (by this op and RoI number)
     r32 = rois.float()
     levels = map_roi_levels(r32, len(feats), finest_scale)
     if roi_scale_factor > 0 and roi_scale_factor != 1.0:
