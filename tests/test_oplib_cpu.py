@@ -1366,6 +1366,7 @@ def _run_ort(
 ) -> np.ndarray:
     types = {
         np.dtype(np.float32): TensorProto.FLOAT,
+        np.dtype(np.float64): TensorProto.DOUBLE,
         np.dtype(np.int64): TensorProto.INT64,
     }
     inputs = [helper.make_tensor_value_info(k, types[v.dtype], None) for k, v in feeds.items()]
@@ -1448,6 +1449,19 @@ def test_grid_sampler_function_body_runs_at_the_opset_it_was_built_for(
             d.GridSample.run_reference(x, grid, interpolation_mode=m, padding_mode=p, align_corners=bool(a)),
             atol=1e-5,
         )
+    # a float64 grid with a float32 input: sampled in the input's dtype, as the reference casts it (the body
+    # handed it to GridSample as it was, which ONNX Runtime has no kernel of: the model did not load)
+    for m in (0, 1):
+        got = _run_ort(
+            [_grid_sampler_node(m, 0, 0)],
+            {"x": x.numpy(), "g": grid.double().numpy()},
+            opset,
+            [d.grid_sampler_function(opset)],
+            (helper.make_opsetid("mmdeploy", 1),),
+        )
+        want = d.GridSample.run_reference(x, grid.double(), interpolation_mode=m, padding_mode=0, align_corners=False)
+        assert got.dtype == np.float32
+        _close(got, want, atol=1e-5)
     with pytest.raises(ValueError, match="GridSample needs opset >= 16; the model has opset 15"):
         d.grid_sampler_function(15)
 

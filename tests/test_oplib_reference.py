@@ -355,6 +355,25 @@ def test_roi_align_errors_are_named() -> None:
         d.RoIAlign.run_reference(LINEAR, torch.tensor([[3.0, 0, 0, 1, 1]]))
 
 
+def test_roi_align_of_no_rois_over_empty_features_is_empty_in_every_path() -> None:
+    """No images and no RoIs (a batch of 0): the kernels gave an empty output, the reference raised "the
+    features are empty"; an output size below 1 was the shape rule's "a dim 2 of -1" in a session."""
+    from opbridge.ops import _detection_cpu as cpu
+
+    attrs = {"output_height": 2, "output_width": 3}
+    for shape in ((0, 3, 8, 8), (1, 3, 0, 8)):
+        feat, rois = torch.zeros(shape), torch.zeros(0, 5)
+        assert tuple(d.RoIAlign(feat, rois, **attrs).shape) == (0, 3, 2, 3)
+        assert cpu.roi_align(
+            feat.numpy(), rois.numpy(), spatial_scale=1.0, sampling_ratio=0, mode="avg", aligned=True, **attrs
+        ).shape == (0, 3, 2, 3)
+        with pytest.raises(ValueError, match=r"the features .* are empty; pass N, H, W >= 1"):
+            d.RoIAlign(feat, _roi(0, 0, 1, 1), **attrs)
+    for op, args in ((d.RoIAlign, (LINEAR, _roi(0, 0, 1, 1))), (d.MultiLevelRoiAlign, (_roi(0, 0, 1, 1), LINEAR))):
+        with pytest.raises(ValueError, match=r"output_height and output_width must be >= 1; got -1x2"):
+            op.shape_rule(*args, output_height=-1, output_width=2)
+
+
 # --------------------------------------------------------------------------- MultiLevelRoiAlign
 
 

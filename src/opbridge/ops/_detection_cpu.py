@@ -337,7 +337,7 @@ def _roi_align_numpy(
 ) -> np.ndarray:
     from opbridge.ops._detection_ref import ROI_MAX_SAMPLES, check_features, check_roi_batch
 
-    check_features("mmdeploy::MMCVRoiAlign", feat.shape)
+    check_features("mmdeploy::MMCVRoiAlign", feat.shape, rois.shape[0])
     n, c, h, w = feat.shape
     r32 = rois.astype(np.float32)
     check_roi_batch("mmdeploy::MMCVRoiAlign", r32[:, 0], n)

@@ -261,10 +261,17 @@ def check_rois(op: str, rois: Any) -> None:
         )
 
 
-def check_features(op: str, shape: tuple[int, ...]) -> None:
+def check_output_size(op: str, output_height: int, output_width: int) -> None:
+    """A ValueError naming an output height or width below 1 (the reference's and the shape rules')."""
+    if output_height < 1 or output_width < 1:
+        raise ValueError(f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}.")
+
+
+def check_features(op: str, shape: tuple[int, ...], n_rois: int) -> None:
     """A ValueError where RoIs would sample an empty feature map (N, H or W is 0), as the native
-    kernel says it (the loops failed with a bare IndexError)."""
-    if len(shape) == 4 and 0 in (shape[0], shape[2], shape[3]):
+    kernel says it (the loops failed with a bare IndexError); no RoIs sample nothing, and give an
+    empty output whatever the features."""
+    if n_rois and len(shape) == 4 and 0 in (shape[0], shape[2], shape[3]):
         raise ValueError(f"{op}: the features {tuple(shape)} are empty; pass N, H, W >= 1.")
 
 
@@ -400,9 +407,8 @@ def roi_align(
         raise ValueError(f"{op}: input must be (N, C, H, W) features; got {tuple(feat.shape)}.")
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
-    if output_height < 1 or output_width < 1:
-        raise ValueError(f"{op}: output_height and output_width must be >= 1; got {output_height}x{output_width}.")
-    check_features(op, tuple(feat.shape))
+    check_output_size(op, output_height, output_width)
+    check_features(op, tuple(feat.shape), rois.shape[0])
     n, c, h, w = feat.shape
     flat = feat.float().reshape(n, c, h * w)
     out = torch.empty(

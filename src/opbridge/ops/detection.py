@@ -141,6 +141,9 @@ def grid_sampler_function(opset: int) -> Any:
         return node
 
     nodes = [
+        # the grid in the input's dtype, as the reference takes it (ONNX Runtime has no GridSample kernel of
+        # a float32 input and a float64 grid)
+        helper.make_node("CastLike", ["grid_given", "input"], ["grid"]),
         const_int("m", "interpolation_mode"),
         const_int("p", "padding_mode"),
         const_int("a_given", "align_corners"),
@@ -216,7 +219,7 @@ def grid_sampler_function(opset: int) -> Any:
     return helper.make_function(
         DOMAIN,
         "grid_sampler",
-        ["input", "grid"],
+        ["input", "grid_given"],
         ["output"],
         nodes,
         [helper.make_opsetid("", opset)],
@@ -460,6 +463,7 @@ def RoIAlign(
 
 @RoIAlign.register_shape
 def _roi_shape(x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any) -> TensorInfo:
+    ref.check_output_size(f"{DOMAIN}::MMCVRoiAlign", output_height, output_width)
     return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
 
 
@@ -508,6 +512,7 @@ def MultiLevelRoiAlign(
 
 @MultiLevelRoiAlign.register_shape
 def _mlroi_shape(rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any) -> TensorInfo:
+    ref.check_output_size(f"{DOMAIN}::MMCVMultiLevelRoiAlign", output_height, output_width)
     return TensorInfo((rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype)
 
 
