@@ -1734,3 +1734,9 @@ def test_replace_op_skips_a_version_the_functions_import_another_of() -> None:
     assert "function(s) fdom::F import domain 'acme' at version 2; the new op is version 1" in str(report)
     report = rewrite_model(model, ["replace-op"], {"map": ["Relu=acme::MyRelu"], "version": 2})
     assert report.changed and [n.op_type for n in report.model.graph.node] == ["MyRelu", "F"]
+
+
+def test_replace_op_without_a_map_names_both_forms() -> None:
+    """The refusal named the command-line flag alone, where a Python caller passes options={"map": [...]}."""
+    with pytest.raises(opbridge.OpbridgeError, match=r'needs --map Old=domain::New \(in Python: options=\{"map": '):
+        rewrite_model(custom_node_model("OldSwish", "legacy"), ["replace-op"])

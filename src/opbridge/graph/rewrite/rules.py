@@ -625,7 +625,9 @@ class ReplaceOp(IRRule):
                 )
             maps.append((old_domain, old_name, "" if new_domain == "ai.onnx" else new_domain, new_name))
         if not maps:
-            raise OpbridgeError("rule replace-op needs --map Old=domain::New")
+            raise OpbridgeError(
+                'rule replace-op needs --map Old=domain::New (in Python: options={"map": ["Old=domain::New"]})'
+            )
         if options.get("version") is not None and all(m[2] == "" for m in maps):
             raise OpbridgeError(
                 f"--option version={options['version']}: the version is that of the new op's custom domain; an "
