@@ -405,6 +405,7 @@ class InferenceSession:
             [i.name for i in self._session.get_overridable_initializers()],
             check_scalars=False,
         )
+        self._output_names = [o.name for o in self._session.get_outputs()]  # (run() names an unknown one)
 
     def _untyped_hint(self) -> str:
         return (
@@ -672,7 +673,7 @@ class InferenceSession:
                 )
         names = output_name_list(output_names)
         if names:
-            known = [o.name for o in self._session.get_outputs()]
+            known = self._output_names
             bad = [n for n in names if n not in known]
             if bad:  # (ONNX Runtime's own refusal is an InvalidArgument that lists nothing)
                 from opbridge.backends.base import InputError
