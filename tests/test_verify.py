@@ -1341,6 +1341,68 @@ def test_a_reference_that_does_not_repeat_itself_is_named(tmp_path: Path) -> Non
     assert other.exit_code == 1 and not other.notes  # a plain mismatch: the reference repeats itself
 
 
+class _Accumulating(torch.nn.Module):
+    """Returns its state, changed in place on each call (not a copy of it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state.add_(x.sum(0))
+        return self.state
+
+
+def test_a_reference_returning_its_own_state_is_named_as_not_repeating(tmp_path: Path) -> None:
+    """verify kept the returned tensor's memory as the expected values: later calls rewrote set 1's, and the
+    run again wrote what it was compared with, so the note never came."""
+    path = tmp_path / "state.onnx"
+    example = (torch.randn(2, 4),)
+    opbridge.export(_Accumulating(), example, path, exporter="torchscript", input_names=["x"])
+    record = opbridge.verify(path, (_Accumulating(), example), backends=["onnxruntime"])
+    assert record.exit_code == 1
+    assert any("the PyTorch reference gives other numbers when run again" in n for n in record.notes), record.notes
+
+
+_KEPT: dict[tuple[int, ...], np.ndarray] = {}
+
+
+@opbridge.op("tests.verify.kept::Twice")
+def _twice_kept(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice_kept.register_kernel
+def _(x: np.ndarray) -> np.ndarray:
+    out = _KEPT.setdefault(x.shape, np.empty(x.shape, x.dtype))  # one buffer per shape, handed back each call
+    np.multiply(x, 2, out=out)
+    return out
+
+
+@_twice_kept.register_function
+def _(spec: Any, opset: int) -> Any:  # (ONNX Runtime runs the body, so the kernel's buffer keeps set 2's values)
+    from onnx import helper
+
+    from opbridge.functions import make_body
+
+    return make_body(spec, [helper.make_node("Add", ["x", "x"], ["output"])], opset)
+
+
+def test_without_a_reference_the_first_backends_results_are_kept_as_copies(tmp_path: Path) -> None:
+    """The first backend's outputs became the expected values as they were: a kernel (through ReferenceSession)
+    handing back a buffer it keeps rewrote set 1's with set 2's, and a correct second backend failed."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _twice_kept(x)
+
+    path = tmp_path / "kept.onnx"
+    opbridge.export(Model(), (torch.randn(2, 4),), path, exporter="torchscript", input_names=["x"])
+    record = opbridge.verify(path, None, backends=["reference", "onnxruntime"], shapes=[{"x": (2, 4)}, {"x": (2, 4)}])
+    assert record.exit_code == 0, record.table()
+    assert [r.status for r in record.runs if r.backend == "onnxruntime"] == ["pass", "pass"]
+
+
 class _Shifted(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + 5.0

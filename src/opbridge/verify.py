@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
@@ -1696,7 +1697,8 @@ def _run_one(
         return RunReport(name, index, status, error=text, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if not ref:  # no PyTorch reference: the first backend to run becomes it
-        expected[index] = got
+        # (copied: a kernel that hands back a buffer it keeps rewrites it in the next set's run)
+        expected[index] = copy.deepcopy(got)
         return RunReport(name, index, "reference", seconds=seconds)
     outputs: list[OutputComparison] = []
     for out_name, want in ref.items():

@@ -201,7 +201,9 @@ class TorchRunner(Runner):
         for i, (n, t) in enumerate(zip(names, flat)):
             if isinstance(t, (bool, int, float)):  # a Python number (a size): the exporters make it a 0-d output
                 t = torch.tensor(t)
-            value = tensor_to_numpy(t)  # (bfloat16 as ml_dtypes' bfloat16, as the ONNX backends give it)
+            # (bfloat16 as ml_dtypes' bfloat16, as the ONNX backends give it; a copy: a tensor the module keeps,
+            # its state returned as it is, changes at the next call, and the values verify keeps with it)
+            value = np.array(tensor_to_numpy(t), copy=True)
             if n in out and not _same(out[n], value):
                 # the graph lists one value at both positions; the reference gives two different ones
                 first = names.index(n)
