@@ -707,6 +707,39 @@ def test_keyword_tensor_inputs_keep_their_names_and_dynamic_dims(tmp_path: Path,
     np.testing.assert_allclose(y, (x4 * 2 + b4).numpy(), rtol=1e-6, atol=1e-6)
 
 
+class _TwoKeywords(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, bias: torch.Tensor | None = None):
+        return _add_maybe(x, mask, k=2.0) - bias
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("form", ["dynamic_axes", "dynamic_shapes"])
+def test_keyword_inputs_take_input_names_in_forwards_order(tmp_path: Path, exporter: str, form: str) -> None:
+    """kwargs given out of forward's order ({"bias", "mask"}) with input_names for every input: TorchScript
+    failed ("5 names for 3 inputs"), dynamo named the bias input "M" (its inputs followed the dict) and
+    dropped the axes given by the new names; verify then failed on a correct file."""
+    x, mask, bias = torch.randn(3, 4), torch.randn(3, 4), torch.randn(4)
+    batch = torch.export.Dim("batch")
+    dims = (
+        {"dynamic_axes": {"X": {0: "batch"}, "M": {0: "batch"}}}
+        if form == "dynamic_axes"
+        else {"dynamic_shapes": {"x": {0: batch}, "mask": {0: batch}, "bias": None}}
+    )
+    path = tmp_path / "kw2.onnx"
+    kwargs = {"bias": bias, "mask": mask}
+    model = _TwoKeywords()
+    opbridge.export(model, (x,), path, exporter=exporter, kwargs=kwargs, input_names=["X", "M", "B"], **dims)
+    inputs = {i.name: _dims(i) for i in onnx.load(str(path)).graph.input}
+    assert inputs == {"X": ["batch", 4], "M": ["batch", 4], "B": [4]}
+    x5, m5 = torch.randn(5, 4), torch.randn(5, 4)
+    (y,) = opbridge.InferenceSession(path).run(None, {"X": x5.numpy(), "M": m5.numpy(), "B": bias.numpy()})
+    np.testing.assert_allclose(y, model(x5, mask=m5, bias=bias).numpy(), rtol=1e-6, atol=1e-6)
+    unnamed = tmp_path / "kw3.onnx"
+    opbridge.export(model, (x,), unnamed, exporter=exporter, kwargs=kwargs)
+    assert [i.name for i in onnx.load(str(unnamed)).graph.input] == ["x", "mask", "bias"]
+    assert opbridge.verify(unnamed, (model, (x, mask, bias)), backends=["onnxruntime"]).exit_code == 0
+
+
 class _Branching(torch.nn.Module):
     """torch.cond with a custom op in each branch."""
 

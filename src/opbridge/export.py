@@ -194,7 +194,8 @@ def _dims_from_axes(
     if not kwargs:
         return tuple(positional)
     shapes = dict(zip(params, positional))
-    shapes.update({k: entry(k, kwargs[k]) for k in _keyword_order(model, kwargs)})
+    renamed = dict(zip(_tensor_keywords(model, kwargs), names[len(args) :]))  # (by input_names, in the graph)
+    shapes.update({k: entry(renamed.get(k, k), kwargs[k]) for k in _keyword_order(model, kwargs)})
     return shapes
 
 
@@ -426,8 +427,9 @@ def _axes_from_dims(
     import torch
 
     names = _input_names(model, args, kwargs, input_names)
-    items = _shape_entries(model, args, names, dynamic_shapes)
-    values = list(args) + [kwargs[k] for k in names[len(args) :]]  # type: ignore[index]
+    keywords = _tensor_keywords(model, kwargs)
+    items = _shape_entries(model, args, names, dynamic_shapes, keywords)
+    values = list(args) + [kwargs[k] for k in keywords]  # type: ignore[index]
     axes: dict[str, dict[int, str]] = {}
     for i, entry in enumerate(items):
         if not entry:
@@ -459,10 +461,11 @@ def _check_axes_in_range(
 
     try:
         names = _input_names(model, args, kwargs, input_names)
-        items = _shape_entries(model, args, names, shapes)
+        keywords = _tensor_keywords(model, kwargs)
+        items = _shape_entries(model, args, names, shapes, keywords)
     except Exception:
         return
-    values = list(args) + [(kwargs or {}).get(k) for k in names[len(args) :]]
+    values = list(args) + [(kwargs or {}).get(k) for k in keywords]
     for name, value, entry in zip(names, values, items):
         if not isinstance(value, torch.Tensor) or not isinstance(entry, (Mapping, list, tuple)):
             continue
@@ -489,10 +492,17 @@ def _check_dim_bounds(name: str, value: Any, pairs: Iterable[tuple[Any, Any]]) -
             )
 
 
-def _shape_entries(model: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_shapes: Any) -> list[Any]:
+def _shape_entries(
+    model: Any,
+    args: tuple[Any, ...],
+    names: Sequence[str],
+    dynamic_shapes: Any,
+    keywords: Sequence[str] | None = None,
+) -> list[Any]:
     """``dynamic_shapes``' entry for each of the graph inputs ``names`` (positional ones first): a tuple's in
-    order, a dict's by the input's name or by the forward's parameter name in its place; the inputs of a
-    ``*args`` parameter from its one entry, a tuple, as torch.export takes them."""
+    order, a dict's by the input's name or by the forward's parameter name in its place (``keywords``: the
+    tensor keyword inputs' parameter names, where ``names`` renames them); the inputs of a ``*args``
+    parameter from its one entry, a tuple, as torch.export takes them."""
     star = _var_positional(model)
     grouped = star is not None and len(args) > star[0]
     if not isinstance(dynamic_shapes, Mapping):
@@ -500,7 +510,7 @@ def _shape_entries(model: Any, args: tuple[Any, ...], names: Sequence[str], dyna
         if star is not None and grouped and len(entries) == star[0] + 1:  # *args' entries as one tuple
             entries = [*entries[: star[0]], *(entries[star[0]] or [None] * (len(args) - star[0]))]
         return entries
-    params = _forward_names(model, len(args)) + list(names[len(args) :])
+    params = _forward_names(model, len(args)) + list(names[len(args) :] if keywords is None else keywords)
     entries = [dynamic_shapes.get(n, dynamic_shapes.get(p)) for n, p in zip(names, params)]
     if star is not None and grouped and dynamic_shapes.get(star[1]):
         for i, value in enumerate(dynamic_shapes[star[1]]):
@@ -706,11 +716,19 @@ def _input_names(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, input_names: Sequence[str] | None
 ) -> list[str]:
     """The graph's input names: ``input_names`` or the forward's parameter names for ``args``, then the
-    tensor keyword inputs by name, in the forward's parameter order (as both exporters take them)."""
+    tensor keyword inputs by name, in the forward's parameter order (as both exporters take them); names
+    ``input_names`` gives beyond the positional inputs rename those keyword inputs, in order."""
+    names = _positional_names(model, args, input_names)
+    keywords = _tensor_keywords(model, kwargs)
+    renamed = names[len(args) :]  # (input_names beyond the positional inputs name the tensor keyword ones)
+    return names[: len(args)] + renamed + keywords[len(renamed) :]
+
+
+def _tensor_keywords(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
+    """The keyword arguments that are tensor inputs of the graph, in the forward's parameter order."""
     import torch
 
-    names = _positional_names(model, args, input_names)
-    return names + [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
+    return [k for k in _keyword_order(model, kwargs) if isinstance(kwargs[k], torch.Tensor)]  # type: ignore[index]
 
 
 def _traced_input_names(
@@ -1455,6 +1473,8 @@ def export(
         args = (args,)
     args, kwargs = _split_keyword_dict(model, args, kwargs)
     _check_argument_types(model, args, kwargs, opset_version, dynamic_axes)
+    if kwargs:  # in the forward's parameter order, which both exporters then give the graph's inputs
+        kwargs = {k: kwargs[k] for k in _keyword_order(model, kwargs)}
     from opbridge._files import prepare_output
 
     prepare_output(f)  # a path that cannot be written is named before the export runs
