@@ -833,6 +833,26 @@ def test_scripted_code_calling_a_version_2_op_imports_version_2(tmp_path: Path) 
     np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], np.full((2, 3), 100.0))
 
 
+class _TracedOp(torch.nn.Module):
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return _add_maybe(x, bias, k=3.0)
+
+
+def test_a_traced_module_exports_with_torchscript_and_is_refused_by_name_by_dynamo(tmp_path: Path) -> None:
+    """torch.jit.trace's module: both exporters failed inside opbridge ("no signature found for
+    <torch.ScriptMethod>"), and torch.export cannot take it at all."""
+    x, bias = torch.randn(2, 3), torch.randn(2, 3)
+    traced = torch.jit.trace(_TracedOp(), (x, bias))
+    result = opbridge.export(traced, (x, bias), tmp_path / "t.onnx", exporter="torchscript")
+    assert [i.name for i in result.model.graph.input] == ["x", "bias"]
+    assert [n.op_type for n in result.custom_nodes] == ["AddMaybe"]
+    (y,) = opbridge.InferenceSession(result.path).run(None, {"x": x.numpy(), "bias": bias.numpy()})
+    np.testing.assert_allclose(y, (x * 3 + bias).numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ExportError, match=r"TopLevelTracedModule \(torch.jit.trace or torch.jit.script made it\)"):
+        opbridge.export(traced, (x, bias), tmp_path / "d.onnx", exporter="dynamo")
+    assert not (tmp_path / "d.onnx").exists()
+
+
 def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"the TorchScript exporter cannot trace; export it with exporter='dynamo'"):
         opbridge.export(_Branching(), (torch.randn(2, 3),), tmp_path / "flow.onnx", exporter="torchscript")

@@ -14,7 +14,7 @@ from typing import Any
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["forward_parameters", "load_factory", "load_module", "load_ops"]
+__all__ = ["forward_parameters", "forward_signature", "load_factory", "load_module", "load_ops"]
 
 
 def load_module(target: str) -> ModuleType:
@@ -165,10 +165,20 @@ def load_factory(target: str, *, label: str = "--reference") -> tuple[Any, tuple
     return model, tuple(inputs)
 
 
+def forward_signature(model: Any) -> inspect.Signature:
+    """The signature of ``model``'s ``forward`` (of ``model`` itself where it has none: an ``nn.Module``'s own
+    signature is ``(*args, **kwargs)``); a ``torch.jit.trace``'d module's from its TorchScript schema, which
+    :func:`inspect.signature` cannot read. Raises as :func:`inspect.signature` does otherwise."""
+    forward = getattr(model, "forward", model)
+    schema = getattr(forward, "schema", None)  # (a torch.ScriptMethod: its first argument is self)
+    if schema is not None and not inspect.isfunction(forward) and not inspect.ismethod(forward):
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(a.name, kind) for a in list(schema.arguments)[1:]])
+    return inspect.signature(forward)
+
+
 def forward_parameters(model: Any) -> list[str]:
-    """The names of the positional parameters of ``model``'s ``forward`` (of ``model`` itself where it has
-    none: an ``nn.Module``'s own signature is ``(*args, **kwargs)``), in order; raises as
-    :func:`inspect.signature` does where the signature cannot be read."""
+    """The names of the positional parameters of ``model``'s ``forward`` (see :func:`forward_signature`),
+    in order; raises as :func:`inspect.signature` does where the signature cannot be read."""
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    signature = inspect.signature(getattr(model, "forward", model))
-    return [p.name for p in signature.parameters.values() if p.kind in kinds]
+    return [p.name for p in forward_signature(model).parameters.values() if p.kind in kinds]

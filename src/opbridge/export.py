@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from opbridge._loading import forward_signature
 from opbridge._locks import ForkSafeLock
 from opbridge.definition import OpDef, _decode_attr, all_ops, tracing_calls
 from opbridge.errors import ExportError, raise_interrupt_behind
@@ -763,14 +764,14 @@ def _positional_names(model: Any, args: tuple[Any, ...], input_names: Sequence[s
 def _keyword_order(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
     if not kwargs:
         return []
-    params = list(inspect.signature(getattr(model, "forward", model)).parameters)
+    params = list(forward_signature(model).parameters)
     return [p for p in params if p in kwargs] + [k for k in kwargs if k not in params]
 
 
 def _var_positional(model: Any) -> tuple[int, str] | None:
     """How many positional parameters come before the forward's ``*args``, and its name; None without one."""
     fixed = 0
-    for p in inspect.signature(getattr(model, "forward", model)).parameters.values():
+    for p in forward_signature(model).parameters.values():
         if p.kind is p.VAR_POSITIONAL:
             return fixed, p.name
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
@@ -1373,7 +1374,7 @@ def _split_keyword_dict(model: Any, args: tuple[Any, ...], kwargs: Any) -> tuple
     if kwargs or not args or not isinstance(args[-1], dict):
         return args, kwargs
     try:
-        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+        params = list(forward_signature(model).parameters.values())
     except (TypeError, ValueError):  # (no signature: as torch.onnx takes it)
         return args[:-1], dict(args[-1])
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -1473,6 +1474,12 @@ def export(
         args = (args,)
     args, kwargs = _split_keyword_dict(model, args, kwargs)
     _check_argument_types(model, args, kwargs, opset_version, dynamic_axes)
+    if exporter == "dynamo" and isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+        raise ExportError(
+            f"model is a {type(model).__name__} (torch.jit.trace or torch.jit.script made it), which torch.export, "
+            "and so the dynamo exporter, cannot take: export the torch.nn.Module itself, or this one with "
+            "exporter='torchscript'."
+        )
     if kwargs:  # in the forward's parameter order, which both exporters then give the graph's inputs
         kwargs = {k: kwargs[k] for k in _keyword_order(model, kwargs)}
     from opbridge._files import prepare_output
@@ -1506,11 +1513,8 @@ def export(
     if dynamic_axes:
         dynamic_axes = _normalized_axes(model, args, kwargs, input_names, dynamic_axes)
     if exporter == "torchscript" and kwargs:
-        forward = getattr(model, "forward", model)
         keyword_only = [
-            p.name
-            for p in inspect.signature(forward).parameters.values()
-            if p.kind is p.KEYWORD_ONLY and p.name in kwargs
+            p.name for p in forward_signature(model).parameters.values() if p.kind is p.KEYWORD_ONLY and p.name in kwargs
         ]
         if keyword_only:
             raise ExportError(
