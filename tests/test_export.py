@@ -1051,6 +1051,11 @@ class _Gained(torch.nn.Module):
         return _add_pair(x, x) * gain * self.weight
 
 
+class _ScaledMask(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, scale: float = 1.0) -> torch.Tensor:
+        return _add_pair(x, mask) * scale
+
+
 def test_names_and_arguments_the_exporters_cannot_take_are_named(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1059,6 +1064,14 @@ def test_names_and_arguments_the_exporters_cannot_take_are_named(
         opbridge.export(_Gained(), (x,), tmp_path / "a.onnx", kwargs={"gain": x}, exporter="torchscript")
     with pytest.raises(ExportError, match=r"output_names \['weight'\] are also the names of the model's parameters"):
         opbridge.export(_Gained(), (x,), tmp_path / "b.onnx", kwargs={"gain": x}, output_names=["weight"])
+    # (an input named so failed in ONNX shape inference: "differ in rank")
+    with pytest.raises(ExportError, match=r"input_names \['weight'\] are also the names .* name the inputs otherwise"):
+        opbridge.export(_Gained(), (x,), tmp_path / "b.onnx", kwargs={"gain": x}, input_names=["weight"])
+    # a keyword-only parameter kwargs leaves to its default: TorchScript passes it by position too ("takes from
+    # 2 to 3 positional arguments but 4 were given")
+    with pytest.raises(ExportError, match=r"keyword-only parameter\(s\) \['scale'\] cannot take"):
+        opbridge.export(_ScaledMask(), (x,), tmp_path / "a.onnx", kwargs={"mask": x}, exporter="torchscript")
+    assert not (tmp_path / "a.onnx").exists() and not (tmp_path / "b.onnx").exists()
     with pytest.raises(ExportError, match=r"writes custom ops from opset 9 on"):
         opbridge.export(_Static2(), (x,), tmp_path / "c.onnx", exporter="torchscript", opset_version=8)
     train = torch.nn.Sequential(torch.nn.Dropout(0.5), _Static2()).train()

@@ -1513,22 +1513,22 @@ def export(
     if dynamic_axes:
         dynamic_axes = _normalized_axes(model, args, kwargs, input_names, dynamic_axes)
     if exporter == "torchscript" and kwargs:
-        keyword_only = [
-            p.name for p in forward_signature(model).parameters.values() if p.kind is p.KEYWORD_ONLY and p.name in kwargs
-        ]
+        # (every one of them, given or not: torch passes the parameters after the inputs their defaults, in order)
+        keyword_only = [p.name for p in forward_signature(model).parameters.values() if p.kind is p.KEYWORD_ONLY]
         if keyword_only:
             raise ExportError(
                 f"the TorchScript exporter passes kwargs to forward by position, which keyword-only parameter(s) "
                 f"{keyword_only} cannot take: export with exporter='dynamo', or make them positional."
             )
-    if exporter == "dynamo" and output_names and isinstance(model, torch.nn.Module):
+    if exporter == "dynamo" and (output_names or input_names) and isinstance(model, torch.nn.Module):
         weights = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
-        clash = sorted(set(output_names) & weights)
-        if clash:  # the dynamo exporter writes the output and the initializer under one name
-            raise ExportError(
-                f"output_names {clash} are also the names of the model's parameters or buffers, which the dynamo "
-                "exporter keeps as the initializers' names: name the outputs otherwise."
-            )
+        for label, names in (("output_names", output_names), ("input_names", input_names)):
+            clash = sorted(set(names or []) & weights)
+            if clash:  # the dynamo exporter writes the value and the initializer under one name
+                raise ExportError(
+                    f"{label} {clash} are also the names of the model's parameters or buffers, which the dynamo "
+                    f"exporter keeps as the initializers' names: name the {label.split('_')[0]}s otherwise."
+                )
     if isinstance(model, torch.nn.Module) and model.training:
         moded = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _training_modules())})
         if moded and exporter == "dynamo":
