@@ -853,6 +853,19 @@ def test_a_traced_module_exports_with_torchscript_and_is_refused_by_name_by_dyna
     assert not (tmp_path / "d.onnx").exists()
 
 
+def test_an_exported_program_keeps_its_input_names_and_torchscript_refuses_it(tmp_path: Path) -> None:
+    """opbridge.export(ExportedProgram) named the inputs input0, input1 (torch.onnx keeps x, bias), and the
+    TorchScript exporter failed with "No ONNX function found" for the op."""
+    x, bias = torch.randn(2, 3), torch.randn(2, 3)
+    program = torch.export.export(_TracedOp(), (x, bias))
+    result = opbridge.export(program, (x, bias), tmp_path / "p.onnx", exporter="dynamo")
+    assert [i.name for i in result.model.graph.input] == ["x", "bias"]
+    (y,) = opbridge.InferenceSession(result.path).run(None, {"x": x.numpy(), "bias": bias.numpy()})
+    np.testing.assert_allclose(y, (x * 3 + bias).numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ExportError, match=r"ExportedProgram, which the TorchScript exporter cannot take"):
+        opbridge.export(program, (x, bias), tmp_path / "t.onnx", exporter="torchscript")
+
+
 def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"the TorchScript exporter cannot trace; export it with exporter='dynamo'"):
         opbridge.export(_Branching(), (torch.randn(2, 3),), tmp_path / "flow.onnx", exporter="torchscript")

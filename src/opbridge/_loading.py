@@ -168,7 +168,10 @@ def load_factory(target: str, *, label: str = "--reference") -> tuple[Any, tuple
 def forward_signature(model: Any) -> inspect.Signature:
     """The signature of ``model``'s ``forward`` (of ``model`` itself where it has none: an ``nn.Module``'s own
     signature is ``(*args, **kwargs)``); a ``torch.jit.trace``'d module's from its TorchScript schema, which
-    :func:`inspect.signature` cannot read. Raises as :func:`inspect.signature` does otherwise."""
+    :func:`inspect.signature` cannot read; an ``ExportedProgram``'s from its module. Raises as
+    :func:`inspect.signature` does otherwise."""
+    if type(model).__name__ == "ExportedProgram" and callable(getattr(model, "module", None)):
+        model = model.module()  # (a torch.export program: its module's forward takes the program's inputs)
     forward = getattr(model, "forward", model)
     schema = getattr(forward, "schema", None)  # (a torch.ScriptMethod: its first argument is self)
     if schema is not None and not inspect.isfunction(forward) and not inspect.ismethod(forward):

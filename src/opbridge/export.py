@@ -1474,6 +1474,11 @@ def export(
         args = (args,)
     args, kwargs = _split_keyword_dict(model, args, kwargs)
     _check_argument_types(model, args, kwargs, opset_version, dynamic_axes)
+    if exporter == "torchscript" and isinstance(model, torch.export.ExportedProgram):
+        raise ExportError(
+            "model is a torch.export ExportedProgram, which the TorchScript exporter cannot take: export it with "
+            "exporter='dynamo' (or export the torch.nn.Module with either exporter)."
+        )
     if exporter == "dynamo" and isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
         raise ExportError(
             f"model is a {type(model).__name__} (torch.jit.trace or torch.jit.script made it), which torch.export, "
