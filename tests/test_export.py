@@ -866,6 +866,25 @@ def test_an_exported_program_keeps_its_input_names_and_torchscript_refuses_it(tm
         opbridge.export(program, (x, bias), tmp_path / "t.onnx", exporter="torchscript")
 
 
+class _MiddleOptional(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None, z: torch.Tensor | None = None):
+        out = _add_maybe(x, y, k=2.0)
+        return out - 10 * z
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_input_names_skip_a_positional_none(tmp_path: Path, exporter: str) -> None:
+    """(x, None, z) with input_names X, Y, Z: dynamo named z's input "Y" (names went by position, and None
+    has no input); TorchScript failed with an internal assert of torch's."""
+    x, z = torch.randn(3, 4), torch.randn(3, 4)
+    result = opbridge.export(
+        _MiddleOptional(), (x, None, z), tmp_path / "n.onnx", exporter=exporter, input_names=["X", "Y", "Z"]
+    )
+    assert [i.name for i in result.model.graph.input] == ["X", "Z"]
+    (out,) = opbridge.InferenceSession(result.path).run(None, {"X": x.numpy(), "Z": z.numpy()})
+    np.testing.assert_allclose(out, (x * 2 - 10 * z).numpy(), rtol=1e-6, atol=1e-5)
+
+
 def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"the TorchScript exporter cannot trace; export it with exporter='dynamo'"):
         opbridge.export(_Branching(), (torch.randn(2, 3),), tmp_path / "flow.onnx", exporter="torchscript")

@@ -742,6 +742,7 @@ def _traced_input_names(
 
     if input_names:
         given = _input_names(model, args, kwargs, input_names)
+        given = [n for i, n in enumerate(given) if i >= len(args) or args[i] is not None]  # (no input for None)
         # the inputs input_names leaves unnamed take forward's names, as dynamo names them (torch's own
         # names, such as "Test::DynamicTRTResize_1", otherwise), unless one of those is taken already
         rest = _traced_input_names(model, args, kwargs, None)[len(given) :]
@@ -1567,6 +1568,8 @@ def export(
                 if dynamic_axes:
                     shapes = _dims_from_axes(model, args, kwargs, input_names, dynamic_axes)
                 names = input_names
+                if names and any(a is None for a in args):  # (a None argument is no input of the graph)
+                    names = [n for n, a in zip(names, args) if a is not None] + list(names[len(args) :])
                 if not names and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
                     # the forward's parameter names, as written (torch.onnx would lower-case them)
                     names = _forward_names(model, len(args))
