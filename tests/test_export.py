@@ -885,6 +885,19 @@ def test_input_names_skip_a_positional_none(tmp_path: Path, exporter: str) -> No
     np.testing.assert_allclose(out, (x * 2 - 10 * z).numpy(), rtol=1e-6, atol=1e-5)
 
 
+class _WithMean(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _add_maybe(x, None, k=2.0) + x.mean()
+
+
+def test_a_dynamo_down_conversion_the_checker_refuses_names_the_opset_fix(tmp_path: Path) -> None:
+    """At opset 17 torch's conversion from 18 leaves ReduceMean's opset 18 attribute: the checker's message
+    came alone, naming neither the conversion nor the fix."""
+    with pytest.raises(ExportError, match=r"(?s)noop_with_empty_axes.*export at opset_version 18 or later"):
+        opbridge.export(_WithMean(), (torch.randn(2, 3),), tmp_path / "m.onnx", exporter="dynamo", opset_version=17)
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_control_flow_with_the_torchscript_exporter_names_the_exporter_that_takes_it(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"the TorchScript exporter cannot trace; export it with exporter='dynamo'"):
         opbridge.export(_Branching(), (torch.randn(2, 3),), tmp_path / "flow.onnx", exporter="torchscript")

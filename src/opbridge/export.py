@@ -1671,7 +1671,17 @@ def export(
         from opbridge.functions import attach_functions
 
         attach_functions(proto, used)
-    final = finalize_model(proto, used, check=check)
+    try:
+        final = finalize_model(proto, used, check=check)
+    except ExportError as exc:
+        wrote = {o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")}
+        if exporter == "dynamo" and wrote and max(wrote) < 18:  # (torch.onnx writes 18 and converts down)
+            raise ExportError(
+                f"{exc} The dynamo exporter writes opset 18 and converts the model down to {max(wrote)}, which can "
+                "leave nodes in their opset 18 form: export at opset_version 18 or later, or with "
+                "exporter='torchscript'."
+            ) from exc
+        raise
     path = save_model_atomic(final, f)
     result = ExportResult(
         path=path, model=final, exporter=exporter, custom_nodes=custom_nodes(final), warnings=captured
