@@ -585,13 +585,6 @@ def main(argv: list[str] | None = None) -> int:
         help="threads for torch and ONNX Runtime (default 1)",
     )
     args = parser.parse_args(argv)
-    global THREADS
-    THREADS = args.threads
-    torch.set_num_threads(args.threads)
-    reps = 3 if args.quick else 7
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
     sections = {
         "resize": bench_resize,
         "resize-kernel": bench_resize_kernel,
@@ -604,8 +597,19 @@ def main(argv: list[str] | None = None) -> int:
         "roi": bench_roi,
         "nms": bench_nms,
     }
+    only = args.only.split(",")
+    unknown = [name for name in only if name and name not in sections]
+    if unknown:
+        parser.error(f"--only: unknown section(s) {', '.join(unknown)}; valid: {', '.join(sections)}")
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
+    reps = 3 if args.quick else 7
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     for name, fn in sections.items():
-        if name in args.only.split(","):
+        if name in only:
             fn(args.quick, reps)
     print("\n| op | shape | CPU path | ms | baseline | baseline ms | ratio |\n|---|---|---|---|---|---|---|")
     for op, shape, path, ms, base, base_ms in ROWS:

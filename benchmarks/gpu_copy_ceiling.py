@@ -25,6 +25,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -33,7 +34,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import triton
 from gpu_ops import (  # this directory: gpu_ops.py's cases and its timing
     GRID_SIZES,
     RESIZE_SIZES,
@@ -42,26 +42,32 @@ from gpu_ops import (  # this directory: gpu_ops.py's cases and its timing
     dtype_name,
     grid_kinds,
     kernel_fn,
+    unavailable,
 )
 
 from opbridge.ops import DynamicResize
-from opbridge.ops import _detection_triton as tk
 
 DEV = "cuda"
-READ_FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device=DEV)
 ROWS: list[dict[str, Any]] = []
+
+
+@functools.cache
+def read_flush() -> torch.Tensor:
+    """The 256 MB buffer read before each timed call, allocated on first use (importing needs no GPU)."""
+    return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device=DEV)
 
 
 def read_flush_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     """Median ms with CUDA events around each call after reading 256 MB (L2 left clean)."""
+    flush = read_flush()
     for _ in range(10):
-        READ_FLUSH.sum()
+        flush.sum()
         fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
-        READ_FLUSH.sum()
+        flush.sum()
         start.record()
         fn()
         end.record()
@@ -116,6 +122,8 @@ def resize_cases(ceiling: Ceiling) -> None:
 
 
 def grid_cases(ceiling: Ceiling) -> None:
+    from opbridge.ops import _detection_triton as tk
+
     names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     for n, c, h, w in GRID_SIZES:
         for dtype in (torch.float32, torch.float16):
@@ -134,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="resize,grid", help="comma-separated: resize,grid")
     parser.add_argument("--json", help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("gpu_copy_ceiling.py needs a CUDA GPU.", file=sys.stderr)
+    problem = unavailable("gpu_copy_ceiling.py", "triton")
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
+    import triton
+
+    read_flush()  # before the copies' buffers, as when it was allocated at import
     ceiling = Ceiling()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{stamp} {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")

@@ -18,7 +18,7 @@ call's "graph" cell is marked ``*`` and holds its eager GPU time instead: events
 call), minus 20 flushes alone, as long as its host time per call stays below that (the flush keeps
 the GPU busy while the host enqueues the next call).
 
-Needs a CUDA GPU, torch, triton and torchvision. Every op of ours is called through its
+Needs a CUDA GPU, torch, triton and (for the dcn rows) torchvision. Every op of ours is called through its
 registered ``gpu_kernel`` entry point, as the TensorRT plugin calls it.
 
 Usage:
@@ -34,6 +34,7 @@ kernel, the registered entry point), three rounds each, event-timed.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -42,8 +43,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.testing
 from gpu_ops import (  # this directory: the sizes and inputs of gpu_ops.py
     DCN_SIZES,
     GRID_SIZES,
@@ -52,24 +51,31 @@ from gpu_ops import (  # this directory: the sizes and inputs of gpu_ops.py
     grid_default_variant,
     grid_kinds,
     grid_other_variants,
+    unavailable,
 )
-from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from opbridge.ops import DynamicResize
-from opbridge.ops import _detection_triton as tk
 from opbridge.ops import detection as d
 
 DEV = "cuda"
-FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=DEV)
+
+
+@functools.cache
+def flush_buffer() -> torch.Tensor:
+    """The 256 MB buffer zeroed before each timed call, allocated on first use (importing needs no GPU)."""
+    return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=DEV)
 
 
 def event_ms(fn: Callable[[], Any]) -> float:
     """Median ms of ``do_bench`` (CUDA events around each call, L2 flushed before it)."""
+    import triton.testing
+
     return float(triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median"))
 
 
 def graph_ms(fn: Callable[[], Any], reps: int = 20, rounds: int = 5) -> float:
     """Median over rounds of (graph of reps x (flush, fn) - graph of reps x flush) / reps."""
+    flush = flush_buffer()  # allocated before the capture, never inside it
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -78,11 +84,11 @@ def graph_ms(fn: Callable[[], Any], reps: int = 20, rounds: int = 5) -> float:
         with_fn, flush_only = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(with_fn, stream=s):
             for _ in range(reps):
-                FLUSH.zero_()
+                flush.zero_()
                 fn()
         with torch.cuda.graph(flush_only, stream=s):
             for _ in range(reps):
-                FLUSH.zero_()
+                flush.zero_()
     torch.cuda.synchronize()
 
     def replay(g: torch.cuda.CUDAGraph) -> float:
@@ -101,13 +107,14 @@ def graph_ms(fn: Callable[[], Any], reps: int = 20, rounds: int = 5) -> float:
 def eager_ms(fn: Callable[[], Any], reps: int = 20, rounds: int = 5) -> float:
     """Median over rounds of (events around reps x (flush, fn) - events around reps x flush) / reps,
     launched eagerly: GPU time where the host enqueues a call faster than the GPU runs it."""
+    flush = flush_buffer()
 
     def timed(with_fn: bool) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
         for _ in range(reps):
-            FLUSH.zero_()
+            flush.zero_()
             if with_fn:
                 fn()
         end.record()
@@ -172,6 +179,8 @@ def registered(op: Any, inputs: list[torch.Tensor], attrs: dict[str, Any]) -> Ca
 
 class Table:
     def __init__(self) -> None:
+        import triton
+
         nbytes = 2 << 30  # a 1 GiB copy: 1 GiB read and 1 GiB written
         copy = copy_fn(nbytes)
         self.copy_event = nbytes / (event_ms(copy) * 1e-3) / 1e9
@@ -233,6 +242,11 @@ class Table:
 
 
 def table(only: set[str], registered_only: bool = False) -> None:
+    from opbridge.ops import _detection_triton as tk
+
+    if "dcn" in only:
+        from torchvision.ops import deform_conv2d as tv_deform_conv2d
+
     t = Table()
     for (n, c, h, w), (ho, wo) in RESIZE_SIZES if "resize" in only else []:
         for dtype in (torch.float32, torch.float16):
@@ -310,6 +324,10 @@ def table(only: set[str], registered_only: bool = False) -> None:
 
 
 def split() -> None:
+    import triton
+
+    from opbridge.ops import _detection_triton as tk
+
     for dtype in (torch.float32, torch.float16):
         x, grids = grid_kinds(8, 64, 128, 128, dtype)
         n, c, h, w = x.shape
@@ -357,7 +375,14 @@ def main(argv: list[str] | None = None) -> int:
         "--registered", action="store_true", help="grid_sample: the registered variant only, not the other one too"
     )
     args = parser.parse_args(argv)
-    split() if args.split else table(set(args.only.split(",")), args.registered)
+    only = set(args.only.split(","))
+    needs = ("triton", "torchvision") if "dcn" in only and not args.split else ("triton",)
+    problem = unavailable("gpu_graph_timing.py", *needs)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    flush_buffer()  # before the cases' buffers, as when it was allocated at import
+    split() if args.split else table(only, args.registered)
     return 0
 
 

@@ -28,12 +28,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import triton
-from gpu_graph_timing import event_ms, graph_ms, host_ms, registered  # this directory
-from gpu_ops import DCN_SIZES, GRID_SIZES, RESIZE_SIZES, dcn_inputs, fpn_inputs, grid_kinds, nms_inputs
+from gpu_ops import DCN_SIZES, GRID_SIZES, RESIZE_SIZES, dcn_inputs, fpn_inputs, grid_kinds, nms_inputs, unavailable
 
 from opbridge.ops import DynamicResize
-from opbridge.ops import _triton_launch as tlaunch
 from opbridge.ops import detection as d
 
 DEV = "cuda"
@@ -42,12 +39,16 @@ ROUNDS = 5
 
 def jit_launches(on: bool) -> None:
     """Send every Triton launch through the JIT (``on``) or let cached kernels launch directly."""
+    from opbridge.ops import _triton_launch as tlaunch
+
     os.environ["OPBRIDGE_TRITON_JIT_LAUNCH"] = "1" if on else "0"
     tlaunch.direct_launch_supported.cache_clear()
 
 
 def cases(only: set[str]) -> Iterator[tuple[str, str, torch.dtype, Callable[[], None]]]:
     """(op, shape, dtype, call) for each row."""
+    from gpu_graph_timing import registered  # this directory
+
     for dtype in (torch.float32, torch.float16):
         for (n, c, h, w), (ho, wo) in RESIZE_SIZES if "resize" in only else []:
             x = torch.randn(n, c, h, w, device=DEV).to(dtype)
@@ -110,7 +111,10 @@ def per_call_us(fn: Callable[[], Any], calls: int = 300, rounds: int = 7) -> flo
 def launch_parts() -> None:
     """The parts of a launch on their own: one small kernel (the layout kernel, 4 runtime arguments
     and 2 constexprs) through the JIT and directly, and the host helpers the ops used before."""
+    import triton
+
     from opbridge.ops import _detection_triton as tk
+    from opbridge.ops import _triton_launch as tlaunch
 
     x = torch.randn(1, 64, 32, 32, device=DEV)
     y = torch.empty(1, 32, 32, 64, device=DEV)
@@ -137,9 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated op groups")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    problem = unavailable("gpu_launch.py", "triton")
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
+    import triton
+    from gpu_graph_timing import event_ms, flush_buffer, graph_ms, host_ms  # this directory
+
+    from opbridge.ops import _triton_launch as tlaunch
+
+    flush_buffer()  # before the cases' buffers, as when it was allocated at import
     jit_launches(False)
     if not tlaunch.direct_launch_supported():
         print(f"Triton {triton.__version__} has no direct launch here (_DIRECT_VERSIONS)", file=sys.stderr)

@@ -20,6 +20,7 @@ runs at three or more sizes (RESIZE_SIZES, GRID_SIZES, DCN_SIZES, ROI_SIZES, NMS
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import statistics
@@ -49,6 +50,22 @@ SPEED: list[dict[str, Any]] = []
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def unavailable(script: str, *packages: str, results: str = "benchmarks/README.md") -> str | None:
+    """Why ``script`` cannot run here, in one line: no CUDA GPU, or one of ``packages`` not importable.
+
+    None where it can run. Checked before any CUDA work; ``results`` names where its recorded results are.
+    """
+    where = f"its recorded results are in {results}"
+    if not torch.cuda.is_available():
+        return f"{script}: needs a CUDA GPU (torch.cuda.is_available() is False here); {where}"
+    for package in packages:
+        try:
+            importlib.import_module(package)
+        except ImportError as exc:
+            return f"{script}: needs {package}, which cannot be imported here ({exc}); {where}"
+    return None
 
 
 def bench(fn: Callable[[], Any], slow: bool = False) -> float:
@@ -1078,6 +1095,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results as JSON here")
     parser.add_argument("--only", default="resize,grid,dcn,roi,nms", help="comma-separated sections")
     args = parser.parse_args(argv)
+    problem = unavailable("gpu_ops.py", "triton")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     print(

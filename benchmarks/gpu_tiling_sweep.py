@@ -7,7 +7,7 @@ a device-to-device copy measured in the same run. The registered defaults
 (``_resize_config`` and ``_resize_int_config`` in ``opbridge.ops._seed_gpu``, ``GRID_LOOP_CONFIG`` and
 ``GRID_NHWC_CONFIG`` in ``opbridge.ops._detection_triton``) were picked from this table. ``--only dcn``
 times DCNv2's channels-last path per im2col tiling in GPU time (CUDA-graph replay, as
-gpu_graph_timing.py; needs torchvision for that script's import), against the reference.
+gpu_graph_timing.py), against the reference.
 ``--only dcn-fused`` times the implicit-GEMM variant per tiling against that path, in TF32 and
 float16, on the shapes that set ``_dcn_default_variant``'s rule. ``--only resize-plane`` times
 DynamicResize's CUDA "plane" kernel per band tiling (``default_config`` in
@@ -34,11 +34,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.testing
-from gpu_ops import grid_kinds  # this directory: the inputs gpu_ops.py times
+from gpu_ops import grid_kinds, unavailable  # this directory: the inputs gpu_ops.py times
 
-from opbridge.ops import _detection_triton as tk
 from opbridge.ops import _seed_gpu as sg
 
 DEV = "cuda"
@@ -46,6 +43,8 @@ ROWS: list[dict[str, Any]] = []
 
 
 def bench(fn: Any) -> float:
+    import triton.testing
+
     return float(triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median"))
 
 
@@ -229,6 +228,8 @@ def sweep_resize_plane(copy: float) -> None:
 
 
 def sweep_grid(copy: float) -> None:
+    from opbridge.ops import _detection_triton as tk
+
     names = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     for dtype in (torch.float32, torch.float16):
         n, c, h, w = 8, 64, 128, 128
@@ -280,6 +281,7 @@ GRID_PLANE_CONFIGS = [
 def sweep_grid_plane(copy: float, modes: list[str]) -> None:
     from gpu_graph_timing import graph_ms  # this directory
 
+    from opbridge.ops import _detection_triton as tk
     from opbridge.ops import _gridsample_cuda as gc
 
     names = {m: name for m, name in {0: "bilinear", 1: "nearest", 2: "bicubic"}.items() if name in modes}
@@ -330,6 +332,7 @@ def sweep_dcn() -> None:
     from gpu_ops import DCN_SIZES, dcn_inputs
 
     from opbridge.ops import _detection_ref as ref
+    from opbridge.ops import _detection_triton as tk
 
     for n, cin, h, w, cout in DCN_SIZES:
         for dtype, tf32 in ((torch.float32, False), (torch.float32, True), (torch.float16, False)):
@@ -380,6 +383,10 @@ def _fused_n_major(
 ) -> None:
     """The TF32 implicit GEMM with its weights (tap, Cin, Cout), contiguous along N: the layout it
     had before TF32 took K-major weights (default tiling of that time: 128, 128, 32, 8 warps, 2 stages)."""
+    import triton
+
+    from opbridge.ops import _detection_triton as tk
+
     n, cin, h, w = x.shape
     cout = wt.shape[0]
     w2 = wt.permute(2, 3, 1, 0).reshape(9 * cin, cout).contiguous()
@@ -393,8 +400,11 @@ def _fused_n_major(
 def sweep_dcn_fused() -> None:
     """DCNv2's implicit GEMM ("fused") against the column-buffer path ("nhwc") in GPU time, per
     tiling, in TF32 and float16; event-timed, the registered kernel against both and the conv."""
+    import triton
     from gpu_graph_timing import event_ms, graph_ms  # this directory
     from gpu_ops import dcn_inputs
+
+    from opbridge.ops import _detection_triton as tk
 
     geo = ((1, 1), (1, 1), (1, 1), 1, 1)
     print("| shape | precision | variant | tiling | GPU ms | / nhwc | / conv | max rel diff vs nhwc |")
@@ -457,6 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="resize,grid")
     parser.add_argument("--modes", default="bilinear,nearest,bicubic", help="grid_sample modes of --only grid-plane")
     args = parser.parse_args(argv)
+    problem = unavailable("gpu_tiling_sweep.py", "triton")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     copy = copy_gbs()
     print(f"device {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s", flush=True)
     if "resize" in args.only.split(","):

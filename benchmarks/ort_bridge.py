@@ -143,16 +143,38 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """An ``--shape`` value such as ``8x3x256x256``: positive dimensions joined by ``x``."""
+    try:
+        dims = tuple(int(d) for d in text.split("x"))
+    except ValueError:
+        dims = ()
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a shape of positive dimensions joined by x (e.g. 8x3x256x256)"
+        )
+    return dims
+
+
+# (shape, rounds, runs per round) when not given: the full run's and --quick's
+FULL = ((8, 3, 256, 256), 30, 5)
+QUICK = ((1, 3, 16, 16), 3, 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny smoke run (small tensor, few runs)")
-    parser.add_argument("--shape", default="8x3x256x256", help="input shape (default 8x3x256x256)")
-    parser.add_argument("--rounds", type=int, default=30, help="rounds; each times every case (default 30)")
-    parser.add_argument("--per-round", type=int, default=5, help="runs per case per round (default 5)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny smoke run: 1x3x16x16, 3 rounds of 2 unless those are given"
+    )
+    parser.add_argument("--shape", type=_shape, default=None, help="input shape (default 8x3x256x256)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds; each times every case (default 30)")
+    parser.add_argument("--per-round", type=int, default=None, help="runs per case per round (default 5)")
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: its default)")
     args = parser.parse_args(argv)
-    shape = (1, 3, 16, 16) if args.quick else tuple(int(d) for d in args.shape.split("x"))
-    rounds, per_round = (3, 2) if args.quick else (args.rounds, args.per_round)
+    defaults = QUICK if args.quick else FULL
+    shape = args.shape if args.shape is not None else defaults[0]
+    rounds = args.rounds if args.rounds is not None else defaults[1]
+    per_round = args.per_round if args.per_round is not None else defaults[2]
 
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     tiny = np.ones((1, 1, 1, 1), np.float32)

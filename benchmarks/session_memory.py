@@ -226,6 +226,9 @@ def bench_openvino(loads: int) -> None:
             print(f"    {line}")
 
 
+SECTIONS = ("ort", "openvino")  # the names --only takes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=2000, help="ONNX Runtime sessions per case")
@@ -233,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="ort,openvino", help="comma-separated: ort, openvino")
     args = parser.parse_args(argv)
     only = {w.strip() for w in args.only.split(",") if w.strip()}
+    unknown = sorted(only - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
     if _HEAP is None:
         print("(glibc's mallinfo2 is missing here: heap columns read 0)")
     register_kernels()

@@ -274,6 +274,13 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(
+            "check_trt_kernels.py: needs a CUDA GPU (torch.cuda.is_available() is False here); "
+            "its recorded results are in docs/tensorrt_gpu_checks.md",
+            file=sys.stderr,
+        )
+        return 2
     try:
         import triton
 
