@@ -737,6 +737,12 @@ def test_keyword_inputs_take_input_names_in_forwards_order(tmp_path: Path, expor
     unnamed = tmp_path / "kw3.onnx"
     opbridge.export(model, (x,), unnamed, exporter=exporter, kwargs=kwargs)
     assert [i.name for i in onnx.load(str(unnamed)).graph.input] == ["x", "mask", "bias"]
+    # input_names for some positional inputs only: the others keep forward's names (TorchScript gave the
+    # keyword input's name to the second positional input)
+    some = opbridge.export(
+        model, (x, mask), tmp_path / "kw4.onnx", exporter=exporter, kwargs={"bias": bias}, input_names=["X"]
+    )
+    assert [i.name for i in some.model.graph.input] == ["X", "mask", "bias"]
     assert opbridge.verify(unnamed, (model, (x, mask, bias)), backends=["onnxruntime"]).exit_code == 0
 
 

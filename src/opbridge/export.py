@@ -742,7 +742,7 @@ def _traced_input_names(
 
     if input_names:
         given = _input_names(model, args, kwargs, input_names)
-        given = [n for i, n in enumerate(given) if i >= len(args) or args[i] is not None]  # (no input for None)
+        given = [n for i, n in enumerate(given) if i >= len(args) or args[i] is not None]  # (None: no input)
         # the inputs input_names leaves unnamed take forward's names, as dynamo names them (torch's own
         # names, such as "Test::DynamicTRTResize_1", otherwise), unless one of those is taken already
         rest = _traced_input_names(model, args, kwargs, None)[len(given) :]
@@ -758,8 +758,10 @@ def _traced_input_names(
 
 
 def _positional_names(model: Any, args: tuple[Any, ...], input_names: Sequence[str] | None) -> list[str]:
-    """The names of the positional inputs: ``input_names``, else the forward's parameter names."""
-    return list(input_names) if input_names else _forward_names(model, len(args))
+    """The names of the positional inputs: ``input_names``, else (for those it leaves unnamed) the forward's
+    parameter names; names ``input_names`` gives beyond them follow."""
+    names = list(input_names or [])
+    return names + _forward_names(model, len(args))[len(names) :]
 
 
 def _keyword_order(model: Any, kwargs: Mapping[str, Any] | None) -> list[str]:
