@@ -1037,7 +1037,8 @@ def test_a_session_refuses_a_node_that_leaves_out_an_input_that_is_not_optional(
     )
     assert out.splitlines()[:2] == [
         "InferenceSession: Sum node 's' leaves out its input 1, one of its variadic 'data_0', which cannot be left out",
-        "InferenceSession: Sum node leaves out its input 1, one of its variadic 'data_0', which cannot be left out",
+        "InferenceSession: Sum node 'acme::Add2/Sum#0' leaves out its input 1, one of its variadic 'data_0', which "
+        "cannot be left out where 'Add2_0' calls acme::Add2 without its input 'b'",
     ]
 
 

@@ -109,7 +109,31 @@ def _sum_of(*inputs: str) -> onnx.ModelProto:
     )
 
 
+def _roi_align(spatial_scale: float) -> onnx.ModelProto:
+    """One mmdeploy::MMCVRoiAlign node (opbridge's RoIAlign) with ``spatial_scale`` as written."""
+    node = helper.make_node(
+        "MMCVRoiAlign",
+        ["f", "r"],
+        ["y"],
+        domain="mmdeploy",
+        name="roi",
+        output_height=2,
+        output_width=2,
+        spatial_scale=spatial_scale,
+        sampling_ratio=2,
+        mode="avg",
+        aligned=1,
+    )
+    return make_model(
+        [node],
+        [("f", TensorProto.FLOAT, [1, 4, 8, 8]), ("r", TensorProto.FLOAT, [3, 5])],
+        [("y", TensorProto.FLOAT, [3, 4, 2, 2])],
+        domains={"mmdeploy": 1},
+    )
+
+
 CASES = [
+    ("attribute-type", "warning", lambda: _roi_align(1), lambda: _roi_align(1.0)),
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
     ("domain-without-opset", "error", lambda: custom_node_model(with_import=False), lambda: custom_node_model()),
     (
@@ -401,6 +425,7 @@ def test_an_onnx_op_of_a_later_opset_is_a_custom_node_of_an_older_model() -> Non
     assert inspect_model(gelu(20)).custom_nodes == []
     (finding,) = lint_model(gelu(11))
     assert finding.code == "invalid-model" and "--rule legacy-domain" in finding.hint, finding
+    assert finding.node == "g"
     assert not lint_model(gelu(20))
 
 
@@ -583,8 +608,201 @@ def test_a_variadic_input_left_out_is_an_error() -> None:
         ),
         (
             helper.make_model(call, opset_imports=opsets, functions=[body]),
-            "Sum node leaves out its input 1, one of its variadic 'data_0', which cannot be left out (once the function",
+            "Sum node 'acme::Add2/Sum#0' leaves out its input 1, one of its variadic 'data_0', which cannot be left "
+            "out where 'Add2#0' calls acme::Add2 without its input 'b'",
         ),
     ]:
         (finding,) = [f for f in lint_model(model) if f.code == "omitted-variadic-input"]
         assert finding.severity == "error" and finding.message.startswith(message), finding.message
+
+
+def test_a_variadic_input_left_out_is_named_by_its_label() -> None:
+    """The finding named a node by its name or op type as onnx's inliner left it: two unnamed Sum nodes were
+    both "Sum", a node of an If branch had its bare name, and a body node a name the inliner made up."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("acme", 1)]
+    then_branch = helper.make_graph([helper.make_node("Sum", ["x", ""], ["t"], name="s")], "then", [], [value("t")])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [value("e")])
+    inner = helper.make_function(
+        "acme", "Inner", ["p", "q"], ["r"], [helper.make_node("Sum", ["p", "q"], ["r"])], opsets[:1]
+    )
+    outer = helper.make_function(
+        "acme",
+        "Outer",
+        ["a", "b"],
+        ["c"],
+        [helper.make_node("Inner", ["a", "b"], ["c"], domain="acme", name="in")],
+        opsets,
+    )
+    nodes = [
+        helper.make_node("Sum", ["x", "x"], ["a"]),
+        helper.make_node("Sum", ["a", ""], ["y0"]),
+        helper.make_node("If", ["c"], ["y1"], name="cond", then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Outer", ["x"], ["y2"], domain="acme", name="call"),
+        helper.make_node("Outer", ["x", "x"], ["y3"], domain="acme", name="full"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [value("x"), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [value(f"y{i}") for i in range(4)],
+    )
+    model = helper.make_model(graph, opset_imports=opsets, functions=[outer, inner])
+    found = {f.node: f.message for f in lint_model(model) if f.code == "omitted-variadic-input"}
+    assert set(found) == {"Sum#1", "cond/then_branch/s", "acme::Inner/Sum#0"}, found
+    assert "where 'acme::Outer/in' calls acme::Inner without its input 'q'" in found["acme::Inner/Sum#0"]
+
+
+def test_an_int_attribute_where_the_op_declares_float_is_a_warning_the_backends_run() -> None:
+    """MMDeploy's hand-made files hold spatial_scale=1 (INT) where the op declares FLOAT: the checker refuses
+    it, opbridge's sessions take it as 1.0. lint called it an invalid model, an error, and the checker's
+    refusal hid every error after it."""
+    from opbridge.reference import ReferenceSession
+
+    model = _roi_align(1)
+    (finding,) = lint_model(model)
+    assert (finding.severity, finding.code, finding.node) == ("warning", "attribute-type", "roi")
+    assert "'spatial_scale' of mmdeploy::MMCVRoiAlign is INT where the op declares FLOAT" in finding.message
+    assert "float(value)" in finding.hint
+    rng = np.random.default_rng(0)
+    feeds = {"f": rng.random((1, 4, 8, 8), np.float32), "r": np.array([[0, 1, 1, 5, 5]] * 3, np.float32)}
+    expected = opbridge.InferenceSession(_roi_align(1.0)).run(None, feeds)[0]
+    for session in (opbridge.InferenceSession(model), ReferenceSession(model)):
+        np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=1e-6, atol=1e-6)
+    model.graph.node.append(helper.make_node("Add", ["y", "ghost"], ["z"], name="add"))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4, 2, 2]))
+    errors = [f for f in lint_model(model) if f.severity == "error"]
+    assert [f.code for f in errors] == ["invalid-model"] and "'ghost'" in errors[0].message, errors
+
+
+@opbridge.kernel("test.lint.body::Negate")
+def _lint_negate(x: np.ndarray) -> np.ndarray:
+    return -x
+
+
+def _call_of_a_custom_body(after: str) -> onnx.ModelProto:
+    """x -> acme::F (a body of one test.lint.body::Negate node, a kernel without a schema) -> c -> Relu -> y,
+    then a Relu reading ``after`` where given."""
+    imports = [helper.make_opsetid("", OPSET), helper.make_opsetid("test.lint.body", 1)]
+    body = helper.make_function(
+        "acme", "F", ["x"], ["y"], [helper.make_node("Negate", ["x"], ["y"], domain="test.lint.body")], imports
+    )
+    nodes = [
+        helper.make_node("F", ["x"], ["c"], domain="acme", name="f"),
+        helper.make_node("Relu", ["c"], ["y"], name="r"),
+    ]
+    if after:
+        nodes.append(helper.make_node("Relu", [after], ["z"], name="late"))
+    outputs = [("y", TensorProto.FLOAT, [2])] + ([("z", TensorProto.FLOAT, [2])] if after else [])
+    return make_model(
+        nodes, [("x", TensorProto.FLOAT, [2])], outputs, domains={"acme": 1, "test.lint.body": 1}, functions=[body]
+    )
+
+
+def test_a_standard_op_reading_a_call_of_a_body_with_a_custom_node_is_valid() -> None:
+    """The checker types the output of a call whose body holds a custom node "null", and refuses a Relu
+    reading it (a custom node outside a body leaves its output untyped, which it takes): lint called the
+    model invalid, and it runs. An error after that node is still found."""
+    model = _call_of_a_custom_body("")
+    assert codes(model) == []
+    x = np.array([1.5, -2.0], np.float32)
+    np.testing.assert_array_equal(opbridge.InferenceSession(model).run(None, {"x": x})[0], np.maximum(-x, 0))
+    findings = [f for f in lint_model(_call_of_a_custom_body("ghost")) if f.code == "invalid-model"]
+    assert len(findings) == 1 and "input 'ghost' of node: name: late" in findings[0].message, findings
+
+
+@pytest.mark.parametrize(
+    ("domain", "op_type", "version", "code", "runs"),
+    [
+        ("ai.onnx.ml", "Foo", 3, "custom-op-default-domain", False),
+        ("ai.onnx.preview", "Foo", 1, "custom-op-default-domain", False),
+        ("ai.onnx.preview.training", "Foo", 1, "custom-op-default-domain", False),
+        ("ai.onnx.ml", "TreeEnsemble", 3, "invalid-model", False),
+        ("ai.onnx.ml", "Binarizer", 3, None, True),
+        ("ai.onnx.ml", "Binarizer", 99, "opset-too-new", False),
+    ],
+    ids=["ml-unknown", "preview-unknown", "training-unknown", "ml-later-opset", "ml-known", "ml-opset-too-new"],
+)
+def test_onnx_own_domains_hold_only_onnx_ops(
+    domain: str, op_type: str, version: int, code: str | None, runs: bool
+) -> None:
+    """Ops ONNX does not define in ai.onnx.ml and the preview domains, and ops of a later ai.onnx.ml opset,
+    passed lint (the checker skips the preview domains; lint dropped its "No Op registered" as a custom op's
+    and looked for later opsets in the default domain only); ONNX Runtime refuses all of them."""
+    node = helper.make_node(op_type, ["x"], ["y"], domain=domain, name="n")
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains={domain: version}
+    )
+    found = lint_model(model)
+    if code is None:
+        assert found == []
+    else:
+        assert [(f.severity, f.code) for f in found] == [("error", code)], found
+        assert found[0].node == ("opset_import ai.onnx.ml" if code == "opset-too-new" else "n") and found[0].hint
+    if runs:
+        ort.InferenceSession(model.SerializeToString())
+    else:
+        state = ort.capi.onnxruntime_pybind11_state
+        with pytest.raises((state.Fail, state.InvalidGraph)):
+            ort.InferenceSession(model.SerializeToString())
+
+
+def test_resize_scales_frozen_in_a_branch_or_a_function_body_are_named_there() -> None:
+    """frozen-resize-scale looked at the main graph's Resize nodes only; its hint named scale_input for
+    frozen sizes (size_input takes them) and the cubic-only rewrite for a nearest Resize."""
+    x4 = [1, 1, 4, 4]
+
+    def const(name: str, values: list[float], dtype: type) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, dtype)))
+
+    def resize(mode: str, scales: bool, name: str) -> onnx.NodeProto:
+        return helper.make_node("Resize", ["x", "", *(["sc"] if scales else ["", "sz"])], [name], name=name, mode=mode)
+
+    then_branch = helper.make_graph(
+        [const("sc", [1, 1, 2, 2], np.float32), resize("cubic", True, "up")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("up", TensorProto.FLOAT, None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+    )
+    body = helper.make_function(
+        "acme",
+        "Up",
+        ["x"],
+        ["out"],
+        [const("sz", [1, 1, 8, 8], np.int64), resize("cubic", False, "out")],
+        [helper.make_opsetid("", OPSET)],
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["y1"], name="cond", then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Up", ["x"], ["y2"], domain="acme", name="call"),
+        const("sc", [1, 1, 2, 2], np.float32),
+        resize("nearest", True, "near"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, x4), ("c", TensorProto.BOOL, [])],
+        [("y1", TensorProto.FLOAT, None), ("y2", TensorProto.FLOAT, None), ("near", TensorProto.FLOAT, None)],
+        domains={"acme": 1},
+        functions=[body],
+    )
+    info = {f.node: f.hint for f in lint_model(model) if f.code == "frozen-resize-scale"}
+    assert set(info) == {"cond/then_branch/up", "acme::Up/out"}  # (no info for a nearest Resize)
+    assert "--option scale_input=NAME (or size_input=NAME)" in info["cond/then_branch/up"]
+    assert "rewrite" not in info["acme::Up/out"]  # (rewrite rules do not enter function bodies)
+    warned = {f.node: f for f in lint_model(model, warnings=[TRACER]) if f.code == "frozen-resize-scale"}
+    assert set(warned) == {"cond/then_branch/up", "acme::Up/out", "near"}
+    assert "constant sizes [1, 1, 8, 8]" in warned["acme::Up/out"].message
+    assert "rewrite" not in warned["near"].hint and "keep the scale a tensor" in warned["near"].hint
+    flat = resize_model("cubic", scales="initializer")
+    sizes = flat.graph.node[-1]
+    del sizes.input[2:]
+    sizes.input.extend(["", "sizes"])
+    flat.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1, 3, 8, 8], np.int64), "sizes"))
+    (finding,) = [f for f in lint_model(flat) if f.code == "frozen-resize-scale"]
+    assert "constant sizes" in finding.message and "--option size_input=NAME" in finding.hint, finding

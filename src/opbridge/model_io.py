@@ -406,40 +406,61 @@ def walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
 
 
 def omitted_variadic_inputs(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """The nodes of ONNX ops in ``model``'s graph and subgraphs, and in its function bodies once inlined (a
-    body reading an optional input that a call leaves out reads ""), that leave out (name "") one of the
-    inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``),
-    as (the node's name or op type, what it leaves out in words). onnx's checker passes them, and ONNX
-    Runtime crashes on some (``Sum`` of an input left out ends the process)."""
+    """The nodes of ONNX ops in ``model``'s graph, subgraphs and function bodies that leave out (name ``""``)
+    one of the inputs of a variadic list (``Sum``, ``Max``, ``Mean``, ``Concat``), or, in a function body,
+    read as one a function input that a call leaves out (followed through calls inside other bodies), as
+    (the node's label, ``path + name`` of :func:`opbridge.graph.labelled_nodes`; what it leaves out in
+    words). onnx's checker passes them, and ONNX Runtime crashes on some (``Sum`` of an input left out ends
+    the process once the bodies are inlined)."""
     import onnx
-    import onnx.inliner
 
-    if model.functions:
-        try:  # (on a copy without the weights' bytes)
-            model = onnx.inliner.inline_local_functions(strip_tensors(model, 1024)[0])
-        except Exception:  # (a model the inliner refuses: the graph as it is; the checker names the fault)
-            pass
-    imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    from opbridge.graph._model import function_key, function_label, labelled_nodes
+
+    nodes = list(labelled_nodes(model))
+    functions = {function_key(f): f for f in model.functions}
+    # the inputs of each function that a call leaves out: input name -> the label of one such call
+    left_out: dict[tuple[str, str, str], dict[str, str]] = {key: {} for key in functions}
+    changed = True
+    while changed:  # (a call inside a body leaves out what a call of that body left out)
+        changed = False
+        for path, name, node, fn in nodes:
+            callee = functions.get(function_key(node))
+            if callee is None:
+                continue
+            caller = left_out[function_key(fn)] if fn is not None else {}
+            for index, formal in enumerate(callee.input):
+                given = node.input[index] if index < len(node.input) else ""
+                if formal not in left_out[function_key(callee)] and (not given or given in caller):
+                    left_out[function_key(callee)][formal] = path + name
+                    changed = True
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
     found: list[tuple[str, str]] = []
-    for node in walk_nodes(model.graph.node):
+    for path, name, node, fn in nodes:
         domain = "" if node.domain == "ai.onnx" else node.domain
-        if "" not in node.input or domain not in ("", "ai.onnx.ml"):
+        omitted = left_out[function_key(fn)] if fn is not None else {}
+        if domain not in ("", "ai.onnx.ml") or not any(not i or i in omitted for i in node.input):
             continue
+        owner = fn if fn is not None else model
+        imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in owner.opset_import}
         try:
             params = onnx.defs.get_schema(node.op_type, imports.get(domain, 1), domain).inputs
         except onnx.defs.SchemaError:
             continue
-        for index, name in enumerate(node.input):
-            if not name and params and index >= len(params) - 1 and params[-1].option == variadic:
-                named = f" {node.name!r}" if node.name else ""
-                found.append(
-                    (
-                        node.name or node.op_type,
-                        f"{node.op_type} node{named} leaves out its input {index}, one of its variadic "
-                        f"{params[-1].name!r}, which cannot be left out",
-                    )
+        if not params or params[-1].option != variadic:
+            continue
+        for index, given in enumerate(node.input):
+            if index < len(params) - 1 or (given and given not in omitted):
+                continue
+            called = (
+                "" if not given else f" where {omitted[given]!r} calls {function_label(fn)} without its input {given!r}"  # type: ignore[arg-type]
+            )
+            found.append(
+                (
+                    path + name,
+                    f"{node.op_type} node {path + name!r} leaves out its input {index}, one of its variadic "
+                    f"{params[-1].name!r}, which cannot be left out{called}",
                 )
+            )
     return found
 
 

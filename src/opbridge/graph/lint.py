@@ -25,6 +25,9 @@ the node it concerns, a message and a fix hint. The codes:
   narrows plugin fields to int32.
 * ``trt-tensor-attr-dtype`` (warning): a TENSOR attribute of int64, bool or
   uint8 on such a node; the parser rejects it.
+* ``attribute-type`` (warning): an INT/INTS attribute where the opbridge op declares FLOAT/FLOATS
+  (a hand-written ``spatial_scale=1``): opbridge's backends take it as that float, the checker refuses
+  it.
 * ``invalid-model`` (error): ``onnx.checker`` (full check, opbridge's schemas
   registered) refuses the model: a graph cycle, a value nothing produces, an
   IR version ONNX does not know, a recursive function, duplicate
@@ -49,7 +52,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -87,17 +90,24 @@ LINT_CODES: dict[str, str] = {
     "traced-python-value": "a tracer warning no node explains",
     "trt-int-attr-overflow": "INT/INTS attribute outside int32 on a TensorRT plugin node",
     "trt-tensor-attr-dtype": "TENSOR attribute of int64/bool/uint8 on a TensorRT plugin node",
+    "attribute-type": "an INT/INTS attribute where the opbridge op declares FLOAT/FLOATS",
     "invalid-model": "onnx.checker refuses the model",
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-# checker messages left out: what custom-op-default-domain and domain-without-opset name already, and a
-# graph input or output declared without a shape, which the checker wants and ONNX Runtime does not
-# The checker's demand for a shape on every graph input and output, which ONNX Runtime does not make: the
-# check goes on past it on a copy where they have one (:func:`_message_past_unshaped`)
+# ONNX's domains but the default one: ops of them that ONNX does not define are never custom ops
+_ONNX_OWN_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
+# What the checker refuses and ONNX Runtime runs; the check goes on past it on a copy without it
+# (:func:`_message_past_gaps`): its demand for a shape on every graph input and output; a standard op reading
+# a call of a function whose body holds a custom node (its inference types the call's outputs "null"); an
+# INT attribute where an opbridge op declares FLOAT (attribute-type names it)
 _UNSHAPED = "Field 'shape' of 'type' is required"
+_NULL_TYPED = "expected to have type but instead is null"
+_MISMATCHED_TYPE = "Mismatched attribute type"
 # the checker's words (and protobuf's) for a model over 2 GiB in memory; not a word a model's names hold
 _TOO_LARGE = re.compile(r"This protobuf of onnx model is too large \(>2GiB\)|exceeds maximum protobuf size of 2GB")
+# checker messages left out: what custom-op-default-domain, domain-without-opset and the later-opset finding
+# name already, and the demand for a shape that the copy past the gaps still meets
 _COVERED = re.compile(
     r"No Op registered for .* with domain_version|No opset import for domain|No Opset registered for domain"
     r"|must specify opset_import|FunctionOp imports version|" + _UNSHAPED
@@ -189,12 +199,9 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
     if path is not None and native_path(path) is None and not has_external_data(model):
         path = None  # (a file name that is not UTF-8, which the checker cannot open: the model in memory)
     message = _checker_message(lambda: onnx.checker.check_model(path if path is not None else model, full_check=True))
-    if _UNSHAPED in message:
-        message = _message_past_unshaped(model)
+    if _UNSHAPED in message or _NULL_TYPED in message or _MISMATCHED_TYPE in message:
+        message = _message_past_gaps(model)
     if message:
-        newer = _op_of_a_later_opset(message)
-        if newer is not None:
-            return [newer]
         if _COVERED.search(message) or _TOO_LARGE.search(message):
             # what other codes name, or a model over 2 GiB, which the checker cannot take in memory
             return []
@@ -224,6 +231,27 @@ def _check_valid(model: onnx.ModelProto, path: str | None = None) -> list[Findin
             )
         ]
     return []
+
+
+def _check_attribute_types(model: onnx.ModelProto) -> list[Finding]:
+    """``attribute-type``: an INT/INTS attribute where the opbridge op declares FLOAT/FLOATS (a whole
+    number written by hand, as in MMDeploy's files). The checker refuses it; opbridge's sessions,
+    the reference evaluator, OpenVINO and the TensorRT build take it as that float."""
+    import onnx
+
+    return [
+        Finding(
+            "warning",
+            "attribute-type",
+            label,
+            f"attribute {attr.name!r} of {node.domain}::{node.op_type} is "
+            f"{onnx.AttributeProto.AttributeType.Name(attr.type)} where the op declares {declared}; opbridge's "
+            "backends take it as that float, and onnx.checker (and tools that follow it) refuse the model",
+            f"store it as {declared} (helper.make_attribute({attr.name!r}, "
+            f"{'[float(v) for v in values]' if declared == 'FLOATS' else 'float(value)'}))",
+        )
+        for label, node, attr, declared in _int_for_float_attributes(model)
+    ]
 
 
 def _check_tensor_types(model: onnx.ModelProto) -> list[Finding]:
@@ -260,16 +288,39 @@ def _checker_message(check: Any) -> str:
     return ""
 
 
-def _message_past_unshaped(model: onnx.ModelProto) -> str:
-    """The full checker's message on a copy of ``model`` (without the data of its large tensors) whose
-    graph inputs and outputs without a shape have ONNX shape inference's, or one of unknown dims where it
-    gives none: the checker stops at the first error, and a custom op's output without a shape hid every
-    error after it ("" where the copy passes)."""
+def _message_past_gaps(model: onnx.ModelProto) -> str:
+    """The full checker's message on a copy of ``model`` (without the data of its large tensors) past what
+    the checker refuses and ONNX Runtime runs ("" where the copy passes); the checker stops at the first
+    error, and these hid every error after them:
+
+    * a graph input or output without a shape: given ONNX shape inference's, or one of unknown dims where
+      it gives none;
+    * a call of a model-local function whose body holds a node without a schema (a custom op): its
+      outputs come out of the checker's inference typed "null", which a standard op reading them refuses
+      ("expected to have type but instead is null"), where a custom node outside a body is left untyped;
+      the call is left as a custom node without a schema;
+    * an INT/INTS attribute where an opbridge op declares FLOAT/FLOATS (``attribute-type`` names it).
+    """
     import onnx
 
     from opbridge.model_io import on_files, strip_tensors
 
     light, held = strip_tensors(model, 1024)
+    opaque = _opaque_functions(light)
+    for _, _, node, _ in labelled_nodes(light):
+        if function_key(node) in opaque:
+            node.op_type += "__opaque_body"  # (no schema and no function of that name: the checker skips it)
+    for _, _, attr, _ in _int_for_float_attributes(light):
+        values = [float(v) for v in attr.ints] if attr.type == onnx.AttributeProto.INTS else None
+        kind = onnx.AttributeProto.FLOATS if values is not None else onnx.AttributeProto.FLOAT
+        number = float(attr.i)
+        attr.ClearField("ints")
+        attr.ClearField("i")
+        attr.type = kind
+        if values is not None:
+            attr.floats.extend(values)
+        else:
+            attr.f = number
     try:
         inferred = {v.name: v.type for v in onnx.shape_inference.infer_shapes(light).graph.output}
     except Exception:  # (an inference error: the full check below names it)
@@ -287,6 +338,49 @@ def _message_past_unshaped(model: onnx.ModelProto) -> str:
         light, held, lambda path: _checker_message(lambda: onnx.checker.check_model(path, full_check=True))
     )
     return "" if _UNSHAPED in message else message
+
+
+def _opaque_functions(model: onnx.ModelProto) -> set[tuple[str, str, str]]:
+    """The model-local functions whose bodies (their If/Loop/Scan bodies too, and the functions they call)
+    hold a node of no ONNX schema (opbridge's registered) and no model-local function."""
+    from opbridge.model_io import walk_nodes
+
+    functions = {function_key(f): f for f in model.functions}
+
+    def schemaless(node: onnx.NodeProto) -> bool:
+        return function_key(node) not in functions and not _known_schema(node.domain, node.op_type, None)
+
+    opaque = {key for key, fn in functions.items() if any(schemaless(n) for n in walk_nodes(fn.node))}
+    grown = True
+    while grown:  # (a body calling an opaque function is opaque)
+        grown = False
+        for key, fn in functions.items():
+            if key not in opaque and any(function_key(n) in opaque for n in walk_nodes(fn.node)):
+                opaque.add(key)
+                grown = True
+    return opaque
+
+
+def _int_for_float_attributes(
+    model: onnx.ModelProto,
+) -> Iterator[tuple[str, onnx.NodeProto, onnx.AttributeProto, str]]:
+    """``(label, node, attribute, declared)`` for each INT/INTS attribute of a node of an opbridge op (in any
+    graph or function body) that the op declares FLOAT/FLOATS (``declared``)."""
+    import onnx
+
+    import opbridge
+
+    kinds = {onnx.AttributeProto.INT: "FLOAT", onnx.AttributeProto.INTS: "FLOATS"}
+    for path, name, node, fn in labelled_nodes(model):
+        if node.domain in ("", "ai.onnx") or not any(a.type in kinds and not a.ref_attr_name for a in node.attribute):
+            continue
+        op = opbridge.find_op(node.domain, node.op_type, opset_version(fn if fn is not None else model, node.domain))
+        if op is None:
+            continue
+        declared = {a.name: a.type.onnx_name for a in op.spec.attributes}
+        for attr in node.attribute:
+            if attr.type in kinds and not attr.ref_attr_name and declared.get(attr.name) == kinds[attr.type]:
+                yield path + name, node, attr, kinds[attr.type]
 
 
 def _body_nodes(model: onnx.ModelProto) -> list[tuple[str, str, onnx.NodeProto]]:
@@ -337,27 +431,53 @@ def _checker_node(model: onnx.ModelProto, message: str) -> tuple[str, str]:
     return "", ""
 
 
-def _op_of_a_later_opset(message: str) -> Finding | None:
-    """The finding for a checker message "No Op registered for Gelu with domain_version of 17" where the
-    op is a standard ONNX op of a later opset (custom-op-default-domain names ops ONNX does not have)."""
+def _not_an_op_there(
+    owner: onnx.ModelProto | onnx.FunctionProto, label: str, node: onnx.NodeProto, domain: str
+) -> Finding | None:
+    """The finding for a node of one of ONNX's domains whose op that domain does not define at the version
+    ``owner`` (the model, or the function the node is in) imports: an op of a later opset of it
+    (``invalid-model``), or, outside the default domain (whose ops ONNX does not define at all
+    custom-op-default-domain names), no op of it at all (``custom-op-default-domain``). None where it is
+    defined there."""
     import onnx
 
-    found = re.search(r"No Op registered for (\S+) with domain_version of (\d+)", message)
-    if found is None:
+    version = opset_version(owner, domain)
+    since = [
+        s.since_version
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == node.op_type and s.domain == domain
+    ]
+    if version is None or (since and min(since) <= version):
         return None
-    op, version = found.group(1), int(found.group(2))
-    since = [s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""]
-    if not since or min(since) <= version:
-        return None
+    where = f"ONNX's {domain} domain" if domain else "ONNX"
+    if not since:
+        return Finding(
+            "error",
+            "custom-op-default-domain",
+            label,
+            f"{node.op_type} is not an op of {where}, a domain ONNX reserves for its own ops; the checker "
+            "and every runtime reject it.",
+            f"give the op a domain of its own (@opbridge.op('mydomain::{node.op_type}')) and export again, or "
+            f"opbridge rewrite MODEL -o OUT --rule replace-op --map {domain}::{node.op_type}=mydomain::{node.op_type}",
+        )
+    if domain:
+        return Finding(
+            "error",
+            "invalid-model",
+            label,
+            f"{node.op_type} is an op of {where} from opset {min(since)} on, but the model imports {domain} "
+            f"opset {version}: no runtime runs it there",
+            f"import {domain} at opset {min(since)} or later, or replace {node.op_type} by ops of opset {version}",
+        )
     return Finding(
         "error",
         "invalid-model",
-        "",
-        f"{op} is an ONNX op from opset {min(since)} on, but the model imports opset {version}: no runtime "
-        "runs it there as ONNX's op",
-        f"export at opset {min(since)} or later (opset_version=...), or replace {op} by ops of opset {version}; "
-        f"where it is a custom op of its own (a TorchScript-era g.op('{op}')), move it out of the default domain "
-        "with opbridge rewrite MODEL -o OUT --rule legacy-domain",
+        label,
+        f"{node.op_type} is an ONNX op from opset {min(since)} on, but the model imports opset {version}: no "
+        "runtime runs it there as ONNX's op",
+        f"export at opset {min(since)} or later (opset_version=...), or replace {node.op_type} by ops of opset "
+        f"{version}; where it is a custom op of its own (a TorchScript-era g.op('{node.op_type}')), move it out of "
+        "the default domain with opbridge rewrite MODEL -o OUT --rule legacy-domain",
     )
 
 
@@ -411,6 +531,14 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
         if domain not in imported[key(fn)]:
             owner = "the model" if fn is None else f"function {fn.domain}::{fn.name}"
             missing.setdefault((owner, domain), []).append(label)
+        elif (domain in _ONNX_OWN_DOMAINS or (domain == "" and is_standard_op(node.op_type))) and (
+            domain,
+            node.op_type,
+            getattr(node, "overload", ""),
+        ) not in local:
+            finding = _not_an_op_there(model if fn is None else fn, label, node, domain)
+            if finding is not None:
+                findings.append(finding)
     for fn in default_domain_functions(model):
         findings.append(
             Finding(
@@ -451,20 +579,37 @@ def _check_domains(model: onnx.ModelProto) -> list[Finding]:
                     f"build the body for opset {default} (opbridge.export does), or export the model at opset {theirs}",
                 )
             )
-    known = _newest_onnx_opset()
+    newest = _newest_onnx_opsets()
     for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx") and known is not None and entry.version > known:
+        domain = "" if entry.domain == "ai.onnx" else entry.domain
+        known = newest.get(domain)
+        if known is not None and entry.version > known:
+            name = f"{domain} opset" if domain else "ONNX opset"
             findings.append(
                 Finding(
                     "error",
                     "opset-too-new",
-                    "opset_import ai.onnx",
-                    f"the model imports ONNX opset {entry.version}; the installed onnx knows opsets up to {known}, "
-                    "and runtimes refuse opsets they do not know.",
-                    f"export with opset_version <= {known}, or update onnx and the runtimes",
+                    f"opset_import {domain or 'ai.onnx'}",
+                    f"the model imports {name} {entry.version}; the installed onnx knows {domain or 'ONNX'} opsets up "
+                    f"to {known}, and runtimes refuse opsets they do not know.",
+                    f"export with opset_version <= {known}, or update onnx and the runtimes"
+                    if not domain
+                    else f"import {domain} at opset {known} or below, or update onnx and the runtimes",
                 )
             )
     return findings
+
+
+def _newest_onnx_opsets() -> dict[str, int]:
+    """The newest opset of each of ONNX's domains that the installed onnx knows."""
+    import onnx
+
+    newest = {"ai.onnx.ml": int(onnx.defs.onnx_ml_opset_version())}
+    newest.update({domain: 1 for domain in ("ai.onnx.preview", "ai.onnx.preview.training")})
+    default = _newest_onnx_opset()
+    if default is not None:
+        newest[""] = default
+    return newest
 
 
 def _newest_onnx_opset() -> int | None:
@@ -498,16 +643,16 @@ def _check_node_names(model: onnx.ModelProto) -> list[Finding]:
 
 
 def _check_omitted_inputs(model: onnx.ModelProto) -> list[Finding]:
-    """``omitted-variadic-input``: ``Sum(x, "")`` and the like, in the graph or once the bodies are inlined."""
+    """``omitted-variadic-input``: ``Sum(x, "")`` and the like, in a graph or in a function body that reads
+    an input a call leaves out."""
     from opbridge.model_io import omitted_variadic_inputs
 
-    inlined = " (once the function bodies are inlined)" if model.functions else ""
     return [
         Finding(
             "error",
             "omitted-variadic-input",
             label,
-            f"{found}{inlined}; onnx.checker "
+            f"{found}; onnx.checker "
             "passes it, and ONNX Runtime may crash on it (Sum of an input left out ends the process).",
             "give the input, or make the function body handle a call that leaves the op's optional input out",
         )
@@ -565,36 +710,70 @@ def _resize_const_input(node_ir: Any, opset: int | None) -> tuple[str, Any] | No
     return None
 
 
-def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> list[Finding]:
+def _resize_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, Any, int | None, bool]]:
+    """``(label, IR node, ONNX opset, whether in a function body)`` for each standard Resize node of
+    ``model``'s graph, its If/Loop/Scan bodies and its model-local functions' bodies (labels as
+    :func:`labelled_nodes` gives them)."""
     import onnx_ir as ir
 
+    from opbridge.graph._model import function_label
+
+    if not any(n.op_type == "Resize" and n.domain in ("", "ai.onnx") for _, _, n, _ in labelled_nodes(model)):
+        return
+    serde = logging.getLogger("onnx_ir.serde")
+    level = serde.level
+    serde.setLevel(logging.ERROR)  # (a model onnx_ir calls invalid is named by invalid-model)
+    try:
+        converted = ir.from_proto(model)
+    except Exception as exc:
+        logger.debug("resize check skipped: %s", exc)
+        return
+    finally:
+        serde.setLevel(level)
+
+    def walk(
+        nodes: Iterable[Any], prefix: str, opset: int | None, in_function: bool
+    ) -> Iterator[tuple[str, Any, int | None, bool]]:
+        for index, node in enumerate(nodes):
+            label = prefix + (node.name or f"{node.op_type}#{index}")
+            if node.op_type == "Resize" and node.domain in ("", "ai.onnx"):
+                yield label, node, opset, in_function
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    yield from walk(attr.value, f"{label}/{attr.name}/", opset, in_function)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    for k, graph in enumerate(attr.value):
+                        yield from walk(graph, f"{label}/{attr.name}[{k}]/", opset, in_function)
+
+    yield from walk(converted.graph, "", opset_version(model, ""), False)
+    for fn in model.functions:
+        body = converted.functions.get((fn.domain, fn.name, getattr(fn, "overload", "")))
+        if body is not None:
+            yield from walk(body, f"{function_label(fn)}/", opset_version(fn, "") or opset_version(model, ""), True)
+
+
+def _resize_hint(mode: str, what: str, in_function: bool) -> str:
+    """How to make a frozen Resize follow its input again: the rewrite takes cubic Resize only, outside
+    function bodies, its ``size_input`` any frozen scales or sizes, ``scale_input`` frozen scales only."""
+    keep = "keep the scale a tensor in forward() (no .item()/float()) and export again"
+    if mode != "cubic" or in_function:
+        return keep
+    option = "size_input=NAME" if what == "sizes" else "scale_input=NAME (or size_input=NAME)"
+    return f"{keep}, or run opbridge rewrite --rule resize-cubic-to-dynamic-resize --option {option}"
+
+
+def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> list[Finding]:
     tracer = [
         w for w in (warnings or ()) if "TracerWarning" in str(getattr(w, "category", "")) or "TracerWarning" in str(w)
     ]
     value_warnings = [w for w in tracer if _TRACER_VALUE.search(str(getattr(w, "message", w)))]
     findings: list[Finding] = []
-    nodes: list[Any] = []
-    if any(n.op_type == "Resize" and n.domain in ("", "ai.onnx") for n in model.graph.node):
-        serde = logging.getLogger("onnx_ir.serde")
-        level = serde.level
-        serde.setLevel(logging.ERROR)  # (a model onnx_ir calls invalid is named by invalid-model)
-        try:
-            nodes = list(ir.from_proto(model).graph)
-        except Exception as exc:
-            logger.debug("resize check skipped: %s", exc)
-            return findings
-        finally:
-            serde.setLevel(level)
     explained = False
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    for index, node in enumerate(nodes):
-        if node.op_type != "Resize" or node.domain not in ("", "ai.onnx"):
-            continue
+    for label, node, opset, in_function in _resize_nodes(model):
         found = _resize_const_input(node, opset)
         if found is None:
             continue
         what, arr = found
-        label = node.name or f"Resize#{index}"
         mode = node.attributes.get_string("mode", "nearest")
         values = arr.tolist()
         if value_warnings:
@@ -608,8 +787,7 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
                     f"Resize ({mode}) has constant {what} {values}, and tracing warned that a tensor was turned "
                     f"into a Python value: the {what} were frozen at export and will not follow the input. "
                     f"Tracer warning: {where}",
-                    "keep the scale a tensor (no .item()/float()), or run "
-                    "opbridge rewrite --rule resize-cubic-to-dynamic-resize --option scale_input=NAME",
+                    _resize_hint(mode, what, in_function),
                 )
             )
         elif mode == "cubic":
@@ -620,7 +798,7 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
                     label,
                     f"cubic Resize with constant {what} {values}: if the source computed them from a tensor "
                     "(e.g. interpolate(scale_factor=t.item())), they were frozen at export.",
-                    "if the scale must vary, rewrite with --rule resize-cubic-to-dynamic-resize --option scale_input=NAME",
+                    "if the scale must vary, " + _resize_hint(mode, what, in_function),
                 )
             )
     if value_warnings and not explained:
@@ -712,6 +890,7 @@ def lint_model(
         ensure_builtin_ops()
     findings = _check_valid(proto, path)
     findings += _check_tensor_types(proto)
+    findings += _check_attribute_types(proto)
     findings += _check_domains(proto)
     findings += _check_node_names(proto)
     findings += _check_omitted_inputs(proto)
