@@ -259,6 +259,92 @@ def test_cli_usage_errors_exit_2(seed_export, capsys, extra: list[str], message:
     assert len(err.strip().splitlines()) == 1  # a one-line error
 
 
+# each mistake as the Python API names it (its argument) and as the command line does (its flag); {npz}: an
+# .npz whose image array has rank 3, {missing}: a path where there is no file
+@pytest.mark.parametrize(
+    ("kwargs", "extra", "api_message", "cli_message"),
+    [
+        (
+            {"seed": -5},
+            ["--seed", "-5"],
+            "seed=-5: the seed is a whole number >= 0, e.g. seed=0",
+            "--seed -5: the seed is a whole number >= 0, e.g. --seed 0",
+        ),
+        (
+            {"rtol": float("inf")},
+            ["--rtol", "inf"],
+            "rtol=inf: a tolerance must be a finite number >= 0 (an infinite one would pass any value), e.g. rtol=1e-3",
+            "--rtol inf: a tolerance must be a finite number >= 0 (an infinite one would pass any value), e.g. "
+            "--rtol 1e-3",
+        ),
+        (
+            {"shapes": [{"image": (2, 3, 8, 8)}]},
+            ["--shape", "image:2x3x8x8"],
+            "shapes: image:2x3x8x8: dim 1 of 'image' is static 1 in the model (batchx1xheightxwidth); only dynamic "
+            "dims may change.",
+            "--shape image:2x3x8x8: dim 1 of 'image' is static 1 in the model (batchx1xheightxwidth); only dynamic "
+            "dims may change.",
+        ),
+        (
+            {"tolerances": {"logits": (1e-3, 1e-5)}},
+            ["--tol", "logits:1e-3,1e-5"],
+            "tolerances['logits']: the model has no output 'logits'; its outputs are ['output'].",
+            "--tol logits: the model has no output 'logits'; its outputs are ['output'].",
+        ),
+        (
+            {"ranges": {"image": (1, 1)}},
+            ["--range", "image:1,1"],
+            "ranges['image'] = (1, 1): values are drawn from [LO, HI), so LO must be below HI, e.g. "
+            "ranges={{'image': (1, 2)}}.",  # (braces doubled: the messages are format strings)
+            "--range image:1,1: values are drawn from [LO, HI), so LO must be below HI, e.g. --range image:1,2.",
+        ),
+        (
+            {"inputs": "{missing}"},
+            ["--inputs", "{missing}"],
+            "inputs={missing!r}: no such file; give the path of an .npz file of the inputs.",
+            "--inputs {missing}: no such file; give the path of an .npz file of the inputs.",
+        ),
+        (
+            {"inputs": ["{npz}"]},
+            ["--inputs", "{npz}"],
+            "inputs[0] = {npz!r}: array image:1x4x4: the model's input 'image' has rank 4 (batchx1xheightxwidth); "
+            "give 4 dims.",
+            "--inputs {npz}: array image:1x4x4: the model's input 'image' has rank 4 (batchx1xheightxwidth); give 4 "
+            "dims.",
+        ),
+        (
+            {"reference": "opbridge.examples.seeds"},
+            ["--reference", "opbridge.examples.seeds"],
+            "reference 'opbridge.examples.seeds': write it as path/to/file.py:factory or package.module:factory.",
+            "--reference 'opbridge.examples.seeds': write it as path/to/file.py:factory or package.module:factory.",
+        ),
+    ],
+    ids=["seed", "rtol", "shape", "tolerance", "range", "inputs-file", "inputs-rank", "reference"],
+)
+def test_api_errors_name_its_arguments_and_the_cli_its_flags(
+    seed_export, tmp_path: Path, capsys, kwargs: dict[str, Any], extra: list[str], api_message: str, cli_message: str
+) -> None:
+    """verify()'s errors named the command line's flags (--seed -5, --shape image:..., --tol, --range,
+    --inputs, --reference) where a Python caller had given seed=, shapes=, tolerances=, ranges=, inputs= or
+    reference=; the command keeps naming its flags."""
+    files = {"npz": str(tmp_path / "rank3.npz"), "missing": str(tmp_path / "none.npz")}
+    np.savez(files["npz"], image=np.zeros((1, 4, 4), np.float32))
+
+    def filled(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.format(**files)
+        return [filled(v) for v in value] if isinstance(value, list) else value
+
+    path = seed_export("myselu", "torchscript").path
+    call = {"reference": MYSELU, **{k: filled(v) for k, v in kwargs.items()}}
+    with pytest.raises(opbridge.OpbridgeError) as caught:
+        opbridge.verify(path, backends=["reference"], **call)
+    assert str(caught.value) == api_message.format(**files)
+    argv = ["verify", str(path), "--reference", MYSELU, *filled(extra), "--backend", "reference", "-q"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"opbridge verify: error: {cli_message.format(**files)}\n"
+
+
 def test_cli_npz_missing_input_exit_2(seed_export, tmp_path: Path, capsys) -> None:
     npz = tmp_path / "in.npz"
     np.savez(npz, img=np.zeros((1, 1, 4, 4), np.float32))
@@ -359,9 +445,12 @@ def test_tolerance_parsing() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"rtol": float("inf")}, "--rtol inf: a tolerance must be a finite number >= 0"),
-        ({"atol": float("inf")}, "--atol inf: a tolerance must be a finite number >= 0"),
-        ({"tolerances": {"y": (0.0, float("inf"))}}, r"--tol y:0.0,inf: Tolerance\(rtol=0.0, atol=inf\): tolerances "),
+        ({"rtol": float("inf")}, "^rtol=inf: a tolerance must be a finite number >= 0"),
+        ({"atol": float("inf")}, "^atol=inf: a tolerance must be a finite number >= 0"),
+        (
+            {"tolerances": {"y": (0.0, float("inf"))}},
+            r"^tolerances\['y'\] = \(0.0, inf\): Tolerance\(rtol=0.0, atol=inf\): tolerances ",
+        ),
     ],
     ids=["rtol", "atol", "tol"],
 )
@@ -374,7 +463,7 @@ def test_shared_named_dim_given_two_sizes_is_refused() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("b", 3)), TensorMeta("idx", np.dtype("int64"), ("b", 3))]
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"^--shape idx:4x3: dim 0 of 'idx' is the named dim 'b', which x:3x3 sets to 3; inputs that share "
+        match=r"^shapes: idx:4x3: dim 0 of 'idx' is the named dim 'b', which x:3x3 sets to 3; inputs that share "
         r"a named dim must give it one size \(make 'b' 3 or 4 in both\)\.$",
     ):
         resolve_shape_sets(meta, [{"x": (3, 3), "idx": (4, 3)}])
@@ -390,7 +479,7 @@ def test_a_dim_written_as_an_expression_is_checked_when_the_set_leaves_out_the_d
     example = {"x": (2, 3), "y": (2, 6)}
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"^--shape y:3x7: the model declares a dim of 'y' as '2\*n', and no whole n makes it 7; give it a size",
+        match=r"^shapes: y:3x7: the model declares a dim of 'y' as '2\*n', and no whole n makes it 7; give it a size",
     ):
         resolve_shape_sets(meta, [{"y": (3, 7)}], example)
     assert resolve_shape_sets(meta, [{"y": (3, 8)}], example) == [{"x": (3, 4), "y": (3, 8)}]
@@ -402,7 +491,7 @@ def test_a_dim_written_as_an_expression_is_checked_when_the_set_leaves_out_the_d
     example = {"a": (2,), "b": (3,), "y": (5,)}
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"^--shape y:7: the model declares a dim of 'y' as 'm \+ n', which is 5 with m 3, n 2 \(the inputs "
+        match=r"^shapes: y:7: the model declares a dim of 'y' as 'm \+ n', which is 5 with m 3, n 2 \(the inputs "
         r"this set leaves out keep the example's sizes\); give it 5, or give the inputs holding m, n sizes",
     ):
         resolve_shape_sets(meta, [{"y": (7,)}], example)
@@ -425,8 +514,8 @@ def test_resolve_shape_sets_needs_a_size_for_unbound_dynamic_dims() -> None:
     meta = [TensorMeta("x", np.dtype("float32"), ("n", 3))]
     with pytest.raises(
         opbridge.OpbridgeError,
-        match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with --shape x:DIMS \(the model declares "
-        r"nx3: e.g. --shape x:4x3\)",
+        match=r"input 'x' dim 0 \(n\) is dynamic and has no size; give it with shapes=\[\{'x': DIMS\}\] "
+        r"\(the model declares nx3: e.g. shapes=\[\{'x': \(4, 3\)\}\]\)\.$",
     ):
         resolve_shape_sets(meta, None, None)
     assert resolve_shape_sets(meta, [{"x": (5, 3)}]) == [{"x": (5, 3)}]
@@ -1590,11 +1679,25 @@ def test_ranges_are_drawn_within_their_bounds_in_the_inputs_dtype() -> None:
 @pytest.mark.parametrize(
     ("ranges", "message"),
     [
-        ({"ids": (0, 4)}, r"--range ids:0,4: the model has no input 'ids'; its inputs are \['table', 'idx'\]\.$"),
-        ({"idx": (4, 4)}, r"--range idx:4,4: values are drawn from \[LO, HI\), so LO must be below HI"),
-        ({"idx": (0.2, 0.7)}, r"--range idx:0.2,0.7: input 'idx' is int64, and \[0.2, 0.7\) holds no whole number"),
+        (
+            {"ids": (0, 4)},
+            r"^ranges\['ids'\] = \(0, 4\): the model has no input 'ids'; its inputs are \['table', 'idx'\]\.$",
+        ),
+        (
+            {"idx": (4, 4)},
+            r"^ranges\['idx'\] = \(4, 4\): values are drawn from \[LO, HI\), so LO must be below HI, e.g. "
+            r"ranges=\{'idx': \(4, 5\)\}\.$",
+        ),
+        (
+            {"idx": (0.2, 0.7)},
+            r"^ranges\['idx'\] = \(0.2, 0.7\): input 'idx' is int64, and \[0.2, 0.7\) holds no whole number; give a "
+            r"range that does, e.g. ranges=\{'idx': \(0, 1\)\}\.$",
+        ),
         ({"idx": (0, 2**63 + 1)}, "input 'idx' is int64, which holds -9223372036854775808 to 9223372036854775807"),
-        ({"table": (0, float("nan"))}, "--range table:0,nan: give finite bounds"),
+        (
+            {"table": (0, float("nan"))},
+            r"^ranges\['table'\] = \(0, nan\): give finite bounds, e.g. ranges=\{'table': \(-1, 1\)\}",
+        ),
         ({"table": (-1e39, 1)}, r"input 'table' is float32, whose values reach \+-3.40282e\+38"),
         ({"idx": (True, 4)}, r"ranges\['idx'\] = \(True, 4\): give a pair \(lo, hi\) of numbers"),
         ([("idx", (0, 4))], r"give a dict of input name to \(lo, hi\)"),
@@ -1682,7 +1785,7 @@ def test_a_reference_failing_on_float_values_points_to_range_not_shape(tmp_path:
     ("kwargs", "message"),
     [
         ({"rtol": "1e-3"}, r"^rtol='1e-3': give a number, e.g. rtol=1e-3 \(on the command line: --rtol 1e-3\)\.$"),
-        ({"atol": None, "rtol": -1.0}, r"^--rtol -1.0: a tolerance must be .*, e.g. --rtol 1e-3 \(rtol=1e-3\)$"),
+        ({"atol": None, "rtol": -1.0}, r"^rtol=-1.0: a tolerance must be .*, e.g. rtol=1e-3$"),
         ({"tolerances": {"y": (1e-3,)}}, r"^tolerances\['y'\] = \(0.001,\): give a Tolerance or a pair \(rtol, atol\)"),
         ({"tolerances": {"y": (1, 2, 3)}}, r"^tolerances\['y'\] = \(1, 2, 3\): give a Tolerance or a pair"),
     ],
@@ -2010,7 +2113,7 @@ def test_dims_written_as_expressions_of_others_follow_them() -> None:
     record = opbridge.verify(model, reference, backends=["reference"], shapes=[{"x": (3, 4)}, {"y": (1, 10)}])
     assert record.shape_sets == [{"x": (3, 4), "y": (3, 8)}, {"x": (1, 5), "y": (1, 10)}]
     assert record.exit_code == 0
-    with pytest.raises(opbridge.OpbridgeError, match=r"^--shape y:3x7: the model declares a dim of 'y' as '2\*n', "):
+    with pytest.raises(opbridge.OpbridgeError, match=r"^shapes: y:3x7: the model declares a dim of 'y' as '2\*n', "):
         opbridge.verify(model, reference, backends=["reference"], shapes=[{"x": (3, 4), "y": (3, 7)}])
 
 

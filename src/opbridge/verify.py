@@ -311,6 +311,12 @@ def _columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 # --------------------------------------------------------------------------- shapes and inputs
 
 
+def _argument_value(argument: str, value: str) -> str:
+    """An argument and the value given for it as the errors name them: ``inputs='a.npz'``,
+    ``inputs[1] = 'b.npz'`` (the command line's errors name its flag: ``--inputs a.npz``)."""
+    return f"{argument}={value!r}" if "[" not in argument else f"{argument} = {value!r}"
+
+
 def _whole_dims(name: str, given: Any) -> tuple[int, ...]:
     """``given`` (a shape set's dims for input ``name``) as ints >= 0, or an OpbridgeError saying how
     to write them."""
@@ -445,10 +451,10 @@ def resolve_shape_sets(
     sets: Sequence[ShapeSet] | None,
     example: Mapping[str, Sequence[int]] | None = None,
     *,
-    given_as: str = "--shape",
+    given_as: str = "shapes:",
 ) -> list[dict[str, tuple[int, ...]]]:
     """Complete each shape set to every input (see the module doc); raise on a violated static dim.
-    ``given_as`` names where the sets come from in the errors (``--shape NAME:DIMS: ...``)."""
+    ``given_as`` names where the sets come from in the errors (``shapes: NAME:DIMS: ...``)."""
     by_name = {m.name: m for m in meta}
     out: list[dict[str, tuple[int, ...]]] = []
     for given in sets or [{}]:
@@ -516,7 +522,9 @@ def resolve_shape_sets(
             start = list(example[m.name]) if example and m.name in example else None
             if m.shape is None:
                 if start is None:
-                    raise OpbridgeError(f"input {m.name!r} has an unknown shape; give it with --shape {m.name}:DIMS.")
+                    raise OpbridgeError(
+                        f"input {m.name!r} has an unknown shape; give it with shapes=[{{{m.name!r}: DIMS}}]."
+                    )
                 full[m.name] = tuple(start)
                 continue
             resolved: list[int] = []
@@ -536,11 +544,11 @@ def resolve_shape_sets(
                 elif start is not None and axis < len(start):
                     resolved.append(int(start[axis]))
                 else:
-                    example_dims = "x".join(str(d) if isinstance(d, int) else "4" for d in m.shape)
+                    example_dims = tuple(d if isinstance(d, int) else 4 for d in m.shape)
                     raise OpbridgeError(
                         f"input {m.name!r} dim {axis} ({want or '?'}) is dynamic and has no size; give it with "
-                        f"--shape {m.name}:DIMS (the model declares {format_shape(m.shape)}: e.g. "
-                        f"--shape {m.name}:{example_dims})."
+                        f"shapes=[{{{m.name!r}: DIMS}}] (the model declares {format_shape(m.shape)}: e.g. "
+                        f"shapes=[{{{m.name!r}: {example_dims!r}}}])."
                     )
             full[m.name] = tuple(resolved)
         _check_expressions_against_filled(meta, given, full, given_as)
@@ -617,7 +625,9 @@ def make_inputs(
         elif dtype.kind == "b":
             feed[m.name] = rng.random(shape) < 0.5
         else:
-            raise OpbridgeError(f"input {m.name!r} has dtype {dtype}; give its values with --inputs FILE.npz.")
+            raise OpbridgeError(
+                f"input {m.name!r} has dtype {dtype}; give its values with inputs={{{m.name!r}: array, ...}}."
+            )
     return feed
 
 
@@ -636,8 +646,8 @@ def _check_size(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     if nbytes > _MAX_INPUT_BYTES:
         raise OpbridgeError(
             f"input {name!r} at {format_shape(shape)} would take {nbytes / 2**30:.3g} GiB of random {dtype} values, "
-            f"more than verify makes ({_MAX_INPUT_BYTES >> 30} GiB): give a smaller shape (--shape {name}:DIMS), or "
-            "its values with --inputs FILE.npz."
+            f"more than verify makes ({_MAX_INPUT_BYTES >> 30} GiB): give a smaller shape (shapes=[{{{name!r}: DIMS}}]), "
+            f"or its values with inputs={{{name!r}: array, ...}}."
         )
 
 
@@ -668,14 +678,14 @@ def _value_ranges(
                 f"(on the command line: --range {name}:0,4)."
             )
         lo, hi = (int(v) if isinstance(v, numbers.Integral) else float(v) for v in pair)
-        flag = f"--range {name}:{lo},{hi}"
+        flag = f"ranges[{name!r}] = ({lo!r}, {hi!r})"
         if name not in by_name:
             raise OpbridgeError(f"{flag}: the model has no input {name!r}; its inputs are {list(by_name)}.")
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise OpbridgeError(f"{flag}: give finite bounds, e.g. --range {name}:-1,1.")
+            raise OpbridgeError(f"{flag}: give finite bounds, e.g. ranges={{{name!r}: (-1, 1)}}.")
         if not lo < hi:
             raise OpbridgeError(
-                f"{flag}: values are drawn from [LO, HI), so LO must be below HI, e.g. --range {name}:{lo},{lo + 1}."
+                f"{flag}: values are drawn from [LO, HI), so LO must be below HI, e.g. ranges={{{name!r}: ({lo!r}, {lo + 1!r})}}."
             )
         m = by_name[name]
         dtype = m.dtype
@@ -691,7 +701,7 @@ def _value_ranges(
             if first >= end:
                 raise OpbridgeError(
                     f"{flag}: input {name!r} is {dtype}, and [{lo}, {hi}) holds no whole number; give a range that "
-                    f"does, e.g. --range {name}:{math.floor(lo)},{math.floor(lo) + 1}."
+                    f"does, e.g. ranges={{{name!r}: ({math.floor(lo)}, {math.floor(lo) + 1})}}."
                 )
             info = np.iinfo(dtype)
             if first < info.min or end - 1 > info.max:
@@ -707,7 +717,8 @@ def _value_ranges(
             if not math.isfinite(float(hi) - float(lo)):  # (numpy's uniform draws lo + (hi - lo) * u)
                 raise OpbridgeError(
                     f"{flag}: its width, {hi} - {lo}, is beyond float64's range, in which verify draws the values; "
-                    f"give a range of width up to {np.finfo(np.float64).max:g}, e.g. --range {name}:{lo / 2:g},{hi / 2:g}."
+                    f"give a range of width up to {np.finfo(np.float64).max:g}, e.g. "
+                    f"ranges={{{name!r}: ({lo / 2:g}, {hi / 2:g})}}."
                 )
             bottom, top = _float_span(dtype, lo, hi)
             if float(bottom) > float(top):
@@ -760,13 +771,13 @@ def load_npz(
     source: str | os.PathLike[str] | Mapping[str, Any], meta: Sequence[TensorMeta], *, given_as: str = "inputs"
 ) -> dict[str, np.ndarray]:
     """Arrays for every input from an ``.npz`` (or a dict); raise naming a missing or mistyped input.
-    ``given_as``: how a dict's errors name it (the Python argument, e.g. ``inputs[1]``)."""
+    ``given_as``: how the errors name it (the Python argument, e.g. ``inputs[1]``; a file's path follows)."""
     if isinstance(source, Mapping):
         arrays = {k: np.asarray(v) for k, v in source.items()}
         where = given_as
         missing_fix = "Give one array per input, e.g. {%r: array, ...}."
     else:
-        where = f"--inputs {source}"
+        where = _argument_value(given_as, str(source))
         if not os.path.exists(source):
             raise OpbridgeError(f"{where}: no such file; give the path of an .npz file of the inputs.")
         import zipfile
@@ -815,7 +826,12 @@ def load_npz(
             raise OpbridgeError(f"{where}: array {m.name!r} is {arrays[m.name].dtype}, the model expects {m.dtype}.")
     extra = sorted(set(arrays) - {m.name for m in meta})
     if extra:
-        logger.warning("%s: ignoring arrays %s that are not model inputs", where, extra)
+        # (the file's path or the Python argument: a warning the command line shows too)
+        logger.warning(
+            "%s: ignoring arrays %s that are not model inputs",
+            given_as if isinstance(source, Mapping) else source,
+            extra,
+        )
     return {m.name: arrays[m.name] for m in meta}
 
 
@@ -1109,22 +1125,22 @@ def _output_tolerances(
         try:
             given[k] = v if isinstance(v, Tolerance) else Tolerance(*v)
         except (TypeError, ValueError) as exc:
-            raise OpbridgeError(f"--tol {k}:{_tol_text(v)}: {exc}") from None
-    for value, flag in ((rtol, "--rtol"), (atol, "--atol")):
-        keyword = flag.removeprefix("--")
+            shown = tuple(v) if isinstance(v, (tuple, list)) else v  # (a list reads as the pair it is)
+            raise OpbridgeError(f"tolerances[{k!r}] = {shown!r}: {exc}") from None
+    for value, keyword in ((rtol, "rtol"), (atol, "atol")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
             raise OpbridgeError(  # (only the Python API passes a non-number)
-                f"{keyword}={value!r}: give a number, e.g. {keyword}=1e-3 (on the command line: {flag} 1e-3)."
+                f"{keyword}={value!r}: give a number, e.g. {keyword}=1e-3 (on the command line: --{keyword} 1e-3)."
             )
         if value is not None and not valid_tolerance(value):
             raise OpbridgeError(
-                f"{flag} {value}: a tolerance must be a finite number >= 0 (an infinite one would pass any value), "
-                f"e.g. {flag} 1e-3 ({keyword}=1e-3)"
+                f"{keyword}={value!r}: a tolerance must be a finite number >= 0 (an infinite one would pass any "
+                f"value), e.g. {keyword}=1e-3"
             )
     unknown = sorted(set(given) - {o.name for o in outputs})
     if unknown:
         raise OpbridgeError(
-            f"--tol {unknown[0]}:...: the model has no output {unknown[0]!r}; "
+            f"tolerances[{unknown[0]!r}]: the model has no output {unknown[0]!r}; "
             f"its outputs are {[o.name for o in outputs]}."
         )
     upstream = {} if checks_only else _upstream(model, outputs)
@@ -1133,7 +1149,8 @@ def _output_tolerances(
         if o.dtype is not None and o.dtype.kind in "biuUSO":  # compared exactly, whatever was asked
             if o.name in given:
                 raise OpbridgeError(
-                    f"--tol {o.name}:{_tol_text(given[o.name])}: output {o.name!r} is {o.dtype}, which verify compares "
+                    f"tolerances[{o.name!r}] = {(given[o.name].rtol, given[o.name].atol)!r}: output {o.name!r} is "
+                    f"{o.dtype}, which verify compares "
                     "exactly; tolerances apply to floating-point outputs."
                 )
             out[o.name] = (Tolerance(0.0, 0.0), f"exact ({o.dtype} output)")
@@ -1168,15 +1185,6 @@ def _output_tolerances(
         else:
             out[o.name] = (base, source)
     return out
-
-
-def _tol_text(value: Any) -> str:
-    """A ``tolerances=`` value written as ``--tol`` would take it (``rtol,atol``)."""
-    if isinstance(value, Tolerance):
-        return f"{value.rtol:g},{value.atol:g}"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 # --------------------------------------------------------------------------- the run
@@ -1254,7 +1262,7 @@ def verify(
     import numbers
 
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise OpbridgeError(f"--seed {seed!r}: the seed is a whole number >= 0, e.g. --seed 0")
+        raise OpbridgeError(f"seed={seed!r}: the seed is a whole number >= 0, e.g. seed=0")
     seed = int(seed)
     if isinstance(backends, str):  # one backend by name, not its letters
         backends = [backends]
@@ -1290,7 +1298,7 @@ def verify(
             raise
         except Exception as exc:  # the user's factory or model constructor raised
             raise OpbridgeError(
-                f"--reference {_describe_reference(reference)}: building the PyTorch model raised "
+                f"reference {_describe_reference(reference)}: building the PyTorch model raised "
                 f"{type(exc).__name__}: {_one_line(exc)}"
             ) from exc
         # (a Python number given for a graph input is a scalar of it)
@@ -1306,7 +1314,7 @@ def verify(
     origins: list[str] = []
     given_arrays = [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     for k, source in enumerate(given_arrays):
-        # (a dict is named as the Python argument, a file as the command line's flag)
+        # (named as the Python argument, a file with its path: the command line names its flag)
         label = f"inputs[{k}]" if isinstance(inputs, (list, tuple)) else "inputs"
         feed = load_npz(source, meta, given_as=label)
         where = str(source) if isinstance(source, (str, os.PathLike)) else "arrays"
@@ -1315,7 +1323,7 @@ def verify(
             meta,
             [{m.name: tuple(feed[m.name].shape) for m in meta}],
             example,
-            given_as=f"--inputs {where}: array" if where != "arrays" else f"{label}: array",
+            given_as=f"{_argument_value(label, where)}: array" if where != "arrays" else f"{label}: array",
         )
         feeds.append(feed)
         sets.append({k: tuple(v.shape) for k, v in feed.items()})

@@ -76,7 +76,7 @@ class TorchRunner(Runner):
         if isinstance(self.reference, str):
             from opbridge._loading import load_factory
 
-            self.module, self.example_inputs = load_factory(self.reference)
+            self.module, self.example_inputs = load_factory(self.reference, label="reference")
         else:
             if not (isinstance(self.reference, (tuple, list)) and len(self.reference) == 2):
                 raise OpbridgeError(

@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from opbridge.errors import OpbridgeError
 
-__all__ = ["add_ops_argument", "json_for_stdout", "parse_dims", "print_json_and_table", "user_files"]
+__all__ = [
+    "add_ops_argument",
+    "arguments_as_flags",
+    "json_for_stdout",
+    "parse_dims",
+    "print_json_and_table",
+    "user_files",
+]
+
+# (a pattern of the API's wording, and what the command line says instead: a string or a function of the match)
+FlagRule = tuple[str, str | Callable[[re.Match[str]], str]]
+
+
+@contextlib.contextmanager
+def arguments_as_flags(rules: Sequence[FlagRule]) -> Iterator[None]:
+    """Within it, an OpbridgeError's message names the command's flags where the Python API named its
+    arguments: each rule's pattern is replaced, in order (the API's errors name its arguments, as a Python
+    caller reads them; a command that calls it names the flags that set them)."""
+    try:
+        yield
+    except OpbridgeError as exc:
+        text = str(exc)
+        for pattern, replacement in rules:
+            text = re.sub(pattern, replacement, text)
+        exc.args = (text, *exc.args[1:])
+        raise
 
 
 def add_ops_argument(parser: argparse.ArgumentParser) -> None:

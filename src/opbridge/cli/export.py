@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import sys
 
 from opbridge._loading import load_factory, load_ops
-from opbridge.cli._common import add_ops_argument, json_for_stdout, user_files
+from opbridge.cli._common import FlagRule, add_ops_argument, arguments_as_flags, json_for_stdout, user_files
 from opbridge.errors import OpbridgeError
 
 __all__ = ["add_parser"]
@@ -43,8 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
-    from opbridge.errors import OpbridgeError
-
     axes: dict[str, dict[int, str]] = {}
     for item in items:
         name, sep, rest = item.partition(":")
@@ -65,7 +62,7 @@ def _parse_dynamic(items: list[str]) -> dict[str, dict[int, str]]:
 
 # export()'s arguments that this command sets from flags, and the flags
 _FLAG_OF = {"dynamic_axes": "--dynamic", "input_names": "--input-names", "output_names": "--output-names"}
-_FLAGS = re.compile(r"(?<![\w-])(?:" + "|".join(_FLAG_OF) + r")(?![\w-])")
+_FLAGS: list[FlagRule] = [(rf"(?<![\w-]){name}(?![\w-])", flag) for name, flag in _FLAG_OF.items()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         load_ops(args.ops)
         model, inputs = load_factory(args.reference, label="factory")
-        try:
+        with arguments_as_flags(_FLAGS):  # the API's argument names, as this command's flags
             result = opbridge.export(
                 model,
                 inputs,
@@ -89,9 +86,6 @@ def run(args: argparse.Namespace) -> int:
                 dynamic_axes=_parse_dynamic(args.dynamic) or None,
                 functions=not args.no_functions,
             )
-        except OpbridgeError as exc:  # the API's argument names, as this command's flags
-            exc.args = (_FLAGS.sub(lambda m: _FLAG_OF[m.group(0)], str(exc)), *exc.args[1:])
-            raise
     if args.json:
         record = {
             "path": str(result.path),

@@ -17,6 +17,7 @@ from [LO, HI), in every random set.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import os
 import re
@@ -24,7 +25,14 @@ import sys
 from collections.abc import Callable, Iterable
 
 from opbridge.backends import backend_names
-from opbridge.cli._common import add_ops_argument, parse_dims, print_json_and_table, user_files
+from opbridge.cli._common import (
+    FlagRule,
+    add_ops_argument,
+    arguments_as_flags,
+    parse_dims,
+    print_json_and_table,
+    user_files,
+)
 from opbridge.errors import OpbridgeError
 from opbridge.spec import valid_tolerance
 
@@ -216,6 +224,41 @@ def _number(text: str) -> float:
         return float(text)
 
 
+# How verify()'s errors name its arguments, and this command's flags for them: a key is a name's repr
+# (tolerances['y']), a pair (lo, hi) or (rtol, atol) reads LO,HI and dims (1, 3) read 1x3 (() reads scalar).
+_KEY = r"""(?P<key>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+_PAIR = r"\((?P<a>[^,()]+), (?P<b>[^,()]+)\)"
+_DIMS = r"(?P<dims>DIMS|\([^()]*\))"
+
+
+def _key(match: re.Match[str]) -> str:
+    return str(ast.literal_eval(match.group("key")))
+
+
+def _dims(match: re.Match[str]) -> str:
+    text = match.group("dims")
+    if text == "DIMS":
+        return text
+    return "x".join(d.strip() for d in text.strip("()").split(",") if d.strip()) or "scalar"
+
+
+def _pair(match: re.Match[str]) -> str:
+    return f"{match.group('a')},{match.group('b')}" if match.group("a") is not None else ""
+
+
+_VERIFY_FLAGS: list[FlagRule] = [
+    (r"^shapes: ", "--shape "),
+    (rf"shapes=\[\{{{_KEY}: {_DIMS}\}}\]", lambda m: f"--shape {_key(m)}:{_dims(m)}"),
+    (r"^reference ", "--reference "),
+    (rf"^inputs(?:\[\d+\])?(?:=| = ){_KEY}", lambda m: f"--inputs {_key(m)}"),
+    (rf"inputs=\{{{_KEY}: array, \.\.\.\}}", "--inputs FILE.npz"),
+    (rf"tolerances\[{_KEY}\](?: = {_PAIR})?", lambda m: f"--tol {_key(m)}" + (":" if m.group("a") else "") + _pair(m)),
+    (rf"ranges\[{_KEY}\] = {_PAIR}", lambda m: f"--range {_key(m)}:{_pair(m)}"),
+    (rf"ranges=\{{{_KEY}: {_PAIR}\}}", lambda m: f"--range {_key(m)}:{_pair(m)}"),
+    (r"(?<![\w.(-])(?<!, )(?P<name>seed|rtol|atol)=", r"--\g<name> "),
+]
+
+
 class _Progress:
     """Progress messages on stderr: one updating line on a terminal, plain lines otherwise."""
 
@@ -254,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     # with --json -, the pipe holds the JSON alone: what the user's modules print goes to stderr
     user_stdout = contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext()
     try:
-        with user_stdout:
+        with user_stdout, arguments_as_flags(_VERIFY_FLAGS):  # verify()'s argument names, as this command's flags
             record = verify(
                 args.model,
                 args.reference,
