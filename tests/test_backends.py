@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -957,6 +958,88 @@ def test_openvino_runs_kernels_where_bodies_do_not_convert(tmp_path) -> None:
     assert [f.name for f in result.model.functions] == ["DynamicTRTResize"]
     record = opbridge.verify(path, (model, args), backends=["openvino"])
     assert [r.status for r in record.runs] == ["pass"], record.table()
+
+
+@opbridge.op("tests.backends.fallback::Double")
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _double_with_body(unconvertible: bool) -> onnx.ModelProto:
+    """A Double node whose function body computes x * 2; ``unconvertible``: the body adds Bernoulli(x) * 0
+    (OpenVINO has no conversion rule for Bernoulli)."""
+    const = [
+        helper.make_node("Constant", [], [n], value=helper.make_tensor(n, TensorProto.FLOAT, [], [v]))
+        for n, v in (("two", 2.0), ("zero", 0.0))
+    ]
+    nodes = [*const, helper.make_node("Mul", ["x", "two"], ["y" if not unconvertible else "x2"])]
+    if unconvertible:
+        nodes += [
+            helper.make_node("Bernoulli", ["x"], ["b"]),
+            helper.make_node("Mul", ["b", "zero"], ["b0"]),
+            helper.make_node("Add", ["x2", "b0"], ["y"]),
+        ]
+    domain = "tests.backends.fallback"
+    body = helper.make_function(domain, "Double", ["x"], ["y"], nodes, [helper.make_opsetid("", 17)])
+    graph = helper.make_graph(
+        [helper.make_node("Double", ["x"], ["y"], domain=domain)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[body])
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        ("convert", "the bodies do not convert: FrontEnd API failed"),
+        ("compile", "the model with the bodies does not compile: no kernel for the body's Mul"),
+    ],
+    ids=["convert", "compile"],
+)
+def test_openvino_warns_once_why_an_op_runs_through_its_kernel_not_its_body(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failure: str, reason: str
+) -> None:
+    """An op whose function body did not convert (or compile) ran through its Python kernel, slower and
+    with the kernel's numerics, and the reason was logged at INFO only, which nobody sees: now a WARNING
+    with the reason, once per op (a later load of it logs at INFO), not on every call."""
+    _needs("openvino")
+    from opbridge.backends import openvino_backend
+
+    monkeypatch.setattr(openvino_backend, "_FALLEN_BACK", set(), raising=False)  # (ops warned of: none yet)
+    if failure == "compile":
+        read = OpenVINORunner._read
+
+        class _Core:
+            """OpenVINO's Core, failing to compile a model where the op's body was inlined (no custom node)."""
+
+            def __init__(self, core: Any, bodies: bool) -> None:
+                self.core, self.bodies = core, bodies
+
+            def compile_model(self, *args: Any) -> Any:
+                if self.bodies:
+                    raise RuntimeError("Exception from src/plugin.cpp:1:\nno kernel for the body's Mul")
+                return self.core.compile_model(*args)
+
+        def failing_read(self: OpenVINORunner, ov: Any, extension: Any, prepared: Any, nodes: list[Any]) -> Any:
+            model = read(self, ov, extension, prepared, nodes)
+            self._core = _Core(self._core, bodies=not nodes)
+            return model
+
+        monkeypatch.setattr(OpenVINORunner, "_read", failing_read)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with caplog.at_level(logging.INFO, logger="opbridge.backends.openvino_backend"):
+        for _ in range(2):  # two loads of the model, two calls each
+            with OpenVINORunner(_double_with_body(unconvertible=failure == "convert")) as runner:
+                for _ in range(2):
+                    np.testing.assert_array_equal(runner.infer({"x": x})["y"], x * 2)
+    said = [r for r in caplog.records if "through their kernels" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO], [r.getMessage() for r in said]
+    message = said[0].getMessage()
+    assert message.startswith("openvino: tests.backends.fallback::Double run through their kernels (Python code")
+    assert reason in message
 
 
 @opbridge.op("tests.degenerate::Twice")

@@ -619,7 +619,7 @@ class OpenVINORunner(OnnxRunner):
                     more = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
                 if not more:
                     raise ModelLoadError(f"openvino could not convert the model: {_first_line(exc)}") from None
-                logger.info("openvino: running %s through their kernels (their bodies do not convert)", sorted(more))
+                _say_fallback(more, f"the bodies do not convert: {_first_line(exc)}")
                 drop |= more
                 continue
             try:
@@ -633,11 +633,7 @@ class OpenVINORunner(OnnxRunner):
                 bodies = frozenset((f.domain, f.name) for f in _model_functions(self.model)) - drop
                 if not bodies:
                     raise ModelLoadError(f"openvino could not compile the model: {_first_line(exc)}") from None
-                logger.info(
-                    "openvino: running %s through their kernels (the model with their bodies does not compile: %s)",
-                    sorted(bodies),
-                    _first_line(exc),
-                )
+                _say_fallback(bodies, f"the model with the bodies does not compile: {_first_line(exc)}")
                 drop |= bodies
         if moved:
             logger.info("openvino: moved default-domain custom ops %s into a domain of their own", moved)
@@ -799,6 +795,27 @@ def _model_functions(model: Any) -> list[Any]:
             continue
         out.append(f)
     return out
+
+
+# the ops whose fallback from their function bodies to their kernels this process has warned of
+_FALLEN_BACK: set[tuple[str, str]] = set()
+_FALLEN_BACK_LOCK = threading.Lock()
+
+
+def _say_fallback(functions: frozenset[tuple[str, str]], why: str) -> None:
+    """Log that the ops of ``functions`` (``(domain, name)``) run through their kernels, not their bodies,
+    and ``why``: a WARNING the first time in this process for an op (the op runs as Python code on each
+    call, slower than OpenVINO's own ops, and computes as its kernel does), INFO for one warned of before."""
+    with _FALLEN_BACK_LOCK:
+        new = functions - _FALLEN_BACK
+        _FALLEN_BACK.update(functions)
+    logger.log(
+        logging.WARNING if new else logging.INFO,
+        "openvino: %s run through their kernels (Python code on each call, slower than OpenVINO's own ops), not "
+        "their ONNX function bodies: %s",
+        ", ".join(f"{domain}::{name}" for domain, name in sorted(functions)),
+        why,
+    )
 
 
 def _unconverted_ops(message: str) -> set[str]:
