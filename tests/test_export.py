@@ -1215,6 +1215,34 @@ def test_a_model_returning_its_input_twice_exports_single_assignment(tmp_path: P
     np.testing.assert_allclose(got[2], 2 * x.numpy(), rtol=0, atol=0)
 
 
+class _ReturnsOpResultTwice(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = scaled_swish(x, beta=2.0)
+        return y, y
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("model", [_ReturnsOpResultTwice, _ReturnsInputTwice], ids=["op-result-twice", "input-twice"])
+def test_a_value_returned_twice_is_an_output_of_its_own_each_time(
+    tmp_path: Path, exporter: str, model: type[torch.nn.Module]
+) -> None:
+    """``return y, y``: the TorchScript exporter listed one value twice among the graph's outputs, under one
+    name; both exporters now give the repeat a name of its own, ``<name>_alias_1``, as dynamo did."""
+    x = torch.randn(2, 3)
+    path = tmp_path / "twice.onnx"
+    opbridge.export(model(), (x,), path, exporter=exporter)
+    written = onnx.load(str(path))
+    names = [o.name for o in written.graph.output]
+    assert len(set(names)) == len(names) and names[1] == f"{names[0]}_alias_1"
+    opbridge.register_onnx_schemas()
+    onnx.checker.check_model(written, full_check=True)
+    got = opbridge.InferenceSession(path).run(None, {written.graph.input[0].name: x.numpy()})
+    expected = model()(x)
+    assert len(got) == len(expected)
+    for value, wanted in zip(got, expected):
+        np.testing.assert_allclose(value, wanted.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_a_dynamo_export_without_onnxscript_names_the_fix(tmp_path: Path, monkeypatch) -> None:
     """torch.onnx's dynamo exporter writes its graph with onnxscript; without it the export said only
     "No module named 'onnxscript'"."""

@@ -908,12 +908,14 @@ def _rename_graph_values(values: Sequence[Any], names: Sequence[str] | None) -> 
 
 
 def _distinct_outputs(model: onnx.ModelProto) -> None:
-    """Make the graph's outputs single static assignment, as the checker wants.
+    """Make the graph's outputs single static assignment, as the checker wants; both exporters' graphs
+    go through it, so that a value returned twice comes out alike from either.
 
     Where a model returns an input (``return x, x``) and the input is named, torch.onnx's dynamo
     exporter writes ``Identity(x) -> x``, a second value called ``x``: such a node is dropped (the
-    output is the input itself). A graph output name listed again gets a name of its own through an
-    Identity node, ``<name>_alias_<k>``, as torch.onnx names repeats of a computed value.
+    output is the input itself). A graph output name listed again (the TorchScript exporter lists a
+    value returned twice, ``return y, y``, twice under one name) gets a name of its own through an
+    Identity node, ``<name>_alias_<k>``, as torch.onnx's dynamo exporter names repeats of a computed value.
     """
     import onnx
 
@@ -1091,6 +1093,7 @@ def _export_torchscript(
         proto = onnx.load(raw_path)
     keep = {str(name) for axes in (dynamic_axes or {}).values() for name in _axis_names(axes)}
     _reset_generated_dims(proto, keep)
+    _distinct_outputs(proto)
     return proto
 
 
