@@ -1049,6 +1049,32 @@ def test_torchscript_inputs_given_as_none_take_no_name(tmp_path: Path) -> None:
     assert [i.name for i in result.model.graph.input] == ["x", "y"]
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("form", ["dynamic_axes", "dynamic_shapes"])
+@pytest.mark.parametrize("names", [None, ["X", "M", "Y"]], ids=["forwards-names", "input-names"])
+def test_dims_named_for_inputs_beside_a_positional_none_keep_their_names(
+    tmp_path: Path, exporter: str, form: str, names: list[str] | None
+) -> None:
+    """(x, None, y) with x's and y's first dim named "batch": dynamo's file named it torch's way, s17
+    (torch.onnx pairs the dims' entries with the graph's inputs, and the None argument, no input, made it
+    skip the renaming)."""
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    first, last = names[0] if names else "x", names[2] if names else "y"
+    batch = torch.export.Dim("batch")
+    dims = (
+        {"dynamic_axes": {first: {0: "batch"}, last: {0: "batch"}}}
+        if form == "dynamic_axes"
+        else {"dynamic_shapes": ({0: batch}, None, {0: batch})}
+    )
+    path = tmp_path / "m.onnx"
+    result = opbridge.export(_OptionalMask(), (x, None, y), path, exporter=exporter, input_names=names, **dims)
+    assert {i.name: _dims(i) for i in result.model.graph.input} == {first: ["batch", 3], last: ["batch", 3]}
+    assert _dims(result.model.graph.output[0]) == ["batch", 3]
+    x5, y5 = torch.randn(5, 3), torch.randn(5, 3)
+    (out,) = opbridge.InferenceSession(path).run(None, {first: x5.numpy(), last: y5.numpy()})
+    np.testing.assert_allclose(out, _OptionalMask()(x5, None, y5).numpy(), rtol=1e-6, atol=1e-6)
+
+
 class _Static2(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _add_pair(x, x)

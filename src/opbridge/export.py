@@ -856,11 +856,71 @@ def _export_dynamo(
         if program is None:
             raise ExportError("torch.onnx.export returned no program")
         _optimize_keeping_calls(program, ops)
+    _name_dims_beside_none(program, _passed_args(args, kwargs), kwargs, dynamic_shapes)
     _rename_graph_values(program.model.graph.inputs, input_names)
     _rename_graph_values(program.model.graph.outputs, output_names)
     proto = program.model_proto
     _distinct_outputs(proto)
     return proto
+
+
+def _is_axes(entry: Any) -> bool:
+    """Whether ``entry`` of ``dynamic_shapes`` is one input's axes (``{axis: dim}`` or a list of dims), as
+    torch.onnx tells them apart when it flattens ``dynamic_shapes``."""
+    import torch
+
+    def is_dim(value: Any) -> bool:
+        return value is None or isinstance(value, (torch.export.Dim, str, int)) or _is_dim_hint(value)
+
+    if isinstance(entry, dict):
+        return all(isinstance(k, int) and is_dim(v) for k, v in entry.items())
+    return isinstance(entry, (list, tuple)) and all(is_dim(v) for v in entry)
+
+
+def _is_dim_hint(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.export.Dim.DYNAMIC``, ``AUTO`` or ``STATIC`` hint (no name of its own)."""
+    import torch
+
+    return isinstance(value, type(torch.export.Dim.DYNAMIC))
+
+
+def _name_dims_beside_none(program: Any, args: tuple[Any, ...], kwargs: Any, dynamic_shapes: Any) -> None:
+    """Name the graph inputs' dynamic dims as ``dynamic_shapes`` names them where an example input is None.
+
+    torch.onnx pairs the flattened ``dynamic_shapes`` with the graph's inputs to give the dims their names;
+    a None argument has an entry there and no graph input, and it kept torch's names (``s17``) with a
+    warning. The same pairing is made here without the None arguments' entries.
+    """
+    from torch.utils import _pytree
+
+    if dynamic_shapes is None:
+        return
+    leaves = _pytree.tree_leaves((args, kwargs or {}))  # (None is a leaf, as torch.onnx flattens the inputs)
+    if not any(v is None for v in leaves):
+        return  # torch.onnx named the dims itself
+    entries = _pytree.tree_leaves(dynamic_shapes, is_leaf=_is_axes)
+    inputs = list(program.model.graph.inputs)
+    if len(entries) != len(leaves):
+        logger.debug("dynamic_shapes has %d entries for %d inputs: dims keep torch's names", len(entries), len(leaves))
+        return
+    entries = [entry for entry, leaf in zip(entries, leaves) if leaf is not None]
+    if len(entries) != len(inputs):
+        logger.debug(
+            "%d dynamic_shapes entries for %d graph inputs: dims keep torch's names", len(entries), len(inputs)
+        )
+        return
+    mapping: dict[str, str] = {}
+    for value, axes in zip(inputs, entries):
+        pairs = axes.items() if isinstance(axes, dict) else enumerate(axes) if isinstance(axes, (list, tuple)) else ()
+        for axis, dim in pairs:
+            name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
+            if not isinstance(name, str) or _is_dim_hint(dim) or value.shape is None or int(axis) >= len(value.shape):
+                continue
+            old = getattr(value.shape[int(axis)], "value", None)
+            if isinstance(old, str):  # (a dim torch.export made static is an int: it keeps its size)
+                mapping.setdefault(old, name)  # (dims torch found equal take the first name, as torch.onnx does)
+    if mapping:
+        program.rename_axes(mapping)
 
 
 # the overload that sets each opbridge node apart while torch.onnx's optimizer runs
