@@ -919,7 +919,7 @@ def _name_dims_beside_none(program: Any, args: tuple[Any, ...], kwargs: Any, dyn
             old = getattr(value.shape[int(axis)], "value", None)
             if isinstance(old, str):  # (a dim torch.export made static is an int: it keeps its size)
                 mapping.setdefault(old, name)  # (dims torch found equal take the first name, as torch.onnx does)
-    if mapping:
+    if mapping and hasattr(program, "rename_axes"):  # (ONNXProgram.rename_axes: torch 2.7 and later)
         program.rename_axes(mapping)
 
 
