@@ -1409,6 +1409,47 @@ def test_openvino_runs_standard_ops_on_a_float64_output_of_a_custom_node(tmp_pat
     ]
 
 
+@opbridge.op("tests.backends::Exp64")
+def _exp64(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x)
+
+
+class _Exp64(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _exp64(x)
+
+
+@pytest.fixture(scope="module")
+def exp64_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("exp64") / "exp64.onnx"
+    x = torch.zeros(2, dtype=torch.float64)
+    opbridge.export(_Exp64(), (x,), path, exporter="torchscript", input_names=["x"], output_names=["y"])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (100.0, r"output 0 holds values beyond float32 \(e.g. 2.68811714181613\d*e\+43\)"),
+        (
+            1000.0,
+            r"output 0 holds inf, which OpenVINO's CPU plugin, computing float64 in float32, turns into float32's",
+        ),
+    ],
+    ids=["beyond", "inf"],
+)
+def test_openvino_refuses_a_float64_result_its_cpu_plugin_would_narrow(
+    exp64_model: Path, value: float, message: str
+) -> None:
+    """A custom op's float64 result past float32's range was refused, an infinite one came back as 3.4e38
+    (the plugin's float32 lowering), silently: refused as an infinite input is."""
+    _needs("openvino")
+    with OpenVINORunner(exp64_model) as runner:
+        with pytest.raises(opbridge.OpbridgeError, match=message):
+            runner.infer({"x": np.array([0.0, value])})
+        np.testing.assert_allclose(runner.infer({"x": np.array([0.0, 1.0])})["y"], [1.0, np.e], rtol=1e-6, atol=0)
+
+
 def test_openvino_notes_that_it_computes_float64_in_float32() -> None:
     """A plain float64 model too: OpenVINO computes it in float32, where 1e-300 arrives as 0 (as the note
     says; such a value beside others is harmless, so it is not refused)."""

@@ -21,8 +21,8 @@ Loading a model:
 
 OpenVINO's CPU plugin computes int64 and uint32 in int32, bool in uint8 and float64 in float32 (for any
 model, custom ops or not): inputs it would change beyond that (int64 past int32, float64 past float32's range
-or infinite) and custom ops' outputs past those are refused, and :attr:`OpenVINORunner.notes` names a model's
-float64 inputs and outputs.
+or infinite) and custom ops' outputs past those (an infinite float64 result too) are refused, and
+:attr:`OpenVINORunner.notes` names a model's float64 inputs and outputs.
 
 Inputs are copied into the request (``share_inputs=False``): OpenVINO may keep a
 shared input buffer after the call returns, and a freed one crashed the process.
@@ -402,6 +402,14 @@ def _op_class(op_type: str, nodes: list[_NodeInfo]) -> type:
                     )
                 # The plugin's own buffer may hold a lowered precision (int32 for int64, float32 for float64).
                 if buffer != value.dtype and value.dtype.kind == "f" and buffer.kind == "f" and value.size:
+                    if np.isinf(value).any():  # (as for an infinite input: the plugin makes it the largest float32)
+                        raise RuntimeError(
+                            f"{_MARK}{info.label()}: output {i} holds "
+                            f"{float(value[np.isinf(value)].flat[0])!r}, which OpenVINO's CPU plugin, computing "
+                            f"{value.dtype} in {buffer}, turns into {buffer}'s largest value "
+                            f"({float(np.finfo(buffer).max):.7g}); keep the op's {value.dtype} results finite for OpenVINO "
+                            "(or compare it on the other backends)."
+                        )
                     finite = np.abs(value[np.isfinite(value)])
                     limit = float(np.finfo(buffer).max)
                     if finite.size and float(finite.max()) > limit:
