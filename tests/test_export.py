@@ -255,6 +255,38 @@ def test_op_on_a_constant_made_in_forward_names_torchscripts_folding(tmp_path: P
     assert [f"{n.domain}::{n.op_type}" for n in result.custom_nodes] == ["acme::ScaledSwish"]
 
 
+@opbridge.op("acme.tensorless::Ramp")
+def _ramp(n: int = 3) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.float32)
+
+
+@opbridge.op("acme.tensorless::Fill")
+def _fill(x: torch.Tensor | None = None, k: float = 1.0) -> torch.Tensor:
+    return torch.full((3,), k) if x is None else x * k
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: _ramp(n=3), "acme.tensorless::Ramp takes no tensor inputs"),
+        (lambda: _fill(k=2.0), r"acme.tensorless::Fill takes only optional tensor inputs \(a call may give none\)"),
+    ],
+    ids=["no-tensor-inputs", "optional-inputs-left-out"],
+)
+def test_a_call_without_tensors_names_torchscripts_constant(tmp_path: Path, call: Any, said: str) -> None:
+    """An op called without a tensor is a constant to the TorchScript tracer: the error says why for an op
+    whose tensor inputs are all optional too (it spoke of tensors made inside forward); dynamo keeps it."""
+
+    class Tensorless(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + call()
+
+    with pytest.raises(ExportError, match=said + r".*recorded by the TorchScript tracer as a constant"):
+        opbridge.export(Tensorless(), (torch.randn(3),), tmp_path / "t.onnx", exporter="torchscript")
+    result = opbridge.export(Tensorless(), (torch.randn(3),), tmp_path / "t.onnx", exporter="dynamo")
+    assert [n.domain for n in result.custom_nodes] == ["acme.tensorless"]
+
+
 @opbridge.op("acme.versions::Act", version=1)
 def act_v1(x: torch.Tensor) -> torch.Tensor:
     return x + 1

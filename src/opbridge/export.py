@@ -1189,11 +1189,16 @@ def _check_ops_present(model: onnx.ModelProto, calls: Mapping[tuple[str, str, in
     lost = [key for key in calls if (key[0], key[1]) not in present]
     if lost:
         names = ", ".join(f"{d}::{n} v{v}" for d, n, v in lost)
-        constant = [f"{d}::{n}" for d, n, v in lost if (op := find_op(d, n, v)) is not None and not op.spec.inputs]
-        if exporter == "torchscript" and constant:
+        ops = [(f"{d}::{n}", op) for d, n, v in lost if (op := find_op(d, n, v)) is not None]
+        constant = [name for name, op in ops if not op.spec.inputs]
+        # (an op whose tensor inputs may all be None, called without any, is a constant to the tracer too)
+        bare = [name for name, op in ops if op.spec.inputs and all(i.optional for i in op.spec.inputs)]
+        if exporter == "torchscript" and (constant or bare):
+            said = [f"{', '.join(constant)} takes no tensor inputs"] if constant else []
+            said += [f"{', '.join(bare)} takes only optional tensor inputs (a call may give none)"] if bare else []
             hint = (
-                f"{', '.join(constant)} takes no tensor inputs, so the TorchScript tracer records its result as "
-                "a constant: export with exporter='dynamo', or give the op a tensor input."
+                f"{'; '.join(said)}: a call without a tensor is recorded by the TorchScript tracer as a constant. "
+                "Export with exporter='dynamo', or give the op a tensor input in each call."
             )
         elif exporter == "torchscript":
             hint = (
