@@ -2045,6 +2045,12 @@ class _KeywordSizeAsAttribute(torch.nn.Module):
         return x.sum() + repeat_rows(y, n=y.shape[0])
 
 
+class _AfterNoneSizeAsAttribute(torch.nn.Module):
+    def forward(self, x: torch.Tensor, m: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor:
+        assert y is not None
+        return x.sum() + repeat_rows(y, n=y.shape[0])
+
+
 class _DictSizeAsAttribute(torch.nn.Module):
     def forward(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
         return d["b"].sum() + repeat_rows(d["a"], n=d["a"].shape[0])
@@ -2062,6 +2068,10 @@ def test_a_dynamic_dim_of_a_keyword_or_dict_input_that_came_out_static_is_refuse
         )
     with pytest.raises(ExportError, match=r"input 'd_a' dim 0 \(n\) was asked to be dynamic, but .* static \(2\)"):
         opbridge.export(_DictSizeAsAttribute(), ({"a": x, "b": y},), target, dynamic_shapes=({"a": {0: n}, "b": None},))
+    # after a positional None, input_names named the next input's dims by the None's name: unchecked
+    for shapes in [{"dynamic_shapes": (None, None, {0: n})}, {"dynamic_axes": {"c": {0: "n"}}}]:
+        with pytest.raises(ExportError, match=r"input 'c' dim 0 \(n\) was asked to be dynamic, but .* static \(2\)"):
+            opbridge.export(_AfterNoneSizeAsAttribute(), (x, None, y), target, input_names=["a", "b", "c"], **shapes)
     assert not target.exists()
 
 

@@ -1651,8 +1651,8 @@ def export(
                         f"output_names {list(output_names)} name {len(output_names)} outputs, and the model returns "
                         f"{len(proto.graph.output)}: one name per output, in order."
                     )
-                if shapes is not None:
-                    _check_dims_kept(proto, model, args, kwargs, names, shapes)
+                if shapes is not None:  # (input_names as given: one per positional argument, None's too)
+                    _check_dims_kept(proto, model, args, kwargs, input_names, shapes)
                     _check_derived_output_dims(proto, shapes)
                 if dynamic_axes and output_names:
                     _note_output_dim_names(proto, dynamic_axes, output_names)
