@@ -1594,6 +1594,31 @@ def test_a_worker_that_aborts_is_named_with_its_signal_and_last_step(tmp_path: P
     assert report.backend == "TensorRT (its process ended before it reported)"  # (it read "?")
 
 
+def test_a_parser_crash_on_a_model_the_static_rules_know_names_their_cause(tmp_path: Path) -> None:
+    """TensorRT's parser ends its process (SIGSEGV) on a local function that calls itself: build_engine's
+    report said the process ended and no more, where compat's rules name the cause (they were added to a
+    failed parse only). parse_with_tensorrt, compat's real parser, reports TensorRT's errors alone."""
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)]
+    body = helper.make_function(
+        "acme", "Rec", ["x"], ["y"], [helper.make_node("Rec", ["x"], ["y"], domain="acme")], imports
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Rec", ["x"], ["y"], name="r", domain="acme")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "rec.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=imports, functions=[body], ir_version=8), path)
+    parsed = parse_with_tensorrt(path)
+    assert not parsed.ok and not [e for e in parsed.errors if "compat rule" in e[2]], parsed.errors
+    report = build_engine(path)
+    assert not report.ok
+    explained = [e for e in report.errors if "compat rule" in e[2]]
+    assert [e[:2] for e in explained] == [("r", "Rec")], report.errors
+    assert "calls itself (acme::Rec -> acme::Rec)" in explained[0][2]
+
+
 def test_an_ops_module_that_builds_when_imported_cannot_start_workers_without_end(tmp_path: Path) -> None:
     """A module defining ops that parses a model when imported: the worker imports it for its ops, and each
     import would start another worker. Inside a worker the parse is refused, so the module's import fails

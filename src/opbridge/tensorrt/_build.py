@@ -964,9 +964,7 @@ def _build_engine(
         engine=None if output is None else str(Path(output).resolve()),
         profiles={k: [list(map(int, s)) for s in v] for k, v in (profiles or {}).items()},
     )
-    result = _run_isolated(request, timeout) if isolate else _work(request)
-    if result.get("parsed") is False:
-        result["errors"] = list(result["errors"]) + _static_explanations(request["model"], result)
+    result = _explained(request, _run_isolated(request, timeout) if isolate else _work(request))
     if result.get("ok") and result.get("kernelless"):
         logger.warning(
             "the engine holds plugins of %s, which have no GPU kernel: each enqueue runs the op's PyTorch "
@@ -1001,6 +999,15 @@ def _build_engine(
         list(result.get("log", [])),
         dict(result.get("plugin_shapes", {})),
     )
+
+
+def _explained(request: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with :func:`_static_explanations` added to its errors where the parse failed, or where
+    TensorRT's process ended (or ran out of time) before it reported: the parser crashes on some models
+    the static rules name (a local function that calls itself)."""
+    if result.get("parsed") is False or result.get("backend") == _ENDED_BACKEND:
+        result["errors"] = list(result["errors"]) + _static_explanations(request["model"], result)
+    return result
 
 
 def _static_explanations(model_path: str, result: dict[str, Any]) -> list[list[str]]:
