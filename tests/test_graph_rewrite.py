@@ -567,22 +567,28 @@ def _legacy_model_with_external_data(folder: Path) -> Path:
 
 
 def test_output_paths_that_cannot_be_used_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The input's external data file, an empty path, a folder, a path under a file: each refused
-    (exit 2) before anything is written, the input's files unchanged."""
+    """The input's external data file, an empty path, a folder, a path under a file, a write-protected
+    file (also to root, whose access() passed it: it was replaced): each refused (exit 2) before anything
+    is written, the input's files unchanged."""
     src = _legacy_model_with_external_data(tmp_path)
     data = tmp_path / "model.onnx.data"
     before = (_digest(src), _digest(data))
     (tmp_path / "folder").mkdir()
+    kept = tmp_path / "kept.onnx"
+    kept.write_bytes(b"keep me")
+    kept.chmod(0o444)
     for output, message in (
         (str(data), "is one of the input's own files"),
         ("", "the output path is empty"),
         (str(tmp_path / "folder"), "is a folder; give a file path inside it"),
         (str(src / "x.onnx"), "is a file, not a folder"),
+        (str(kept), "kept.onnx is write-protected; remove it or choose another path"),
     ):
         assert main(["rewrite", str(src), "-o", output, "--rule", "legacy-domain"]) == 2
         assert message in capsys.readouterr().err
     assert (_digest(src), _digest(data)) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "model.onnx", "model.onnx.data"]
+    assert kept.read_bytes() == b"keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "kept.onnx", "model.onnx", "model.onnx.data"]
 
 
 def test_written_files_get_the_usual_permissions_and_links_are_written_through(tmp_path: Path) -> None:

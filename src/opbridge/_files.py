@@ -74,7 +74,9 @@ def prepare_output(
                 raise OutputPathError(f"cannot write {given}: {folder} is a file, not a folder.")
             existing = folder
             break
-    if target.exists() and not os.access(target, os.W_OK):
+    # (write-protected: no write permission for this user, or no write bit at all, which root's access()
+    # passes: a file made read-only to keep it is kept from root too)
+    if target.exists() and (not os.access(target, os.W_OK) or not target.stat().st_mode & 0o222):
         raise OutputPathError(f"{given} is write-protected; remove it or choose another path.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise OutputPathError(f"cannot write {given}: no permission to write in {existing}.")
