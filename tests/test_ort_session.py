@@ -820,6 +820,63 @@ def test_sess_options_of_another_type_is_refused(custom: bool) -> None:
         opbridge.InferenceSession(_add_weight_then_double(custom), sess_options={"intra_op_num_threads": 1})
 
 
+@pytest.mark.parametrize("custom", [False, True], ids=["plain-ops", "bridged-op"])
+def test_the_constructor_takes_onnxruntimes_arguments_in_its_order(custom: bool, tmp_path: Path) -> None:
+    """InferenceSession(path, options), onnxruntime's most common call, failed as a model ONNX Runtime
+    "cannot load" (the second argument was providers); path_or_bytes= and provider_options were refused.
+    onnxruntime's other calls answer as the underlying session's do."""
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_add_weight_then_double(custom), path)
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    sess = opbridge.InferenceSession(str(path), options, ["CPUExecutionProvider"], [{}], bodies="auto")
+    x = np.array([1.0, 2.0], np.float32)
+    (y,) = sess.run(None, {"x": x})
+    by_name = opbridge.InferenceSession(path_or_bytes=str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(by_name.run(None, {"x": x})[0], y)
+    assert sess.get_provider_options() == sess.session.get_provider_options()
+    assert "CPUExecutionProvider" in sess.get_provider_options()
+    assert sess.get_modelmeta().graph_name == onnx.load(path).graph.name
+    assert sess.get_session_options().enable_profiling
+    assert [i.name for i in sess.get_overridable_initializers()] == [
+        i.name for i in sess.session.get_overridable_initializers()
+    ]
+    assert sess.get_profiling_start_time_ns() > 0
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_output(sess.get_outputs()[0].name)
+    sess.run_with_iobinding(binding)
+    np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], y)
+    values = sess.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(x)})
+    np.testing.assert_array_equal(values[0].numpy(), y)
+    assert Path(sess.end_profiling()).exists()
+    with pytest.raises(TypeError, match=r"looks like execution providers: .* give providers=\.\.\. by name"):
+        opbridge.InferenceSession(str(path), ["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("session", ["onnxruntime", "reference"])
+def test_bytes_strings_are_read_as_utf8_text(session: str) -> None:
+    """ONNX Runtime read a fixed-width bytes element that fills its width on into the next one
+    ([b"abc", b"d"] came back as ["abcd", "d"]); the reference evaluator handed back bytes."""
+    from opbridge.reference import ReferenceSession
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        "g",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    make = opbridge.InferenceSession if session == "onnxruntime" else ReferenceSession
+    (got,) = make(model).run(None, {"s": np.array([b"abc", "dé".encode()])})
+    assert got.tolist() == ["abc", "dé"]
+    with pytest.raises(ValueError, match=r"input 's' holds bytes that are not UTF-8 .*decode them to str first"):
+        make(model).run(None, {"s": np.array([b"\xff", b"d"])})
+
+
 def test_one_provider_string_is_one_provider(capfd: pytest.CaptureFixture[str]) -> None:
     """ONNX Runtime split a string into its letters (an EP error, then a fallback)."""
     sess = opbridge.InferenceSession(_add_weight_then_double(True), providers="CPUExecutionProvider")

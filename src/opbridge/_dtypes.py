@@ -118,8 +118,9 @@ def tensor_to_numpy(t: Any) -> np.ndarray:
 def feed_arrays(input_feed: Any) -> dict[str, Any]:
     """A session's ``input_feed`` as ``{name: array}``: torch tensors as numpy arrays (on the CPU,
     detached), numpy scalars (``np.float32(1.5)``) as 0-d arrays, arrays of the other byte order in native
-    order (ONNX Runtime reads them as native: wrong values), other values as they are; a ValueError where
-    it is not a mapping."""
+    order (ONNX Runtime reads them as native: wrong values), bytes arrays (dtype ``S``) as str arrays
+    (ONNX Runtime misreads those too), other values as they are; a ValueError where it is not a mapping
+    or bytes are not UTF-8."""
     from collections.abc import Mapping
 
     if not isinstance(input_feed, Mapping):
@@ -132,6 +133,17 @@ def feed_arrays(input_feed: Any) -> dict[str, Any]:
             out[name] = tensor_to_numpy(value)
         elif isinstance(value, np.generic):  # (ONNX Runtime takes no numpy scalar: "Unable to handle object")
             out[name] = np.asarray(value)
+            value = out[name]
+        if isinstance(value, np.ndarray) and value.dtype.kind == "S":
+            # (ONNX Runtime reads a fixed-width bytes element that fills its width on into the next one:
+            # [b"abc", b"d"] arrived as ["abcd", "d"]; ONNX's strings are UTF-8 text)
+            try:
+                out[name] = np.char.decode(value, "utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"input {name!r} holds bytes that are not UTF-8 ({exc.reason} at byte {exc.start} of an element), "
+                    "and ONNX's strings are UTF-8 text: decode them to str first (an array of dtype str or object)."
+                ) from None
             value = out[name]
         if isinstance(value, np.ndarray) and not value.dtype.isnative:
             out[name] = value.astype(value.dtype.newbyteorder("="))

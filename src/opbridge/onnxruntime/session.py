@@ -242,6 +242,12 @@ def _checked_options(sess_options: Any) -> None:
 
     if sess_options is None or callable(sess_options) or isinstance(sess_options, ort.SessionOptions):
         return
+    if isinstance(sess_options, (str, list, tuple)):  # (providers, given where onnxruntime takes sess_options)
+        raise TypeError(
+            f"InferenceSession: sess_options got {sess_options!r}, which looks like execution providers: the "
+            "arguments are onnxruntime's, in its order (path_or_bytes, sess_options, providers); give "
+            "providers=... by name."
+        )
     raise TypeError(
         f"InferenceSession: sess_options must be an onnxruntime.SessionOptions (or a function returning a new "
         f"one), got {type(sess_options).__name__}; set the settings on one, e.g. options = "
@@ -279,10 +285,14 @@ def _intra_op_threads(options: Any) -> int:
 class InferenceSession:
     """An ONNX Runtime session in which every custom op of the model runs.
 
+    The arguments are onnxruntime's, in its order (``path_or_bytes, sess_options, providers,
+    provider_options``), then opbridge's own.
+
     Args:
-        model_or_path: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
-        providers: execution providers, as for onnxruntime (default: CPU); one string is one
-            provider. Bridged kernels always run on CPU.
+        path_or_bytes: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
+        providers: execution providers, as for onnxruntime (default: CPU, also where ``sess_options``
+            has providers of its own); one string is one provider. Bridged kernels always run on CPU.
+        provider_options: one dict of options per provider, as for onnxruntime.
         bodies: which model-local function bodies of opbridge ops run natively: ``"auto"`` (default)
             all but the nodes whose op prefers its kernel for their attributes (an op whose body
             ONNX Runtime runs slower than its CPU kernel, e.g. bicubic resize), ``"always"`` every
@@ -323,14 +333,16 @@ class InferenceSession:
 
     def __init__(
         self,
-        model_or_path: str | os.PathLike[str] | bytes | onnx.ModelProto,
-        providers: Sequence[Any] | None = None,
+        path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto,
         sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
         bodies: str = "auto",
         native: bool = True,
     ) -> None:
         import onnxruntime as ort
 
+        model_or_path = path_or_bytes
         if bodies not in ("auto", "always", "never"):
             raise ValueError(f"InferenceSession: bodies must be 'auto', 'always' or 'never', got {bodies!r}.")
         self.bodies = bodies
@@ -381,6 +393,7 @@ class InferenceSession:
                 source or model.SerializeToString(),
                 sess_options=options,
                 providers=_provider_list(providers),
+                provider_options=provider_options,
             )
         except Exception as exc:
             if type(exc).__name__ == "InvalidProtobuf":
@@ -717,6 +730,47 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         """The execution providers of the session."""
         return self._session.get_providers()
+
+    # onnxruntime's other calls, on the underlying session: those that run the model (I/O binding, OrtValues)
+    # skip opbridge's feed checks
+
+    def get_provider_options(self) -> dict[str, Any]:
+        """Each provider's options, as ``onnxruntime.InferenceSession.get_provider_options``."""
+        return self._session.get_provider_options()
+
+    def get_session_options(self) -> Any:
+        """The session's ``SessionOptions`` (with the bridge's library registered where it has one)."""
+        return self._session.get_session_options()
+
+    def get_modelmeta(self) -> Any:
+        """The model's metadata (producer, graph name, custom metadata map...)."""
+        return self._session.get_modelmeta()
+
+    def get_overridable_initializers(self) -> list[Any]:
+        """The initializers a feed may replace (onnxruntime NodeArgs)."""
+        return self._session.get_overridable_initializers()
+
+    def end_profiling(self) -> str:
+        """End profiling (``SessionOptions.enable_profiling``) and return the profile file's name."""
+        return self._session.end_profiling()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started, in nanoseconds."""
+        return self._session.get_profiling_start_time_ns()
+
+    def io_binding(self) -> Any:
+        """An ``onnxruntime.IOBinding`` of the session, for :meth:`run_with_iobinding`."""
+        return self._session.io_binding()
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
+        """Run on the inputs and outputs ``iobinding`` binds (no feed checks)."""
+        self._session.run_with_iobinding(iobinding, run_options)
+
+    def run_with_ort_values(
+        self, output_names: Sequence[str] | None, input_dict_ort_values: Any, run_options: Any = None
+    ) -> Any:
+        """Run on ``onnxruntime.OrtValue`` inputs, returning OrtValues (no feed checks)."""
+        return self._session.run_with_ort_values(output_names, input_dict_ort_values, run_options)
 
     @property
     def session(self) -> Any:
