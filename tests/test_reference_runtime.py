@@ -589,12 +589,14 @@ def _optional_and_overridable() -> onnx.ModelProto:
         {"x": np.ones((2, 3), np.float32), "o": None},
         {"x": np.ones((2, 3), np.float32), "o": np.ones(2, np.float32), "w": np.full(3, 5, np.float32)},
         {"x": np.ones((2, 3), ">f4")},
+        {"x": [[1.0, 2.0, 3.0], [4, 5, 6]]},
     ],
-    ids=["optional-left-out", "initializer-overridden", "big-endian"],
+    ids=["optional-left-out", "initializer-overridden", "big-endian", "lists"],
 )
 def test_feeds_onnx_runtime_takes_run(feed: dict[str, Any]) -> None:
     """An optional input left out (or None) is an empty optional, an initializer that is also a graph input
-    may be fed, as in ONNX Runtime; the reference refused both."""
+    may be fed, as in ONNX Runtime; the reference refused both. Lists of numbers take the input's element
+    type, as ONNX Runtime converts them (the reference refused a list of floats as float64)."""
     model = _optional_and_overridable()
     got = ReferenceSession(model).run(None, feed)
     want = opbridge.InferenceSession(model).run(None, feed)
@@ -887,6 +889,15 @@ def test_reference_session_runs_a_loop_without_condition_its_trip_count_times(in
     loops = [n for n in walk_nodes(model.graph.node) if n.op_type == "Loop"]  # (the session filled its own copy)
     assert [n.input[1] for n in loops] == [""]
     assert "Constant" not in {n.op_type for n in walk_nodes(model.graph.node)}
+
+
+def test_a_scalar_input_fed_an_array_is_told_to_take_a_0d_array() -> None:
+    """The message said "feed an array of that shape (named dims may take any size)" for a scalar."""
+    node = helper.make_node("Neg", ["k"], ["y"])
+    model = one_node_model([node], [("k", TensorProto.INT64, [])], [("y", TensorProto.INT64, [])], {})
+    with pytest.raises(ValueError, match=r"has shape \(1,\), but the model declares a scalar; feed a 0-d array"):
+        ReferenceSession(model).run(None, {"k": np.array([3])})
+    assert ReferenceSession(model).run(None, {"k": np.array(3)})[0].tolist() == -3
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,24 @@ class FeedCheck:
         fixed = tuple((axis, n) for axis, n in enumerate(dims or ()) if n is not None)
         return dtype, type_name, dims, fixed
 
+    def as_array(self, name: str, value: Any) -> np.ndarray:
+        """``value`` as an array: a list, tuple or Python number of the input's kind as an array of its
+        element type (as ONNX Runtime converts one: ``[[1.0, 2.0]]`` for a float32 input is float32, not
+        numpy's float64), any other value as numpy makes it."""
+        if isinstance(value, np.ndarray):
+            return value
+        array = np.asarray(value)
+        dtype = self._specs[name][0] if name in self._specs else None
+        if (
+            isinstance(value, (list, tuple, int, float, bool))
+            and dtype is not None
+            and dtype.kind in "biuf"
+            and array.dtype.kind in "biuf"
+            and np.can_cast(array.dtype, dtype, "same_kind")
+        ):
+            return array.astype(dtype)
+        return array
+
     @property
     def omittable(self) -> list[str]:
         """The inputs of optional type, which a feed may leave out."""
@@ -118,8 +136,12 @@ class FeedCheck:
             if len(shape) != len(dims) or any(shape[axis] != n for axis, n in fixed):
                 shown = "x".join(str(d) if d is not None else "?" for d in dims) or "a scalar"
                 self._refuse(
-                    f"input {name!r} has shape {tuple(shape)}, but the model declares {shown}; feed an array of "
-                    "that shape (named dims may take any size)."
+                    f"input {name!r} has shape {tuple(shape)}, but the model declares {shown}; "
+                    + (
+                        "feed a 0-d array (np.asarray(value), or array.reshape(()) for one of a single element)."
+                        if not dims
+                        else "feed an array of that shape (named dims may take any size)."
+                    )
                 )
         if any(n not in feed for n in self._required):
             self._mismatch(feed)

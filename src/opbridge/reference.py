@@ -985,7 +985,7 @@ class ReferenceSession:
                 continue
             # A read-only view, no copy: the evaluator hands graph inputs to kernels as they are,
             # and a numpy kernel that writes into its input fails instead of changing the caller's array.
-            array = np.asarray(value).view()
+            array = self._check_feed.as_array(name, value).view()
             array.flags.writeable = False
             feed[name] = array
         self._check_feed({name: value for name, value in feed.items() if name in input_feed})
