@@ -857,6 +857,33 @@ def test_the_constructor_takes_onnxruntimes_arguments_in_its_order(custom: bool,
         opbridge.InferenceSession(str(path), ["CPUExecutionProvider"])
 
 
+@pytest.mark.parametrize("custom", [False, True], ids=["plain-ops", "bridged-op"])
+def test_providers_set_on_the_session_options_are_used(custom: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Providers given with SessionOptions.add_provider were replaced by CPU without a word (onnxruntime uses
+    them where providers is None). The options of a bridged model are copied, and a copy cannot carry them:
+    a warning says so and names the two ways that keep them."""
+    import onnxruntime as ort
+
+    def options() -> ort.SessionOptions:
+        made = ort.SessionOptions()
+        made.add_provider("AzureExecutionProvider", {})
+        return made
+
+    model = _add_weight_then_double(custom)
+    with caplog.at_level(logging.WARNING, logger="opbridge"):
+        copied = opbridge.InferenceSession(model, options())
+    assert copied.get_providers() == (
+        ["CPUExecutionProvider"] if custom else ["AzureExecutionProvider", "CPUExecutionProvider"]
+    )
+    warned = [r.getMessage() for r in caplog.records if "add_provider" in r.getMessage()]
+    assert len(warned) == int(custom) and all("sess_options=make_options" in m for m in warned)
+    made = opbridge.InferenceSession(model, options)  # (a function making the options: taken as it is)
+    assert made.get_providers() == ["AzureExecutionProvider", "CPUExecutionProvider"]
+    np.testing.assert_array_equal(
+        made.run(None, {"x": np.ones(2, np.float32)})[0], copied.run(None, {"x": np.ones(2, np.float32)})[0]
+    )
+
+
 @pytest.mark.parametrize("session", ["onnxruntime", "reference"])
 def test_bytes_strings_are_read_as_utf8_text(session: str) -> None:
     """ONNX Runtime read a fixed-width bytes element that fills its width on into the next one

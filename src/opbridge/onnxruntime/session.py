@@ -255,6 +255,12 @@ def _checked_options(sess_options: Any) -> None:
     )
 
 
+def _has_providers(options: Any) -> bool:
+    """Whether the SessionOptions ``options`` names execution providers of its own (``add_provider``)."""
+    has = getattr(options, "has_providers", None)  # (onnxruntime 1.22 and later)
+    return bool(has()) if callable(has) else False
+
+
 def _provider_list(providers: Any) -> list[Any]:
     """``providers`` as a list: one string is one provider (not its letters); CPU when None."""
     if providers is None:
@@ -290,8 +296,8 @@ class InferenceSession:
 
     Args:
         path_or_bytes: a path to an .onnx file, its bytes, or an ``onnx.ModelProto``.
-        providers: execution providers, as for onnxruntime (default: CPU, also where ``sess_options``
-            has providers of its own); one string is one provider. Bridged kernels always run on CPU.
+        providers: execution providers, as for onnxruntime (default: those ``sess_options`` names with
+            ``add_provider``, else CPU); one string is one provider. Bridged kernels always run on CPU.
         provider_options: one dict of options per provider, as for onnxruntime.
         bodies: which model-local function bodies of opbridge ops run natively: ``"auto"`` (default)
             all but the nodes whose op prefers its kernel for their attributes (an op whose body
@@ -381,6 +387,12 @@ class InferenceSession:
         self._bridged = bool(bound)
         self._parallel = False
         self._exit_threads: list[int] = []  # (list.append and pop are atomic)
+        if bound and not made and providers is None and _has_providers(sess_options):
+            logger.warning(
+                "InferenceSession: the providers set on sess_options (add_provider, add_provider_for_devices) are "
+                "not copied into the session options that receive the bridge; it runs on CPU. Give providers=... "
+                "or a function making the options (sess_options=make_options)."
+            )
         if bound:
             options = _with_bridge_defaults(options) if made else _copy_options(sess_options)
             threads = _intra_op_threads(options)
@@ -392,7 +404,8 @@ class InferenceSession:
             self._session = ort.InferenceSession(
                 source or model.SerializeToString(),
                 sess_options=options,
-                providers=_provider_list(providers),
+                # (None where the options name their own providers: onnxruntime then takes theirs)
+                providers=None if providers is None and _has_providers(options) else _provider_list(providers),
                 provider_options=provider_options,
             )
         except Exception as exc:
