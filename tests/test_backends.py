@@ -1450,6 +1450,56 @@ def test_openvino_refuses_a_float64_result_its_cpu_plugin_would_narrow(
         np.testing.assert_allclose(runner.infer({"x": np.array([0.0, 1.0])})["y"], [1.0, np.e], rtol=1e-6, atol=0)
 
 
+@opbridge.kernel("tests.backends.defaults::Negate")
+def _negate_kernel(x: np.ndarray) -> np.ndarray:
+    return -x
+
+
+def _resize_with_default_mode(custom: bool) -> onnx.ModelProto:
+    """acme::Up(x): Resize(x, scales 2) with mode taken from the function's attribute, whose default is
+    "cubic", called without it; with ``custom``, the body's result goes through a kernel-only custom node
+    (which makes opbridge's session inline the bodies)."""
+    resize = helper.make_node("Resize", ["x", "", "sc"], ["r" if custom else "y"])
+    resize.attribute.append(helper.make_attribute_ref("mode", onnx.AttributeProto.STRING))
+    nodes = [
+        helper.make_node("Constant", [], ["sc"], value=helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, 2, 2])),
+        resize,
+    ]
+    if custom:
+        nodes.append(helper.make_node("Negate", ["r"], ["y"], domain="tests.backends.defaults"))
+    imports = [helper.make_opsetid("", 19), helper.make_opsetid("tests.backends.defaults", 1)]
+    body = helper.make_function("acme", "Up", ["x"], ["y"], nodes, imports, attributes=[])
+    body.attribute_proto.append(helper.make_attribute("mode", "cubic"))
+    graph = helper.make_graph(
+        [helper.make_node("Up", ["x"], ["y"], domain="acme", name="up")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 6, 6])],
+    )
+    return helper.make_model(
+        graph, opset_imports=[*imports, helper.make_opsetid("acme", 1)], functions=[body], ir_version=10
+    )
+
+
+@pytest.mark.parametrize("custom", [False, True], ids=["standard-body", "body-with-custom-node"])
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_function_attributes_default_survives_inlining(backend: str, custom: bool) -> None:
+    """onnx's inliner drops the defaults of a function's attributes: OpenVINO (which runs inlined bodies) and
+    opbridge's session (which inlines bodies holding a custom node) ran a Resize whose mode defaults to
+    cubic as nearest."""
+    _needs(backend)
+    model = _resize_with_default_mode(custom)
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    import onnxruntime as ort
+
+    plain = _resize_with_default_mode(False)  # (plain ONNX Runtime expands the body itself, with the default)
+    want = ort.InferenceSession(plain.SerializeToString()).run(None, {"x": x})[0] * (-1 if custom else 1)
+    with get_backend(backend)(model) as runner:
+        got = runner.infer({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(want, np.repeat(np.repeat(x, 2, axis=2), 2, axis=3) * (-1 if custom else 1))
+
+
 def test_openvino_notes_that_it_computes_float64_in_float32() -> None:
     """A plain float64 model too: OpenVINO computes it in float32, where 1e-300 arrives as 0 (as the note
     says; such a value beside others is harmless, so it is not refused)."""

@@ -1474,3 +1474,52 @@ def test_a_plugin_of_a_later_op_version_is_looked_up_at_that_version() -> None:
     model.graph.node[1].attribute.append(helper.make_attribute("plugin_version", "2"))
     node = {n.node: n for n in check_compat(model, "tensorrt", real=False).nodes}["custom"]
     assert "creator 'Scale2' version '2'" in node.reason and "adds plugin_version" not in node.reason
+
+
+def _resize_by_function_attribute(mode: str | None, default: str | None) -> onnx.ModelProto:
+    """acme::Up(x): a Resize (scales [1, 1, 2, 2]) whose mode is the function's attribute ``mode``, with
+    ``default``; the call gives ``mode`` (None: leaves it out)."""
+    resize = helper.make_node("Resize", ["x", "", "sc"], ["y"])
+    resize.attribute.append(helper.make_attribute_ref("mode", onnx.AttributeProto.STRING))
+    scales = helper.make_node("Constant", [], ["sc"], value=numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32)))
+    body = helper.make_function(
+        "acme",
+        "Up",
+        ["x"],
+        ["y"],
+        [scales, resize],
+        [helper.make_opsetid("", 19)],
+        attributes=[] if default else ["mode"],
+    )
+    if default:
+        body.attribute_proto.append(helper.make_attribute("mode", default))
+    call = helper.make_node("Up", ["x"], ["y"], domain="acme", name="up", **({"mode": mode} if mode else {}))
+    return make_model(
+        [call],
+        [("x", TensorProto.FLOAT, [1, 1, 3, 3])],
+        [("y", TensorProto.FLOAT, [1, 1, 6, 6])],
+        domains={"acme": 1},
+        functions=[body],
+        opset=19,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "default", "cubic"),
+    [("linear", None, False), (None, "cubic", True), ("cubic", "linear", True)],
+    ids=["given", "default", "given-over-default"],
+)
+def test_a_body_attribute_taken_from_the_function_is_read_through_its_calls(
+    mode: str | None, default: str | None, cubic: bool
+) -> None:
+    """A body node's attribute that refers to its function's (Resize(mode=@mode)) failed compat's TensorRT
+    rules and lint with a traceback ("Cannot get value of reference attribute"); the rules now read what
+    the calls bind it to, and lint's frozen-scale finding is about cubic Resize."""
+    from opbridge.graph import lint_model
+
+    model = _resize_by_function_attribute(mode, default)
+    for target in ("tensorrt", "onnxruntime", "openvino"):
+        report = check_compat(model, target, real=False)
+        assert report.ok and [v.node for v in report.nodes] == ["up"], (target, report.nodes)
+    frozen = [f for f in lint_model(model) if f.code == "frozen-resize-scale"]
+    assert [f.node for f in frozen] == (["acme::Up/Resize#1"] if cubic else [])

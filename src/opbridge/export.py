@@ -1403,9 +1403,8 @@ def _check_inlined(model: onnx.ModelProto) -> None:
     """An ExportError where the model, valid as written, is not once its function bodies are inlined,
     as runtimes run them (a body reading an optional input that a node omits, say)."""
     import onnx
-    import onnx.inliner
 
-    from opbridge.model_io import omitted_variadic_inputs
+    from opbridge.model_io import inline_functions, omitted_variadic_inputs
 
     def checked(inline: Callable[[], onnx.ModelProto]) -> None:
         inlined = inline()
@@ -1415,14 +1414,14 @@ def _check_inlined(model: onnx.ModelProto) -> None:
             raise ValueError(f"{omitted[0][1]} (an optional input of the op that a call leaves out)")
 
     try:
-        checked(lambda: onnx.inliner.inline_local_functions(model))
+        checked(lambda: inline_functions(model))
     except Exception as exc:
         message = " ".join(str(exc).split())
         bodies = []  # the bodies that fail inlined on their own: where the fault is
         for function in model.functions:
             key = (function.domain, function.name)
             try:
-                checked(lambda key=key: onnx.inliner.inline_selected_functions(model, [key]))  # type: ignore[misc]
+                checked(lambda key=key: inline_functions(model, [key]))  # type: ignore[misc]
             except Exception:
                 bodies.append(f"{key[0]}::{key[1]}")
         which = f"the function body of {', '.join(bodies)}" if bodies else "its function bodies"

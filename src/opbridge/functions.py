@@ -446,8 +446,9 @@ def _script_callees_inlined(builder: Any, proto: onnx.FunctionProto) -> onnx.Fun
     writes those calls as nodes of its own domain (``this::helper``), whose bodies ``to_function_proto``
     leaves out, so the exported model would call functions it does not hold."""
     import onnx
-    import onnx.inliner
     from onnx import helper
+
+    from opbridge.model_io import inline_functions
 
     try:
         callees = list(builder.to_model_proto().functions)
@@ -464,7 +465,7 @@ def _script_callees_inlined(builder: Any, proto: onnx.FunctionProto) -> onnx.Fun
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()], functions=callees
     )
-    inlined = onnx.inliner.inline_local_functions(model)
+    inlined = inline_functions(model)
     out = onnx.FunctionProto()
     out.CopyFrom(proto)
     del out.node[:]

@@ -38,6 +38,7 @@ __all__ = [
     "infer_and_check_as_files",
     "load_model",
     "native_path",
+    "inline_functions",
     "omitted_variadic_inputs",
     "on_files",
     "read_external_data",
@@ -462,6 +463,42 @@ def omitted_variadic_inputs(model: onnx.ModelProto) -> list[tuple[str, str]]:
                 )
             )
     return found
+
+
+def inline_functions(model: onnx.ModelProto, selected: Sequence[tuple[str, str]] | None = None) -> onnx.ModelProto:
+    """``onnx.inliner.inline_local_functions(model)`` (``inline_selected_functions`` with ``selected``), each
+    call first given the defaults of the function's attributes it leaves out: onnx's inliner drops them,
+    and a body's ``Resize(mode=@mode)`` whose default is "cubic" came out nearest. ``model`` is not changed.
+    """
+    import onnx
+    import onnx.inliner
+
+    defaults = {
+        (f.domain, f.name, getattr(f, "overload", "")): list(f.attribute_proto)
+        for f in model.functions
+        if len(getattr(f, "attribute_proto", ()))
+    }
+
+    def calls(proto: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, list[onnx.AttributeProto]]]:
+        for node in [*walk_nodes(proto.graph.node), *(n for f in proto.functions for n in walk_nodes(f.node))]:
+            given = {a.name for a in node.attribute}
+            missing = [
+                a
+                for a in defaults.get((node.domain, node.op_type, getattr(node, "overload", "")), ())
+                if a.name not in given
+            ]
+            if missing:
+                yield node, missing
+
+    if defaults and next(calls(model), None) is not None:
+        filled = onnx.ModelProto()
+        filled.CopyFrom(model)
+        for node, missing in list(calls(filled)):
+            node.attribute.extend(missing)
+        model = filled
+    if selected is None:
+        return onnx.inliner.inline_local_functions(model)
+    return onnx.inliner.inline_selected_functions(model, list(selected))
 
 
 def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:

@@ -5,7 +5,8 @@ Loading a model:
 1. Default-domain custom nodes (TorchScript-era exports) are moved into
    ``opbridge.legacy`` (:func:`opbridge.legacy_domain.move_default_domain_ops`),
    since OpenVINO's ONNX frontend needs a domain to map them.
-2. Model-local functions are inlined (``onnx.inliner.inline_local_functions``):
+2. Model-local functions are inlined (:func:`opbridge.model_io.inline_functions`: onnx's inliner, each
+   call given the defaults of the function's attributes it leaves out, which onnx's inliner drops):
    OpenVINO does not expand them, and a custom node with a body becomes standard ops.
    A body using an op OpenVINO's ONNX frontend cannot convert (e.g. DeformConv) is
    dropped instead, and its custom nodes run through their Python kernels.
@@ -147,11 +148,16 @@ def prepare_model(
     :class:`~opbridge.errors.ModelLoadError` for a node of a domain the model does not import.
     """
     import onnx
-    import onnx.inliner
 
     from opbridge._dtypes import onnx_to_numpy
     from opbridge.legacy_domain import DEFAULT_LEGACY_DOMAIN, move_default_domain_ops, runs_default_domain_kernel
-    from opbridge.model_io import adopt_function_domains, check_domain_imports, restore_tensors, strip_tensors
+    from opbridge.model_io import (
+        adopt_function_domains,
+        check_domain_imports,
+        inline_functions,
+        restore_tensors,
+        strip_tensors,
+    )
 
     original_versions = domain_versions(model)
     fixed, moved = move_default_domain_ops(model, DEFAULT_LEGACY_DOMAIN)
@@ -167,7 +173,7 @@ def prepare_model(
     large = too_large(fixed)
     light = strip_tensors(fixed, 1024)[0] if large else fixed
     if light.functions:
-        light = onnx.inliner.inline_local_functions(light)
+        light = inline_functions(light)
     try:
         inferred = onnx.shape_inference.infer_shapes(light)
     except Exception:

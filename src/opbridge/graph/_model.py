@@ -23,6 +23,7 @@ __all__ = [
     "SMALL_TENSOR_BYTES",
     "STANDARD_DOMAINS",
     "bound_attributes",
+    "call_bindings",
     "const_array",
     "ensure_builtin_ops",
     "evaluate_constant",
@@ -153,6 +154,12 @@ def bound_attributes(
             continue
         for label, bound in _bindings(model, fn, attr.ref_attr_name, set()):
             yield attr.name, bound, f" (from call {label})"
+
+
+def call_bindings(model: onnx.ModelProto, fn: onnx.FunctionProto, name: str) -> list[tuple[str, onnx.AttributeProto]]:
+    """``(call label, attribute)`` for each call of ``fn`` (followed through calls inside other bodies):
+    the attribute it binds ``fn``'s attribute ``name`` to, or the function's default where it gives none."""
+    return list(_bindings(model, fn, name, set()))
 
 
 def _bindings(

@@ -710,8 +710,8 @@ def _resize_const_input(node_ir: Any, opset: int | None) -> tuple[str, Any] | No
     return None
 
 
-def _resize_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, Any, int | None, bool]]:
-    """``(label, IR node, ONNX opset, whether in a function body)`` for each standard Resize node of
+def _resize_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, Any, int | None, onnx.FunctionProto | None]]:
+    """``(label, IR node, ONNX opset, the function whose body holds it or None)`` for each standard Resize node of
     ``model``'s graph, its If/Loop/Scan bodies and its model-local functions' bodies (labels as
     :func:`labelled_nodes` gives them)."""
     import onnx_ir as ir
@@ -732,24 +732,40 @@ def _resize_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, Any, int | None
         serde.setLevel(level)
 
     def walk(
-        nodes: Iterable[Any], prefix: str, opset: int | None, in_function: bool
-    ) -> Iterator[tuple[str, Any, int | None, bool]]:
+        nodes: Iterable[Any], prefix: str, opset: int | None, fn: onnx.FunctionProto | None
+    ) -> Iterator[tuple[str, Any, int | None, onnx.FunctionProto | None]]:
         for index, node in enumerate(nodes):
             label = prefix + (node.name or f"{node.op_type}#{index}")
             if node.op_type == "Resize" and node.domain in ("", "ai.onnx"):
-                yield label, node, opset, in_function
+                yield label, node, opset, fn
             for attr in node.attributes.values():
+                if attr.is_ref():
+                    continue
                 if attr.type == ir.AttributeType.GRAPH:
-                    yield from walk(attr.value, f"{label}/{attr.name}/", opset, in_function)
+                    yield from walk(attr.value, f"{label}/{attr.name}/", opset, fn)
                 elif attr.type == ir.AttributeType.GRAPHS:
                     for k, graph in enumerate(attr.value):
-                        yield from walk(graph, f"{label}/{attr.name}[{k}]/", opset, in_function)
+                        yield from walk(graph, f"{label}/{attr.name}[{k}]/", opset, fn)
 
-    yield from walk(converted.graph, "", opset_version(model, ""), False)
+    yield from walk(converted.graph, "", opset_version(model, ""), None)
     for fn in model.functions:
         body = converted.functions.get((fn.domain, fn.name, getattr(fn, "overload", "")))
         if body is not None:
-            yield from walk(body, f"{function_label(fn)}/", opset_version(fn, "") or opset_version(model, ""), True)
+            yield from walk(body, f"{function_label(fn)}/", opset_version(fn, "") or opset_version(model, ""), fn)
+
+
+def _resize_mode(model: onnx.ModelProto, node: Any, fn: onnx.FunctionProto | None) -> str:
+    """An IR Resize node's mode; in a function body, one taken from the function's attribute is what its
+    calls bind it to: "cubic" where one of them does (the mode the findings are about), else the first."""
+    from opbridge.graph._model import call_bindings
+
+    attr = node.attributes.get("mode")
+    if attr is None:
+        return "nearest"
+    if not attr.is_ref():
+        return str(attr.as_string())
+    bound = [a.s.decode("utf-8", "replace") for _, a in call_bindings(model, fn, attr.ref_attr_name)] if fn else []
+    return "cubic" if "cubic" in bound else (bound[0] if bound else "nearest")
 
 
 def _resize_hint(mode: str, what: str, in_function: bool) -> str:
@@ -769,12 +785,13 @@ def _check_resize(model: onnx.ModelProto, warnings: Sequence[Any] | None) -> lis
     value_warnings = [w for w in tracer if _TRACER_VALUE.search(str(getattr(w, "message", w)))]
     findings: list[Finding] = []
     explained = False
-    for label, node, opset, in_function in _resize_nodes(model):
+    for label, node, opset, fn in _resize_nodes(model):
         found = _resize_const_input(node, opset)
         if found is None:
             continue
         what, arr = found
-        mode = node.attributes.get_string("mode", "nearest")
+        mode = _resize_mode(model, node, fn)
+        in_function = fn is not None
         values = arr.tolist()
         if value_warnings:
             explained = True

@@ -370,12 +370,12 @@ class InferenceSession:
                 DEFAULT_LEGACY_DOMAIN,
             )
         if _functions_need_bridge(model):
-            import onnx.inliner
+            from opbridge.model_io import inline_functions
 
             # (the nodes that run their op's kernel instead of its body leave the body's domain first: inlined,
             # they would run the body)
             self._keep_kernels(model)
-            model = onnx.inliner.inline_local_functions(model)
+            model = inline_functions(model)
         self.kernels: dict[str, NodeKernel] = {}
         self._untyped: list[str] = []
         bound = self._plan(model)

@@ -84,12 +84,24 @@ class NodeContext:
         return found
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """The node's attribute ``name``, else ``default``. In a function body, one that refers to the
+        function's attribute (``ref_attr_name``) is the value the first call binds it to (the function's
+        default where the call gives none), ``default`` where no call binds it."""
         import onnx
 
+        from opbridge.graph._model import bound_attributes, function_label
+
         for a in self.proto.attribute:
-            if a.name == name:
-                value = onnx.helper.get_attribute_value(a)
-                return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+            if a.name != name:
+                continue
+            if a.ref_attr_name:
+                fn = next((f for f in self.model.functions if function_label(f) == self.function), None)
+                bound = next((b for n, b, _ in bound_attributes(self.model, self.proto, fn) if n == name), None)
+                if bound is None or bound.ref_attr_name:
+                    return default
+                a = bound
+            value = onnx.helper.get_attribute_value(a)
+            return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
         return default
 
 

@@ -114,9 +114,9 @@ def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conver
         # an invalid model (a cycle, a dangling input, a recursive function) is a conversion error too
         try:
             if path is None or len(model.functions):
-                import onnx.inliner
+                from opbridge.model_io import inline_functions
 
-                inlined = onnx.inliner.inline_local_functions(model) if len(model.functions) else model
+                inlined = inline_functions(model) if len(model.functions) else model
                 path = str(save_model_atomic(inlined, Path(tmp) / "model.onnx"))
             fe = FrontEndManager().load_by_framework("onnx")
             # Keep the input model referenced while the converted one lives: the frontend does not own it.
