@@ -91,6 +91,28 @@ def _nested_function_model(innermost: onnx.NodeProto, domains: dict[str, int]) -
 # (rule code, version, triggering model, node, expected verdict, text in reason, clean model)
 TRT_CASES = [
     (
+        "trt-resize-attributes",
+        "10.8",
+        lambda: _resize_18(mode="linear", antialias=1),
+        "rs",
+        "fail",
+        "Antialiasing is not supported currently",
+        lambda: _resize_18(mode="linear", antialias=0),
+    ),
+    (
+        "trt-plugin-backed-op",
+        None,
+        lambda: _roi_align_16(),
+        "ra",
+        "fail",
+        "ROIAlign plugin was not found in the plugin registry",
+        lambda: make_model(
+            [helper.make_node("Relu", ["x"], ["y"], name="ra")],
+            [("x", TensorProto.FLOAT, [2])],
+            [("y", TensorProto.FLOAT, [2])],
+        ),
+    ),
+    (
         "trt-resize-cubic-unsupported",
         "8.4",
         lambda: resize_model("cubic"),
@@ -407,7 +429,36 @@ def _bitwise_and(op: str = "BitwiseAnd", dtype: int = TensorProto.INT32) -> onnx
     )
 
 
+def _resize_18(**attrs: object) -> onnx.ModelProto:
+    """One Resize-18 node (scales [1, 1, 2, 2] as an initializer) with ``attrs``."""
+    node = helper.make_node("Resize", ["x", "", "sc"], ["y"], name="rs", **attrs)
+    return make_model(
+        [node],
+        [("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [("y", TensorProto.FLOAT, [1, 1, 8, 8])],
+        initializers=[("sc", np.array([1, 1, 2, 2], np.float32))],
+        opset=18,
+    )
+
+
+def _roi_align_16() -> onnx.ModelProto:
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], name="ra", output_height=2, output_width=2)
+    return make_model(
+        [node],
+        [("x", TensorProto.FLOAT, [1, 2, 8, 8]), ("rois", TensorProto.FLOAT, [3, 4]), ("idx", TensorProto.INT64, [3])],
+        [("y", TensorProto.FLOAT, [3, 2, 4, 4])],
+        opset=16,
+    )
+
+
 _AGREEMENT = {
+    "resize-18-plain": lambda: _resize_18(mode="linear"),
+    "resize-18-antialias": lambda: _resize_18(mode="linear", antialias=1),
+    "resize-18-keep-aspect": lambda: _resize_18(mode="linear", keep_aspect_ratio_policy="not_larger"),
+    "resize-half-pixel-symmetric": lambda: _resize_18(coordinate_transformation_mode="half_pixel_symmetric"),
+    "resize-tf-crop-and-resize": lambda: _resize_18(coordinate_transformation_mode="tf_crop_and_resize"),
+    "resize-tf-half-pixel-for-nearest": lambda: _resize_18(coordinate_transformation_mode="tf_half_pixel_for_nearest"),
+    "roialign-16": _roi_align_16,
     "unsqueeze-11": lambda: _unsqueeze(11, "attribute"),
     "unsqueeze-13-input": lambda: _unsqueeze(13, "input"),
     "unsqueeze-13-initializer": lambda: _unsqueeze(13, "initializer"),

@@ -551,6 +551,61 @@ def _rule_input_not_constant(ctx: NodeContext, version: Version) -> Hit | None:
     )
 
 
+# coordinate_transformation_mode values the Resize importer refuses (TensorRT-RTX 1.7, measured in every
+# mode; it checks for "tf_half_pixel_for_nn", which is no ONNX name, so tf_half_pixel_for_nearest fails too)
+_RESIZE_COORDINATES = frozenset({"half_pixel_symmetric", "tf_crop_and_resize", "tf_half_pixel_for_nearest"})
+
+
+def _rule_resize_attributes(ctx: NodeContext, version: Version) -> Hit | None:
+    """Resize attributes the importer refuses: ``antialias`` on, ``keep_aspect_ratio_policy`` other than
+    ``stretch`` (both Resize-18), ``coordinate_transformation_mode`` ``half_pixel_symmetric``,
+    ``tf_crop_and_resize`` or ``tf_half_pixel_for_nearest``.
+
+    Measured with TensorRT-RTX 1.7's parser ("Antialiasing is not supported currently.", "Only `stretch` is
+    supported currently as `keep_aspect_ratio_policy`.", "TensorRT only supports half_pixel, ...").
+    """
+    if not _is_resize(ctx):
+        return None
+    said: list[str] = []
+    if int(ctx.attr("antialias", 0) or 0):
+        said.append('antialias=1: "Antialiasing is not supported currently."')
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        said.append(f'keep_aspect_ratio_policy {policy!r}: "Only `stretch` is supported currently"')
+    coordinates = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if coordinates in _RESIZE_COORDINATES:
+        said.append(f"coordinate_transformation_mode {coordinates!r}, which the Resize importer does not take")
+    if not said:
+        return None
+    return Hit(
+        "fail",
+        "; ".join(said) + " (export F.interpolate without antialias, with the default coordinate mode, or resize "
+        "in a custom op with a plugin)",
+    )
+
+
+# ONNX ops whose importer builds a TensorRT plugin that TensorRT-RTX does not ship (measured, 1.7)
+_PLUGIN_BACKED_RTX = {"RoiAlign": "ROIAlign plugin was not found in the plugin registry!"}
+
+
+def _rule_plugin_backed_op(ctx: NodeContext, version: Version) -> Hit | None:
+    """Without ``--trt-version``: an ONNX op whose importer builds one of TensorRT's own plugins, which
+    TensorRT-RTX does not ship (RoiAlign: "ROIAlign plugin was not found in the plugin registry!").
+
+    TensorRT 8.x and 10 ship the plugin (libnvinfer_plugin) and import the node; TensorRT-RTX 1.7 fails it
+    (measured).
+    """
+    message = _PLUGIN_BACKED_RTX.get(ctx.op_type)
+    if version != LATEST or ctx.custom or message is None or ctx.domain not in ("", "ai.onnx"):
+        return None
+    return Hit(
+        "fail",
+        f'TensorRT-RTX imports {ctx.op_type} as a TensorRT plugin it does not ship: "{message}"; export the model '
+        "with a custom op that has a plugin of its own there (opbridge.ops.RoIAlign, mmdeploy::MMCVRoiAlign, for "
+        "torchvision's roi_align), or give --trt-version to judge a TensorRT release",
+    )
+
+
 def _rule_refused_op(ctx: NodeContext, version: Version) -> Hit | None:
     """Without ``--trt-version``: an ONNX op TensorRT-RTX 1.7's parser refuses outright (``_REFUSED_RTX``).
 
@@ -723,6 +778,20 @@ TRT_RULES: tuple[TrtRule, ...] = (
         None,
         f"TensorRT-RTX 1.7 parser (measured, per op version); {_DOCS} (8.4, 10.15)",
         _rule_input_not_constant,
+    ),
+    TrtRule(
+        "trt-resize-attributes",
+        (7, 0),
+        None,
+        f"{_IMPORTER}; TensorRT-RTX 1.7 parser (measured)",
+        _rule_resize_attributes,
+    ),
+    TrtRule(
+        "trt-plugin-backed-op",
+        (7, 0),
+        None,
+        "TensorRT-RTX 1.7 parser (measured: the importer's plugin is not in its registry)",
+        _rule_plugin_backed_op,
     ),
     TrtRule(
         "trt-refused-op",
