@@ -1574,3 +1574,26 @@ def test_a_body_attribute_taken_from_the_function_is_read_through_its_calls(
         assert report.ok and [v.node for v in report.nodes] == ["up"], (target, report.nodes)
     frozen = [f for f in lint_model(model) if f.code == "frozen-resize-scale"]
     assert [f.node for f in frozen] == (["acme::Up/Resize#1"] if cubic else [])
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_an_opbridge_op_with_an_output_numpy_has_no_type_for_fails(target: str) -> None:
+    """A bfloat16 grid_sampler passed as "opbridge" on both targets, whose backends refuse it at load (a
+    Python kernel cannot be handed a bfloat16 array)."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+
+    def grid_sampler(elem: int) -> onnx.ModelProto:
+        node = helper.make_node("grid_sampler", ["x", "g"], ["y"], domain="mmdeploy", name="gs")
+        return make_model(
+            [node],
+            [("x", elem, [1, 2, 5, 5]), ("g", elem, [1, 3, 3, 2])],
+            [("y", elem, [1, 2, 3, 3])],
+            domains={"mmdeploy": 1},
+        )
+
+    (node,) = check_compat(grid_sampler(TensorProto.BFLOAT16), target, real=False).nodes
+    assert node.verdict == "fail" and "output 'y' is bfloat16" in node.reason, node
+    assert "cast to float32 around the op" in node.reason
+    (node,) = check_compat(grid_sampler(TensorProto.FLOAT16), target, real=False).nodes
+    assert node.verdict == "opbridge", node

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +82,20 @@ class NodeContext:
         if found is None and runs_default_domain_kernel(self.domain, self.op_type, self.version):
             found = opbridge.find_kernel("", self.op_type)
         return found
+
+    def untaken_outputs(self, taken: Callable[[int], bool]) -> list[tuple[str, str]]:
+        """``(name, type)`` of the node's outputs whose declared element type ``taken`` refuses (bfloat16, which
+        a Python kernel cannot be handed: numpy has no such type)."""
+        import onnx
+
+        from opbridge.model_io import elem_types
+
+        types = elem_types(self.model, [n for n in self.proto.output if n])
+        return [
+            (name, onnx.TensorProto.DataType.Name(types[name]).lower())
+            for name in self.proto.output
+            if name and types.get(name) and not taken(types[name])
+        ]
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The node's attribute ``name``, else ``default``. In a function body, one that refers to the

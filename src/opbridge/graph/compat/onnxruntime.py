@@ -85,13 +85,23 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
                 "(in memory); for plain ONNX Runtime: opbridge rewrite MODEL -o OUT --rule legacy-domain",
             )
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "function", "model-local function body")
-    if ctx.opbridge_op() is not None:
+    if ctx.opbridge_op() is not None or ctx.opbridge_kernel() is not None:
+        from opbridge.onnxruntime.session import _BRIDGED_TYPES
+
+        untaken = ctx.untaken_outputs(lambda elem: elem in _BRIDGED_TYPES)
+        if untaken:
+            name, dtype = untaken[0]
+            return NodeVerdict(
+                ctx.label,
+                ctx.domain,
+                ctx.op_type,
+                "fail",
+                f"output {name!r} is {dtype}, which opbridge's ONNX Runtime bridge does not pass to kernels (numpy "
+                "has no such type): cast to float32 around the op for ONNX Runtime",
+            )
+        what = "opbridge op" if ctx.opbridge_op() is not None else "@opbridge.kernel"
         return NodeVerdict(
-            ctx.label, ctx.domain, ctx.op_type, "opbridge", "opbridge op: runs through opbridge's ORT bridge"
-        )
-    if ctx.opbridge_kernel() is not None:
-        return NodeVerdict(
-            ctx.label, ctx.domain, ctx.op_type, "opbridge", "@opbridge.kernel: runs through opbridge's ORT bridge"
+            ctx.label, ctx.domain, ctx.op_type, "opbridge", f"{what}: runs through opbridge's ORT bridge"
         )
     where = ctx.domain or "the default domain"
     mismatch = ctx.opbridge_mismatch()

@@ -168,6 +168,17 @@ def unconverted_ops(model: onnx.ModelProto, path: str | None = None) -> tuple[se
     return conversion.no_rule, conversion.error
 
 
+def _numpy_type(elem: int) -> bool:
+    """Whether the ONNX element type ``elem`` has a numpy type (what OpenVINO's Python ops are handed)."""
+    from opbridge._dtypes import onnx_to_numpy
+
+    try:
+        onnx_to_numpy(elem)
+    except TypeError:
+        return False
+    return True
+
+
 def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node OpenVINO verdicts from a partial conversion by OpenVINO's ONNX frontend.
 
@@ -181,6 +192,13 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
     for ctx in node_contexts(model):
 
         def add(verdict: Any, reason: str, ctx: Any = ctx) -> None:
+            untaken = ctx.untaken_outputs(_numpy_type) if verdict == "opbridge" else []
+            if untaken:  # (opbridge's OpenVINO backend refuses the model at load)
+                verdict, reason = (
+                    "fail",
+                    f"output {untaken[0][0]!r} is {untaken[0][1]}, which OpenVINO's Python ops do not take (numpy has "
+                    "no such type): cast to float32 around the op for OpenVINO",
+                )
             nodes.append(NodeVerdict(ctx.label, ctx.domain, ctx.op_type, verdict, reason))
 
         key = ("" if ctx.domain == "ai.onnx" else ctx.domain, ctx.op_type)
