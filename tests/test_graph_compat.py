@@ -1597,3 +1597,18 @@ def test_an_opbridge_op_with_an_output_numpy_has_no_type_for_fails(target: str) 
     assert "cast to float32 around the op" in node.reason
     (node,) = check_compat(grid_sampler(TensorProto.FLOAT16), target, real=False).nodes
     assert node.verdict == "opbridge", node
+
+
+def test_onnx_runtimes_error_naming_an_unnamed_node_by_op_and_version_is_its() -> None:
+    """ONNX Runtime has no bfloat16 Relu ("Could not find an implementation for Relu(14) node with name ''"):
+    the real column said "no error reported" on the unnamed node and left the error to a note."""
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [("x", TensorProto.BFLOAT16, [1, 4])],
+        [("y", TensorProto.BFLOAT16, [1, 4])],
+        opset=20,
+    )
+    report = check_compat(model, "onnxruntime")
+    (node,) = report.nodes
+    assert not report.real_ok and node.node == "Relu#0"
+    assert node.real.startswith("fail: ") and "Relu(14)" in node.real, node

@@ -147,7 +147,8 @@ def _session_error(model: onnx.ModelProto, path: str | None) -> str | None:
 
 def _blamed(error: str, contexts: list[NodeContext]) -> set[str]:
     """Labels of the nodes ``error`` names: by their own name as ONNX Runtime quotes it ("Node (name)",
-    "Name:'name'", "Name: name "), or by op type (":Op(", " Op "). ONNX Runtime reports a failing node of
+    "Name:'name'", "Name: name "), or by op type (":Op(", " Op(", " Op "; "an implementation for Relu(14) node
+    with name ''"). ONNX Runtime reports a failing node of
     an If/Loop/Scan body under the container too ("Node (if) Op (If) [TypeInferenceError] Graph attribute
     inferencing failed: ..."): a container is blamed only where nothing its subgraphs hold is."""
     found = set()
@@ -156,7 +157,7 @@ def _blamed(error: str, contexts: list[NodeContext]) -> set[str]:
         quoted = bool(name) and any(
             q in error for q in (f"({name})", f"'{name}'", f'"{name}"', f"Name: {name} ", f"Name:{name} ")
         )
-        if quoted or f":{ctx.op_type}(" in error or f" {ctx.op_type} " in error:
+        if quoted or any(f"{c}{ctx.op_type}(" in error for c in ": ") or f" {ctx.op_type} " in error:
             found.add(ctx.label)
     carriers = {owner for ctx in contexts if ctx.label in found for owner in ctx.owners}
     return found - carriers
