@@ -1612,3 +1612,27 @@ def test_onnx_runtimes_error_naming_an_unnamed_node_by_op_and_version_is_its() -
     (node,) = report.nodes
     assert not report.real_ok and node.node == "Relu#0"
     assert node.real.startswith("fail: ") and "Relu(14)" in node.real, node
+
+
+def test_openvino_compiles_a_model_that_converts_whole() -> None:
+    """An If whose branches give outputs of different rank converts, and OpenVINO's CPU plugin refuses to
+    compile it ("doesn't support If operation with dynamic rank"): compat said ok, the backend failed."""
+    pytest.importorskip("openvino", reason="openvino is not installed")
+    value = helper.make_tensor_value_info
+    then_branch = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["o"])], "then", [], [value("o", TensorProto.FLOAT, [1, 2, 5, 5])]
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["o"], keepdims=0)], "else", [], [value("o", TensorProto.FLOAT, [])]
+    )
+    node = helper.make_node("If", ["c"], ["y"], name="cond", then_branch=then_branch, else_branch=else_branch)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [1, 2, 5, 5]), ("c", TensorProto.BOOL, [])], [("y", TensorProto.FLOAT, None)]
+    )
+    report = check_compat(model, "openvino")
+    assert not report.ok and not report.real_ok
+    verdicts = {n.node: n for n in report.nodes}
+    assert verdicts["cond"].verdict == "fail" and "If operation with dynamic rank" in verdicts["cond"].reason
+    assert verdicts["cond/then_branch/Relu#0"].verdict == "native"
+    assert any(note.startswith("compiling for the CPU raised:") for note in report.notes)
+    assert check_compat(model, "openvino", real=False).ok  # (conversion alone passes it)

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,13 +41,15 @@ class Conversion:
     failed (a ``NotSupportedONNXNode``), and ``failed_ops`` the ``(domain, op_type)`` of those that come
     from an inlined function body; ``messages``, the
     frontend's message for each failed node, by the name it gives the node (its name, or its first
-    output's); ``error``, a conversion error if it raised."""
+    output's); ``error``, a conversion error if it raised; ``compile_error``, what OpenVINO's CPU plugin
+    raised compiling a model that converted whole (no node left unconverted), where it was asked to."""
 
     no_rule: set[tuple[str, str]] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     failed_ops: set[tuple[str, str]] = field(default_factory=set)
     messages: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    compile_error: str | None = None
 
     def failure(self, node: onnx.NodeProto) -> str | None:
         """The frontend's message where its conversion rule failed on ``node`` ("" when it gave none), or None."""
@@ -101,10 +103,12 @@ def _failure_messages(text: str) -> dict[str, str]:
     return out
 
 
-def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conversion:
+def convert_partially(model: onnx.ModelProto, path: str | None = None, *, compile: bool = False) -> Conversion:
     """What the OpenVINO ONNX frontend leaves unconverted, in the graph and the If/Loop/Scan bodies.
     ``path``: the model's file, converted as it is where the model has no local functions to inline (a
-    model of 2 GiB or more cannot be written again in one piece)."""
+    model of 2 GiB or more cannot be written again in one piece). With ``compile``, a model that converts
+    whole is compiled for the CPU too (its plugin refuses some converted models: an If whose branches
+    give outputs of different rank)."""
     from openvino.frontend import FrontEndManager
 
     from opbridge.export import save_model_atomic
@@ -146,6 +150,15 @@ def convert_partially(model: onnx.ModelProto, path: str | None = None) -> Conver
                     result.failed.update(names)
                     if not names & own:  # a node of an inlined function body (the inliner renamed its outputs)
                         result.failed_ops.add(key)
+        if compile and not result.no_rule and not result.failed:
+            import openvino
+
+            try:
+                openvino.Core().compile_model(converted, "CPU")
+            except Exception as exc:
+                from opbridge.backends.openvino_backend import _first_line
+
+                result.compile_error = _first_line(exc)
         del converted, input_model
         if result.failed:
             # the messages are only in the full conversion's error (a second conversion, of a model that fails)
@@ -182,11 +195,12 @@ def _numpy_type(elem: int) -> bool:
 def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node OpenVINO verdicts from a partial conversion by OpenVINO's ONNX frontend.
 
-    ``real`` is accepted for symmetry: the verdicts already come from OpenVINO itself.
+    The verdicts come from OpenVINO itself; with ``real``, a model that converts whole is also compiled
+    for the CPU, whose plugin refuses some converted models (its nodes of the op it names fail).
     """
     import openvino
 
-    conversion = convert_partially(model, path)
+    conversion = convert_partially(model, path, compile=real)
     missing, error = conversion.no_rule, conversion.error
     nodes: list[NodeVerdict] = []
     for ctx in node_contexts(model):
@@ -278,9 +292,25 @@ def check_openvino(model: onnx.ModelProto, *, real: bool = True, path: str | Non
                 add("fail", no_rule)
         else:
             add("native", "converted by the ONNX frontend")
+    if conversion.compile_error is not None:
+        # (the plugin names the op, "doesn't support If operation with dynamic rank": its nodes fail)
+        named = {n.op_type for n in nodes if f"{n.op_type} operation" in conversion.compile_error}
+        nodes = [
+            replace(n, verdict="fail", reason=f"OpenVINO's CPU plugin refuses it: {conversion.compile_error}")
+            if n.op_type in named
+            else n
+            for n in nodes
+        ]
     report = CompatReport(
-        "openvino", f"openvino {openvino.__version__} ONNX frontend", nodes, "OpenVINO ONNX frontend", None
+        "openvino",
+        f"openvino {openvino.__version__} ONNX frontend",
+        nodes,
+        "OpenVINO ONNX frontend" + (" and CPU plugin" if real else ""),
+        None,
     )
+    if conversion.compile_error is not None:
+        report.real_ok = False
+        report.notes.append(f"compiling for the CPU raised: {conversion.compile_error}")
     if error is not None:
         from opbridge.backends.openvino_backend import _first_line
 
