@@ -592,8 +592,8 @@ def _rule_plugin_backed_op(ctx: NodeContext, version: Version) -> Hit | None:
     """Without ``--trt-version``: an ONNX op whose importer builds one of TensorRT's own plugins, which
     TensorRT-RTX does not ship (RoiAlign: "ROIAlign plugin was not found in the plugin registry!").
 
-    TensorRT 8.x and 10 ship the plugin (libnvinfer_plugin) and import the node; TensorRT-RTX 1.7 fails it
-    (measured).
+    TensorRT ships such plugins in libnvinfer_plugin, and releases whose parser has the importer take the node
+    (not judged here); TensorRT-RTX 1.7 fails it (measured).
     """
     message = _PLUGIN_BACKED_RTX.get(ctx.op_type)
     if version != LATEST or ctx.custom or message is None or ctx.domain not in ("", "ai.onnx"):
