@@ -31,6 +31,7 @@ __all__ = [
     "default_domain_custom_nodes",
     "default_domain_functions",
     "default_domain_opset",
+    "first_versions",
     "is_standard_op",
     "move_default_domain_ops",
     "runs_default_domain_kernel",
@@ -40,13 +41,18 @@ DEFAULT_LEGACY_DOMAIN = "opbridge.legacy"
 
 
 @functools.cache
-def _standard_since() -> dict[str, int]:
-    """The first opset version of each op of ONNX's default domain."""
+def first_versions(domain: str = "") -> dict[str, int]:
+    """The first opset version of each op of one of ONNX's domains (``""``: the default one).
+
+    >>> first_versions()["Gelu"], first_versions("ai.onnx.ml")["TreeEnsemble"]
+    (20, 5)
+    """
     import onnx
 
+    wanted = ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
     first: dict[str, int] = {}
     for s in onnx.defs.get_all_schemas_with_history():
-        if s.domain in ("", "ai.onnx"):
+        if s.domain in wanted:
             first[s.name] = min(first.get(s.name, s.since_version), s.since_version)
     return first
 
@@ -59,7 +65,7 @@ def is_standard_op(op_type: str, opset: int | None = None) -> bool:
     >>> is_standard_op("Gelu", 11), is_standard_op("Gelu", 20), is_standard_op("Gelu")
     (False, True, True)
     """
-    since = _standard_since().get(op_type)
+    since = first_versions().get(op_type)
     return since is not None and (opset is None or since <= opset)
 
 

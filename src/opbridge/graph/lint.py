@@ -439,18 +439,14 @@ def _not_an_op_there(
     (``invalid-model``), or, outside the default domain (whose ops ONNX does not define at all
     custom-op-default-domain names), no op of it at all (``custom-op-default-domain``). None where it is
     defined there."""
-    import onnx
+    from opbridge.legacy_domain import first_versions
 
     version = opset_version(owner, domain)
-    since = [
-        s.since_version
-        for s in onnx.defs.get_all_schemas_with_history()
-        if s.name == node.op_type and s.domain == domain
-    ]
-    if version is None or (since and min(since) <= version):
+    since = first_versions(domain).get(node.op_type)
+    if version is None or (since is not None and since <= version):
         return None
     where = f"ONNX's {domain} domain" if domain else "ONNX"
-    if not since:
+    if since is None:
         return Finding(
             "error",
             "custom-op-default-domain",
@@ -465,17 +461,17 @@ def _not_an_op_there(
             "error",
             "invalid-model",
             label,
-            f"{node.op_type} is an op of {where} from opset {min(since)} on, but the model imports {domain} "
+            f"{node.op_type} is an op of {where} from opset {since} on, but the model imports {domain} "
             f"opset {version}: no runtime runs it there",
-            f"import {domain} at opset {min(since)} or later, or replace {node.op_type} by ops of opset {version}",
+            f"import {domain} at opset {since} or later, or replace {node.op_type} by ops of opset {version}",
         )
     return Finding(
         "error",
         "invalid-model",
         label,
-        f"{node.op_type} is an ONNX op from opset {min(since)} on, but the model imports opset {version}: no "
+        f"{node.op_type} is an ONNX op from opset {since} on, but the model imports opset {version}: no "
         "runtime runs it there as ONNX's op",
-        f"export at opset {min(since)} or later (opset_version=...), or replace {node.op_type} by ops of opset "
+        f"export at opset {since} or later (opset_version=...), or replace {node.op_type} by ops of opset "
         f"{version}; where it is a custom op of its own (a TorchScript-era g.op('{node.op_type}')), move it out of "
         "the default domain with opbridge rewrite MODEL -o OUT --rule legacy-domain",
     )
