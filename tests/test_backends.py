@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -1630,7 +1630,7 @@ def test_openvino_names_a_default_domain_kernel_registered_only_for_later_opsets
 
 
 @opbridge.op("tests.mismatch::Shift")
-def _shift(x: torch.Tensor, k: int = 1) -> torch.Tensor:
+def _shift(x: torch.Tensor, k: Literal[1, 2, 3] = 1) -> torch.Tensor:
     return x + k
 
 
@@ -1657,6 +1657,11 @@ _MISMATCHES = {
         r"has attribute\(s\) \['q'\] that the op does not declare",
     ),
     "extra-input": (_shift_model(["x", "z"], ["y"]), r"has 2 inputs; the op takes at most 1"),
+    # (a value outside the op's Literal: the reference session ran the node and the reference's code met it)
+    "attribute-value": (
+        _shift_model(["x"], ["y"], k=7),
+        r"has attribute 'k' = 7 where tests.mismatch::Shift takes \[1, 2, 3\]: set it to one of them",
+    ),
 }
 
 

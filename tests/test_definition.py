@@ -9,7 +9,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pytest
@@ -129,6 +129,73 @@ def test_wrong_attribute_type_at_call() -> None:
         everything(torch.ones(1), None, nope=1)
     with pytest.raises(opbridge.OpCallError, match=r"input 'x' expects a torch.Tensor, got list"):
         everything([1.0], None)
+
+
+@opbridge.op("tests.def::PoolChoices")
+def pool(
+    x: torch.Tensor,
+    mode: Literal["avg", "max"] = "avg",
+    levels: list[Literal[0, 1, 2]] = [0],  # noqa: B006
+) -> torch.Tensor:
+    """A Literal attribute, of strings, and a list attribute of Literal ints."""
+    return (x.amax() if mode == "max" else x.mean()) + sum(levels)
+
+
+def test_a_literal_attribute_takes_only_its_values() -> None:
+    """A Literal annotation is data of the spec (its choices); every call outside them is refused, an eager
+    call and a direct torch.ops call alike (which used to run the reference's fallback branch: mean)."""
+    mode, levels = pool.spec.attributes
+    assert (mode.type, mode.default, mode.choices) == (AttrType.STRING, "avg", ("avg", "max"))
+    assert (levels.type, levels.default, levels.choices) == (AttrType.INTS, (0,), (0, 1, 2))
+    x = torch.tensor([1.0, 3.0])
+    assert pool(x, mode="max", levels=[2, 1]).item() == 6.0
+    with pytest.raises(
+        opbridge.OpCallError,
+        match=r"tests.def::PoolChoices: attribute 'mode' = 'mean' is not one of the values it takes, \['avg', 'max'\]; "
+        r"pass one of them, e.g. mode='avg'",
+    ):
+        pool(x, mode="mean")
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'levels' holds 3, which is not one of .* levels=\[0\]"):
+        pool(x, levels=[0, 3])
+    torch_op = getattr(torch.ops.opbridge, pool.torch_op_name.split("::")[1])
+    assert torch_op(x, "max", [1]).item() == 4.0
+    with pytest.raises(opbridge.OpCallError, match=r"attribute 'mode' = 'mean' is not one of"):
+        torch_op(x, "mean", [0])
+
+
+def test_literal_attributes_that_cannot_be_are_refused_at_definition() -> None:
+    with pytest.raises(OpDefinitionError, match=r"default of 'mode'.*'mean' is not one of the values it takes"):
+
+        @opbridge.op("tests.def::BadLiteralDefault")
+        def _a(x: torch.Tensor, mode: Literal["avg", "max"] = "mean") -> torch.Tensor:
+            return x
+
+    for annotation in (Literal["avg", 1], Literal[True, False], Literal[b"x"]):
+        with pytest.raises(OpDefinitionError, match=r"a Literal attribute takes values of one type, int or str"):
+            opbridge.definition.spec_from_function(_literal_fn(annotation), "tests.def::BadLiteral")
+    with pytest.raises(OpDefinitionError, match=r"choices must be int values; got \('a',\)"):
+        opbridge.AttrSpec("k", AttrType.INT, choices=("a",))
+    with pytest.raises(OpDefinitionError, match=r"choices= takes a non-empty tuple of str values"):
+        opbridge.AttrSpec("mode", AttrType.STRING, choices="avg")
+    with pytest.raises(OpDefinitionError, match=r"a bool attribute takes True and False already"):
+        opbridge.AttrSpec("flag", AttrType.BOOL, choices=(True,))
+    with pytest.raises(OpDefinitionError, match=r"the default \(3,\) is not among its choices \(1, 2\)"):
+        opbridge.AttrSpec("ks", AttrType.INTS, (3,), choices=(1, 2))
+
+
+def _literal_fn(annotation: Any) -> Callable[..., Any]:
+    def fn(x: torch.Tensor, mode: int = 0) -> torch.Tensor:
+        return x
+
+    fn.__annotations__ = {"x": torch.Tensor, "mode": annotation, "return": torch.Tensor}
+    return fn
+
+
+def test_the_onnx_schema_names_an_attribute_s_choices() -> None:
+    from opbridge.onnx_schema import make_schema
+
+    described = {a.name: a.description for a in make_schema(pool).attributes.values()}
+    assert described == {"mode": "one of ['avg', 'max']", "levels": "one of [0, 1, 2]"}
 
 
 def test_name_without_domain() -> None:

@@ -7,7 +7,7 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 from unittest import mock
 
 import numpy as np
@@ -224,6 +224,33 @@ def test_every_attribute_type(tmp_path: Path, exporter: str) -> None:
     assert got["is_"] == ("INTS", [-1, 2**33])
     assert got["ss"] == ("STRINGS", ["p", "这", ""])
     assert {o.domain: o.version for o in result.model.opset_import}["acme"] == 3
+
+
+@opbridge.op("acme::PickRows")
+def pick_rows(x: torch.Tensor, mode: Literal["avg", "max"] = "avg", rows: list[Literal[0, 1]] = [0]) -> torch.Tensor:  # noqa: B006
+    picked = x[list(rows)]
+    return picked.amax(0) if mode == "max" else picked.mean(0)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_literal_attributes_export_their_value_and_refuse_others(tmp_path: Path, exporter: str) -> None:
+    class Pick(torch.nn.Module):
+        def __init__(self, mode: str) -> None:
+            super().__init__()
+            self.mode = mode
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return pick_rows(x, mode=self.mode, rows=[1, 0])
+
+    result = opbridge.export(Pick("max"), (torch.randn(2, 3),), tmp_path / "p.onnx", exporter=exporter)
+    (node,) = result.custom_nodes
+    assert {a.name: _attr(a) for a in node.attribute} == {"mode": ("STRING", "max"), "rows": ("INTS", [1, 0])}
+    target = tmp_path / "mean.onnx"
+    with pytest.raises(
+        ExportError, match=r"attribute 'mode' = 'mean' is not one of the values it takes, \['avg', 'max'\]"
+    ):
+        opbridge.export(Pick("mean"), (torch.randn(2, 3),), target, exporter=exporter)
+    assert not target.exists()
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)

@@ -1636,3 +1636,30 @@ def test_openvino_compiles_a_model_that_converts_whole() -> None:
     assert verdicts["cond/then_branch/Relu#0"].verdict == "native"
     assert any(note.startswith("compiling for the CPU raised:") for note in report.notes)
     assert check_compat(model, "openvino", real=False).ok  # (conversion alone passes it)
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime", "openvino"])
+def test_an_opbridge_op_with_an_attribute_value_it_does_not_take_fails(target: str) -> None:
+    """interpolation_mode=4 on a grid_sampler (which takes 0, 1 or 2) was "opbridge" on every target, whose
+    backends (ONNX Runtime's bridge, OpenVINO's Python op, the TensorRT plugin's creator) refuse the node."""
+    if target == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed")
+
+    def grid_sampler(mode: int) -> onnx.ModelProto:
+        node = helper.make_node(
+            "grid_sampler", ["x", "g"], ["y"], domain="mmdeploy", name="gs", interpolation_mode=mode
+        )
+        return make_model(
+            [node],
+            [("x", TensorProto.FLOAT, [1, 2, 5, 5]), ("g", TensorProto.FLOAT, [1, 3, 3, 2])],
+            [("y", TensorProto.FLOAT, [1, 2, 3, 3])],
+            domains={"mmdeploy": 1},
+        )
+
+    (node,) = check_compat(grid_sampler(4), target, real=False).nodes
+    assert node.verdict == "fail", node
+    assert "the node has attribute 'interpolation_mode' = 4 where mmdeploy::grid_sampler takes [0, 1, 2]" in (
+        node.reason
+    )
+    (node,) = check_compat(grid_sampler(2), target, real=False).nodes
+    assert node.verdict == "opbridge", node

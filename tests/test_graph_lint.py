@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -109,8 +110,8 @@ def _sum_of(*inputs: str) -> onnx.ModelProto:
     )
 
 
-def _roi_align(spatial_scale: float) -> onnx.ModelProto:
-    """One mmdeploy::MMCVRoiAlign node (opbridge's RoIAlign) with ``spatial_scale`` as written."""
+def _roi_align(spatial_scale: float, mode: str = "avg") -> onnx.ModelProto:
+    """One mmdeploy::MMCVRoiAlign node (opbridge's RoIAlign) with ``spatial_scale`` and ``mode`` as written."""
     node = helper.make_node(
         "MMCVRoiAlign",
         ["f", "r"],
@@ -121,7 +122,7 @@ def _roi_align(spatial_scale: float) -> onnx.ModelProto:
         output_width=2,
         spatial_scale=spatial_scale,
         sampling_ratio=2,
-        mode="avg",
+        mode=mode,
         aligned=1,
     )
     return make_model(
@@ -134,6 +135,7 @@ def _roi_align(spatial_scale: float) -> onnx.ModelProto:
 
 CASES = [
     ("attribute-type", "warning", lambda: _roi_align(1), lambda: _roi_align(1.0)),
+    ("attribute-value", "error", lambda: _roi_align(1.0, "mean"), lambda: _roi_align(1.0, "max")),
     ("custom-op-default-domain", "error", _default_domain_model, lambda: custom_node_model("MYSELU", "legacy")),
     ("domain-without-opset", "error", lambda: custom_node_model(with_import=False), lambda: custom_node_model()),
     (
@@ -673,6 +675,43 @@ def test_an_int_attribute_where_the_op_declares_float_is_a_warning_the_backends_
     model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4, 2, 2]))
     errors = [f for f in lint_model(model) if f.severity == "error"]
     assert [f.code for f in errors] == ["invalid-model"] and "'ghost'" in errors[0].message, errors
+
+
+@opbridge.op("tests.lint.choices::Pick")
+def _pick(x: torch.Tensor, rows: list[Literal[0, 1]] = [0]) -> torch.Tensor:  # noqa: B006
+    return x[list(rows)]
+
+
+def test_an_attribute_value_the_op_does_not_take_is_an_error_where_a_call_binds_it() -> None:
+    """mode="mean" where MMCVRoiAlign takes "avg" or "max" passed lint (and compat): the checker knows no
+    choices, and the backends refused it only when they ran the node. A body's node taking the value from
+    its call is named with the call that binds it; a list attribute names the element."""
+    body = [helper.make_node("MMCVRoiAlign", ["f", "r"], ["y"], domain="mmdeploy", name="roi")]
+    body[0].attribute.append(helper.make_attribute_ref("mode", onnx.AttributeProto.STRING))
+    imports = [helper.make_opsetid("", OPSET), helper.make_opsetid("mmdeploy", 1)]
+    wrap = helper.make_function("acme", "Wrap", ["f", "r"], ["y"], body, imports, attributes=["mode"])
+    calls = [
+        helper.make_node("Wrap", ["f", "r"], ["y1"], domain="acme", name="good", mode="max"),
+        helper.make_node("Wrap", ["f", "r"], ["y2"], domain="acme", name="bad", mode="mean"),
+        helper.make_node("Pick", ["f"], ["y3"], domain="tests.lint.choices", name="pick", rows=[1, 2]),
+    ]
+    model = make_model(
+        calls,
+        [("f", TensorProto.FLOAT, [1, 4, 8, 8]), ("r", TensorProto.FLOAT, [3, 5])],
+        [(f"y{i}", TensorProto.FLOAT, None) for i in (1, 2, 3)],
+        domains={"acme": 1, "mmdeploy": 1, "tests.lint.choices": 1},
+        functions=[wrap],
+    )
+    found = {f.node: f for f in lint_model(model) if f.code == "attribute-value"}
+    assert set(found) == {"acme::Wrap/roi", "pick"}, found
+    assert found["acme::Wrap/roi"].severity == "error"
+    assert (
+        "attribute 'mode' of mmdeploy::MMCVRoiAlign is 'mean' (from call bad) where the op takes ['avg', 'max']"
+        in found["acme::Wrap/roi"].message
+    )
+    assert "attribute 'rows' of tests.lint.choices::Pick is [1, 2], holding 2, where the op takes [0, 1]" in (
+        found["pick"].message
+    )
 
 
 @opbridge.kernel("test.lint.body::Negate")

@@ -339,6 +339,31 @@ def test_replace_op_checks_the_opbridge_signature() -> None:
     assert "the node gives no ['p', 'c'] input(s), which opbridge::MySELU requires" in report.outcomes[0].reason
 
 
+def test_replace_op_checks_the_values_an_opbridge_op_s_attribute_takes() -> None:
+    """A node whose attribute holds a value the new op does not take (MMCVRoiAlign takes "avg" or "max") was
+    moved, and every backend then refused the rewritten model at load."""
+    import opbridge.ops.detection  # noqa: F401 - MMCVRoiAlign
+
+    def roi(how: str) -> onnx.ModelProto:
+        node = helper.make_node("RoiAlignLegacy", ["x", "r"], ["y"], domain="legacy", name="roi", pool=how)
+        return make_model(
+            [node],
+            [("x", TensorProto.FLOAT, [1, 2, 8, 8]), ("r", TensorProto.FLOAT, [3, 5])],
+            [("y", TensorProto.FLOAT, [3, 2, 7, 7])],
+            domains={"legacy": 1},
+        )
+
+    options = {"map": ["legacy::RoiAlignLegacy=mmdeploy::MMCVRoiAlign"], "rename": ["pool=mode"]}
+    report = rewrite_model(roi("mean"), ["replace-op"], options)
+    assert not report.changed
+    assert (
+        "attribute 'pool' holds 'mean', where mmdeploy::MMCVRoiAlign's 'mode' takes ['avg', 'max']"
+        in report.outcomes[0].reason
+    )
+    report = rewrite_model(roi("max"), ["replace-op"], options)
+    assert report.changed and report.model.graph.node[0].op_type == "MMCVRoiAlign"
+
+
 def test_replace_op_names_the_nodes_inside_function_bodies_it_leaves() -> None:
     """Nodes of the op inside a model-local function's body were passed over without a word ("no node of
     type ... in the graph", where inspect lists them)."""

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from opbridge.errors import OpCallError
 from opbridge.ops import _detection_ref as ref
 from opbridge.ops import detection as d
 
@@ -84,13 +85,18 @@ def test_grid_sample_hand_cases(gx: float, gy: float, attrs: dict, expected: flo
 
 
 def test_grid_sample_bad_mode_is_named() -> None:
+    # a call checks the op's choices (Literal[0, 1, 2]); the reference's code names the modes for a direct call
+    with pytest.raises(OpCallError, match=r"'interpolation_mode' = 3 is not one of the values it takes, \[0, 1, 2\]"):
+        d.GridSample.run_reference(SQUARE, _at(0, 0), interpolation_mode=3)
+    with pytest.raises(OpCallError, match=r"'padding_mode' = -1 is not one of the values it takes"):
+        d.GridSample.run_reference(SQUARE, _at(0, 0), padding_mode=-1)
     with pytest.raises(
         ValueError,
         match=r"interpolation_mode.*0 \(bilinear\), 1 \(nearest\), 2 \(bicubic\); got 3",
     ):
-        d.GridSample.run_reference(SQUARE, _at(0, 0), interpolation_mode=3)
+        ref.grid_sample(SQUARE, _at(0, 0), 3, 0, False)
     with pytest.raises(ValueError, match=r"padding_mode.*got -1"):
-        d.GridSample.run_reference(SQUARE, _at(0, 0), padding_mode=-1)
+        ref.grid_sample(SQUARE, _at(0, 0), 0, -1, False)
 
 
 def test_grid_sampler_shapes_are_named() -> None:
@@ -349,8 +355,10 @@ def test_roi_align_max_of_empty_bin_is_lowest_float() -> None:
 def test_roi_align_errors_are_named() -> None:
     with pytest.raises(ValueError, match=r"rois must be \(num_rois, 5\).*got \(1, 4\)"):
         d.RoIAlign.run_reference(LINEAR, torch.zeros(1, 4))
-    with pytest.raises(ValueError, match=r"'mode' must be 'avg' or 'max'; got 'mean'"):
+    with pytest.raises(OpCallError, match=r"'mode' = 'mean' is not one of the values it takes, \['avg', 'max'\]"):
         d.RoIAlign.run_reference(LINEAR, _roi(0, 0, 1, 1), mode="mean")
+    with pytest.raises(ValueError, match=r"'mode' must be 'avg' or 'max'; got 'mean'"):
+        ref.roi_align(LINEAR, _roi(0, 0, 1, 1), 7, 7, 1.0, 0, "mean", True)
     with pytest.raises(ValueError, match=r"batch index 3.0, outside the feature batch of 1"):
         d.RoIAlign.run_reference(LINEAR, torch.tensor([[3.0, 0, 0, 1, 1]]))
 
@@ -448,8 +456,10 @@ def test_multi_level_errors_name_the_ops_roi_not_a_levels() -> None:
 def test_multi_level_stride_count_must_match() -> None:
     with pytest.raises(ValueError, match=r"2 feature map\(s\) given but featmap_strides has 4 entries"):
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid()[:2])
-    with pytest.raises(ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"):
+    with pytest.raises(OpCallError, match=r"'pool_mode' = 2 is not one of the values it takes, \[0, 1\]"):
         d.MultiLevelRoiAlign.run_reference(_roi(0, 0, 8, 8), *_pyramid(), pool_mode=2)
+    with pytest.raises(ValueError, match=r"'pool_mode' must be 0 \(max\) or 1 \(avg\); got 2"):
+        ref.multi_level_roi_align(_roi(0, 0, 8, 8), list(_pyramid()), 7, 7, (4.0, 8.0, 16.0, 32.0), 0, 2, 1.0, 56, True)
     rois = _roi(0, 0, 8, 8)
     for strides in ([4.0, 0.0, 16.0, 32.0], [4.0, 8.0, -16.0, 32.0], [4.0, 8.0, 16.0, float("nan")]):
         with pytest.raises(ValueError, match=r"featmap_strides must be finite and > 0 .* got \[4\.0, "):

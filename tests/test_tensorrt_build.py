@@ -825,6 +825,29 @@ def test_nodes_the_plugin_cannot_serve_are_named(tmp_path: Path) -> None:
     assert "optional input(s) ['feat1'] are skipped before a given one" in report.errors[0][2]
 
 
+def test_an_attribute_value_the_op_does_not_take_is_named(tmp_path: Path) -> None:
+    """mode="mean" on an MMCVRoiAlign node (which takes "avg" or "max") is named before TensorRT parses, as the
+    plugin's creator refuses it."""
+    import opbridge.ops.detection  # noqa: F401 - MMCVRoiAlign
+
+    t = helper.make_tensor_value_info
+    node = helper.make_node("MMCVRoiAlign", ["f", "r"], ["y"], domain="mmdeploy", name="roi", mode="mean")
+    model = _model(
+        tmp_path / "mean.onnx",
+        [node],
+        [t("f", TensorProto.FLOAT, [1, 4, 8, 8]), t("r", TensorProto.FLOAT, [3, 5])],
+        [t("y", TensorProto.FLOAT, None)],
+        {"mmdeploy": 1},
+    )
+    report = parse_with_tensorrt(model)
+    assert not report.ok
+    assert report.errors[0][:2] == ("roi", "MMCVRoiAlign")
+    assert (
+        "the node has attribute 'mode' = 'mean' where mmdeploy::MMCVRoiAlign takes ['avg', 'max']"
+        in (report.errors[0][2])
+    )
+
+
 def test_a_required_input_left_out_is_named(user_ops_file: Path, tmp_path: Path) -> None:
     """A node without a required input got "'NoneType' object has no attribute 'shape'" from the plugin's
     shape pass; the build names the input before TensorRT parses."""

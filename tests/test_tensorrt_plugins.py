@@ -188,6 +188,14 @@ def test_decode_without_tensorrt_fills_defaults_and_names_bad_fields() -> None:
         decode_fields(spec, [("tag", "CHAR", np.frombuffer(b"\xff\xfe\0", np.int8))])
 
 
+def test_decode_refuses_a_value_outside_the_attribute_s_choices() -> None:
+    from opbridge.ops.detection import RoIAlign
+
+    assert decode_fields(RoIAlign.spec, [("mode", "CHAR", np.frombuffer(b"max\0", np.int8))])["mode"] == "max"
+    with pytest.raises(opbridge.OpDefinitionError, match=r"attribute 'mode' = 'mean' is not one of the values it"):
+        decode_fields(RoIAlign.spec, [("mode", "CHAR", np.frombuffer(b"mean\0", np.int8))])
+
+
 def test_create_plugin_with_bad_field_fails_with_message() -> None:
     trt = _trt()
     creator = trt.get_plugin_registry().get_creator("MySELU", "1", "")

@@ -116,6 +116,28 @@ def _call_key(encoded: Sequence[Any]) -> str:
     return repr([plain(a) for a in encoded])
 
 
+def _literal_choices(qualname: str, name: str, annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
+    """``Literal["avg", "max"]`` -> ``(str, ("avg", "max"))`` (of a list's elements too: ``list[Literal[0, 1]]``
+    -> ``(list[int], (0, 1))``); any other annotation comes back as given, with no choices."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(annotation)
+        if args and typing.get_origin(args[0]) is typing.Literal:
+            element, choices = _literal_choices(qualname, name, args[0])
+            return origin[(element, *args[1:])], choices
+        return annotation, None
+    if origin is not typing.Literal:
+        return annotation, None
+    values = typing.get_args(annotation)
+    kinds = {type(v) for v in values}
+    if len(kinds) != 1 or not kinds <= {int, str}:
+        raise OpDefinitionError(
+            f"{qualname}: parameter {name!r} is annotated {annotation!r}; a Literal attribute takes values of one "
+            "type, int or str, e.g. Literal['avg', 'max'] or Literal[0, 1, 2]."
+        )
+    return kinds.pop(), tuple(values)
+
+
 def _attr_type(annotation: Any) -> AttrType | None:
     mapping = {
         float: AttrType.FLOAT,
@@ -262,19 +284,21 @@ def spec_from_function(
                 raise OpDefinitionError(f"{qualname}: put optional tensor input {param.name!r} before the attributes.")
             inputs.append(InputSpec(param.name, optional=True))
             continue
-        kind = _attr_type(ann)
+        plain, choices = _literal_choices(qualname, param.name, ann)
+        kind = _attr_type(plain)
         if kind is None:
             raise OpDefinitionError(
                 f"{qualname}: parameter {param.name!r} has unsupported annotation {ann!r}; use "
-                "torch.Tensor, Optional[torch.Tensor], float, int, bool, str, list[float], list[int] or list[str]."
+                "torch.Tensor, Optional[torch.Tensor], float, int, bool, str, list[float], list[int], list[str] "
+                "or a Literal of int or str values (Literal['avg', 'max'])."
             )
-        attr = AttrSpec(param.name, kind)
+        attr = AttrSpec(param.name, kind, choices=choices)
         if param.default is not inspect.Parameter.empty:
             try:
                 default = attr.normalize(param.default, qualname)
             except TypeError as exc:
                 raise OpDefinitionError(f"{qualname}: default of {param.name!r}: {exc}") from None
-            attr = AttrSpec(param.name, kind, default)
+            attr = AttrSpec(param.name, kind, default, choices)
         attrs.append(attr)
     if "return" not in hints:
         raise OpDefinitionError(f"{qualname}: add a return annotation, e.g. '-> torch.Tensor'.")
@@ -1283,6 +1307,9 @@ def _decode(opdef: OpDef, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, A
             ) from None
     for a in opdef.spec.attributes:
         value = attrs.get(a.name)
+        plain = value if isinstance(value, tuple) else (value,)
+        if a.choices is not None and all(type(v) in (int, str) for v in plain):  # (not a symbolic int)
+            a.check_choices(value, opdef.spec.qualname)  # (the OpDef's call checks them: torch.ops calls too)
         if a.type is AttrType.FLOAT and type(value) is float:  # (a symbolic float under tracing stays as it is)
             attrs[a.name] = _float32(value)
         elif a.type is AttrType.FLOATS and isinstance(value, tuple) and all(type(v) is float for v in value):
@@ -1375,7 +1402,8 @@ def op(
 
     Tensor parameters (``torch.Tensor``, ``Optional[torch.Tensor]``) become inputs;
     ``float``, ``int``, ``bool``, ``str``, ``list[float]``, ``list[int]`` and
-    ``list[str]`` parameters become ONNX attributes with their defaults.
+    ``list[str]`` parameters become ONNX attributes with their defaults; a ``Literal`` of str or int
+    values (``mode: Literal["avg", "max"] = "avg"``) is an attribute that takes only those values.
 
     Example:
         >>> import torch, opbridge

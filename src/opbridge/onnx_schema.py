@@ -138,7 +138,12 @@ def make_schema(opdef: OpDef) -> onnx.defs.OpSchema:
     constraints += [(f"O{i}", _ALL_TENSOR_TYPES, "") for i in range(len(spec.outputs))]
     attr_type = defs.OpSchema.AttrType
     attributes = [
-        defs.OpSchema.Attribute(a.name, getattr(attr_type, a.type.onnx_name), "", required=a.required)
+        defs.OpSchema.Attribute(
+            a.name,
+            getattr(attr_type, a.type.onnx_name),
+            f"one of {list(a.choices)}" if a.choices is not None else "",
+            required=a.required,
+        )
         for a in spec.attributes
     ]
     schema = defs.OpSchema(

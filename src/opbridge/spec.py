@@ -131,31 +131,68 @@ def _check_scalar(kind: AttrType, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class AttrSpec:
-    """One attribute of an op: its name, type and (optional) default value."""
+    """One attribute of an op: its name, type, (optional) default value and (optional) allowed values.
+
+    ``choices``: the values the attribute may take (of a list attribute: each element), as a
+    ``Literal[...]`` annotation declares them; every call, node and plugin field outside them is refused.
+
+    Example:
+        >>> mode = AttrSpec("mode", AttrType.STRING, "avg", choices=("avg", "max"))
+        >>> mode.normalize("max")
+        'max'
+    """
 
     name: str
     type: AttrType
     default: Any = _NO_DEFAULT
+    choices: tuple[Any, ...] | None = None
     #: no default: a call must give it. A field, not a property: torch.compile traces op calls, and
     #: torch 2.11's dynamo can neither read a frozen dataclass's property nor compare the sentinel.
     required: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "required", self.default is _NO_DEFAULT)
+        if self.choices is None:
+            return
+        scalar = {AttrType.FLOATS: AttrType.FLOAT, AttrType.INTS: AttrType.INT, AttrType.STRINGS: AttrType.STRING}
+        kind = scalar.get(self.type, self.type)
+        if kind is AttrType.BOOL or isinstance(self.choices, (str, bytes)) or not self.choices:
+            raise OpDefinitionError(
+                f"attribute {self.name!r}: choices= takes a non-empty tuple of {kind.value} values"
+                + (" (a bool attribute takes True and False already)" if kind is AttrType.BOOL else "")
+                + f"; got {self.choices!r}."
+            )
+        try:
+            choices = tuple(_check_scalar(kind, c) for c in self.choices)
+        except (TypeError, OverflowError, UnicodeEncodeError):
+            raise OpDefinitionError(
+                f"attribute {self.name!r} is {self.type.value}, and its choices must be {kind.value} values; "
+                f"got {self.choices!r}."
+            ) from None
+        object.__setattr__(self, "choices", choices)
+        if not self.required:
+            default = self.default if self.type.is_list else (self.default,)
+            outside = [v for v in default if v not in choices]
+            if outside:
+                raise OpDefinitionError(
+                    f"attribute {self.name!r}: the default {self.default!r} is not among its choices {choices}; "
+                    "give a default among them."
+                )
 
     def normalize(self, value: Any, op: str = "") -> Any:
         """Check ``value`` against this attribute's type and return it normalised.
 
         Lists come back as tuples (hashable, immutable). Raises
         :class:`~opbridge.errors.OpCallError` (a TypeError) with a message that names
-        the op, the attribute and the expected type.
+        the op, the attribute and the expected type, or the values it may take.
         """
         try:
             if self.type.is_list:
                 if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
                     raise TypeError
-                return tuple(_check_scalar(self.type, v) for v in value)
-            return _check_scalar(self.type, value)
+                checked: Any = tuple(_check_scalar(self.type, v) for v in value)
+            else:
+                checked = _check_scalar(self.type, value)
         except OverflowError as exc:
             where = f"{op}: " if op else ""
             raise OpCallError(
@@ -176,6 +213,28 @@ class AttrSpec:
                 f"{type(value).__name__} ({value!r}). Pass {article} {self.type.value}, e.g. "
                 f"{self.name}={_example(self.type)}.{_traced_size_hint(value)}"
             ) from None
+        self.check_choices(checked, op)
+        return checked
+
+    def outside_choices(self, value: Any) -> list[Any]:
+        """The values among ``value`` (a normalised value; of a list attribute, its elements) that
+        :attr:`choices` does not hold; ``[]`` for an attribute without choices."""
+        if self.choices is None:
+            return []
+        return [v for v in (value if self.type.is_list else (value,)) if v not in self.choices]
+
+    def check_choices(self, value: Any, op: str = "") -> None:
+        """Raise :class:`~opbridge.errors.OpCallError` (naming ``op``) for a normalised value outside
+        :attr:`choices`."""
+        outside = self.outside_choices(value)
+        if outside and self.choices is not None:
+            where = f"{op}: " if op else ""
+            which = f"holds {outside[0]!r}, which is" if self.type.is_list else f"= {outside[0]!r} is"
+            example = [self.choices[0]] if self.type.is_list else self.choices[0]
+            raise OpCallError(
+                f"{where}attribute {self.name!r} {which} not one of the values it takes, {list(self.choices)}; "
+                f"pass one of them, e.g. {self.name}={example!r}."
+            )
 
     def to_onnx_value(self, value: Any) -> Any:
         """The value as written into an ONNX attribute (bool -> int, tuples -> lists)."""

@@ -28,6 +28,9 @@ the node it concerns, a message and a fix hint. The codes:
 * ``attribute-type`` (warning): an INT/INTS attribute where the opbridge op declares FLOAT/FLOATS
   (a hand-written ``spatial_scale=1``): opbridge's backends take it as that float, the checker refuses
   it.
+* ``attribute-value`` (error): an attribute of an opbridge op's node holds a value outside those the op
+  takes (a ``Literal`` in its signature: ``mode="bogus"`` where it takes ``"avg"`` or ``"max"``); the
+  checker passes it, and opbridge's backends refuse the node when they load the model.
 * ``invalid-model`` (error): ``onnx.checker`` (full check, opbridge's schemas
   registered) refuses the model: a graph cycle, a value nothing produces, an
   IR version ONNX does not know, a recursive function, duplicate
@@ -91,6 +94,7 @@ LINT_CODES: dict[str, str] = {
     "trt-int-attr-overflow": "INT/INTS attribute outside int32 on a TensorRT plugin node",
     "trt-tensor-attr-dtype": "TENSOR attribute of int64/bool/uint8 on a TensorRT plugin node",
     "attribute-type": "an INT/INTS attribute where the opbridge op declares FLOAT/FLOATS",
+    "attribute-value": "an attribute value outside those the opbridge op takes",
     "invalid-model": "onnx.checker refuses the model",
 }
 
@@ -252,6 +256,50 @@ def _check_attribute_types(model: onnx.ModelProto) -> list[Finding]:
         )
         for label, node, attr, declared in _int_for_float_attributes(model)
     ]
+
+
+def _check_attribute_values(model: onnx.ModelProto) -> list[Finding]:
+    """``attribute-value``: an attribute of an opbridge op's node (in any graph or function body; one a body
+    takes from its function's call, as each call binds it) holding a value outside the choices the op
+    declares for it. An attribute of another type than declared is the checker's (``invalid-model``)."""
+    import opbridge
+    from opbridge.onnx_schema import attribute_values
+
+    findings = []
+    for path, name, node, fn in labelled_nodes(model):
+        if node.domain in ("", "ai.onnx"):
+            continue
+        op = opbridge.find_op(node.domain, node.op_type, opset_version(fn if fn is not None else model, node.domain))
+        declared = {a.name: a for a in op.spec.attributes if a.choices is not None} if op is not None else {}
+        if op is None or not declared:
+            continue
+        for attr_name, proto, via in bound_attributes(model, node, fn):
+            spec_attr = declared.get(attr_name)
+            if spec_attr is None:
+                continue
+            given = {a.name: a for a in node.attribute} | {attr_name: proto}
+            try:  # (typed and decoded as the backends read it)
+                value = attribute_values(op.spec, getter=given.get, references=True)[attr_name]
+            except ValueError:  # (another type than declared, or a required attribute missing: the checker's)
+                continue
+            outside = spec_attr.outside_choices(value)
+            if not outside:
+                continue
+            shown = list(value) if spec_attr.type.is_list else value
+            findings.append(
+                Finding(
+                    "error",
+                    "attribute-value",
+                    path + name,
+                    f"attribute {attr_name!r} of {node.domain}::{node.op_type} is {shown!r}{via}"
+                    + (f", holding {outside[0]!r}," if spec_attr.type.is_list else "")
+                    + f" where the op takes {list(spec_attr.choices or ())}; opbridge's backends refuse the node "
+                    "when they load the model",
+                    f"set {attr_name!r} to one of {list(spec_attr.choices or ())} (re-export the model, or edit the "
+                    "node's attribute)",
+                )
+            )
+    return findings
 
 
 def _check_tensor_types(model: onnx.ModelProto) -> list[Finding]:
@@ -904,6 +952,7 @@ def lint_model(
     findings = _check_valid(proto, path)
     findings += _check_tensor_types(proto)
     findings += _check_attribute_types(proto)
+    findings += _check_attribute_values(proto)
     findings += _check_domains(proto)
     findings += _check_node_names(proto)
     findings += _check_omitted_inputs(proto)

@@ -66,6 +66,7 @@ __all__ = [
     "NodeKernel",
     "check_arity",
     "check_attribute_names",
+    "check_attribute_values",
     "check_node",
     "kernel_for_node",
     "library_path",
@@ -179,11 +180,39 @@ def check_attribute_names(opdef: OpDef, node: onnx.NodeProto) -> None:
         )
 
 
+def check_attribute_values(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
+    """Refuse a node attribute holding a value outside the choices ``opdef`` declares for it (a ``Literal``
+    in its signature), which the op's code would meet only when it runs. An attribute a function body's
+    node takes from its call is the call's to check; one of another type than declared is left to the
+    backend that reads it."""
+    from opbridge.onnx_schema import attribute_values
+
+    spec = opdef.spec
+    chosen = [a for a in spec.attributes if a.choices is not None]
+    if not chosen:
+        return
+    try:
+        values = attribute_values(spec, node, references=True)
+    except ValueError:
+        return
+    for attr in chosen:
+        outside = attr.outside_choices(values[attr.name]) if attr.name in values else []
+        if outside:
+            value = list(values[attr.name]) if attr.type.is_list else values[attr.name]
+            holding = f", holding {outside[0]!r}," if attr.type.is_list else ""
+            raise NodeMismatchError(
+                f"{label} has attribute {attr.name!r} = {value!r}{holding} where {spec.qualname} takes "
+                f"{list(attr.choices or ())}: set it to one of them (re-export the model, or edit the node)."
+            )
+
+
 def check_node(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
     """What every backend running ``opbridge``'s code for a node checks when it loads the model: the
-    node's inputs and outputs (:func:`check_arity`) and its attribute names."""
+    node's inputs and outputs (:func:`check_arity`), its attribute names and the values of those with
+    choices (:func:`check_attribute_values`)."""
     check_arity(opdef, node, label)
     check_attribute_names(opdef, node)
+    check_attribute_values(opdef, node, label)
 
 
 def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
@@ -192,6 +221,7 @@ def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
 
     spec = opdef.spec
     check_attribute_names(opdef, node)
+    check_attribute_values(opdef, node, f"{spec.qualname} node {node.name!r}")
     try:
         return spec.bind_attributes(attribute_values(spec, node))
     except (TypeError, ValueError) as exc:

@@ -43,7 +43,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -82,8 +82,8 @@ _HALF = {"float16": Tolerance(rtol=1e-2, atol=1e-2)}
 def GridSample(
     input: torch.Tensor,
     grid: torch.Tensor,
-    interpolation_mode: int = 0,
-    padding_mode: int = 0,
+    interpolation_mode: Literal[0, 1, 2] = 0,
+    padding_mode: Literal[0, 1, 2] = 0,
     align_corners: bool = False,
 ) -> torch.Tensor:
     """Sample input (N, C, H, W) at grid (N, Ho, Wo, 2) in [-1, 1], as F.grid_sample."""
@@ -445,7 +445,7 @@ def RoIAlign(
     output_width: int = 7,
     spatial_scale: float = 1.0,
     sampling_ratio: int = 0,
-    mode: str = "avg",
+    mode: Literal["avg", "max"] = "avg",
     aligned: bool = True,
 ) -> torch.Tensor:
     """RoIAlign over input (N, C, H, W) for rois (R, 5) [batch, x1, y1, x2, y2], as MMCV's roi_align."""
@@ -489,7 +489,7 @@ def MultiLevelRoiAlign(
     output_width: int = 7,
     featmap_strides: list[float] = [4.0, 8.0, 16.0, 32.0],  # noqa: B006
     sampling_ratio: int = 0,
-    pool_mode: int = 1,
+    pool_mode: Literal[0, 1] = 1,
     roi_scale_factor: float = 1.0,
     finest_scale: int = 56,
     aligned: bool = True,

@@ -473,6 +473,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
     from opbridge.graph._model import bound_attributes, labelled_nodes
     from opbridge.legacy_domain import is_standard_op
     from opbridge.onnx_schema import attribute_values
+    from opbridge.onnxruntime.bridge import check_attribute_values
 
     names = {op.spec.name for op in all_ops()}
     model = onnx.load(model_path, load_external_data=False)
@@ -589,6 +590,7 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
             )
         try:  # each attribute of the type the op declares (a TENSOR or GRAPH one fails in the plugin's creator)
             attribute_values(spec, node, references=fn is not None)  # (a body's node may take one from its call)
+            check_attribute_values(opdef, node, "the node")  # (and of a value the op takes)
         except ValueError as exc:
             errors.append((node.name, node.op_type, f"opbridge: {exc}"))
         if len(inputs) > len(spec.inputs):

@@ -63,14 +63,14 @@ class NodeContext:
         import opbridge
 
         opdef = opbridge.find_op(self.domain, self.op_type, self.version)
-        return None if opdef is None or _arity_mismatch(self.proto, opdef) else opdef
+        return None if opdef is None or _node_mismatch(self.proto, opdef) else opdef
 
     def opbridge_mismatch(self) -> str:
         """Why the opbridge op of this node's name cannot run it ("" where none is defined or it fits)."""
         import opbridge
 
         opdef = opbridge.find_op(self.domain, self.op_type, self.version)
-        return "" if opdef is None else _arity_mismatch(self.proto, opdef)
+        return "" if opdef is None else _node_mismatch(self.proto, opdef)
 
     def opbridge_kernel(self) -> Any:
         """The kernel opbridge runs the node with: registered for its domain, or for the default domain
@@ -152,15 +152,17 @@ def _ir_model(model: onnx.ModelProto) -> ir.Model | None:
         return None
 
 
-def _arity_mismatch(node: onnx.NodeProto, opdef: Any) -> str:
+def _node_mismatch(node: onnx.NodeProto, opdef: Any) -> str:
     """Why ``opdef`` cannot run ``node`` ("" where it fits): the check opbridge's session makes
-    (:func:`opbridge.onnxruntime.bridge.check_arity`), so compat and the session agree."""
+    (:func:`opbridge.onnxruntime.bridge.check_arity`) and the values of attributes with choices
+    (:func:`~opbridge.onnxruntime.bridge.check_attribute_values`), so compat and the session agree."""
     from opbridge.errors import OpDefinitionError
-    from opbridge.onnxruntime.bridge import check_arity
+    from opbridge.onnxruntime.bridge import check_arity, check_attribute_values
 
     spec = opdef.spec
     try:
         check_arity(opdef, node, "the node")
+        check_attribute_values(opdef, node, "the node")
     except OpDefinitionError as exc:
         return f"opbridge's {spec.qualname} v{spec.version} does not run it: {exc}"
     return ""

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import NodeContext, _arity_mismatch, body_contexts, node_contexts
+from opbridge.graph.compat._common import NodeContext, _node_mismatch, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
 
 if TYPE_CHECKING:
@@ -351,7 +351,7 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
         found = (
             f"opbridge.tensorrt registers {namesake.spec.qualname}'s plugin under namespace '' too, which this node "
         )
-        mismatch = _arity_mismatch(ctx.proto, namesake)
+        mismatch = _node_mismatch(ctx.proto, namesake)
         if mismatch:
             return Hit("fail", f"plugin path: {key}; {found}finds by its name, but {mismatch}")
         return Hit("opbridge", f"plugin path: {key}; {found}of the default domain finds by its name")

@@ -743,6 +743,17 @@ class ReplaceOp(IRRule):
         missing = sorted(a.name for a in spec.attributes if a.required and a.name not in attrs)
         if missing:
             return Check.fail(f"{spec.qualname} requires attribute(s) {missing} the node lacks")
+        given_by = {renames.get(a, a): a for a in node.attributes}
+        for a in spec.attributes:
+            held = node.attributes.get(given_by.get(a.name, ""))
+            if a.choices is None or held is None or held.is_ref():
+                continue
+            outside = a.outside_choices(tuple(held.value) if a.type.is_list else held.value)
+            if outside:
+                return Check.fail(
+                    f"attribute {given_by[a.name]!r} holds {outside[0]!r}, where {spec.qualname}'s {a.name!r} takes "
+                    f"{list(a.choices)} (its backends would refuse the node)"
+                )
         if len(node.inputs) > len(spec.inputs):
             return Check.fail(f"the node has {len(node.inputs)} inputs, {spec.qualname} takes {len(spec.inputs)}")
         given = [bool(v is not None and v.name) for v in node.inputs]
