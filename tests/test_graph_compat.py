@@ -451,6 +451,14 @@ def _roi_align_16() -> onnx.ModelProto:
     )
 
 
+def _ml_binarizer() -> onnx.ModelProto:
+    """An op of ONNX's ai.onnx.ml domain, which TensorRT's parser has no importer for (it was "native")."""
+    node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", name="bin")
+    return make_model(
+        [node], [("x", TensorProto.FLOAT, [1, 2])], [("y", TensorProto.FLOAT, [1, 2])], domains={"ai.onnx.ml": 3}
+    )
+
+
 _AGREEMENT = {
     "resize-18-plain": lambda: _resize_18(mode="linear"),
     "resize-18-antialias": lambda: _resize_18(mode="linear", antialias=1),
@@ -474,6 +482,7 @@ _AGREEMENT = {
     "resize-scales-from-shape": lambda: _scales_from("shape"),
     "resize-scales-with-axes": lambda: _scales_from("identity", [2, 3]),
     "resize-scales-from-float-input": lambda: resize_model("linear", scales="input", shape=(1, 3, 4, 4)),
+    "ml-binarizer": _ml_binarizer,
 }
 
 

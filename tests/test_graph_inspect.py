@@ -58,6 +58,20 @@ def test_inspect_reports_custom_nodes_with_typed_attributes() -> None:
     assert report.functions == ["acme.fn::Swish"]
 
 
+def test_an_op_onnx_does_not_define_in_one_of_its_own_domains_is_a_custom_node() -> None:
+    """ai.onnx.ml::Bogus was taken for a standard op and left out of the custom nodes (ONNX Runtime refuses
+    it as no registered op); ai.onnx.ml::Binarizer is ONNX's."""
+    nodes = [
+        helper.make_node("Bogus", ["x"], ["a"], domain="ai.onnx.ml", name="bogus"),
+        helper.make_node("Binarizer", ["a"], ["y"], domain="ai.onnx.ml", name="bin"),
+    ]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], domains={"ai.onnx.ml": 3}
+    )
+    report = inspect_model(model)
+    assert [(c.domain, c.op_type, c.version) for c in report.custom_nodes] == [("ai.onnx.ml", "Bogus", 3)]
+
+
 def test_inspect_text_and_json(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     import onnx
 

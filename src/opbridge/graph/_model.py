@@ -106,12 +106,13 @@ def function_label(fn: onnx.FunctionProto) -> str:
 
 def is_custom_node(node: onnx.NodeProto, opset: int | None = None) -> bool:
     """Whether ``node`` is outside ONNX's standard domains, or an op ONNX does not define in the default domain
-    (at ``opset`` of it, the model's; in any opset where None)."""
-    from opbridge.legacy_domain import is_standard_op
+    (at ``opset`` of it, the model's; in any opset where None) or in another of its domains (``ai.onnx.ml``...:
+    in any opset)."""
+    from opbridge.legacy_domain import first_versions, is_standard_op
 
     if node.domain in ("", "ai.onnx"):
         return not is_standard_op(node.op_type, opset)
-    return node.domain not in STANDARD_DOMAINS
+    return node.domain not in STANDARD_DOMAINS or node.op_type not in first_versions(node.domain)
 
 
 def node_label(node: onnx.NodeProto, index: int | None = None) -> str:

@@ -709,7 +709,8 @@ def _check_unknown(model: onnx.ModelProto) -> list[Finding]:
     functions = function_keys(model)
     opset = opset_version(model, "")
     for path, name, node, fn in labelled_nodes(model):
-        if node.domain in ("", "ai.onnx") or not is_custom_node(node, opset):
+        # (an op ONNX does not define in one of its own domains is custom-op-default-domain's)
+        if node.domain in ("", "ai.onnx", *_ONNX_OWN_DOMAINS) or not is_custom_node(node, opset):
             continue
         if _coverage(model, node, functions) is None:
             from opbridge.definition import later_op_note

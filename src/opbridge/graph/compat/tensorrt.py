@@ -256,9 +256,17 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
     )
 
 
+# ONNX's domains but the default one
+_ONNX_OWN_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
+
+
 def _no_importer_reason(ctx: NodeContext, version: Version) -> str | None:
     """Why the parser of ``version`` has no importer for the standard op of ``ctx``, or None (it has one,
     or ``ctx`` is a custom node)."""
+    if ctx.domain in _ONNX_OWN_DOMAINS:
+        # (the parser looks importers up by op type and has none of these domains' ops: they take the plugin
+        # path; TensorRT-RTX 1.7, measured with ai.onnx.ml Binarizer, Normalizer and Scaler)
+        return f"TensorRT's parser has no importer for ops of ONNX's {ctx.domain} domain"
     if ctx.custom:
         return None
     if ctx.op_type in _NO_IMPORTER_ANY or (version < (9, 0) and ctx.op_type in _NO_IMPORTER_8X):
@@ -322,7 +330,8 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
     same name is imported instead (LocalFunctionImporter, preferred over plugins unless
     plugin override is on). Unsupported standard ops: docs/operators.md (8.5) "N" rows; DeformConv
     before 10.1 (onnx-tensorrt 10.1 release notes); with no version given, the ops TensorRT-RTX 1.7's
-    parser has no importer for (BitCast, CumProd, DFT, DeformConv, SwiGLU; measured).
+    parser has no importer for (BitCast, CumProd, DFT, DeformConv, SwiGLU; measured). The ops of ONNX's
+    other domains (``ai.onnx.ml``...) have no importer in any version (measured with TensorRT-RTX 1.7).
     """
     no_importer = _no_importer_reason(ctx, version)
     if not (ctx.custom or no_importer):
