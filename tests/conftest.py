@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +19,42 @@ import opbridge
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 
 EXPORTERS = ("dynamo", "torchscript")
+
+# The Triton kernels run in Triton's interpreter in a child process (tests/test_triton_interpreted.py) for two
+# to three minutes of one core: started as the session starts, where its tests are selected, it runs beside
+# the other tests, and its fixture collects the result.
+_INTERPRETED_TESTS = "test_triton_interpreted.py"
+_interpreted: dict[str, Any] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if importlib.util.find_spec("triton") is None:
+        return
+    if any(
+        Path(str(item.path)).name == _INTERPRETED_TESTS and "interpreted" in item.fixturenames for item in session.items
+    ):
+        start_interpreted_kernels()
+
+
+def start_interpreted_kernels() -> dict[str, Any]:
+    """The child process that runs tests/_interpreted_kernels.py (started once): ``{"process", "stdout",
+    "stderr"}``, its outputs going to temporary files (a pipe nobody reads while it runs could fill up)."""
+    if not _interpreted:
+        script = Path(__file__).with_name("_interpreted_kernels.py")
+        stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        process = subprocess.Popen([sys.executable, str(script)], stdout=stdout, stderr=stderr, text=True, env=env)
+        _interpreted.update(process=process, stdout=stdout, stderr=stderr)
+    return _interpreted
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    process = _interpreted.get("process")
+    if process is not None and process.poll() is None:  # (its tests were deselected by -x or -k after all)
+        process.kill()
+        process.wait()
+
+
 SEED_IDS = [m.name for m in SEED_MODELS]
 
 

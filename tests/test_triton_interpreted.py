@@ -9,12 +9,10 @@ kernels are defined, so they run in a child process: tests/_interpreted_kernels.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import start_interpreted_kernels
 
 pytest.importorskip("triton", reason="triton is not installed (make test installs the kernel-tests extra)")
 
@@ -41,12 +39,19 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, list[float]]:
-    """Case -> [max abs error, allowed], from one child process running every case."""
-    script = Path(__file__).with_name("_interpreted_kernels.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, f"the interpreted kernels failed:\n{proc.stderr[-6000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Case -> [max abs error, allowed], from one child process running every case (started when the
+    session started: conftest.start_interpreted_kernels)."""
+    child = start_interpreted_kernels()
+    try:
+        returncode = child["process"].wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        child["process"].kill()
+        raise
+    child["stdout"].seek(0)
+    child["stderr"].seek(0)
+    stdout, stderr = child["stdout"].read(), child["stderr"].read()
+    assert returncode == 0, f"the interpreted kernels failed:\n{stderr[-6000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_every_case_ran(interpreted: dict[str, list[float]]) -> None:
