@@ -1672,3 +1672,54 @@ def test_an_opbridge_op_with_an_attribute_value_it_does_not_take_fails(target: s
     )
     (node,) = check_compat(grid_sampler(2), target, real=False).nodes
     assert node.verdict == "opbridge", node
+
+
+def _one_op(op: str, inputs: int, elem: int, opset: int) -> onnx.ModelProto:
+    """One ``op`` node of ``inputs`` inputs of type ``elem``, its output typed by shape inference."""
+    names = [f"x{i}" for i in range(inputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], name="n")],
+        "g",
+        [helper.make_tensor_value_info(n, elem, [2, 3]) for n in names],
+        [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    (typed,) = [v for v in onnx.shape_inference.infer_shapes(model).graph.value_info if v.name == "y"]
+    model.graph.output.append(typed)
+    return model
+
+
+F16, BF16, F64 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
+# (op, inputs, type, opset, static verdict, what its reason says); each checked against a real session
+_ORT_KERNELS = {
+    "relu-bfloat16": ("Relu", 1, BF16, 14, "fail", "no Relu-14 kernel for bfloat16 (its kernels take double, float"),
+    "relu-float16-cast": ("Relu", 1, F16, 14, "native", "no float16 Relu-14 kernel and runs it in float32"),
+    "tanh-bfloat16": ("Tanh", 1, BF16, 13, "fail", "no Tanh-13 kernel for bfloat16"),
+    "add-int8": ("Add", 2, TensorProto.INT8, 14, "native", "onnxruntime schema since opset 14"),
+    "equal-float16-cast": ("Equal", 2, F16, 13, "native", "no float16 Equal-13 kernel"),
+    "leakyrelu-double-body": ("LeakyRelu", 1, F64, 17, "function", "runs ONNX's function body of the op"),
+    "leakyrelu-double-19": ("LeakyRelu", 1, F64, 19, "fail", "no LeakyRelu-16 kernel for double"),
+    "elu-double-17": ("Elu", 1, F64, 17, "fail", "no Elu-6 kernel for double"),
+    "elu-double-body": ("Elu", 1, F64, 18, "function", "(written for opset 18)"),
+    "relu-bfloat16-body-max": ("Relu", 1, BF16, 18, "fail", "whose Max node fails: onnxruntime's CPU provider"),
+    "prelu-bfloat16-body-less": ("PRelu", 2, BF16, 17, "fail", "whose Less node fails"),
+    "hardswish-double-nested-bodies": ("HardSwish", 1, F64, 18, "function", "no HardSwish-14 kernel and runs"),
+    "mish-double-nested-body-fails": ("Mish", 1, F64, 21, "fail", "whose Softplus node fails"),
+    "gelu-double-context-body": ("Gelu", 1, F64, 21, "fail", "whose Erf node fails"),
+}
+
+
+@pytest.mark.parametrize("case", list(_ORT_KERNELS))
+def test_ort_verdicts_follow_the_cpu_providers_kernels_and_agree_with_a_session(case: str) -> None:
+    """The ONNX Runtime target said "native" wherever onnxruntime has the op's schema; its CPU provider has no
+    kernel for many types (bfloat16 Relu: "Could not find an implementation"). A float16 node without one runs
+    in float32 between casts; an ONNX op with a function body runs the body (its nodes checked in turn), where
+    ONNX did not change the body's ops between its opset and the model's."""
+    op, inputs, elem, opset, expected, words = _ORT_KERNELS[case]
+    report = check_compat(_one_op(op, inputs, elem, opset), "onnxruntime")
+    (node,) = report.nodes
+    assert (node.verdict, report.real_ok) == (expected, expected != "fail"), report.format_text()
+    assert words in node.reason, node.reason
+    if expected == "fail":  # (a body's node the session names is put on the node whose body it is)
+        assert node.real.startswith("fail: ") and "Could not find an implementation" in node.real, node.real

@@ -37,6 +37,18 @@ class NodeContext:
     owners: tuple[str, ...] = ()
     #: whether the node's domain has an opset import where it sits (the model's, or its function's)
     imported: bool = True
+    #: what the contexts of one model share, computed once (:meth:`elem_types`)
+    shared: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def elem_types(self) -> dict[str, int]:
+        """Element types of the values of the model's graphs (as declared, else from shape inference),
+        computed once for all the contexts of the model."""
+        if "elem_types" not in self.shared:
+            from opbridge.model_io import elem_types, walk_nodes
+
+            names = [n for node in walk_nodes(self.model.graph.node) for n in (*node.input, *node.output) if n]
+            self.shared["elem_types"] = elem_types(self.model, list(dict.fromkeys(names)))
+        return dict(self.shared["elem_types"])
 
     def unimported(self) -> str:
         """Why a runtime that checks opset imports (ONNX Runtime, opbridge's sessions and OpenVINO backend)
@@ -88,9 +100,7 @@ class NodeContext:
         a Python kernel cannot be handed: numpy has no such type)."""
         import onnx
 
-        from opbridge.model_io import elem_types
-
-        types = elem_types(self.model, [n for n in self.proto.output if n])
+        types = self.elem_types()
         return [
             (name, onnx.TensorProto.DataType.Name(types[name]).lower())
             for name in self.proto.output
@@ -179,6 +189,7 @@ def _walk(
     function: str,
     functions: FunctionIndex,
     owners: tuple[str, ...] = (),
+    shared: dict[str, Any] | None = None,
 ) -> None:
     """Contexts for ``protos`` (with their onnx-ir twins ``nodes``, or None) and their subgraphs' nodes."""
     from opbridge.graph._model import function_key, is_custom_node, node_label, opset_version
@@ -201,6 +212,7 @@ def _walk(
                 functions=functions,
                 owners=owners,
                 imported=proto.domain in ("", "ai.onnx") or version is not None,
+                shared=shared if shared is not None else {},
             )
         )
         for attr in proto.attribute:
@@ -222,6 +234,7 @@ def _walk(
                     function,
                     functions,
                     (*owners, label),
+                    shared,
                 )
 
 
@@ -232,7 +245,20 @@ def node_contexts(model: onnx.ModelProto) -> list[NodeContext]:
     irm = _ir_model(model)
     out: list[NodeContext] = []
     functions = FunctionIndex.of(model, irm)
-    _walk(out, model, irm, model.graph.node, None if irm is None else list(irm.graph), "", model, "", functions)
+    shared: dict[str, Any] = {}
+    _walk(
+        out,
+        model,
+        irm,
+        model.graph.node,
+        None if irm is None else list(irm.graph),
+        "",
+        model,
+        "",
+        functions,
+        (),
+        shared,
+    )
     return out
 
 
@@ -270,6 +296,8 @@ def body_contexts(ctx: NodeContext) -> list[NodeContext]:
             fn,
             function_label(fn),
             functions,
+            (),
+            ctx.shared,
         )
         pending.append(iter([inner for inner in out[start:] if inner.has_function]))
     return out

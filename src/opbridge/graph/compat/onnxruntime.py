@@ -2,7 +2,10 @@
 
 Standard and contrib nodes are checked against the operator schemas of the
 installed onnxruntime (``get_all_operator_schema``, the schemas its kernels are
-registered against) at the model's opset. Custom nodes run when the model
+registered against) at the model's opset, then against the kernels of its CPU
+provider (``get_all_opkernel_def``) for the node's value types, with what ONNX
+Runtime does where none fits: float16 runs in float32, an ONNX op's function
+body is expanded (and its nodes checked). Custom nodes run when the model
 carries their function body (ONNX Runtime expands model-local functions), or
 through opbridge's kernel for an opbridge op or ``@opbridge.kernel``; else they
 fail with ORT's "is not a registered function/op". With ``real=True`` an
@@ -15,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
@@ -23,7 +26,7 @@ from opbridge.graph.compat._report import CompatReport, NodeVerdict
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["check_onnxruntime", "ort_schemas"]
+__all__ = ["check_onnxruntime", "ort_cpu_kernels", "ort_schemas"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,195 @@ def ort_schemas() -> dict[tuple[str, str], tuple[int, ...]]:
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
-def _verdict(ctx: NodeContext) -> NodeVerdict:
+@functools.cache
+def ort_cpu_kernels() -> dict[tuple[str, str], tuple[tuple[int, int, dict[str, frozenset[str]]], ...]]:
+    """``(domain, op_type) -> ((first, last version, {type parameter: types}), ...)``: the kernels the
+    installed onnxruntime's CPU provider registers (``get_all_opkernel_def``)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    out: dict[tuple[str, str], list[tuple[int, int, dict[str, frozenset[str]]]]] = {}
+    for k in C.get_all_opkernel_def():
+        if k.provider == "CPUExecutionProvider":
+            first, last = k.version_range
+            types = {name: frozenset(allowed) for name, allowed in k.type_constraints.items()}
+            out.setdefault((k.domain, k.op_name), []).append((int(first), int(last), types))
+    return {key: tuple(v) for key, v in out.items()}
+
+
+@functools.cache
+def _ort_schema_index() -> dict[tuple[str, str, int], Any]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    return {(s.domain, s.name, int(s.since_version)): s for s in C.get_all_operator_schema()}
+
+
+def _ort_schema(domain: str, op_type: str, since: int) -> Any:
+    """The installed onnxruntime's schema of ``domain::op_type`` since version ``since`` (None if none)."""
+    return _ort_schema_index().get((domain, op_type, since))
+
+
+def _function_body(ctx: NodeContext, domain: str, since: int, opset: int | None) -> tuple[int, Any] | None:
+    """``(version, body)``: the function body ONNX gives ``ctx``'s op (schema since ``since``) for a model
+    importing ``opset``, which ONNX Runtime expands where its CPU provider has no kernel for the node
+    (``body`` None where it cannot be made here: a context-dependent body of inputs of unknown types);
+    None where ONNX gives none, or a body (not context-dependent) whose ops ONNX changed between the body's
+    opset and ``opset``, which ONNX Runtime does not expand (measured: Elu's body, written for opset 18, at 19;
+    Gelu-20's context-dependent body expands at 21)."""
+    import onnx
+
+    if domain not in ("", "ai.onnx.ml") or opset is None:
+        return None
+    try:  # (Any: onnx's stubs lack the function methods its binding has)
+        schema: Any = onnx.defs.get_schema(ctx.op_type, since, domain)
+    except onnx.defs.SchemaError:
+        return None
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    if not plain and not dependent:
+        return None
+    version = max(plain + dependent)
+    names = [n for n in ctx.proto.input if n]
+    known = ctx.elem_types()
+    try:
+        if version in plain:
+            raw = schema.get_function_with_opset_version(opset)
+        elif all(known.get(n) for n in names):
+            types = [onnx.helper.make_tensor_type_proto(known[n], None).SerializeToString() for n in names]
+            raw = schema.get_context_dependent_function_with_opset_version(
+                version, ctx.proto.SerializeToString(), types
+            )
+        else:
+            return version, None
+        body = onnx.FunctionProto.FromString(raw)
+    except Exception as exc:  # (a body onnx cannot make for this node: the real session judges it)
+        logger.debug("no function body of %s for %s: %s", ctx.op_type, ctx.label, exc)
+        return version, None
+    for node in body.node if version in plain else ():  # (a context-dependent body is taken as made: Gelu-20's at 21)
+        if node.domain in ("", "ai.onnx"):
+            try:
+                changed = onnx.defs.get_schema(node.op_type, version).since_version != (
+                    onnx.defs.get_schema(node.op_type, opset).since_version
+                )
+            except onnx.defs.SchemaError:
+                changed = True
+            if changed:
+                return None
+    return version, body
+
+
+def _body_failure(ctx: NodeContext, body: Any, depth: int) -> NodeVerdict | None:
+    """The verdict on the first node of the function ``body`` of ``ctx``'s op that fails, the body expanded
+    for the node's attributes and input types; None where none fails or it cannot be expanded."""
+    import onnx
+
+    from opbridge.model_io import inline_functions
+
+    names = [n for n in ctx.proto.input if n]
+    known = ctx.elem_types()
+    if any(not known.get(n) for n in names):
+        return None
+    body = onnx.FunctionProto.FromString(body.SerializeToString())
+    body.domain, body.name = "opbridge.expand", ctx.op_type
+    call = onnx.NodeProto()
+    call.CopyFrom(ctx.proto)
+    call.domain = "opbridge.expand"
+    graph = onnx.helper.make_graph(
+        [call],
+        "expanded",
+        [onnx.helper.make_tensor_value_info(n, known[n], None) for n in dict.fromkeys(names)],
+        [onnx.helper.make_tensor_value_info(n, known.get(n, 0), None) for n in ctx.proto.output if n],
+    )
+    # (ONNX Runtime runs the body's nodes at the model's opsets: nested bodies too)
+    model_versions = {o.domain: o.version for o in ctx.model.opset_import}
+    for entry in body.opset_import:
+        entry.version = model_versions.get(entry.domain, entry.version)
+    imports = [*body.opset_import, onnx.helper.make_opsetid("opbridge.expand", 1)]
+    try:
+        expanded = inline_functions(onnx.helper.make_model(graph, opset_imports=imports, functions=[body]))
+    except Exception as exc:
+        logger.debug("cannot expand the function body of %s for %s: %s", ctx.op_type, ctx.label, exc)
+        return None
+    return next((v for v in (_verdict(c, depth + 1) for c in node_contexts(expanded)) if v.verdict == "fail"), None)
+
+
+def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> NodeVerdict | None:
+    """The verdict on a node whose op ONNX Runtime defines (schema since ``since``) where its CPU provider
+    registers no kernel for the node's version and value types, else None. A float16 node without a kernel
+    runs in float32 (ONNX Runtime casts around it), an ONNX op with a function body runs that body; an op
+    the CPU provider has no kernel of in any version is left to the real session."""
+    import onnx
+
+    kernels = ort_cpu_kernels().get((domain, ctx.op_type), ())
+    schema = _ort_schema(domain, ctx.op_type, since)
+    if schema is None:
+        return None
+    # (ONNX Runtime takes a kernel registered from the schema's own version on, or one of a closed range that
+    # covers it: an open-ended kernel from an earlier version does not run a later schema's node, as
+    # RandomUniformLike-1's does not run RandomUniformLike-22's)
+    here = [types for first, last, types in kernels if first == since or (first < since <= last < 2**31 - 1)]
+    known = ctx.elem_types()
+    bound: dict[str, set[str]] = {}
+    for params, names in ((schema.inputs, ctx.proto.input), (schema.outputs, ctx.proto.output)):
+        for i, name in enumerate(names):
+            variadic = params and params[-1].option == params[-1].option.Variadic and i >= len(params) - 1
+            param = params[-1] if variadic else params[i] if i < len(params) else None
+            if param is not None and name and known.get(name):
+                elem = onnx.TensorProto.DataType.Name(known[name]).lower()
+                bound.setdefault(param.typeStr, set()).add(f"tensor({elem})")
+
+    def fits(kernel: dict[str, frozenset[str]], values: dict[str, set[str]]) -> bool:
+        return all(p not in kernel or types <= kernel[p] for p, types in values.items())
+
+    if any(fits(k, bound) for k in here):
+        return None
+    as_float = {p: {"tensor(float)" if t == "tensor(float16)" else t for t in types} for p, types in bound.items()}
+    name = f"{ctx.op_type}-{since}"
+    if here and as_float != bound and any(fits(k, as_float) for k in here):
+        return NodeVerdict(
+            ctx.label,
+            ctx.domain,
+            ctx.op_type,
+            "native",
+            f"onnxruntime schema since opset {since}; its CPU provider has no float16 {name} kernel and runs it in "
+            "float32, casting around it",
+        )
+    from opbridge.graph._model import opset_version
+
+    given = sorted({t.removeprefix("tensor(").removesuffix(")") for types in bound.values() for t in types})
+    found = _function_body(ctx, domain, since, opset_version(ctx.model, domain))
+    if found is not None:
+        body_version, body = found
+        which = f" for {', '.join(given)}" if given and kernels else ""
+        runs = f"onnxruntime's CPU provider has no {name} kernel{which} and runs ONNX's function body"
+        failed = _body_failure(ctx, body, depth) if body is not None and depth < 4 else None
+        if failed is not None:
+            return NodeVerdict(
+                ctx.label,
+                ctx.domain,
+                ctx.op_type,
+                "fail",
+                f"{runs} of the op, whose {failed.op_type} node fails: {failed.reason}",
+            )
+        return NodeVerdict(
+            ctx.label, ctx.domain, ctx.op_type, "function", f"{runs} of the op (written for opset {body_version})"
+        )
+    if not kernels:  # (no kernel in any version: an op ONNX Runtime handles otherwise, or not at all)
+        return None
+    if not here:
+        spans = ", ".join(f"{first}-{last}" if last < 2**31 - 1 else f"{first} on" for first, last, _ in kernels)
+        reason = f"onnxruntime's CPU provider has no {name} kernel (its {ctx.op_type} kernels cover opsets {spans})"
+    else:
+        offered = sorted(
+            {t.removeprefix("tensor(").removesuffix(")") for k in here for p in bound for t in k.get(p, ())}
+        )
+        reason = (
+            f"onnxruntime's CPU provider has no {name} kernel for {', '.join(given)} (its kernels take "
+            f"{', '.join(offered)}): cast around the node"
+        )
+    return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", reason + ' ("Could not find an implementation")')
+
+
+def _verdict(ctx: NodeContext, depth: int = 0) -> NodeVerdict:
     if ctx.unimported():
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", ctx.unimported())
     domain = "" if ctx.domain == "ai.onnx" else ctx.domain
@@ -52,6 +243,9 @@ def _verdict(ctx: NodeContext) -> NodeVerdict:
             version = opset_version(ctx.model, "") or version
         usable = [v for v in versions if version is None or v <= version]
         if usable:
+            gap = _kernel_gap(ctx, domain, max(usable), depth)
+            if gap is not None:
+                return gap
             return NodeVerdict(
                 ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}"
             )
@@ -163,6 +357,13 @@ def _blamed(error: str, contexts: list[NodeContext]) -> set[str]:
     return found - carriers
 
 
+def _named_ops(error: str) -> set[str]:
+    """The op types an ONNX Runtime error names as ``Op(version)`` ("an implementation for Max(13) node")."""
+    import re
+
+    return set(re.findall(r"\b([A-Z][A-Za-z0-9]*)\(\d+\)", error))
+
+
 def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's
     bridge) on ``path``, the model's file, where given."""
@@ -181,6 +382,8 @@ def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | 
     # ONNX Runtime quotes node names; a bare substring blamed a node named "error" or "const" for any
     # message holding that word
     blamed = set() if error is None else _blamed(error, contexts)
+    if error is not None and not blamed:  # (an op of a function body the session expanded: "for Max(13) node")
+        blamed = {n.node for n in nodes if any(f"whose {op} node fails" in n.reason for op in _named_ops(error))}
     first = "" if error is None else error.splitlines()[0]
     report.nodes = [
         replace(n, real="ok" if error is None else f"fail: {_clip(first)}" if n.node in blamed else "no error reported")
