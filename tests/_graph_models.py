@@ -177,3 +177,27 @@ def export_seed003(path: Any, scale: float = 3.0) -> Any:
             dynamic_axes={"input": {2: "height", 3: "width"}},
         )
     return model, path
+
+
+def one_op_model(op: str, elem: int, opset: int, inputs: int = 1) -> onnx.ModelProto | None:
+    """One ``op`` node (named "n") on ``inputs`` inputs of type ``elem``, its output typed by strict shape
+    inference; None where inference or the full check refuses it."""
+    names = [f"x{i}" for i in range(inputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], name="n")],
+        "g",
+        [helper.make_tensor_value_info(n, elem, [2, 3]) for n in names],
+        [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.value_info
+        typed = [v for v in inferred if v.name == "y" and v.type.tensor_type.elem_type]
+        if not typed:
+            return None
+        model.graph.output.append(typed[0])
+        onnx.checker.check_model(model, full_check=True)
+    except Exception:
+        return None
+    return model

@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto, defs, helper
+from _graph_models import one_op_model
+from onnx import TensorProto, defs
 
 from opbridge.graph import check_compat
 
@@ -33,31 +33,6 @@ TYPES = (
     TensorProto.BOOL,
 )
 OPSETS = (13, 17, 18, 20, 21, 22)
-
-
-def one_node(op: str, elem: int, opset: int, inputs: int) -> onnx.ModelProto | None:
-    """One ``op`` node on ``inputs`` inputs of type ``elem``, its output typed by strict shape inference; None
-    where inference or the full check refuses it."""
-    names = [f"x{i}" for i in range(inputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, ["y"], name="n")],
-        "g",
-        [helper.make_tensor_value_info(n, elem, [2, 3]) for n in names],
-        [],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    try:
-        typed = [
-            v for v in onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.value_info if v.name == "y"
-        ]
-        if not typed or not typed[0].type.tensor_type.elem_type:
-            return None
-        model.graph.output.append(typed[0])
-        onnx.checker.check_model(model, full_check=True)
-    except Exception:
-        return None
-    return model
 
 
 def main() -> int:
@@ -78,7 +53,7 @@ def main() -> int:
     for op, inputs in ops:
         for elem in TYPES:
             for opset in OPSETS:
-                model = one_node(op, elem, opset, inputs)
+                model = one_op_model(op, elem, opset, inputs)
                 if model is None:
                     continue
                 report = check_compat(model, "onnxruntime")

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from _graph_models import OPSET, custom_node_model, make_model, resize_model, swish_function
+from _graph_models import OPSET, custom_node_model, make_model, one_op_model, resize_model, swish_function
 from onnx import TensorProto, helper, numpy_helper
 
 import opbridge
@@ -1674,22 +1674,6 @@ def test_an_opbridge_op_with_an_attribute_value_it_does_not_take_fails(target: s
     assert node.verdict == "opbridge", node
 
 
-def _one_op(op: str, inputs: int, elem: int, opset: int) -> onnx.ModelProto:
-    """One ``op`` node of ``inputs`` inputs of type ``elem``, its output typed by shape inference."""
-    names = [f"x{i}" for i in range(inputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, ["y"], name="n")],
-        "g",
-        [helper.make_tensor_value_info(n, elem, [2, 3]) for n in names],
-        [],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    (typed,) = [v for v in onnx.shape_inference.infer_shapes(model).graph.value_info if v.name == "y"]
-    model.graph.output.append(typed)
-    return model
-
-
 F16, BF16, F64 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
 # (op, inputs, type, opset, static verdict, what its reason says); each checked against a real session
 _ORT_KERNELS = {
@@ -1717,7 +1701,9 @@ def test_ort_verdicts_follow_the_cpu_providers_kernels_and_agree_with_a_session(
     in float32 between casts; an ONNX op with a function body runs the body (its nodes checked in turn), where
     ONNX did not change the body's ops between its opset and the model's."""
     op, inputs, elem, opset, expected, words = _ORT_KERNELS[case]
-    report = check_compat(_one_op(op, inputs, elem, opset), "onnxruntime")
+    model = one_op_model(op, elem, opset, inputs)
+    assert model is not None
+    report = check_compat(model, "onnxruntime")
     (node,) = report.nodes
     assert (node.verdict, report.real_ok) == (expected, expected != "fail"), report.format_text()
     assert words in node.reason, node.reason
