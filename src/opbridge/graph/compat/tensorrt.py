@@ -1016,6 +1016,15 @@ def check_tensorrt(
     nodes = [_static_verdict(ctx, v) for ctx in contexts]
     backend, ok, per_node, notes = ("not run", None, {}, []) if not real else _real_parse(model, path, contexts)
     notes = _opset_notes(model, v) + notes
+    by_label = {ctx.label: ctx for ctx in contexts}
+    for n in nodes:  # (the parser names the body node where an If/Loop fails for a reason of its own)
+        inner = [
+            label
+            for label in per_node
+            if label.startswith(f"{n.node}/") and by_label.get(label) and f"'{by_label[label].proto.name}'" in n.reason
+        ]
+        if n.verdict == "fail" and n.node not in per_node and inner:
+            per_node[n.node] = f"{per_node[inner[0]]} (at its body's node {inner[0]})"
     if ok is not None:
         nodes = [
             replace(
