@@ -50,9 +50,12 @@ def start_interpreted_kernels() -> dict[str, Any]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     process = _interpreted.get("process")
-    if process is not None and process.poll() is None:  # (its tests were deselected by -x or -k after all)
+    if process is not None and process.poll() is None:  # (its tests were not run: -x stopped the session first)
         process.kill()
         process.wait()
+    for name in ("stdout", "stderr"):
+        if name in _interpreted:
+            _interpreted[name].close()
 
 
 SEED_IDS = [m.name for m in SEED_MODELS]
