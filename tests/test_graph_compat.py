@@ -1711,3 +1711,64 @@ def test_ort_verdicts_follow_the_cpu_providers_kernels_and_agree_with_a_session(
     assert words in node.reason, node.reason
     if expected == "fail":  # (a body's node the session names is put on the node whose body it is)
         assert node.real.startswith("fail: ") and "Could not find an implementation" in node.real, node.real
+
+
+def _resize_of(mode: str, shape: list[int], scales: list[float] | None = None, sizes: list[int] | None = None, **attrs):
+    """One Resize-19 node (named "rs") of ``shape`` with constant ``scales`` or ``sizes``."""
+    inputs, init = (
+        (["x", "", "sc"], ("sc", np.array(scales, np.float32)))
+        if sizes is None
+        else (
+            ["x", "", "", "sz"],
+            ("sz", np.array(sizes, np.int64)),
+        )
+    )
+    node = helper.make_node("Resize", inputs, ["y"], mode=mode, name="rs", **attrs)
+    return make_model(
+        [node], [("x", TensorProto.FLOAT, shape)], [("y", TensorProto.FLOAT, None)], initializers=[init], opset=19
+    )
+
+
+_ORT_RESIZES = {
+    "cubic-inner-two": ("cubic", [1, 2, 4, 4], [1, 1, 2, 2], {}, True),
+    "cubic-channels": ("cubic", [1, 2, 4, 4], [1, 2, 2, 2], {}, False),
+    "cubic-3d": ("cubic", [2, 4, 4], [1, 2, 2], {}, False),
+    "cubic-2d": ("cubic", [4, 4], [2, 2], {}, True),
+    "cubic-outer-and-inner-one": ("cubic", [1, 2, 4, 4], [1, 2, 2, 1], {}, True),
+    "cubic-outer-and-inner-one-down": ("cubic", [1, 2, 4, 4], [1, 0.5, 2, 1], {}, False),
+    "cubic-outer-and-inner-one-down-antialias": ("cubic", [1, 2, 4, 4], [1, 0.5, 2, 1], {"antialias": 1}, True),
+    "linear-1d": ("linear", [4], [2], {}, False),
+    "linear-3d": ("linear", [2, 4, 4], [2, 2, 2], {}, True),
+    "linear-batch": ("linear", [1, 2, 4, 4], [2, 2, 2, 2], {}, False),
+    "linear-5d-inner-three": ("linear", [1, 1, 4, 4, 4], [1, 1, 2, 2, 2], {}, True),
+    "linear-5d-channels": ("linear", [1, 1, 4, 4, 4], [1, 2, 2, 2, 2], {}, False),
+    "linear-6d": ("linear", [1, 1, 1, 4, 4, 4], [1, 1, 1, 2, 2, 2], {}, False),
+    "nearest-every-dim": ("nearest", [1, 2, 4, 4], [2, 2, 2, 2], {}, True),
+}
+
+
+@pytest.mark.parametrize("case", list(_ORT_RESIZES))
+def test_ort_resize_scales_its_cpu_kernel_refuses_fail_as_the_session_does(case: str) -> None:
+    """A linear or cubic Resize scaling dims onnxruntime's CPU kernel does not resize (ScalesValidation: a cubic
+    one of the channels) was "native"; the session refuses it when it is made."""
+    mode, shape, scales, attrs, runs = _ORT_RESIZES[case]
+    report = check_compat(_resize_of(mode, shape, scales, **attrs), "onnxruntime")
+    (node,) = report.nodes
+    assert ((node.verdict != "fail"), report.real_ok) == (runs, runs), report.format_text()
+    if not runs:
+        assert "Resize refuses scales" in node.reason and "when the session is made" in node.reason, node.reason
+
+
+def test_ort_resize_sizes_its_cpu_kernel_refuses_fail_though_the_session_is_made() -> None:
+    """With constant sizes of a static input, onnxruntime checks the scales they give when it runs: compat's
+    session is made (its real column says ok), and the static verdict names the run's refusal."""
+    import onnxruntime as ort
+
+    model = _resize_of("cubic", [1, 2, 4, 4], sizes=[1, 4, 8, 8])
+    (node,) = check_compat(model, "onnxruntime").nodes
+    assert node.verdict == "fail" and "refuses scales [1.0, 2.0, 2.0, 2.0] on a 4-D input when it runs" in node.reason
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="ScalesValidation 'Cubic' mode only supports"):
+        session.run(None, {"x": np.ones((1, 2, 4, 4), np.float32)})
+    (node,) = check_compat(_resize_of("cubic", [1, 2, 4, 4], sizes=[1, 2, 8, 8]), "onnxruntime").nodes
+    assert node.verdict == "native", node

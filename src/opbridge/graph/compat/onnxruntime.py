@@ -230,6 +230,63 @@ def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> No
     return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", reason + ' ("Could not find an implementation")')
 
 
+def _resize_refusal(ctx: NodeContext) -> str:
+    """Why onnxruntime's CPU Resize refuses a linear or cubic node's constant scales (when the session is made)
+    or sizes of a static input (when it runs) ("" where it takes them, or they are not known before): its
+    ScalesValidation, as its message states it (onnxruntime 1.32, measured). Linear: 2-D and 3-D inputs; 4-D
+    ones whose outermost two scales are 1, or the outermost and innermost; 5-D ones whose outermost two are
+    1. Cubic: 2-D inputs; 4-D ones whose outermost two scales are 1, or the outermost and innermost with
+    antialias or with the others >= 1."""
+    from opbridge.graph._model import evaluate_constant, resize_input_slots
+
+    mode = ctx.attr("mode", "nearest")
+    if ctx.op_type != "Resize" or mode not in ("linear", "cubic") or ctx.node is None:
+        return ""
+    inputs = ctx.node.inputs
+    data = inputs[0] if inputs else None
+    dims = list(data.shape) if data is not None and data.shape is not None else None
+    scales, when = None, ""
+    for index, what in resize_input_slots(ctx.version):
+        value = inputs[index] if len(inputs) > index else None
+        if value is None or not value.name:
+            continue
+        arr, _ = evaluate_constant(value, opset=ctx.version)
+        if arr is None or arr.size == 0:
+            continue
+        if what == "scales":
+            scales, when = [float(v) for v in arr.ravel()], "when the session is made"
+        elif dims is not None and all(isinstance(d, int) and d > 0 for d in dims):
+            static = [d for d in dims if isinstance(d, int)]
+            scales, when = [float(size) / d for size, d in zip(arr.ravel(), static)], "when it runs (from its sizes)"
+    axes = ctx.attr("axes")
+    if scales is None or dims is None:
+        return ""
+    if axes is not None:  # (scales of the listed axes only: the others are 1)
+        full = [1.0] * len(dims)
+        for axis, scale in zip(axes, scales):
+            full[axis % len(dims)] = scale
+        scales = full
+    if len(scales) != len(dims):
+        return ""
+    rank = len(scales)
+    outer = rank >= 2 and scales[0] == scales[1] == 1.0
+    ends = rank >= 2 and scales[0] == scales[-1] == 1.0
+    if mode == "linear":
+        taken = rank in (2, 3) or (rank == 4 and (outer or ends)) or (rank == 5 and outer)
+        supports = "2-D and 3-D inputs, and 4-D ones whose outermost two (or outermost and innermost) scales are 1"
+        supports += ", and 5-D ones whose outermost two are 1"
+    else:
+        antialias = bool(ctx.attr("antialias", 0))
+        taken = rank == 2 or (rank == 4 and (outer or (ends and (antialias or all(v >= 1 for v in scales)))))
+        supports = "2-D inputs, and 4-D ones whose outermost two scales are 1 (or the outermost and innermost)"
+    if taken:
+        return ""
+    return (
+        f"onnxruntime's {mode} Resize refuses scales {scales} on a {rank}-D input {when} (ScalesValidation: it "
+        f"takes {supports}): resize the innermost dims only"
+    )
+
+
 def _verdict(ctx: NodeContext, depth: int = 0) -> NodeVerdict:
     if ctx.unimported():
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", ctx.unimported())
@@ -246,6 +303,9 @@ def _verdict(ctx: NodeContext, depth: int = 0) -> NodeVerdict:
             gap = _kernel_gap(ctx, domain, max(usable), depth)
             if gap is not None:
                 return gap
+            refusal = _resize_refusal(ctx) if domain == "" else ""
+            if refusal:
+                return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", refusal)
             return NodeVerdict(
                 ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}"
             )
