@@ -1772,3 +1772,37 @@ def test_ort_resize_sizes_its_cpu_kernel_refuses_fail_though_the_session_is_made
         session.run(None, {"x": np.ones((1, 2, 4, 4), np.float32)})
     (node,) = check_compat(_resize_of("cubic", [1, 2, 4, 4], sizes=[1, 2, 8, 8]), "onnxruntime").nodes
     assert node.verdict == "native", node
+
+
+@pytest.mark.parametrize(
+    ("opset", "mode", "rank", "elem", "expected"),
+    [
+        (16, "bilinear", 4, TensorProto.DOUBLE, "no GridSample-16 kernel for double"),
+        (20, "cubic", 5, TensorProto.FLOAT, 'refuses mode "cubic" on a 5-D input when it runs'),
+        (20, "cubic", 5, TensorProto.FLOAT16, 'refuses mode "cubic" on a 5-D input when it runs'),
+        (20, "cubic", 4, TensorProto.FLOAT, ""),
+        (20, "linear", 5, TensorProto.FLOAT, ""),
+    ],
+    ids=["16-double", "20-cubic-5d", "20-cubic-5d-float16", "20-cubic-4d", "20-linear-5d"],
+)
+def test_ort_grid_sample_verdicts_follow_what_its_cpu_kernel_runs(
+    opset: int, mode: str, rank: int, elem: int, expected: str
+) -> None:
+    """GridSample-16 has float kernels only; GridSample-20's cubic mode runs on 4-D inputs only, refused when the
+    session runs (its real column, a session made, says ok): both were "native"."""
+    import onnxruntime as ort
+
+    dims = [1, 2, 4, 4, 4][:rank]
+    grid = [1, 3, 3, 3, 3][: rank - 1] + [rank - 2]
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, name="gs")
+    model = make_model([node], [("x", elem, dims), ("g", elem, grid)], [("y", elem, None)], opset=opset)
+    (verdict,) = check_compat(model, "onnxruntime", real=False).nodes
+    assert (verdict.verdict == "fail") is bool(expected) and expected in verdict.reason, verdict
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.ones(dims, dtype), "g": np.zeros(grid, dtype)})
+        ran = True
+    except Exception:
+        ran = False
+    assert ran is not bool(expected)

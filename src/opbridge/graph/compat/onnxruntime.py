@@ -287,6 +287,20 @@ def _resize_refusal(ctx: NodeContext) -> str:
     )
 
 
+def _grid_sample_refusal(ctx: NodeContext) -> str:
+    """Why onnxruntime's CPU GridSample refuses a node when it runs ("" where it does not): cubic mode on a
+    5-D input ("Only support GridSample Cubic mode in 4-D cases", onnxruntime 1.32, measured)."""
+    if ctx.op_type != "GridSample" or ctx.attr("mode", "linear") != "cubic" or ctx.node is None:
+        return ""
+    data = ctx.node.inputs[0] if ctx.node.inputs else None
+    if data is None or data.shape is None or len(data.shape) != 5:
+        return ""
+    return (
+        'onnxruntime\'s GridSample refuses mode "cubic" on a 5-D input when it runs ("Only support GridSample Cubic '
+        'mode in 4-D cases"): sample volumes with mode "linear" or "nearest"'
+    )
+
+
 def _verdict(ctx: NodeContext, depth: int = 0) -> NodeVerdict:
     if ctx.unimported():
         return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", ctx.unimported())
@@ -301,11 +315,13 @@ def _verdict(ctx: NodeContext, depth: int = 0) -> NodeVerdict:
         usable = [v for v in versions if version is None or v <= version]
         if usable:
             gap = _kernel_gap(ctx, domain, max(usable), depth)
-            if gap is not None:
+            if gap is not None and gap.verdict == "fail":
                 return gap
-            refusal = _resize_refusal(ctx) if domain == "" else ""
+            refusal = (_resize_refusal(ctx) or _grid_sample_refusal(ctx)) if domain == "" else ""
             if refusal:
                 return NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", refusal)
+            if gap is not None:
+                return gap
             return NodeVerdict(
                 ctx.label, ctx.domain, ctx.op_type, "native", f"onnxruntime schema since opset {max(usable)}"
             )
