@@ -19,6 +19,7 @@ import opbridge
 from opbridge.examples.seeds import SEED_MODELS, SeedModel
 
 EXPORTERS = ("dynamo", "torchscript")
+SEED_IDS = [m.name for m in SEED_MODELS]
 
 # The Triton kernels run in Triton's interpreter in a child process (tests/test_triton_interpreted.py) for two
 # to three minutes of one core: started as the session starts, where its tests are selected, it runs beside
@@ -56,9 +57,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for name in ("stdout", "stderr"):
         if name in _interpreted:
             _interpreted[name].close()
-
-
-SEED_IDS = [m.name for m in SEED_MODELS]
 
 
 SHAPE_IDS = ["export_shape", "shape1", "shape2"]

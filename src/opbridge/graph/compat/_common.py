@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,15 +41,15 @@ class NodeContext:
     #: what the contexts of one model share, computed once (:meth:`elem_types`)
     shared: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def elem_types(self) -> dict[str, int]:
+    def elem_types(self) -> Mapping[str, int]:
         """Element types of the values of the model's graphs (as declared, else from shape inference),
-        computed once for all the contexts of the model."""
+        computed once for all the contexts of the model (and shared by them: not to be changed)."""
         if "elem_types" not in self.shared:
             from opbridge.model_io import elem_types, walk_nodes
 
             names = [n for node in walk_nodes(self.model.graph.node) for n in (*node.input, *node.output) if n]
-            self.shared["elem_types"] = elem_types(self.model, list(dict.fromkeys(names)))
-        return dict(self.shared["elem_types"])
+            self.shared["elem_types"] = MappingProxyType(elem_types(self.model, list(dict.fromkeys(names))))
+        return self.shared["elem_types"]  # type: ignore[no-any-return]
 
     def unimported(self) -> str:
         """Why a runtime that checks opset imports (ONNX Runtime, opbridge's sessions and OpenVINO backend)
