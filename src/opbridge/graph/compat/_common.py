@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import onnx
     import onnx_ir as ir
 
-__all__ = ["NodeContext", "body_contexts", "node_contexts"]
+__all__ = ["NodeContext", "body_contexts", "node_contexts", "resize_constants"]
 
 logger = logging.getLogger(__name__)
 
@@ -302,3 +302,23 @@ def body_contexts(ctx: NodeContext) -> list[NodeContext]:
         )
         pending.append(iter([inner for inner in out[start:] if inner.has_function]))
     return out
+
+
+def resize_constants(ctx: NodeContext) -> dict[str, Any]:
+    """The scales and sizes a Resize node is given (``{"scales": array, "sizes": array}``; Resize-10's scales
+    too) that depend only on constants, computed (:func:`~opbridge.graph._model.evaluate_constant`); those
+    not given, empty or computed at run time are left out."""
+    from opbridge.graph._model import evaluate_constant, resize_input_slots
+
+    if ctx.node is None:  # (onnx-ir could not read the model)
+        return {}
+    inputs = ctx.node.inputs
+    found: dict[str, Any] = {}
+    for index, what in resize_input_slots(ctx.version):
+        value = inputs[index] if len(inputs) > index else None
+        if value is None or not value.name:
+            continue
+        arr, _ = evaluate_constant(value, opset=ctx.version)
+        if arr is not None and arr.size:
+            found[what] = arr
+    return found

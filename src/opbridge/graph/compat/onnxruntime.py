@@ -20,7 +20,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts
+from opbridge.graph.compat._common import NodeContext, body_contexts, node_contexts, resize_constants
 from opbridge.graph.compat._report import CompatReport, NodeVerdict
 
 if TYPE_CHECKING:
@@ -237,38 +237,32 @@ def _resize_refusal(ctx: NodeContext) -> str:
     ones whose outermost two scales are 1, or the outermost and innermost; 5-D ones whose outermost two are
     1. Cubic: 2-D inputs; 4-D ones whose outermost two scales are 1, or the outermost and innermost with
     antialias or with the others >= 1."""
-    from opbridge.graph._model import evaluate_constant, resize_input_slots
-
     mode = ctx.attr("mode", "nearest")
-    if ctx.op_type != "Resize" or mode not in ("linear", "cubic") or ctx.node is None:
+    if ctx.op_type != "Resize" or mode not in ("linear", "cubic") or ctx.node is None or not ctx.node.inputs:
         return ""
-    inputs = ctx.node.inputs
-    data = inputs[0] if inputs else None
+    data = ctx.node.inputs[0]
     dims = list(data.shape) if data is not None and data.shape is not None else None
-    scales, when = None, ""
-    for index, what in resize_input_slots(ctx.version):
-        value = inputs[index] if len(inputs) > index else None
-        if value is None or not value.name:
-            continue
-        arr, _ = evaluate_constant(value, opset=ctx.version)
-        if arr is None or arr.size == 0:
-            continue
-        if what == "scales":
-            scales, when = [float(v) for v in arr.ravel()], "when the session is made"
-        elif dims is not None and all(isinstance(d, int) and d > 0 for d in dims):
-            static = [d for d in dims if isinstance(d, int)]
-            scales, when = [float(size) / d for size, d in zip(arr.ravel(), static)], "when it runs (from its sizes)"
+    if not dims:
+        return ""
+    rank = len(dims)
     axes = ctx.attr("axes")
-    if scales is None or dims is None:
+    listed = [a % rank for a in axes] if axes is not None else list(range(rank))  # (scales of these; others 1)
+    found = resize_constants(ctx)
+    if "scales" in found:
+        given, when = [float(v) for v in found["scales"].ravel()], "when the session is made"
+    elif "sizes" in found:
+        static = [d for a in listed if isinstance(d := dims[a], int) and d > 0]
+        if len(static) != len(listed):  # (a dim known only when it runs)
+            return ""
+        given = [float(size) / d for size, d in zip(found["sizes"].ravel(), static)]
+        when = "when it runs (from its sizes)"
+    else:
         return ""
-    if axes is not None:  # (scales of the listed axes only: the others are 1)
-        full = [1.0] * len(dims)
-        for axis, scale in zip(axes, scales):
-            full[axis % len(dims)] = scale
-        scales = full
-    if len(scales) != len(dims):
+    if len(given) != len(listed):
         return ""
-    rank = len(scales)
+    scales = [1.0] * rank
+    for axis, scale in zip(listed, given):
+        scales[axis] = scale
     outer = rank >= 2 and scales[0] == scales[1] == 1.0
     ends = rank >= 2 and scales[0] == scales[-1] == 1.0
     if mode == "linear":

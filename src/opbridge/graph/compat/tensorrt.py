@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbridge.graph.compat._common import NodeContext, _node_mismatch, body_contexts, node_contexts
+from opbridge.graph.compat._common import NodeContext, _node_mismatch, body_contexts, node_contexts, resize_constants
 from opbridge.graph.compat._report import CompatReport, NodeVerdict, Verdict
 
 if TYPE_CHECKING:
@@ -172,30 +172,19 @@ def _rule_cubic_outer_dims(ctx: NodeContext, version: Version) -> Hit | None:
     covers a 2-D resize of the last two dims; scaling any other dim fails
     (onnx-tensorrt importResize; docs/operators.md still lists nearest/linear only).
     """
-    if not (_is_resize(ctx) and ctx.attr("mode", "nearest") == "cubic"):
+    if not (_is_resize(ctx) and ctx.attr("mode", "nearest") == "cubic") or ctx.node is None:
         return None
-    from opbridge.graph._model import evaluate_constant
-
-    if ctx.node is None:  # (onnx-ir could not read the model)
-        return None
-    inputs = ctx.node.inputs
-    for idx, _what in ((3, "sizes"), (2, "scales")):
-        value = inputs[idx] if len(inputs) > idx else None
-        if value is None or not value.name:
-            continue
-        arr, _ = evaluate_constant(value, opset=ctx.version)
-        if arr is None or arr.size == 0:
-            continue
-        if idx == 2:
-            outer = [float(s) for s in arr.ravel()[:-2]]
-            if any(s != 1.0 for s in outer):
-                return Hit("fail", f"cubic resize scales {arr.tolist()} change dims other than the last two")
-            return None
+    found = resize_constants(ctx)
+    if "sizes" in found:
+        arr = found["sizes"]
         data = ctx.node.inputs[0]
         dims = list(data.shape) if data is not None and data.shape is not None else None
         if dims and all(isinstance(d, int) for d in dims[:-2]) and list(arr.ravel()[:-2]) != dims[:-2]:
             return Hit("fail", f"cubic resize sizes {arr.tolist()} change dims other than the last two")
-        return None
+    elif "scales" in found:
+        arr = found["scales"]
+        if any(float(s) != 1.0 for s in arr.ravel()[:-2]):
+            return Hit("fail", f"cubic resize scales {arr.tolist()} change dims other than the last two")
     return None
 
 
