@@ -245,14 +245,12 @@ def _rule_scales_not_initializer(ctx: NodeContext, version: Version) -> Hit | No
     )
 
 
-# ONNX's domains but the default one
-_ONNX_OWN_DOMAINS = frozenset({"ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"})
-
-
 def _no_importer_reason(ctx: NodeContext, version: Version) -> str | None:
     """Why the parser of ``version`` has no importer for the standard op of ``ctx``, or None (it has one,
     or ``ctx`` is a custom node)."""
-    if ctx.domain in _ONNX_OWN_DOMAINS:
+    from opbridge.graph._model import STANDARD_DOMAINS
+
+    if ctx.domain in STANDARD_DOMAINS and ctx.domain not in ("", "ai.onnx"):
         # (the parser looks importers up by op type and has none of these domains' ops: they take the plugin
         # path; TensorRT-RTX 1.7, measured with ai.onnx.ml Binarizer, Normalizer and Scaler)
         return f"TensorRT's parser has no importer for ops of ONNX's {ctx.domain} domain"
