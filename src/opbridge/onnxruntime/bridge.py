@@ -47,7 +47,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -180,21 +180,25 @@ def check_attribute_names(opdef: OpDef, node: onnx.NodeProto) -> None:
         )
 
 
-def check_attribute_values(opdef: OpDef, node: onnx.NodeProto, label: str) -> None:
+def check_attribute_values(
+    opdef: OpDef, node: onnx.NodeProto, label: str, values: Mapping[str, Any] | None = None
+) -> None:
     """Refuse a node attribute holding a value outside the choices ``opdef`` declares for it (a ``Literal``
-    in its signature), which the op's code would meet only when it runs. An attribute a function body's
-    node takes from its call is the call's to check; one of another type than declared is left to the
-    backend that reads it."""
+    in its signature), which the op's code would meet only when it runs. ``values``: the node's attribute
+    values (:func:`~opbridge.onnx_schema.attribute_values`) where the caller has read them. An attribute a
+    function body's node takes from its call is the call's to check; one of another type than declared is
+    left to the backend that reads it."""
     from opbridge.onnx_schema import attribute_values
 
     spec = opdef.spec
     chosen = [a for a in spec.attributes if a.choices is not None]
     if not chosen:
         return
-    try:
-        values = attribute_values(spec, node, references=True)
-    except ValueError:
-        return
+    if values is None:
+        try:
+            values = attribute_values(spec, node, references=True)
+        except ValueError:
+            return
     for attr in chosen:
         outside = attr.outside_choices(values[attr.name]) if attr.name in values else []
         if outside:
@@ -220,12 +224,17 @@ def spec_attributes(opdef: OpDef, node: onnx.NodeProto) -> dict[str, Any]:
     from opbridge.onnx_schema import attribute_values
 
     spec = opdef.spec
+    label = f"{spec.qualname} node {node.name!r}"
     check_attribute_names(opdef, node)
-    check_attribute_values(opdef, node, f"{spec.qualname} node {node.name!r}")
     try:
-        return spec.bind_attributes(attribute_values(spec, node))
+        values = attribute_values(spec, node)
+    except ValueError as exc:
+        raise NodeMismatchError(f"{label}: {exc}") from None
+    check_attribute_values(opdef, node, label, values)
+    try:
+        return spec.bind_attributes(values)
     except (TypeError, ValueError) as exc:
-        raise NodeMismatchError(f"{spec.qualname} node {node.name!r}: {exc}") from None
+        raise NodeMismatchError(f"{label}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- adapters

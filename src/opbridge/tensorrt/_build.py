@@ -589,8 +589,9 @@ def _prepare(model_path: str) -> tuple[list[ErrorEntry], bytes | None, list[str]
                 )
             )
         try:  # each attribute of the type the op declares (a TENSOR or GRAPH one fails in the plugin's creator)
-            attribute_values(spec, node, references=fn is not None)  # (a body's node may take one from its call)
-            check_attribute_values(opdef, node, "the node")  # (and of a value the op takes)
+            # (a body's node may take one from its call)
+            read = attribute_values(spec, node, references=fn is not None)
+            check_attribute_values(opdef, node, "the node", read)  # (and of a value the op takes)
         except ValueError as exc:
             errors.append((node.name, node.op_type, f"opbridge: {exc}"))
         if len(inputs) > len(spec.inputs):

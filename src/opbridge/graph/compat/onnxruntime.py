@@ -34,11 +34,9 @@ logger = logging.getLogger(__name__)
 @functools.cache
 def ort_schemas() -> dict[tuple[str, str], tuple[int, ...]]:
     """``(domain, op_type) -> since_versions`` known to the installed onnxruntime."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as C
-
     out: dict[tuple[str, str], list[int]] = {}
-    for s in C.get_all_operator_schema():
-        out.setdefault((s.domain, s.name), []).append(int(s.since_version))
+    for domain, name, since in _ort_schema_index():
+        out.setdefault((domain, name), []).append(since)
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
@@ -59,6 +57,7 @@ def ort_cpu_kernels() -> dict[tuple[str, str], tuple[tuple[int, int, dict[str, f
 
 @functools.cache
 def _ort_schema_index() -> dict[tuple[str, str, int], Any]:
+    """``(domain, op_type, since_version) -> schema`` of the installed onnxruntime (read once)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as C
 
     return {(s.domain, s.name, int(s.since_version)): s for s in C.get_all_operator_schema()}
@@ -153,6 +152,11 @@ def _body_failure(ctx: NodeContext, body: Any, depth: int) -> NodeVerdict | None
     return next((v for v in (_verdict(c, depth + 1) for c in node_contexts(expanded)) if v.verdict == "fail"), None)
 
 
+def _type_names(types: Any) -> list[str]:
+    """``{"tensor(float)", ...}`` -> ``["float", ...]``, sorted."""
+    return sorted({t.removeprefix("tensor(").removesuffix(")") for t in types})
+
+
 def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> NodeVerdict | None:
     """The verdict on a node whose op ONNX Runtime defines (schema since ``since``) where its CPU provider
     registers no kernel for the node's version and value types, else None. A float16 node without a kernel
@@ -196,7 +200,7 @@ def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> No
         )
     from opbridge.graph._model import opset_version
 
-    given = sorted({t.removeprefix("tensor(").removesuffix(")") for types in bound.values() for t in types})
+    given = _type_names(t for types in bound.values() for t in types)
     found = _function_body(ctx, domain, since, opset_version(ctx.model, domain))
     if found is not None:
         body_version, body = found
@@ -220,9 +224,7 @@ def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> No
         spans = ", ".join(f"{first}-{last}" if last < 2**31 - 1 else f"{first} on" for first, last, _ in kernels)
         reason = f"onnxruntime's CPU provider has no {name} kernel (its {ctx.op_type} kernels cover opsets {spans})"
     else:
-        offered = sorted(
-            {t.removeprefix("tensor(").removesuffix(")") for k in here for p in bound for t in k.get(p, ())}
-        )
+        offered = _type_names(t for k in here for p in bound for t in k.get(p, ()))
         reason = (
             f"onnxruntime's CPU provider has no {name} kernel for {', '.join(given)} (its kernels take "
             f"{', '.join(offered)}): cast around the node"
