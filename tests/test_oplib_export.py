@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -71,3 +72,97 @@ def test_float16_models_pass_verify_with_the_declared_tolerances(which: str, tmp
     record = opbridge.verify(path, (model, args))
     assert record.exit_code == 0, record.table()
     assert all(tol.rtol == 1e-2 for tol, _ in record.tolerances.values()), record.tolerances
+
+
+def _invalid_detection_calls() -> list[tuple[str, Any, tuple, dict, str]]:
+    """Calls of the detection ops that their references refuse: (id, op, args, attrs, the refusal)."""
+    import torch
+
+    from opbridge.ops import detection as d
+
+    return [
+        (
+            "dcn-offset-of-another-stride",  # stride 2 on 6 x 6 gives 3 x 3, not offset's 6 x 6
+            d.ModulatedDeformConv2d,
+            (torch.randn(1, 4, 6, 6), torch.randn(1, 18, 6, 6), torch.rand(1, 9, 6, 6), torch.randn(4, 4, 3, 3), None),
+            {"stride": [2, 2], "padding": [1, 1]},
+            r"expected offset \(1, 18, 3, 3\)",
+        ),
+        (
+            "nms-num-classes",
+            d.BatchedNMS,
+            (torch.rand(1, 6, 1, 4), torch.rand(1, 6, 3)),
+            {"num_classes": 5, "keep_topk": 4},
+            "scores' last dim must equal num_classes",
+        ),
+        (
+            "roi-rois-of-4",
+            d.RoIAlign,
+            (torch.randn(1, 2, 8, 8), torch.rand(3, 4)),
+            {},
+            r"rois must be \(num_rois, 5\)",
+        ),
+        (
+            "mlroi-strides",
+            d.MultiLevelRoiAlign,
+            (torch.tensor([[0, 0, 0, 30, 30.0]]), torch.randn(1, 2, 16, 16), torch.randn(1, 2, 8, 8)),
+            {"featmap_strides": [4.0, 8.0, 16.0]},
+            "give one stride per feature map",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("case", _invalid_detection_calls(), ids=lambda c: c[0])
+def test_an_invalid_call_is_refused_by_either_exporter(case: tuple, exporter: str, tmp_path: Path) -> None:
+    """The shape rules run the references' checks on the sizes they know. torch.export traces the op by its
+    shape rule, which took offset's dims for the output (a DCNv2 file declared 6 x 6 where 3 x 3 comes) and
+    checked none of the other calls: the dynamo export wrote files that fail in every runtime."""
+    _, opdef, args, attrs, refusal = case
+    target = tmp_path / "m.onnx"
+    with pytest.raises(opbridge.ExportError, match=refusal):
+        opbridge.export(_Call(opdef, attrs).eval(), args, target, exporter=exporter)
+    assert not target.exists()
+
+
+def test_the_shape_rules_leave_symbolic_sizes_unjudged() -> None:
+    """With dynamic dims (ONNX's named ones here) the rules check what they know and give the sizes."""
+    import torch
+
+    from opbridge import SymDim, TensorInfo
+    from opbridge.ops import detection as d
+    from opbridge.shape import output_infos
+
+    n, h = SymDim("n"), SymDim("h")
+    f32 = torch.float32
+    dcn = output_infos(
+        d.ModulatedDeformConv2d.spec,
+        d.ModulatedDeformConv2d.shape_rule,
+        d.ModulatedDeformConv2d.reference,
+        [
+            TensorInfo((n, 4, h, h), f32),
+            TensorInfo((n, 18, h, h), f32),
+            TensorInfo((n, 9, h, h), f32),
+            TensorInfo((8, 4, 3, 3), f32),
+            None,
+        ],
+        d.ModulatedDeformConv2d.spec.bind_attributes({"padding": [1, 1]}),
+    )
+    assert dcn[0].shape == (n, 8, h, h)
+    nms = d.BatchedNMS
+    dets, labels = output_infos(
+        nms.spec,
+        nms.shape_rule,
+        nms.reference,
+        [TensorInfo((n, SymDim("boxes"), 1, 4), f32), TensorInfo((n, SymDim("boxes"), 3), f32)],
+        nms.spec.bind_attributes({"num_classes": 3, "keep_topk": 7}),
+    )
+    assert dets.shape == (n, 7, 5) and labels.shape == (n, 7)
+    with pytest.raises(ValueError, match="return_index=1"):
+        output_infos(
+            nms.spec,
+            nms.shape_rule,
+            nms.reference,
+            [TensorInfo((n, 6, 1, 4), f32), TensorInfo((n, 6, 3), f32)],
+            nms.spec.bind_attributes({"num_classes": 3, "return_index": True}),
+        )

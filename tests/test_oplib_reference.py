@@ -379,7 +379,7 @@ def test_roi_align_of_no_rois_over_empty_features_is_empty_in_every_path() -> No
             d.RoIAlign(feat, _roi(0, 0, 1, 1), **attrs)
     for op, args in ((d.RoIAlign, (LINEAR, _roi(0, 0, 1, 1))), (d.MultiLevelRoiAlign, (_roi(0, 0, 1, 1), LINEAR))):
         with pytest.raises(ValueError, match=r"output_height and output_width must be >= 1; got -1x2"):
-            op.shape_rule(*args, output_height=-1, output_width=2)
+            op.shape_rule(*args, **op.spec.bind_attributes({"output_height": -1, "output_width": 2}))
 
 
 # --------------------------------------------------------------------------- MultiLevelRoiAlign

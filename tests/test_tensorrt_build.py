@@ -648,6 +648,32 @@ def doubled64(x: torch.Tensor) -> torch.Tensor:
     return x.double() * 2
 
 
+def test_a_batched_nms_node_asking_for_indices_is_refused_by_name(tmp_path: Path) -> None:
+    """return_index=1 (a third output) is refused by every CPU path; the build took it, and the GPU kernel
+    would have run the node as return_index=0."""
+    t = helper.make_tensor_value_info
+    node = helper.make_node(
+        "TRTBatchedNMS",
+        ["boxes", "scores"],
+        ["dets", "labels"],
+        domain="mmdeploy",
+        name="nms",
+        num_classes=3,
+        keep_topk=4,
+        return_index=1,
+    )
+    path = _model(
+        tmp_path / "nms.onnx",
+        [node],
+        [t("boxes", TensorProto.FLOAT, [1, 6, 1, 4]), t("scores", TensorProto.FLOAT, [1, 6, 3])],
+        [t("dets", TensorProto.FLOAT, None), t("labels", TensorProto.INT32, None)],
+        {"mmdeploy": 1},
+    )
+    report = build_engine(path, None, isolate=False)
+    assert not report.ok
+    assert "return_index=1 (a third output) is not supported" in report.describe(), report.describe()
+
+
 def test_a_float64_output_is_refused_by_name(tmp_path: Path) -> None:
     """An op without a GPU kernel was told to register one for float64, which TensorRT has no tensors of."""
     path = _model(

@@ -149,4 +149,5 @@ def batched_nms(
             float(attrs.get("score_threshold", 0.05)),
             int(attrs.get("topk", 1000)),
             bool(attrs.get("clip_boxes", False)),
+            bool(attrs.get("return_index", False)),
         )

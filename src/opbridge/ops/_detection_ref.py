@@ -49,14 +49,16 @@ def check_choice(op: str, name: str, value: int, names: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------- grid_sampler
 
 
+def _differ(a: Any, b: Any) -> bool:
+    """Whether two sizes are known to differ: both ints. The shape rules run these checks on symbolic sizes
+    too (torch.export's, a TensorRT build's dynamic dims, ONNX's named ones), which are not compared."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
 def check_grid_shapes(x_shape: tuple[int, ...], grid_shape: tuple[int, ...]) -> None:
     """A ValueError unless input is (N, C, H, W) and grid (N, Ho, Wo, 2) of the same N (sizes that
     are not ints, symbolic ones at export, are not compared)."""
-
-    def differ(a: Any, b: Any) -> bool:
-        return isinstance(a, int) and isinstance(b, int) and a != b
-
-    if len(x_shape) != 4 or len(grid_shape) != 4 or differ(grid_shape[3], 2) or differ(grid_shape[0], x_shape[0]):
+    if len(x_shape) != 4 or len(grid_shape) != 4 or _differ(grid_shape[3], 2) or _differ(grid_shape[0], x_shape[0]):
         raise ValueError(
             f"mmdeploy::grid_sampler: input must be (N, C, H, W) and grid (N, Ho, Wo, 2) with the same N "
             f"(the op samples 2-D planes); got input {list(x_shape)} and grid {list(grid_shape)}."
@@ -98,6 +100,22 @@ def _pair(name: str, value: tuple[int, ...]) -> tuple[int, int]:
     return value[0], value[1]
 
 
+def check_dcn_attributes(
+    stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...], groups: int, deform_groups: int
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Check a DCNv2 call's attributes (those that need no input size); return (stride, padding, dilation)."""
+    op = "mmdeploy::MMCVModulatedDeformConv2d"
+    s, p, d = _pair("stride", tuple(stride)), _pair("padding", tuple(padding)), _pair("dilation", tuple(dilation))
+    if min(s) < 1 or min(d) < 1 or min(p) < 0:
+        raise ValueError(
+            f"{op}: stride and dilation must be >= 1 and padding >= 0; got stride={list(s)}, "
+            f"padding={list(p)}, dilation={list(d)}."
+        )
+    if groups < 1 or deform_groups < 1:
+        raise ValueError(f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}.")
+    return s, p, d
+
+
 def deform_conv_geometry(
     x_shape: tuple[int, ...],
     offset_shape: tuple[int, ...],
@@ -112,16 +130,7 @@ def deform_conv_geometry(
 ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, int]:
     """Check a DCNv2 call's shapes; return (stride, padding, dilation, Hout, Wout)."""
     op = "mmdeploy::MMCVModulatedDeformConv2d"
-    s, p, d = (
-        _pair("stride", stride),
-        _pair("padding", padding),
-        _pair("dilation", dilation),
-    )
-    if min(s) < 1 or min(d) < 1 or min(p) < 0:
-        raise ValueError(
-            f"{op}: stride and dilation must be >= 1 and padding >= 0; got stride={list(s)}, "
-            f"padding={list(p)}, dilation={list(d)}."
-        )
+    s, p, d = check_dcn_attributes(stride, padding, dilation, groups, deform_groups)
     if len(x_shape) != 4 or len(w_shape) != 4 or min(w_shape[2:]) < 1:
         raise ValueError(
             f"{op}: input must be (N, C, H, W) and weight (Cout, C / groups, kH, kW) with kH, kW >= 1; "
@@ -131,8 +140,6 @@ def deform_conv_geometry(
     cout, cin_g, kh, kw = w_shape
     if bias_shape is not None and tuple(bias_shape) != (cout,):
         raise ValueError(f"{op}: bias must be ({cout},), one value per output channel; got {tuple(bias_shape)}.")
-    if groups < 1 or deform_groups < 1:
-        raise ValueError(f"{op}: groups and deform_groups must be >= 1; got {groups} and {deform_groups}.")
     if cin != cin_g * groups or cout % groups:
         raise ValueError(
             f"{op}: input has {cin} channels and weight {tuple(w_shape)} with groups={groups}; "
@@ -255,10 +262,16 @@ ROI_MAX_SAMPLES = 1 << 24
 
 
 def check_rois(op: str, rois: Any) -> None:
-    if len(rois.shape) != 2 or rois.shape[1] != 5:
+    if len(rois.shape) != 2 or _differ(rois.shape[1], 5):
         raise ValueError(
             f"{op}: rois must be (num_rois, 5) rows [batch_index, x1, y1, x2, y2]; got {tuple(rois.shape)}."
         )
+
+
+def check_roi_features(op: str, shape: tuple[int, ...]) -> None:
+    """A ValueError unless the features are 4-D (N, C, H, W)."""
+    if len(shape) != 4:
+        raise ValueError(f"{op}: input must be (N, C, H, W) features; got {tuple(shape)}.")
 
 
 def check_output_size(op: str, output_height: int, output_width: int) -> None:
@@ -403,8 +416,7 @@ def roi_align(
     """MMCV ``roi_align`` (= torchvision ``roi_align`` for mode "avg"), one RoI at a time."""
     op = "mmdeploy::MMCVRoiAlign"
     check_rois(op, rois)
-    if feat.dim() != 4:
-        raise ValueError(f"{op}: input must be (N, C, H, W) features; got {tuple(feat.shape)}.")
+    check_roi_features(op, tuple(feat.shape))
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: attribute 'mode' must be 'avg' or 'max'; got {mode!r}.")
     check_output_size(op, output_height, output_width)
@@ -448,7 +460,7 @@ def rescale_rois(rois: torch.Tensor, factor: float) -> torch.Tensor:
 
 def check_levels(op: str, shapes: list[tuple[int, ...]]) -> None:
     """A ValueError unless every feature level is (N, C, H, W) with feat0's C."""
-    if any(len(s) != 4 or s[1] != shapes[0][1] for s in shapes):
+    if any(len(s) != 4 or _differ(s[1], shapes[0][1]) for s in shapes):
         raise ValueError(
             f"{op}: the feature levels must be (N, C, H, W) with the same C; got {[list(s) for s in shapes]}."
         )
@@ -582,17 +594,17 @@ def check_nms_inputs(
             f"{op}: boxes and scores must be floating-point (dets take the boxes' dtype and hold the scores); "
             "cast them with .float() first."
         )
-    if len(boxes_shape) != 4 or boxes_shape[-1] != 4 or len(scores_shape) != 3:
+    if len(boxes_shape) != 4 or _differ(boxes_shape[-1], 4) or len(scores_shape) != 3:
         raise ValueError(
             f"{op}: boxes must be (B, N, 1 or num_classes, 4) and scores (B, N, num_classes); "
             f"got boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)}."
         )
-    if tuple(boxes_shape[:2]) != tuple(scores_shape[:2]):
+    if any(_differ(a, b) for a, b in zip(boxes_shape[:2], scores_shape[:2])):
         raise ValueError(
             f"{op}: boxes {tuple(boxes_shape)} and scores {tuple(scores_shape)} must agree in their first two dims "
             "(B images, N boxes each)."
         )
-    if scores_shape[2] != num_classes or boxes_shape[2] not in (1, num_classes):
+    if _differ(scores_shape[2], num_classes) or (_differ(boxes_shape[2], 1) and _differ(boxes_shape[2], num_classes)):
         raise ValueError(
             f"{op}: num_classes={num_classes} but scores {tuple(scores_shape)} and boxes {tuple(boxes_shape)}; "
             "scores' last dim must equal num_classes and boxes' third dim must be 1 or num_classes."

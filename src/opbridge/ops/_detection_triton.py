@@ -1303,6 +1303,7 @@ def batched_nms(
     score_threshold: float,
     topk: int,
     clip_boxes: bool,
+    return_index: bool = False,
 ) -> None:
     """MMDeploy TRTBatchedNMS into ``dets`` (B, keep_topk, 5) and ``labels`` (B, keep_topk) int32.
 
@@ -1314,7 +1315,7 @@ def batched_nms(
         tuple(boxes.shape),
         tuple(scores.shape),
         num_classes,
-        False,
+        return_index,
         dets.shape[1],
         boxes.is_floating_point() and scores.is_floating_point(),
     )

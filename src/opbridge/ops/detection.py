@@ -390,8 +390,50 @@ def ModulatedDeformConv2d(
     )
 
 
+def _static(*shapes: Any) -> bool:
+    """Whether every dim of ``shapes`` is an int: the reference's shape checks run whole then. A symbolic
+    dim (torch.export's, a TensorRT build's dynamic one, ONNX's named one) is compared where it is known."""
+    return all(isinstance(d, int) for shape in shapes for d in shape)
+
+
 @ModulatedDeformConv2d.register_shape
-def _dcn_shape(x: Any, offset: Any, mask: Any, weight: Any, bias: Any, **_: Any) -> TensorInfo:
+def _dcn_shape(
+    x: Any,
+    offset: Any,
+    mask: Any,
+    weight: Any,
+    bias: Any,
+    *,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+    deform_groups: int,
+    **_: Any,
+) -> TensorInfo:
+    x_shape, offset_shape, mask_shape, w_shape = shapes = [tuple(t.shape) for t in (x, offset, mask, weight)]
+    bias_shape = None if bias is None else tuple(bias.shape)
+    if _static(*shapes, bias_shape or ()):
+        # (the dims the reference computes: a file declaring offset's would be wrong where they differ)
+        geometry = ref.deform_conv_geometry(
+            x_shape,
+            offset_shape,
+            mask_shape,
+            w_shape,
+            tuple(stride),
+            tuple(padding),
+            tuple(dilation),
+            groups,
+            deform_groups,
+            bias_shape,
+        )
+        return TensorInfo((x.shape[0], weight.shape[0], geometry[3], geometry[4]), x.dtype)
+    ref.check_dcn_attributes(stride, padding, dilation, groups, deform_groups)
+    if any(len(s) != 4 for s in shapes):
+        raise ValueError(
+            "mmdeploy::MMCVModulatedDeformConv2d: input, offset, mask and weight must be 4-D; got "
+            f"{', '.join(str(list(s)) for s in shapes)}."
+        )
     return TensorInfo((x.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]), x.dtype)
 
 
@@ -464,6 +506,8 @@ def RoIAlign(
 @RoIAlign.register_shape
 def _roi_shape(x: Any, rois: Any, *, output_height: int, output_width: int, **_: Any) -> TensorInfo:
     ref.check_output_size(f"{DOMAIN}::MMCVRoiAlign", output_height, output_width)
+    ref.check_rois(f"{DOMAIN}::MMCVRoiAlign", rois)
+    ref.check_roi_features(f"{DOMAIN}::MMCVRoiAlign", tuple(x.shape))
     return TensorInfo((rois.shape[0], x.shape[1], output_height, output_width), x.dtype)
 
 
@@ -511,8 +555,15 @@ def MultiLevelRoiAlign(
 
 
 @MultiLevelRoiAlign.register_shape
-def _mlroi_shape(rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, **_: Any) -> TensorInfo:
-    ref.check_output_size(f"{DOMAIN}::MMCVMultiLevelRoiAlign", output_height, output_width)
+def _mlroi_shape(
+    rois: Any, feat0: Any, *rest: Any, output_height: int, output_width: int, featmap_strides: Any, **_: Any
+) -> TensorInfo:
+    op = f"{DOMAIN}::MMCVMultiLevelRoiAlign"
+    ref.check_output_size(op, output_height, output_width)
+    ref.check_rois(op, rois)
+    feats = [feat0, *(f for f in rest if f is not None)]
+    ref.check_levels(op, [tuple(f.shape) for f in feats])
+    ref.check_strides(op, tuple(featmap_strides), len(feats))
     return TensorInfo((rois.shape[0], feat0.shape[1], output_height, output_width), feat0.dtype)
 
 
@@ -561,9 +612,12 @@ def BatchedNMS(
 
 
 @BatchedNMS.register_shape
-def _nms_shape(boxes: Any, scores: Any, *, keep_topk: int, **_: Any) -> tuple[TensorInfo, TensorInfo]:
-    if keep_topk < 1:
-        raise ValueError(f"mmdeploy::TRTBatchedNMS: keep_topk must be >= 1 (the fixed output size); got {keep_topk}.")
+def _nms_shape(
+    boxes: Any, scores: Any, *, keep_topk: int, num_classes: int, return_index: bool, **_: Any
+) -> tuple[TensorInfo, TensorInfo]:
+    ref.check_nms_inputs(
+        "mmdeploy::TRTBatchedNMS", tuple(boxes.shape), tuple(scores.shape), num_classes, return_index, keep_topk
+    )
     return TensorInfo((boxes.shape[0], keep_topk, 5), boxes.dtype), TensorInfo((boxes.shape[0], keep_topk), torch.int32)
 
 
