@@ -2044,6 +2044,30 @@ def test_an_output_size_torch_export_fixed_while_tracing_is_refused(tmp_path: Pa
         np.testing.assert_array_equal(got, np.arange(n, dtype=np.float32)[::-1][: min(4, n)])
 
 
+class _TopFourInCond(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: _top_up_to(t, k=4), lambda t: _top_up_to(t, k=4) * 2, (x,))
+
+
+@pytest.mark.parametrize(
+    ("module", "n", "size"),
+    [
+        # n = 3 < k: the file named the output dim after n, wrong for every n > 4
+        (_TopFour(False), 3, r"dim 0 the size of the input dim 'n', which it equals at the sizes torch.export traced"),
+        # inside a torch.cond branch (an If's body), which the check did not look into
+        (_TopFourInCond(), 10, r"dim 0 the size 4, which torch.export fixed while tracing"),
+    ],
+    ids=["named-after-an-input-dim", "inside-cond"],
+)
+def test_an_output_size_that_follows_the_example_is_refused(
+    module: torch.nn.Module, n: int, size: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=rf"TopUpTo declares no shape rule, .*{size}, but its reference"):
+        opbridge.export(module, (torch.randn(n),), target, dynamic_shapes=({0: torch.export.Dim("n", min=2)},))
+    assert not target.exists()
+
+
 def test_an_output_size_fixed_inside_the_dims_bounds_is_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -593,13 +593,13 @@ def _check_derived_output_dims(proto: onnx.ModelProto, shapes: Any = None) -> No
     reference ran at sizes the bounds may exclude: a warning then, not an error."""
     from opbridge.backends._custom import STANDARD_DOMAINS, domain_versions
     from opbridge.definition import find_op
-    from opbridge.model_io import value_types
+    from opbridge.model_io import value_types, walk_nodes
     from opbridge.onnx_schema import attribute_values
     from opbridge.shape import infer_onnx
 
     versions = domain_versions(proto)
     types: dict[str, onnx.TypeProto] | None = None
-    for node in proto.graph.node:
+    for node in walk_nodes(proto.graph.node):  # (an If/Loop body's too: torch.cond, torch.while_loop)
         op = (
             find_op(node.domain, node.op_type, versions.get(node.domain))
             if node.domain not in STANDARD_DOMAINS
@@ -617,29 +617,40 @@ def _check_derived_output_dims(proto: onnx.ModelProto, shapes: Any = None) -> No
         except Exception as exc:  # (the checks after export name a reference that cannot run)
             logger.debug("%s: output shapes not derived to check the file's: %s", op.spec.qualname, exc)
             continue
+        # the inputs' named dims: an output dim the file names after one must follow it
+        named = {d.dim_param for t in given if t is not None for d in t.tensor_type.shape.dim if d.dim_param}
         for i, (name, found) in enumerate(zip(node.output, derived)):
             declared = types.get(name)
             if found is None or declared is None:
                 continue
             dims, derived_dims = declared.tensor_type.shape.dim, found.tensor_type.shape.dim
             for k, (d, g) in enumerate(zip(dims, derived_dims)):
-                if len(dims) == len(derived_dims) and d.HasField("dim_value") and not g.HasField("dim_value"):
-                    message = (
-                        f"{op.spec.qualname} declares no shape rule, and the exported file gives its output {i} "
-                        f"({op.spec.outputs[i].name!r}) dim {k} the size {d.dim_value}, which torch.export fixed while "
-                        "tracing, but its reference gives that dim other sizes at other sizes of the inputs' dynamic "
-                        "dims (it branches on one: min(k, x.shape[0]), max, an if), so the file would be wrong there. "
-                        f"Declare the output shapes with @{op.spec.name}.register_shape, giving that dim as "
-                        "opbridge.SymDim() (a size known at run time), or export the input dims static."
+                if len(dims) != len(derived_dims):
+                    break
+                if d.HasField("dim_value") and not g.HasField("dim_value"):
+                    size = f"the size {d.dim_value}, which torch.export fixed while tracing"
+                elif d.dim_param in named and not (g.HasField("dim_param") and g.dim_param == d.dim_param):
+                    size = (
+                        f"the size of the input dim {d.dim_param!r}, which it equals at the sizes torch.export traced"
                     )
-                    if not _bounded(shapes):
-                        raise ExportError(message)
-                    logger.warning(
-                        "%s (The reference ran at small and large sizes, which the Dims' bounds may exclude; an ONNX "
-                        "file's dims carry no bounds, so a runtime may still be given such sizes.)",
-                        message,
-                    )
-                    return
+                else:
+                    continue
+                message = (
+                    f"{op.spec.qualname} declares no shape rule, and the exported file gives its output {i} "
+                    f"({op.spec.outputs[i].name!r}) dim {k} {size}, "
+                    "but its reference gives that dim other sizes at other sizes of the inputs' dynamic "
+                    "dims (it branches on one: min(k, x.shape[0]), max, an if), so the file would be wrong there. "
+                    f"Declare the output shapes with @{op.spec.name}.register_shape, giving that dim as "
+                    "opbridge.SymDim() (a size known at run time), or export the input dims static."
+                )
+                if not _bounded(shapes):
+                    raise ExportError(message)
+                logger.warning(
+                    "%s (The reference ran at small and large sizes, which the Dims' bounds may exclude; an ONNX "
+                    "file's dims carry no bounds, so a runtime may still be given such sizes.)",
+                    message,
+                )
+                return
 
 
 def _derived_shape_cause(proto: onnx.ModelProto) -> str:
