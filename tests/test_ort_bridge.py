@@ -1042,6 +1042,81 @@ def test_kernel_that_keeps_a_buffer_view_fails_the_run(op_type: str, match: str)
     KEPT.clear()
 
 
+def test_kept_arrays_and_tensors_hold_copies_once_the_run_fails(tmp_path: Path) -> None:
+    """The run failed naming the kept view, but the view still pointed at ONNX Runtime's memory: read after
+    the session was gone (or, without the arena, once the run returned) it crashed the process. Kept numpy
+    arrays and torch tensors, views of the tensors included, now hold copies of the values they had."""
+    out = run_script(
+        tmp_path,
+        """
+        import gc
+        import numpy as np
+        import onnxruntime as ort
+        import torch
+        from onnx import TensorProto, helper
+        import opbridge
+
+        kept = {}
+
+        @opbridge.kernel("tests.kept::KeepNumpy")
+        def keep_numpy(x):
+            kept["numpy"] = x
+            return x + 1
+
+        @opbridge.kernel("tests.kept::KeepTorch", kind="torch")
+        def keep_torch(x):
+            kept["torch"], kept["torch view"] = x, x[1:]
+            return x + 1
+
+        @opbridge.kernel("tests.kept::KeepTorchAndRaise", kind="torch")
+        def keep_torch_and_raise(x):
+            kept["raised"] = x.view(-1)
+            raise ValueError("the kernel's own failure")
+
+        x = np.random.default_rng(0).standard_normal((1024, 4096)).astype(np.float32)  # 16 MiB
+        for op in ("KeepNumpy", "KeepTorch", "KeepTorchAndRaise"):
+            graph = helper.make_graph(
+                [helper.make_node("Neg", ["x"], ["t"]), helper.make_node(op, ["t"], ["y"], domain="tests.kept")],
+                "g",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024, 4096])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            )
+            model = helper.make_model(
+                graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests.kept", 1)]
+            )
+            options = ort.SessionOptions()
+            options.enable_cpu_mem_arena = False  # (freed memory goes back to the system at once)
+            session = opbridge.InferenceSession(model, sess_options=options)
+            try:
+                session.run(None, {"x": x})
+            except Exception as exc:
+                print(op, "refused:", "kept its input 0 after returning" in str(exc) or "own failure" in str(exc))
+            del session
+            gc.collect()
+        for name, value in kept.items():
+            got = value.numpy() if isinstance(value, torch.Tensor) else value
+            want = {"torch view": -x[1:]}.get(name, -x).reshape(got.shape)
+            print(name, "equal:", bool(np.array_equal(got, want)))
+        """,
+    )
+    assert out.split("\n")[:3] == [f"{op} refused: True" for op in ("KeepNumpy", "KeepTorch", "KeepTorchAndRaise")]
+    assert sorted(out.split("\n")[3:7]) == sorted(
+        f"{name} equal: True" for name in ("numpy", "torch", "torch view", "raised")
+    ), out
+
+
+@opbridge.kernel("RaiseWithNul", domain=DOMAIN)
+def _raise_with_nul(x: np.ndarray) -> np.ndarray:
+    raise ValueError("bad value\x00 at index 3")
+
+
+def test_a_kernel_message_with_a_nul_reaches_the_caller_whole() -> None:
+    """The message was cut at the NUL ("kernel raised ValueError: bad value"): C strings carry it."""
+    sess = InferenceSession(make_model("RaiseWithNul", [("x", F, [4])], [("y", F, [4])]))
+    with pytest.raises(Exception, match=r"kernel raised ValueError: bad value\\x00 at index 3"):
+        sess.run(None, {"x": np.ones(4, np.float32)})
+
+
 @opbridge.kernel("KeepInputAndRaise", domain=DOMAIN)
 def _keep_input_and_raise(x: np.ndarray) -> np.ndarray:
     KEPT.append(x)

@@ -65,7 +65,8 @@ class UnknownOpError(OpbridgeError, LookupError):
 
 class KernelResultError(OpbridgeError, ValueError):
     """A kernel returned something its op does not give: another shape than the op's shape rule or
-    reference, a list of numbers instead of an array, another number of outputs."""
+    reference, a list of numbers instead of an array, another number of outputs; or it kept a tensor over
+    ONNX Runtime's memory past the call."""
 
 
 class BackendUnavailableError(OpbridgeError, ImportError):

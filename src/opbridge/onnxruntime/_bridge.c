@@ -172,7 +172,17 @@ static int opb_on_main_thread(void) { return _PyOS_IsMainThread(); }
    a file name's undecodable bytes) written as its backslash escape; NULL (no exception set) if that fails. */
 static PyObject *opb_utf8_bytes(PyObject *s) {
     PyObject *b = (s != NULL && PyUnicode_Check(s)) ? PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace") : NULL;
-    if (b == NULL) PyErr_Clear();
+    if (b == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    /* a NUL would end the C string that carries the text (the rest of a message was lost): written as \x00 */
+    if (memchr(PyBytes_AS_STRING(b), 0, (size_t)PyBytes_GET_SIZE(b)) != NULL) {
+        PyObject *r = PyObject_CallMethod(b, "replace", "(y#y)", "\0", (Py_ssize_t)1, "\\x00");
+        Py_DECREF(b);
+        if (r == NULL) PyErr_Clear();
+        return r;
+    }
     return b;
 }
 
@@ -1107,6 +1117,24 @@ static void opb_collect_young(void) {
     Py_XDECREF(gc);
 }
 
+/* Give a kept array (made by the bridge over ONNX Runtime's memory: no base, owning nothing) a copy of
+   its data in its place, so that reading it later gives the values it had instead of reading freed
+   memory. A view the kernel made of it has a data pointer of its own, which cannot be mended. */
+static void opb_detach_kept(PyArrayObject *a) {
+    if (PyArray_BASE(a) != NULL || !PyArray_IS_C_CONTIGUOUS(a)) return;
+    PyObject *copy = PyArray_NewCopy(a, NPY_CORDER);
+    if (copy == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    char *data = PyArray_BYTES((PyArrayObject *)copy);
+    if (PyArray_SetBaseObject(a, copy) < 0) { /* (steals the copy either way) */
+        PyErr_Clear();
+        return;
+    }
+    ((PyArrayObject_fields *)a)->data = data;
+}
+
 static OrtStatus *opb_check_kept(OpbKernel *k, PyObject *args, PyObject *outs, char *err, size_t n) {
     PyObject *groups[2] = {args, outs};
     const char *what[2] = {"input", "out= array"};
@@ -1127,9 +1155,21 @@ static OrtStatus *opb_check_kept(OpbKernel *k, PyObject *args, PyObject *outs, c
                 if (Py_REFCNT(a) > 1) PyGC_Collect();
             }
             if (Py_REFCNT(a) > 1) {
+                /* every kept array is mended before the first is named */
+                for (int gj = gi; gj < 2; gj++) {
+                    PyObject *t = groups[gj];
+                    if (t == NULL || !PyTuple_Check(t)) continue;
+                    for (Py_ssize_t j = gj == gi ? i : 0; j < PyTuple_GET_SIZE(t); j++) {
+                        PyObject *b = PyTuple_GET_ITEM(t, j);
+                        if (PyArray_Check(b) && !(PyArray_FLAGS((PyArrayObject *)b) & NPY_ARRAY_OWNDATA) &&
+                            Py_REFCNT(b) > 1)
+                            opb_detach_kept((PyArrayObject *)b);
+                    }
+                }
                 snprintf(err, n,
                          "%s: the kernel kept its %s %zd after returning; it views ONNX Runtime's memory, valid "
-                         "during the call only (reused after it): keep a copy instead (x.copy(), x.clone())",
+                         "during the call only (reused after it): keep a copy instead (x.copy(), x.clone()). The "
+                         "kept array was given a copy of its values (a view made of it was not)",
                          k->label, what[gi], i);
                 return opb_status(err);
             }

@@ -378,21 +378,32 @@ def _torch_out_adapter(
         tensors = [None if a is None else from_numpy(a) for a in arrays]
         outs = out if isinstance(out, tuple) else (out,)
         wrapped = tuple(from_numpy(o) for o in outs)
-        # (as handed over: the kernel may resize, re-point or re-type the very tensors it got)
-        layouts = [(w.data_ptr(), tuple(w.shape), w.stride(), w.dtype) for w in wrapped]
-        result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
-        _inputs_unchanged(tensors, label)
-        results = result if isinstance(result, (tuple, list)) else (result,)
-        if len(results) != len(outs):
-            return result  # the bridge reports the count mismatch
-        # an output written in place (the whole of it) comes back as ONNX Runtime's own array; any
-        # other is copied into it
-        given = [
-            o
-            if isinstance(r, torch.Tensor) and (r.data_ptr(), tuple(r.shape), r.stride(), r.dtype) == layout
-            else _to_numpy(r, label, i)
-            for i, (r, o, layout) in enumerate(zip(results, outs, layouts))
-        ]
+        storages = _storages(tensors), _storages(wrapped)
+        try:
+            # (as handed over: the kernel may resize, re-point or re-type the very tensors it got)
+            layouts = [(w.data_ptr(), tuple(w.shape), w.stride(), w.dtype) for w in wrapped]
+            result = fn(*tensors, out=wrapped if isinstance(out, tuple) else wrapped[0], **attrs)
+            _inputs_unchanged(tensors, label)
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            if len(results) != len(outs):
+                return result  # the bridge reports the count mismatch
+            # an output written in place (the whole of it) comes back as ONNX Runtime's own array; any
+            # other is copied into it
+            given = [
+                o
+                if isinstance(r, torch.Tensor) and (r.data_ptr(), tuple(r.shape), r.stride(), r.dtype) == layout
+                else _to_numpy(r, label, i)
+                for i, (r, o, layout) in enumerate(zip(results, outs, layouts))
+            ]
+        except BaseException:
+            del tensors, wrapped
+            _mend_kept(storages[0])  # (held by the exception's frames until it is handled)
+            _mend_kept(storages[1])
+            raise
+        del tensors, wrapped, result, results
+        if _held(storages[0]) or _held(storages[1]):
+            given = [g if g is o else _unaliased(g, (*arrays, *outs)) for g, o in zip(given, outs)]
+            _raise_kept(label, _mend_kept(storages[0]), _mend_kept(storages[1]))
         return tuple(given) if isinstance(out, tuple) else given[0]
 
     return call, _output_shapes(opdef, attrs, n_inputs, required, label)
@@ -414,6 +425,68 @@ def _inputs_unchanged(tensors: list[Any], label: str) -> None:
             )
 
 
+def _storages(tensors: Sequence[Any]) -> list[Any]:
+    """The storages of a torch kernel's tensors over ONNX Runtime's memory (None for an absent input)."""
+    return [None if t is None else t.untyped_storage() for t in tensors]
+
+
+_USE_COUNT: list[Any] = []  # [torch's count of a storage's holders, or None where torch has none]
+
+
+def _use_count() -> Any:
+    if not _USE_COUNT:
+        import torch
+
+        count = getattr(torch._C, "_storage_Use_Count", None)
+        _USE_COUNT.append(count if hasattr(torch.UntypedStorage, "_swap_data_ptr_") else None)
+    return _USE_COUNT[0]
+
+
+def _held(storages: Sequence[Any]) -> bool:
+    """Whether something other than ``storages`` holds one of them (after the call dropped its tensors)."""
+    count = _use_count()
+    return count is not None and any(s is not None and count(s._cdata) > 1 for s in storages)
+
+
+def _unaliased(array: Any, given: Sequence[Any]) -> Any:
+    """``array`` (a kernel's result), or a copy of it where it shares memory with one of the arrays ``given``
+    to the kernel: a result that views an input holds the input's storage, which must be let go of before
+    the call ends (the bridge copies every result into ONNX Runtime's output anyway)."""
+    import numpy as np
+
+    if any(g is not None and np.may_share_memory(array, g) for g in given):
+        return array.copy()
+    return array
+
+
+def _mend_kept(storages: Sequence[Any]) -> list[int]:
+    """The indices of ``storages`` that something other than this list still holds once the call's own
+    tensors are dropped: a tensor the kernel kept, or a view of one. ONNX Runtime reuses or frees that memory
+    after the call, so each such storage gets a copy of it in its place (the kept tensors then read the
+    values they had, not freed memory) and lets ONNX Runtime's go. The native half judges kept numpy arrays."""
+    use_count = _use_count()
+    kept = []
+    for i, storage in enumerate(storages):
+        if storage is None or use_count is None:
+            continue
+        if use_count(storage._cdata) > 1:
+            copy = storage.clone()
+            storage._swap_data_ptr_(copy)
+            kept.append(i)
+    return kept
+
+
+def _raise_kept(label: str, inputs: Sequence[int], outs: Sequence[int]) -> None:
+    """A KernelResultError naming the first input (or out= array) a torch kernel kept, after :func:`_mend_kept`."""
+    if inputs or outs:
+        what = f"input {inputs[0]}" if inputs else f"out= array {outs[0]}"
+        raise KernelResultError(
+            f"{label}: the kernel kept its {what} after returning; it views ONNX Runtime's memory, valid during "
+            "the call only (reused after it): keep a copy instead (x.clone()). The kept tensor was given a copy "
+            "of its values."
+        )
+
+
 def _to_numpy(value: Any, label: str, index: int) -> Any:
     import torch
 
@@ -433,14 +506,27 @@ def _torch_adapter(fn: KernelFn, attrs: dict[str, Any], n_inputs: int, checks: t
         if required is not None:
             required(arrays)
         tensors = [None if a is None else from_numpy(a) for a in arrays]
-        result = fn(*tensors, **attrs)
-        _inputs_unchanged(tensors, label)
-        if isinstance(result, (tuple, list)):
-            out: Any = tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
-        else:
-            out = _to_numpy(result, label, 0)
-        if shape is not None:
-            shape(arrays, out)
+        storages = _storages(tensors)
+        try:
+            result = fn(*tensors, **attrs)
+            _inputs_unchanged(tensors, label)
+            if isinstance(result, (tuple, list)):
+                out: Any = tuple(_to_numpy(r, label, i) for i, r in enumerate(result))
+            else:
+                out = _to_numpy(result, label, 0)
+            if shape is not None:
+                shape(arrays, out)
+        except BaseException:
+            del tensors
+            _mend_kept(storages)  # (held by the exception's frames until it is handled)
+            raise
+        del tensors, result
+        if _held(storages):  # (rarely: a kept tensor, or a result that views an input)
+            if isinstance(out, tuple):
+                out = tuple(_unaliased(o, arrays) for o in out)
+            else:
+                out = _unaliased(out, arrays)
+            _raise_kept(label, _mend_kept(storages), [])
         return out
 
     return call
