@@ -9,7 +9,7 @@ and fixed dims, with one wording for every session.
 >>> check({"x": np.ones((2, 4), np.float32)})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-opbridge.backends.base.InputError: Session.run: input 'x' has shape (2, 4), but the model declares ?x3; ...
+opbridge.backends.base.InputError: Session.run: input 'x' has shape (2, 4), but the model declares nx3; ...
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ __all__ = ["FeedCheck"]
 _NUMERIC_TYPES = frozenset(range(1, 21)) - {onnx.TensorProto.STRING}
 
 # What a fed array of one input is checked against: numpy dtype (None: not checked), ONNX type name
-# ("" where the type is not checked), declared dims (an int where fixed; None: no shape declared) and
-# the fixed ones as (axis, size).
-_Spec = tuple["np.dtype | None", str, "tuple[int | None, ...] | None", tuple[tuple[int, int], ...]]
+# ("" where the type is not checked), declared dims (an int where fixed, the name where named, else None;
+# None for all: no shape declared) and the fixed ones as (axis, size).
+_Spec = tuple["np.dtype | None", str, "tuple[int | str | None, ...] | None", tuple[tuple[int, int], ...]]
 
 
 class FeedCheck:
@@ -74,8 +74,10 @@ class FeedCheck:
                 type_name = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
                 dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
             if tensor_type.HasField("shape") and (check_scalars or tensor_type.shape.dim):
-                dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
-        fixed = tuple((axis, n) for axis, n in enumerate(dims or ()) if n is not None)
+                dims = tuple(
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor_type.shape.dim
+                )
+        fixed = tuple((axis, n) for axis, n in enumerate(dims or ()) if isinstance(n, int))
         return dtype, type_name, dims, fixed
 
     def as_array(self, name: str, value: Any) -> np.ndarray:
