@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -1772,6 +1773,117 @@ def test_ort_resize_sizes_its_cpu_kernel_refuses_fail_though_the_session_is_made
         session.run(None, {"x": np.ones((1, 2, 4, 4), np.float32)})
     (node,) = check_compat(_resize_of("cubic", [1, 2, 4, 4], sizes=[1, 2, 8, 8]), "onnxruntime").nodes
     assert node.verdict == "native", node
+
+
+def _resize_typed(elem: int, mode: str, **attrs: int) -> onnx.ModelProto:
+    node = helper.make_node("Resize", ["x", "", "sc"], ["y"], mode=mode, name="rs", **attrs)
+    return make_model(
+        [node],
+        [("x", elem, [1, 1, 4, 4])],
+        [("y", elem, None)],
+        initializers=[("sc", np.array([1, 1, 2, 2], np.float32))],
+        opset=19,
+    )
+
+
+@pytest.mark.parametrize(
+    ("elem", "mode", "attrs", "refusal"),
+    [
+        (TensorProto.UINT8, "cubic", {}, "cubic Resize fails on uint8 data when it runs"),
+        (TensorProto.INT32, "cubic", {}, "cubic Resize fails on int32 data when it runs"),
+        (TensorProto.INT8, "cubic", {}, "cubic Resize fails on int8 data when it runs"),
+        (TensorProto.UINT8, "cubic", {"antialias": 1}, ""),
+        (TensorProto.UINT8, "linear", {}, ""),
+        (TensorProto.FLOAT, "nearest", {"antialias": 1}, 'refuses antialias=1 with mode "nearest" when the session'),
+        (TensorProto.FLOAT, "linear", {"antialias": 1}, ""),
+    ],
+    ids=[
+        "cubic-uint8",
+        "cubic-int32",
+        "cubic-int8",
+        "cubic-uint8-antialias",
+        "linear-uint8",
+        "nearest-antialias",
+        "linear-antialias",
+    ],
+)
+def test_ort_resize_modes_its_cpu_kernel_cannot_run_fail(elem: int, mode: str, attrs: dict, refusal: str) -> None:
+    """Both were "native": a cubic Resize of integers fails in every run ("Tensor type mismatch"), a nearest one
+    with antialias when the session is made. The verdicts agree with a session that runs the node."""
+    import onnxruntime as ort
+
+    model = _resize_typed(elem, mode, **attrs)
+    (node,) = check_compat(model, "onnxruntime", real=False).nodes
+    assert (node.verdict == "fail") is bool(refusal) and refusal in node.reason, node
+    feed = {"x": np.ones((1, 1, 4, 4), onnx.helper.tensor_dtype_to_np_dtype(elem))}
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    except Exception as exc:
+        assert refusal, f"the session failed, the verdict is {node.verdict}: {exc}"
+    else:
+        assert not refusal, "the session ran the node"
+
+
+def _omitting(op: str, **attrs: Any) -> onnx.ModelProto:
+    node = helper.make_node(op, ["x", ""], ["y"], name="n", **attrs)
+    return make_model([node], [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, None)], opset=17)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("Sum", {}), ("Max", {}), ("Mean", {}), ("Concat", {"axis": 0})])
+def test_ort_a_variadic_input_left_out_fails(op: str, attrs: dict) -> None:
+    """``Sum(x, "")`` passes onnx's checker and ONNX Runtime makes its session (the real column said ok), and
+    then the run ends the process (Concat's fails): the node was "native" and the model ok."""
+    report = check_compat(_omitting(op, **attrs), "onnxruntime")
+    (node,) = report.nodes
+    assert node.verdict == "fail" and f"{op} node 'n' leaves out its input 1" in node.reason, node
+    assert not report.ok
+
+
+def test_ort_a_call_leaving_out_what_its_body_sums_fails_alone() -> None:
+    body = helper.make_function(
+        "f", "F", ["a", "b"], ["o"], [helper.make_node("Sum", ["a", "b"], ["o"])], [helper.make_opsetid("", 17)]
+    )
+    calls = [
+        helper.make_node("F", ["x"], ["y"], domain="f", name="short"),
+        helper.make_node("F", ["x", "x"], ["z"], domain="f", name="whole"),
+    ]
+    model = make_model(
+        calls,
+        [("x", TensorProto.FLOAT, [2, 3])],
+        [("y", TensorProto.FLOAT, None), ("z", TensorProto.FLOAT, None)],
+        opset=17,
+        domains={"f": 1},
+        functions=[body],
+    )
+    verdicts = {n.node: n for n in check_compat(model, "onnxruntime", real=False).nodes}
+    assert verdicts["short"].verdict == "fail" and "where 'short' calls f::F without its input 'b'" in (
+        verdicts["short"].reason
+    )
+    assert verdicts["whole"].verdict != "fail", verdicts["whole"]
+
+
+def test_ort_a_session_error_naming_a_node_blames_it_alone() -> None:
+    """ "an implementation for Identity(21) node with name 'a'" was put on every Identity node."""
+    nodes = [
+        helper.make_node("Identity", ["q"], ["y1"], name="a"),
+        helper.make_node("Identity", ["x"], ["y2"], name="b"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.INT4, [5]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor("q", TensorProto.INT4, [5], [1, 2, 3, 4, 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    verdicts = {n.node: n for n in check_compat(model, "onnxruntime").nodes}
+    assert verdicts["a"].real.startswith("fail: ") and "node with name 'a'" in verdicts["a"].real
+    assert verdicts["b"].real == "no error reported", verdicts["b"].real
+    reason = verdicts["a"].reason  # (the kernels' types named whole: "optional(seq(tensor(bfloat16)" was cut)
+    assert "optional(seq(tensor(bfloat16)))" in reason and reason.count("(") == reason.count(")"), reason
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,7 @@ def _body_failure(ctx: NodeContext, body: Any, depth: int) -> NodeVerdict | None
 
 def _type_names(types: Any) -> list[str]:
     """``{"tensor(float)", ...}`` -> ``["float", ...]``, sorted."""
-    return sorted({t.removeprefix("tensor(").removesuffix(")") for t in types})
+    return sorted({t[len("tensor(") : -1] if t.startswith("tensor(") and t.endswith(")") else t for t in types})
 
 
 def _kernel_gap(ctx: NodeContext, domain: str, since: int, depth: int = 0) -> NodeVerdict | None:
@@ -238,9 +238,28 @@ def _resize_refusal(ctx: NodeContext) -> str:
     ScalesValidation, as its message states it (onnxruntime 1.32, measured). Linear: 2-D and 3-D inputs; 4-D
     ones whose outermost two scales are 1, or the outermost and innermost; 5-D ones whose outermost two are
     1. Cubic: 2-D inputs; 4-D ones whose outermost two scales are 1, or the outermost and innermost with
-    antialias or with the others >= 1."""
+    antialias or with the others >= 1. Also, whatever the scales: nearest with antialias (refused when the session
+    is made), cubic without antialias on int8, uint8 and int32 data (fails when it runs)."""
     mode = ctx.attr("mode", "nearest")
-    if ctx.op_type != "Resize" or mode not in ("linear", "cubic") or ctx.node is None or not ctx.node.inputs:
+    if ctx.op_type != "Resize":
+        return ""
+    antialias = bool(ctx.attr("antialias", 0))
+    if mode == "nearest" and antialias:
+        return (
+            'onnxruntime\'s Resize refuses antialias=1 with mode "nearest" when the session is made ("when '
+            'anti-aliasing is set, Resize only supports mode LINEAR and CUBIC"): set antialias=0'
+        )
+    if mode == "cubic" and not antialias and not ctx.function and ctx.proto.input:
+        import onnx
+
+        elem = ctx.elem_types().get(ctx.proto.input[0])
+        if elem in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32):
+            name = onnx.TensorProto.DataType.Name(elem).lower()
+            return (
+                f"onnxruntime's cubic Resize fails on {name} data when it runs (its kernel writes float results: "
+                '"Tensor type mismatch"; only with antialias=1 does it take them): cast the input to float first'
+            )
+    if mode not in ("linear", "cubic") or ctx.node is None or not ctx.node.inputs:
         return ""
     data = ctx.node.inputs[0]
     dims = list(data.shape) if data is not None and data.shape is not None else None
@@ -272,7 +291,6 @@ def _resize_refusal(ctx: NodeContext) -> str:
         supports = "2-D and 3-D inputs, and 4-D ones whose outermost two (or outermost and innermost) scales are 1"
         supports += ", and 5-D ones whose outermost two are 1"
     else:
-        antialias = bool(ctx.attr("antialias", 0))
         taken = rank == 2 or (rank == 4 and (outer or (ends and (antialias or all(v >= 1 for v in scales)))))
         supports = "2-D inputs, and 4-D ones whose outermost two scales are 1 (or the outermost and innermost)"
     if taken:
@@ -416,17 +434,21 @@ def _blamed(error: str, contexts: list[NodeContext]) -> set[str]:
     "Name:'name'", "Name: name "), or by op type (":Op(", " Op(", " Op "; "an implementation for Relu(14) node
     with name ''"). ONNX Runtime reports a failing node of
     an If/Loop/Scan body under the container too ("Node (if) Op (If) [TypeInferenceError] Graph attribute
-    inferencing failed: ..."): a container is blamed only where nothing its subgraphs hold is."""
-    found = set()
+    inferencing failed: ..."): a container is blamed only where nothing its subgraphs hold is. Where the
+    error quotes nodes other than such containers, only those are blamed, not every node of their op type
+    (two Identity nodes, one named in "an implementation for Identity(21) node with name 'a'")."""
+    found: set[str] = set()
+    quoted: set[str] = set()
     for ctx in contexts:
         name = ctx.proto.name
-        quoted = bool(name) and any(
-            q in error for q in (f"({name})", f"'{name}'", f'"{name}"', f"Name: {name} ", f"Name:{name} ")
-        )
-        if quoted or any(f"{c}{ctx.op_type}(" in error for c in ": ") or f" {ctx.op_type} " in error:
+        if name and any(q in error for q in (f"({name})", f"'{name}'", f'"{name}"', f"Name: {name} ", f"Name:{name} ")):
+            quoted.add(ctx.label)
+        elif any(f"{c}{ctx.op_type}(" in error for c in ": ") or f" {ctx.op_type} " in error:
             found.add(ctx.label)
-    carriers = {owner for ctx in contexts if ctx.label in found for owner in ctx.owners}
-    return found - carriers
+    carriers = {owner for ctx in contexts if ctx.label in found | quoted for owner in ctx.owners}
+    if quoted - carriers:
+        found = quoted
+    return (found | quoted) - carriers
 
 
 def _named_ops(error: str) -> set[str]:
@@ -436,13 +458,52 @@ def _named_ops(error: str) -> set[str]:
     return set(re.findall(r"\b([A-Z][A-Za-z0-9]*)\(\d+\)", error))
 
 
+def _omitted_variadic(
+    model: onnx.ModelProto, contexts: list[NodeContext], nodes: list[NodeVerdict]
+) -> list[NodeVerdict]:
+    """``nodes``, with those that leave out an input of a variadic list (``Sum(x, "")``) failed, and the calls
+    of a function whose body does so (for every call, or for the calls that leave out what it reads there).
+    onnx's checker passes them, and ONNX Runtime makes the session but crashes when it runs (Sum, Max, Mean
+    end the process; Concat fails): the real column cannot see it."""
+    from opbridge.graph._model import function_label
+    from opbridge.model_io import omitted_variadic_inputs
+
+    found = omitted_variadic_inputs(model)
+    if not found:
+        return nodes
+    direct = dict(found)
+    out = []
+    for ctx, verdict in zip(contexts, nodes):
+        words = direct.get(ctx.label)
+        key = (ctx.domain, ctx.op_type, getattr(ctx.proto, "overload", ""))
+        fn = ctx.functions.by_key.get(key) if ctx.functions is not None else None
+        if words is None and fn is not None:
+            inside = f"{function_label(fn)}/"
+            words = next(
+                (
+                    w
+                    for label, w in found
+                    if label.startswith(inside) and (" where " not in w or f"{ctx.label!r} calls" in w)
+                ),
+                None,
+            )
+        if words is not None:
+            reason = (
+                f"{words}; ONNX Runtime makes the session, but crashes or fails when it runs (Sum, Max, Mean: the "
+                "process ends)"
+            )
+            verdict = NodeVerdict(ctx.label, ctx.domain, ctx.op_type, "fail", reason)
+        out.append(verdict)
+    return out
+
+
 def check_onnxruntime(model: onnx.ModelProto, *, real: bool = True, path: str | None = None) -> CompatReport:
     """Per-node ONNX Runtime verdicts; with ``real``, an ``InferenceSession`` attempt (without opbridge's
     bridge) on ``path``, the model's file, where given."""
     import onnxruntime as ort
 
     contexts = node_contexts(model)
-    nodes = [_verdict(ctx) for ctx in contexts]
+    nodes = _omitted_variadic(model, contexts, [_verdict(ctx) for ctx in contexts])
     report = CompatReport("onnxruntime", f"onnxruntime {ort.__version__}", nodes)
     if not real:
         report.real_backend = "not run"
