@@ -391,8 +391,8 @@ def ModulatedDeformConv2d(
 
 
 def _static(*shapes: Any) -> bool:
-    """Whether every dim of ``shapes`` is an int: the reference's shape checks run whole then. A symbolic
-    dim (torch.export's, a TensorRT build's dynamic one, ONNX's named one) is compared where it is known."""
+    """Whether every dim of ``shapes`` is an int: the reference's shape checks run whole then. With a symbolic
+    dim (torch.export's, a TensorRT build's dynamic one, ONNX's named one) a rule checks what needs no size."""
     return all(isinstance(d, int) for shape in shapes for d in shape)
 
 
