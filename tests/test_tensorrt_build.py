@@ -1362,9 +1362,19 @@ def test_cli_trt_build_exit_codes(seed_export: Any, user_ops_file: Path, tmp_pat
             f"-o {model}: that is the input model",
         ),
     ]
+    # another model named by -o (a slip): its bytes were replaced by the engine's, and trt-build exited 0
+    other = tmp_path / "other.onnx"
+    other.write_bytes(model.read_bytes())
+    usage.append(
+        (
+            ["trt-build", str(model), "-o", str(other), "--profile", "image:1x1x4x4,2x1x8x8,3x1x12x12"],
+            f"-o {other}: that is an ONNX model, which the engine would replace",
+        )
+    )
     for argv, message in usage:
         assert cli_main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
+    assert other.read_bytes() == model.read_bytes()
 
 
 def test_api_usage_errors_name_the_arguments_not_the_command_line_flags(tmp_path: Path) -> None:

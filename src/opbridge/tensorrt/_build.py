@@ -956,6 +956,13 @@ def _build_engine(
     if output is not None and Path(output).resolve() == Path(request["model"]):
         where = f"-o {output}" if cli else f"output {os.fspath(output)!r}"
         raise OpbridgeError(f"{where}: that is the input model; choose another path for the engine.")
+    if output is not None and Path(output).suffix.lower() == ".onnx" and Path(output).is_file():
+        # (another model, which an engine's bytes would replace: a slip of -o, not a wish)
+        where = f"-o {output}" if cli else f"output {os.fspath(output)!r}"
+        raise OpbridgeError(
+            f"{where}: that is an ONNX model, which the engine would replace; write the engine to a file of its own "
+            "(model.engine), or remove that file first."
+        )
     if output is not None:
         from opbridge._files import prepare_output
         from opbridge.model_io import external_files
