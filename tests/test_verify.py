@@ -1350,10 +1350,40 @@ def test_outputs_that_cannot_fail_are_named(tmp_path: Path, dtype: torch.dtype) 
     assert len(record.errors) == 1
     assert "output 'nan': every value of the PyTorch reference is NaN, so nothing of it is compared" in record.errors[0]
     assert "--inputs FILE.npz" in record.errors[0]
+    # (its row said PASS, and the summary counted it within tolerance)
+    by_output = {o.name: o for r in record.runs for o in r.outputs}
+    assert (
+        not by_output["nan"].passed
+        and by_output["nan"].reason == "every value of the reference is NaN: nothing compared"
+    )
+    assert [o.name for _, o in record.failures()] == ["nan"], record.failures()
+    assert "1 of 2 output comparison(s) within tolerance" in record.table(), record.table()
     atol = "1e-05" if dtype == torch.float32 else "0.008"  # (the default for bfloat16)
     assert any(
         f"output 'tiny': every value of the PyTorch reference is within atol {atol} of zero" in n for n in record.notes
     )
+
+
+class _NegOnly(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return -x
+
+
+def test_a_reference_that_does_not_match_the_file_is_said_plainly() -> None:
+    """A reference giving one output for a file of two was blamed on the random input values (give --range,
+    --inputs; "the random values are at fault, not the shapes"), which no values can mend."""
+    f32 = onnx.TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("Neg", ["x"], ["y"]), helper.make_node("Abs", ["x"], ["z"])],
+        [helper.make_tensor_value_info("x", f32, ["n", 3])],
+        [helper.make_tensor_value_info("y", f32, ["n", 3]), helper.make_tensor_value_info("z", f32, ["n", 3])],
+    )
+    record = opbridge.verify(model, (_NegOnly(), (torch.randn(2, 3),)), backends=["onnxruntime"])
+    assert record.exit_code == 2
+    text = " ".join([*record.errors, *record.notes])
+    assert "the reference returned 1 tensor(s), the model has 2 output(s)" in text, text
+    assert "the ONNX file does not match the PyTorch model" in text, text
+    assert "--range" not in text and "random values" not in text, text
 
 
 class _WithSize(torch.nn.Module):

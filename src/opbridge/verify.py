@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from opbridge._files import read_files
-from opbridge.backends.base import TensorMeta, format_shape, onnx_io_meta
+from opbridge.backends.base import ReferenceMismatchError, TensorMeta, format_shape, onnx_io_meta
 from opbridge.compare import OutputComparison, compare_arrays, ml_float
 from opbridge.errors import BackendUnavailableError, OpbridgeError, OpDefinitionError
 from opbridge.model_io import load_model
@@ -1386,9 +1386,9 @@ def verify(
             expected.append(failure)
             # (float values drawn as an earlier random set's were, on which the reference ran, are less suspect)
             floats_too = all(isinstance(expected[j], str) for j in range(len(given_arrays), i))
-            # (an op that disagrees with its own definition, its shape rule with its reference say, is wrong at
-            # any shape and whatever the values)
-            definition = isinstance(exc, OpDefinitionError)
+            # (an op that disagrees with its own definition, its shape rule with its reference say, or a reference
+            # that does not match the file, is wrong at any shape and whatever the values)
+            definition = isinstance(exc, (OpDefinitionError, ReferenceMismatchError))
             hint = (
                 _range_hint(meta, value_ranges, floats=floats_too) if i >= len(given_arrays) and not definition else ""
             )
@@ -1547,6 +1547,14 @@ def _varied_dims(
     return grown, varied
 
 
+def _all_nan(value: Any) -> bool:
+    """Whether ``value`` has elements and every one is NaN: a comparison with it proves nothing."""
+    array = np.asarray(value)
+    if ml_float(array.dtype):  # (bfloat16, float8: numpy's nan does not take them)
+        array = array.astype(np.float32)
+    return array.size > 0 and array.dtype.kind in "fc" and bool(np.isnan(array).all())
+
+
 def _check_reference_values(
     record: VerifyRecord,
     index: int,
@@ -1570,7 +1578,7 @@ def _check_reference_values(
             array = array.astype(np.float32)
         if array.dtype.kind not in "fc":
             continue
-        if np.isnan(array).all():
+        if _all_nan(array):
             record.errors.append(
                 f"{where}: every value of {source} is NaN, so nothing of it is compared; give inputs "
                 "in the ops' domain with --inputs FILE.npz (inputs=)."
@@ -1728,6 +1736,10 @@ def _run_one(
             continue
         compared = compare_arrays(got[out_name], want, tolerance, out_name)
         compared = _against_declared(compared, tuple(np.shape(want)), (declared or {}).get(out_name))
+        if compared.passed and _all_nan(want):  # (NaN in both counts as equal: here nothing else was compared)
+            compared = dataclasses.replace(
+                compared, passed=False, reason="every value of the reference is NaN: nothing compared"
+            )
         low = (low_defaults or {}).get(out_name)
         if low and not compared.passed and compared.mismatched:
             compared = dataclasses.replace(

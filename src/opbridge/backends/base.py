@@ -37,6 +37,7 @@ __all__ = [
     "Dim",
     "InputError",
     "OnnxRunner",
+    "ReferenceMismatchError",
     "Runner",
     "TensorMeta",
     "check_feed",
@@ -52,6 +53,11 @@ Dim = int | str | None
 
 class InputError(OpbridgeError, ValueError):
     """A feed does not match the model's inputs (missing input, wrong dtype or shape)."""
+
+
+class ReferenceMismatchError(InputError):
+    """The PyTorch reference does not match the ONNX file: another number of outputs, say. No input values
+    can mend it."""
 
 
 class BackendRunError(OpbridgeError, RuntimeError):

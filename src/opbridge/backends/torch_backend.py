@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from opbridge._dtypes import tensor_to_numpy
-from opbridge.backends.base import InputError, Runner, TensorMeta
+from opbridge.backends.base import ReferenceMismatchError, Runner, TensorMeta
 from opbridge.errors import BackendUnavailableError, OpbridgeError, raise_interrupt_behind
 
 __all__ = ["TorchRunner"]
@@ -194,8 +194,10 @@ class TorchRunner(Runner):
         flat = _flatten(result)
         names = self._given_outputs or [f"output{i}" for i in range(len(flat))]
         if len(flat) != len(names):
-            raise InputError(
-                f"torch: the reference returned {len(flat)} tensor(s), the model has {len(names)} output(s) {names}."
+            raise ReferenceMismatchError(
+                f"torch: the reference returned {len(flat)} tensor(s), the model has {len(names)} output(s) {names}; "
+                "the ONNX file does not match the PyTorch model: give the model it was exported from, or export it "
+                "again from this one."
             )
         out: dict[str, np.ndarray] = {}
         for i, (n, t) in enumerate(zip(names, flat)):
@@ -207,7 +209,7 @@ class TorchRunner(Runner):
             if n in out and not _same(out[n], value):
                 # the graph lists one value at both positions; the reference gives two different ones
                 first = names.index(n)
-                raise InputError(
+                raise ReferenceMismatchError(
                     f"torch: the model lists output {n!r} at positions {first} and {i}, one value returned twice, "
                     f"but the reference returns different tensors there; the ONNX file does not match the "
                     "PyTorch model: export it again from this model."
