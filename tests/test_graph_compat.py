@@ -92,6 +92,15 @@ def _nested_function_model(innermost: onnx.NodeProto, domains: dict[str, int]) -
 # (rule code, version, triggering model, node, expected verdict, text in reason, clean model)
 TRT_CASES = [
     (
+        "trt-importer-attributes",
+        None,
+        lambda: _IMPORTER_FORMS["scatternd-add"](),
+        "n",
+        "fail",
+        "ScatterND with reduction is not supported.",
+        lambda: _IMPORTER_FORMS["scatternd"](),
+    ),
+    (
         "trt-resize-attributes",
         "10.8",
         lambda: _resize_18(mode="linear", antialias=1),
@@ -460,6 +469,79 @@ def _ml_binarizer() -> onnx.ModelProto:
     )
 
 
+def _one_node(op: str, inputs: list, outputs: list, initializers: Sequence = (), **attrs: Any) -> onnx.ModelProto:
+    """One ``op`` node named "n" at opset 18: graph inputs (name, elem, shape) and constant ones (name, array)."""
+    names = [i[0] for i in inputs] + [name for name, _ in initializers]
+    node = helper.make_node(op, names, [o[0] for o in outputs], name="n", **attrs)
+    return make_model([node], inputs, outputs, initializers=initializers, opset=18)
+
+
+_F32 = TensorProto.FLOAT
+# TensorRT-RTX 1.7's importers: the forms they refuse (measured) beside the ones they take
+_IMPORTER_FORMS = {
+    "nonzero": lambda: _one_node("NonZero", [("x", _F32, [3, 3])], [("y", TensorProto.INT64, [2, "k"])]),
+    "scatternd-add": lambda: _one_node(
+        "ScatterND",
+        [("x", _F32, [4, 3])],
+        [("y", _F32, [4, 3])],
+        [("i", np.array([[1], [3]], np.int64)), ("u", np.ones((2, 3), np.float32))],
+        reduction="add",
+    ),
+    "scatternd": lambda: _one_node(
+        "ScatterND",
+        [("x", _F32, [4, 3])],
+        [("y", _F32, [4, 3])],
+        [("i", np.array([[1], [3]], np.int64)), ("u", np.ones((2, 3), np.float32))],
+    ),
+    "scatterelements-max": lambda: _one_node(
+        "ScatterElements",
+        [("x", _F32, [3, 3])],
+        [("y", _F32, [3, 3])],
+        [("i", np.array([[1, 0, 2]], np.int64)), ("u", np.ones((1, 3), np.float32))],
+        axis=0,
+        reduction="max",
+    ),
+    "maxpool-indices": lambda: _one_node(
+        "MaxPool",
+        [("x", _F32, [1, 1, 4, 4])],
+        [("y", _F32, [1, 1, 3, 3]), ("i", TensorProto.INT64, [1, 1, 3, 3])],
+        kernel_shape=[2, 2],
+    ),
+    "maxpool-dilations": lambda: _one_node(
+        "MaxPool", [("x", _F32, [1, 1, 5, 5])], [("y", _F32, [1, 1, 3, 3])], kernel_shape=[2, 2], dilations=[2, 2]
+    ),
+    "lppool-p3": lambda: _one_node(
+        "LpPool", [("x", _F32, [1, 1, 4, 4])], [("y", _F32, [1, 1, 3, 3])], kernel_shape=[2, 2], p=3
+    ),
+    "lppool-p2": lambda: _one_node(
+        "LpPool", [("x", _F32, [1, 1, 4, 4])], [("y", _F32, [1, 1, 3, 3])], kernel_shape=[2, 2], p=2
+    ),
+    "slice-leading-starts": lambda: _one_node(
+        "Slice",
+        [("x", _F32, [5, 5])],
+        [("y", _F32, [4, 5])],
+        [("s", np.array([1], np.int64)), ("e", np.array([5], np.int64))],
+    ),
+    "slice-every-start": lambda: _one_node(
+        "Slice",
+        [("x", _F32, [5, 5])],
+        [("y", _F32, [4, 5])],
+        [("s", np.array([1, 0], np.int64)), ("e", np.array([5, 5], np.int64))],
+    ),
+    "quantize-zero-point-3": lambda: _one_node(
+        "QuantizeLinear",
+        [("x", _F32, [2, 3])],
+        [("y", TensorProto.INT8, [2, 3])],
+        [("s", np.array(0.1, np.float32)), ("z", np.array(3, np.int8))],
+    ),
+    "quantize-zero-point-0": lambda: _one_node(
+        "QuantizeLinear",
+        [("x", _F32, [2, 3])],
+        [("y", TensorProto.INT8, [2, 3])],
+        [("s", np.array(0.1, np.float32)), ("z", np.array(0, np.int8))],
+    ),
+}
+
 _AGREEMENT = {
     "resize-18-plain": lambda: _resize_18(mode="linear"),
     "resize-18-antialias": lambda: _resize_18(mode="linear", antialias=1),
@@ -484,6 +566,7 @@ _AGREEMENT = {
     "resize-scales-with-axes": lambda: _scales_from("identity", [2, 3]),
     "resize-scales-from-float-input": lambda: resize_model("linear", scales="input", shape=(1, 3, 4, 4)),
     "ml-binarizer": _ml_binarizer,
+    **_IMPORTER_FORMS,
 }
 
 

@@ -580,8 +580,19 @@ def _rule_resize_attributes(ctx: NodeContext, version: Version) -> Hit | None:
     )
 
 
-# ONNX ops whose importer builds a TensorRT plugin that TensorRT-RTX does not ship (measured, 1.7)
-_PLUGIN_BACKED_RTX = {"RoiAlign": "ROIAlign plugin was not found in the plugin registry!"}
+# ONNX ops whose importer builds a TensorRT plugin that TensorRT-RTX does not ship (measured, 1.7): its
+# message, and what to export instead
+_PLUGIN_BACKED_RTX = {
+    "RoiAlign": (
+        "ROIAlign plugin was not found in the plugin registry!",
+        "export the model with a custom op that has a plugin of its own there (opbridge.ops.RoIAlign, "
+        "mmdeploy::MMCVRoiAlign, for torchvision's roi_align)",
+    ),
+    "NonZero": (
+        "NonZero plugin creator version 1 was not found in plugin registry.",
+        "keep the indices out of the engine (a mask, or a custom op with a plugin of its own)",
+    ),
+}
 
 
 def _rule_plugin_backed_op(ctx: NodeContext, version: Version) -> Hit | None:
@@ -591,14 +602,60 @@ def _rule_plugin_backed_op(ctx: NodeContext, version: Version) -> Hit | None:
     TensorRT ships such plugins in libnvinfer_plugin, and releases whose parser has the importer take the node
     (not judged here); TensorRT-RTX 1.7 fails it (measured).
     """
-    message = _PLUGIN_BACKED_RTX.get(ctx.op_type)
-    if version != LATEST or ctx.custom or message is None or ctx.domain not in ("", "ai.onnx"):
+    known = _PLUGIN_BACKED_RTX.get(ctx.op_type)
+    if version != LATEST or ctx.custom or known is None or ctx.domain not in ("", "ai.onnx"):
+        return None
+    message, instead = known
+    return Hit(
+        "fail",
+        f'TensorRT-RTX imports {ctx.op_type} as a TensorRT plugin it does not ship: "{message}"; {instead}, or give '
+        "--trt-version to judge a TensorRT release",
+    )
+
+
+def _rule_importer_attributes(ctx: NodeContext, version: Version) -> Hit | None:
+    """Without ``--trt-version``: attributes and input forms of ONNX ops that TensorRT-RTX 1.7's importers
+    refuse (measured, with the importers' messages): ScatterND and ScatterElements with a reduction;
+    MaxPool with its indices output or dilations other than 1; LpPool with p other than 1 and 2; Slice without
+    ``axes`` whose ``starts`` leave dims out (ONNX takes the leading ones); QuantizeLinear and
+    DequantizeLinear with a constant zero point other than 0. TensorRT releases are not judged."""
+    if version != LATEST or ctx.custom or ctx.domain not in ("", "ai.onnx"):
+        return None
+    op = ctx.op_type
+    said = ""
+    if op in ("ScatterND", "ScatterElements") and ctx.attr("reduction", "none") != "none":
+        message = "ScatterND with reduction is not supported." if op == "ScatterND" else "Unsupported reduction type"
+        said = f'reduction {ctx.attr("reduction")!r} ("{message}")'
+    elif op == "MaxPool" and len([o for o in ctx.proto.output if o]) > 1:
+        said = 'its second output, the indices ("doesn\'t support mode than 1 outputs for MaxPool nodes")'
+    elif op == "MaxPool" and any(d != 1 for d in ctx.attr("dilations", []) or []):
+        said = f'dilations {list(ctx.attr("dilations"))} ("does not support dilations other than 1")'
+    elif op == "LpPool" and int(ctx.attr("p", 2)) not in (1, 2):
+        said = f'p={ctx.attr("p")} ("Only L1 and L2 normalization are supported.")'
+    elif op == "Slice" and ctx.node is not None and len(ctx.proto.input) >= 3 and not "".join(ctx.proto.input[3:4]):
+        starts = ctx.node.inputs[1] if len(ctx.node.inputs) > 1 else None
+        data = ctx.node.inputs[0]
+        length = starts.shape[0] if starts is not None and starts.shape is not None and len(starts.shape) == 1 else None
+        rank = len(data.shape) if data is not None and data.shape is not None else None
+        if isinstance(length, int) and rank is not None and length < rank:
+            said = (
+                f'no axes, and {length} starts for a {rank}-D input ("The shape of input starts misaligns with the '
+                'shape of input axes"; give axes'
+            )
+    elif op in ("QuantizeLinear", "DequantizeLinear") and ctx.node is not None and len(ctx.node.inputs) > 2:
+        from opbridge.graph._model import evaluate_constant
+
+        zero = ctx.node.inputs[2]
+        if zero is not None and zero.name:
+            arr, _ = evaluate_constant(zero, opset=ctx.version)
+            if arr is not None and arr.size and bool((arr.astype("float64") != 0).any()):
+                said = 'a zero point other than 0 ("Non-zero zero point is not supported.")'
+    if not said:
         return None
     return Hit(
         "fail",
-        f'TensorRT-RTX imports {ctx.op_type} as a TensorRT plugin it does not ship: "{message}"; export the model '
-        "with a custom op that has a plugin of its own there (opbridge.ops.RoIAlign, mmdeploy::MMCVRoiAlign, for "
-        "torchvision's roi_align), or give --trt-version to judge a TensorRT release",
+        f"TensorRT-RTX's {op} importer refuses {said}; TensorRT-RTX 1.7, measured. Export the model without it, or "
+        "give --trt-version to judge a TensorRT release",
     )
 
 
@@ -781,6 +838,13 @@ TRT_RULES: tuple[TrtRule, ...] = (
         None,
         f"{_IMPORTER}; TensorRT-RTX 1.7 parser (measured)",
         _rule_resize_attributes,
+    ),
+    TrtRule(
+        "trt-importer-attributes",
+        (7, 0),
+        None,
+        "TensorRT-RTX 1.7 parser (measured: its importers refuse these attributes and input forms)",
+        _rule_importer_attributes,
     ),
     TrtRule(
         "trt-plugin-backed-op",
