@@ -542,7 +542,32 @@ _IMPORTER_FORMS = {
     ),
 }
 
+
+def _grid_sampler_of(domain: str, **attrs: Any) -> onnx.ModelProto:
+    """mmdeploy's grid_sampler node (no function body) in ``domain``: TensorRT-RTX finds mmdeploy::grid_sampler's
+    plugin, which opbridge also registers under namespace '', unless the node names its plugin_namespace."""
+    from opbridge.ops import detection  # noqa: F401  (defines mmdeploy::grid_sampler, whose plugin it finds)
+
+    node = helper.make_node(
+        "grid_sampler",
+        ["x", "g"],
+        ["y"],
+        domain=domain,
+        name="gs",
+        interpolation_mode=0,
+        padding_mode=0,
+        align_corners=0,
+        **attrs,
+    )
+    return make_model(
+        [node], [("x", _F32, [1, 1, 4, 4]), ("g", _F32, [1, 3, 3, 2])], [("y", _F32, [1, 1, 3, 3])],
+        domains={domain: 1}, opset=18,
+    )  # fmt: skip
+
+
 _AGREEMENT = {
+    "acme-grid-sampler": lambda: _grid_sampler_of("acme"),
+    "acme-grid-sampler-own-namespace": lambda: _grid_sampler_of("acme", plugin_namespace="acme"),
     "resize-18-plain": lambda: _resize_18(mode="linear"),
     "resize-18-antialias": lambda: _resize_18(mode="linear", antialias=1),
     "resize-18-keep-aspect": lambda: _resize_18(mode="linear", keep_aspect_ratio_policy="not_larger"),

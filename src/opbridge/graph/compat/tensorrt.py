@@ -342,15 +342,25 @@ def _rule_plugin_path(ctx: NodeContext, version: Version) -> Hit | None:
                 "on it",
             )
         return Hit("opbridge", f"plugin path: {key}; opbridge.tensorrt registers a plugin for this op")
-    namesake = empty_namespace_op(name, pversion) if ctx.custom and ctx.domain in ("", "ai.onnx") else None
-    if namesake is not None and namespace == "":
+    # TensorRT-RTX 1.7 looks up namespace '' where the domain's namespace has no such creator, unless the node
+    # names its plugin_namespace (measured: acme::grid_sampler builds with mmdeploy::grid_sampler's plugin)
+    after_domain = version == LATEST and ctx.domain not in ("", "ai.onnx") and ctx.attr("plugin_namespace") is None
+    default_domain = ctx.domain in ("", "ai.onnx") and namespace == ""
+    namesake = empty_namespace_op(name, pversion) if ctx.custom and (default_domain or after_domain) else None
+    if namesake is not None:
         found = (
             f"opbridge.tensorrt registers {namesake.spec.qualname}'s plugin under namespace '' too, which this node "
         )
         mismatch = _node_mismatch(ctx.proto, namesake)
         if mismatch:
             return Hit("fail", f"plugin path: {key}; {found}finds by its name, but {mismatch}")
-        return Hit("opbridge", f"plugin path: {key}; {found}of the default domain finds by its name")
+        how = (
+            "of the default domain finds by its name"
+            if default_domain
+            else f"finds by its name where namespace {namespace!r} has none (TensorRT-RTX 1.7, measured): the "
+            "plugin of another op, unless that is the op meant"
+        )
+        return Hit("opbridge", f"plugin path: {key}; {found}{how}")
     why = no_importer or "no importer"
     mismatch = f" ({ctx.opbridge_mismatch()})" if ctx.opbridge_mismatch() else ""
     return Hit("fail", f"{why}; plugin path looks up {key}: fails unless such a plugin is registered{mismatch}")
