@@ -1138,7 +1138,8 @@ static void opb_detach_kept(PyArrayObject *a) {
 static OrtStatus *opb_check_kept(OpbKernel *k, PyObject *args, PyObject *outs, char *err, size_t n) {
     PyObject *groups[2] = {args, outs};
     const char *what[2] = {"input", "out= array"};
-    int collected = 0;
+    int collected = 0, first_group = -1;
+    Py_ssize_t first = -1;
     for (int gi = 0; gi < 2; gi++) {
         PyObject *tup = groups[gi];
         if (tup == NULL || !PyTuple_Check(tup)) continue;
@@ -1154,28 +1155,22 @@ static OrtStatus *opb_check_kept(OpbKernel *k, PyObject *args, PyObject *outs, c
                 opb_collect_young();
                 if (Py_REFCNT(a) > 1) PyGC_Collect();
             }
-            if (Py_REFCNT(a) > 1) {
-                /* every kept array is mended before the first is named */
-                for (int gj = gi; gj < 2; gj++) {
-                    PyObject *t = groups[gj];
-                    if (t == NULL || !PyTuple_Check(t)) continue;
-                    for (Py_ssize_t j = gj == gi ? i : 0; j < PyTuple_GET_SIZE(t); j++) {
-                        PyObject *b = PyTuple_GET_ITEM(t, j);
-                        if (PyArray_Check(b) && !(PyArray_FLAGS((PyArrayObject *)b) & NPY_ARRAY_OWNDATA) &&
-                            Py_REFCNT(b) > 1)
-                            opb_detach_kept((PyArrayObject *)b);
-                    }
+            if (Py_REFCNT(a) > 1) { /* every kept array is mended, the first is named */
+                opb_detach_kept((PyArrayObject *)a);
+                if (first_group < 0) {
+                    first_group = gi;
+                    first = i;
                 }
-                snprintf(err, n,
-                         "%s: the kernel kept its %s %zd after returning; it views ONNX Runtime's memory, valid "
-                         "during the call only (reused after it): keep a copy instead (x.copy(), x.clone()). The "
-                         "kept array was given a copy of its values (a view made of it was not)",
-                         k->label, what[gi], i);
-                return opb_status(err);
             }
         }
     }
-    return NULL;
+    if (first_group < 0) return NULL;
+    snprintf(err, n,
+             "%s: the kernel kept its %s %zd after returning; it views ONNX Runtime's memory, valid during the call "
+             "only (reused after it): keep a copy instead (x.copy(), x.clone()). The kept array was given a copy of "
+             "its values (a view made of it was not)",
+             k->label, what[first_group], first);
+    return opb_status(err);
 }
 
 static OrtStatus *opb_kernel_compute_v2(void *kernel, OrtKernelContext *ctx) {

@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -430,16 +431,13 @@ def _storages(tensors: Sequence[Any]) -> list[Any]:
     return [None if t is None else t.untyped_storage() for t in tensors]
 
 
-_USE_COUNT: list[Any] = []  # [torch's count of a storage's holders, or None where torch has none]
-
-
+@functools.cache
 def _use_count() -> Any:
-    if not _USE_COUNT:
-        import torch
+    """torch's count of a storage's holders, or None where torch cannot count them or swap a storage's memory."""
+    import torch
 
-        count = getattr(torch._C, "_storage_Use_Count", None)
-        _USE_COUNT.append(count if hasattr(torch.UntypedStorage, "_swap_data_ptr_") else None)
-    return _USE_COUNT[0]
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return count if hasattr(torch.UntypedStorage, "_swap_data_ptr_") else None
 
 
 def _held(storages: Sequence[Any]) -> bool:

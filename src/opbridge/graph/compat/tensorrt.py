@@ -642,7 +642,14 @@ def _rule_importer_attributes(ctx: NodeContext, version: Version) -> Hit | None:
         said = f'dilations {list(ctx.attr("dilations"))} ("does not support dilations other than 1")'
     elif op == "LpPool" and int(ctx.attr("p", 2)) not in (1, 2):
         said = f'p={ctx.attr("p")} ("Only L1 and L2 normalization are supported.")'
-    elif op == "Slice" and ctx.node is not None and len(ctx.proto.input) >= 3 and not "".join(ctx.proto.input[3:4]):
+    elif (
+        op == "Slice"
+        and ctx.node is not None
+        and len(ctx.proto.input) >= 3
+        and (
+            len(ctx.proto.input) == 3 or not ctx.proto.input[3]  # (no axes)
+        )
+    ):
         starts = ctx.node.inputs[1] if len(ctx.node.inputs) > 1 else None
         data = ctx.node.inputs[0]
         length = starts.shape[0] if starts is not None and starts.shape is not None and len(starts.shape) == 1 else None
